@@ -1,0 +1,125 @@
+# luma-lua — a tool and agent runtime for LLM applications, with a C core.
+# `make` builds the C module (luma.core) and the luma-lua command;
+# `make test` installs what it needs from Debian's packages and runs every spec.
+
+CC        ?= cc
+LUA       ?= lua5.4
+LUA_INCDIR ?= /usr/include/lua5.4
+LUA_LIB   ?= -llua5.4
+PREFIX    ?= /usr/local
+LUADIR    ?= $(PREFIX)/share/lua/5.4
+CMODDIR   ?= $(PREFIX)/lib/x86_64-linux-gnu/lua/5.4
+OPT       ?= -O2
+CSTD      = -std=c99 -D_POSIX_C_SOURCE=200809L
+WARN      = -Wall -Wextra -Wshadow -Wundef -Wwrite-strings -Wmissing-prototypes -Wstrict-prototypes
+CFLAGS    ?= $(OPT) -g
+ALL_CFLAGS = $(CSTD) $(WARN) $(CFLAGS) -fPIC -fvisibility=hidden -I$(LUA_INCDIR) -Icore
+LIBS      = -lm
+
+ifeq ($(SANITIZE),1)
+BUILD     ?= build/asan
+SANFLAGS  = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+ALL_CFLAGS += $(SANFLAGS)
+LDFLAGS   += $(SANFLAGS)
+# lua5.4 itself is not instrumented: the runtime must be loaded first
+SAN_ENV   = LD_PRELOAD=$$($(CC) -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 \
+            UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+else
+BUILD     ?= build
+endif
+
+# The C sources of luma.core: the Lua-free units, then the Lua binding.
+CORE_PURE = core/arena.c core/diag.c core/lex.c core/parse.c core/program.c core/regex.c \
+            core/strbuf.c core/json.c core/jsonschema.c
+CORE_LUA  = core/validate.c core/lerror.c core/lprogram.c core/last.c core/lcore.c
+CORE_SRC  = $(CORE_PURE) $(CORE_LUA)
+PURE_OBJ  = $(CORE_PURE:core/%.c=$(BUILD)/obj/%.o)
+CORE_OBJ  = $(CORE_SRC:core/%.c=$(BUILD)/obj/%.o)
+CTESTS    = $(patsubst spec/c/%.c,$(BUILD)/%,$(wildcard spec/c/test_*.c))
+
+# Debian packages `make test` installs when run as root and one is missing.
+DEB_PACKAGES = lua5.4 liblua5.4-dev lua-cjson lua-busted libcurl4-openssl-dev libmbedtls-dev
+BENCH_PACKAGES = node-ajv
+FUZZ_PACKAGES = clang libclang-rt-14-dev
+
+RESULTS   = $(BUILD)/test-results
+BUSTED    = $(LUA) /usr/bin/busted
+
+.PHONY: all test bench demo fuzz install clean help deps
+
+all: $(BUILD)/luma/core.so $(BUILD)/luma-lua
+
+help:
+	@echo "make            build luma.core ($(BUILD)/luma/core.so) and $(BUILD)/luma-lua"
+	@echo "make test       install missing Debian packages (as root), build, run every spec"
+	@echo "SANITIZE=1 make test   the same under AddressSanitizer and UBSan"
+	@echo "make demo       run the example program"
+	@echo "make bench      run the benchmarks under bench/"
+	@echo "make fuzz       fuzz the parser (FUZZ_SECONDS=600)"
+	@echo "make install    install into PREFIX=$(PREFIX)"
+	@echo "make clean      remove build/"
+
+$(BUILD)/obj/%.o: core/%.c core/*.h | $(BUILD)/obj
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/host.o: core/host.c core/luma.h | $(BUILD)/obj
+	$(CC) $(ALL_CFLAGS) -DLUMA_LUADIR='"$(LUADIR)"' -c $< -o $@
+
+$(BUILD)/obj $(BUILD)/luma:
+	mkdir -p $@
+
+$(BUILD)/luma/core.so: $(CORE_OBJ) | $(BUILD)/luma
+	$(CC) -shared $(LDFLAGS) -o $@ $(CORE_OBJ) $(LIBS)
+
+$(BUILD)/luma-lua: $(CORE_OBJ) $(BUILD)/obj/host.o
+	$(CC) $(LDFLAGS) -o $@ $(BUILD)/obj/host.o $(CORE_OBJ) $(LUA_LIB) $(LIBS) -Wl,-E
+
+$(BUILD)/test_%: spec/c/test_%.c spec/c/ctest.h $(PURE_OBJ)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< $(PURE_OBJ) $(LIBS)
+
+deps:
+	@missing=""; for p in $(DEB_PACKAGES) $(EXTRA_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || exit 1; \
+	  else echo "missing Debian packages:$$missing (run make as root to install them)"; exit 1; fi; \
+	fi
+
+# Runs every suite even when one fails, then prints the total as the last line.
+test: deps
+	@$(MAKE) --no-print-directory all $(CTESTS)
+	@rm -f $(RESULTS); status=0; \
+	for t in $(CTESTS); do LUMA_TEST_RESULTS=$(RESULTS) $(SAN_ENV) $$t || status=1; done; \
+	LUMA_TEST_RESULTS=$(RESULTS) LUMA_BUILD=$(BUILD) $(SAN_ENV) \
+	  $(BUSTED) --cpath='$(BUILD)/?.so' -o spec/support/summary.lua spec || status=1; \
+	$(LUA) spec/support/total.lua $(RESULTS) $$(( $(words $(CTESTS)) + 1 )) || status=1; \
+	exit $$status
+
+demo: deps all
+	LUMA_BUILD=$(BUILD) bin/luma-lua check examples/calculate.luma
+	LUMA_BUILD=$(BUILD) bin/luma-lua tools examples/calculate.luma
+
+bench: all
+	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES="$(BENCH_PACKAGES)"
+	LUMA_BUILD=$(BUILD) $(LUA) bench/validate/run.lua
+
+FUZZ_SECONDS ?= 600
+fuzz:
+	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES="$(FUZZ_PACKAGES)"
+	mkdir -p build/fuzz
+	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -I$(LUA_INCDIR) -Icore \
+	  spec/fuzz/parse_fuzz.c $(CORE_SRC) $(LUA_LIB) -lm -o build/fuzz/parse_fuzz
+	build/fuzz/parse_fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+	  -dict=spec/fuzz/luma.dict spec/fuzz/corpus
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(LUADIR)/luma $(DESTDIR)$(CMODDIR)/luma
+	install -m 755 $(BUILD)/luma-lua $(DESTDIR)$(PREFIX)/bin/luma-lua
+	install -m 644 lua/luma/*.lua $(DESTDIR)$(LUADIR)/luma/
+	install -m 755 $(BUILD)/luma/core.so $(DESTDIR)$(CMODDIR)/luma/core.so
+
+clean:
+	rm -rf build

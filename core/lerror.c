@@ -1,0 +1,101 @@
+#include "lerror.h"
+
+#include <string.h>
+
+#include "compat.h"
+
+static void push_metatable(lua_State *L);
+
+void le_push(lua_State *L, const char *code, const char *message, int retryable, int details) {
+  if (details) details = lc_absindex(L, details);
+  luaL_checkstack(L, 4, "building an error");
+  lua_createtable(L, 0, 5);
+  lua_pushstring(L, code);
+  lua_setfield(L, -2, "code");
+  lua_pushstring(L, message);
+  lua_setfield(L, -2, "message");
+  lua_pushboolean(L, retryable);
+  lua_setfield(L, -2, "retryable");
+  if (details) {
+    lua_pushvalue(L, details);
+    lua_setfield(L, -2, "details");
+  }
+  push_metatable(L);
+  lua_setmetatable(L, -2);
+}
+
+int le_raise(lua_State *L, const char *code, const char *message, int details) {
+  le_push(L, code, message, 0, details);
+  return lua_error(L);
+}
+
+int le_is_error(lua_State *L, int idx) {
+  if (!lua_getmetatable(L, idx)) return 0;
+  luaL_getmetatable(L, LE_METATABLE);
+  int same = lua_rawequal(L, -1, -2);
+  lua_pop(L, 2);
+  return same;
+}
+
+/* Reads fields raw: an error object never runs code of its own when printed. */
+static const char *raw_string(lua_State *L, int t, const char *key, const char *fallback) {
+  lua_pushstring(L, key);
+  lc_rawget(L, t);
+  const char *s = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : fallback;
+  lua_pop(L, 1);  /* the string stays alive: it is still referenced by the table */
+  return s;
+}
+
+static int error_tostring(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  const char *code = raw_string(L, 1, "code", "ERROR");
+  const char *message = raw_string(L, 1, "message", "");
+  lua_pushfstring(L, "[%s] %s", code, message);
+  return 1;
+}
+
+static void push_metatable(lua_State *L) {
+  if (luaL_newmetatable(L, LE_METATABLE)) {
+    lua_pushcfunction(L, error_tostring);
+    lua_setfield(L, -2, "__tostring");
+    lua_pushstring(L, LE_METATABLE);
+    lua_setfield(L, -2, "__name");
+    lua_pushboolean(L, 0);
+    lua_setfield(L, -2, "__metatable");
+  }
+}
+
+/* core.error{ code=, message=, retryable=, details=, tool= } -> error object */
+static int l_error(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  const char *code = raw_string(L, 1, "code", NULL);
+  if (!code) return luaL_argerror(L, 1, "an error needs a string code");
+  const char *message = raw_string(L, 1, "message", "");
+  lua_pushstring(L, "retryable");
+  lc_rawget(L, 1);
+  int retryable = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  lua_pushstring(L, "details");
+  lc_rawget(L, 1);
+  int details = lua_isnil(L, -1) ? 0 : lua_gettop(L);
+  le_push(L, code, message, retryable, details);
+  lua_pushstring(L, "tool");
+  lc_rawget(L, 1);
+  if (lua_type(L, -1) == LUA_TSTRING) lua_setfield(L, -2, "tool");
+  else lua_pop(L, 1);
+  return 1;
+}
+
+static int l_is_error(lua_State *L) {
+  lua_pushboolean(L, le_is_error(L, 1));
+  return 1;
+}
+
+void le_open(lua_State *L) {
+  static const luaL_Reg fns[] = {
+    { "error", l_error },
+    { "is_error", l_is_error },
+    { NULL, NULL }
+  };
+  lc_setfuncs(L, fns, 0);
+}

@@ -1,0 +1,610 @@
+/*
+ * The Lua binding of a compiled program: the "luma.Program" userdata.
+ */
+#include "lprogram.h"
+
+#include <string.h>
+
+#include "compat.h"
+#include "jsonschema.h"
+#include "lerror.h"
+#include "validate.h"
+
+#define LP_METATABLE "luma.Program"
+
+typedef struct lp_program {
+  pm_program *p;              /* NULL once closed */
+  lv_program *v;
+} lp_program;
+
+static lp_program *check_program(lua_State *L, int idx) {
+  lp_program *lp = luaL_checkudata(L, idx, LP_METATABLE);
+  if (!lp->p) luaL_argerror(L, idx, "the program is closed");
+  return lp;
+}
+
+static int lp_close(lua_State *L) {
+  lp_program *lp = luaL_checkudata(L, 1, LP_METATABLE);
+  lv_free(L, lp->v);
+  pm_free(lp->p);
+  lp->v = NULL;
+  lp->p = NULL;
+  return 0;
+}
+
+/* ------------------------------------------------------------- options */
+
+typedef struct lp_opts {
+  pm_limits pm;
+  lv_limits lv;
+} lp_opts;
+
+static const char *const option_names[] = {
+  "max_source_bytes", "max_errors", "max_parse_depth", "max_depth", "max_string_bytes", "max_violations", NULL
+};
+
+/* Reads `opts.limits`; a misspelt or ill-typed limit is a programmer error. */
+static void read_opts(lua_State *L, int idx, lp_opts *o) {
+  pm_default_limits(&o->pm);
+  lv_default_limits(&o->lv);
+  if (lua_isnoneornil(L, idx)) return;
+  luaL_checktype(L, idx, LUA_TTABLE);
+  lua_getfield(L, idx, "limits");
+  if (lua_isnil(L, -1)) { lua_pop(L, 1); return; }
+  if (!lua_istable(L, -1)) luaL_error(L, "opts.limits must be a table");
+  int t = lua_gettop(L);
+  lua_pushnil(L);
+  while (lua_next(L, t)) {
+    int which = -1;
+    if (lua_type(L, -2) == LUA_TSTRING)
+      for (int i = 0; option_names[i]; i++)
+        if (strcmp(lua_tostring(L, -2), option_names[i]) == 0) which = i;
+    if (which < 0) {
+      const char *key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "?";
+      luaL_error(L, "opts.limits has no limit '%s'", key);
+    }
+    if (!lc_isinteger(L, -1) || lua_tointeger(L, -1) < 1)
+      luaL_error(L, "opts.limits.%s must be a positive integer", option_names[which]);
+    lua_Integer n = lua_tointeger(L, -1);
+    int small = n > 1000000000 ? 1000000000 : (int)n;
+    switch (which) {
+      case 0: o->pm.max_source_bytes = (size_t)n; break;
+      case 1: o->pm.max_errors = small; break;
+      case 2: o->pm.max_parse_depth = small > 1000 ? 1000 : small; break;
+      case 3: o->lv.max_depth = small > LV_DEPTH_CAP ? LV_DEPTH_CAP : small; break;
+      case 4: o->lv.max_string_bytes = (size_t)n; break;
+      case 5: o->lv.max_violations = small; break;
+    }
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+}
+
+/* ------------------------------------------------------------- compile */
+
+/* Raises PROGRAM_INVALID with every diagnostic, formatted and as data.
+   The program stays owned by its (unreturned) userdata, which frees it. */
+static int raise_diagnostics(lua_State *L, pm_program *p) {
+  luaL_Buffer b;
+  lua_createtable(L, 0, 1);                      /* details */
+  int details = lua_gettop(L);
+  lua_createtable(L, p->diag.count, 0);          /* details.diagnostics */
+  int list = lua_gettop(L);
+  int i = 0;
+  for (const dg_item *it = p->diag.first; it; it = it->next) {
+    lua_createtable(L, 0, 4);
+    lua_pushstring(L, p->chunk);
+    lua_setfield(L, -2, "file");
+    lua_pushinteger(L, it->line);
+    lua_setfield(L, -2, "line");
+    lua_pushinteger(L, it->col);
+    lua_setfield(L, -2, "col");
+    lua_pushstring(L, it->msg);
+    lua_setfield(L, -2, "message");
+    lua_pushstring(L, dg_format(&p->diag, it));
+    lua_setfield(L, -2, "text");
+    lua_rawseti(L, list, ++i);
+  }
+  lua_setfield(L, details, "diagnostics");
+  luaL_buffinit(L, &b);
+  for (const dg_item *it = p->diag.first; it; it = it->next) {
+    if (it != p->diag.first) luaL_addchar(&b, '\n');
+    luaL_addstring(&b, dg_format(&p->diag, it));
+  }
+  if (p->diag.dropped) {
+    lua_pushfstring(L, "\n(%d more errors not shown)", p->diag.dropped);
+    luaL_addvalue(&b);
+  }
+  luaL_pushresult(&b);
+  le_push(L, "PROGRAM_INVALID", lua_tostring(L, -1), 0, details);
+  return lua_error(L);
+}
+
+/* core.compile(source, chunkname [, opts]) -> program; raises PROGRAM_INVALID */
+static int l_compile(lua_State *L) {
+  size_t len;
+  const char *src = luaL_checklstring(L, 1, &len);
+  const char *chunk = luaL_optstring(L, 2, "program.luma");
+  lp_opts o;
+  read_opts(L, 3, &o);
+  lp_program *lp = lua_newuserdata(L, sizeof *lp);
+  lp->p = NULL;
+  lp->v = NULL;
+  lc_setmetatable(L, LP_METATABLE);
+  lp->p = pm_build(src, len, chunk, &o.pm);
+  if (!lp->p) return luaL_error(L, "out of memory compiling %s", chunk);
+  if (lp->p->diag.count == 0) {
+    lp->v = lv_bind(L, lp->p, &o.lv);
+    if (!lp->v) return luaL_error(L, "out of memory compiling %s", chunk);
+    if (lv_check_defaults(lp->v, L, lp->p) == 0) return 1;
+  }
+  return raise_diagnostics(L, lp->p);
+}
+
+/* --------------------------------------------------------- descriptions */
+
+static void set_str(lua_State *L, const char *key, const char *value) {
+  if (!value) return;
+  lua_pushstring(L, value);
+  lua_setfield(L, -2, key);
+}
+
+static void set_int(lua_State *L, const char *key, long long value) {
+  lua_pushinteger(L, (lua_Integer)value);
+  lua_setfield(L, -2, key);
+}
+
+static void set_bool(lua_State *L, const char *key, int value) {
+  lua_pushboolean(L, value);
+  lua_setfield(L, -2, key);
+}
+
+static void push_num(lua_State *L, pm_num n) {
+  if (n.is_int) lua_pushinteger(L, (lua_Integer)n.i);
+  else lua_pushnumber(L, n.d);
+}
+
+static void push_strings(lua_State *L, const char *const *items, int n) {
+  lua_createtable(L, n, 0);
+  for (int i = 0; i < n; i++) {
+    lua_pushstring(L, items[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+}
+
+static void push_type(lua_State *L, const pm_type *t, int depth) {
+  static const char *const kinds[] = { "string", "int", "float", "bool", "any", "enum", "schema", "array" };
+  luaL_checkstack(L, 4, "describing a type");
+  lua_createtable(L, 0, 4);
+  set_str(L, "kind", kinds[t->kind]);
+  if (t->kind == PT_SCHEMA) set_str(L, "name", t->schema->name);
+  if (t->kind == PT_ENUM) {
+    lua_createtable(L, t->nvalues, 0);
+    for (int i = 0; i < t->nvalues; i++) {
+      lua_pushlstring(L, t->values[i].s, t->values[i].len);
+      lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "values");
+  }
+  if (t->kind == PT_ARRAY && depth < 100) {
+    push_type(L, t->elem, depth + 1);
+    lua_setfield(L, -2, "items");
+  }
+  if (t->rules & PR_MIN) { push_num(L, t->min); lua_setfield(L, -2, "minimum"); }
+  if (t->rules & PR_MAX) { push_num(L, t->max); lua_setfield(L, -2, "maximum"); }
+  if (t->rules & PR_MINLEN) set_int(L, "min_length", t->minlen);
+  if (t->rules & PR_MAXLEN) set_int(L, "max_length", t->maxlen);
+  if (t->rules & PR_MINITEMS) set_int(L, "min_items", t->minitems);
+  if (t->rules & PR_MAXITEMS) set_int(L, "max_items", t->maxitems);
+  if (t->rules & PR_PATTERN) set_str(L, "pattern", t->pattern);
+  if (t->soft) set_bool(L, "soft", 1);
+}
+
+static void push_fields(lua_State *L, lp_program *lp, const pm_schema *s) {
+  lua_createtable(L, s->nfields, 0);
+  for (int i = 0; i < s->nfields; i++) {
+    const pm_field *f = &s->fields[i];
+    lua_createtable(L, 0, 5);
+    set_str(L, "name", f->name);
+    push_type(L, f->type, 0);
+    lua_setfield(L, -2, "type");
+    set_bool(L, "required", f->required);
+    set_str(L, "description", f->desc);
+    if (f->default_value) {
+      lv_push_default(lp->v, L, s, i);
+      lua_setfield(L, -2, "default");
+    }
+    lua_rawseti(L, -2, i + 1);
+  }
+}
+
+static void push_schema_info(lua_State *L, lp_program *lp, const pm_schema *s) {
+  lua_createtable(L, 0, 5);
+  set_str(L, "name", s->name);
+  set_str(L, "kind", s->is_union ? "union" : "record");
+  if (s->is_union) {
+    lua_createtable(L, s->nmembers, 0);
+    for (int i = 0; i < s->nmembers; i++) {
+      lua_pushstring(L, s->members[i]->name);
+      lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "members");
+    set_str(L, "tag", s->tag);
+  } else {
+    push_fields(L, lp, s);
+    lua_setfield(L, -2, "fields");
+  }
+}
+
+static const pm_schema *find_schema(lp_program *lp, const char *name) {
+  return pm_find_schema(lp->p, name);
+}
+
+/* program:schema(name) -> description, or nil */
+static int l_schema(lua_State *L) {
+  lp_program *lp = check_program(L, 1);
+  const pm_schema *s = find_schema(lp, luaL_checkstring(L, 2));
+  if (!s) { lua_pushnil(L); return 1; }
+  push_schema_info(L, lp, s);
+  return 1;
+}
+
+static void push_tool_info(lua_State *L, lp_program *lp, const pm_tool *t) {
+  static const char *const effects[] = { "none", "read", "write" };
+  static const char *const backoffs[] = { "none", "fixed", "exponential" };
+  lua_createtable(L, 0, 20);
+  set_str(L, "kind", "tool");
+  set_str(L, "name", t->name);
+  set_str(L, "description", t->description ? t->description : "");
+  set_str(L, "input", t->input->name);
+  if (t->output) set_str(L, "output", t->output->name);
+  push_fields(L, lp, t->input);
+  lua_setfield(L, -2, "params");
+  set_str(L, "side_effects", effects[t->side_effects]);
+  set_bool(L, "cache", t->cache);
+  set_str(L, "scope", t->scope);
+  set_str(L, "credential", t->credential);
+  if (t->error) set_str(L, "error", t->error->name);
+  set_int(L, "retries", t->retries);
+  set_str(L, "retry_backoff", backoffs[t->retry_backoff]);
+  set_int(L, "retry_delay", t->retry_delay);
+  if (t->timeout >= 0) set_int(L, "timeout", t->timeout);
+  set_bool(L, "idempotent", t->idempotent);
+  if (t->idempotency_key.present) {
+    push_strings(L, t->idempotency_key.items, t->idempotency_key.n);
+    lua_setfield(L, -2, "idempotency_key");
+  }
+  set_int(L, "idempotency_ttl_ms", t->idempotency_ttl_ms);
+  lua_createtable(L, t->nneeds, 0);
+  for (int i = 0; i < t->nneeds; i++) {
+    lua_createtable(L, 0, 2);
+    set_str(L, "name", t->needs[i].name);
+    set_str(L, "schema", t->needs[i].schema->name);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "needs");
+}
+
+static void push_agent_info(lua_State *L, const pm_agent *ag) {
+  static const char *const policies[] = { "allow", "deny_write", "approval" };
+  lua_createtable(L, 0, 14);
+  set_str(L, "kind", "agent");
+  set_str(L, "name", ag->name);
+  set_str(L, "description", ag->description);
+  if (ag->model) set_str(L, "model", ag->model->name);
+  lua_createtable(L, ag->tools.n, 0);
+  for (int i = 0; i < ag->tools.n; i++) {
+    lua_pushstring(L, ag->tools.items[i]->name);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "tools");
+  if (ag->tool_rate_limit >= 0) set_int(L, "tool_rate_limit", ag->tool_rate_limit);
+  set_int(L, "tool_concurrency", ag->tool_concurrency);
+  if (ag->tool_failure_limit >= 0) set_int(L, "tool_failure_limit", ag->tool_failure_limit);
+  if (ag->tool_timeout >= 0) set_int(L, "tool_timeout", ag->tool_timeout);
+  if (ag->tool_timeout_max >= 0) set_int(L, "tool_timeout_max", ag->tool_timeout_max);
+  set_str(L, "tool_policy", policies[ag->tool_policy]);
+  if (ag->tool_scopes.present) {
+    push_strings(L, ag->tool_scopes.items, ag->tool_scopes.n);
+    lua_setfield(L, -2, "tool_scopes");
+  }
+  if (ag->tool_contexts.present) {
+    push_strings(L, ag->tool_contexts.items, ag->tool_contexts.n);
+    lua_setfield(L, -2, "tool_contexts");
+  }
+  int n = 0;
+  for (const ast_method *m = ag->decl->methods; m; m = m->next) n++;
+  lua_createtable(L, n, 0);
+  n = 0;
+  for (const ast_method *m = ag->decl->methods; m; m = m->next) {
+    lua_pushstring(L, m->name);
+    lua_rawseti(L, -2, ++n);
+  }
+  lua_setfield(L, -2, "methods");
+}
+
+static void push_model_info(lua_State *L, const pm_model *m) {
+  lua_createtable(L, 0, 10);
+  set_str(L, "kind", "model");
+  set_str(L, "name", m->name);
+  set_str(L, "provider", pm_provider_names[m->provider]);
+  set_str(L, "model", m->model);
+  set_str(L, "base_url", m->base_url);
+  set_str(L, "api_key_env", m->api_key_env);
+  set_str(L, "deployment", m->deployment);
+  set_str(L, "api_version", m->api_version);
+  if (m->has_temperature) { push_num(L, m->temperature); lua_setfield(L, -2, "temperature"); }
+  if (m->max_tokens >= 0) set_int(L, "max_tokens", m->max_tokens);
+  if (m->timeout >= 0) set_int(L, "timeout", m->timeout);
+}
+
+/* program:declaration(name) -> description of any declaration, or nil */
+static int l_declaration(lua_State *L) {
+  lp_program *lp = check_program(L, 1);
+  const char *name = luaL_checkstring(L, 2);
+  const pm_schema *s = find_schema(lp, name);
+  const pm_tool *t;
+  const pm_agent *ag;
+  const pm_model *m;
+  if (s && !s->internal) {
+    push_schema_info(L, lp, s);
+    set_str(L, "kind", "schema");
+    set_str(L, "form", s->is_union ? "union" : "record");
+  } else if ((t = pm_find_tool(lp->p, name))) {
+    push_tool_info(L, lp, t);
+  } else if ((ag = pm_find_agent(lp->p, name))) {
+    push_agent_info(L, ag);
+  } else if ((m = pm_find_model(lp->p, name))) {
+    push_model_info(L, m);
+  } else {
+    lua_pushnil(L);
+  }
+  return 1;
+}
+
+/* program:declarations() -> { schemas = {...}, tools = {...}, agents = {...}, models = {...} } */
+static int l_declarations(lua_State *L) {
+  lp_program *lp = check_program(L, 1);
+  const pm_program *p = lp->p;
+  lua_createtable(L, 0, 4);
+  int n = 0;
+  lua_createtable(L, p->nschemas, 0);
+  for (int i = 0; i < p->nschemas; i++)
+    if (!p->schemas[i]->internal) {
+      lua_pushstring(L, p->schemas[i]->name);
+      lua_rawseti(L, -2, ++n);
+    }
+  lua_setfield(L, -2, "schemas");
+  lua_createtable(L, p->ntools, 0);
+  for (int i = 0; i < p->ntools; i++) { lua_pushstring(L, p->tools[i]->name); lua_rawseti(L, -2, i + 1); }
+  lua_setfield(L, -2, "tools");
+  lua_createtable(L, p->nagents, 0);
+  for (int i = 0; i < p->nagents; i++) { lua_pushstring(L, p->agents[i]->name); lua_rawseti(L, -2, i + 1); }
+  lua_setfield(L, -2, "agents");
+  lua_createtable(L, p->nmodels, 0);
+  for (int i = 0; i < p->nmodels; i++) { lua_pushstring(L, p->models[i]->name); lua_rawseti(L, -2, i + 1); }
+  lua_setfield(L, -2, "models");
+  return 1;
+}
+
+/* ---------------------------------------------------------- JSON output */
+
+static void push_jv(lua_State *L, const jv *v, int depth) {
+  luaL_checkstack(L, 4, "converting JSON");
+  switch (v->type) {
+    case JV_NULL: lua_pushlightuserdata(L, NULL); break;
+    case JV_BOOL: lua_pushboolean(L, v->b); break;
+    case JV_INT: lua_pushinteger(L, (lua_Integer)v->i); break;
+    case JV_NUM: lua_pushnumber(L, v->n); break;
+    case JV_STR: lua_pushlstring(L, v->s, v->len); break;
+    case JV_ARR: {
+      lua_createtable(L, v->count, 0);
+      int i = 0;
+      for (const jv *m = v->first; m && depth < 400; m = m->next) {
+        push_jv(L, m, depth + 1);
+        lua_rawseti(L, -2, ++i);
+      }
+      break;
+    }
+    case JV_OBJ:
+      lua_createtable(L, 0, v->count);
+      for (const jv *m = v->first; m && depth < 400; m = m->next) {
+        push_jv(L, m, depth + 1);
+        lua_setfield(L, -2, m->key);
+      }
+      break;
+  }
+}
+
+/* Whether opts (at idx) asks for JSON text: { format = "json" }. */
+static int want_text(lua_State *L, int idx) {
+  if (lua_isnoneornil(L, idx)) return 0;
+  luaL_checktype(L, idx, LUA_TTABLE);
+  lua_getfield(L, idx, "format");
+  const char *f = lua_tostring(L, -1);
+  int text = 0;
+  if (f && strcmp(f, "json") == 0) text = 1;
+  else if (f && strcmp(f, "table") != 0) luaL_error(L, "opts.format must be \"json\" or \"table\"");
+  lua_pop(L, 1);
+  return text;
+}
+
+static int scratch_gc(lua_State *L) {
+  ar_free(lua_touserdata(L, 1));
+  return 0;
+}
+
+/* An arena owned by a userdata on the stack, so that an error raised while
+   it is in use cannot leak it. */
+static ar_arena *push_scratch(lua_State *L) {
+  ar_arena *a = lua_newuserdata(L, sizeof *a);
+  ar_init(a);
+  if (luaL_newmetatable(L, "luma.Scratch")) {
+    lua_pushcfunction(L, scratch_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_setmetatable(L, -2);
+  return a;
+}
+
+/* Replaces the scratch arena on top with v as a Lua table, or as pretty JSON text. */
+static int push_result(lua_State *L, ar_arena *a, const jv *v, int text) {
+  if (!v || a->failed) return luaL_error(L, "out of memory");
+  if (text) {
+    sb_buf b;
+    sb_init(&b);
+    jv_write(&b, v, 2);
+    int failed = b.failed;
+    if (!failed) lua_pushlstring(L, b.data, b.len);
+    sb_free(&b);
+    if (failed) return luaL_error(L, "out of memory");
+  } else {
+    push_jv(L, v, 0);
+  }
+  ar_free(a);
+  return 1;
+}
+
+/* program:json_schema(name [, opts]) -> table (or JSON text), or nil */
+static int l_json_schema(lua_State *L) {
+  lp_program *lp = check_program(L, 1);
+  const pm_schema *s = find_schema(lp, luaL_checkstring(L, 2));
+  int text = want_text(L, 3);
+  if (!s) { lua_pushnil(L); return 1; }
+  ar_arena *a = push_scratch(L);
+  return push_result(L, a, js_schema(a, lp->p, s, JS_CANONICAL), text);
+}
+
+/* program:tools([opts]) -> { {name, description, parameters}, ... } (or JSON text) */
+static int l_tools(lua_State *L) {
+  lp_program *lp = check_program(L, 1);
+  int text = want_text(L, 2);
+  ar_arena *a = push_scratch(L);
+  return push_result(L, a, js_tools(a, lp->p, JS_CANONICAL), text);
+}
+
+/* ----------------------------------------------------------- validation */
+
+static void push_issues(lua_State *L, const lv_issue *list, int n) {
+  lua_createtable(L, n, 0);
+  for (int i = 0; i < n; i++) {
+    lua_createtable(L, 0, 3);
+    set_str(L, "path", list[i].path ? list[i].path : "?");
+    lua_pushfstring(L, "%s %s", list[i].path ? list[i].path : "?", list[i].text ? list[i].text : "is invalid");
+    lua_setfield(L, -2, "message");
+    set_str(L, "rule", list[i].rule);
+    lua_rawseti(L, -2, i + 1);
+  }
+}
+
+int lp_push_validation_error(lua_State *L, const char *code, const lv_result *r) {
+  lua_createtable(L, 0, 3);
+  int details = lua_gettop(L);
+  push_issues(L, r->errors, r->nerrors);
+  lua_setfield(L, details, "violations");
+  if (r->nwarnings) {
+    push_issues(L, r->warnings, r->nwarnings);
+    lua_setfield(L, details, "warnings");
+  }
+  if (r->truncated) set_bool(L, "truncated", 1);
+  const lv_issue *first = &r->errors[0];
+  lua_pushfstring(L, "%s %s", first->path ? first->path : "?", first->text ? first->text : "is invalid");
+  le_push(L, code, lua_tostring(L, -1), 0, details);
+  lua_replace(L, details);
+  lua_settop(L, details);
+  return 1;
+}
+
+/* program:validate(name, value [, { mode = "input" | "output", root = "..." }])
+   -> true [, warnings] | nil, err */
+static int l_validate(lua_State *L) {
+  lp_program *lp = check_program(L, 1);
+  const char *name = luaL_checkstring(L, 2);
+  luaL_checkany(L, 3);
+  const pm_schema *s = find_schema(lp, name);
+  if (!s) return luaL_argerror(L, 2, lua_pushfstring(L, "no schema named '%s'", name));
+  int mode = LV_INPUT;
+  const char *root = s->display;
+  if (!lua_isnoneornil(L, 4)) {
+    luaL_checktype(L, 4, LUA_TTABLE);
+    lua_getfield(L, 4, "mode");
+    const char *m = lua_tostring(L, -1);
+    if (m && strcmp(m, "output") == 0) mode = LV_OUTPUT;
+    else if (m && strcmp(m, "input") != 0) return luaL_error(L, "opts.mode must be \"input\" or \"output\"");
+    lua_getfield(L, 4, "root");
+    if (lua_type(L, -1) == LUA_TSTRING) root = lua_tostring(L, -1);
+    else if (!lua_isnil(L, -1)) return luaL_error(L, "opts.root must be a string");
+  }
+  lv_result r;
+  int errors = lv_validate(lp->v, L, 3, s, root, mode, &r);
+  if (errors) {
+    lua_pushnil(L);
+    lp_push_validation_error(L, "VALIDATION_FAILED", &r);
+    lv_result_free(&r);
+    return 2;
+  }
+  int results = 1;
+  lua_pushboolean(L, 1);
+  if (r.nwarnings) {
+    push_issues(L, r.warnings, r.nwarnings);
+    results = 2;
+  }
+  lv_result_free(&r);
+  return results;
+}
+
+/* ------------------------------------------------------------------ misc */
+
+static int l_tostring(lua_State *L) {
+  lp_program *lp = luaL_checkudata(L, 1, LP_METATABLE);
+  lua_pushfstring(L, "luma.Program (%s)", lp->p ? lp->p->chunk : "closed");
+  return 1;
+}
+
+static int l_chunkname(lua_State *L) {
+  lp_program *lp = check_program(L, 1);
+  lua_pushstring(L, lp->p->chunk);
+  return 1;
+}
+
+static int l_ast(lua_State *L) {
+  lp_program *lp = check_program(L, 1);
+  la_push_program(L, lp->p);
+  return 1;
+}
+
+pm_program *lp_check(lua_State *L, int idx) { return check_program(L, idx)->p; }
+
+void lp_open(lua_State *L) {
+  static const luaL_Reg methods[] = {
+    { "schema", l_schema },
+    { "json_schema", l_json_schema },
+    { "tools", l_tools },
+    { "validate", l_validate },
+    { "declaration", l_declaration },
+    { "declarations", l_declarations },
+    { "chunkname", l_chunkname },
+    { "ast", l_ast },
+    { "close", lp_close },
+    { NULL, NULL }
+  };
+  static const luaL_Reg meta[] = {
+    { "__gc", lp_close },
+    { "__close", lp_close },
+    { "__tostring", l_tostring },
+    { NULL, NULL }
+  };
+  if (luaL_newmetatable(L, LP_METATABLE)) {
+    lc_setfuncs(L, meta, 0);
+    lc_newlib(L, methods);
+    lua_setfield(L, -2, "__index");
+    lua_pushstring(L, LP_METATABLE);
+    lua_setfield(L, -2, "__name");
+  }
+  lua_pop(L, 1);
+  static const luaL_Reg fns[] = {
+    { "compile", l_compile },
+    { NULL, NULL }
+  };
+  lc_setfuncs(L, fns, 0);
+}

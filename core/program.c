@@ -1,0 +1,1046 @@
+#include "program.h"
+
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parse.h"
+#include "regex.h"
+
+/* ------------------------------------------------------------ name map */
+
+typedef struct pm_map {
+  const char **keys;
+  void **vals;
+  size_t cap;                 /* power of two */
+  size_t n;
+} pm_map;
+
+static size_t hash_str(const char *s) {
+  size_t h = 2166136261u;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+  return h;
+}
+
+static int map_grow(ar_arena *a, pm_map *m) {
+  size_t cap = m->cap ? m->cap * 2 : 64;
+  const char **keys = ar_alloc(a, sizeof *keys * cap);
+  void **vals = ar_alloc(a, sizeof *vals * cap);
+  if (!keys || !vals) return 0;
+  for (size_t i = 0; i < m->cap; i++) {
+    if (!m->keys[i]) continue;
+    size_t j = hash_str(m->keys[i]) & (cap - 1);
+    while (keys[j]) j = (j + 1) & (cap - 1);
+    keys[j] = m->keys[i];
+    vals[j] = m->vals[i];
+  }
+  m->keys = keys;
+  m->vals = vals;
+  m->cap = cap;
+  return 1;
+}
+
+static void *map_get(const pm_map *m, const char *key) {
+  if (!m->cap) return NULL;
+  for (size_t j = hash_str(key) & (m->cap - 1); m->keys[j]; j = (j + 1) & (m->cap - 1))
+    if (strcmp(m->keys[j], key) == 0) return m->vals[j];
+  return NULL;
+}
+
+static int map_put(ar_arena *a, pm_map *m, const char *key, void *val) {
+  if ((m->n + 1) * 2 > m->cap && !map_grow(a, m)) return 0;
+  size_t j = hash_str(key) & (m->cap - 1);
+  while (m->keys[j]) j = (j + 1) & (m->cap - 1);
+  m->keys[j] = key;
+  m->vals[j] = val;
+  m->n++;
+  return 1;
+}
+
+/* -------------------------------------------------------------- context */
+
+typedef struct pm_ctx {
+  pm_program *p;
+  ar_arena *a;
+  dg_list *d;
+  pm_map decls;               /* name -> ast_decl */
+  const char **names[DC_MODEL + 2];   /* by kind, for suggestions; the last holds types */
+  int nnames[DC_MODEL + 2];
+} pm_ctx;
+
+#define NAMES_TYPES (DC_MODEL + 1)
+/* Suggestions look at this many candidates at most, so that a huge program
+   with many errors stays fast to check. */
+#define PM_SUGGEST_MAX 5000
+
+static ast_decl *lookup(pm_ctx *c, const char *name) { return map_get(&c->decls, name); }
+
+#define ERR(c, pos, ...) dg_error((c)->d, (pos).line, (pos).col, __VA_ARGS__)
+
+static const char *const builtin_types[] = { "string", "int", "float", "bool", "any" };
+
+static const char *kind_word(dc_kind k) {
+  switch (k) {
+    case DC_SCHEMA: case DC_UNION: return "schema";
+    case DC_TOOL: return "tool";
+    case DC_AGENT: return "agent";
+    default: return "model";
+  }
+}
+
+/* " Did you mean 'x'?" or "" */
+static const char *suggestion(pm_ctx *c, const char *word, const char *const *names, int n) {
+  if (c->d->count >= c->d->max) return "";   /* the message will not be kept */
+  const char *s = dg_suggest(word, names, n < PM_SUGGEST_MAX ? n : PM_SUGGEST_MAX);
+  return s ? ar_printf(c->a, " Did you mean '%s'?", s) : "";
+}
+
+/* Collects the declared names of each kind once; unions count as schemas, and
+   the types list adds the built-in type names. */
+static void collect_names(pm_ctx *c) {
+  int count = 0;
+  for (ast_decl *d = c->p->ast->decls; d; d = d->next) count++;
+  size_t nb = sizeof builtin_types / sizeof builtin_types[0];
+  for (int k = 0; k <= NAMES_TYPES; k++) {
+    c->names[k] = ar_alloc(c->a, sizeof(char *) * ((size_t)count + nb + 1));
+    if (!c->names[k]) return;
+  }
+  for (size_t i = 0; i < nb; i++) c->names[NAMES_TYPES][c->nnames[NAMES_TYPES]++] = builtin_types[i];
+  for (ast_decl *d = c->p->ast->decls; d; d = d->next) {
+    if (lookup(c, d->name) != d) continue;
+    int k = d->kind == DC_UNION ? DC_SCHEMA : (int)d->kind;
+    c->names[k][c->nnames[k]++] = d->name;
+    if (k == DC_SCHEMA) c->names[NAMES_TYPES][c->nnames[NAMES_TYPES]++] = d->name;
+  }
+}
+
+#define SUGGEST(c, word, kind) suggestion((c), (word), (c)->names[kind], (c)->nnames[kind])
+
+
+/* --------------------------------------------------------------- literals */
+
+static int lit_number(const ast_expr *e, pm_num *out) {
+  int neg = 0;
+  while (e && e->kind == EX_UNARY && e->op == OP_NEG) { neg = !neg; e = e->a; }
+  if (!e) return 0;
+  if (e->kind == EX_INT) {
+    if (neg && e->ival == LLONG_MIN) return 0;
+    out->is_int = 1;
+    out->i = neg ? -e->ival : e->ival;
+    out->d = (double)out->i;
+    return 1;
+  }
+  if (e->kind == EX_FLOAT) {
+    out->is_int = 0;
+    out->d = neg ? -e->fval : e->fval;
+    out->i = 0;
+    return 1;
+  }
+  return 0;
+}
+
+static int is_literal(const ast_expr *e, int depth) {
+  if (!e || depth > 100) return 0;
+  pm_num n;
+  switch (e->kind) {
+    case EX_NULL: case EX_TRUE: case EX_FALSE: case EX_INT: case EX_FLOAT: case EX_STRING:
+      return 1;
+    case EX_UNARY:
+      return lit_number(e, &n);
+    case EX_ARRAY:
+      for (const ast_expr *i = e->items; i; i = i->next)
+        if (!is_literal(i, depth + 1)) return 0;
+      return 1;
+    case EX_OBJECT:
+      for (const ast_prop *q = e->props; q; q = q->next)
+        if (!is_literal(q->value, depth + 1)) return 0;
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+static const char *type_text(pm_ctx *c, const ast_type *t) {
+  if (!t) return "?";
+  switch (t->kind) {
+    case TY_STRING: return "string";
+    case TY_INT: return "int";
+    case TY_FLOAT: return "float";
+    case TY_BOOL: return "bool";
+    case TY_ANY: return "any";
+    case TY_ENUM: return "enum[...]";
+    case TY_NAME: return t->name;
+    case TY_ARRAY: return ar_printf(c->a, "%s[]", type_text(c, t->elem));
+    default: return "an inline type";
+  }
+}
+
+/* ------------------------------------------------------------------ types */
+
+static pm_type *resolve_type(pm_ctx *c, const ast_type *t, int depth) {
+  if (!t || depth > 100) return NULL;
+  pm_type *pt = ar_alloc(c->a, sizeof *pt);
+  if (!pt) return NULL;
+  switch (t->kind) {
+    case TY_STRING: pt->kind = PT_STRING; break;
+    case TY_INT: pt->kind = PT_INT; break;
+    case TY_FLOAT: pt->kind = PT_FLOAT; break;
+    case TY_BOOL: pt->kind = PT_BOOL; break;
+    case TY_ANY: pt->kind = PT_ANY; break;
+    case TY_ENUM: {
+      pt->kind = PT_ENUM;
+      pt->values = t->values;
+      pt->nvalues = t->nvalues;
+      for (int i = 0; i < t->nvalues; i++)
+        for (int j = 0; j < i; j++)
+          if (t->values[i].len == t->values[j].len && memcmp(t->values[i].s, t->values[j].s, t->values[i].len) == 0) {
+            ERR(c, t->pos, "enum value \"%s\" is listed twice", t->values[i].s);
+            i = t->nvalues;
+            break;
+          }
+      break;
+    }
+    case TY_ARRAY:
+      pt->kind = PT_ARRAY;
+      pt->elem = resolve_type(c, t->elem, depth + 1);
+      if (!pt->elem) return NULL;
+      break;
+    case TY_INLINE:
+      ERR(c, t->pos, "inline record types are not supported; declare a schema and use its name");
+      return NULL;
+    case TY_NAME: {
+      ast_decl *d = lookup(c, t->name);
+      if (!d) {
+        ERR(c, t->pos, "Unknown type '%s'.%s", t->name, SUGGEST(c, t->name, NAMES_TYPES));
+        return NULL;
+      }
+      if (d->kind != DC_SCHEMA && d->kind != DC_UNION) {
+        ERR(c, t->pos, "'%s' is a %s, not a schema.", t->name, kind_word(d->kind));
+        return NULL;
+      }
+      pt->kind = PT_SCHEMA;
+      pt->schema = d->model;
+      if (!pt->schema) return NULL;
+      break;
+    }
+  }
+  return pt;
+}
+
+/* ------------------------------------------------------------ annotations */
+
+static const char *const annotation_names[] = {
+  "desc", "range", "length", "items", "pattern", "default", "severity"
+};
+
+static int leaf_is(const pm_type *t, pt_kind a, pt_kind b) { return t->kind == a || t->kind == b; }
+
+/* Reads an optional bound: a number, or null for an open side. */
+static int bound_arg(const ast_expr *e, pm_num *out, int *present) {
+  if (e->kind == EX_NULL) { *present = 0; return 1; }
+  *present = 1;
+  return lit_number(e, out);
+}
+
+static double num_d(pm_num n) { return n.is_int ? (double)n.i : n.d; }
+
+static int num_less(pm_num a, pm_num b) {
+  if (a.is_int && b.is_int) return a.i < b.i;
+  return num_d(a) < num_d(b);
+}
+
+/* (min, max) of non-negative integers or null, for @length and @items */
+static int count_bounds(pm_ctx *c, const ast_annot *an, long long *lo, long long *hi, unsigned *rules,
+                        unsigned rmin, unsigned rmax) {
+  const char *usage = ar_printf(c->a, "@%s takes (min, max) as whole numbers; write null for an open side", an->name);
+  if (an->nargs != 2) { ERR(c, an->pos, "%s", usage); return 0; }
+  pm_num v[2];
+  int present[2];
+  const ast_expr *e = an->args;
+  for (int i = 0; i < 2; i++, e = e->next) {
+    if (!bound_arg(e, &v[i], &present[i]) || (present[i] && (!v[i].is_int || v[i].i < 0))) {
+      ERR(c, e->pos, "%s", usage);
+      return 0;
+    }
+  }
+  if (present[0]) { *lo = v[0].i; *rules |= rmin; }
+  if (present[1]) { *hi = v[1].i; *rules |= rmax; }
+  if (present[0] && present[1] && v[1].i < v[0].i) {
+    ERR(c, an->pos, "@%s minimum %lld is greater than its maximum %lld", an->name, v[0].i, v[1].i);
+    return 0;
+  }
+  return 1;
+}
+
+static void apply_annotations(pm_ctx *c, pm_field *f, const ast_field *af) {
+  pm_type *leaf = f->type;
+  while (leaf->kind == PT_ARRAY) leaf = leaf->elem;
+  unsigned seen = 0;
+  int soft = 0;
+  for (const ast_annot *an = af->annots; an; an = an->next) {
+    int which = -1;
+    for (int i = 0; i < (int)(sizeof annotation_names / sizeof annotation_names[0]); i++)
+      if (strcmp(an->name, annotation_names[i]) == 0) which = i;
+    if (which < 0) {
+      const char *s = dg_suggest(an->name, annotation_names, sizeof annotation_names / sizeof annotation_names[0]);
+      ERR(c, an->pos, "Unknown annotation '@%s'.%s", an->name, s ? ar_printf(c->a, " Did you mean '@%s'?", s) : "");
+      continue;
+    }
+    if (seen & (1u << which)) { ERR(c, an->pos, "@%s is given twice", an->name); continue; }
+    seen |= 1u << which;
+    const ast_expr *arg = an->args;
+    switch (which) {
+      case 0: /* desc */
+        if (an->nargs != 1 || arg->kind != EX_STRING) { ERR(c, an->pos, "@desc takes one string"); break; }
+        f->desc = arg->str.s;
+        break;
+      case 1: { /* range */
+        if (!leaf_is(leaf, PT_INT, PT_FLOAT)) {
+          ERR(c, an->pos, "@range applies to int or float fields");
+          break;
+        }
+        pm_num v[2];
+        int present[2], ok = an->nargs == 2;
+        const ast_expr *e = arg;
+        for (int i = 0; ok && i < 2; i++, e = e->next) ok = bound_arg(e, &v[i], &present[i]);
+        if (!ok) { ERR(c, an->pos, "@range takes (min, max) as numbers; write null for an open side"); break; }
+        if (present[0]) { leaf->min = v[0]; leaf->rules |= PR_MIN; }
+        if (present[1]) { leaf->max = v[1]; leaf->rules |= PR_MAX; }
+        if (present[0] && present[1] && num_less(v[1], v[0]))
+          ERR(c, an->pos, "@range minimum is greater than its maximum");
+        break;
+      }
+      case 2: /* length */
+        if (leaf->kind != PT_STRING) { ERR(c, an->pos, "@length applies to string fields"); break; }
+        count_bounds(c, an, &leaf->minlen, &leaf->maxlen, &leaf->rules, PR_MINLEN, PR_MAXLEN);
+        break;
+      case 3: /* items */
+        if (f->type->kind != PT_ARRAY) { ERR(c, an->pos, "@items applies to array fields"); break; }
+        count_bounds(c, an, &f->type->minitems, &f->type->maxitems, &f->type->rules, PR_MINITEMS, PR_MAXITEMS);
+        break;
+      case 4: { /* pattern */
+        if (leaf->kind != PT_STRING) { ERR(c, an->pos, "@pattern applies to string fields"); break; }
+        if (an->nargs != 1 || arg->kind != EX_STRING) { ERR(c, an->pos, "@pattern takes one string"); break; }
+        char why[160];
+        struct lre *re = lre_compile(arg->str.s, arg->str.len, why, sizeof why);
+        if (!re) { ERR(c, arg->pos, "invalid @pattern: %s", why); break; }
+        pm_program *p = c->p;
+        if (p->nregexes == p->regexes_cap) {
+          int cap = p->regexes_cap ? p->regexes_cap * 2 : 8;
+          struct lre **items = realloc(p->regexes, sizeof *items * (size_t)cap);
+          if (!items) { lre_free(re); break; }
+          p->regexes = items;
+          p->regexes_cap = cap;
+        }
+        p->regexes[p->nregexes++] = re;
+        leaf->re = re;
+        leaf->pattern = arg->str.s;
+        leaf->rules |= PR_PATTERN;
+        break;
+      }
+      case 5: /* default */
+        if (an->nargs != 1 || !is_literal(arg, 0)) {
+          ERR(c, an->pos, "@default takes one literal value");
+          break;
+        }
+        f->default_value = arg;
+        f->required = 0;
+        break;
+      case 6: /* severity */
+        if (an->nargs != 1 || arg->kind != EX_STRING ||
+            (strcmp(arg->str.s, "soft") != 0 && strcmp(arg->str.s, "hard") != 0)) {
+          ERR(c, an->pos, "@severity takes \"soft\" or \"hard\"");
+          break;
+        }
+        soft = strcmp(arg->str.s, "soft") == 0;
+        break;
+    }
+  }
+  if (soft)
+    for (pm_type *t = f->type; t; t = t->kind == PT_ARRAY ? t->elem : NULL) t->soft = 1;
+}
+
+/* Builds the fields of a record (schema fields, tool or method parameters). */
+static pm_field *build_fields(pm_ctx *c, const ast_field *first, int *n, const char *owner) {
+  int count = 0;
+  for (const ast_field *f = first; f; f = f->next) count++;
+  pm_field *fields = ar_alloc(c->a, sizeof *fields * (size_t)(count ? count : 1));
+  *n = 0;
+  if (!fields) return NULL;
+  pm_map seen = { 0 };
+  for (const ast_field *af = first; af; af = af->next) {
+    if (map_get(&seen, af->name)) {
+      ERR(c, af->pos, "%s has two fields named '%s'", owner, af->name);
+      continue;
+    }
+    map_put(c->a, &seen, af->name, (void *)af);
+    pm_field *f = &fields[*n];
+    f->name = af->name;
+    f->len = strlen(af->name);
+    f->pos = af->pos;
+    f->required = !af->optional;
+    f->index = *n;
+    f->type = resolve_type(c, af->type, 0);
+    if (!f->type) continue;
+    apply_annotations(c, f, af);
+    (*n)++;
+  }
+  return fields;
+}
+
+/* ----------------------------------------------------------- declarations */
+
+static int add_ptr(ar_arena *a, void ***arr, int *n, void *item) {
+  if ((*n & (*n - 1)) == 0) { /* grow at powers of two */
+    int cap = *n ? *n * 2 : 4;
+    void **more = ar_alloc(a, sizeof *more * (size_t)cap);
+    if (!more) return 0;
+    if (*n) memcpy(more, *arr, sizeof *more * (size_t)*n);
+    *arr = more;
+  }
+  (*arr)[(*n)++] = item;
+  return 1;
+}
+
+static pm_schema *new_schema(pm_ctx *c, const char *name, const char *display, ast_pos pos) {
+  pm_schema *s = ar_alloc(c->a, sizeof *s);
+  if (!s) return NULL;
+  s->name = name;
+  s->display = display;
+  s->pos = pos;
+  s->index = c->p->nschemas;
+  add_ptr(c->a, (void ***)&c->p->schemas, &c->p->nschemas, s);
+  return s;
+}
+
+static int is_builtin_type(const char *name) {
+  for (size_t i = 0; i < sizeof builtin_types / sizeof builtin_types[0]; i++)
+    if (strcmp(name, builtin_types[i]) == 0) return 1;
+  return strcmp(name, "enum") == 0;
+}
+
+/* First pass: every declaration gets its model object and its name. */
+static void declare(pm_ctx *c) {
+  pm_program *p = c->p;
+  for (ast_decl *d = p->ast->decls; d; d = d->next) {
+    ast_decl *prev = lookup(c, d->name);
+    if (prev) {
+      ERR(c, d->name_pos, "'%s' is already declared at %d:%d", d->name, prev->name_pos.line, prev->name_pos.col);
+      continue;
+    }
+    if (strncmp(d->name, "__", 2) == 0) {
+      ERR(c, d->name_pos, "names starting with '__' are reserved: '%s'", d->name);
+      continue;
+    }
+    if ((d->kind == DC_SCHEMA || d->kind == DC_UNION) && is_builtin_type(d->name)) {
+      ERR(c, d->name_pos, "'%s' is a built-in type and cannot name a schema", d->name);
+      continue;
+    }
+    if (!map_put(c->a, &c->decls, d->name, d)) return;
+    switch (d->kind) {
+      case DC_SCHEMA: case DC_UNION: {
+        pm_schema *s = new_schema(c, d->name, d->name, d->name_pos);
+        if (s) s->is_union = d->kind == DC_UNION;
+        d->model = s;
+        break;
+      }
+      case DC_TOOL: {
+        pm_tool *t = ar_alloc(c->a, sizeof *t);
+        if (!t) return;
+        t->name = d->name;
+        t->pos = d->name_pos;
+        t->decl = d;
+        t->timeout = -1;
+        t->retry_delay = 100;
+        t->idempotency_ttl_ms = 300000;
+        t->index = p->ntools;
+        add_ptr(c->a, (void ***)&p->tools, &p->ntools, t);
+        d->model = t;
+        break;
+      }
+      case DC_AGENT: {
+        pm_agent *ag = ar_alloc(c->a, sizeof *ag);
+        if (!ag) return;
+        ag->name = d->name;
+        ag->pos = d->name_pos;
+        ag->decl = d;
+        ag->tool_rate_limit = ag->tool_failure_limit = -1;
+        ag->tool_timeout = ag->tool_timeout_max = -1;
+        ag->tool_concurrency = 1;
+        ag->index = p->nagents;
+        add_ptr(c->a, (void ***)&p->agents, &p->nagents, ag);
+        d->model = ag;
+        break;
+      }
+      case DC_MODEL: {
+        pm_model *m = ar_alloc(c->a, sizeof *m);
+        if (!m) return;
+        m->name = d->name;
+        m->pos = d->name_pos;
+        m->max_tokens = m->timeout = -1;
+        m->index = p->nmodels;
+        add_ptr(c->a, (void ***)&p->models, &p->nmodels, m);
+        d->model = m;
+        break;
+      }
+    }
+  }
+}
+
+static void build_schemas(pm_ctx *c) {
+  for (ast_decl *d = c->p->ast->decls; d; d = d->next) {
+    pm_schema *s = d->model;
+    if (!s || lookup(c, d->name) != d) continue;
+    if (d->kind == DC_SCHEMA) {
+      s->fields = build_fields(c, d->fields, &s->nfields, ar_printf(c->a, "Schema '%s'", d->name));
+    } else if (d->kind == DC_UNION) {
+      int count = 0;
+      for (ast_name *m = d->members; m; m = m->next) count++;
+      s->members = ar_alloc(c->a, sizeof *s->members * (size_t)(count ? count : 1));
+      s->tag = d->tag;
+      if (!s->members) return;
+      for (ast_name *m = d->members; m; m = m->next) {
+        ast_decl *md = lookup(c, m->name);
+        if (!md) {
+          ERR(c, m->pos, "Unknown type '%s'.%s", m->name, SUGGEST(c, m->name, NAMES_TYPES));
+          continue;
+        }
+        if (md->kind != DC_SCHEMA) {
+          ERR(c, m->pos, "Union '%s' member '%s' must be a record schema.", d->name, m->name);
+          continue;
+        }
+        int dup = 0;
+        for (int i = 0; i < s->nmembers; i++) dup |= s->members[i] == md->model;
+        if (dup) { ERR(c, m->pos, "Union '%s' lists '%s' twice.", d->name, m->name); continue; }
+        s->members[s->nmembers++] = md->model;
+      }
+    }
+  }
+  /* the tag cannot collide with a member's own field */
+  for (ast_decl *d = c->p->ast->decls; d; d = d->next) {
+    pm_schema *s = d->model;
+    if (d->kind != DC_UNION || !s || !s->tag) continue;
+    for (int i = 0; i < s->nmembers; i++)
+      for (int j = 0; j < s->members[i]->nfields; j++)
+        if (strcmp(s->members[i]->fields[j].name, s->tag) == 0)
+          ERR(c, d->tag_pos, "Schema '%s' already has a field '%s', the tag of union '%s'.",
+              s->members[i]->name, s->tag, d->name);
+  }
+}
+
+/* --------------------------------------------------------- configuration */
+
+typedef enum {
+  CK_BOOL, CK_INT, CK_POSITIVE, CK_NUMBER, CK_STRING, CK_ENVNAME, CK_CHOICE,
+  CK_SCHEMA, CK_MODEL, CK_TOOLS, CK_STRINGS, CK_KEYPATH
+} ck_kind;
+
+typedef struct ck_key {
+  const char *key;
+  ck_kind kind;
+  long long min;                  /* CK_INT */
+  const char *const *choices;     /* CK_CHOICE, NULL-terminated */
+  size_t offset;
+  size_t flag;                    /* offset of an int set to 1 when present, or 0 */
+} ck_key;
+
+static const char *const side_effect_choices[] = { "none", "read", "write", NULL };
+static const char *const backoff_choices[] = { "none", "fixed", "exponential", NULL };
+static const char *const policy_choices[] = { "allow", "deny_write", "approval", NULL };
+const char *const pm_provider_names[] = { "openai", "azure", "anthropic", "gemini", NULL };
+
+#define OFF(type, field) offsetof(type, field)
+
+static const ck_key tool_keys[] = {
+  { "description", CK_STRING, 0, NULL, OFF(pm_tool, description), 0 },
+  { "side_effects", CK_CHOICE, 0, side_effect_choices, OFF(pm_tool, side_effects), 0 },
+  { "cache", CK_BOOL, 0, NULL, OFF(pm_tool, cache), 0 },
+  { "scope", CK_STRING, 0, NULL, OFF(pm_tool, scope), 0 },
+  { "credential", CK_ENVNAME, 0, NULL, OFF(pm_tool, credential), 0 },
+  { "error", CK_SCHEMA, 0, NULL, OFF(pm_tool, error), 0 },
+  { "retries", CK_INT, 0, NULL, OFF(pm_tool, retries), 0 },
+  { "retry_backoff", CK_CHOICE, 0, backoff_choices, OFF(pm_tool, retry_backoff), 0 },
+  { "retry_delay", CK_INT, 0, NULL, OFF(pm_tool, retry_delay), 0 },
+  { "timeout", CK_POSITIVE, 0, NULL, OFF(pm_tool, timeout), 0 },
+  { "idempotent", CK_BOOL, 0, NULL, OFF(pm_tool, idempotent), 0 },
+  { "idempotency_key", CK_KEYPATH, 0, NULL, OFF(pm_tool, idempotency_key), 0 },
+  { "idempotency_ttl_ms", CK_POSITIVE, 0, NULL, OFF(pm_tool, idempotency_ttl_ms), 0 },
+  { NULL, CK_BOOL, 0, NULL, 0, 0 }
+};
+
+static const ck_key agent_keys[] = {
+  { "description", CK_STRING, 0, NULL, OFF(pm_agent, description), 0 },
+  { "model", CK_MODEL, 0, NULL, OFF(pm_agent, model), 0 },
+  { "tools", CK_TOOLS, 0, NULL, OFF(pm_agent, tools), 0 },
+  { "tool_rate_limit", CK_INT, 0, NULL, OFF(pm_agent, tool_rate_limit), 0 },
+  { "tool_concurrency", CK_INT, 1, NULL, OFF(pm_agent, tool_concurrency), 0 },
+  { "tool_failure_limit", CK_INT, 1, NULL, OFF(pm_agent, tool_failure_limit), 0 },
+  { "tool_timeout", CK_POSITIVE, 0, NULL, OFF(pm_agent, tool_timeout), 0 },
+  { "tool_timeout_max", CK_POSITIVE, 0, NULL, OFF(pm_agent, tool_timeout_max), 0 },
+  { "tool_policy", CK_CHOICE, 0, policy_choices, OFF(pm_agent, tool_policy), 0 },
+  { "tool_scopes", CK_STRINGS, 0, NULL, OFF(pm_agent, tool_scopes), 0 },
+  { "tool_contexts", CK_STRINGS, 0, NULL, OFF(pm_agent, tool_contexts), 0 },
+  { NULL, CK_BOOL, 0, NULL, 0, 0 }
+};
+
+static const ck_key model_keys[] = {
+  { "provider", CK_CHOICE, 0, pm_provider_names, OFF(pm_model, provider), OFF(pm_model, has_provider) },
+  { "name", CK_STRING, 0, NULL, OFF(pm_model, model), 0 },
+  { "base_url", CK_STRING, 0, NULL, OFF(pm_model, base_url), 0 },
+  { "api_key_env", CK_ENVNAME, 0, NULL, OFF(pm_model, api_key_env), 0 },
+  { "deployment", CK_STRING, 0, NULL, OFF(pm_model, deployment), 0 },
+  { "api_version", CK_STRING, 0, NULL, OFF(pm_model, api_version), 0 },
+  { "temperature", CK_NUMBER, 0, NULL, OFF(pm_model, temperature), OFF(pm_model, has_temperature) },
+  { "max_tokens", CK_INT, 1, NULL, OFF(pm_model, max_tokens), 0 },
+  { "timeout", CK_POSITIVE, 0, NULL, OFF(pm_model, timeout), 0 },
+  { NULL, CK_BOOL, 0, NULL, 0, 0 }
+};
+
+static int is_env_name(const char *s) {
+  if (!(*s == '_' || (*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z'))) return 0;
+  for (; *s; s++)
+    if (!(*s == '_' || (*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9'))) return 0;
+  return 1;
+}
+
+/* A dotted name path (`a`, `input.a.b`) as a list of names, or 0 if the
+   expression is anything else. */
+static int name_path(pm_ctx *c, const ast_expr *e, pm_strings *out) {
+  int n = 0;
+  for (const ast_expr *x = e; x; x = x->kind == EX_FIELD ? x->a : NULL) {
+    if (x->kind != EX_FIELD && x->kind != EX_NAME) return 0;
+    n++;
+  }
+  out->items = ar_alloc(c->a, sizeof *out->items * (size_t)n);
+  if (!out->items) return 0;
+  out->n = n;
+  for (const ast_expr *x = e; x; x = x->kind == EX_FIELD ? x->a : NULL) out->items[--n] = x->str.s;
+  return 1;
+}
+
+/* Reads one configuration entry into the object at `obj`. */
+static void read_entry(pm_ctx *c, const char *owner, const ck_key *k, const ast_config *e, void *obj) {
+  char *slot = (char *)obj + k->offset;
+  const ast_expr *v = e->value;
+  const char *prefix = ar_printf(c->a, "%s: '%s'", owner, k->key);
+  pm_num num;
+  switch (k->kind) {
+    case CK_BOOL:
+      if (v->kind != EX_TRUE && v->kind != EX_FALSE) { ERR(c, v->pos, "%s must be true or false.", prefix); return; }
+      *(int *)slot = v->kind == EX_TRUE;
+      break;
+    case CK_INT: case CK_POSITIVE:
+      if (!lit_number(v, &num) || !num.is_int) { ERR(c, v->pos, "%s must be an integer.", prefix); return; }
+      if (k->kind == CK_POSITIVE && num.i <= 0) {
+        ERR(c, v->pos, "%s %s must be greater than zero.", owner, k->key);
+        return;
+      }
+      if (k->kind == CK_INT && num.i < k->min) { ERR(c, v->pos, "%s must be at least %lld.", prefix, k->min); return; }
+      *(long long *)slot = num.i;
+      break;
+    case CK_NUMBER:
+      if (!lit_number(v, &num)) { ERR(c, v->pos, "%s must be a number.", prefix); return; }
+      *(pm_num *)slot = num;
+      break;
+    case CK_STRING: case CK_ENVNAME:
+      if (v->kind != EX_STRING || strlen(v->str.s) != v->str.len) { ERR(c, v->pos, "%s must be a string.", prefix); return; }
+      if (k->kind == CK_ENVNAME && !is_env_name(v->str.s)) {
+        ERR(c, v->pos, "%s must be an environment variable name.", prefix);
+        return;
+      }
+      *(const char **)slot = v->str.s;
+      break;
+    case CK_CHOICE: {
+      int found = -1, n = 0;
+      for (; k->choices[n]; n++)
+        if (v->kind == EX_STRING && strcmp(v->str.s, k->choices[n]) == 0) found = n;
+      if (found < 0) {
+        char list[200] = "";
+        for (int i = 0; i < n; i++) {
+          size_t used = strlen(list);
+          snprintf(list + used, sizeof list - used, "%s\"%s\"", i ? ", " : "", k->choices[i]);
+        }
+        ERR(c, v->pos, "%s must be one of %s.", prefix, list);
+        return;
+      }
+      *(int *)slot = found;
+      break;
+    }
+    case CK_SCHEMA: case CK_MODEL: {
+      int want = k->kind == CK_SCHEMA ? DC_SCHEMA : DC_MODEL;
+      if (v->kind != EX_NAME) { ERR(c, v->pos, "%s must be the name of a declared %s.", prefix, kind_word(want)); return; }
+      ast_decl *d = lookup(c, v->str.s);
+      int ok = d && (d->kind == (dc_kind)want || (want == DC_SCHEMA && d->kind == DC_UNION));
+      if (!ok) {
+        ERR(c, v->pos, "%s names '%s', which is not a declared %s.%s", prefix, v->str.s, kind_word(want),
+            SUGGEST(c, v->str.s, want));
+        return;
+      }
+      *(void **)slot = d->model;
+      break;
+    }
+    case CK_TOOLS: {
+      pm_toollist *list = (pm_toollist *)slot;
+      if (v->kind != EX_ARRAY) { ERR(c, v->pos, "%s must be a list of tool names, as in [a, b].", prefix); return; }
+      list->items = ar_alloc(c->a, sizeof *list->items * (size_t)(v->nitems ? v->nitems : 1));
+      if (!list->items) return;
+      for (const ast_expr *i = v->items; i; i = i->next) {
+        if (i->kind != EX_NAME) { ERR(c, i->pos, "%s must be a list of tool names, as in [a, b].", prefix); continue; }
+        ast_decl *d = lookup(c, i->str.s);
+        if (!d || d->kind != DC_TOOL) {
+          ERR(c, i->pos, "%s lists undeclared tool '%s'.%s", owner, i->str.s, SUGGEST(c, i->str.s, DC_TOOL));
+          continue;
+        }
+        int dup = 0;
+        for (int j = 0; j < list->n; j++) dup |= list->items[j] == d->model;
+        if (dup) { ERR(c, i->pos, "%s lists tool '%s' twice.", owner, i->str.s); continue; }
+        list->items[list->n++] = d->model;
+      }
+      break;
+    }
+    case CK_STRINGS: {
+      pm_strings *list = (pm_strings *)slot;
+      if (v->kind != EX_ARRAY) { ERR(c, v->pos, "%s must be a list of strings.", prefix); return; }
+      list->present = 1;
+      list->items = ar_alloc(c->a, sizeof *list->items * (size_t)(v->nitems ? v->nitems : 1));
+      if (!list->items) return;
+      for (const ast_expr *i = v->items; i; i = i->next) {
+        if (i->kind != EX_STRING || strlen(i->str.s) != i->str.len) { ERR(c, i->pos, "%s must be a list of strings.", prefix); continue; }
+        list->items[list->n++] = i->str.s;
+      }
+      break;
+    }
+    case CK_KEYPATH: {
+      pm_strings *path = (pm_strings *)slot;
+      if (!name_path(c, v, path)) {
+        ERR(c, v->pos, "%s must name an input field, as in request_id or input.request_id.", prefix);
+        return;
+      }
+      path->present = 1;
+      if (path->n > 1 && strcmp(path->items[0], "input") == 0) { path->items++; path->n--; }
+      break;
+    }
+  }
+  if (k->flag) *(int *)((char *)obj + k->flag) = 1;
+}
+
+/* Reads a declaration's configuration entries against its key table. */
+static void read_config(pm_ctx *c, const ast_decl *d, const ck_key *keys, void *obj, const char *owner) {
+  const char *names[32];
+  int nkeys = 0;
+  for (; keys[nkeys].key; nkeys++) names[nkeys] = keys[nkeys].key;
+  pm_map seen = { 0 };
+  for (const ast_config *e = d->config; e; e = e->next) {
+    if (e->needs_name) continue;
+    const ast_config *prev = map_get(&seen, e->key);
+    if (prev) {
+      ERR(c, e->pos, "%s sets '%s' twice (first at %d:%d).", owner, e->key, prev->pos.line, prev->pos.col);
+      continue;
+    }
+    map_put(c->a, &seen, e->key, (void *)e);
+    const ck_key *k = NULL;
+    for (int i = 0; i < nkeys; i++)
+      if (strcmp(keys[i].key, e->key) == 0) k = &keys[i];
+    if (!k) {
+      const char *extra = (keys == tool_keys && strcmp(e->key, "needs") == 0) ? " Write it as: needs name: Schema" : "";
+      ERR(c, e->pos, "%s has no option '%s'.%s%s", owner, e->key, suggestion(c, e->key, names, nkeys), extra);
+      continue;
+    }
+    read_entry(c, owner, k, e, obj);
+  }
+}
+
+static const ast_config *config_entry(const ast_decl *d, const char *key) {
+  for (const ast_config *e = d->config; e; e = e->next)
+    if (!e->needs_name && strcmp(e->key, key) == 0) return e;
+  return NULL;
+}
+
+/* ------------------------------------------------------------------ tools */
+
+static int scalar_type(const pm_type *t) {
+  return t->kind == PT_STRING || t->kind == PT_INT || t->kind == PT_FLOAT || t->kind == PT_BOOL || t->kind == PT_ENUM;
+}
+
+static void check_idempotency_key(pm_ctx *c, pm_tool *t) {
+  const ast_config *e = config_entry(t->decl, "idempotency_key");
+  pm_schema *s = t->input;
+  const pm_field *f = NULL;
+  const char *shown = ar_printf(c->a, "%s", t->idempotency_key.items[0]);
+  for (int i = 0; i < t->idempotency_key.n; i++) {
+    if (i) shown = ar_printf(c->a, "%s.%s", shown, t->idempotency_key.items[i]);
+    f = NULL;
+    if (s && !s->is_union)
+      for (int j = 0; j < s->nfields; j++)
+        if (strcmp(s->fields[j].name, t->idempotency_key.items[i]) == 0) f = &s->fields[j];
+    if (!f) {
+      ERR(c, e->value->pos, "Tool '%s' idempotency_key '%s' is not an input field.", t->name, shown);
+      return;
+    }
+    if (f->required == 0 && !f->default_value) {
+      ERR(c, e->value->pos, "Tool '%s' idempotency_key '%s' must be a required input field.", t->name, shown);
+      return;
+    }
+    s = f->type->kind == PT_SCHEMA ? f->type->schema : NULL;
+  }
+  if (!scalar_type(f->type))
+    ERR(c, e->value->pos, "Tool '%s' idempotency_key '%s' must name a string, number, bool or enum field.", t->name, shown);
+}
+
+static void build_tool(pm_ctx *c, ast_decl *d) {
+  pm_tool *t = d->model;
+  const char *owner = ar_printf(c->a, "Tool '%s'", d->name);
+  t->input = new_schema(c, ar_printf(c->a, "__tool_%s_input", d->name), ar_printf(c->a, "%s.input", d->name), d->name_pos);
+  if (!t->input) return;
+  t->input->internal = 1;
+  t->input->fields = build_fields(c, d->fields, &t->input->nfields, owner);
+  const ast_type *r = d->ret;
+  if (r) {
+    if (r->kind == TY_NAME) {
+      ast_decl *rd = lookup(c, r->name);
+      if (rd && (rd->kind == DC_SCHEMA || rd->kind == DC_UNION)) {
+        t->output = rd->model;
+      } else if (rd) {
+        ERR(c, r->pos, "Tool '%s' returns '%s', which is a %s, not a schema.", d->name, r->name, kind_word(rd->kind));
+      } else {
+        ERR(c, r->pos, "Tool '%s' returns '%s', which is not a declared schema.%s", d->name, r->name,
+            SUGGEST(c, r->name, DC_SCHEMA));
+      }
+    } else {
+      ERR(c, r->pos, "Tool '%s' must return a declared schema, not %s%s%s.", d->name,
+          r->kind == TY_INLINE ? "" : "'", type_text(c, r), r->kind == TY_INLINE ? "" : "'");
+    }
+  }
+  read_config(c, d, tool_keys, t, owner);
+
+  int nneeds = 0;
+  for (const ast_config *e = d->config; e; e = e->next) nneeds += e->needs_name != NULL;
+  t->needs = ar_alloc(c->a, sizeof *t->needs * (size_t)(nneeds ? nneeds : 1));
+  for (const ast_config *e = d->config; e && t->needs; e = e->next) {
+    if (!e->needs_name) continue;
+    int dup = 0;
+    for (int i = 0; i < t->nneeds; i++) dup |= strcmp(t->needs[i].name, e->needs_name) == 0;
+    if (dup) { ERR(c, e->pos, "Tool '%s' declares needs '%s' twice.", d->name, e->needs_name); continue; }
+    pm_type *nt = resolve_type(c, e->needs_type, 0);
+    if (!nt) continue;
+    if (nt->kind != PT_SCHEMA || nt->schema->is_union) {
+      ERR(c, e->needs_type->pos, "Tool '%s' needs '%s' must be a record schema.", d->name, e->needs_name);
+      continue;
+    }
+    t->needs[t->nneeds].name = e->needs_name;
+    t->needs[t->nneeds].schema = nt->schema;
+    t->nneeds++;
+  }
+
+  /* the consistency rules of the contract language, with their exact messages */
+  const ast_config *cache = config_entry(d, "cache");
+  ast_pos at_cache = cache ? cache->pos : d->name_pos;
+  if (t->side_effects == SE_WRITE && t->cache)
+    ERR(c, at_cache, "Write tool '%s' cannot use cache.", d->name);
+  if (t->side_effects == SE_WRITE && t->retries > 0 && !(t->idempotent && t->idempotency_key.present)) {
+    const ast_config *e = config_entry(d, "retries");
+    ERR(c, e ? e->pos : d->name_pos, "A write tool '%s' must be idempotent and specify an idempotency_key to be retried.", d->name);
+  }
+  if (t->idempotent && !t->idempotency_key.present) {
+    const ast_config *e = config_entry(d, "idempotent");
+    ERR(c, e ? e->pos : d->name_pos, "Idempotent tool '%s' must specify an idempotency_key.", d->name);
+  }
+  if (t->nneeds > 0 && t->cache)
+    ERR(c, at_cache, "Cache cannot be used on a tool that uses needs: %s", d->name);
+  if (t->idempotency_key.present && !t->idempotent) {
+    const ast_config *e = config_entry(d, "idempotency_key");
+    ERR(c, e->pos, "Tool '%s' has an idempotency_key but is not idempotent: true.", d->name);
+  }
+  if (t->idempotency_key.present && t->idempotent) check_idempotency_key(c, t);
+}
+
+/* ---------------------------------------------------- agents and models */
+
+static void check_model(pm_ctx *c, ast_decl *d) {
+  pm_model *m = d->model;
+  read_config(c, d, model_keys, m, ar_printf(c->a, "Model '%s'", d->name));
+  if (!m->has_provider) {
+    if (!config_entry(d, "provider"))
+      ERR(c, d->name_pos, "Model '%s' must set provider: one of \"openai\", \"azure\", \"anthropic\", \"gemini\".", d->name);
+    return;
+  }
+  if (m->provider == PROV_AZURE) {
+    if (!m->deployment) ERR(c, d->name_pos, "Model '%s' uses azure and must set deployment.", d->name);
+    if (!m->api_version) ERR(c, d->name_pos, "Model '%s' uses azure and must set api_version.", d->name);
+    if (!m->base_url) ERR(c, d->name_pos, "Model '%s' uses azure and must set base_url.", d->name);
+  } else if (!m->model) {
+    ERR(c, d->name_pos, "Model '%s' must set name: the provider's model name.", d->name);
+  }
+}
+
+typedef struct st_ctx {
+  pm_ctx *c;
+  const pm_agent *agent;      /* NULL at top level */
+  int asks;
+} st_ctx;
+
+static int agent_allows(const pm_agent *ag, const pm_tool *t) {
+  for (int i = 0; i < ag->tools.n; i++)
+    if (ag->tools.items[i] == t) return 1;
+  return 0;
+}
+
+static pm_tool *called_tool(st_ctx *s, const char *name, ast_pos pos) {
+  ast_decl *d = lookup(s->c, name);
+  if (d && d->kind == DC_TOOL) return d->model;
+  ERR(s->c, pos, "Unknown tool '%s'.%s", name, SUGGEST(s->c, name, DC_TOOL));
+  return NULL;
+}
+
+static void check_expr(st_ctx *s, const ast_expr *e, int depth);
+
+static void check_exprs(st_ctx *s, const ast_expr *e, int depth) {
+  for (; e; e = e->next) check_expr(s, e, depth);
+}
+
+static void check_expr(st_ctx *s, const ast_expr *e, int depth) {
+  if (!e || depth > 400) return;
+  switch (e->kind) {
+    case EX_TOOL:
+      called_tool(s, e->tool, e->tool_pos);
+      check_expr(s, e->a, depth + 1);
+      break;
+    case EX_ASK: {
+      s->asks++;
+      check_expr(s, e->a, depth + 1);
+      if (!s->agent) ERR(s->c, e->pos, "ask can only be used inside an agent method.");
+      pm_type *t = resolve_type(s->c, e->type, 0);
+      if (t && t->kind != PT_SCHEMA)
+        ERR(s->c, e->type->pos, "ask must name a declared schema as its result, not '%s'.", type_text(s->c, e->type));
+      if (e->tool) {
+        pm_tool *tool = called_tool(s, e->tool, e->tool_pos);
+        if (tool && s->agent && !agent_allows(s->agent, tool))
+          ERR(s->c, e->tool_pos, "Agent '%s' does not allow the tool '%s' required by using tool.", s->agent->name, e->tool);
+      }
+      break;
+    }
+    case EX_FIELD:
+      check_expr(s, e->a, depth + 1);
+      break;
+    case EX_INDEX: case EX_UNARY: case EX_BINARY:
+      check_expr(s, e->a, depth + 1);
+      check_expr(s, e->b, depth + 1);
+      break;
+    case EX_ARRAY: case EX_TEMPLATE:
+      check_exprs(s, e->items, depth + 1);
+      break;
+    case EX_OBJECT:
+      for (const ast_prop *q = e->props; q; q = q->next) check_expr(s, q->value, depth + 1);
+      break;
+    default:
+      break;
+  }
+}
+
+static void check_stmts(st_ctx *s, const ast_stmt *st, int depth) {
+  for (; st && depth <= 400; st = st->next) {
+    if (st->type) resolve_type(s->c, st->type, 0);
+    check_expr(s, st->expr, depth + 1);
+    check_stmts(s, st->body, depth + 1);
+    check_stmts(s, st->orelse, depth + 1);
+  }
+}
+
+static void check_agent(pm_ctx *c, ast_decl *d) {
+  pm_agent *ag = d->model;
+  read_config(c, d, agent_keys, ag, ar_printf(c->a, "Agent '%s'", d->name));
+  st_ctx s = { c, ag, 0 };
+  pm_map seen = { 0 };
+  for (const ast_method *m = d->methods; m; m = m->next) {
+    if (map_get(&seen, m->name)) { ERR(c, m->pos, "Agent '%s' has two methods named '%s'.", d->name, m->name); continue; }
+    map_put(c->a, &seen, m->name, (void *)m);
+    int n;
+    build_fields(c, m->params, &n, ar_printf(c->a, "Method '%s.%s'", d->name, m->name));
+    if (m->ret) resolve_type(c, m->ret, 0);
+    check_stmts(&s, m->body, 0);
+  }
+  if (s.asks > 0 && !ag->model && !config_entry(d, "model") && !d->broken)
+    ERR(c, d->name_pos, "Agent '%s' uses ask but has no model.", d->name);
+}
+
+/* ------------------------------------------------------------------ build */
+
+void pm_default_limits(pm_limits *lim) {
+  lim->max_source_bytes = 8u << 20;
+  lim->max_errors = 50;
+  lim->max_parse_depth = 200;
+}
+
+pm_program *pm_build(const char *src, size_t len, const char *chunk, const pm_limits *lim) {
+  pm_limits defaults;
+  if (!lim) { pm_default_limits(&defaults); lim = &defaults; }
+  pm_program *p = calloc(1, sizeof *p);
+  if (!p) return NULL;
+  ar_init(&p->arena);
+  p->chunk = ar_strdup(&p->arena, chunk ? chunk : "program.luma");
+  int too_big = len > lim->max_source_bytes;
+  p->len = too_big ? 0 : len;
+  p->src = ar_strndup(&p->arena, too_big ? "" : src, p->len);
+  if (p->arena.failed) { pm_free(p); return NULL; }
+  dg_init(&p->diag, &p->arena, p->chunk, p->src, p->len, lim->max_errors);
+  if (too_big) {
+    dg_error(&p->diag, 0, 0, "the program is %zu bytes; the limit is %zu", len, lim->max_source_bytes);
+    return p;
+  }
+  p->ast = ps_parse(p->src, p->len, &p->arena, &p->diag, lim->max_parse_depth);
+  if (!p->ast) { pm_free(p); return NULL; }
+
+  pm_ctx ctx = { 0 }, *c = &ctx;
+  c->p = p;
+  c->a = &p->arena;
+  c->d = &p->diag;
+  declare(c);
+  collect_names(c);
+  build_schemas(c);
+  for (ast_decl *d = p->ast->decls; d; d = d->next) {
+    if (!d->model || lookup(c, d->name) != d) continue;
+    if (d->kind == DC_TOOL) build_tool(c, d);
+    else if (d->kind == DC_MODEL) check_model(c, d);
+  }
+  for (ast_decl *d = p->ast->decls; d; d = d->next)
+    if (d->kind == DC_AGENT && d->model && lookup(c, d->name) == d) check_agent(c, d);
+  st_ctx top = { c, NULL, 0 };
+  check_stmts(&top, p->ast->stmts, 0);
+  if (p->arena.failed) { pm_free(p); return NULL; }
+  dg_sort(&p->diag);
+  return p;
+}
+
+void pm_free(pm_program *p) {
+  if (!p) return;
+  for (int i = 0; i < p->nregexes; i++) lre_free(p->regexes[i]);
+  free(p->regexes);
+  ar_free(&p->arena);
+  free(p);
+}
+
+pm_schema *pm_find_schema(const pm_program *p, const char *name) {
+  for (int i = 0; i < p->nschemas; i++)
+    if (strcmp(p->schemas[i]->name, name) == 0) return p->schemas[i];
+  return NULL;
+}
+
+pm_tool *pm_find_tool(const pm_program *p, const char *name) {
+  for (int i = 0; i < p->ntools; i++)
+    if (strcmp(p->tools[i]->name, name) == 0) return p->tools[i];
+  return NULL;
+}
+
+pm_agent *pm_find_agent(const pm_program *p, const char *name) {
+  for (int i = 0; i < p->nagents; i++)
+    if (strcmp(p->agents[i]->name, name) == 0) return p->agents[i];
+  return NULL;
+}
+
+pm_model *pm_find_model(const pm_program *p, const char *name) {
+  for (int i = 0; i < p->nmodels; i++)
+    if (strcmp(p->models[i]->name, name) == 0) return p->models[i];
+  return NULL;
+}

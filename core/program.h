@@ -1,0 +1,198 @@
+/*
+ * The program model: declarations of a .luma file resolved and checked.
+ * Built from the syntax tree by pm_build(); everything lives in the
+ * program's arena and is read-only afterwards, so one program can be shared
+ * by threads that only read it.
+ */
+#ifndef LUMA_PROGRAM_H
+#define LUMA_PROGRAM_H
+
+#include <stddef.h>
+
+#include "arena.h"
+#include "ast.h"
+#include "diag.h"
+
+struct lre;
+
+/* A number as written in the source: integers stay exact. */
+typedef struct pm_num {
+  int is_int;
+  long long i;
+  double d;
+} pm_num;
+
+typedef enum {
+  PT_STRING, PT_INT, PT_FLOAT, PT_BOOL, PT_ANY, PT_ENUM, PT_SCHEMA, PT_ARRAY
+} pt_kind;
+
+/* Rules that a field's annotations put on a type (bits of pm_type.rules). */
+enum {
+  PR_MIN = 1 << 0, PR_MAX = 1 << 1,             /* @range */
+  PR_MINLEN = 1 << 2, PR_MAXLEN = 1 << 3,       /* @length, code points */
+  PR_MINITEMS = 1 << 4, PR_MAXITEMS = 1 << 5,   /* @items */
+  PR_PATTERN = 1 << 6                           /* @pattern */
+};
+
+typedef struct pm_schema pm_schema;
+
+/* A resolved type with the rules that apply to it. For an array field, @range,
+   @length and @pattern apply to the innermost items and @items to the array. */
+typedef struct pm_type {
+  pt_kind kind;
+  pm_schema *schema;          /* PT_SCHEMA */
+  struct pm_type *elem;       /* PT_ARRAY */
+  const ast_str *values;      /* PT_ENUM */
+  int nvalues;
+  unsigned rules;
+  pm_num min, max;
+  long long minlen, maxlen, minitems, maxitems;
+  const char *pattern;
+  struct lre *re;
+  int soft;                   /* @severity("soft"): a broken rule on output is a warning */
+} pm_type;
+
+typedef struct pm_field {
+  const char *name;
+  size_t len;
+  ast_pos pos;
+  int required;               /* neither `?` nor @default */
+  pm_type *type;
+  const char *desc;
+  const ast_expr *default_value;  /* a literal, or NULL */
+  int index;
+} pm_field;
+
+struct pm_schema {
+  const char *name;
+  const char *display;        /* root of paths in messages, e.g. "calculate.input" */
+  ast_pos pos;
+  int is_union;
+  pm_field *fields;           /* record */
+  int nfields;
+  pm_schema **members;        /* union */
+  int nmembers;
+  const char *tag;
+  int index;                  /* in pm_program.schemas */
+  int internal;               /* a tool's __tool_<name>_input */
+};
+
+typedef enum { SE_NONE, SE_READ, SE_WRITE } pm_side_effects;
+typedef enum { BO_NONE, BO_FIXED, BO_EXPONENTIAL } pm_backoff;
+typedef enum { POL_ALLOW, POL_DENY_WRITE, POL_APPROVAL } pm_policy;
+
+typedef struct pm_need {
+  const char *name;
+  pm_schema *schema;
+} pm_need;
+
+typedef struct pm_strings {
+  const char **items;
+  int n;
+  int present;                /* the key was written (an empty list differs from none) */
+} pm_strings;
+
+typedef struct pm_tool {
+  const char *name;
+  ast_pos pos;
+  const ast_decl *decl;
+  pm_schema *input;           /* __tool_<name>_input */
+  pm_schema *output;          /* the declared return schema */
+  const char *description;
+  int side_effects;           /* pm_side_effects */
+  int cache;
+  const char *scope;
+  const char *credential;
+  pm_schema *error;
+  long long retries;
+  int retry_backoff;          /* pm_backoff */
+  long long retry_delay;      /* ms */
+  long long timeout;          /* ms, or -1 when not set */
+  int idempotent;
+  pm_strings idempotency_key;     /* path of field names into the input */
+  long long idempotency_ttl_ms;
+  pm_need *needs;
+  int nneeds;
+  int index;
+} pm_tool;
+
+typedef enum { PROV_OPENAI, PROV_AZURE, PROV_ANTHROPIC, PROV_GEMINI } pm_provider;
+extern const char *const pm_provider_names[];   /* by pm_provider, NULL-terminated */
+
+typedef struct pm_model {
+  const char *name;
+  ast_pos pos;
+  int provider;               /* pm_provider */
+  int has_provider;
+  const char *model;          /* the provider's model name */
+  const char *base_url;
+  const char *api_key_env;
+  const char *deployment;     /* azure */
+  const char *api_version;    /* azure */
+  pm_num temperature;
+  int has_temperature;
+  long long max_tokens;       /* -1 when not set */
+  long long timeout;          /* ms, -1 when not set */
+  int index;
+} pm_model;
+
+typedef struct pm_toollist {
+  pm_tool **items;
+  int n;
+} pm_toollist;
+
+typedef struct pm_agent {
+  const char *name;
+  ast_pos pos;
+  const ast_decl *decl;
+  pm_model *model;
+  pm_toollist tools;
+  long long tool_rate_limit;      /* -1: no limit */
+  long long tool_concurrency;
+  long long tool_failure_limit;   /* -1: no breaker */
+  long long tool_timeout;         /* -1: none */
+  long long tool_timeout_max;     /* -1: none */
+  int tool_policy;                /* pm_policy */
+  pm_strings tool_scopes;
+  pm_strings tool_contexts;
+  const char *description;
+  int index;
+} pm_agent;
+
+typedef struct pm_limits {
+  size_t max_source_bytes;
+  int max_errors;
+  int max_parse_depth;
+} pm_limits;
+
+typedef struct pm_program {
+  ar_arena arena;
+  dg_list diag;
+  const char *chunk;
+  const char *src;
+  size_t len;
+  ast_program *ast;
+  pm_schema **schemas;        /* declared schemas, then the tools' input schemas */
+  int nschemas;
+  pm_tool **tools;
+  int ntools;
+  pm_agent **agents;
+  int nagents;
+  pm_model **models;
+  int nmodels;
+  struct lre **regexes;       /* compiled @pattern rules, freed with the program */
+  int nregexes, regexes_cap;
+} pm_program;
+
+void pm_default_limits(pm_limits *lim);
+/* Parses and checks a program. Always returns a program (NULL only when
+   memory runs out); its diag lists every error found. The source is copied. */
+pm_program *pm_build(const char *src, size_t len, const char *chunk, const pm_limits *lim);
+void pm_free(pm_program *p);
+
+pm_schema *pm_find_schema(const pm_program *p, const char *name);
+pm_tool *pm_find_tool(const pm_program *p, const char *name);
+pm_agent *pm_find_agent(const pm_program *p, const char *name);
+pm_model *pm_find_model(const pm_program *p, const char *name);
+
+#endif

@@ -1,0 +1,821 @@
+#include "validate.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compat.h"
+#include "json.h"
+#include "regex.h"
+#include "strbuf.h"
+
+/* Records up to this many fields find a key by a linear scan of pointers. */
+#define LV_LINEAR_FIELDS 16
+
+typedef struct lv_rec {
+  const char **keys;          /* interned field names, by field index */
+  int *defaults;              /* index in the anchor table, 0 when none */
+  unsigned *hash;             /* bigger records: pointer hash -> field index + 1 */
+  unsigned hmask;
+  const char *tag;            /* unions: interned tag name */
+} lv_rec;
+
+struct lv_program {
+  const pm_program *p;
+  lv_rec *recs;               /* by schema index */
+  int anchor;                 /* registry ref of the table keeping names and defaults */
+  lv_limits lim;
+};
+
+void lv_default_limits(lv_limits *lim) {
+  lim->max_depth = 100;
+  lim->max_string_bytes = 16u << 20;
+  lim->max_violations = 100;
+}
+
+/* ---------------------------------------------------------------- binding */
+
+static size_t ptr_hash(const void *p) {
+  uintptr_t x = (uintptr_t)p;
+  x ^= x >> 17;
+  x *= (uintptr_t)0x9E3779B97F4A7C15ull;
+  return (size_t)(x ^ (x >> 29));
+}
+
+static const char *intern(lua_State *L, int anchor, int *n, const char *s, size_t len) {
+  lua_pushlstring(L, s, len);
+  const char *k = lua_tostring(L, -1);
+  lua_rawseti(L, anchor, ++*n);
+  return k;
+}
+
+static void push_literal(lua_State *L, const ast_expr *e, int depth);
+
+static void push_literal(lua_State *L, const ast_expr *e, int depth) {
+  if (!lua_checkstack(L, 3) || depth > 200) { lua_pushnil(L); return; }
+  switch (e->kind) {
+    case EX_NULL: lua_pushlightuserdata(L, NULL); break;
+    case EX_TRUE: lua_pushboolean(L, 1); break;
+    case EX_FALSE: lua_pushboolean(L, 0); break;
+    case EX_INT: lua_pushinteger(L, (lua_Integer)e->ival); break;
+    case EX_FLOAT: lua_pushnumber(L, e->fval); break;
+    case EX_STRING: lua_pushlstring(L, e->str.s, e->str.len); break;
+    case EX_UNARY:
+      push_literal(L, e->a, depth + 1);
+      if (lua_type(L, -1) == LUA_TNUMBER) {
+#if LUA_VERSION_NUM >= 503
+        if (lua_isinteger(L, -1)) { lua_Integer i = lua_tointeger(L, -1); lua_pop(L, 1); lua_pushinteger(L, (lua_Integer)(0u - (lua_Unsigned)i)); break; }
+#endif
+        lua_Number n = lua_tonumber(L, -1);
+        lua_pop(L, 1);
+        lua_pushnumber(L, -n);
+      }
+      break;
+    case EX_ARRAY: {
+      lua_createtable(L, e->nitems, 0);
+      int i = 0;
+      for (const ast_expr *x = e->items; x; x = x->next) {
+        push_literal(L, x, depth + 1);
+        lua_rawseti(L, -2, ++i);
+      }
+      break;
+    }
+    case EX_OBJECT:
+      lua_createtable(L, 0, e->nprops);
+      for (const ast_prop *q = e->props; q; q = q->next) {
+        push_literal(L, q->value, depth + 1);
+        lua_setfield(L, -2, q->key);
+      }
+      break;
+    default: lua_pushnil(L); break;
+  }
+}
+
+lv_program *lv_bind(lua_State *L, const pm_program *p, const lv_limits *lim) {
+  lv_program *v = calloc(1, sizeof *v);
+  if (!v) return NULL;
+  v->p = p;
+  if (lim) v->lim = *lim; else lv_default_limits(&v->lim);
+  if (v->lim.max_depth > LV_DEPTH_CAP) v->lim.max_depth = LV_DEPTH_CAP;
+  if (v->lim.max_depth < 1) v->lim.max_depth = 1;
+  if (v->lim.max_violations < 1) v->lim.max_violations = 1;
+  v->recs = calloc((size_t)p->nschemas + 1, sizeof *v->recs);
+  if (!v->recs) { free(v); return NULL; }
+  luaL_checkstack(L, 8, "binding a program");
+  lua_newtable(L);
+  int anchor = lua_gettop(L), n = 0;
+  for (int i = 0; i < p->nschemas; i++) {
+    const pm_schema *s = p->schemas[i];
+    lv_rec *r = &v->recs[i];
+    if (s->is_union) {
+      if (s->tag) r->tag = intern(L, anchor, &n, s->tag, strlen(s->tag));
+      continue;
+    }
+    r->keys = calloc((size_t)s->nfields + 1, sizeof *r->keys);
+    r->defaults = calloc((size_t)s->nfields + 1, sizeof *r->defaults);
+    if (!r->keys || !r->defaults) goto fail;
+    for (int j = 0; j < s->nfields; j++) {
+      const pm_field *f = &s->fields[j];
+      r->keys[j] = intern(L, anchor, &n, f->name, f->len);
+      if (f->default_value) {
+        push_literal(L, f->default_value, 0);
+        lua_rawseti(L, anchor, ++n);
+        r->defaults[j] = n;
+      }
+    }
+    if (s->nfields > LV_LINEAR_FIELDS) {
+      unsigned cap = 32;
+      while (cap < (unsigned)s->nfields * 2) cap *= 2;
+      r->hash = calloc(cap, sizeof *r->hash);
+      if (!r->hash) goto fail;
+      r->hmask = cap - 1;
+      for (int j = 0; j < s->nfields; j++) {
+        size_t h = ptr_hash(r->keys[j]) & r->hmask;
+        while (r->hash[h]) h = (h + 1) & r->hmask;
+        r->hash[h] = (unsigned)j + 1;
+      }
+    }
+  }
+  v->anchor = luaL_ref(L, LUA_REGISTRYINDEX);
+  return v;
+fail:
+  lua_pop(L, 1);
+  v->anchor = LUA_NOREF;
+  lv_free(L, v);
+  return NULL;
+}
+
+void lv_free(lua_State *L, lv_program *v) {
+  if (!v) return;
+  if (L && v->anchor != LUA_NOREF && v->anchor != LUA_REFNIL) luaL_unref(L, LUA_REGISTRYINDEX, v->anchor);
+  if (v->recs)
+    for (int i = 0; i < v->p->nschemas; i++) {
+      free(v->recs[i].keys);
+      free(v->recs[i].defaults);
+      free(v->recs[i].hash);
+    }
+  free(v->recs);
+  free(v);
+}
+
+/* ---------------------------------------------------------------- context */
+
+typedef struct lv_seg {
+  const char *key;            /* a field name, or NULL for an index */
+  size_t len;
+  lua_Integer index;
+  int raw;                    /* key is already rendered text, as "[true]" */
+} lv_seg;
+
+typedef struct lv_ctx {
+  lua_State *L;
+  const lv_program *v;
+  const char *root;
+  int output;
+  int write;
+  int trial;                  /* > 0: stop at the first error and record nothing */
+  int failed;                 /* an error happened (trial) or the error cap was hit */
+  lv_result *r;
+  int depth;
+  lv_seg path[LV_DEPTH_CAP + 2];
+  int npath;
+  const void *tables[LV_DEPTH_CAP + 2];
+  char keytext[64];           /* a rendered non-string key on the path */
+} lv_ctx;
+
+static void push_seg(lv_ctx *c, const char *key, size_t len, lua_Integer index) {
+  lv_seg *s = &c->path[c->npath++];
+  s->key = key;
+  s->len = len;
+  s->index = index;
+  s->raw = 0;
+}
+
+static int is_ident(const char *s, size_t len) {
+  if (len == 0 || !(s[0] == '_' || (s[0] >= 'a' && s[0] <= 'z') || (s[0] >= 'A' && s[0] <= 'Z'))) return 0;
+  for (size_t i = 1; i < len; i++)
+    if (!(s[i] == '_' || (s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9')))
+      return 0;
+  return 1;
+}
+
+/* Paths deeper than this show their first and last segments only. */
+#define LV_PATH_SHOWN 8
+
+static char *render_path(lv_ctx *c) {
+  sb_buf b;
+  sb_init(&b);
+  sb_adds(&b, c->root);
+  for (int i = 0; i < c->npath; i++) {
+    const lv_seg *s = &c->path[i];
+    if (c->npath > 2 * LV_PATH_SHOWN && i == LV_PATH_SHOWN) {
+      sb_printf(&b, "<%d more levels>", c->npath - 2 * LV_PATH_SHOWN);
+      i = c->npath - LV_PATH_SHOWN - 1;
+      continue;
+    }
+    if (s->raw) {
+      sb_add(&b, s->key, s->len);
+    } else if (!s->key) {
+      sb_printf(&b, "[%lld]", (long long)s->index);
+    } else if (is_ident(s->key, s->len)) {
+      sb_addc(&b, '.');
+      sb_add(&b, s->key, s->len);
+    } else {
+      sb_addc(&b, '[');
+      json_write_string(&b, s->key, s->len > 60 ? 60 : s->len);
+      sb_addc(&b, ']');
+    }
+  }
+  char *out = b.failed ? NULL : b.data;
+  if (!out) sb_free(&b);
+  return out;
+}
+
+static void add_issue(lv_issue **list, int *n, char *path, char *text, const char *rule, int seq) {
+  /* grow at powers of two */
+  if ((*n & (*n - 1)) == 0) {
+    lv_issue *more = realloc(*list, sizeof **list * (size_t)(*n ? *n * 2 : 1));
+    if (!more) { free(path); free(text); return; }
+    *list = more;
+  }
+  (*list)[*n].path = path;
+  (*list)[*n].text = text;
+  (*list)[*n].rule = rule;
+  (*list)[*n].seq = seq;
+  (*n)++;
+}
+
+/* Records a broken rule; `soft` ones are warnings on output. Returns 0. */
+static int report(lv_ctx *c, int soft, const char *rule, const char *fmt, ...)
+#if defined(__GNUC__)
+  __attribute__((format(printf, 4, 5)))
+#endif
+  ;
+
+static int report(lv_ctx *c, int soft, const char *rule, const char *fmt, ...) {
+  int warn = soft && c->output;
+  if (c->trial) {
+    if (warn) return 1;
+    c->failed = 1;
+    return 0;
+  }
+  if (!warn && c->r->nerrors >= c->v->lim.max_violations) {
+    c->failed = 1;
+    return 0;
+  }
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  char *text = malloc(strlen(buf) + 1);
+  if (text) strcpy(text, buf);
+  char *path = render_path(c);
+  int seq = c->r->nerrors + c->r->nwarnings;
+  if (warn) {
+    add_issue(&c->r->warnings, &c->r->nwarnings, path, text, rule, seq);
+    return 1;
+  }
+  add_issue(&c->r->errors, &c->r->nerrors, path, text, rule, seq);
+  if (c->r->nerrors >= c->v->lim.max_violations) c->failed = c->r->truncated = 1;
+  return 0;
+}
+
+/* Stop walking: a trial already failed, or the error cap was reached. */
+#define STOPPED(c) ((c)->failed && ((c)->trial || (c)->r->nerrors >= (c)->v->lim.max_violations))
+
+/* ----------------------------------------------------------------- scalars */
+
+/* Code points in s, or -1 if s is not valid UTF-8. */
+static long long utf8_count(const char *s, size_t len) {
+  const unsigned char *p = (const unsigned char *)s, *end = p + len;
+  long long n = 0;
+  while (p < end) {
+    if (*p < 0x80) { p++; n++; continue; }
+    unsigned c = *p;
+    int k;
+    unsigned cp, min;
+    if (c >= 0xC2 && c <= 0xDF) { k = 1; cp = c & 0x1F; min = 0x80; }
+    else if (c >= 0xE0 && c <= 0xEF) { k = 2; cp = c & 0x0F; min = 0x800; }
+    else if (c >= 0xF0 && c <= 0xF4) { k = 3; cp = c & 0x07; min = 0x10000; }
+    else return -1;
+    if (end - p <= k) return -1;
+    for (int i = 1; i <= k; i++) {
+      if ((p[i] & 0xC0) != 0x80) return -1;
+      cp = (cp << 6) | (p[i] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return -1;
+    p += k + 1;
+    n++;
+  }
+  return n;
+}
+
+static void format_num(pm_num n, char out[40]) {
+  if (n.is_int) snprintf(out, 40, "%lld", n.i);
+  else if (!json_format_number(n.d, out)) snprintf(out, 40, "%g", n.d);
+}
+
+/* Compares a Lua number with a bound: <0, 0, >0. */
+static int cmp_num(lua_State *L, int idx, pm_num b) {
+#if LUA_VERSION_NUM >= 503
+  if (b.is_int && lua_isinteger(L, idx)) {
+    lua_Integer x = lua_tointeger(L, idx);
+    return x < b.i ? -1 : x > b.i;
+  }
+#endif
+  double x = (double)lua_tonumber(L, idx), y = b.is_int ? (double)b.i : b.d;
+  return x < y ? -1 : x > y;
+}
+
+static int check_range(lv_ctx *c, const pm_type *t, int idx) {
+  char num[40];
+  int ok = 1;
+  if ((t->rules & PR_MIN) && cmp_num(c->L, idx, t->min) < 0) {
+    format_num(t->min, num);
+    ok = report(c, t->soft, "minimum", "must be at least %s", num);
+  }
+  if ((t->rules & PR_MAX) && cmp_num(c->L, idx, t->max) > 0) {
+    format_num(t->max, num);
+    ok = report(c, t->soft, "maximum", "must be at most %s", num) && ok;
+  }
+  return ok;
+}
+
+static int check_string(lv_ctx *c, const pm_type *t, int idx) {
+  size_t len;
+  const char *s = lua_tolstring(c->L, idx, &len);
+  if (len > c->v->lim.max_string_bytes)
+    return report(c, 0, "maxLength", "is too long (%zu bytes; the limit is %zu)", len, c->v->lim.max_string_bytes);
+  long long n = utf8_count(s, len);
+  if (n < 0) return report(c, 0, "type", "must be valid UTF-8");
+  if (!t) return 1;
+  int ok = 1;
+  if ((t->rules & PR_MINLEN) && n < t->minlen)
+    ok = report(c, t->soft, "minLength", "must be at least %lld character%s long", t->minlen, t->minlen == 1 ? "" : "s");
+  if ((t->rules & PR_MAXLEN) && n > t->maxlen)
+    ok = report(c, t->soft, "maxLength", "must be at most %lld character%s long", t->maxlen, t->maxlen == 1 ? "" : "s") && ok;
+  if (t->rules & PR_PATTERN) {
+    int m = lre_search(t->re, s, len);
+    if (m < 0) ok = report(c, 0, "pattern", "could not be matched against its pattern (out of memory)") && ok;
+    else if (m == 0) {
+      sb_buf b;
+      sb_init(&b);
+      json_write_string(&b, t->pattern, strlen(t->pattern) > 200 ? 200 : strlen(t->pattern));
+      ok = report(c, t->soft, "pattern", "must match the pattern %s", sb_str(&b)) && ok;
+      sb_free(&b);
+    }
+  }
+  return ok;
+}
+
+static int check_enum(lv_ctx *c, const pm_type *t, int idx) {
+  if (lua_type(c->L, idx) == LUA_TSTRING) {
+    size_t len;
+    const char *s = lua_tolstring(c->L, idx, &len);
+    for (int i = 0; i < t->nvalues; i++)
+      if (t->values[i].len == len && memcmp(t->values[i].s, s, len) == 0) return 1;
+  }
+  if (c->trial) { c->failed = 1; return 0; }
+  sb_buf b;
+  sb_init(&b);
+  for (int i = 0; i < t->nvalues && b.len < 300; i++) {
+    if (i) sb_adds(&b, ", ");
+    json_write_string(&b, t->values[i].s, t->values[i].len);
+  }
+  int ok = report(c, 0, "enum", "must be one of %s", sb_str(&b));
+  sb_free(&b);
+  return ok;
+}
+
+/* ------------------------------------------------------------------ tables */
+
+static int check_value(lv_ctx *c, const pm_type *t, int idx, int parent, int key);
+
+/* Enters a table: depth, cycles and stack space. Returns 0 after reporting. */
+static int enter_table(lv_ctx *c, int idx) {
+  const void *p = lua_topointer(c->L, idx);
+  if (c->depth >= c->v->lim.max_depth)
+    return report(c, 0, "depth", "is nested too deeply (more than %d levels)", c->v->lim.max_depth);
+  for (int i = 0; i < c->depth; i++)
+    if (c->tables[i] == p) return report(c, 0, "cycle", "contains a cycle");
+  if (!lua_checkstack(c->L, 8))
+    return report(c, 0, "depth", "is nested too deeply (no stack space left)");
+  c->tables[c->depth++] = p;
+  return 1;
+}
+
+static const char *type_word(lua_State *L, int idx) {
+  if (lc_isnull(L, idx)) return "null";
+  return lua_typename(L, lua_type(L, idx));
+}
+
+/* Any JSON value: null, booleans, finite numbers, UTF-8 strings, arrays
+   (tables with the keys 1..n) and objects (tables with string keys). */
+static int check_json(lv_ctx *c, int idx) {
+  lua_State *L = c->L;
+  switch (lua_type(L, idx)) {
+    case LUA_TBOOLEAN: return 1;
+    case LUA_TNUMBER:
+      if (!isfinite((double)lua_tonumber(L, idx))) return report(c, 0, "type", "must be a finite number");
+      return 1;
+    case LUA_TSTRING: return check_string(c, NULL, idx);
+    case LUA_TLIGHTUSERDATA:
+      if (lc_isnull(L, idx)) return 1;
+      break;
+    case LUA_TTABLE: {
+      if (!enter_table(c, idx)) return 0;
+      size_t n = lc_rawlen(L, idx);
+      int ok = 1, strings = 0, items = 0, other = 0;
+      lua_pushnil(L);
+      while (lua_next(L, idx)) {
+        int kt = lua_type(L, -2);
+        if (kt == LUA_TSTRING) {
+          strings++;
+          size_t len;
+          const char *k = lua_tolstring(L, -2, &len);
+          push_seg(c, k, len, 0);
+        } else if (kt == LUA_TNUMBER && lc_isinteger(L, -2) && lua_tointeger(L, -2) >= 1 &&
+                   (size_t)lua_tointeger(L, -2) <= n) {
+          items++;
+          push_seg(c, NULL, 0, lua_tointeger(L, -2));
+        } else {
+          other++;
+          lua_pop(L, 1);
+          continue;
+        }
+        ok = check_json(c, lua_gettop(L)) && ok;
+        c->npath--;
+        lua_pop(L, 1);
+        if (STOPPED(c)) { lua_pop(L, 1); break; }
+      }
+      c->depth--;
+      if (!STOPPED(c) && (other || (strings && items) || (size_t)items != (items ? n : 0)))
+        ok = report(c, 0, "type", "must be a JSON value: a table needs string keys or the items 1..n") && ok;
+      return ok;
+    }
+    default: break;
+  }
+  return report(c, 0, "type", "must be a JSON value, not a %s", type_word(L, idx));
+}
+
+/* Finds the field named by the string key at -2, by interned pointer first. */
+static int find_field(const pm_schema *s, const lv_rec *r, const char *k, size_t len) {
+  if (r->hash) {
+    for (size_t h = ptr_hash(k) & r->hmask; r->hash[h]; h = (h + 1) & r->hmask)
+      if (r->keys[r->hash[h] - 1] == k) return (int)r->hash[h] - 1;
+  } else {
+    for (int i = 0; i < s->nfields; i++)
+      if (r->keys[i] == k) return i;
+  }
+  /* a long string, or a Lua that interns differently: compare contents */
+  for (int i = 0; i < s->nfields; i++)
+    if (s->fields[i].len == len && memcmp(s->fields[i].name, k, len) == 0) return i;
+  return -1;
+}
+
+static void push_copy(lua_State *L, int idx, int depth) {
+  if (lua_type(L, idx) != LUA_TTABLE || depth > 200 || !lua_checkstack(L, 4)) {
+    lua_pushvalue(L, idx);
+    return;
+  }
+  lua_newtable(L);
+  int dst = lua_gettop(L);
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    lua_pushvalue(L, -2);
+    push_copy(L, lua_gettop(L) - 1, depth + 1);
+    lua_rawset(L, dst);
+    lua_pop(L, 1);
+  }
+}
+
+static void fill_default(lv_ctx *c, const pm_field *f, int def, int idx) {
+  lua_State *L = c->L;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, c->v->anchor);
+  lua_rawgeti(L, -1, def);
+  lua_pushlstring(L, f->name, f->len);
+  push_copy(L, lua_gettop(L) - 1, 0);
+  lua_rawset(L, idx);
+  lua_pop(L, 2);
+}
+
+static void describe_key(lv_ctx *c, int kidx) {
+  lua_State *L = c->L;
+  char *text = c->keytext;
+  size_t size = sizeof c->keytext;
+  lv_seg *s = &c->path[c->npath++];
+  s->raw = 1;
+  s->index = 0;
+  if (lua_type(L, kidx) == LUA_TNUMBER) {
+    char num[40];
+    if (lc_isinteger(L, kidx)) snprintf(num, sizeof num, "%lld", (long long)lua_tointeger(L, kidx));
+    else if (!json_format_number((double)lua_tonumber(L, kidx), num)) snprintf(num, sizeof num, "nan");
+    snprintf(text, size, "[%s]", num);
+  } else if (lua_type(L, kidx) == LUA_TBOOLEAN) {
+    snprintf(text, size, "[%s]", lua_toboolean(L, kidx) ? "true" : "false");
+  } else {
+    snprintf(text, size, "[<%s>]", type_word(L, kidx));
+  }
+  s->key = text;
+  s->len = strlen(text);
+}
+
+/* A record; a union member also accepts its tag field, already checked. */
+static int check_record(lv_ctx *c, const pm_schema *s, int idx, const char *tag) {
+  lua_State *L = c->L;
+  if (lua_type(L, idx) != LUA_TTABLE) return report(c, 0, "type", "must be an object");
+  if (!enter_table(c, idx)) return 0;
+  const lv_rec *r = &c->v->recs[s->index];
+  uint64_t small[8], *seen = small;
+  size_t words = ((size_t)s->nfields + 63) / 64;
+  if (words > 8) {
+    seen = calloc(words, sizeof *seen);
+    if (!seen) { c->depth--; return report(c, 0, "type", "could not be checked (out of memory)"); }
+  } else {
+    memset(small, 0, sizeof small);
+  }
+  int ok = 1;
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    int top = lua_gettop(L);
+    if (lua_type(L, -2) == LUA_TSTRING) {
+      size_t len;
+      const char *k = lua_tolstring(L, -2, &len);
+      int i = find_field(s, r, k, len);
+      if (i >= 0) {
+        const pm_field *f = &s->fields[i];
+        if (lc_isnull(L, top) && !f->required) {
+          /* null on an optional field means absent */
+          if (c->write) { lua_pushvalue(L, top - 1); lua_pushnil(L); lua_rawset(L, idx); }
+        } else {
+          seen[i / 64] |= (uint64_t)1 << (i % 64);
+          push_seg(c, f->name, f->len, 0);
+          ok = check_value(c, f->type, top, idx, top - 1) && ok;
+          c->npath--;
+        }
+      } else if (!(tag && (k == tag || (len == strlen(tag) && memcmp(k, tag, len) == 0)))) {
+        push_seg(c, k, len, 0);
+        ok = report(c, 0, "additionalProperties", "is not allowed") && ok;
+        c->npath--;
+      }
+    } else {
+      describe_key(c, top - 1);
+      ok = report(c, 0, "additionalProperties", "is not allowed") && ok;
+      c->npath--;
+    }
+    lua_settop(L, top - 1);
+    if (STOPPED(c)) { lua_pop(L, 1); break; }
+  }
+  for (int i = 0; i < s->nfields && !STOPPED(c); i++) {
+    if (seen[i / 64] & ((uint64_t)1 << (i % 64))) continue;
+    const pm_field *f = &s->fields[i];
+    if (r->defaults[i]) {
+      if (c->write) fill_default(c, f, r->defaults[i], idx);
+    } else if (f->required) {
+      push_seg(c, f->name, f->len, 0);
+      ok = report(c, 0, "required", "is required") && ok;
+      c->npath--;
+    }
+  }
+  if (seen != small) free(seen);
+  c->depth--;
+  return ok;
+}
+
+static int member_index(const pm_schema *u, const char *s, size_t len) {
+  for (int i = 0; i < u->nmembers; i++)
+    if (strlen(u->members[i]->name) == len && memcmp(u->members[i]->name, s, len) == 0) return i;
+  return -1;
+}
+
+static int check_union(lv_ctx *c, const pm_schema *u, int idx) {
+  lua_State *L = c->L;
+  if (lua_type(L, idx) != LUA_TTABLE) return report(c, 0, "type", "must be an object");
+  const char *tag = c->v->recs[u->index].tag;
+  if (!lua_checkstack(L, 4)) return report(c, 0, "depth", "is nested too deeply (no stack space left)");
+  lua_pushstring(L, u->tag);
+  lc_rawget(L, idx);
+  int member = -1, has_tag = !lua_isnil(L, -1);
+  if (lua_type(L, -1) == LUA_TSTRING) {
+    size_t len;
+    const char *s = lua_tolstring(L, -1, &len);
+    member = member_index(u, s, len);
+  }
+  lua_pop(L, 1);
+  if (member >= 0) return check_record(c, u->members[member], idx, tag);
+  if (has_tag || c->output) {
+    push_seg(c, u->tag, strlen(u->tag), 0);
+    int ok = report(c, 0, "required", "must identify a tagged union member.");
+    c->npath--;
+    return ok;
+  }
+  /* input without a tag: the one member that fits gets the tag written */
+  int found = -1, matches = 0;
+  int write = c->write;
+  c->write = 0;
+  c->trial++;
+  for (int i = 0; i < u->nmembers; i++) {
+    c->failed = 0;
+    check_record(c, u->members[i], idx, tag);
+    if (!c->failed) { matches++; if (found < 0) found = i; }
+  }
+  c->trial--;
+  c->write = write;
+  c->failed = 0;
+  sb_buf names;
+  sb_init(&names);
+  for (int i = 0; i < u->nmembers && names.len < 300; i++) sb_printf(&names, "%s%s", i ? ", " : "", u->members[i]->name);
+  int ok;
+  if (matches == 1) {
+    ok = check_record(c, u->members[found], idx, tag);
+    if (ok && c->write) {
+      lua_pushstring(L, u->tag);
+      lua_pushstring(L, u->members[found]->name);
+      lua_rawset(L, idx);
+    }
+  } else if (matches == 0) {
+    ok = report(c, 0, "anyOf", "must match a member of %s (%s)", u->name, sb_str(&names));
+  } else {
+    ok = report(c, 0, "anyOf", "matches more than one member of %s (%s); set '%s' to choose", u->name,
+                sb_str(&names), u->tag);
+  }
+  sb_free(&names);
+  return ok;
+}
+
+static int check_array(lv_ctx *c, const pm_type *t, int idx) {
+  lua_State *L = c->L;
+  if (lua_type(L, idx) != LUA_TTABLE) return report(c, 0, "type", "must be an array");
+  if (!enter_table(c, idx)) return 0;
+  size_t n = lc_rawlen(L, idx), count = 0;
+  int ok = 1, shape = 1;
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    int top = lua_gettop(L);
+    lua_Integer k;
+    if (lua_type(L, -2) != LUA_TNUMBER || !lc_isinteger(L, -2) || (k = lua_tointeger(L, -2)) < 1 || (size_t)k > n) {
+      shape = 0;
+      lua_pop(L, 2);
+      break;
+    }
+    count++;
+    push_seg(c, NULL, 0, k);
+    ok = check_value(c, t->elem, top, idx, top - 1) && ok;
+    c->npath--;
+    lua_settop(L, top - 1);
+    if (STOPPED(c)) { lua_pop(L, 1); break; }
+  }
+  c->depth--;
+  if (STOPPED(c)) return 0;
+  if (!shape || count != n) return report(c, 0, "type", "must be an array");
+  if ((t->rules & PR_MINITEMS) && (long long)n < t->minitems)
+    ok = report(c, t->soft, "minItems", "must have at least %lld item%s", t->minitems, t->minitems == 1 ? "" : "s") && ok;
+  if ((t->rules & PR_MAXITEMS) && (long long)n > t->maxitems)
+    ok = report(c, t->soft, "maxItems", "must have at most %lld item%s", t->maxitems, t->maxitems == 1 ? "" : "s") && ok;
+  return ok;
+}
+
+/* The value at idx against t; parent/key locate it so int normalisation can
+   write it back (0 when it has no parent). */
+static int check_value(lv_ctx *c, const pm_type *t, int idx, int parent, int key) {
+  lua_State *L = c->L;
+  int type = lua_type(L, idx);
+  switch (t->kind) {
+    case PT_STRING:
+      if (type != LUA_TSTRING) return report(c, 0, "type", "must be a string");
+      return check_string(c, t, idx);
+    case PT_INT:
+      if (type != LUA_TNUMBER) return report(c, 0, "type", "must be an integer");
+      if (!lc_isinteger(L, idx)) {
+        double d = (double)lua_tonumber(L, idx);
+        if (!(d == floor(d) && d >= -9223372036854775808.0 && d < 9223372036854775808.0))
+          return report(c, 0, "type", "must be an integer");
+#if LUA_VERSION_NUM >= 503
+        if (c->write && parent) {
+          lua_pushvalue(L, key);
+          lua_pushinteger(L, (lua_Integer)d);
+          lua_rawset(L, parent);
+        }
+#endif
+      }
+      return t->rules ? check_range(c, t, idx) : 1;
+    case PT_FLOAT:
+      if (type != LUA_TNUMBER) return report(c, 0, "type", "must be a number");
+      if (!isfinite((double)lua_tonumber(L, idx))) return report(c, 0, "type", "must be a finite number");
+      return t->rules ? check_range(c, t, idx) : 1;
+    case PT_BOOL:
+      return type == LUA_TBOOLEAN ? 1 : report(c, 0, "type", "must be a boolean");
+    case PT_ENUM:
+      return check_enum(c, t, idx);
+    case PT_ANY:
+      return check_json(c, idx);
+    case PT_ARRAY:
+      return check_array(c, t, idx);
+    case PT_SCHEMA:
+      return t->schema->is_union ? check_union(c, t->schema, idx) : check_record(c, t->schema, idx, NULL);
+  }
+  return 1;
+}
+
+/* ------------------------------------------------------------------- entry */
+
+static int issue_cmp(const void *a, const void *b) {
+  const lv_issue *x = a, *y = b;
+  int r = strcmp(x->path ? x->path : "", y->path ? y->path : "");
+  return r ? r : (x->seq > y->seq) - (x->seq < y->seq);
+}
+
+static void init_ctx(lv_ctx *c, lv_program *v, lua_State *L, const char *root, int mode, int write, lv_result *r) {
+  c->L = L;
+  c->v = v;
+  c->root = root;
+  c->output = mode == LV_OUTPUT;
+  c->write = write;
+  c->trial = 0;
+  c->failed = 0;
+  c->r = r;
+  c->depth = 0;
+  c->npath = 0;
+  memset(r, 0, sizeof *r);
+}
+
+/* Errors come out in a stable order whatever order the table walk took. */
+static int finish(lv_result *r) {
+  if (r->nerrors > 1) qsort(r->errors, (size_t)r->nerrors, sizeof *r->errors, issue_cmp);
+  if (r->nwarnings > 1) qsort(r->warnings, (size_t)r->nwarnings, sizeof *r->warnings, issue_cmp);
+  return r->nerrors;
+}
+
+int lv_validate(lv_program *v, lua_State *L, int idx, const pm_schema *s, const char *root, int mode, lv_result *r) {
+  lv_ctx c;
+  init_ctx(&c, v, L, root, mode, 1, r);
+  idx = lc_absindex(L, idx);
+  int top = lua_gettop(L);
+  if (s->is_union) check_union(&c, s, idx);
+  else check_record(&c, s, idx, NULL);
+  lua_settop(L, top);
+  return finish(r);
+}
+
+int lv_validate_type(lv_program *v, lua_State *L, int idx, const pm_type *t, const char *root, int mode,
+                     int write, lv_result *r) {
+  lv_ctx c;
+  init_ctx(&c, v, L, root, mode, write, r);
+  idx = lc_absindex(L, idx);
+  int top = lua_gettop(L);
+  check_value(&c, t, idx, 0, 0);
+  lua_settop(L, top);
+  return finish(r);
+}
+
+void lv_result_free(lv_result *r) {
+  for (int i = 0; i < r->nerrors; i++) { free(r->errors[i].path); free(r->errors[i].text); }
+  for (int i = 0; i < r->nwarnings; i++) { free(r->warnings[i].path); free(r->warnings[i].text); }
+  free(r->errors);
+  free(r->warnings);
+  memset(r, 0, sizeof *r);
+}
+
+int lv_check_defaults(lv_program *v, lua_State *L, pm_program *p) {
+  int bad = 0;
+  luaL_checkstack(L, 4, "checking defaults");
+  lua_rawgeti(L, LUA_REGISTRYINDEX, v->anchor);
+  for (int i = 0; i < p->nschemas; i++) {
+    const pm_schema *s = p->schemas[i];
+    const lv_rec *r = &v->recs[i];
+    for (int j = 0; !s->is_union && j < s->nfields; j++) {
+      if (!r->defaults[j]) continue;
+      const pm_field *f = &s->fields[j];
+      lua_rawgeti(L, -1, r->defaults[j]);
+      char root[160];
+      snprintf(root, sizeof root, "@default of '%.100s'", f->name);
+      lv_result res;
+      if (lv_validate_type(v, L, -1, f->type, root, LV_INPUT, 0, &res)) {
+        bad++;
+        const lv_issue *e = &res.errors[0];
+        dg_error(&p->diag, f->default_value->pos.line, f->default_value->pos.col, "%s %s",
+                 e->path ? e->path : root, e->text ? e->text : "is invalid");
+      }
+      lv_result_free(&res);
+      lua_pop(L, 1);
+    }
+  }
+  lua_pop(L, 1);
+  if (bad) dg_sort(&p->diag);
+  return bad;
+}
+
+void lv_push_default(lv_program *v, lua_State *L, const pm_schema *s, int field) {
+  const lv_rec *r = &v->recs[s->index];
+  if (s->is_union || !r->defaults[field]) { lua_pushnil(L); return; }
+  luaL_checkstack(L, 4, "copying a default");
+  lua_rawgeti(L, LUA_REGISTRYINDEX, v->anchor);
+  lua_rawgeti(L, -1, r->defaults[field]);
+  push_copy(L, lua_gettop(L), 0);
+  lua_replace(L, -3);
+  lua_pop(L, 1);
+}

@@ -1,0 +1,67 @@
+/*
+ * Validation of Lua values against the program's schemas, in C, without
+ * JSON text in between. A program is bound to one Lua state (field names
+ * interned there, default values stored there); validation then walks the
+ * value with raw accesses only, so no metamethod of the value ever runs.
+ */
+#ifndef LUMA_VALIDATE_H
+#define LUMA_VALIDATE_H
+
+#include <lua.h>
+
+#include "program.h"
+
+typedef struct lv_limits {
+  int max_depth;              /* nesting of tables in a value */
+  size_t max_string_bytes;    /* one string */
+  int max_violations;         /* kept per validation; the rest are counted */
+} lv_limits;
+
+#define LV_DEPTH_CAP 500      /* max_depth may not exceed this */
+
+void lv_default_limits(lv_limits *lim);
+
+typedef struct lv_program lv_program;
+
+typedef struct lv_issue {
+  char *path;                 /* "calculate.input.a" */
+  char *text;                 /* "must be at most 1000000" */
+  const char *rule;           /* JSON Schema keyword it breaks: "maximum", "type", ... */
+  int seq;                    /* discovery order, to keep sorting stable */
+} lv_issue;
+
+typedef struct lv_result {
+  lv_issue *errors, *warnings;
+  int nerrors, nwarnings;
+  int truncated;              /* max_violations was reached and the walk stopped */
+} lv_result;
+
+enum { LV_INPUT = 0, LV_OUTPUT = 1 };
+
+/* Binds p to L. The default values of the program live in a table kept by
+   a registry reference until lv_free. Returns NULL when memory runs out. */
+lv_program *lv_bind(lua_State *L, const pm_program *p, const lv_limits *lim);
+void lv_free(lua_State *L, lv_program *v);
+
+/*
+ * Validates the value at stack index idx against s. `root` names the value
+ * in messages. On input, a union member is inferred and its tag written;
+ * on output the tag must be present, and broken rules of soft fields are
+ * warnings. Missing fields with a default are filled in, `null` on an optional
+ * field is removed, and integral floats in int fields become integers: the
+ * value is changed in place. Returns the number of errors; r must be freed
+ * with lv_result_free. Needs a few free stack slots per level of nesting, and
+ * checks for them itself.
+ */
+int lv_validate(lv_program *v, lua_State *L, int idx, const pm_schema *s, const char *root, int mode, lv_result *r);
+/* Checks a value without changing it: for trial runs and @default checks of a field. */
+int lv_validate_type(lv_program *v, lua_State *L, int idx, const pm_type *t, const char *root, int mode,
+                     int write, lv_result *r);
+void lv_result_free(lv_result *r);
+/* Pushes a fresh copy of the default value of s's field, or nil. */
+void lv_push_default(lv_program *v, lua_State *L, const pm_schema *s, int field);
+/* Checks every @default of p against its own field, reporting into p->diag.
+   Returns the number of defaults that do not fit. */
+int lv_check_defaults(lv_program *v, lua_State *L, pm_program *p);
+
+#endif

@@ -1,0 +1,291 @@
+local luma = require "luma"
+local h = require "spec.helpers"
+
+local program = luma.compile(h.calculate .. [[
+schema Invoice { invoice_number: string }
+schema Receipt { reference: string, total?: float @range(0, null) }
+schema Document = Invoice | Receipt tagged by kind
+
+tool classify(text: string) -> Document {}
+tool file_doc(doc: Document, note?: string) -> Document {}
+
+schema Item {
+  sku: string @length(3, 8) @pattern("^[A-Z]+-[0-9]+$")
+  qty: int @range(1, 100)
+}
+
+schema Order {
+  id: int
+  price: float
+  paid: bool
+  status: enum["open", "closed"]
+  note?: string
+  limit?: int @default(10)
+  tags?: string[] @items(1, 3) @length(1, null)
+  items: Item[] @items(null, 5)
+  meta?: any
+}
+
+schema Reading {
+  celsius: float @range(-50, 60) @severity("soft")
+  label: string @length(1, 10) @severity("soft")
+  station: string @length(1, 4)
+}
+tool read_sensor(station: string) -> Reading {}
+tool set_level(level: int @range(0, 10) @severity("soft")) -> Reading {}
+]])
+
+local function first_error(name, value, opts)
+  local ok, err = program:validate(name, value, opts)
+  assert.is_nil(ok)
+  assert.is_true(luma.is_error(err))
+  return err.message, err
+end
+
+local order = function(over)
+  local o = { id = 1, price = 9.5, paid = false, status = "open", items = { { sku = "AB-12", qty = 2 } } }
+  for k, v in pairs(over or {}) do o[k] = v end
+  return o
+end
+
+describe("validation of tool input", function()
+  it("accepts a valid calculate input", function()
+    assert.is_true(program:validate("__tool_calculate_input", { a = 2, b = 3, operation = "add" }))
+  end)
+
+  it("names the path in the message, as calculate.input.a", function()
+    assert.are.equal("calculate.input.a must be at most 1000000",
+      first_error("__tool_calculate_input", { a = 2000000, b = 3, operation = "add" }))
+  end)
+
+  it("keeps every violation in details, the first one in the message", function()
+    local message, err = first_error("__tool_calculate_input", { a = -1, b = 2e9, operation = "sub", extra = 1 })
+    assert.are.equal("VALIDATION_FAILED", err.code)
+    assert.are.equal(err.details.violations[1].message, message)
+    local got = {}
+    for i, v in ipairs(err.details.violations) do got[i] = v.message end
+    assert.are.same({
+      "calculate.input.a must be at least 0",
+      "calculate.input.b must be at most 1000000",
+      "calculate.input.extra is not allowed",
+      'calculate.input.operation must be one of "add", "multiply"',
+    }, got)
+    assert.are.equal("minimum", err.details.violations[1].rule)
+    assert.are.equal("calculate.input.a", err.details.violations[1].path)
+  end)
+
+  it("prints [CODE] message with tostring", function()
+    local _, err = program:validate("__tool_calculate_input", { a = 1, b = 1 })
+    assert.are.equal("[VALIDATION_FAILED] calculate.input.operation is required", tostring(err))
+  end)
+end)
+
+describe("validation of types", function()
+  local cases = {
+    { "int must be integral", { id = 1.5 }, "Order.id must be an integer" },
+    { "int is not a string", { id = "1" }, "Order.id must be an integer" },
+    { "float is a number", { price = "9" }, "Order.price must be a number" },
+    { "float must be finite", { price = 1 / 0 }, "Order.price must be a finite number" },
+    { "NaN is not a number", { price = 0 / 0 }, "Order.price must be a finite number" },
+    { "bool", { paid = 0 }, "Order.paid must be a boolean" },
+    { "enum", { status = "pending" }, 'Order.status must be one of "open", "closed"' },
+    { "enum is a string", { status = 1 }, 'Order.status must be one of "open", "closed"' },
+    { "string", { note = 5 }, "Order.note must be a string" },
+    { "string must be UTF-8", { note = "\xff\xfe" }, "Order.note must be valid UTF-8" },
+    { "array", { tags = "a" }, "Order.tags must be an array" },
+    { "array has no holes", { tags = { "a", nil, "c" } }, "Order.tags must be an array" },
+    { "array has no string keys", { tags = { x = "a" } }, "Order.tags must be an array" },
+    { "items of an array", { tags = { "a", 2 } }, "Order.tags[2] must be a string" },
+    { "@items minimum", { tags = {} }, "Order.tags must have at least 1 item" },
+    { "@items maximum", { tags = { "a", "b", "c", "d" } }, "Order.tags must have at most 3 items" },
+    { "@length applies to the items of a string array", { tags = { "" } }, "Order.tags[1] must be at least 1 character long" },
+    { "nested records", { items = { { sku = "AB-12", qty = 0 } } }, "Order.items[1].qty must be at least 1" },
+    { "@length counts characters", { items = { { sku = "ÄB-1234567", qty = 1 } } }, "Order.items[1].sku must be at most 8 characters long" },
+    { "@pattern", { items = { { sku = "ab-12", qty = 1 } } }, 'Order.items[1].sku must match the pattern "^[A-Z]+-[0-9]+$"' },
+    { "unknown fields", { colour = "red" }, "Order.colour is not allowed" },
+    { "keys that are not names", { ["two words"] = 1 }, 'Order["two words"] is not allowed' },
+    { "keys that are not strings", { [1] = true }, "Order[1] is not allowed" },
+    { "a record is a table", { items = { 5 } }, "Order.items[1] must be an object" },
+    { "any rejects functions", { meta = { f = print } }, "Order.meta.f must be a JSON value, not a function" },
+    { "any rejects coroutines", { meta = coroutine.create(print) }, "Order.meta must be a JSON value, not a thread" },
+    { "any rejects mixed tables", { meta = { 1, x = 2 } }, "Order.meta must be a JSON value: a table needs string keys or the items 1..n" },
+    { "any needs finite numbers", { meta = { n = 0 / 0 } }, "Order.meta.n must be a finite number" },
+  }
+  for _, c in ipairs(cases) do
+    it(c[1], function()
+      assert.are.equal(c[3], (first_error("Order", order(c[2]))))
+    end)
+  end
+
+  it("requires the fields that are neither optional nor defaulted", function()
+    local value = order()
+    value.paid = nil
+    assert.are.equal("Order.paid is required", (first_error("Order", value)))
+  end)
+
+  it("accepts a float with an integral value for int, and stores an integer", function()
+    local value = order { id = 7.0 }
+    assert.is_true(program:validate("Order", value))
+    assert.are.equal(7, value.id)
+    if math.type then assert.are.equal("integer", math.type(value.id)) end
+  end)
+
+  it("accepts an integer for float", function()
+    assert.is_true(program:validate("Order", order { price = 3 }))
+  end)
+
+  it("fills a missing optional field that has a @default", function()
+    local value = order()
+    assert.is_true(program:validate("Order", value))
+    assert.are.equal(10, value.limit)
+  end)
+
+  it("treats null on an optional field as absent", function()
+    local value = order { note = luma.null, limit = luma.null }
+    assert.is_true(program:validate("Order", value))
+    assert.is_nil(value.note)
+    assert.are.equal(10, value.limit)
+  end)
+
+  it("does not accept null for a required field", function()
+    assert.are.equal("Order.id must be an integer", (first_error("Order", order { id = luma.null })))
+  end)
+
+  it("accepts any JSON value for any", function()
+    local value = order { meta = { list = { 1, 2.5, "x", true, luma.null }, nested = { a = {} } } }
+    assert.is_true(program:validate("Order", value))
+  end)
+
+  it("accepts an empty table as an empty array", function()
+    assert.is_true(program:validate("Order", order { items = {} }))
+  end)
+
+  it("never runs the value's metamethods", function()
+    local touched = false
+    local trap = setmetatable({}, {
+      __index = function() touched = true end,
+      __pairs = function() touched = true end,
+      __len = function() touched = true; return 1 end,
+    })
+    local value = order { meta = trap, items = setmetatable({ { sku = "AB-1", qty = 1 } }, getmetatable(trap)) }
+    assert.is_true(program:validate("Order", value))
+    assert.is_false(touched)
+  end)
+end)
+
+describe("validation of tagged unions", function()
+  it("infers the member of an input and writes the tag", function()
+    local input = { doc = { reference = "R-1" } }
+    assert.is_true(program:validate("__tool_file_doc_input", input))
+    assert.are.equal("Receipt", input.doc.kind)
+  end)
+
+  it("checks an input against the member its tag names", function()
+    local input = { doc = { kind = "Invoice", reference = "R-1" } }
+    local message, err = first_error("__tool_file_doc_input", input)
+    assert.are.equal("file_doc.input.doc.invoice_number is required", message)
+    assert.are.equal("file_doc.input.doc.reference is not allowed", err.details.violations[2].message)
+  end)
+
+  it("rejects an input tag that names no member", function()
+    local message = first_error("__tool_file_doc_input", { doc = { kind = "Memo", reference = "R" } })
+    assert.are.equal("file_doc.input.doc.kind must identify a tagged union member.", message)
+  end)
+
+  it("rejects an input that fits no member", function()
+    local message = first_error("__tool_file_doc_input", { doc = { title = "x" } })
+    assert.are.equal("file_doc.input.doc must match a member of Document (Invoice, Receipt)", message)
+  end)
+
+  it("requires the tag on output: nobody writes it for the handler", function()
+    local message, err = first_error("Document", { invoice_number = "A-1" }, { mode = "output", root = "classify.output" })
+    assert.are.equal("classify.output.kind must identify a tagged union member.", message)
+    assert.are.equal("VALIDATION_FAILED", err.code)
+  end)
+
+  it("accepts a tagged output", function()
+    assert.is_true(program:validate("Document", { kind = "Invoice", invoice_number = "A-1" }, { mode = "output" }))
+  end)
+end)
+
+describe("@severity(\"soft\")", function()
+  it("turns a broken rule of an output into a warning", function()
+    local ok, warnings = program:validate("Reading", { celsius = 80, label = "x", station = "S1" }, { mode = "output", root = "read_sensor.output" })
+    assert.is_true(ok)
+    assert.are.equal(1, #warnings)
+    assert.are.equal("read_sensor.output.celsius must be at most 60", warnings[1].message)
+    assert.are.equal("maximum", warnings[1].rule)
+  end)
+
+  it("keeps hard rules of the same output hard, and reports soft ones beside", function()
+    local message, err = first_error("Reading", { celsius = 80, label = "", station = "TOOLONG" }, { mode = "output" })
+    assert.are.equal("Reading.station must be at most 4 characters long", message)
+    assert.are.equal(2, #err.details.warnings)
+  end)
+
+  it("stays hard on input", function()
+    assert.are.equal("set_level.input.level must be at most 10",
+      (first_error("__tool_set_level_input", { level = 11 })))
+  end)
+
+  it("does not soften a wrong type", function()
+    assert.are.equal("Reading.celsius must be a number",
+      (first_error("Reading", { celsius = "hot", label = "x", station = "S1" }, { mode = "output" })))
+  end)
+end)
+
+describe("validation of hostile values", function()
+  it("reports a table with a cycle", function()
+    local t = {}
+    t.self = t
+    assert.are.equal("Order.meta.self contains a cycle", (first_error("Order", order { meta = t })))
+  end)
+
+  it("reports a depth of 10,000 without crashing", function()
+    local deep = {}
+    local cur = deep
+    for _ = 1, 10000 do cur.x = {}; cur = cur.x end
+    local message, err = first_error("Order", order { meta = deep })
+    assert.matches("is nested too deeply %(more than 100 levels%)$", message)
+    assert.are.equal("depth", err.details.violations[1].rule)
+    assert.matches("<%d+ more levels>", message)
+  end)
+
+  it("reports a 100 MB string", function()
+    local message = first_error("Order", order { note = string.rep("x", 100 * 1024 * 1024) })
+    assert.are.equal("Order.note is too long (104857600 bytes; the limit is 16777216)", message)
+  end)
+
+  it("reports userdata", function()
+    assert.are.equal("Order.meta must be a JSON value, not a userdata",
+      (first_error("Order", order { meta = io.stdout })))
+  end)
+
+  it("reports a value that is not a table", function()
+    assert.are.equal("Order must be an object", (first_error("Order", "text")))
+    assert.are.equal("Order must be an object", (first_error("Order", nil)))
+  end)
+
+  it("keeps at most max_violations errors and says the list is cut", function()
+    local p = luma.compile("schema L { xs: int[] }", "l.luma", { limits = { max_violations = 3 } })
+    local xs = {}
+    for i = 1, 1000 do xs[i] = "s" end
+    local ok, err = p:validate("L", { xs = xs })
+    assert.is_nil(ok)
+    assert.are.equal(3, #err.details.violations)
+    assert.is_true(err.details.truncated)
+  end)
+
+  it("honours max_depth and max_string_bytes", function()
+    local p = luma.compile("schema L { v: any }", "l.luma", { limits = { max_depth = 2, max_string_bytes = 4 } })
+    assert.is_nil((p:validate("L", { v = "12345" })))
+    assert.is_true(p:validate("L", { v = "1234" }))
+    assert.is_nil((p:validate("L", { v = { { {} } } })))
+  end)
+end)
+
+describe("program:validate", function()
+  it("raises for a schema that does not exist", function()
+    assert.has_error(function() program:validate("Nope", {}) end)
+  end)
+end)

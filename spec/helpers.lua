@@ -1,0 +1,102 @@
+-- Shared helpers for the specs: running the luma-lua command, compiling
+-- programs, and temporary files.
+local luma = require "luma"
+
+local helpers = {}
+
+local root = assert(io.popen("pwd")):read("*l")
+helpers.root = root
+
+local function shell_quote(s)
+  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
+end
+helpers.quote = shell_quote
+
+local tmp_counter = 0
+function helpers.tmpname(suffix)
+  tmp_counter = tmp_counter + 1
+  local dir = os.getenv("TMPDIR") or "/tmp"
+  return string.format("%s/luma-spec-%d-%d%s", dir, math.random(1, 1e9), tmp_counter, suffix or "")
+end
+
+function helpers.read(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+function helpers.write(path, content)
+  local f = assert(io.open(path, "wb"))
+  f:write(content)
+  f:close()
+  return path
+end
+
+-- Writes source to a temporary .luma file and returns its path.
+function helpers.program_file(source, name)
+  local path = helpers.tmpname(name or ".luma")
+  return helpers.write(path, source)
+end
+
+-- Runs bin/luma-lua with the given arguments (a list); returns
+-- { status = exit code, stdout = ..., stderr = ... }.
+function helpers.run(args, opts)
+  opts = opts or {}
+  local out, err = helpers.tmpname(".out"), helpers.tmpname(".err")
+  local parts = {}
+  for _, a in ipairs(args) do parts[#parts + 1] = shell_quote(a) end
+  local env = ""
+  for k, v in pairs(opts.env or {}) do env = env .. k .. "=" .. shell_quote(v) .. " " end
+  local stdin = opts.stdin and ("< " .. shell_quote(helpers.write(helpers.tmpname(".in"), opts.stdin))) or "< /dev/null"
+  local cmd = string.format("cd %s && %s%s/bin/luma-lua %s %s > %s 2> %s",
+    shell_quote(opts.cwd or root), env, root, table.concat(parts, " "), stdin, out, err)
+  local ok, how, code = os.execute(cmd)
+  local status = code
+  if type(ok) == "number" then status = ok / 256 end -- Lua 5.1
+  local result = { status = status, stdout = helpers.read(out), stderr = helpers.read(err) }
+  os.remove(out)
+  os.remove(err)
+  return result
+end
+
+-- Compiles source; returns the program, or nil and the error object.
+function helpers.compile(source, opts)
+  local ok, result = pcall(luma.compile, source, "program.luma", opts)
+  if ok then return result end
+  return nil, result
+end
+
+-- The messages (without position) of every error in source.
+function helpers.errors(source)
+  local program, err = helpers.compile(source)
+  if program then return {} end
+  assert(luma.is_error(err), "expected a structured error, got " .. tostring(err))
+  local messages = {}
+  for _, d in ipairs(err.details.diagnostics) do messages[#messages + 1] = d.message end
+  return messages, err
+end
+
+-- The single error message of source (fails if there is not exactly one).
+function helpers.error(source)
+  local messages = helpers.errors(source)
+  assert(#messages == 1, "expected one error, got " .. #messages .. ":\n" .. table.concat(messages, "\n"))
+  return messages[1]
+end
+
+helpers.calculate = [[
+schema CalcResult {
+  result: float
+}
+
+tool calculate(
+  a: float @range(0, 1000000),
+  b: float @range(0, 1000000),
+  operation: enum["add", "multiply"] @desc("Operation to perform")
+) -> CalcResult {
+  side_effects: "none"
+  cache: true
+}
+]]
+
+return helpers
