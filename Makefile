@@ -22,7 +22,7 @@ SANFLAGS  = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-fra
 ALL_CFLAGS += $(SANFLAGS)
 LDFLAGS   += $(SANFLAGS)
 # lua5.4 itself is not instrumented: the runtime must be loaded first
-SAN_ENV   = LD_PRELOAD=$$($(CC) -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 \
+SAN_ENV   = LD_PRELOAD=$$($(CC) -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=1 \
             UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 else
 BUILD     ?= build

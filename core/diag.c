@@ -99,9 +99,12 @@ static size_t edit_distance(const char *a, const char *b) {
 }
 
 const char *dg_suggest(const char *word, const char *const *names, int n) {
+  if (!*word) return NULL;
   size_t limit = strlen(word) / 3;
   if (limit < 1) limit = 1;
   if (limit > 3) limit = 3;
+  /* a candidate must keep something of the word: "R" is no typo of "M" */
+  if (limit >= strlen(word)) limit = strlen(word) - 1;
   const char *best = NULL;
   size_t bestd = limit + 1;
   for (int i = 0; i < n; i++) {

@@ -120,6 +120,12 @@ static void newline(sb_buf *b, int indent, int level) {
   for (int i = 0; i < indent * level; i++) sb_addc(b, ' ');
 }
 
+static int scalars_only(const jv *arr) {
+  for (const jv *m = arr->first; m; m = m->next)
+    if (m->type == JV_ARR || m->type == JV_OBJ) return 0;
+  return 1;
+}
+
 static void write_value(sb_buf *b, const jv *v, int indent, int level) {
   char num[40];
   switch (v->type) {
@@ -134,6 +140,15 @@ static void write_value(sb_buf *b, const jv *v, int indent, int level) {
       int obj = v->type == JV_OBJ;
       sb_addc(b, obj ? '{' : '[');
       if (!v->first) { sb_addc(b, obj ? '}' : ']'); break; }
+      if (!obj && indent > 0 && scalars_only(v)) {
+        /* a list of scalars stays on one line: ["add", "multiply"] */
+        for (const jv *m = v->first; m; m = m->next) {
+          write_value(b, m, indent, level + 1);
+          if (m->next) sb_adds(b, ", ");
+        }
+        sb_addc(b, ']');
+        break;
+      }
       for (const jv *m = v->first; m; m = m->next) {
         newline(b, indent, level + 1);
         if (obj) {

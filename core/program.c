@@ -843,7 +843,7 @@ static void build_tool(pm_ctx *c, ast_decl *d) {
     const ast_config *e = config_entry(d, "retries");
     ERR(c, e ? e->pos : d->name_pos, "A write tool '%s' must be idempotent and specify an idempotency_key to be retried.", d->name);
   }
-  if (t->idempotent && !t->idempotency_key.present) {
+  if (t->idempotent && !config_entry(d, "idempotency_key")) {
     const ast_config *e = config_entry(d, "idempotent");
     ERR(c, e ? e->pos : d->name_pos, "Idempotent tool '%s' must specify an idempotency_key.", d->name);
   }

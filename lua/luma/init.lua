@@ -31,10 +31,11 @@ function luma.load(path, opts)
   local f, err = io.open(path, "rb")
   if not f then io_error("cannot read '" .. path .. "': " .. tostring(err):gsub("^[^:]*: ", "")) end
   local limit = opts and opts.limits and opts.limits.max_source_bytes or DEFAULT_MAX_SOURCE_BYTES
+  local readable, rerr = f:read(0)
   local size = f:seek("end")
-  if not size then
+  if (readable == nil and rerr) or not size then
     f:close()
-    io_error("cannot read '" .. path .. "': not a regular file")
+    io_error("cannot read '" .. path .. "': " .. (rerr or "not a regular file"))
   end
   if size > limit then
     f:close()
