@@ -38,14 +38,14 @@ CORE_OBJ  = $(CORE_SRC:core/%.c=$(BUILD)/obj/%.o)
 CTESTS    = $(patsubst spec/c/%.c,$(BUILD)/%,$(wildcard spec/c/test_*.c))
 
 # Debian packages `make test` installs when run as root and one is missing.
-DEB_PACKAGES = lua5.4 liblua5.4-dev lua-cjson lua-busted libcurl4-openssl-dev libmbedtls-dev
+DEB_PACKAGES = lua5.4 liblua5.4-dev lua-cjson lua-busted libcurl4-openssl-dev libmbedtls-dev luarocks
 BENCH_PACKAGES = node-ajv
 FUZZ_PACKAGES = clang libclang-rt-14-dev
 
 RESULTS   = $(BUILD)/test-results
 BUSTED    = $(LUA) /usr/bin/busted
 
-.PHONY: all test bench demo fuzz install clean help deps
+.PHONY: all test valgrind bench demo fuzz install clean help deps
 
 all: $(BUILD)/luma/core.so $(BUILD)/luma-lua
 
@@ -53,6 +53,7 @@ help:
 	@echo "make            build luma.core ($(BUILD)/luma/core.so) and $(BUILD)/luma-lua"
 	@echo "make test       install missing Debian packages (as root), build, run every spec"
 	@echo "SANITIZE=1 make test   the same under AddressSanitizer and UBSan"
+	@echo "make valgrind   the specs and C tests under valgrind"
 	@echo "make demo       run the example program"
 	@echo "make bench      run the benchmarks under bench/"
 	@echo "make fuzz       fuzz the parser (FUZZ_SECONDS=600)"
@@ -95,6 +96,19 @@ test: deps
 	for t in $(CTESTS); do LUMA_TEST_RESULTS=$(RESULTS) $(SAN_ENV) $$t || status=1; done; \
 	LUMA_TEST_RESULTS=$(RESULTS) LUMA_BUILD=$(BUILD) $(SAN_ENV) \
 	  $(BUSTED) --cpath='$(BUILD)/?.so' -o spec/support/summary.lua spec || status=1; \
+	$(LUA) spec/support/total.lua $(RESULTS) $$(( $(words $(CTESTS)) + 1 )) || status=1; \
+	exit $$status
+
+# The C tests and every spec in-process under valgrind; the luma-lua runs of
+# the specs too (spec/helpers.lua wraps them when LUMA_VALGRIND is set).
+VALGRIND = valgrind -q --error-exitcode=99 --leak-check=full
+valgrind: deps
+	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES=valgrind
+	@$(MAKE) --no-print-directory all $(CTESTS)
+	@rm -f $(RESULTS); status=0; \
+	for t in $(CTESTS); do LUMA_TEST_RESULTS=$(RESULTS) $(VALGRIND) $$t || status=1; done; \
+	LUMA_TEST_RESULTS=$(RESULTS) LUMA_BUILD=$(BUILD) LUMA_VALGRIND=1 \
+	  $(VALGRIND) --leak-check=no $(BUSTED) --cpath='$(BUILD)/?.so' -o spec/support/summary.lua spec || status=1; \
 	$(LUA) spec/support/total.lua $(RESULTS) $$(( $(words $(CTESTS)) + 1 )) || status=1; \
 	exit $$status
 

@@ -49,8 +49,14 @@ function helpers.run(args, opts)
   local env = ""
   for k, v in pairs(opts.env or {}) do env = env .. k .. "=" .. shell_quote(v) .. " " end
   local stdin = opts.stdin and ("< " .. shell_quote(helpers.write(helpers.tmpname(".in"), opts.stdin))) or "< /dev/null"
-  local cmd = string.format("cd %s && %s%s/bin/luma-lua %s %s > %s 2> %s",
-    shell_quote(opts.cwd or root), env, root, table.concat(parts, " "), stdin, out, err)
+  -- under `make valgrind` the command itself runs under valgrind too
+  local command = root .. "/bin/luma-lua"
+  if os.getenv("LUMA_VALGRIND") then
+    command = "LUMA_LUADIR=" .. shell_quote(root .. "/lua") .. " valgrind -q --error-exitcode=99 --leak-check=full " ..
+      shell_quote(root .. "/" .. (os.getenv("LUMA_BUILD") or "build") .. "/luma-lua")
+  end
+  local cmd = string.format("cd %s && %s%s %s %s > %s 2> %s",
+    shell_quote(opts.cwd or root), env, command, table.concat(parts, " "), stdin, out, err)
   local ok, how, code = os.execute(cmd)
   local status = code
   if type(ok) == "number" then status = ok / 256 end -- Lua 5.1

@@ -1,0 +1,33 @@
+-- Builds the same module as the Makefile (spec/08-build_spec.lua checks that
+-- the source lists agree): luarocks make rockspec/luma-lua-scm-1.rockspec
+rockspec_format = "3.0"
+package = "luma-lua"
+version = "scm-1"
+source = {
+  url = "git+file:///luma-lua",
+}
+description = {
+  summary = "A tool and agent runtime for LLM applications, with a C core and Lua tool handlers",
+  license = "MIT",
+}
+dependencies = {
+  "lua >= 5.4, < 5.5",
+  "lua-cjson",
+}
+build = {
+  type = "builtin",
+  modules = {
+    ["luma.core"] = {
+      sources = {
+        "core/arena.c", "core/diag.c", "core/lex.c", "core/parse.c", "core/program.c", "core/regex.c",
+        "core/strbuf.c", "core/json.c", "core/jsonschema.c",
+        "core/validate.c", "core/lerror.c", "core/lprogram.c", "core/last.c", "core/lcore.c",
+      },
+      incdirs = { "core" },
+      defines = { "_POSIX_C_SOURCE=200809L" },
+      libraries = { "m" },
+    },
+    ["luma"] = "lua/luma/init.lua",
+    ["luma.cli"] = "lua/luma/cli.lua",
+  },
+}

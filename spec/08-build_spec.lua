@@ -1,0 +1,55 @@
+local h = require "spec.helpers"
+
+-- The C sources of luma.core as the Makefile lists them.
+local function makefile_sources()
+  local text = h.read(h.root .. "/Makefile"):gsub("\\\n", " ")
+  local sources = {}
+  for _, var in ipairs { "CORE_PURE", "CORE_LUA" } do
+    local list = assert(text:match("\n" .. var .. "%s*=%s*([^\n]*)"), var)
+    for file in list:gmatch("%S+") do sources[#sources + 1] = file end
+  end
+  return sources
+end
+
+local function rockspec()
+  local env = {}
+  local chunk = assert(loadfile(h.root .. "/rockspec/luma-lua-scm-1.rockspec", "t", env))
+  chunk()
+  return env
+end
+
+describe("the rockspec", function()
+  it("builds luma.core from the same sources as the Makefile", function()
+    assert.are.same(makefile_sources(), rockspec().build.modules["luma.core"].sources)
+  end)
+
+  it("maps every Lua module of lua/luma", function()
+    local modules = rockspec().build.modules
+    local listed = {}
+    for name, file in pairs(modules) do
+      if type(file) == "string" then listed[#listed + 1] = file end
+    end
+    table.sort(listed)
+    local present = {}
+    local p = assert(io.popen("ls " .. h.root .. "/lua/luma/*.lua"))
+    for line in p:lines() do present[#present + 1] = line:sub(#h.root + 2) end
+    p:close()
+    table.sort(present)
+    assert.are.same(present, listed)
+  end)
+
+  it("builds with luarocks make into a module that loads", function()
+    local tree, copy = h.tmpname("-tree"), h.tmpname("-src")
+    local cmd = string.format(
+      "mkdir -p %s && cp -r %s/core %s/lua %s/rockspec %s/ && cd %s && " ..
+      "luarocks --lua-version=5.4 make --deps-mode=none --tree=%s rockspec/luma-lua-scm-1.rockspec >/dev/null 2>&1 && " ..
+      "lua5.4 -e 'package.cpath=%q..package.cpath package.path=%q..package.path " ..
+      "io.write(tostring(require(\"luma\").compile(\"schema A { x: int }\"):validate(\"A\", { x = 1 })))' > %s/out.txt",
+      copy, h.root, h.root, h.root, copy, copy, tree,
+      tree .. "/lib/lua/5.4/?.so;", tree .. "/share/lua/5.4/?.lua;" .. tree .. "/share/lua/5.4/?/init.lua;", copy)
+    local ok = os.execute(cmd)
+    assert.is_truthy(ok == true or ok == 0)
+    assert.are.equal("true", h.read(copy .. "/out.txt"))
+    os.execute("rm -rf " .. h.quote(tree) .. " " .. h.quote(copy))
+  end)
+end)
