@@ -3,6 +3,7 @@
  */
 #include "lprogram.h"
 
+#include <stdint.h>
 #include <string.h>
 
 #include "compat.h"
@@ -12,13 +13,33 @@
 
 #define LP_METATABLE "luma.Program"
 
+#define LP_CACHE 16
+
+/* Schema lookups by name, keyed by the address of the interned name string.
+   The names are kept alive in a table (registry ref `names`), so an address
+   cannot be reused by another string while it is in the cache. */
+typedef struct lp_cache {
+  const char *key;
+  const pm_schema *schema;
+} lp_cache;
+
 typedef struct lp_program {
   pm_program *p;              /* NULL once closed */
   lv_program *v;
+  int names;                  /* registry ref of the table keeping cached names alive */
+  lp_cache cache[LP_CACHE];
 } lp_program;
 
+/* The methods carry the metatable as upvalue 1: checking the argument is
+   then one comparison, without a registry lookup by name. */
 static lp_program *check_program(lua_State *L, int idx) {
-  lp_program *lp = luaL_checkudata(L, idx, LP_METATABLE);
+  lp_program *lp = lua_touserdata(L, idx);
+  int ok = lp && lua_getmetatable(L, idx);
+  if (ok) {
+    ok = lua_rawequal(L, -1, lua_upvalueindex(1));
+    lua_pop(L, 1);
+  }
+  if (!ok) luaL_argerror(L, idx, LP_METATABLE " expected");
   if (!lp->p) luaL_argerror(L, idx, "the program is closed");
   return lp;
 }
@@ -27,8 +48,11 @@ static int lp_close(lua_State *L) {
   lp_program *lp = luaL_checkudata(L, 1, LP_METATABLE);
   lv_free(L, lp->v);
   pm_free(lp->p);
+  if (lp->names != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, lp->names);
   lp->v = NULL;
   lp->p = NULL;
+  lp->names = LUA_NOREF;
+  memset(lp->cache, 0, sizeof lp->cache);
   return 0;
 }
 
@@ -128,9 +152,11 @@ static int l_compile(lua_State *L) {
   lp_opts o;
   read_opts(L, 3, &o);
   lp_program *lp = lua_newuserdata(L, sizeof *lp);
-  lp->p = NULL;
-  lp->v = NULL;
+  memset(lp, 0, sizeof *lp);
+  lp->names = LUA_NOREF;
   lc_setmetatable(L, LP_METATABLE);
+  lua_newtable(L);
+  lp->names = luaL_ref(L, LUA_REGISTRYINDEX);
   lp->p = pm_build(src, len, chunk, &o.pm);
   if (!lp->p) return luaL_error(L, "out of memory compiling %s", chunk);
   if (lp->p->diag.count == 0) {
@@ -236,14 +262,28 @@ static void push_schema_info(lua_State *L, lp_program *lp, const pm_schema *s) {
   }
 }
 
-static const pm_schema *find_schema(lp_program *lp, const char *name) {
-  return pm_find_schema(lp->p, name);
+/* The schema named by the string at idx. */
+static const pm_schema *find_schema(lua_State *L, lp_program *lp, int idx) {
+  const char *name = lua_tostring(L, idx);
+  lp_cache *slot = &lp->cache[((uintptr_t)name >> 4) % LP_CACHE];
+  if (slot->key == name) return slot->schema;
+  const pm_schema *s = pm_find_schema(lp->p, name);
+  if (s) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, lp->names);
+    lua_pushvalue(L, idx);
+    lua_rawseti(L, -2, (lua_Integer)(slot - lp->cache) + 1);
+    lua_pop(L, 1);
+    slot->key = name;
+    slot->schema = s;
+  }
+  return s;
 }
 
 /* program:schema(name) -> description, or nil */
 static int l_schema(lua_State *L) {
   lp_program *lp = check_program(L, 1);
-  const pm_schema *s = find_schema(lp, luaL_checkstring(L, 2));
+  luaL_checktype(L, 2, LUA_TSTRING);
+  const pm_schema *s = find_schema(L, lp, 2);
   if (!s) { lua_pushnil(L); return 1; }
   push_schema_info(L, lp, s);
   return 1;
@@ -341,8 +381,9 @@ static void push_model_info(lua_State *L, const pm_model *m) {
 /* program:declaration(name) -> description of any declaration, or nil */
 static int l_declaration(lua_State *L) {
   lp_program *lp = check_program(L, 1);
-  const char *name = luaL_checkstring(L, 2);
-  const pm_schema *s = find_schema(lp, name);
+  luaL_checktype(L, 2, LUA_TSTRING);
+  const char *name = lua_tostring(L, 2);
+  const pm_schema *s = find_schema(L, lp, 2);
   const pm_tool *t;
   const pm_agent *ag;
   const pm_model *m;
@@ -468,7 +509,8 @@ static int push_result(lua_State *L, ar_arena *a, const jv *v, int text) {
 /* program:json_schema(name [, opts]) -> table (or JSON text), or nil */
 static int l_json_schema(lua_State *L) {
   lp_program *lp = check_program(L, 1);
-  const pm_schema *s = find_schema(lp, luaL_checkstring(L, 2));
+  luaL_checktype(L, 2, LUA_TSTRING);
+  const pm_schema *s = find_schema(L, lp, 2);
   int text = want_text(L, 3);
   if (!s) { lua_pushnil(L); return 1; }
   ar_arena *a = push_scratch(L);
@@ -519,10 +561,10 @@ int lp_push_validation_error(lua_State *L, const char *code, const lv_result *r)
    -> true [, warnings] | nil, err */
 static int l_validate(lua_State *L) {
   lp_program *lp = check_program(L, 1);
-  const char *name = luaL_checkstring(L, 2);
+  luaL_checktype(L, 2, LUA_TSTRING);
   luaL_checkany(L, 3);
-  const pm_schema *s = find_schema(lp, name);
-  if (!s) return luaL_argerror(L, 2, lua_pushfstring(L, "no schema named '%s'", name));
+  const pm_schema *s = find_schema(L, lp, 2);
+  if (!s) return luaL_argerror(L, 2, lua_pushfstring(L, "no schema named '%s'", lua_tostring(L, 2)));
   int mode = LV_INPUT;
   const char *root = s->display;
   if (!lua_isnoneornil(L, 4)) {
@@ -573,7 +615,6 @@ static int l_ast(lua_State *L) {
   return 1;
 }
 
-pm_program *lp_check(lua_State *L, int idx) { return check_program(L, idx)->p; }
 
 void lp_open(lua_State *L) {
   static const luaL_Reg methods[] = {
@@ -596,7 +637,9 @@ void lp_open(lua_State *L) {
   };
   if (luaL_newmetatable(L, LP_METATABLE)) {
     lc_setfuncs(L, meta, 0);
-    lc_newlib(L, methods);
+    lua_newtable(L);
+    lua_pushvalue(L, -2);
+    lc_setfuncs(L, methods, 1);
     lua_setfield(L, -2, "__index");
     lua_pushstring(L, LP_METATABLE);
     lua_setfield(L, -2, "__name");

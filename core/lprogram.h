@@ -9,8 +9,6 @@
 
 /* Adds compile() to the table on top and registers the metatable. */
 void lp_open(lua_State *L);
-/* The program of the userdata at idx; raises if it is not an open program. */
-pm_program *lp_check(lua_State *L, int idx);
 /* Pushes a structured error with the given code from a failed validation. */
 int lp_push_validation_error(lua_State *L, const char *code, const lv_result *r);
 /* Pushes the syntax tree of p as plain tables (see last.c for the shape). */

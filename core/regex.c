@@ -128,25 +128,26 @@ static int is_alpha(int c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 
 
 static int is_word(uint32_t c) { return c < 128 && (is_alpha((int)c) || is_digit((int)c) || c == '_'); }
 
-static int grow(void **buf, size_t *cap, size_t need, size_t elem, size_t limit) {
+/* Reallocates buf to hold at least need elements (doubling, at most limit);
+   returns NULL, leaving buf and *cap as they were, if that fails. */
+static void *grow(void *buf, size_t *cap, size_t need, size_t elem, size_t limit) {
   size_t ncap = *cap ? *cap : 16;
   void *nb;
   while (ncap < need) ncap *= 2;
   if (ncap > limit) ncap = limit;
-  nb = realloc(*buf, ncap * elem);
-  if (!nb) return -1;
-  *buf = nb;
-  *cap = ncap;
-  return 0;
+  if ((nb = realloc(buf, ncap * elem)) != NULL) *cap = ncap;
+  return nb;
 }
 
 /* Makes room for extra more instructions, within LRE_MAX_PROGRAM. */
 static int reserve(lre_parser *p, size_t extra) {
+  lre_inst *np;
   if (extra > LRE_MAX_PROGRAM - p->n)
     return fail(p, "pattern is too complex (over %d instructions)", LRE_MAX_PROGRAM);
-  if (p->n + extra > p->cap &&
-      grow((void **)&p->prog, &p->cap, p->n + extra, sizeof *p->prog, LRE_MAX_PROGRAM) < 0)
+  if (p->n + extra <= p->cap) return 0;
+  if (!(np = grow(p->prog, &p->cap, p->n + extra, sizeof *np, LRE_MAX_PROGRAM)))
     return fail(p, "out of memory");
+  p->prog = np;
   return 0;
 }
 
@@ -208,9 +209,12 @@ static int quantify(lre_parser *p, size_t a, int min, int max) {
 }
 
 static int add_range(lre_parser *p, uint32_t lo, uint32_t hi) {
-  if (2 * (p->nset + 1) > p->capset &&
-      grow((void **)&p->set, &p->capset, 2 * (p->nset + 1), sizeof *p->set, (size_t)-1) < 0)
-    return fail(p, "out of memory");
+  uint32_t *ns;
+  if (2 * (p->nset + 1) > p->capset) {
+    if (!(ns = grow(p->set, &p->capset, 2 * (p->nset + 1), sizeof *ns, (size_t)-1)))
+      return fail(p, "out of memory");
+    p->set = ns;
+  }
   p->set[2 * p->nset] = lo;
   p->set[2 * p->nset + 1] = hi;
   p->nset++;
@@ -271,6 +275,7 @@ static void normalize_set(lre_parser *p) {
 /* Turns the scratch set into a class and emits OP_CLASS for it. */
 static int finish_class(lre_parser *p, int negate) {
   lre_class *k;
+  uint32_t *r;
   size_t i, need;
   normalize_set(p);
   if (negate) {
@@ -284,13 +289,17 @@ static int finish_class(lre_parser *p, int negate) {
     memmove(p->set, p->set + 2 * n, 2 * (p->nset - n) * sizeof *p->set);
     p->nset -= n;
   }
-  if (p->nclasses == p->capclasses &&
-      grow((void **)&p->classes, &p->capclasses, p->nclasses + 1, sizeof *p->classes, (size_t)-1) < 0)
-    return fail(p, "out of memory");
+  if (p->nclasses == p->capclasses) {
+    if (!(k = grow(p->classes, &p->capclasses, p->nclasses + 1, sizeof *k, (size_t)-1)))
+      return fail(p, "out of memory");
+    p->classes = k;
+  }
   need = 2 * (p->nranges + p->nset);
-  if (need > p->capranges &&
-      grow((void **)&p->ranges, &p->capranges, need, sizeof *p->ranges, (size_t)-1) < 0)
-    return fail(p, "out of memory");
+  if (need > p->capranges) {
+    if (!(r = grow(p->ranges, &p->capranges, need, sizeof *r, (size_t)-1)))
+      return fail(p, "out of memory");
+    p->ranges = r;
+  }
   k = &p->classes[p->nclasses];
   memset(k->ascii, 0, sizeof k->ascii);
   k->first = p->nranges;

@@ -319,26 +319,38 @@ static void format_num(pm_num n, char out[40]) {
   else if (!json_format_number(n.d, out)) snprintf(out, 40, "%g", n.d);
 }
 
-/* Compares a Lua number with a bound: <0, 0, >0. */
-static int cmp_num(lua_State *L, int idx, pm_num b) {
+/* Reads the number at idx once: as an integer when it is one. */
+static pm_num read_number(lua_State *L, int idx) {
+  pm_num n;
 #if LUA_VERSION_NUM >= 503
-  if (b.is_int && lua_isinteger(L, idx)) {
-    lua_Integer x = lua_tointeger(L, idx);
-    return x < b.i ? -1 : x > b.i;
+  if (lua_isinteger(L, idx)) {
+    n.is_int = 1;
+    n.i = (long long)lua_tointeger(L, idx);
+    n.d = (double)n.i;
+    return n;
   }
 #endif
-  double x = (double)lua_tonumber(L, idx), y = b.is_int ? (double)b.i : b.d;
-  return x < y ? -1 : x > y;
+  n.is_int = 0;
+  n.i = 0;
+  n.d = (double)lua_tonumber(L, idx);
+  return n;
 }
 
-static int check_range(lv_ctx *c, const pm_type *t, int idx) {
+/* Compares a number with a bound: <0, 0, >0. */
+static int cmp_num(pm_num x, pm_num b) {
+  if (x.is_int && b.is_int) return x.i < b.i ? -1 : x.i > b.i;
+  double y = b.is_int ? (double)b.i : b.d;
+  return x.d < y ? -1 : x.d > y;
+}
+
+static int check_range(lv_ctx *c, const pm_type *t, pm_num x) {
   char num[40];
   int ok = 1;
-  if ((t->rules & PR_MIN) && cmp_num(c->L, idx, t->min) < 0) {
+  if ((t->rules & PR_MIN) && cmp_num(x, t->min) < 0) {
     format_num(t->min, num);
     ok = report(c, t->soft, "minimum", "must be at least %s", num);
   }
-  if ((t->rules & PR_MAX) && cmp_num(c->L, idx, t->max) > 0) {
+  if ((t->rules & PR_MAX) && cmp_num(x, t->max) > 0) {
     format_num(t->max, num);
     ok = report(c, t->soft, "maximum", "must be at most %s", num) && ok;
   }
@@ -393,7 +405,7 @@ static int check_enum(lv_ctx *c, const pm_type *t, int idx) {
 
 /* ------------------------------------------------------------------ tables */
 
-static int check_value(lv_ctx *c, const pm_type *t, int idx, int parent, int key);
+static int check_value(lv_ctx *c, const pm_type *t, int idx, int type, int parent, int key);
 
 /* Enters a table: depth, cycles and stack space. Returns 0 after reporting. */
 static int enter_table(lv_ctx *c, int idx) {
@@ -402,7 +414,8 @@ static int enter_table(lv_ctx *c, int idx) {
     return report(c, 0, "depth", "is nested too deeply (more than %d levels)", c->v->lim.max_depth);
   for (int i = 0; i < c->depth; i++)
     if (c->tables[i] == p) return report(c, 0, "cycle", "contains a cycle");
-  if (!lua_checkstack(c->L, 8))
+  /* each level uses about three slots: reserve for the next few at once */
+  if (c->depth % 4 == 0 && !lua_checkstack(c->L, 16))
     return report(c, 0, "depth", "is nested too deeply (no stack space left)");
   c->tables[c->depth++] = p;
   return 1;
@@ -548,13 +561,14 @@ static int check_record(lv_ctx *c, const pm_schema *s, int idx, const char *tag)
       int i = find_field(s, r, k, len);
       if (i >= 0) {
         const pm_field *f = &s->fields[i];
-        if (lc_isnull(L, top) && !f->required) {
+        int vtype = lua_type(L, top);
+        if (vtype == LUA_TLIGHTUSERDATA && !f->required && lua_touserdata(L, top) == NULL) {
           /* null on an optional field means absent */
           if (c->write) { lua_pushvalue(L, top - 1); lua_pushnil(L); lua_rawset(L, idx); }
         } else {
           seen[i / 64] |= (uint64_t)1 << (i % 64);
           push_seg(c, f->name, f->len, 0);
-          ok = check_value(c, f->type, top, idx, top - 1) && ok;
+          ok = check_value(c, f->type, top, vtype, idx, top - 1) && ok;
           c->npath--;
         }
       } else if (!(tag && (k == tag || (len == strlen(tag) && memcmp(k, tag, len) == 0)))) {
@@ -664,7 +678,7 @@ static int check_array(lv_ctx *c, const pm_type *t, int idx) {
     }
     count++;
     push_seg(c, NULL, 0, k);
-    ok = check_value(c, t->elem, top, idx, top - 1) && ok;
+    ok = check_value(c, t->elem, top, lua_type(L, top), idx, top - 1) && ok;
     c->npath--;
     lua_settop(L, top - 1);
     if (STOPPED(c)) { lua_pop(L, 1); break; }
@@ -679,34 +693,37 @@ static int check_array(lv_ctx *c, const pm_type *t, int idx) {
   return ok;
 }
 
-/* The value at idx against t; parent/key locate it so int normalisation can
-   write it back (0 when it has no parent). */
-static int check_value(lv_ctx *c, const pm_type *t, int idx, int parent, int key) {
+/* The value at idx (of Lua type `type`) against t; parent/key locate it so
+   int normalisation can write it back (0 when it has no parent). */
+static int check_value(lv_ctx *c, const pm_type *t, int idx, int type, int parent, int key) {
   lua_State *L = c->L;
-  int type = lua_type(L, idx);
+  pm_num x;
   switch (t->kind) {
     case PT_STRING:
       if (type != LUA_TSTRING) return report(c, 0, "type", "must be a string");
       return check_string(c, t, idx);
     case PT_INT:
       if (type != LUA_TNUMBER) return report(c, 0, "type", "must be an integer");
-      if (!lc_isinteger(L, idx)) {
-        double d = (double)lua_tonumber(L, idx);
-        if (!(d == floor(d) && d >= -9223372036854775808.0 && d < 9223372036854775808.0))
+      x = read_number(L, idx);
+      if (!x.is_int) {
+        if (!(x.d == floor(x.d) && x.d >= -9223372036854775808.0 && x.d < 9223372036854775808.0))
           return report(c, 0, "type", "must be an integer");
+        x.is_int = 1;
+        x.i = (long long)x.d;
 #if LUA_VERSION_NUM >= 503
         if (c->write && parent) {
           lua_pushvalue(L, key);
-          lua_pushinteger(L, (lua_Integer)d);
+          lua_pushinteger(L, (lua_Integer)x.i);
           lua_rawset(L, parent);
         }
 #endif
       }
-      return t->rules ? check_range(c, t, idx) : 1;
+      return t->rules ? check_range(c, t, x) : 1;
     case PT_FLOAT:
       if (type != LUA_TNUMBER) return report(c, 0, "type", "must be a number");
-      if (!isfinite((double)lua_tonumber(L, idx))) return report(c, 0, "type", "must be a finite number");
-      return t->rules ? check_range(c, t, idx) : 1;
+      x = read_number(L, idx);
+      if (!x.is_int && !isfinite(x.d)) return report(c, 0, "type", "must be a finite number");
+      return t->rules ? check_range(c, t, x) : 1;
     case PT_BOOL:
       return type == LUA_TBOOLEAN ? 1 : report(c, 0, "type", "must be a boolean");
     case PT_ENUM:
@@ -767,12 +784,13 @@ int lv_validate_type(lv_program *v, lua_State *L, int idx, const pm_type *t, con
   init_ctx(&c, v, L, root, mode, write, r);
   idx = lc_absindex(L, idx);
   int top = lua_gettop(L);
-  check_value(&c, t, idx, 0, 0);
+  check_value(&c, t, idx, lua_type(L, idx), 0, 0);
   lua_settop(L, top);
   return finish(r);
 }
 
 void lv_result_free(lv_result *r) {
+  if (!r->errors && !r->warnings) return;
   for (int i = 0; i < r->nerrors; i++) { free(r->errors[i].path); free(r->errors[i].text); }
   for (int i = 0; i < r->nwarnings; i++) { free(r->warnings[i].path); free(r->warnings[i].text); }
   free(r->errors);
