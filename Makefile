@@ -38,7 +38,8 @@ CORE_OBJ  = $(CORE_SRC:core/%.c=$(BUILD)/obj/%.o)
 CTESTS    = $(patsubst spec/c/%.c,$(BUILD)/%,$(wildcard spec/c/test_*.c))
 
 # Debian packages `make test` installs when run as root and one is missing.
-DEB_PACKAGES = lua5.4 liblua5.4-dev lua-cjson lua-busted libcurl4-openssl-dev libmbedtls-dev luarocks
+DEB_PACKAGES = lua5.4 liblua5.4-dev lua-cjson lua-busted libcurl4-openssl-dev libmbedtls-dev luarocks \
+               luajit libluajit-5.1-dev
 BENCH_PACKAGES = node-ajv
 FUZZ_PACKAGES = clang libclang-rt-14-dev
 

@@ -716,6 +716,9 @@ static int check_value(lv_ctx *c, const pm_type *t, int idx, int type, int paren
           lua_pushinteger(L, (lua_Integer)x.i);
           lua_rawset(L, parent);
         }
+#else
+        (void)parent;
+        (void)key;
 #endif
       }
       return t->rules ? check_range(c, t, x) : 1;
