@@ -64,7 +64,8 @@ typedef struct lp_opts {
 } lp_opts;
 
 static const char *const option_names[] = {
-  "max_source_bytes", "max_errors", "max_parse_depth", "max_depth", "max_string_bytes", "max_violations", NULL
+  "max_source_bytes", "max_errors", "max_parse_depth", "max_depth", "max_string_bytes", "max_violations",
+  "max_pattern_work", NULL
 };
 
 /* Reads `opts.limits`; a misspelt or ill-typed limit is a programmer error. */
@@ -98,6 +99,7 @@ static void read_opts(lua_State *L, int idx, lp_opts *o) {
       case 3: o->lv.max_depth = small > LV_DEPTH_CAP ? LV_DEPTH_CAP : small; break;
       case 4: o->lv.max_string_bytes = (size_t)n; break;
       case 5: o->lv.max_violations = small; break;
+      case 6: o->lv.max_pattern_work = (double)n; break;
     }
     lua_pop(L, 1);
   }

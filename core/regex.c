@@ -774,3 +774,7 @@ int lre_search(const lre *re, const char *s, size_t len) {
   free(mem);
   return r;
 }
+
+size_t lre_cost(const lre *re) {
+  return re->nprog;
+}

@@ -45,6 +45,10 @@ lre *lre_compile(const char *pattern, size_t len, char *err, size_t errlen);
    never written: concurrent calls on the same re are safe. */
 int lre_search(const lre *re, const char *s, size_t len);
 
+/* The most work lre_search can do per input byte: the program's size. A
+   search costs at most about len * lre_cost(re) steps. */
+size_t lre_cost(const lre *re);
+
 /* NULL-safe. */
 void lre_free(lre *re);
 

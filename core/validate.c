@@ -34,6 +34,7 @@ void lv_default_limits(lv_limits *lim) {
   lim->max_depth = 100;
   lim->max_string_bytes = 16u << 20;
   lim->max_violations = 100;
+  lim->max_pattern_work = 1e8;
 }
 
 /* ---------------------------------------------------------------- binding */
@@ -370,7 +371,10 @@ static int check_string(lv_ctx *c, const pm_type *t, int idx) {
     ok = report(c, t->soft, "minLength", "must be at least %lld character%s long", t->minlen, t->minlen == 1 ? "" : "s");
   if ((t->rules & PR_MAXLEN) && n > t->maxlen)
     ok = report(c, t->soft, "maxLength", "must be at most %lld character%s long", t->maxlen, t->maxlen == 1 ? "" : "s") && ok;
-  if (t->rules & PR_PATTERN) {
+  if ((t->rules & PR_PATTERN) && (double)len * (double)lre_cost(t->re) > c->v->lim.max_pattern_work) {
+    /* the matcher is linear, but a big pattern on a big string is still slow */
+    ok = report(c, 0, "pattern", "is too long to match against its pattern (%zu bytes)", len) && ok;
+  } else if (t->rules & PR_PATTERN) {
     int m = lre_search(t->re, s, len);
     if (m < 0) ok = report(c, 0, "pattern", "could not be matched against its pattern (out of memory)") && ok;
     else if (m == 0) {

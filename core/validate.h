@@ -14,7 +14,8 @@
 typedef struct lv_limits {
   int max_depth;              /* nesting of tables in a value */
   size_t max_string_bytes;    /* one string */
-  int max_violations;         /* kept per validation; the rest are counted */
+  int max_violations;         /* kept per validation; then the walk stops */
+  double max_pattern_work;    /* bytes x pattern size, for one @pattern match */
 } lv_limits;
 
 #define LV_DEPTH_CAP 500      /* max_depth may not exceed this */
