@@ -31,7 +31,7 @@ int le_raise(lua_State *L, const char *code, const char *message, int details) {
 
 int le_is_error(lua_State *L, int idx) {
   if (!lua_getmetatable(L, idx)) return 0;
-  luaL_getmetatable(L, LE_METATABLE);
+  push_metatable(L);
   int same = lua_rawequal(L, -1, -2);
   lua_pop(L, 2);
   return same;
@@ -54,15 +54,25 @@ static int error_tostring(lua_State *L) {
   return 1;
 }
 
+/* Errors are made often (one per failed validation): the metatable is found
+   by the address of this key rather than by its name. */
+static const char metatable_key = 0;
+
 static void push_metatable(lua_State *L) {
-  if (luaL_newmetatable(L, LE_METATABLE)) {
-    lua_pushcfunction(L, error_tostring);
-    lua_setfield(L, -2, "__tostring");
-    lua_pushstring(L, LE_METATABLE);
-    lua_setfield(L, -2, "__name");
-    lua_pushboolean(L, 0);
-    lua_setfield(L, -2, "__metatable");
-  }
+  lua_pushlightuserdata(L, (void *)&metatable_key);
+  lc_rawget(L, LUA_REGISTRYINDEX);
+  if (!lua_isnil(L, -1)) return;
+  lua_pop(L, 1);
+  luaL_newmetatable(L, LE_METATABLE);
+  lua_pushcfunction(L, error_tostring);
+  lua_setfield(L, -2, "__tostring");
+  lua_pushstring(L, LE_METATABLE);
+  lua_setfield(L, -2, "__name");
+  lua_pushboolean(L, 0);
+  lua_setfield(L, -2, "__metatable");
+  lua_pushlightuserdata(L, (void *)&metatable_key);
+  lua_pushvalue(L, -2);
+  lua_rawset(L, LUA_REGISTRYINDEX);
 }
 
 /* core.error{ code=, message=, retryable=, details=, tool= } -> error object */

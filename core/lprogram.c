@@ -551,8 +551,10 @@ int lp_push_validation_error(lua_State *L, const char *code, const lv_result *r)
     lua_setfield(L, details, "warnings");
   }
   if (r->truncated) set_bool(L, "truncated", 1);
-  const lv_issue *first = &r->errors[0];
-  lua_pushfstring(L, "%s %s", first->path ? first->path : "?", first->text ? first->text : "is invalid");
+  /* the message is the first violation's, already built */
+  lua_getfield(L, details, "violations");
+  lua_rawgeti(L, -1, 1);
+  lua_getfield(L, -1, "message");
   le_push(L, code, lua_tostring(L, -1), 0, details);
   lua_replace(L, details);
   lua_settop(L, details);

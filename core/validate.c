@@ -553,15 +553,15 @@ static int check_record(lv_ctx *c, const pm_schema *s, int idx, const char *tag)
     seen = calloc(words, sizeof *seen);
     if (!seen) { c->depth--; return report(c, 0, "type", "could not be checked (out of memory)"); }
   } else {
-    memset(small, 0, sizeof small);
+    memset(small, 0, words * sizeof *small);
   }
-  int ok = 1;
+  int ok = 1, nseen = 0;
+  int top = lua_gettop(L) + 2;   /* where lua_next leaves the value */
   lua_pushnil(L);
   while (lua_next(L, idx)) {
-    int top = lua_gettop(L);
-    if (lua_type(L, -2) == LUA_TSTRING) {
+    if (lua_type(L, top - 1) == LUA_TSTRING) {
       size_t len;
-      const char *k = lua_tolstring(L, -2, &len);
+      const char *k = lua_tolstring(L, top - 1, &len);
       int i = find_field(s, r, k, len);
       if (i >= 0) {
         const pm_field *f = &s->fields[i];
@@ -571,6 +571,7 @@ static int check_record(lv_ctx *c, const pm_schema *s, int idx, const char *tag)
           if (c->write) { lua_pushvalue(L, top - 1); lua_pushnil(L); lua_rawset(L, idx); }
         } else {
           seen[i / 64] |= (uint64_t)1 << (i % 64);
+          nseen++;
           push_seg(c, f->name, f->len, 0);
           ok = check_value(c, f->type, top, vtype, idx, top - 1) && ok;
           c->npath--;
@@ -588,7 +589,7 @@ static int check_record(lv_ctx *c, const pm_schema *s, int idx, const char *tag)
     lua_settop(L, top - 1);
     if (STOPPED(c)) { lua_pop(L, 1); break; }
   }
-  for (int i = 0; i < s->nfields && !STOPPED(c); i++) {
+  for (int i = 0; nseen < s->nfields && i < s->nfields && !STOPPED(c); i++) {
     if (seen[i / 64] & ((uint64_t)1 << (i % 64))) continue;
     const pm_field *f = &s->fields[i];
     if (r->defaults[i]) {

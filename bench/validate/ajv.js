@@ -2,7 +2,8 @@
 // DIR holds <workload>.schema.json (luma's own JSON Schema), <workload>.valid.json
 // and <workload>.invalid.json, written by run.lua. Prints one line per measurement:
 //   <workload>\t<case>\t<default|allErrors>\t<validations/s>
-// and, for each workload, <workload>\tinvalid\tpath\t<where Ajv found the violation>.
+// and, for each workload, <workload>\tinvalid\tpath\t<where Ajv found the violation>;
+// last, ajv\tall\tcpushare\t<process CPU seconds per wall second over all loops>.
 // Debian's node-ajv needs NODE_PATH=/usr/share/nodejs for its own dependencies.
 'use strict';
 
@@ -31,12 +32,22 @@ function read(file) {
   return JSON.parse(fs.readFileSync(path.join(dir, file), 'utf8'));
 }
 
+// Wall time and process CPU time of all loops: a share well under 1
+// means the machine was busy and the (wall-clock) rates are low.
+let wallTotal = 0;
+let cpuTotal = 0;
+
 // Calls validate n times; returns the seconds taken and how many passed.
 function loop(validate, data, n) {
   let passed = 0;
+  const c0 = process.cpuUsage();
   const t0 = process.hrtime.bigint();
   for (let i = 0; i < n; i++) if (validate(data)) passed++;
-  return [Number(process.hrtime.bigint() - t0) / 1e9, passed];
+  const wall = Number(process.hrtime.bigint() - t0) / 1e9;
+  const cpu = process.cpuUsage(c0);
+  wallTotal += wall;
+  cpuTotal += (cpu.user + cpu.system) / 1e6;
+  return [wall, passed];
 }
 
 // Validations per second: the median of RUNS runs of about RUN_SECONDS each.
@@ -88,4 +99,5 @@ for (const name of names) {
   out.push([name, 'invalid', 'default', measure(plain, invalid, false)]);
   out.push([name, 'invalid', 'allErrors', measure(all, invalid, false)]);
 }
+out.push(['ajv', 'all', 'cpushare', (cpuTotal / wallTotal).toFixed(2)]);
 for (const row of out) console.log(row.join('\t'));

@@ -219,7 +219,8 @@ os.execute("rm -rf " .. shell_quote(dir))
 if not ok then fail("node bench/validate/ajv.js failed") end
 
 -- Lines of "<workload>\t<case>\t<options>\t<validations/s>", and
--- "<workload>\tinvalid\tpath\t<where Ajv found the violation>".
+-- "<workload>\tinvalid\tpath\t<where Ajv found the violation>", and
+-- "ajv\tall\tcpushare\t<process CPU seconds per wall second of its loops>".
 local ajv = {}
 for line in out:gmatch("[^\n]+") do
   local name, case, options, value = line:match("^(%S+)\t(%S+)\t(%S+)\t(%S+)$")
@@ -234,17 +235,23 @@ for _, w in ipairs(WORKLOADS) do
   end
 end
 
--- Three significant digits, with a k or M suffix for rates.
+-- Three significant digits, trailing zeros kept: 4.50, 0.0390, 123.
+local function sig3(x)
+  return (string.format("%#.3g", x):gsub("%.$", ""))
+end
+
+-- A rate to three significant digits, with a k or M suffix.
 local function rate3(x)
   if not x then return "-" end
-  if x >= 1e6 then return string.format("%.3gM", x / 1e6) end
-  if x >= 1e3 then return string.format("%.3gk", x / 1e3) end
-  return string.format("%.3g", x)
+  x = tonumber(string.format("%.3g", x))
+  if x >= 1e6 then return sig3(x / 1e6) .. "M" end
+  if x >= 1e3 then return sig3(x / 1e3) .. "k" end
+  return sig3(x)
 end
 
 local function ratio3(a, b)
   if not (a and b) then return "-" end
-  return string.format("%.3g", a / b)
+  return sig3(a / b)
 end
 
 local function row(...)
@@ -260,6 +267,7 @@ for _, w in ipairs(WORKLOADS) do
       case == "invalid" and rate3(all) or "", case == "invalid" and ratio3(l, all) or "")
   end
 end
+
 -- Scalars and tables in a value, to say how big each workload is.
 local function count(v)
   if type(v) ~= "table" then return 1, 0 end
@@ -273,9 +281,11 @@ end
 
 for _, w in ipairs(WORKLOADS) do
   local scalars, tables = count(w.valid)
-  io.write(string.format("%-12s %d scalars in %d tables, %d bytes of JSON; invalid at %s (Ajv: %s)\n", w.name,
+  io.write(string.format("%-12s %d scalars, %d tables, %d bytes of JSON; invalid at %s (Ajv: %s)\n", w.name,
     scalars, tables, #cjson.encode(w.valid), w.violation, ajv[w.name]["invalid/path"]))
 end
-io.write(string.format("(median of %d runs of ~%.1f s CPU each; %s, node %s)\n", RUNS, RUN_SECONDS,
-  luma.version and ("luma " .. luma.version) or "luma", (slurp("node --version"):gsub("%s+$", ""))))
+local share = ajv.ajv and ajv.ajv["all/cpushare"]
+io.write(string.format("(median of %d runs of ~%.1f s each; luma %s, CPU time; node %s, wall time, CPU/wall %s)\n",
+  RUNS, RUN_SECONDS, luma.version or "?", (slurp("node --version"):gsub("%s+$", "")),
+  share and string.format("%.2f", share) or "?"))
 os.exit(0)
