@@ -1,5 +1,7 @@
 #include "diag.h"
 
+#include "lex.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -13,6 +15,22 @@ void dg_init(dg_list *d, ar_arena *a, const char *chunk, const char *src, size_t
   d->max = max > 0 ? max : 1;
 }
 
+/* Text from a hostile file must not drive the terminal that shows it:
+   control characters and broken UTF-8 become '?'. */
+static void clean(char *s, size_t len) {
+  for (size_t i = 0; i < len;) {
+    unsigned char c = (unsigned char)s[i];
+    if (c >= 0x80) {
+      int n = lx_utf8_len((const unsigned char *)s + i, len - i);
+      if (n == 0) { s[i++] = '?'; continue; }
+      i += (size_t)n;
+      continue;
+    }
+    if ((c < 0x20 && c != '\t') || c == 0x7F) s[i] = '?';
+    i++;
+  }
+}
+
 void dg_error(dg_list *d, int line, int col, const char *fmt, ...) {
   if (d->count >= d->max) { d->dropped++; return; }
   char buf[1024];
@@ -20,6 +38,7 @@ void dg_error(dg_list *d, int line, int col, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
+  clean(buf, strlen(buf));
   dg_item *it = ar_alloc(d->arena, sizeof *it);
   if (!it) return;
   it->line = line;
@@ -70,8 +89,10 @@ const char *dg_format(dg_list *d, const dg_item *it) {
   caret[n] = '\0';
   if (it->line <= 0)
     return ar_printf(d->arena, "%s: %s", d->chunk, it->msg);
-  return ar_printf(d->arena, "%s:%d:%d: %s\n%.*s\n%s", d->chunk, it->line, it->col, it->msg,
-                   (int)linelen, p, caret);
+  char *shown = ar_strndup(d->arena, p, linelen);
+  if (!shown) return it->msg;
+  clean(shown, linelen);
+  return ar_printf(d->arena, "%s:%d:%d: %s\n%s\n%s", d->chunk, it->line, it->col, it->msg, shown, caret);
 }
 
 /* Optimal string alignment distance: edits and adjacent transpositions. */

@@ -131,15 +131,15 @@ static void leave(ps_state *p) { p->depth--; }
  * is skipped so that the caller's loop always moves on.
  */
 static void recover(ps_state *p, int level, lx_kind closer, size_t item_start) {
-  int stuck = TOK->start == item_start;
+  if (TOK->start == item_start && TOK->kind != TK_EOF && !(p->nest <= level && TOK->kind == closer))
+    next(p);
   while (TOK->kind != TK_EOF) {
     int here = p->nest <= level;
     if (here && TOK->kind == closer) break;
-    if (here && !stuck && TOK->nl_before) break;
+    if (here && TOK->nl_before) break;
     if (here && (TOK->kind == TK_SEMI || TOK->kind == TK_COMMA)) { next(p); break; }
     if (p->nest < level) break;
     next(p);
-    stuck = 0;
   }
   p->failed = 0;
 }

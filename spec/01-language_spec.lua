@@ -276,6 +276,22 @@ b = (1 +
     assert.are.equal("nesting is too deep (more than 200 levels)", messages[1])
   end)
 
+  it("recover from a stray closing bracket inside a block", function()
+    -- found by the fuzzer: recovery used to stop without moving on
+    local messages = h.errors("try{]\184")
+    assert.are.same({ "expected an expression, found ']'", "invalid UTF-8 byte 0xB8",
+      "expected '}' to close the block, found end of file" }, messages)
+  end)
+
+  it("never echo control characters or broken UTF-8 to the terminal", function()
+    local _, err = h.compile('schema A { x: enum["\\u001b[31m", "\\u001b[31m"] } \27[2J\255')
+    for _, d in ipairs(err.details.diagnostics) do
+      assert.is_nil(d.text:find("[%z\1-\8\11-\31\127]"), d.text)
+      assert.is_nil(d.text:find("\255", 1, true))
+    end
+    assert.are.equal('enum value "?[31m" is listed twice', err.details.diagnostics[1].message)
+  end)
+
   it("keep at most max_errors of them", function()
     local source = string.rep("schema A { x: Nope }\n", 10)
     local _, err = h.compile(source, { limits = { max_errors = 3 } })
