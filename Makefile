@@ -29,7 +29,7 @@ BUILD     ?= build
 endif
 
 # The C sources of luma.core: the Lua-free units, then the Lua binding.
-CORE_PURE = core/arena.c core/diag.c core/lex.c core/parse.c core/program.c core/regex.c \
+CORE_PURE = core/arena.c core/map.c core/diag.c core/lex.c core/parse.c core/program.c core/regex.c \
             core/strbuf.c core/json.c core/jsonschema.c
 CORE_LUA  = core/validate.c core/lerror.c core/lprogram.c core/last.c core/lcore.c
 CORE_SRC  = $(CORE_PURE) $(CORE_LUA)

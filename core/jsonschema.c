@@ -12,6 +12,8 @@ typedef struct js_ctx {
   ar_arena *a;
   const pm_program *p;
   unsigned char *used;        /* by schema index: referenced from the root */
+  int *work;                  /* used schemas whose bodies are not emitted yet */
+  int nwork;
 } js_ctx;
 
 static jv *schema_body(js_ctx *c, const pm_schema *s);
@@ -19,7 +21,10 @@ static jv *schema_body(js_ctx *c, const pm_schema *s);
 static jv *num(js_ctx *c, pm_num n) { return n.is_int ? jv_int(c->a, n.i) : jv_num(c->a, n.d); }
 
 static jv *ref(js_ctx *c, const pm_schema *s) {
-  c->used[s->index] = 1;
+  if (!c->used[s->index]) {
+    c->used[s->index] = 1;
+    c->work[c->nwork++] = s->index;
+  }
   return jv_set(jv_obj(c->a), "$ref", jv_cstr(c->a, ar_printf(c->a, "#/$defs/%s", s->name)));
 }
 
@@ -115,22 +120,18 @@ static jv *schema_body(js_ctx *c, const pm_schema *s) {
 }
 
 static jv *with_defs(js_ctx *c, jv *root) {
-  /* bodies can reference more schemas: emit until nothing new is used */
-  unsigned char *done = ar_alloc(c->a, (size_t)c->p->nschemas + 1);
-  jv **bodies = ar_alloc(c->a, sizeof *bodies * ((size_t)c->p->nschemas + 1));
-  if (!done || !bodies) return NULL;
-  for (int more = 1; more;) {
-    more = 0;
-    for (int i = 0; i < c->p->nschemas; i++)
-      if (c->used[i] && !done[i]) {
-        done[i] = 1;
-        bodies[i] = schema_body(c, c->p->schemas[i]);
-        more = 1;
-      }
+  int n = c->p->nschemas;
+  jv **bodies = ar_alloc(c->a, sizeof *bodies * ((size_t)n + 1));
+  if (!bodies) return NULL;
+  /* emitting a body can use more schemas, which join the worklist */
+  while (c->nwork > 0) {
+    int i = c->work[--c->nwork];
+    bodies[i] = schema_body(c, c->p->schemas[i]);
+    if (!bodies[i]) return NULL;
   }
   jv *defs = jv_obj(c->a);
-  for (int i = 0; i < c->p->nschemas; i++)
-    if (done[i]) jv_set(defs, c->p->schemas[i]->name, bodies[i]);
+  for (int i = 0; i < n; i++)
+    if (bodies[i]) jv_set(defs, c->p->schemas[i]->name, bodies[i]);
   if (defs->count) jv_set(root, "$defs", defs);
   return root;
 }
@@ -146,8 +147,8 @@ static jv *dialect(js_ctx *c, jv *schema, js_dialect d) {
 }
 
 jv *js_schema(ar_arena *a, const pm_program *p, const pm_schema *s, js_dialect d) {
-  js_ctx c = { a, p, ar_alloc(a, (size_t)p->nschemas + 1) };
-  if (!c.used) return NULL;
+  js_ctx c = { a, p, ar_alloc(a, (size_t)p->nschemas + 1), ar_alloc(a, sizeof(int) * ((size_t)p->nschemas + 1)), 0 };
+  if (!c.used || !c.work) return NULL;
   jv *root = schema_body(&c, s);
   return root ? dialect(&c, with_defs(&c, root), d) : NULL;
 }

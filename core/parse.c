@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "lex.h"
+#include "map.h"
 
 #define PS_LOOKAHEAD 5
 
@@ -359,6 +360,7 @@ static ast_expr *parse_object(ps_state *p) {
   ast_expr *e = new_expr(p, EX_OBJECT, pos_of(TOK));
   next(p);
   ast_prop **tail = &e->props;
+  mp_map keys = { 0 };
   while (!p->failed && !at(p, TK_RBRACE)) {
     ast_prop *prop = node(p, sizeof *prop);
     if (!prop) { p->failed = 1; break; }
@@ -375,13 +377,13 @@ static ast_expr *parse_object(ps_state *p) {
     if (!expect(p, TK_COLON, "expected ':' after the key")) break;
     prop->value = parse_expr(p);
     if (!prop->value) break;
-    for (ast_prop *q = e->props; q; q = q->next)
-      if (strcmp(q->key, prop->key) == 0) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "duplicate key '%.100s' in the object", prop->key);
-        error_msg(p, prop->pos, msg);
-        break;
-      }
+    if (mp_get(&keys, prop->key, strlen(prop->key))) {
+      char msg[160];
+      snprintf(msg, sizeof msg, "duplicate key '%.100s' in the object", prop->key);
+      error_msg(p, prop->pos, msg);
+      break;
+    }
+    mp_put(p->a, &keys, prop->key, strlen(prop->key), prop);
     *tail = prop;
     tail = &prop->next;
     e->nprops++;
@@ -636,9 +638,7 @@ static ast_stmt *parse_stmt(ps_state *p) {
     s->expr = parse_expr(p);
   }
   leave(p);
-  if (p->failed) return NULL;
-  if (at(p, TK_SEMI)) next(p);
-  return s;
+  return p->failed ? NULL : s;
 }
 
 /* '{' statements '}', recovering from errors statement by statement. */
@@ -657,6 +657,7 @@ static ast_stmt *parse_block(ps_state *p) {
     }
     *tail = s;
     tail = &s->next;
+    if (at(p, TK_SEMI)) next(p);
   }
   leave(p);
   expect(p, TK_RBRACE, "expected '}' to close the block");
@@ -901,6 +902,7 @@ ast_program *ps_parse(const char *src, size_t len, ar_arena *a, dg_list *diag, i
       stail = &s->next;
     }
     if (p->failed) recover(p, 0, TK_EOF, start);
+    else if (at(p, TK_SEMI)) next(p);
   }
   return a->failed ? NULL : prog;
 }

@@ -6,58 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "map.h"
 #include "parse.h"
 #include "regex.h"
-
-/* ------------------------------------------------------------ name map */
-
-typedef struct pm_map {
-  const char **keys;
-  void **vals;
-  size_t cap;                 /* power of two */
-  size_t n;
-} pm_map;
-
-static size_t hash_str(const char *s) {
-  size_t h = 2166136261u;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
-  return h;
-}
-
-static int map_grow(ar_arena *a, pm_map *m) {
-  size_t cap = m->cap ? m->cap * 2 : 64;
-  const char **keys = ar_alloc(a, sizeof *keys * cap);
-  void **vals = ar_alloc(a, sizeof *vals * cap);
-  if (!keys || !vals) return 0;
-  for (size_t i = 0; i < m->cap; i++) {
-    if (!m->keys[i]) continue;
-    size_t j = hash_str(m->keys[i]) & (cap - 1);
-    while (keys[j]) j = (j + 1) & (cap - 1);
-    keys[j] = m->keys[i];
-    vals[j] = m->vals[i];
-  }
-  m->keys = keys;
-  m->vals = vals;
-  m->cap = cap;
-  return 1;
-}
-
-static void *map_get(const pm_map *m, const char *key) {
-  if (!m->cap) return NULL;
-  for (size_t j = hash_str(key) & (m->cap - 1); m->keys[j]; j = (j + 1) & (m->cap - 1))
-    if (strcmp(m->keys[j], key) == 0) return m->vals[j];
-  return NULL;
-}
-
-static int map_put(ar_arena *a, pm_map *m, const char *key, void *val) {
-  if ((m->n + 1) * 2 > m->cap && !map_grow(a, m)) return 0;
-  size_t j = hash_str(key) & (m->cap - 1);
-  while (m->keys[j]) j = (j + 1) & (m->cap - 1);
-  m->keys[j] = key;
-  m->vals[j] = val;
-  m->n++;
-  return 1;
-}
 
 /* -------------------------------------------------------------- context */
 
@@ -65,7 +16,7 @@ typedef struct pm_ctx {
   pm_program *p;
   ar_arena *a;
   dg_list *d;
-  pm_map decls;               /* name -> ast_decl */
+  mp_map decls;               /* name -> ast_decl */
   const char **names[DC_MODEL + 2];   /* by kind, for suggestions; the last holds types */
   int nnames[DC_MODEL + 2];
 } pm_ctx;
@@ -75,7 +26,7 @@ typedef struct pm_ctx {
    with many errors stays fast to check. */
 #define PM_SUGGEST_MAX 5000
 
-static ast_decl *lookup(pm_ctx *c, const char *name) { return map_get(&c->decls, name); }
+static ast_decl *lookup(pm_ctx *c, const char *name) { return mp_get(&c->decls, name, strlen(name)); }
 
 #define ERR(c, pos, ...) dg_error((c)->d, (pos).line, (pos).col, __VA_ARGS__)
 
@@ -193,13 +144,14 @@ static pm_type *resolve_type(pm_ctx *c, const ast_type *t, int depth) {
       pt->kind = PT_ENUM;
       pt->values = t->values;
       pt->nvalues = t->nvalues;
-      for (int i = 0; i < t->nvalues; i++)
-        for (int j = 0; j < i; j++)
-          if (t->values[i].len == t->values[j].len && memcmp(t->values[i].s, t->values[j].s, t->values[i].len) == 0) {
-            ERR(c, t->pos, "enum value \"%s\" is listed twice", t->values[i].s);
-            i = t->nvalues;
-            break;
-          }
+      mp_map seen = { 0 };
+      for (int i = 0; i < t->nvalues; i++) {
+        if (mp_get(&seen, t->values[i].s, t->values[i].len)) {
+          ERR(c, t->pos, "enum value \"%s\" is listed twice", t->values[i].s);
+          break;
+        }
+        mp_put(c->a, &seen, t->values[i].s, t->values[i].len, (void *)&t->values[i]);
+      }
       break;
     }
     case TY_ARRAY:
@@ -369,13 +321,13 @@ static pm_field *build_fields(pm_ctx *c, const ast_field *first, int *n, const c
   pm_field *fields = ar_alloc(c->a, sizeof *fields * (size_t)(count ? count : 1));
   *n = 0;
   if (!fields) return NULL;
-  pm_map seen = { 0 };
+  mp_map seen = { 0 };
   for (const ast_field *af = first; af; af = af->next) {
-    if (map_get(&seen, af->name)) {
+    if (mp_get(&seen, af->name, strlen(af->name))) {
       ERR(c, af->pos, "%s has two fields named '%s'", owner, af->name);
       continue;
     }
-    map_put(c->a, &seen, af->name, (void *)af);
+    mp_put(c->a, &seen, af->name, strlen(af->name), (void *)af);
     pm_field *f = &fields[*n];
     f->name = af->name;
     f->len = strlen(af->name);
@@ -438,7 +390,7 @@ static void declare(pm_ctx *c) {
       ERR(c, d->name_pos, "'%s' is a built-in type and cannot name a schema", d->name);
       continue;
     }
-    if (!map_put(c->a, &c->decls, d->name, d)) return;
+    if (!mp_put(c->a, &c->decls, d->name, strlen(d->name), d)) return;
     switch (d->kind) {
       case DC_SCHEMA: case DC_UNION: {
         pm_schema *s = new_schema(c, d->name, d->name, d->name_pos);
@@ -501,8 +453,13 @@ static void build_schemas(pm_ctx *c) {
       s->members = ar_alloc(c->a, sizeof *s->members * (size_t)(count ? count : 1));
       s->tag = d->tag;
       if (!s->members) return;
+      mp_map seen = { 0 };
       for (ast_name *m = d->members; m; m = m->next) {
         ast_decl *md = lookup(c, m->name);
+        if (!md && is_builtin_type(m->name)) {
+          ERR(c, m->pos, "Union '%s' member '%s' must be a record schema.", d->name, m->name);
+          continue;
+        }
         if (!md) {
           ERR(c, m->pos, "Unknown type '%s'.%s", m->name, SUGGEST(c, m->name, NAMES_TYPES));
           continue;
@@ -511,9 +468,8 @@ static void build_schemas(pm_ctx *c) {
           ERR(c, m->pos, "Union '%s' member '%s' must be a record schema.", d->name, m->name);
           continue;
         }
-        int dup = 0;
-        for (int i = 0; i < s->nmembers; i++) dup |= s->members[i] == md->model;
-        if (dup) { ERR(c, m->pos, "Union '%s' lists '%s' twice.", d->name, m->name); continue; }
+        if (mp_get(&seen, m->name, strlen(m->name))) { ERR(c, m->pos, "Union '%s' lists '%s' twice.", d->name, m->name); continue; }
+        mp_put(c->a, &seen, m->name, strlen(m->name), md);
         s->members[s->nmembers++] = md->model;
       }
     }
@@ -686,6 +642,7 @@ static void read_entry(pm_ctx *c, const char *owner, const ck_key *k, const ast_
       if (v->kind != EX_ARRAY) { ERR(c, v->pos, "%s must be a list of tool names, as in [a, b].", prefix); return; }
       list->items = ar_alloc(c->a, sizeof *list->items * (size_t)(v->nitems ? v->nitems : 1));
       if (!list->items) return;
+      mp_map seen = { 0 };
       for (const ast_expr *i = v->items; i; i = i->next) {
         if (i->kind != EX_NAME) { ERR(c, i->pos, "%s must be a list of tool names, as in [a, b].", prefix); continue; }
         ast_decl *d = lookup(c, i->str.s);
@@ -693,9 +650,8 @@ static void read_entry(pm_ctx *c, const char *owner, const ck_key *k, const ast_
           ERR(c, i->pos, "%s lists undeclared tool '%s'.%s", owner, i->str.s, SUGGEST(c, i->str.s, DC_TOOL));
           continue;
         }
-        int dup = 0;
-        for (int j = 0; j < list->n; j++) dup |= list->items[j] == d->model;
-        if (dup) { ERR(c, i->pos, "%s lists tool '%s' twice.", owner, i->str.s); continue; }
+        if (mp_get(&seen, i->str.s, strlen(i->str.s))) { ERR(c, i->pos, "%s lists tool '%s' twice.", owner, i->str.s); continue; }
+        mp_put(c->a, &seen, i->str.s, strlen(i->str.s), d);
         list->items[list->n++] = d->model;
       }
       break;
@@ -731,15 +687,15 @@ static void read_config(pm_ctx *c, const ast_decl *d, const ck_key *keys, void *
   const char *names[32];
   int nkeys = 0;
   for (; keys[nkeys].key; nkeys++) names[nkeys] = keys[nkeys].key;
-  pm_map seen = { 0 };
+  mp_map seen = { 0 };
   for (const ast_config *e = d->config; e; e = e->next) {
     if (e->needs_name) continue;
-    const ast_config *prev = map_get(&seen, e->key);
+    const ast_config *prev = mp_get(&seen, e->key, strlen(e->key));
     if (prev) {
       ERR(c, e->pos, "%s sets '%s' twice (first at %d:%d).", owner, e->key, prev->pos.line, prev->pos.col);
       continue;
     }
-    map_put(c->a, &seen, e->key, (void *)e);
+    mp_put(c->a, &seen, e->key, strlen(e->key), (void *)e);
     const ck_key *k = NULL;
     for (int i = 0; i < nkeys; i++)
       if (strcmp(keys[i].key, e->key) == 0) k = &keys[i];
@@ -818,11 +774,14 @@ static void build_tool(pm_ctx *c, ast_decl *d) {
   int nneeds = 0;
   for (const ast_config *e = d->config; e; e = e->next) nneeds += e->needs_name != NULL;
   t->needs = ar_alloc(c->a, sizeof *t->needs * (size_t)(nneeds ? nneeds : 1));
+  mp_map seen = { 0 };
   for (const ast_config *e = d->config; e && t->needs; e = e->next) {
     if (!e->needs_name) continue;
-    int dup = 0;
-    for (int i = 0; i < t->nneeds; i++) dup |= strcmp(t->needs[i].name, e->needs_name) == 0;
-    if (dup) { ERR(c, e->pos, "Tool '%s' declares needs '%s' twice.", d->name, e->needs_name); continue; }
+    if (mp_get(&seen, e->needs_name, strlen(e->needs_name))) {
+      ERR(c, e->pos, "Tool '%s' declares needs '%s' twice.", d->name, e->needs_name);
+      continue;
+    }
+    mp_put(c->a, &seen, e->needs_name, strlen(e->needs_name), (void *)e);
     pm_type *nt = resolve_type(c, e->needs_type, 0);
     if (!nt) continue;
     if (nt->kind != PT_SCHEMA || nt->schema->is_union) {
@@ -952,10 +911,10 @@ static void check_agent(pm_ctx *c, ast_decl *d) {
   pm_agent *ag = d->model;
   read_config(c, d, agent_keys, ag, ar_printf(c->a, "Agent '%s'", d->name));
   st_ctx s = { c, ag, 0 };
-  pm_map seen = { 0 };
+  mp_map seen = { 0 };
   for (const ast_method *m = d->methods; m; m = m->next) {
-    if (map_get(&seen, m->name)) { ERR(c, m->pos, "Agent '%s' has two methods named '%s'.", d->name, m->name); continue; }
-    map_put(c->a, &seen, m->name, (void *)m);
+    if (mp_get(&seen, m->name, strlen(m->name))) { ERR(c, m->pos, "Agent '%s' has two methods named '%s'.", d->name, m->name); continue; }
+    mp_put(c->a, &seen, m->name, strlen(m->name), (void *)m);
     int n;
     build_fields(c, m->params, &n, ar_printf(c->a, "Method '%s.%s'", d->name, m->name));
     if (m->ret) resolve_type(c, m->ret, 0);

@@ -19,7 +19,7 @@ build = {
   modules = {
     ["luma.core"] = {
       sources = {
-        "core/arena.c", "core/diag.c", "core/lex.c", "core/parse.c", "core/program.c", "core/regex.c",
+        "core/arena.c", "core/map.c", "core/diag.c", "core/lex.c", "core/parse.c", "core/program.c", "core/regex.c",
         "core/strbuf.c", "core/json.c", "core/jsonschema.c",
         "core/validate.c", "core/lerror.c", "core/lprogram.c", "core/last.c", "core/lcore.c",
       },

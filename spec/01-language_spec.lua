@@ -38,6 +38,12 @@ describe("the contract language", function()
     assert.are.equal(4, #p:schema("A").fields)
   end)
 
+  it("separates statements and declarations by ';' on one line", function()
+    local p = assert(h.compile("x = 1; y = 2\nschema A { a: int }; schema B { b: int };\nagent G { fn run() { a = 1; b = 2; return a } }"))
+    assert.are.equal(2, #p:ast().statements)
+    assert.are.equal(3, #p:ast().agents[1].methods[1].body)
+  end)
+
   it("keeps keywords usable as field names", function()
     local p = assert(h.compile("schema A { model: string\n tool: int\n by: bool\n schema: float }"))
     assert.are.equal("model", p:schema("A").fields[1].name)

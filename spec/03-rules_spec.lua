@@ -124,6 +124,7 @@ describe("load-time checks", function()
     { "a model without a name", 'model N { provider: "gemini" }', "Model 'N' must set name: the provider's model name." },
     { "an azure model without a deployment", 'model N { provider: "azure"\n base_url: "https://x"\n api_version: "2024-10-21" }', "Model 'N' uses azure and must set deployment." },
     { "a union member that is a union", "schema A { a: int }\nschema U = A tagged by kind\nschema V = U | A tagged by kind", "Union 'V' member 'U' must be a record schema." },
+    { "a union member that is a built-in type", "schema A { a: int }\nschema U = A | int tagged by kind", "Union 'U' member 'int' must be a record schema." },
     { "a union member listed twice", "schema A { a: int }\nschema U = A | A tagged by kind", "Union 'U' lists 'A' twice." },
     { "a union tag that clashes with a field", "schema A { kind: string }\nschema U = A tagged by kind", "Schema 'A' already has a field 'kind', the tag of union 'U'." },
   }
