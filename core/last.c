@@ -29,16 +29,20 @@ static void node(lua_State *L, const char *kind, ast_pos pos) {
   lua_setfield(L, -2, "col");
 }
 
+void la_push_strs(lua_State *L, const ast_str *items, int n) {
+  lua_createtable(L, n, 0);
+  for (int i = 0; i < n; i++) {
+    lua_pushlstring(L, items[i].s, items[i].len);
+    lua_rawseti(L, -2, i + 1);
+  }
+}
+
 static void push_type(lua_State *L, const ast_type *t) {
   static const char *const kinds[] = { "string", "int", "float", "bool", "any", "enum", "name", "array", "inline" };
   node(L, kinds[t->kind], t->pos);
   if (t->kind == TY_NAME) { lua_pushstring(L, t->name); lua_setfield(L, -2, "name"); }
   if (t->kind == TY_ENUM) {
-    lua_createtable(L, t->nvalues, 0);
-    for (int i = 0; i < t->nvalues; i++) {
-      lua_pushlstring(L, t->values[i].s, t->values[i].len);
-      lua_rawseti(L, -2, i + 1);
-    }
+    la_push_strs(L, t->values, t->nvalues);
     lua_setfield(L, -2, "values");
   }
   if (t->kind == TY_ARRAY) { push_type(L, t->elem); lua_setfield(L, -2, "items"); }

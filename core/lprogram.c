@@ -207,11 +207,7 @@ static void push_type(lua_State *L, const pm_type *t, int depth) {
   set_str(L, "kind", kinds[t->kind]);
   if (t->kind == PT_SCHEMA) set_str(L, "name", t->schema->name);
   if (t->kind == PT_ENUM) {
-    lua_createtable(L, t->nvalues, 0);
-    for (int i = 0; i < t->nvalues; i++) {
-      lua_pushlstring(L, t->values[i].s, t->values[i].len);
-      lua_rawseti(L, -2, i + 1);
-    }
+    la_push_strs(L, t->values, t->nvalues);
     lua_setfield(L, -2, "values");
   }
   if (t->kind == PT_ARRAY && depth < 100) {

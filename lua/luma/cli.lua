@@ -44,26 +44,30 @@ local function print_load_error(e)
   end
 end
 
-local commands = {}
-
-function commands.check(args)
-  if #args ~= 1 then return usage_error("check needs one PROGRAM") end
+-- The program named by a command's one argument, or nil and the exit status
+-- after saying what is wrong.
+local function program_argument(args, command, failure_status)
+  if #args ~= 1 then return nil, usage_error(command .. " needs one PROGRAM") end
   local program, e = load_program(args[1])
   if not program then
     print_load_error(e)
-    return 1
+    return nil, failure_status
   end
+  return program
+end
+
+local commands = {}
+
+function commands.check(args)
+  local program, status = program_argument(args, "check", 1)
+  if not program then return status end
   out("ok")
   return 0
 end
 
 function commands.tools(args)
-  if #args ~= 1 then return usage_error("tools needs one PROGRAM") end
-  local program, e = load_program(args[1])
-  if not program then
-    print_load_error(e)
-    return 2
-  end
+  local program, status = program_argument(args, "tools", 2)
+  if not program then return status end
   out(program:tools { format = "json" })
   return 0
 end
