@@ -14,7 +14,7 @@ CSTD      = -std=c99 -D_POSIX_C_SOURCE=200809L
 WARN      = -Wall -Wextra -Wshadow -Wundef -Wwrite-strings -Wmissing-prototypes -Wstrict-prototypes
 CFLAGS    ?= $(OPT) -g
 ALL_CFLAGS = $(CSTD) $(WARN) $(CFLAGS) -fPIC -fvisibility=hidden -I$(LUA_INCDIR) -Icore
-LIBS      = -lm
+LIBS      = -lmbedcrypto -lpthread -lm
 
 ifeq ($(SANITIZE),1)
 BUILD     ?= build/asan
@@ -30,11 +30,14 @@ endif
 
 # The C sources of luma.core: the Lua-free units, then the Lua binding.
 CORE_PURE = core/arena.c core/map.c core/diag.c core/lex.c core/parse.c core/program.c core/regex.c \
-            core/strbuf.c core/json.c core/jsonschema.c
-CORE_LUA  = core/validate.c core/lerror.c core/lprogram.c core/last.c core/lcore.c
-CORE_SRC  = $(CORE_PURE) $(CORE_LUA)
+            core/strbuf.c core/json.c core/jsonschema.c core/crypto.c core/idem.c
+CORE_LUA  = core/validate.c core/lerror.c core/ljson.c core/lprogram.c core/last.c core/lmodule.c \
+            core/pipeline.c core/lruntime.c core/lcore.c
+SANDBOX   = sandbox/copy.c sandbox/state.c sandbox/module.c sandbox/call.c
+CORE_SRC  = $(CORE_PURE) $(CORE_LUA) $(SANDBOX)
 PURE_OBJ  = $(CORE_PURE:core/%.c=$(BUILD)/obj/%.o)
-CORE_OBJ  = $(CORE_SRC:core/%.c=$(BUILD)/obj/%.o)
+CORE_OBJ  = $(CORE_PURE:core/%.c=$(BUILD)/obj/%.o) $(CORE_LUA:core/%.c=$(BUILD)/obj/%.o) \
+            $(SANDBOX:sandbox/%.c=$(BUILD)/obj/sx_%.o)
 CTESTS    = $(patsubst spec/c/%.c,$(BUILD)/%,$(wildcard spec/c/test_*.c))
 
 # Debian packages `make test` installs when run as root and one is missing.
@@ -62,6 +65,9 @@ help:
 	@echo "make clean      remove build/"
 
 $(BUILD)/obj/%.o: core/%.c core/*.h | $(BUILD)/obj
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/sx_%.o: sandbox/%.c sandbox/*.h core/*.h | $(BUILD)/obj
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 $(BUILD)/obj/host.o: core/host.c core/luma.h | $(BUILD)/obj

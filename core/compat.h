@@ -19,6 +19,8 @@
 #define lc_newlib(L, l) luaL_newlib((L), (l))
 #define lc_absindex(L, i) lua_absindex((L), (i))
 #define lc_setmetatable(L, name) luaL_setmetatable((L), (name))
+#define LC_SEARCHERS "searchers"
+#define lc_tolstring(L, i, len) luaL_tolstring((L), (i), (len))
 
 #else /* Lua 5.1 and LuaJIT: numbers are doubles; integral ones count as integers */
 
@@ -43,6 +45,19 @@ static inline void lc_setfuncs(lua_State *L, const luaL_Reg *l, int nup) {
 #define lc_newlib(L, l) (lua_newtable(L), lc_setfuncs((L), (l), 0))
 #define lc_absindex(L, i) (((i) > 0 || (i) <= LUA_REGISTRYINDEX) ? (i) : lua_gettop(L) + (i) + 1)
 #define lc_setmetatable(L, name) (luaL_getmetatable((L), (name)), lua_setmetatable((L), -2))
+#define LC_SEARCHERS "loaders"
+/* luaL_tolstring of 5.2: __tostring, else the value's usual text */
+static inline const char *lc_tolstring(lua_State *L, int i, size_t *len) {
+  if (!luaL_callmeta(L, i, "__tostring")) {
+    switch (lua_type(L, i)) {
+      case LUA_TNUMBER: case LUA_TSTRING: lua_pushvalue(L, i); break;
+      case LUA_TBOOLEAN: lua_pushstring(L, lua_toboolean(L, i) ? "true" : "false"); break;
+      case LUA_TNIL: lua_pushliteral(L, "nil"); break;
+      default: lua_pushfstring(L, "%s: %p", luaL_typename(L, i), lua_topointer(L, i)); break;
+    }
+  }
+  return lua_tolstring(L, -1, len);
+}
 #ifndef LUA_OK
 #define LUA_OK 0
 #endif

@@ -39,6 +39,18 @@ jv *jv_push(jv *arr, jv *v);
 jv *jv_set(jv *obj, const char *key, jv *v);
 jv *jv_get(const jv *obj, const char *key);
 
+/*
+ * Parses JSON text (RFC 8259, strict: no comments, trailing commas, NaN or
+ * Infinity, no bytes after the value but whitespace) into a tree in the
+ * arena. Integers that fit in 64 bits become JV_INT (exactly), other numbers
+ * JV_NUM (finite; 1e400 is an error); strings are valid UTF-8 with escapes
+ * decoded and surrogate pairs joined; a duplicate key in an object is an
+ * error. Nesting deeper than max_depth is an error, never a stack overflow.
+ * On failure returns NULL and writes a one-line reason with the byte offset
+ * into err, e.g. "unexpected ',' at offset 17".
+ */
+jv *json_parse(ar_arena *a, const char *text, size_t len, int max_depth, char *err, size_t errlen);
+
 /* Writes v as JSON text; indent > 0 pretty-prints with that many spaces. */
 void jv_write(sb_buf *b, const jv *v, int indent);
 /* JSON string literal for s[0..len), with quotes. */

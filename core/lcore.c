@@ -1,14 +1,71 @@
 /* luaopen_luma_core: one entry that opens each concern's binding. */
+#define _XOPEN_SOURCE 700
 #include "luma.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "diag.h"
 
 #include "compat.h"
 #include "lerror.h"
+#include "ljson.h"
+#include "lmodule.h"
 #include "lprogram.h"
 
+/* core.realpath(path) -> absolute path, or nil and the reason */
+static int l_realpath(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  char out[PATH_MAX];
+  if (!realpath(path, out)) {
+    lua_pushnil(L);
+    lua_pushstring(L, strerror(errno));
+    return 2;
+  }
+  lua_pushstring(L, out);
+  return 1;
+}
+
+/* core.suggest(word, { candidates }) -> the closest candidate, or nil */
+static int l_suggest(lua_State *L) {
+  const char *word = luaL_checkstring(L, 1);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  const char *names[64];
+  int n = 0;
+  for (int i = 1; n < 64; i++) {
+    lc_rawgeti(L, 2, i);
+    if (lua_type(L, -1) != LUA_TSTRING) { lua_pop(L, 1); break; }
+    names[n++] = lua_tostring(L, -1);
+    lua_pop(L, 1);  /* kept alive by the table */
+  }
+  const char *best = dg_suggest(word, names, n);
+  if (best) lua_pushstring(L, best); else lua_pushnil(L);
+  return 1;
+}
+
+/* core.isatty(fd) */
+static int l_isatty(lua_State *L) {
+  lua_pushboolean(L, isatty((int)luaL_checkinteger(L, 1)));
+  return 1;
+}
+
 LUMA_API int luaopen_luma_core(lua_State *L) {
+  static const luaL_Reg fns[] = {
+    { "realpath", l_realpath },
+    { "suggest", l_suggest },
+    { "isatty", l_isatty },
+    { NULL, NULL }
+  };
   lua_newtable(L);
+  lc_setfuncs(L, fns, 0);
   lp_open(L);
   le_open(L);
+  lj_open(L);
+  lm_open(L);
+  lr_open(L);
   lua_pushlightuserdata(L, NULL);
   lua_setfield(L, -2, "null");
   lua_pushstring(L, LUMA_VERSION);

@@ -9,30 +9,15 @@
 #include "compat.h"
 #include "jsonschema.h"
 #include "lerror.h"
+#include "ljson.h"
+#include "pipeline.h"
 #include "validate.h"
 
 #define LP_METATABLE "luma.Program"
 
-#define LP_CACHE 16
-
-/* Schema lookups by name, keyed by the address of the interned name string.
-   The names are kept alive in a table (registry ref `names`), so an address
-   cannot be reused by another string while it is in the cache. */
-typedef struct lp_cache {
-  const char *key;
-  const pm_schema *schema;
-} lp_cache;
-
-typedef struct lp_program {
-  pm_program *p;              /* NULL once closed */
-  lv_program *v;
-  int names;                  /* registry ref of the table keeping cached names alive */
-  lp_cache cache[LP_CACHE];
-} lp_program;
-
 /* The methods carry the metatable as upvalue 1: checking the argument is
    then one comparison, without a registry lookup by name. */
-static lp_program *check_program(lua_State *L, int idx) {
+lp_program *lp_check(lua_State *L, int idx) {
   lp_program *lp = lua_touserdata(L, idx);
   int ok = lp && lua_getmetatable(L, idx);
   if (ok) {
@@ -46,8 +31,10 @@ static lp_program *check_program(lua_State *L, int idx) {
 
 static int lp_close(lua_State *L) {
   lp_program *lp = luaL_checkudata(L, 1, LP_METATABLE);
+  pl_free(L, lp->rt);
   lv_free(L, lp->v);
   pm_free(lp->p);
+  lp->rt = NULL;
   if (lp->names != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, lp->names);
   lp->v = NULL;
   lp->p = NULL;
@@ -164,7 +151,11 @@ static int l_compile(lua_State *L) {
   if (lp->p->diag.count == 0) {
     lp->v = lv_bind(L, lp->p, &o.lv);
     if (!lp->v) return luaL_error(L, "out of memory compiling %s", chunk);
-    if (lv_check_defaults(lp->v, L, lp->p) == 0) return 1;
+    if (lv_check_defaults(lp->v, L, lp->p) == 0) {
+      lp->rt = pl_new(L, lp->p, lp->v);
+      if (!lp->rt) return luaL_error(L, "out of memory compiling %s", chunk);
+      return 1;
+    }
   }
   return raise_diagnostics(L, lp->p);
 }
@@ -279,7 +270,7 @@ static const pm_schema *find_schema(lua_State *L, lp_program *lp, int idx) {
 
 /* program:schema(name) -> description, or nil */
 static int l_schema(lua_State *L) {
-  lp_program *lp = check_program(L, 1);
+  lp_program *lp = lp_check(L, 1);
   luaL_checktype(L, 2, LUA_TSTRING);
   const pm_schema *s = find_schema(L, lp, 2);
   if (!s) { lua_pushnil(L); return 1; }
@@ -378,7 +369,7 @@ static void push_model_info(lua_State *L, const pm_model *m) {
 
 /* program:declaration(name) -> description of any declaration, or nil */
 static int l_declaration(lua_State *L) {
-  lp_program *lp = check_program(L, 1);
+  lp_program *lp = lp_check(L, 1);
   luaL_checktype(L, 2, LUA_TSTRING);
   const char *name = lua_tostring(L, 2);
   const pm_schema *s = find_schema(L, lp, 2);
@@ -403,7 +394,7 @@ static int l_declaration(lua_State *L) {
 
 /* program:declarations() -> { schemas = {...}, tools = {...}, agents = {...}, models = {...} } */
 static int l_declarations(lua_State *L) {
-  lp_program *lp = check_program(L, 1);
+  lp_program *lp = lp_check(L, 1);
   const pm_program *p = lp->p;
   lua_createtable(L, 0, 4);
   int n = 0;
@@ -427,33 +418,6 @@ static int l_declarations(lua_State *L) {
 }
 
 /* ---------------------------------------------------------- JSON output */
-
-static void push_jv(lua_State *L, const jv *v, int depth) {
-  luaL_checkstack(L, 4, "converting JSON");
-  switch (v->type) {
-    case JV_NULL: lua_pushlightuserdata(L, NULL); break;
-    case JV_BOOL: lua_pushboolean(L, v->b); break;
-    case JV_INT: lua_pushinteger(L, (lua_Integer)v->i); break;
-    case JV_NUM: lua_pushnumber(L, v->n); break;
-    case JV_STR: lua_pushlstring(L, v->s, v->len); break;
-    case JV_ARR: {
-      lua_createtable(L, v->count, 0);
-      int i = 0;
-      for (const jv *m = v->first; m && depth < 400; m = m->next) {
-        push_jv(L, m, depth + 1);
-        lua_rawseti(L, -2, ++i);
-      }
-      break;
-    }
-    case JV_OBJ:
-      lua_createtable(L, 0, v->count);
-      for (const jv *m = v->first; m && depth < 400; m = m->next) {
-        push_jv(L, m, depth + 1);
-        lua_setfield(L, -2, m->key);
-      }
-      break;
-  }
-}
 
 /* Whether opts (at idx) asks for JSON text: { format = "json" }. */
 static int want_text(lua_State *L, int idx) {
@@ -498,7 +462,7 @@ static int push_result(lua_State *L, ar_arena *a, const jv *v, int text) {
     sb_free(&b);
     if (failed) return luaL_error(L, "out of memory");
   } else {
-    push_jv(L, v, 0);
+    lj_push(L, v, 0);
   }
   ar_free(a);
   return 1;
@@ -506,7 +470,7 @@ static int push_result(lua_State *L, ar_arena *a, const jv *v, int text) {
 
 /* program:json_schema(name [, opts]) -> table (or JSON text), or nil */
 static int l_json_schema(lua_State *L) {
-  lp_program *lp = check_program(L, 1);
+  lp_program *lp = lp_check(L, 1);
   luaL_checktype(L, 2, LUA_TSTRING);
   const pm_schema *s = find_schema(L, lp, 2);
   int text = want_text(L, 3);
@@ -517,7 +481,7 @@ static int l_json_schema(lua_State *L) {
 
 /* program:tools([opts]) -> { {name, description, parameters}, ... } (or JSON text) */
 static int l_tools(lua_State *L) {
-  lp_program *lp = check_program(L, 1);
+  lp_program *lp = lp_check(L, 1);
   int text = want_text(L, 2);
   ar_arena *a = push_scratch(L);
   return push_result(L, a, js_tools(a, lp->p, JS_CANONICAL), text);
@@ -525,7 +489,7 @@ static int l_tools(lua_State *L) {
 
 /* ----------------------------------------------------------- validation */
 
-static void push_issues(lua_State *L, const lv_issue *list, int n) {
+void lp_push_issues(lua_State *L, const lv_issue *list, int n) {
   lua_createtable(L, n, 0);
   for (int i = 0; i < n; i++) {
     lua_createtable(L, 0, 3);
@@ -540,10 +504,10 @@ static void push_issues(lua_State *L, const lv_issue *list, int n) {
 int lp_push_validation_error(lua_State *L, const char *code, const lv_result *r) {
   lua_createtable(L, 0, 3);
   int details = lua_gettop(L);
-  push_issues(L, r->errors, r->nerrors);
+  lp_push_issues(L, r->errors, r->nerrors);
   lua_setfield(L, details, "violations");
   if (r->nwarnings) {
-    push_issues(L, r->warnings, r->nwarnings);
+    lp_push_issues(L, r->warnings, r->nwarnings);
     lua_setfield(L, details, "warnings");
   }
   if (r->truncated) set_bool(L, "truncated", 1);
@@ -560,7 +524,7 @@ int lp_push_validation_error(lua_State *L, const char *code, const lv_result *r)
 /* program:validate(name, value [, { mode = "input" | "output", root = "..." }])
    -> true [, warnings] | nil, err */
 static int l_validate(lua_State *L) {
-  lp_program *lp = check_program(L, 1);
+  lp_program *lp = lp_check(L, 1);
   luaL_checktype(L, 2, LUA_TSTRING);
   luaL_checkany(L, 3);
   const pm_schema *s = find_schema(L, lp, 2);
@@ -588,7 +552,7 @@ static int l_validate(lua_State *L) {
   int results = 1;
   lua_pushboolean(L, 1);
   if (r.nwarnings) {
-    push_issues(L, r.warnings, r.nwarnings);
+    lp_push_issues(L, r.warnings, r.nwarnings);
     results = 2;
   }
   lv_result_free(&r);
@@ -604,13 +568,13 @@ static int l_tostring(lua_State *L) {
 }
 
 static int l_chunkname(lua_State *L) {
-  lp_program *lp = check_program(L, 1);
+  lp_program *lp = lp_check(L, 1);
   lua_pushstring(L, lp->p->chunk);
   return 1;
 }
 
 static int l_ast(lua_State *L) {
-  lp_program *lp = check_program(L, 1);
+  lp_program *lp = lp_check(L, 1);
   la_push_program(L, lp->p);
   return 1;
 }
@@ -640,10 +604,15 @@ void lp_open(lua_State *L) {
     lua_newtable(L);
     lua_pushvalue(L, -2);
     lc_setfuncs(L, methods, 1);
+    lua_pushvalue(L, -2);
+    lc_setfuncs(L, lr_methods, 1);
     lua_setfield(L, -2, "__index");
     lua_pushstring(L, LP_METATABLE);
     lua_setfield(L, -2, "__name");
   }
+  /* core.Program: the methods, so that the Lua side can add its own */
+  lua_getfield(L, -1, "__index");
+  lua_setfield(L, -3, "Program");
   lua_pop(L, 1);
   static const luaL_Reg fns[] = {
     { "compile", l_compile },

@@ -3,12 +3,44 @@
 #define LUMA_LPROGRAM_H
 
 #include <lua.h>
+#include <lauxlib.h>
 
+#include "pipeline.h"
 #include "program.h"
 #include "validate.h"
 
+#define LP_CACHE 16
+
+/* Schema lookups by name, keyed by the address of the interned name string.
+   The names are kept alive in a table (registry ref `names`), so an address
+   cannot be reused by another string while it is in the cache. */
+typedef struct lp_cache {
+  const char *key;
+  const pm_schema *schema;
+} lp_cache;
+
+/* The "luma.Program" userdata. */
+typedef struct lp_program {
+  pm_program *p;              /* NULL once closed */
+  lv_program *v;
+  pl_runtime *rt;
+  int names;                  /* registry ref of the table keeping cached names alive */
+  lp_cache cache[LP_CACHE];
+} lp_program;
+
+/* The program at idx; raises unless it is an open program. Only for
+   functions whose upvalue 1 is the program metatable (the methods). */
+lp_program *lp_check(lua_State *L, int idx);
+
 /* Adds compile() to the table on top and registers the metatable. */
 void lp_open(lua_State *L);
+/* The program methods that run it (lruntime.c); upvalue 1 is the metatable. */
+extern const luaL_Reg lr_methods[];
+/* Registers the metatables lruntime.c uses. */
+void lr_open(lua_State *L);
+
+/* Pushes a list of { path, message, rule } tables. */
+void lp_push_issues(lua_State *L, const lv_issue *list, int n);
 /* Pushes a structured error with the given code from a failed validation. */
 int lp_push_validation_error(lua_State *L, const char *code, const lv_result *r);
 /* Pushes a list of (possibly NUL-holding) strings. */

@@ -20,14 +20,20 @@ build = {
     ["luma.core"] = {
       sources = {
         "core/arena.c", "core/map.c", "core/diag.c", "core/lex.c", "core/parse.c", "core/program.c", "core/regex.c",
-        "core/strbuf.c", "core/json.c", "core/jsonschema.c",
-        "core/validate.c", "core/lerror.c", "core/lprogram.c", "core/last.c", "core/lcore.c",
+        "core/strbuf.c", "core/json.c", "core/jsonschema.c", "core/crypto.c", "core/idem.c",
+        "core/validate.c", "core/lerror.c", "core/ljson.c", "core/lprogram.c", "core/last.c", "core/lmodule.c",
+        "core/pipeline.c", "core/lruntime.c", "core/lcore.c",
+        "sandbox/copy.c", "sandbox/state.c", "sandbox/module.c", "sandbox/call.c",
       },
       incdirs = { "core" },
       defines = { "_POSIX_C_SOURCE=200809L" },
-      libraries = { "m" },
+      libraries = { "mbedcrypto", "pthread", "m" },
     },
     ["luma"] = "lua/luma/init.lua",
     ["luma.cli"] = "lua/luma/cli.lua",
+    ["luma.compile"] = "lua/luma/compile.lua",
+    ["luma.config"] = "lua/luma/config.lua",
+    ["luma.exec"] = "lua/luma/exec.lua",
+    ["luma.loader"] = "lua/luma/loader.lua",
   },
 }

@@ -61,9 +61,15 @@ describe("luma-lua options", function()
     assert.matches("check PROGRAM", r.stdout)
   end)
 
-  it("rejects an unknown command with exit status 2", function()
-    local r = h.run { "frobnicate" }
+  it("rejects an unknown option with exit status 2", function()
+    local r = h.run { "--frobnicate" }
     assert.are.equal(2, r.status)
-    assert.matches("unknown command 'frobnicate'", r.stderr, 1, true)
+    assert.matches("unknown option '--frobnicate'", r.stderr, 1, true)
+  end)
+
+  it("runs a program given without a command", function()
+    local r = h.run { "/nonexistent/frobnicate.luma" }
+    assert.are.equal(2, r.status)
+    assert.are.equal("Error: cannot read '/nonexistent/frobnicate.luma': No such file or directory\n", r.stderr)
   end)
 end)

@@ -47,7 +47,9 @@ function helpers.run(args, opts)
   local parts = {}
   for _, a in ipairs(args) do parts[#parts + 1] = shell_quote(a) end
   local env = ""
+  for _, k in ipairs(opts.unset or {}) do env = env .. "-u " .. k .. " " end
   for k, v in pairs(opts.env or {}) do env = env .. k .. "=" .. shell_quote(v) .. " " end
+  if env ~= "" then env = "env " .. env end
   local stdin = opts.stdin and ("< " .. shell_quote(helpers.write(helpers.tmpname(".in"), opts.stdin))) or "< /dev/null"
   -- under `make valgrind` the command itself runs under valgrind too
   local command = root .. "/bin/luma-lua"
@@ -88,6 +90,44 @@ function helpers.error(source)
   local messages = helpers.errors(source)
   assert(#messages == 1, "expected one error, got " .. #messages .. ":\n" .. table.concat(messages, "\n"))
   return messages[1]
+end
+
+-- A temporary project folder holding the given files ({ name = content });
+-- sub-folders in names are created. Returns its path.
+function helpers.project(files)
+  local dir = helpers.tmpname("-project")
+  assert(os.execute("mkdir -p " .. shell_quote(dir)))
+  for name, content in pairs(files) do
+    local sub = name:match("^(.*)/[^/]*$")
+    if sub then assert(os.execute("mkdir -p " .. shell_quote(dir .. "/" .. sub))) end
+    helpers.write(dir .. "/" .. name, content)
+  end
+  return dir
+end
+
+-- luma.load of dir/program.luma; returns the program or nil and the error.
+function helpers.load(dir, opts)
+  local ok, result = pcall(luma.load, dir .. "/program.luma", opts)
+  if ok then return result end
+  return nil, result
+end
+
+-- The error raised by fn (which must raise one).
+function helpers.raised(fn, ...)
+  local ok, err = pcall(fn, ...)
+  assert(not ok, "expected an error")
+  return err
+end
+
+-- A clock tests control: now() advances only by sleep(ms), which it records.
+function helpers.clock(start)
+  local clock = { t = start or 1000000, sleeps = {} }
+  clock.now = function() return clock.t end
+  clock.sleep = function(ms)
+    clock.sleeps[#clock.sleeps + 1] = ms
+    clock.t = clock.t + ms
+  end
+  return clock
 end
 
 helpers.calculate = [[

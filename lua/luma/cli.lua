@@ -1,5 +1,6 @@
 -- The luma-lua command line. `main(arg)` returns the exit status.
 local luma = require "luma"
+local core = require "luma.core"
 
 local cli = {}
 
@@ -7,14 +8,27 @@ local USAGE = [[
 usage: luma-lua <command> [arguments]
 
 commands:
-  check PROGRAM        check a .luma program; print "ok", or every error
-  tools PROGRAM        print the program's tool declarations as JSON
-                       ({ name, description, parameters } for each tool)
-  --version, -v        print the version
-  --help, -h           print this help
+  [run] PROGRAM [options]  run a .luma program: its top-level statements, or
+                           an agent method; print the result as JSON
+  check PROGRAM            check a .luma program; print "ok", or every error
+  tools PROGRAM            print the program's tool declarations as JSON
+                           ({ name, description, parameters } for each tool)
+  --version, -v            print the version
+  --help, -h               print this help
 
-Exit status: 0 on success, 1 when check finds errors, 2 for a program that
-does not load or a command line that is not understood.
+options of run:
+  --tool-module FILE       load a Lua tool module (repeatable)
+  --config FILE            use this luma.config.json (default: the one next to
+                           the program, if any)
+  --agent NAME             call a method of this agent instead of the top level
+  --method NAME            the method to call (default: run)
+  --input JSON             the method's arguments, as a JSON object
+  --trace FILE             append one telemetry event per tool call (JSON lines)
+  --emit-lua               print the Lua the program compiles to, and stop
+
+Exit status: 0 on success; 1 when check finds errors or a run fails
+("Error: [CODE] message"); 2 for a program that does not load ("Error: message")
+or a command line that is not understood.
 ]]
 
 local function out(s) io.stdout:write(s, "\n") end
@@ -27,8 +41,8 @@ local function usage_error(message)
 end
 
 -- Loads a program; on failure returns nil and the structured error.
-local function load_program(path)
-  local ok, result = pcall(luma.load, path)
+local function load_program(path, opts)
+  local ok, result = pcall(luma.load, path, opts)
   if ok then return result end
   if not luma.is_error(result) then error(result, 0) end
   return nil, result
@@ -48,7 +62,7 @@ end
 -- after saying what is wrong.
 local function program_argument(args, command, failure_status)
   if #args ~= 1 then return nil, usage_error(command .. " needs one PROGRAM") end
-  local program, e = load_program(args[1])
+  local program, e = load_program(args[1], { config = false })
   if not program then
     print_load_error(e)
     return nil, failure_status
@@ -72,6 +86,85 @@ function commands.tools(args)
   return 0
 end
 
+-- Errors that stop a program before it runs.
+local LOAD_ERRORS = {
+  PROGRAM_INVALID = true, CONFIG_INVALID = true, MODULE_INVALID = true, IO_ERROR = true,
+  TOOL_REGISTRY_CONFLICT = true, TOOL_NOT_REGISTERED = true, AGENT_NOT_FOUND = true,
+  METHOD_NOT_FOUND = true, INPUT_INVALID = true,
+}
+
+local function parse_run_args(args)
+  local o = { tool_modules = {} }
+  local i = 1
+  local function value(flag)
+    i = i + 1
+    if args[i] == nil then error({ usage = flag .. " needs a value" }) end
+    return args[i]
+  end
+  while i <= #args do
+    local a = args[i]
+    if a == "--tool-module" then o.tool_modules[#o.tool_modules + 1] = value(a)
+    elseif a == "--config" then o.config = value(a)
+    elseif a == "--agent" then o.agent = value(a)
+    elseif a == "--method" then o.method = value(a)
+    elseif a == "--input" then o.input = value(a)
+    elseif a == "--trace" then o.trace = value(a)
+    elseif a == "--emit-lua" then o.emit_lua = true
+    elseif a:sub(1, 2) == "--" then error({ usage = "unknown option '" .. a .. "'" })
+    elseif o.program then error({ usage = "more than one PROGRAM: '" .. o.program .. "' and '" .. a .. "'" })
+    else o.program = a end
+    i = i + 1
+  end
+  if not o.program then error({ usage = "run needs a PROGRAM" }) end
+  if (o.method or o.input) and not o.agent then error({ usage = "--method and --input go with --agent" }) end
+  return o
+end
+
+local function report(e)
+  if not luma.is_error(e) then
+    err("Error: " .. tostring(e))
+    return 1
+  end
+  if LOAD_ERRORS[e.code] then
+    print_load_error(e)
+    return 2
+  end
+  err("Error: [" .. tostring(e.code) .. "] " .. tostring(e.message))
+  return 1
+end
+
+function commands.run(args)
+  local ok, o = pcall(parse_run_args, args)
+  if not ok then
+    if type(o) == "table" and o.usage then return usage_error(o.usage) end
+    error(o, 0)
+  end
+  local loaded, program = pcall(luma.load, o.program, {
+    tool_modules = o.tool_modules, config = o.config, trace = o.trace,
+  })
+  if not loaded then return report(program) end
+  if o.emit_lua then
+    io.stdout:write(program:emit_lua())
+    return 0
+  end
+  local input = {}
+  if o.input then
+    local decoded, value = pcall(core.json_decode, o.input)
+    if not decoded then return report(luma.error { code = "INPUT_INVALID", message = "--input is not valid JSON: " .. value.message }) end
+    if type(value) ~= "table" or getmetatable(value) == core.array_mt then
+      return report(luma.error { code = "INPUT_INVALID", message = "--input must be a JSON object of the method's arguments" })
+    end
+    input = value
+  end
+  local ran, result = pcall(function()
+    if o.agent then return program:agent(o.agent):call(o.method or "run", input) end
+    return program:run()
+  end)
+  if not ran then return report(result) end
+  out(core.json_encode(result == nil and luma.null or result, { indent = 2 }))
+  return 0
+end
+
 function cli.main(arg)
   local first = arg[1]
   if first == nil then
@@ -83,13 +176,19 @@ function cli.main(arg)
     return 0
   end
   if first == "--version" or first == "-v" then
-    out("luma-lua " .. luma.version .. " (" .. (require "luma.core").lua_release .. ")")
+    out("luma-lua " .. luma.version .. " (" .. core.lua_release .. ")")
     return 0
   end
-  local command = commands[first]
-  if not command then return usage_error("unknown command '" .. first .. "'") end
   local args = {}
-  for i = 2, #arg do args[#args + 1] = arg[i] end
+  local command = commands[first]
+  if command then
+    for i = 2, #arg do args[#args + 1] = arg[i] end
+  elseif first:sub(1, 1) ~= "-" then
+    command = commands.run
+    for i = 1, #arg do args[#args + 1] = arg[i] end
+  else
+    return usage_error("unknown option '" .. first .. "'")
+  end
   return command(args)
 end
 

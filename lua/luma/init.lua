@@ -1,54 +1,153 @@
 -- The public Lua API of luma-lua: `local luma = require "luma"`.
 -- Kept within what Lua 5.1/LuaJIT and 5.4 share.
 local core = require "luma.core"
+local config = require "luma.config"
+local loader = require "luma.loader"
+local compile = require "luma.compile"
+local exec = require "luma.exec"
 
 local luma = {
   version = core.version,
   null = core.null,        -- JSON null, the same value as cjson.null
+  array_mt = core.array_mt, -- marks a table as a JSON array (an empty one prints as [])
   error = core.error,      -- luma.error{ code =, message =, retryable =, details = }
   is_error = core.is_error,
+  json = { encode = core.json_encode, decode = core.json_decode },
 }
+luma.ToolError = core.error
 
 local DEFAULT_MAX_SOURCE_BYTES = 8 * 1024 * 1024
+
+local function raise(code, message)
+  error(core.error { code = code, message = message }, 0)
+end
 
 -- Compiles program text; raises a PROGRAM_INVALID error listing every problem.
 function luma.compile(source, chunkname, opts)
   if type(source) ~= "string" then
     error("bad argument #1 to 'compile' (string expected, got " .. type(source) .. ")", 2)
   end
-  return core.compile(source, chunkname or "program.luma", opts)
+  return core.compile(source, chunkname or "program.luma", opts and { limits = opts.limits })
 end
 
-local function io_error(message)
-  error(core.error { code = "IO_ERROR", message = message }, 0)
-end
-
--- Reads and compiles a .luma file; the path names it in messages.
-function luma.load(path, opts)
-  if type(path) ~= "string" then
-    error("bad argument #1 to 'load' (string expected, got " .. type(path) .. ")", 2)
-  end
+local function read_source(path, opts)
   local f, err = io.open(path, "rb")
-  if not f then io_error("cannot read '" .. path .. "': " .. tostring(err):gsub("^[^:]*: ", "")) end
+  if not f then raise("IO_ERROR", "cannot read '" .. path .. "': " .. tostring(err):gsub("^[^:]*: ", "")) end
   local limit = opts and opts.limits and opts.limits.max_source_bytes or DEFAULT_MAX_SOURCE_BYTES
   local readable, rerr = f:read(0)
   local size = f:seek("end")
   if (readable == nil and rerr) or not size then
     f:close()
-    io_error("cannot read '" .. path .. "': " .. (rerr or "not a regular file"))
+    raise("IO_ERROR", "cannot read '" .. path .. "': " .. (rerr or "not a regular file"))
   end
   if size > limit then
     f:close()
-    error(core.error {
-      code = "PROGRAM_INVALID",
-      message = path .. ": the program is " .. size .. " bytes; the limit is " .. limit,
-    }, 0)
+    raise("PROGRAM_INVALID", path .. ": the program is " .. size .. " bytes; the limit is " .. limit)
   end
   f:seek("set", 0)
   local source = f:read("*a")
   f:close()
-  if not source then io_error("cannot read '" .. path .. "'") end
-  return core.compile(source, path, opts)
+  if not source then raise("IO_ERROR", "cannot read '" .. path .. "'") end
+  return source
+end
+
+local OPTIONS = {
+  limits = true, config = true, tool_modules = true, on_event = true, trace = true, clock = true,
+  default_timeout_ms = true,
+}
+
+--[[ Reads and compiles a .luma file and gets it ready to run:
+  opts.config        a luma.config.json path; by default the one next to the
+                     program is used if there is one; false: none
+  opts.tool_modules  more modules: paths (relative to the current directory)
+                     or manifests { path, version, integrity, dependencies, dependency_root }
+  opts.on_event      function(event) receiving one telemetry event per tool call
+  opts.trace         a file to append the events to, as JSON lines
+  opts.clock         { now = fn() -> ms, sleep = fn(ms) }: a clock tests control
+  opts.limits        see the README ]]
+function luma.load(path, opts)
+  if type(path) ~= "string" then
+    error("bad argument #1 to 'load' (string expected, got " .. type(path) .. ")", 2)
+  end
+  opts = opts or {}
+  for k in pairs(opts) do
+    if not OPTIONS[k] then error("luma.load: unknown option '" .. tostring(k) .. "'", 2) end
+  end
+  local program = core.compile(read_source(path, opts), path, { limits = opts.limits })
+  local config_path = opts.config
+  if config_path == nil then config_path = config.find(path) end
+  local cfg = config_path and config.read(config_path) or nil
+  local specs = {}
+  for _, m in ipairs(opts.tool_modules or {}) do
+    specs[#specs + 1] = type(m) == "string" and { path = m } or m
+  end
+  for _, m in ipairs(cfg and cfg.tool_modules or {}) do specs[#specs + 1] = m end
+  loader.load(program, specs, cfg and cfg.dir or config.dirname(path))
+  program:configure {
+    contexts = cfg and cfg.tool_contexts,
+    on_event = opts.on_event,
+    trace = opts.trace,
+    clock = opts.clock,
+    default_timeout_ms = opts.default_timeout_ms,
+  }
+  -- after the clock, so that the store purges with the time the program sees
+  if cfg and cfg.idempotency_store then program:configure { idempotency = cfg.idempotency_store } end
+  return program
+end
+
+-- ------------------------------------------------------------ running programs
+
+local Program = core.Program
+local compiled = setmetatable({}, { __mode = "k" })
+
+-- The Lua source the program's statements compile to.
+function Program:emit_lua()
+  return compile.program(self:ast(), self:chunkname())
+end
+
+local function compiled_of(program)
+  local c = compiled[program]
+  if c then return c end
+  local source = program:emit_lua()
+  local chunk = assert(load(source, "=" .. program:chunkname() .. " (compiled)", "t", {}))
+  c = chunk(exec.new(program))
+  compiled[program] = c
+  return c
+end
+
+-- Before anything runs, every contract needs its handler.
+function Program:check_registry()
+  local missing = self:missing_handlers()
+  if #missing > 0 then
+    raise("TOOL_NOT_REGISTERED", "'" .. missing[1] .. "' is not registered in the tool registry.")
+  end
+end
+
+-- Runs the top-level statements; returns their variables as a table (and the
+-- list of their names, in order).
+function Program:run()
+  self:check_registry()
+  return compiled_of(self).main(nil)
+end
+
+local Agent = {}
+Agent.__index = Agent
+
+function Program:agent(name)
+  if not self:declaration(name) or self:declaration(name).kind ~= "agent" then
+    raise("AGENT_NOT_FOUND", "Unknown agent '" .. tostring(name) .. "'.")
+  end
+  return setmetatable({ program = self, name = name }, Agent)
+end
+
+-- agent:call(method, args): runs a method; the circuit breaker counts the
+-- tool failures of this one call.
+function Agent:call(method, args)
+  local program = self.program
+  program:check_registry()
+  local fn = compiled_of(program).agents[self.name][method or "run"]
+  if not fn then raise("METHOD_NOT_FOUND", "Agent '" .. self.name .. "' has no method '" .. tostring(method) .. "'.") end
+  return fn(program:scope(self.name), args or {})
 end
 
 return luma

@@ -1,0 +1,102 @@
+/*
+ * The idempotency stores of the tool pipeline (SPEC §3), Lua-free. A tool
+ * marked idempotent runs once per (tool, key): later calls with the same key
+ * and input get the stored result, the same key with another input is a
+ * conflict, and a record expires after its TTL.
+ *
+ * `memory` is process-local. `file` is shared by the processes of one
+ * machine: every read-modify-write holds flock(LOCK_EX) on `<path>.lock`
+ * (recovered by the kernel when its holder dies), the file is a versioned
+ * JSON envelope replaced by atomic rename, pending claims name their owner
+ * process so that a dead owner's claim is taken over, and the records may be
+ * encrypted with AES-256-GCM under a key derived from a passphrase.
+ *
+ * Time is never read here: every call takes now_ms from the caller. Keys are
+ * byte strings with a length; tool names are non-empty UTF-8 without NUL.
+ *
+ * Threads: every function may be called from any thread at once on the same
+ * store, except id_close, which must be the last call on it. A file store
+ * opened before fork() may be used in the child, provided no other thread was
+ * inside an id_ call at that moment.
+ */
+#ifndef LUMA_IDEM_H
+#define LUMA_IDEM_H
+
+#include <stddef.h>
+
+/* Nesting limit of a stored result (the file adds three levels around it). */
+#define ID_MAX_DEPTH 512
+/* PBKDF2-HMAC-SHA256 iterations for a new encrypted file. */
+#define ID_KDF_ITERATIONS 200000u
+/* The most iterations an existing file may ask for; more is refused, so that a
+   crafted file cannot stall the open. */
+#define ID_KDF_MAX_ITERATIONS 10000000u
+
+typedef struct id_store id_store;
+
+typedef enum { ID_RUN, ID_REPLAY, ID_CONFLICT, ID_WAIT, ID_ERROR } id_status;
+
+/* A new empty process-local store, or NULL when memory runs out. */
+id_store *id_open_memory(void);
+
+/*
+ * Opens the file store at path, creating it (mode 0600) when absent.
+ * passphrase NULL: the records are plain JSON; otherwise they are encrypted
+ * with AES-256-GCM under PBKDF2-HMAC-SHA256(passphrase, the file's salt,
+ * ID_KDF_ITERATIONS), derived once here. Under the lock it removes the temp
+ * files of dead writers, expired records and claims of dead processes. A file
+ * that is not JSON or not an envelope is moved aside (see id_quarantined) and
+ * replaced by an empty store; that is not an error. Errors (NULL, with a
+ * one-line reason in err): I/O, an envelope version this code does not know,
+ * an encrypted file without a passphrase or a plain one with a passphrase,
+ * and a file that fails authentication (wrong passphrase or tampering), which
+ * is left exactly as it was.
+ */
+id_store *id_open_file(const char *path, const char *passphrase, long long now_ms, char *err, size_t errlen);
+/* id_open_file with another iteration count for a new file: tests only. */
+id_store *id_open_file_kdf(const char *path, const char *passphrase, unsigned iterations, long long now_ms,
+                           char *err, size_t errlen);
+
+/* Releases the pending claims this store still holds, then frees it. NULL is
+   fine. */
+void id_close(id_store *s);
+
+/*
+ * input_hash: 64 lowercase hex digits identifying the input (the caller
+ * hashes its canonical JSON).
+ * ID_RUN: no live record; the caller now holds a pending claim and must call
+ *   id_commit or id_abort.
+ * ID_REPLAY: *result = a malloc'd, NUL-terminated copy of the stored result
+ *   JSON text, which the caller frees.
+ * ID_CONFLICT: a record or claim with this key has another input_hash.
+ * ID_WAIT: a pending claim with the same input is held by another call that
+ *   is still alive (another id_begin of this process, or a live process); the
+ *   caller waits a little and calls again.
+ * ID_ERROR: err says why.
+ * Only ID_REPLAY sets *result; it is NULL otherwise.
+ */
+id_status id_begin(id_store *s, const char *tool, const char *key, size_t keylen, const char *input_hash,
+                   long long now_ms, char **result, char *err, size_t errlen);
+
+/*
+ * Stores result_json (one JSON value, checked and kept in compact form) under
+ * (tool, key) until now_ms + ttl_ms (ttl_ms > 0), replacing the claim. When a
+ * record with the same input is already stored it is kept. Returns 0, or -1
+ * with err for an invalid argument or result, a record with another input,
+ * or an I/O error.
+ */
+int id_commit(id_store *s, const char *tool, const char *key, size_t keylen, const char *input_hash,
+              const char *result_json, size_t result_len, long long now_ms, long long ttl_ms, char *err,
+              size_t errlen);
+
+/* Drops the pending claim on (tool, key) that this store holds, so that the
+   next id_begin runs; a stored result stays. A failure to rewrite the file is
+   not reported: the claim is released at id_close or when the process ends. */
+void id_abort(id_store *s, const char *tool, const char *key, size_t keylen);
+
+/* How many times this store moved a corrupt file aside since it was opened;
+   when non-zero, the newest quarantine path is copied into path (truncated to
+   pathcap) for the caller's log. */
+int id_quarantined(id_store *s, char *path, size_t pathcap);
+
+#endif

@@ -1,0 +1,99 @@
+/* The Lua binding of tool modules: "luma.Module" userdata owning a sandbox
+   module (its own Lua state). */
+#include "lmodule.h"
+
+#include <string.h>
+
+#include "compat.h"
+#include "lerror.h"
+
+#define LM_METATABLE "luma.Module"
+
+typedef struct lm_module {
+  sx_module *m;               /* NULL once closed */
+} lm_module;
+
+sx_module *lm_check(lua_State *L, int idx) {
+  lm_module *lm = luaL_checkudata(L, idx, LM_METATABLE);
+  if (!lm->m) luaL_argerror(L, idx, "the tool module is closed");
+  return lm->m;
+}
+
+static int lm_gc(lua_State *L) {
+  lm_module *lm = luaL_checkudata(L, 1, LM_METATABLE);
+  sx_free(lm->m);
+  lm->m = NULL;
+  return 0;
+}
+
+/* Reads a string field of the manifest table, or NULL. */
+static const char *opt_field(lua_State *L, int t, const char *key) {
+  lua_getfield(L, t, key);
+  const char *s = lua_isnil(L, -1) ? NULL : luaL_checkstring(L, -1);
+  lua_pop(L, 1);  /* kept alive by the table */
+  return s;
+}
+
+/* core.load_module{ path =, integrity =, dependencies = {...}, dependency_root = } -> module;
+   raises MODULE_INVALID. Paths must already be resolved. */
+static int l_load_module(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  sx_manifest man;
+  memset(&man, 0, sizeof man);
+  man.path = opt_field(L, 1, "path");
+  if (!man.path) return luaL_argerror(L, 1, "the manifest needs a path");
+  man.integrity = opt_field(L, 1, "integrity");
+  man.dependency_root = opt_field(L, 1, "dependency_root");
+  lua_getfield(L, 1, "dependencies");
+  const char *deps[256];
+  if (!lua_isnil(L, -1)) {
+    luaL_checktype(L, -1, LUA_TTABLE);
+    int n = (int)lc_rawlen(L, -1);
+    if (n > 256) return luaL_error(L, "a tool module may list at most 256 dependencies");
+    for (int i = 0; i < n; i++) {
+      lc_rawgeti(L, -1, i + 1);
+      deps[i] = luaL_checkstring(L, -1);
+      lua_pop(L, 1);
+    }
+    man.dependencies = deps;
+    man.ndependencies = n;
+    if (!man.dependency_root) return luaL_error(L, "a manifest with dependencies needs a dependency_root");
+  }
+  lm_module *lm = lua_newuserdata(L, sizeof *lm);
+  lm->m = NULL;
+  lc_setmetatable(L, LM_METATABLE);
+  char err[1024];
+  lm->m = sx_load(&man, err, sizeof err);
+  if (!lm->m) return le_raise(L, "MODULE_INVALID", err, 0);
+  return 1;
+}
+
+/* module:exports() -> { "name", ... } (sorted) */
+static int l_exports(lua_State *L) {
+  sx_module *m = lm_check(L, 1);
+  int n;
+  const char *const *names = sx_exports(m, &n);
+  lua_createtable(L, n, 0);
+  for (int i = 0; i < n; i++) {
+    lua_pushstring(L, names[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  return 1;
+}
+
+void lm_open(lua_State *L) {
+  static const luaL_Reg methods[] = {
+    { "exports", l_exports },
+    { "close", lm_gc },
+    { NULL, NULL }
+  };
+  if (luaL_newmetatable(L, LM_METATABLE)) {
+    lua_pushcfunction(L, lm_gc);
+    lua_setfield(L, -2, "__gc");
+    lc_newlib(L, methods);
+    lua_setfield(L, -2, "__index");
+  }
+  lua_pop(L, 1);
+  lua_pushcfunction(L, l_load_module);
+  lua_setfield(L, -2, "load_module");
+}

@@ -1,0 +1,185 @@
+-- luma.config.json: reading it, checking every key, resolving its paths.
+-- Errors are CONFIG_INVALID and name the file and the key.
+local core = require "luma.core"
+
+local config = {}
+
+config.FILENAME = "luma.config.json"
+
+local function fail(file, message)
+  error(core.error { code = "CONFIG_INVALID", message = file .. ": " .. message }, 0)
+end
+
+local function dirname(path)
+  return path:match("^(.*)/[^/]*$") or "."
+end
+
+-- An absolute form of path, relative to dir when it is relative.
+local function join(dir, path)
+  if path:sub(1, 1) == "/" then return path end
+  return dir .. "/" .. path
+end
+config.join = join
+config.dirname = dirname
+
+local function sorted_keys(t)
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  return keys
+end
+
+-- Every key of t must be one of `known`; a near miss is named.
+local function check_keys(file, where, t, known)
+  local set = {}
+  for _, k in ipairs(known) do set[k] = true end
+  for _, k in ipairs(sorted_keys(t)) do
+    if type(k) ~= "string" or not set[k] then
+      local hint = type(k) == "string" and core.suggest(k, known)
+      fail(file, string.format("%s has no key '%s'.%s", where, tostring(k),
+        hint and (" Did you mean '" .. hint .. "'?") or ""))
+    end
+  end
+end
+
+-- JSON arrays come out of core.json_decode marked with core.array_mt.
+local function is_array(v)
+  if type(v) ~= "table" then return false end
+  if getmetatable(v) == core.array_mt then return true end
+  local n = 0
+  for _ in pairs(v) do n = n + 1 end
+  return n > 0 and n == #v
+end
+
+local function expect(file, where, value, kind)
+  local ok
+  if kind == "array" then ok = is_array(value)
+  elseif kind == "object" then ok = type(value) == "table" and not is_array(value)
+  else ok = type(value) == kind end
+  if not ok then
+    local article = (kind == "array" or kind == "object") and "an " or "a "
+    fail(file, where .. " must be " .. article .. kind)
+  end
+  return value
+end
+
+local function read_modules(file, dir, list)
+  local modules = {}
+  expect(file, "tool_modules", list, "array")
+  for i, entry in ipairs(list) do
+    local where = "tool_modules[" .. i .. "]"
+    if type(entry) == "string" then
+      modules[i] = { path = join(dir, entry), given = entry }
+    else
+      expect(file, where, entry, "object")
+      check_keys(file, where, entry, { "path", "version", "integrity", "dependencies", "dependency_root" })
+      local m = { given = entry.path }
+      m.path = join(dir, expect(file, where .. ".path", entry.path, "string"))
+      if entry.version ~= nil then m.version = expect(file, where .. ".version", entry.version, "string") end
+      if entry.integrity ~= nil then
+        m.integrity = expect(file, where .. ".integrity", entry.integrity, "string")
+        if not m.integrity:match("^sha256%-[A-Za-z0-9+/]+=*$") then
+          fail(file, where .. ".integrity must be written sha256-<base64>")
+        end
+      end
+      if entry.dependencies ~= nil then
+        m.dependencies = {}
+        for j, dep in ipairs(expect(file, where .. ".dependencies", entry.dependencies, "array")) do
+          m.dependencies[j] = expect(file, where .. ".dependencies[" .. j .. "]", dep, "string")
+          if not dep:match("^[%w_][%w_%.%-]*$") then
+            fail(file, where .. ".dependencies[" .. j .. "] is not a module name: '" .. dep .. "'")
+          end
+        end
+      end
+      if entry.dependency_root ~= nil then
+        m.dependency_root = join(dir, expect(file, where .. ".dependency_root", entry.dependency_root, "string"))
+      end
+      modules[i] = m
+    end
+  end
+  return modules
+end
+
+local PARSE = { string = true, json = true, number = true, integer = true, boolean = true }
+
+local function read_contexts(file, contexts)
+  expect(file, "tool_contexts", contexts, "object")
+  local out = {}
+  for _, name in ipairs(sorted_keys(contexts)) do
+    local where = "tool_contexts." .. tostring(name)
+    local fields = expect(file, where, contexts[name], "object")
+    out[name] = {}
+    for _, field in ipairs(sorted_keys(fields)) do
+      local fwhere = where .. "." .. tostring(field)
+      local spec = expect(file, fwhere, fields[field], "object")
+      check_keys(file, fwhere, spec, { "env", "parse" })
+      local env = expect(file, fwhere .. ".env", spec.env, "string")
+      if not env:match("^[%a_][%w_]*$") then fail(file, fwhere .. ".env must be an environment variable name") end
+      local parse = spec.parse or "string"
+      if type(parse) ~= "string" or not PARSE[parse] then
+        fail(file, fwhere .. '.parse must be one of "string", "json", "number", "integer", "boolean"')
+      end
+      out[name][field] = { env = env, parse = parse }
+    end
+  end
+  return out
+end
+
+local function read_store(file, dir, store)
+  expect(file, "idempotency_store", store, "object")
+  check_keys(file, "idempotency_store", store, { "backend", "path", "encryption" })
+  local backend = store.backend or "memory"
+  if backend ~= "memory" and backend ~= "file" then
+    fail(file, 'idempotency_store.backend must be "memory" or "file"')
+  end
+  local out = { backend = backend }
+  if backend == "file" then
+    out.path = join(dir, expect(file, "idempotency_store.path", store.path or ".luma-idempotency.json", "string"))
+  elseif store.path ~= nil then
+    fail(file, "idempotency_store.path is only for the file backend")
+  end
+  if store.encryption ~= nil then
+    if store.encryption ~= "aes-256-gcm" then fail(file, 'idempotency_store.encryption must be "aes-256-gcm"') end
+    if backend ~= "file" then fail(file, "idempotency_store.encryption is only for the file backend") end
+    out.encryption = store.encryption
+  end
+  return out
+end
+
+-- Reads and checks a configuration file; paths in it become absolute.
+function config.read(path)
+  local f, err = io.open(path, "rb")
+  if not f then
+    error(core.error { code = "IO_ERROR", message = "cannot read '" .. path .. "': " .. tostring(err):gsub("^[^:]*: ", "") }, 0)
+  end
+  local text = f:read("*a") or ""
+  f:close()
+  local ok, data = pcall(core.json_decode, text)
+  if not ok then fail(path, "not valid JSON: " .. (type(data) == "table" and data.message or tostring(data))) end
+  expect(path, "the configuration", data, "object")
+  check_keys(path, "the configuration", data,
+    { "tool_modules", "tool_contexts", "idempotency_store", "tool_module_policy" })
+  if data.tool_module_policy ~= nil then
+    fail(path, "tool_module_policy is not supported by this version: the sandbox is not built yet, " ..
+      "and a policy that is not enforced is not accepted")
+  end
+  local dir = dirname(path)
+  return {
+    path = path,
+    dir = dir,
+    tool_modules = data.tool_modules and read_modules(path, dir, data.tool_modules) or {},
+    tool_contexts = data.tool_contexts and read_contexts(path, data.tool_contexts) or nil,
+    idempotency_store = data.idempotency_store and read_store(path, dir, data.idempotency_store) or nil,
+  }
+end
+
+-- The configuration next to a program, if there is one.
+function config.find(program_path)
+  local candidate = join(dirname(program_path), config.FILENAME)
+  local f = io.open(candidate, "rb")
+  if not f then return nil end
+  f:close()
+  return candidate
+end
+
+return config

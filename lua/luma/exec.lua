@@ -1,0 +1,178 @@
+-- The helpers compiled statements call (see luma.compile): operators with
+-- clear errors, field access, interpolation, tool calls through the
+-- pipeline, and try/catch support. One set per program.
+local core = require "luma.core"
+
+local exec = {}
+
+local NULL = core.null
+local RETURN = setmetatable({}, { __name = "luma.return" })
+
+local function is_null(v) return v == nil or v == NULL end
+
+local function kind(v)
+  if is_null(v) then return "null" end
+  local t = type(v)
+  if t == "table" then return (getmetatable(v) == core.array_mt or (v[1] ~= nil)) and "array" or "object" end
+  return t
+end
+
+local function eq(a, b)
+  if is_null(a) and is_null(b) then return true end
+  if type(a) ~= "table" or type(b) ~= "table" then return a == b end
+  for k, v in pairs(a) do
+    if not eq(v, rawget(b, k)) then return false end
+  end
+  for k in pairs(b) do
+    if rawget(a, k) == nil then return false end
+  end
+  return true
+end
+
+function exec.new(program)
+  local chunk = program:chunkname()
+  local R = { null = NULL, RETURN = RETURN, pcall = pcall }
+
+  local function fail(line, col, message)
+    error(core.error { code = "RUNTIME_ERROR", message = chunk .. ":" .. line .. ":" .. col .. ": " .. message }, 0)
+  end
+
+  function R.truthy(v) return v ~= nil and v ~= false and v ~= NULL end
+  function R.discard() end
+
+  -- {expr} in a string: text as is, numbers and the rest as JSON
+  function R.text(v)
+    if type(v) == "string" then return v end
+    if v == nil then return "null" end
+    local ok, s = pcall(core.json_encode, v)
+    if ok then return s end
+    return "<" .. type(v) .. ">"
+  end
+
+  function R.get(obj, name, line, col)
+    if type(obj) ~= "table" then fail(line, col, "cannot read field '" .. name .. "' of " .. kind(obj)) end
+    return rawget(obj, name)
+  end
+
+  function R.index(obj, i, line, col)
+    if type(obj) ~= "table" then fail(line, col, "cannot index " .. kind(obj)) end
+    if type(i) == "number" then
+      if i ~= math.floor(i) then fail(line, col, "an index must be a whole number, not " .. tostring(i)) end
+    elseif type(i) ~= "string" then
+      fail(line, col, "cannot index with " .. kind(i))
+    end
+    return rawget(obj, i)
+  end
+
+  function R.array(t)
+    return setmetatable(t, core.array_mt)
+  end
+
+  local function numbers(op, a, b, line, col)
+    if type(a) ~= "number" or type(b) ~= "number" then
+      fail(line, col, "cannot apply '" .. op .. "' to " .. kind(a) .. " and " .. kind(b))
+    end
+  end
+
+  function R.neg(a, line, col)
+    if type(a) ~= "number" then fail(line, col, "cannot negate " .. kind(a)) end
+    return -a
+  end
+
+  function R.add(a, b, line, col)
+    if type(a) == "string" and type(b) == "string" then return a .. b end
+    numbers("+", a, b, line, col)
+    return a + b
+  end
+  function R.sub(a, b, line, col) numbers("-", a, b, line, col) return a - b end
+  function R.mul(a, b, line, col) numbers("*", a, b, line, col) return a * b end
+  function R.div(a, b, line, col)
+    numbers("/", a, b, line, col)
+    if b == 0 then fail(line, col, "division by zero") end
+    return a / b
+  end
+  function R.mod(a, b, line, col)
+    numbers("%", a, b, line, col)
+    if b == 0 then fail(line, col, "division by zero") end
+    return a % b
+  end
+
+  function R.eq(a, b) return eq(a, b) end
+  function R.ne(a, b) return not eq(a, b) end
+
+  local function ordered(op, a, b, line, col)
+    local ta, tb = type(a), type(b)
+    if not ((ta == "number" and tb == "number") or (ta == "string" and tb == "string")) then
+      fail(line, col, "cannot compare " .. kind(a) .. " and " .. kind(b) .. " with '" .. op .. "'")
+    end
+  end
+  function R.lt(a, b, line, col) ordered("<", a, b, line, col) return a < b end
+  function R.le(a, b, line, col) ordered("<=", a, b, line, col) return a <= b end
+  function R.gt(a, b, line, col) ordered(">", a, b, line, col) return a > b end
+  function R.ge(a, b, line, col) ordered(">=", a, b, line, col) return a >= b end
+
+  function R.tool(scope, name, arg, line, col)
+    local result = program:invoke(scope, name, arg == nil and {} or arg)
+    return result
+  end
+
+  function R.ask(scope, prompt, schema, using, line, col)
+    error(core.error {
+      code = "ASK_UNAVAILABLE",
+      message = chunk .. ":" .. line .. ":" .. col .. ": ask needs a model provider, which this version of luma-lua does not have yet",
+    }, 0)
+  end
+
+  -- `x: T = value`: the value must have type T
+  local SCALARS = { string = "string", bool = "boolean" }
+  local function check(value, t, path, line, col)
+    if t.kind == "name" then
+      local ok, err = program:validate(t.name, value, { mode = "output", root = path })
+      if not ok then return err.message, err end
+      return nil
+    end
+    if t.kind == "any" then return nil end
+    if t.kind == "int" or t.kind == "float" then
+      if type(value) ~= "number" or (t.kind == "int" and value ~= math.floor(value)) then
+        return path .. " must be " .. (t.kind == "int" and "an integer" or "a number")
+      end
+      return nil
+    end
+    if t.kind == "enum" then
+      for _, v in ipairs(t.values) do if v == value then return nil end end
+      return path .. " must be one of the enum's values"
+    end
+    if t.kind == "array" then
+      if type(value) ~= "table" then return path .. " must be an array" end
+      for i, item in ipairs(value) do
+        local msg, err = check(item, t.items, path .. "[" .. i .. "]", line, col)
+        if msg then return msg, err end
+      end
+      return nil
+    end
+    if type(value) ~= SCALARS[t.kind] then return path .. " must be a " .. (t.kind == "bool" and "boolean" or t.kind) end
+    return nil
+  end
+
+  function R.typed(value, t, name, from_tool, line, col)
+    local msg, err = check(value, t, name, line, col)
+    if msg then
+      error(core.error {
+        code = from_tool and "TOOL_OUTPUT_INVALID" or "VALIDATION_FAILED",
+        message = chunk .. ":" .. line .. ":" .. col .. ": " .. msg,
+        details = err and err.details or nil,
+      }, 0)
+    end
+    return value
+  end
+
+  -- what `catch e` receives: the structured error unchanged
+  function R.caught(e)
+    if core.is_error(e) then return e end
+    return core.error { code = "RUNTIME_ERROR", message = type(e) == "string" and e or ("an error of type " .. type(e)) }
+  end
+
+  return R
+end
+
+return exec

@@ -1,0 +1,127 @@
+/* Copying values between Lua states: raw reads, bounded, JSON-like values only. */
+#include "sandbox.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "compat.h"
+#include "ljson.h"
+
+#define SX_DEPTH_CAP 500
+
+typedef struct sx_copier {
+  lua_State *from, *to;
+  const sx_limits *lim;
+  size_t values, bytes;
+  int depth;
+  const void *tables[SX_DEPTH_CAP + 1];
+  char *err;
+  size_t errlen;
+} sx_copier;
+
+void sx_default_limits(sx_limits *lim) {
+  lim->max_depth = 100;
+  lim->max_values = 1000000;
+  lim->max_bytes = 64u << 20;
+}
+
+static int fail(sx_copier *c, const char *fmt, const char *arg) {
+  if (c->err && c->errlen) snprintf(c->err, c->errlen, fmt, arg);
+  return -1;
+}
+
+static int has_array_mt(lua_State *L, int idx) {
+  if (!lua_getmetatable(L, idx)) return 0;
+  lj_push_array_mt(L);
+  int same = lua_rawequal(L, -1, -2);
+  lua_pop(L, 2);
+  return same;
+}
+
+static int copy(sx_copier *c, int idx);
+
+static int copy_table(sx_copier *c, int idx) {
+  lua_State *from = c->from, *to = c->to;
+  const void *p = lua_topointer(from, idx);
+  if (c->depth >= c->lim->max_depth || c->depth >= SX_DEPTH_CAP)
+    return fail(c, "it is nested more than %s levels deep", c->depth >= SX_DEPTH_CAP ? "500" : "the allowed");
+  for (int i = 0; i < c->depth; i++)
+    if (c->tables[i] == p) return fail(c, "%s", "a table contains itself");
+  if (!lua_checkstack(from, 4) || !lua_checkstack(to, 4)) return fail(c, "%s", "it is nested too deeply");
+  c->tables[c->depth++] = p;
+  lua_newtable(to);
+  int dst = lua_gettop(to);
+  lua_pushnil(from);
+  while (lua_next(from, idx)) {
+    int kt = lua_type(from, -2);
+    if (kt != LUA_TSTRING && kt != LUA_TNUMBER) {
+      lua_pop(from, 2);
+      lua_settop(to, dst - 1);
+      return fail(c, "a table key is a %s; only strings and numbers can be copied", lua_typename(from, kt));
+    }
+    /* absolute indices: within one state each copy moves the top */
+    int k = lua_gettop(from) - 1;
+    if (copy(c, k) != 0 || copy(c, k + 1) != 0) {
+      lua_pop(from, 2);
+      lua_settop(to, dst - 1);
+      return -1;
+    }
+    lua_rawset(to, dst);
+    lua_pop(from, 1);
+  }
+  if (has_array_mt(from, idx)) {
+    lj_push_array_mt(to);
+    lua_setmetatable(to, dst);
+  }
+  c->depth--;
+  return 0;
+}
+
+static int copy(sx_copier *c, int idx) {
+  lua_State *from = c->from, *to = c->to;
+  if (++c->values > c->lim->max_values) return fail(c, "%s", "it holds too many values");
+  switch (lua_type(from, idx)) {
+    case LUA_TNIL: lua_pushnil(to); return 0;
+    case LUA_TBOOLEAN: lua_pushboolean(to, lua_toboolean(from, idx)); return 0;
+    case LUA_TNUMBER:
+#if LUA_VERSION_NUM >= 503
+      if (lua_isinteger(from, idx)) { lua_pushinteger(to, lua_tointeger(from, idx)); return 0; }
+#endif
+      lua_pushnumber(to, lua_tonumber(from, idx));
+      return 0;
+    case LUA_TSTRING: {
+      size_t len;
+      const char *s = lua_tolstring(from, idx, &len);
+      c->bytes += len;
+      if (c->bytes > c->lim->max_bytes) return fail(c, "%s", "its strings are too large");
+      lua_pushlstring(to, s, len);
+      return 0;
+    }
+    case LUA_TLIGHTUSERDATA:
+      if (lua_touserdata(from, idx) == NULL) { lua_pushlightuserdata(to, NULL); return 0; }
+      return fail(c, "%s", "it holds a light userdata");
+    case LUA_TTABLE:
+      return copy_table(c, idx);
+    default:
+      return fail(c, "it holds a %s", lua_typename(from, lua_type(from, idx)));
+  }
+}
+
+int sx_copy(lua_State *from, int idx, lua_State *to, const sx_limits *lim, char *err, size_t errlen) {
+  sx_copier c;
+  c.from = from;
+  c.to = to;
+  c.lim = lim;
+  c.values = c.bytes = 0;
+  c.depth = 0;
+  c.err = err;
+  c.errlen = errlen;
+  int top_from = lua_gettop(from), top_to = lua_gettop(to);
+  if (!lua_checkstack(to, 4)) return fail(&c, "%s", "no stack space");
+  int r = copy(&c, lc_absindex(from, idx));
+  if (r != 0) lua_settop(to, top_to);
+  /* copying within one state leaves the copy on top; otherwise the source
+     state is left as it was */
+  if (from != to) lua_settop(from, top_from);
+  return r;
+}

@@ -1,0 +1,275 @@
+local luma = require "luma"
+local cjson = require "cjson"
+local h = require "spec.helpers"
+
+local CALC_TOOLS = h.read(h.root .. "/spec/fixtures/calc_tools.lua")
+
+local STATS_TOOLS = [[
+return {
+  calculate = function(input)
+    if input.operation == "add" then return { result = input.a + input.b } end
+    if input.operation == "multiply" then return { result = input.a * input.b } end
+    error(luma.ToolError { code = "UNSUPPORTED", message = "Unsupported operation", retryable = false })
+  end,
+  text_stats = function(input)
+    local words = 0
+    for _ in input.text:gmatch("%S+") do words = words + 1 end
+    return { words = words, characters = #input.text }
+  end,
+}]]
+
+local FLOW = h.calculate .. [[
+schema Stats { words: int, characters: int }
+tool text_stats(text: string) -> Stats {}
+schema Answer { words: int, bonus?: float, note: string }
+
+agent Flow {
+  tools: [text_stats, calculate]
+  fn run(text: string) -> Answer {
+    stats = tool text_stats({ text: text })
+    if stats.words > 3 {
+      bonus = tool calculate({ a: stats.words, b: 2, operation: "multiply" })
+    }
+    note = "words={stats.words} bonus={bonus}"
+    if bonus == null {
+      return { words: stats.words, note: note }
+    }
+    { words: stats.words, bonus: bonus.result, note: note }
+  }
+  fn only_stats() -> Stats {
+    tool calculate({ a: 1, b: 2, operation: "add" })
+  }
+}
+]]
+
+local function project(program, tools)
+  return h.project { ["program.luma"] = program, ["tools.lua"] = tools or STATS_TOOLS,
+    ["luma.config.json"] = '{ "tool_modules": ["tools.lua"] }' }
+end
+
+describe("luma-lua PROGRAM", function()
+  it("runs the top-level statements and prints their variables as JSON with sorted keys", function()
+    local dir = project(h.calculate .. [[
+zeta = tool calculate({ a: 2, b: 3, operation: "add" })
+alpha = tool calculate({ a: 2, b: 3, operation: "multiply" })
+n = 1 + 2 * 3
+]])
+    local r = h.run({ "program.luma" }, { cwd = dir })
+    assert.are.equal(0, r.status, r.stderr)
+    assert.are.equal('{\n  "alpha": {\n    "result": 6\n  },\n  "n": 7,\n  "zeta": {\n    "result": 5\n  }\n}\n', r.stdout)
+  end)
+
+  it("is also `luma-lua run PROGRAM`", function()
+    local dir = project(h.calculate .. 'x = tool calculate({ a: 1, b: 1, operation: "add" })')
+    local r = h.run({ "run", "program.luma" }, { cwd = dir })
+    assert.are.same({ x = { result = 2 } }, cjson.decode(r.stdout))
+  end)
+
+  it("calls an agent method with --agent, --method and --input", function()
+    local dir = project(FLOW)
+    local r = h.run({ "program.luma", "--agent", "Flow", "--input", '{"text": "one two three four five"}' }, { cwd = dir })
+    assert.are.equal(0, r.status, r.stderr)
+    assert.are.same({ words = 5, bonus = 10, note = 'words=5 bonus={"result":10}' }, cjson.decode(r.stdout))
+    r = h.run({ "program.luma", "--agent", "Flow", "--input", '{"text": "short"}' }, { cwd = dir })
+    assert.are.same({ words = 1, note = "words=1 bonus=null" }, cjson.decode(r.stdout))
+  end)
+
+  it("prints an uncaught error as Error: [CODE] message and exits 1", function()
+    local dir = project(h.calculate .. 'x = tool calculate({ a: -1, b: 1, operation: "add" })')
+    local r = h.run({ "program.luma" }, { cwd = dir })
+    assert.are.equal(1, r.status)
+    assert.are.equal("Error: [TOOL_INPUT_INVALID] calculate.input.a must be at least 0\n", r.stderr)
+    assert.are.equal("", r.stdout)
+  end)
+
+  it("prints load errors as Error: message and exits 2", function()
+    local dir = project("schema A { x: Nope }")
+    local r = h.run({ "program.luma" }, { cwd = dir })
+    assert.are.equal(2, r.status)
+    assert.matches("^program.luma:1:15: Unknown type 'Nope'.", r.stderr)
+    dir = project(h.calculate)
+    r = h.run({ "program.luma", "--config", "missing.json" }, { cwd = dir })
+    assert.are.equal(2, r.status)
+    assert.are.equal("Error: cannot read 'missing.json': No such file or directory\n", r.stderr)
+  end)
+
+  it("refuses a tool outside the agent's tools", function()
+    local dir = project(FLOW)
+    local r = h.run({ "program.luma", "--agent", "Flow", "--method", "only_stats" }, { cwd = dir })
+    assert.are.equal(0, r.status, r.stderr)
+    local dir2 = project((FLOW:gsub("tools: %[text_stats, calculate%]", "tools: [text_stats]")))
+    r = h.run({ "program.luma", "--agent", "Flow", "--method", "only_stats" }, { cwd = dir2 })
+    assert.are.equal(1, r.status)
+    assert.are.equal("Error: [TOOL_PERMISSION_DENIED] Agent 'Flow' does not allow tool 'calculate' to be called directly.\n", r.stderr)
+  end)
+
+  it("says what is wrong with the command line", function()
+    local dir = project(FLOW)
+    local cases = {
+      { { "program.luma", "--frob" }, "unknown option '--frob'" },
+      { { "program.luma", "--input", "{}" }, "--method and --input go with --agent" },
+      { { "program.luma", "--tool-module" }, "--tool-module needs a value" },
+      { { "run" }, "run needs a PROGRAM" },
+    }
+    for _, c in ipairs(cases) do
+      local r = h.run(c[1], { cwd = dir })
+      assert.are.equal(2, r.status)
+      assert.matches(c[2], r.stderr, 1, true)
+    end
+    local r = h.run({ "program.luma", "--agent", "Flow", "--input", "[1]" }, { cwd = dir })
+    assert.are.equal("Error: --input must be a JSON object of the method's arguments\n", r.stderr)
+    r = h.run({ "program.luma", "--agent", "Nope" }, { cwd = dir })
+    assert.are.equal(2, r.status)
+    assert.are.equal("Error: Unknown agent 'Nope'.\n", r.stderr)
+    r = h.run({ "program.luma", "--agent", "Flow", "--method", "nope" }, { cwd = dir })
+    assert.are.equal("Error: Agent 'Flow' has no method 'nope'.\n", r.stderr)
+  end)
+
+  it("shows the Lua the program compiles to with --emit-lua", function()
+    local dir = project(FLOW)
+    local r = h.run({ "run", "--emit-lua", "program.luma" }, { cwd = dir })
+    assert.are.equal(0, r.status)
+    assert.matches("function M.main(scope)", r.stdout, 1, true)
+    assert.matches('R.tool(scope, "text_stats", { ["text"] = v_text }', r.stdout, 1, true)
+    assert.is_truthy(load(r.stdout, "=emitted", "t", {}))
+  end)
+end)
+
+describe("statements", function()
+  local function run(body, tools)
+    local program = luma.compile(h.calculate .. body)
+    program:register("calculate", function(i)
+      if i.operation == "add" then return { result = i.a + i.b } end
+      return { result = i.a * i.b }
+    end)
+    for name, fn in pairs(tools or {}) do program:register(name, fn) end
+    return program:run()
+  end
+
+  it("compute with numbers and strings", function()
+    local v = run('a = 7 / 2\nb = 7 % 3\nc = -(2 - 5)\nd = "ab" + "cd"\ne = 2 * (3 + 4)')
+    assert.are.same({ a = 3.5, b = 1, c = 3, d = "abcd", e = 14 }, v)
+  end)
+
+  it("compare values, JSON-equal tables included", function()
+    local v = run('a = { x: [1, 2] } == { x: [1, 2] }\nb = 1 != 2\nc = "a" < "b"\nd = null == null\ne = 2 >= 3')
+    assert.are.same({ a = true, b = true, c = true, d = true, e = false }, v)
+  end)
+
+  it("treat null and false as false", function()
+    local v = run('if null { a = 1 } else { a = 2 }\nif 0 { b = 1 } else { b = 2 }\nc = not null\nd = true and null\ne = false or "x"')
+    assert.are.same({ a = 2, b = 1, c = true, d = false, e = true }, v)
+  end)
+
+  it("read fields and 1-based indexes", function()
+    local v = run('r = tool calculate({ a: 1, b: 2, operation: "add" })\nx = r.result\nl = [10, 20, 30]\ny = l[2]')
+    assert.are.equal(3, v.x)
+    assert.are.equal(20, v.y)
+  end)
+
+  it("fail clearly on a field of null", function()
+    local err = h.raised(run, "x = null\ny = x.field")
+    assert.are.equal("RUNTIME_ERROR", err.code)
+    assert.are.equal("program.luma:14:6: cannot read field 'field' of null", err.message)
+  end)
+
+  it("fail clearly on arithmetic with the wrong types", function()
+    local err = h.raised(run, 'x = 1 + "a"')
+    assert.are.equal("program.luma:13:7: cannot apply '+' to number and string", err.message)
+    err = h.raised(run, "x = 1 / 0")
+    assert.are.equal("program.luma:13:7: division by zero", err.message)
+  end)
+
+  it("hand the typed error to catch unchanged", function()
+    local program = luma.compile(h.calculate .. [[
+agent A {
+  tools: [calculate]
+  fn run() {
+    try {
+      tool calculate({ a: 1, b: 2, operation: "add" })
+    } catch e {
+      return { code: e.code, message: e.message, retryable: e.retryable, details: e.details }
+    }
+  }
+}]])
+    program:register("calculate", function()
+      error(luma.ToolError { code = "DB_TIMEOUT", message = "Database timeout", retryable = false, details = { table = "t" } })
+    end)
+    assert.are.same({ code = "DB_TIMEOUT", message = "Database timeout", retryable = false, details = { table = "t" } },
+      program:agent("A"):call("run"))
+  end)
+
+  it("return from inside try, and from nested try and catch", function()
+    local program = luma.compile([[
+agent A {
+  fn run(x: int) {
+    try {
+      try {
+        if x == 1 { return "inner" }
+        y = 1 / 0
+      } catch e {
+        if x == 2 { return "caught" }
+      }
+      return "outer"
+    } catch e { return "never" }
+  }
+}]])
+    assert.are.equal("inner", program:agent("A"):call("run", { x = 1 }))
+    assert.are.equal("caught", program:agent("A"):call("run", { x = 2 }))
+    assert.are.equal("outer", program:agent("A"):call("run", { x = 3 }))
+  end)
+
+  it("check `x: T = tool ...` against T", function()
+    local program = luma.compile(h.calculate .. [[
+schema Other { value: string }
+agent A {
+  tools: [calculate]
+  fn run() {
+    x: Other = tool calculate({ a: 1, b: 2, operation: "add" })
+    return x
+  }
+}]])
+    program:register("calculate", function(i) return { result = 3 } end)
+    local err = h.raised(program:agent("A").call, program:agent("A"), "run")
+    assert.are.equal("TOOL_OUTPUT_INVALID", err.code)
+    assert.matches("x%.result is not allowed$", err.message)
+  end)
+
+  it("ask is not available before the providers", function()
+    local program = luma.compile('schema R { v: int }\nmodel M { provider: "openai"\n name: "m" }\nagent A { model: M\n fn run() -> R { ask "hi" -> R } }')
+    local err = h.raised(program:agent("A").call, program:agent("A"), "run")
+    assert.are.equal("ASK_UNAVAILABLE", err.code)
+  end)
+end)
+
+describe("the Lua API", function()
+  it("program:call runs a direct call and returns the result and its metadata", function()
+    local program = luma.compile(h.calculate)
+    program:register("calculate", function(input) return { result = input.a + input.b } end)
+    local result, meta = program:call("calculate", { a = 2, b = 3, operation = "add" })
+    assert.are.same({ result = 5 }, result)
+    assert.are.equal(1, meta.attempts)
+    assert.is_false(meta.cache_hit)
+  end)
+
+  it("program:register refuses a second handler and unknown tools", function()
+    local program = luma.compile(h.calculate)
+    program:register("calculate", function() end)
+    assert.are.equal("Tool registry conflict: calculate.", h.raised(program.register, program, "calculate", function() end).message)
+    assert.are.equal("Unknown tool 'nope'.", h.raised(program.register, program, "nope", function() end).message)
+  end)
+
+  it("program:agent(name):call(method, args) calls a method", function()
+    local dir = project(FLOW)
+    local program = assert(h.load(dir))
+    assert.are.same({ words = 1, note = "words=1 bonus=null" }, program:agent("Flow"):call("run", { text = "hi" }))
+  end)
+
+  it("program:call of a tool without a handler is TOOL_NOT_FOUND", function()
+    local program = luma.compile(h.calculate)
+    local err = h.raised(program.call, program, "calculate", { a = 1, b = 1, operation = "add" })
+    assert.are.equal("TOOL_NOT_FOUND", err.code)
+    assert.are.equal("'calculate' is not registered in the tool registry.", err.message)
+    assert.are.equal("calculate", err.tool)
+  end)
+end)
