@@ -77,9 +77,12 @@ struct id_store {
   char *quarantine;
 };
 
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
 #if defined(__GNUC__)
-__attribute__((format(printf, 3, 4)))
+  __attribute__((format(printf, 3, 4)))
 #endif
+  ;
+
 static void seterr(char *err, size_t errlen, const char *fmt, ...) {
   va_list ap;
   if (!err || !errlen) return;
@@ -111,8 +114,6 @@ static char *str_printf(const char *fmt, ...) {
   va_end(ap);
   return p;
 }
-
-/* ---- records and the table */
 
 static void rec_free(id_rec *r) {
   if (!r) return;
@@ -196,8 +197,6 @@ static void tb_free(id_table *t) {
   t->cap = t->n = 0;
 }
 
-/* ---- arguments */
-
 static int utf8_ok(const char *s, size_t len) {
   for (size_t i = 0; i < len;) {
     int n = lx_utf8_len((const unsigned char *)s + i, len - i);
@@ -241,8 +240,6 @@ static char *ck_make(const char *tool, const char *key, size_t keylen, size_t *l
   return k;
 }
 
-/* ---- owners of pending claims */
-
 /* State (field 3) and start time (field 22) from /proc/<pid>/stat. The
    command name in field 2 may hold spaces and ')', so count from the last ')'. */
 static int proc_stat(long long pid, long long *start, char *state) {
@@ -276,10 +273,11 @@ static long long self_start(void) {
 
 /* Whether the process that made a claim still runs: a pid that is gone, a
    zombie, or a pid reused by a process that started at another time cannot
-   finish the call. Without /proc, kill() alone decides. */
-static int owner_alive(const id_rec *r) {
+   finish the call. Without /proc (s->start is 0), kill() alone decides. */
+static int owner_alive(const id_store *s, const id_rec *r) {
   if (r->pid <= 0 || r->pid > INT_MAX) return 0;
   if (kill((pid_t)r->pid, 0) == -1 && errno == ESRCH) return 0;
+  if (!s->start) return 1;
   long long start;
   char state;
   if (proc_stat(r->pid, &start, &state) != 0) return errno != ENOENT;
@@ -291,8 +289,6 @@ static int owned_here(const id_store *s, const id_rec *r) {
   return !s->file || (r->pid == (long long)s->pid && r->start == s->start && strcmp(r->token, s->token) == 0);
 }
 
-/* ---- the decisions, on the table */
-
 static long long add_ttl(long long now, long long ttl) {
   return now > LLONG_MAX - ttl ? LLONG_MAX : now + ttl;
 }
@@ -302,7 +298,7 @@ static long long add_ttl(long long now, long long ttl) {
 static id_rec *live_find(id_store *s, const char *k, size_t klen, long long now) {
   id_rec *r = tb_find(&s->t, k, klen);
   if (r && !r->pending && r->expires_at <= now) { tb_drop(&s->t, r); r = NULL; }
-  if (r && r->pending && s->file && !owner_alive(r)) { tb_drop(&s->t, r); r = NULL; }
+  if (r && r->pending && s->file && !owner_alive(s, r)) { tb_drop(&s->t, r); r = NULL; }
   return r;
 }
 
@@ -334,8 +330,8 @@ nomem:
 
 /* 1: stored, 0: a record with the same input was kept, -1: error. Takes
    ownership of text on 1. */
-static int decide_commit(id_store *s, const char *tool, const char *k, size_t klen, const char *hash, char *text, size_t len,
-                         long long now, long long ttl, char *err, size_t errlen) {
+static int decide_commit(id_store *s, const char *tool, const char *k, size_t klen, const char *hash, char *text,
+                         size_t len, long long now, long long ttl, char *err, size_t errlen) {
   id_rec *r = live_find(s, k, klen, now);
   if (r && memcmp(r->hash, hash, 64) != 0) {
     seterr(err, errlen, "idempotency: tool '%s': the key is %s with another input", tool,
@@ -360,8 +356,6 @@ static int decide_commit(id_store *s, const char *tool, const char *k, size_t kl
   r->token[0] = '\0';
   return 1;
 }
-
-/* ---- the file: JSON text */
 
 static void put_key(sb_buf *b, const id_rec *r) {
   size_t tl = strlen(r->k);
@@ -436,7 +430,7 @@ static int render(id_store *s, sb_buf *out, char *err, size_t errlen) {
   sb_init(&recs);
   put_records(&recs, &s->t);
   if (!s->pass) {
-    sb_adds(out, "{\"format\":\"" ID_FORMAT "\",\"version\":1,\"records\":");
+    sb_printf(out, "{\"format\":\"" ID_FORMAT "\",\"version\":%d,\"records\":", ID_VERSION);
     sb_add(out, recs.data ? recs.data : "", recs.len);
     sb_adds(out, "}\n");
     sb_free(&recs);
@@ -684,12 +678,11 @@ static int read_envelope(id_store *s, const char *text, size_t len, long long no
   return rc;
 }
 
-/* ---- the file: locking, reading, writing */
-
-static void fs_mark(id_store *s, unsigned long long gen, int *ok) {
+/* The lock file says who holds it and how many times the store was written. */
+static int fs_mark(id_store *s, unsigned long long gen) {
   char buf[80];
   int n = snprintf(buf, sizeof buf, "pid %ld\ngeneration %llu\n", (long)s->pid, gen);
-  *ok = pwrite(s->lockfd, buf, (size_t)n, 0) == n && ftruncate(s->lockfd, n) == 0;
+  return pwrite(s->lockfd, buf, (size_t)n, 0) == n && ftruncate(s->lockfd, n) == 0;
 }
 
 /* Takes the lock file, and reopens it first in a forked child: the inherited
@@ -715,8 +708,7 @@ static int fs_lock(id_store *s, char *err, size_t errlen) {
     g = strstr(buf, "generation ");
   }
   s->lockgen = g ? strtoull(g + 11, NULL, 10) : 0;
-  int ok;
-  fs_mark(s, s->lockgen, &ok);  /* the holder's pid, for diagnosis only */
+  fs_mark(s, s->lockgen);  /* the holder's pid is for diagnosis only: a failure does not matter */
   return 0;
 }
 
@@ -786,7 +778,7 @@ static int fs_save(id_store *s, char *err, size_t errlen) {
     seterr(err, errlen, "idempotency: out of memory");
     return -1;
   }
-  int rc = -1, ok = 0;
+  int rc = -1;
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) {
     syserr(s, err, errlen, "create temp file");
@@ -797,10 +789,7 @@ static int fs_save(id_store *s, char *err, size_t errlen) {
     else rc = 0;
     close(fd);
     /* others must reread even if the new file reuses inode, size and mtime */
-    if (rc == 0) {
-      fs_mark(s, s->lockgen + 1, &ok);
-      if (!ok) rc = syserr(s, err, errlen, "write lock file");
-    }
+    if (rc == 0 && !fs_mark(s, s->lockgen + 1)) rc = syserr(s, err, errlen, "write lock file");
     if (rc == 0) {
       s->lockgen++;
       if (rename(tmp, s->path) != 0) rc = syserr(s, err, errlen, "rename");
@@ -820,13 +809,16 @@ static int fs_save(id_store *s, char *err, size_t errlen) {
 static int fs_quarantine(id_store *s, long long now, char *err, size_t errlen) {
   char *q = NULL;
   struct stat st;
-  for (int i = 0; i < 1000; i++) {
+  int free_name = 0;
+  for (int i = 0; i < 1000 && !free_name; i++) {
     free(q);
     q = i ? str_printf("%s.corrupt-%lld-%d", s->path, now, i) : str_printf("%s.corrupt-%lld", s->path, now);
-    if (!q || (lstat(q, &st) != 0 && errno == ENOENT)) break;
+    if (!q) break;
+    free_name = lstat(q, &st) != 0 && errno == ENOENT;
   }
-  if (!q) {
-    seterr(err, errlen, "idempotency: out of memory");
+  if (!free_name) {
+    free(q);
+    seterr(err, errlen, "idempotency store %s is corrupt and no quarantine name is free", s->path);
     return -1;
   }
   if (rename(s->path, q) != 0) {
@@ -900,8 +892,6 @@ static int fs_load(id_store *s, long long now, char *err, size_t errlen) {
   return fs_save(s, err, errlen);
 }
 
-/* ---- the stores */
-
 static int enter(id_store *s, long long now, char *err, size_t errlen) {
   pthread_mutex_lock(&s->lock);
   if (!s->file) return 0;
@@ -967,7 +957,7 @@ static int purge_dead(id_store *s) {
   for (size_t i = 0; i < s->t.cap; i++) {
     for (id_rec *r = s->t.slots[i], *next; r; r = next) {
       next = r->next;
-      if (r->pending && !owner_alive(r)) {
+      if (r->pending && !owner_alive(s, r)) {
         tb_drop(&s->t, r);
         dropped++;
       }
@@ -982,6 +972,10 @@ id_store *id_open_file_kdf(const char *path, const char *passphrase, unsigned it
   if (err && errlen) err[0] = '\0';
   if (!path || !*path || path[strlen(path) - 1] == '/') {
     seterr(err, errlen, "idempotency: the file store needs a file path");
+    return NULL;
+  }
+  if (passphrase && !*passphrase) {
+    seterr(err, errlen, "idempotency: the passphrase is empty");
     return NULL;
   }
   if (iterations < 1 || iterations > ID_KDF_MAX_ITERATIONS) {

@@ -184,7 +184,78 @@ static int l_call(lua_State *L) {
   return 2;
 }
 
+/* program:call_all({ { name, input }, ... } [, { concurrency = n, scope = s }])
+   -> { { ok = true, result =, meta = } | { ok = false, error = }, ... } */
+static int l_call_all(lua_State *L) {
+  lp_program *lp = lp_check(L, 1);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  int concurrency = 1 << 20;
+  pl_scope *sc = NULL;
+  if (!lua_isnoneornil(L, 3)) {
+    luaL_checktype(L, 3, LUA_TTABLE);
+    lua_getfield(L, 3, "concurrency");
+    if (!lua_isnil(L, -1)) {
+      if (!lc_isinteger(L, -1) || lua_tointeger(L, -1) < 1)
+        return luaL_error(L, "call_all: concurrency must be a positive integer");
+      concurrency = (int)lua_tointeger(L, -1);
+    }
+    lua_getfield(L, 3, "scope");
+    if (!lua_isnil(L, -1)) sc = luaL_checkudata(L, -1, LR_SCOPE);
+    lua_pop(L, 2);
+  }
+  int n = (int)lc_rawlen(L, 2);
+  if (n > 10000) return luaL_error(L, "call_all: at most 10000 calls at once");
+  luaL_checkstack(L, n + 8, "calling tools");
+  const pm_tool **tools = lua_newuserdata(L, sizeof *tools * (size_t)(n ? n : 1));
+  int *inputs = lua_newuserdata(L, sizeof *inputs * (size_t)(n ? n : 1));
+  for (int i = 0; i < n; i++) {
+    lc_rawgeti(L, 2, i + 1);
+    int call = lua_gettop(L);
+    if (!lua_istable(L, call)) return luaL_error(L, "call_all: call %d must be a table { name, input }", i + 1);
+    lua_getfield(L, call, "tool");
+    if (lua_isnil(L, -1)) { lua_pop(L, 1); lc_rawgeti(L, call, 1); }
+    tools[i] = check_tool(L, lp, lua_gettop(L));
+    lua_pop(L, 1);
+    lua_getfield(L, call, "input");
+    if (lua_isnil(L, -1)) { lua_pop(L, 1); lc_rawgeti(L, call, 2); }
+    if (lua_isnil(L, -1)) { lua_pop(L, 1); lua_newtable(L); }
+    lua_replace(L, call);
+    inputs[i] = call;
+  }
+  pl_call_all(L, lp->rt, sc, tools, inputs, n, concurrency);
+  return 1;
+}
+
+/* program:check_return(agent, method, value) -> true [, warnings] | nil, err:
+   the value a method returns against its declared return type */
+static int l_check_return(lua_State *L) {
+  lp_program *lp = lp_check(L, 1);
+  const pm_agent *ag = pm_find_agent(lp->p, luaL_checkstring(L, 2));
+  const char *name = luaL_checkstring(L, 3);
+  const pm_method *m = NULL;
+  for (int i = 0; ag && i < ag->nmethods; i++)
+    if (strcmp(ag->methods[i].name, name) == 0) m = &ag->methods[i];
+  if (!m) return luaL_argerror(L, 3, "no such method");
+  if (!m->ret) { lua_pushboolean(L, 1); return 1; }
+  lua_pushfstring(L, "%s.%s.output", ag->name, m->name);
+  lv_result r;
+  int bad = lv_validate_type(lp->v, L, 4, m->ret, lua_tostring(L, -1), LV_OUTPUT, 1, &r);
+  if (bad) {
+    lua_pushnil(L);
+    lp_push_validation_error(L, "VALIDATION_FAILED", &r);
+    lv_result_free(&r);
+    return 2;
+  }
+  lua_pushboolean(L, 1);
+  int results = 1;
+  if (r.nwarnings) { lp_push_issues(L, r.warnings, r.nwarnings); results = 2; }
+  lv_result_free(&r);
+  return results;
+}
+
 const luaL_Reg lr_methods[] = {
+  { "call_all", l_call_all },
+  { "check_return", l_check_return },
   { "register", l_register },
   { "attach", l_attach },
   { "missing_handlers", l_missing },

@@ -1,6 +1,7 @@
 #include "pipeline.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -398,71 +399,6 @@ static long long effective_timeout(pl_runtime *rt, const pm_agent *ag, const pm_
   return eff < 0 ? rt->default_timeout_ms : eff;
 }
 
-/* The host signal: a table whose fields say whether the deadline passed. */
-static int host_signal_check(lua_State *L) {
-  lua_getfield(L, 1, "aborted");
-  if (lua_toboolean(L, -1)) return le_raise(L, "TOOL_TIMEOUT", "The tool call's deadline passed.", 0);
-  return 0;
-}
-
-/* One attempt of a handler registered from the host: it runs in the host's
-   state, so only its signal and the time it took bound it. */
-static int run_host(lua_State *L, pl_runtime *rt, const pm_tool *t, int input, int needs, long long timeout_ms) {
-  char why[200];
-  push_anchor(L, rt, "host");
-  lua_getfield(L, -1, t->name);
-  lua_remove(L, -2);
-  int fn = lua_gettop(L);
-  if (sx_copy(L, input, L, &rt->limits, why, sizeof why) != 0) {
-    lua_settop(L, fn - 1);
-    return failf(L, t, "TOOL_INPUT_INVALID", "%s.input cannot be passed to the handler: %s", t->name, why);
-  }
-  lua_createtable(L, 0, 3);
-  lua_pushboolean(L, 0);
-  lua_setfield(L, -2, "aborted");
-  lua_pushcfunction(L, host_signal_check);
-  lua_setfield(L, -2, "check");
-  if (needs) lua_pushvalue(L, needs); else lua_newtable(L);
-  long long start = pl_mono_ms(L, rt);
-  int status = lua_pcall(L, 3, 1, 0);
-  long long took = pl_mono_ms(L, rt) - start;
-  if (timeout_ms > 0 && took > timeout_ms) {
-    lua_pop(L, 1);
-    char msg[300];
-    snprintf(msg, sizeof msg, "Tool '%s' timed out after %lld ms.", t->name, timeout_ms);
-    return fail(L, t, "TOOL_TIMEOUT", msg);
-  }
-  if (status == LUA_OK) return 0;
-  int e = lua_gettop(L);
-  if (le_is_error(L, e)) {
-    lua_pushstring(L, t->name);
-    lua_setfield(L, e, "tool");
-    return -1;
-  }
-  const char *msg = lua_type(L, e) == LUA_TSTRING ? lua_tostring(L, e) : NULL;
-  char buf[300];
-  if (!msg) snprintf(buf, sizeof buf, "Tool '%s' raised a %s value.", t->name, luaL_typename(L, e));
-  lua_pushstring(L, msg ? msg : buf);
-  lua_remove(L, e);
-  int r = fail(L, t, "TOOL_FAILED", lua_tostring(L, -1));
-  lua_remove(L, -2);
-  return r;
-}
-
-static int run_once(lua_State *L, pl_runtime *rt, const pm_tool *t, int input, int needs, long long timeout_ms) {
-  if (rt->kind[t->index] == PL_HOST) return run_host(L, rt, t, input, needs, timeout_ms);
-  sx_call_opts o;
-  o.tool = t->name;
-  o.timeout_ms = timeout_ms;
-  o.limits = rt->limits;
-  int r = sx_call(rt->module[t->index], t->name, L, input, needs, &o);
-  if (r != 0) {
-    lua_pushstring(L, t->name);
-    lua_setfield(L, -2, "tool");
-  }
-  return r;
-}
-
 static long long backoff_ms(const pm_tool *t, int attempt) {
   switch (t->retry_backoff) {
     case BO_FIXED: return t->retry_delay;
@@ -472,31 +408,6 @@ static long long backoff_ms(const pm_tool *t, int attempt) {
       return d;
     }
     default: return 0;
-  }
-}
-
-/* Step 10: the handler, retried while its errors are retryable. */
-static int run_handler(lua_State *L, pl_runtime *rt, const pm_agent *ag, const pm_tool *t, int input, int needs,
-                       pl_event *ev) {
-  long long timeout = effective_timeout(rt, ag, t);
-  long long deadline = pl_mono_ms(L, rt) + timeout;
-  for (;;) {
-    ev->attempts++;
-    long long left = deadline - pl_mono_ms(L, rt);
-    if (left <= 0) {
-      char msg[300];
-      snprintf(msg, sizeof msg, "Tool '%s' timed out after %lld ms.", t->name, timeout);
-      return fail(L, t, "TOOL_TIMEOUT", msg);
-    }
-    if (run_once(L, rt, t, input, needs, left) == 0) return 0;
-    int e = lua_gettop(L);
-    if (!error_retryable(L, e) || strcmp(error_code(L, e), "TOOL_TIMEOUT") == 0 || ev->attempts > t->retries)
-      return -1;
-    long long wait = backoff_ms(t, ev->attempts);
-    /* a wait past the deadline would see the signal fire: stop here */
-    if (pl_mono_ms(L, rt) + wait >= deadline) return -1;
-    sleep_ms(L, rt, wait);
-    lua_pop(L, 1);
   }
 }
 
@@ -566,10 +477,8 @@ static int push_idempotency_key(lua_State *L, const pm_tool *t, int input) {
   return failf(L, t, "TOOL_INPUT_INVALID", "Tool '%s' has no usable idempotency key in its input.", t->name, "");
 }
 
-/* Step 9: a replay leaves the stored result on top and returns 1; a claim
-   returns 0 with c->held set; an error returns -1. */
-static int idempotency_lookup(lua_State *L, pl_runtime *rt, const pm_agent *ag, const pm_tool *t, int input,
-                              pl_claim *c) {
+/* Step 9, first half: pushes the key and computes the input's hash. */
+static int idempotency_key(lua_State *L, const pm_tool *t, int input, pl_claim *c) {
   if (push_idempotency_key(L, t, input) != 0) return -1;
   c->key = lua_gettop(L);
   sb_buf b;
@@ -581,9 +490,21 @@ static int idempotency_lookup(lua_State *L, pl_runtime *rt, const pm_agent *ag, 
   }
   cr_sha256_hex(b.data ? b.data : "", b.len, c->hash);
   sb_free(&b);
+  return 0;
+}
+
+static int conflict(lua_State *L, const pm_tool *t, const char *key) {
+  char msg[512];
+  snprintf(msg, sizeof msg, "Tool '%s' was already called with idempotency key '%.200s' and another input.", t->name, key);
+  return fail(L, t, "TOOL_IDEMPOTENCY_CONFLICT", msg);
+}
+
+/* Step 9, second half: a replay leaves the stored result on top and returns
+   1; a claim returns 0 with c->held set; an error returns -1. */
+static int idempotency_begin(lua_State *L, pl_runtime *rt, const pm_tool *t, pl_claim *c, long long deadline) {
   size_t keylen;
   const char *key = lua_tolstring(L, c->key, &keylen);
-  long long deadline = pl_mono_ms(L, rt) + effective_timeout(rt, ag, t);
+  char err[256];
   for (;;) {
     char *stored = NULL;
     id_status st = id_begin(rt->idem, t->name, key, keylen, c->hash, pl_wall_ms(L, rt), &stored, err, sizeof err);
@@ -601,12 +522,8 @@ static int idempotency_lookup(lua_State *L, pl_runtime *rt, const pm_agent *ag, 
         if (!v) return failf(L, t, "IDEMPOTENCY_STORE_ERROR", "A stored result of tool '%s' cannot be read: %s", t->name, err);
         return 1;
       }
-      case ID_CONFLICT: {
-        char msg[512];
-        snprintf(msg, sizeof msg, "Tool '%s' was already called with idempotency key '%.200s' and another input.",
-                 t->name, key);
-        return fail(L, t, "TOOL_IDEMPOTENCY_CONFLICT", msg);
-      }
+      case ID_CONFLICT:
+        return conflict(L, t, key);
       case ID_WAIT:
         /* another call with this key and input is running: wait for its result */
         if (pl_mono_ms(L, rt) + 10 >= deadline) {
@@ -648,165 +565,472 @@ static int idempotency_settle(lua_State *L, pl_runtime *rt, const pm_tool *t, pl
 
 /* ----------------------------------------------------------- the steps */
 
-/* Steps 1 to 11. On success *result is the stack index of the result; on
-   failure the error is on top. */
-static int run_steps(lua_State *L, pl_runtime *rt, pl_scope *sc, const pm_tool *t, int input, pl_event *ev,
-                     int *result) {
+/*
+ * A call in flight. Calls go through the steps in phases so that several
+ * can run at once: prepare (steps 1 to 9) and finish (steps 11 and 12) run
+ * on the host's thread; the handler attempts of step 10 run in rounds, those
+ * of different modules on threads of their own.
+ */
+enum { JOB_RUN, JOB_OK, JOB_ERR, JOB_FOLLOW };
+
+typedef struct pl_job {
+  const pm_tool *t;
+  int input, needs, key;          /* stack indices; needs and key may be 0 */
+  pl_claim claim;
+  pl_event ev;
+  long long start, timeout, deadline, not_before;
+  int state;
+  int value;                      /* the result (JOB_OK) or the error (JOB_ERR) */
+  int leader;                     /* JOB_FOLLOW: the job whose execution it shares */
+} pl_job;
+
+static int job_fail(lua_State *L, pl_job *j) {
+  j->state = JOB_ERR;
+  j->value = lua_gettop(L);
+  return -1;
+}
+
+static int job_ok(lua_State *L, pl_job *j) {
+  j->state = JOB_OK;
+  j->value = lua_gettop(L);
+  return 0;
+}
+
+/* Pushes the cache key of the job, or returns 0 when it cannot have one. */
+static int cache_key(lua_State *L, const pm_tool *t, int input) {
+  sb_buf b;
+  sb_init(&b);
+  char why[128];
+  int key = 0;
+  if (lj_encode(L, input, &b, 0, 100, why, sizeof why) == 0) {
+    lua_pushfstring(L, "%s\n", t->name);
+    lua_pushlstring(L, b.data ? b.data : "", b.len);
+    lua_concat(L, 2);
+    key = lua_gettop(L);
+  }
+  sb_free(&b);
+  return key;
+}
+
+/* Steps 1 to 9 for jobs[i]; earlier jobs of the batch may share its execution. */
+static void prepare(lua_State *L, pl_runtime *rt, pl_scope *sc, pl_job *jobs, int i) {
+  pl_job *j = &jobs[i];
+  const pm_tool *t = j->t;
   const pm_agent *ag = sc ? sc->agent : NULL;
+  luaL_checkstack(L, 24, "calling a tool");
+  j->start = pl_mono_ms(L, rt);
   if (ag && ag->tool_failure_limit >= 0 && sc->failures >= ag->tool_failure_limit) {
     char msg[300];
     snprintf(msg, sizeof msg, "The circuit breaker of agent '%s' is open: %d tool calls failed in this method call.",
              ag->name, sc->failures);
-    return fail(L, t, "TOOL_CIRCUIT_OPEN", msg);
+    fail(L, t, "TOOL_CIRCUIT_OPEN", msg);
+    job_fail(L, j);
+    return;
   }
-  if (check_permissions(L, rt, ag, t) != 0) return -1;
+  if (check_permissions(L, rt, ag, t) != 0) { job_fail(L, j); return; }
 
   lv_result r;
-  int bad = lv_validate(rt->v, L, input, t->input, t->input->display, LV_INPUT, &r);
-  if (bad) {
-    push_invalid(L, t, "TOOL_INPUT_INVALID", &r);
-    lv_result_free(&r);
-    return -1;
-  }
+  int bad = lv_validate(rt->v, L, j->input, t->input, t->input->display, LV_INPUT, &r);
+  if (bad) push_invalid(L, t, "TOOL_INPUT_INVALID", &r);
   lv_result_free(&r);
+  if (bad) { job_fail(L, j); return; }
 
-  int needs;
-  if (resolve_needs(L, rt, ag, t, &needs) != 0) return -1;
-  if (needs && t->cache) return failf(L, t, "TOOL_PERMISSION_DENIED", "Cache cannot be used on a tool that uses needs: %s", t->name, "");
+  if (resolve_needs(L, rt, ag, t, &j->needs) != 0) { job_fail(L, j); return; }
+  if (j->needs && t->cache) {
+    failf(L, t, "TOOL_PERMISSION_DENIED", "Cache cannot be used on a tool that uses needs: %s", t->name, "");
+    job_fail(L, j);
+    return;
+  }
+  j->timeout = effective_timeout(rt, ag, t);
+  j->deadline = j->start + j->timeout;
 
-  /* step 8: the cache, keyed by the tool's name and its canonical input */
-  int key = 0;
-  if (t->cache) {
-    sb_buf b;
-    sb_init(&b);
-    char why[128];
-    if (lj_encode(L, input, &b, 0, 100, why, sizeof why) == 0) {
-      lua_pushfstring(L, "%s\n", t->name);
-      lua_pushlstring(L, b.data ? b.data : "", b.len);
-      lua_concat(L, 2);
-      key = lua_gettop(L);
-      push_anchor(L, rt, "cache");
-      lua_pushvalue(L, key);
-      lc_rawget(L, -2);
-      if (!lua_isnil(L, -1)) {
-        sb_free(&b);
-        char err[200];
-        if (sx_copy(L, -1, L, &rt->limits, err, sizeof err) == 0) {
-          ev->cache_hit = 1;
-          *result = lua_gettop(L);
-          return 0;
-        }
+  /* step 8: the cache, keyed by the tool's name and its canonical input;
+     a call of the batch with the same key shares the first one's run */
+  if (t->cache && (j->key = cache_key(L, t, j->input))) {
+    for (int k = 0; k < i; k++)
+      if (jobs[k].state == JOB_RUN && jobs[k].key && lua_rawequal(L, jobs[k].key, j->key)) {
+        j->state = JOB_FOLLOW;
+        j->leader = k;
+        j->ev.single_flight = 1;
+        return;
       }
-      lua_pop(L, 2);
+    push_anchor(L, rt, "cache");
+    lua_pushvalue(L, j->key);
+    lc_rawget(L, -2);
+    char err[200];
+    if (!lua_isnil(L, -1) && sx_copy(L, -1, L, &rt->limits, err, sizeof err) == 0) {
+      j->ev.cache_hit = 1;
+      job_ok(L, j);
+      return;
     }
-    sb_free(&b);
+    lua_pop(L, 2);
   }
 
   /* step 9 */
-  pl_claim claim;
-  memset(&claim, 0, sizeof claim);
   if (t->idempotent) {
-    int found = idempotency_lookup(L, rt, ag, t, input, &claim);
-    if (found < 0) return -1;
+    if (idempotency_key(L, t, j->input, &j->claim) != 0) { job_fail(L, j); return; }
+    for (int k = 0; k < i; k++) {
+      pl_job *o = &jobs[k];
+      if (o->t != t || !o->claim.held || o->state != JOB_RUN || !lua_rawequal(L, o->claim.key, j->claim.key)) continue;
+      if (strcmp(o->claim.hash, j->claim.hash) != 0) {
+        conflict(L, t, lua_tostring(L, j->claim.key));
+        job_fail(L, j);
+        return;
+      }
+      j->state = JOB_FOLLOW;
+      j->leader = k;
+      j->ev.idempotent_replay = 1;
+      return;
+    }
+    int found = idempotency_begin(L, rt, t, &j->claim, j->deadline);
+    if (found < 0) { job_fail(L, j); return; }
     if (found > 0) {
-      ev->idempotent_replay = 1;
-      *result = lua_gettop(L);
-      return 0;
+      j->ev.idempotent_replay = 1;
+      job_ok(L, j);
+      return;
     }
   }
+  j->state = JOB_RUN;
+}
 
-  /* step 10 */
-  if (run_handler(L, rt, ag, t, input, needs, ev) != 0) {
-    if (claim.held) idempotency_settle(L, rt, t, &claim, 0);
-    return check_typed_error(L, rt, t);
+/* The host's signal: a table whose fields say whether the deadline passed. */
+static int host_signal_check(lua_State *L) {
+  lua_getfield(L, 1, "aborted");
+  if (lua_toboolean(L, -1)) return le_raise(L, "TOOL_TIMEOUT", "The tool call's deadline passed.", 0);
+  return 0;
+}
+
+/* One attempt of a handler registered from the host: it runs in the host's
+   state, so only its signal and the time it took bound it. */
+static int run_host(lua_State *L, pl_runtime *rt, const pm_tool *t, int input, int needs, long long timeout_ms) {
+  char why[200];
+  push_anchor(L, rt, "host");
+  lua_getfield(L, -1, t->name);
+  lua_remove(L, -2);
+  int fn = lua_gettop(L);
+  if (sx_copy(L, input, L, &rt->limits, why, sizeof why) != 0) {
+    lua_settop(L, fn - 1);
+    return failf(L, t, "TOOL_INPUT_INVALID", "%s.input cannot be passed to the handler: %s", t->name, why);
   }
-  *result = lua_gettop(L);
+  lua_createtable(L, 0, 3);
+  lua_pushboolean(L, 0);
+  lua_setfield(L, -2, "aborted");
+  lua_pushcfunction(L, host_signal_check);
+  lua_setfield(L, -2, "check");
+  if (needs) lua_pushvalue(L, needs); else lua_newtable(L);
+  long long start = pl_mono_ms(L, rt);
+  int status = lua_pcall(L, 3, 1, 0);
+  long long took = pl_mono_ms(L, rt) - start;
+  if (timeout_ms > 0 && took > timeout_ms) {
+    lua_pop(L, 1);
+    char msg[300];
+    snprintf(msg, sizeof msg, "Tool '%s' timed out after %lld ms.", t->name, timeout_ms);
+    return fail(L, t, "TOOL_TIMEOUT", msg);
+  }
+  if (status == LUA_OK) return 0;
+  int e = lua_gettop(L);
+  if (le_is_error(L, e)) {
+    lua_pushstring(L, t->name);
+    lua_setfield(L, e, "tool");
+    return -1;
+  }
+  const char *msg = lua_type(L, e) == LUA_TSTRING ? lua_tostring(L, e) : NULL;
+  char buf[300];
+  if (!msg) snprintf(buf, sizeof buf, "Tool '%s' raised a %s value.", t->name, luaL_typename(L, e));
+  lua_pushstring(L, msg ? msg : buf);
+  lua_remove(L, e);
+  int r = fail(L, t, "TOOL_FAILED", lua_tostring(L, -1));
+  lua_remove(L, -2);
+  return r;
+}
 
-  /* step 11 */
+/* After an attempt (its outcome on top): done, or retried later. */
+static void after_attempt(lua_State *L, pl_runtime *rt, pl_job *j, int status, long long now) {
+  const pm_tool *t = j->t;
+  if (status == 0) { job_ok(L, j); return; }
+  int e = lua_gettop(L);
+  lua_pushstring(L, t->name);
+  lua_setfield(L, e, "tool");
+  if (!error_retryable(L, e) || strcmp(error_code(L, e), "TOOL_TIMEOUT") == 0 || j->ev.attempts > t->retries) {
+    job_fail(L, j);
+    return;
+  }
+  long long wait = backoff_ms(t, j->ev.attempts);
+  /* a wait past the deadline would see the signal fire: stop here */
+  if (now + wait >= j->deadline) { job_fail(L, j); return; }
+  j->not_before = now + wait;
+  (void)rt;
+}
+
+typedef struct pl_group {
+  sx_module *m;
+  sx_run *runs;
+  int *jobs;                      /* job index of each run */
+  int n;
+  pthread_t thread;
+} pl_group;
+
+static void *group_main(void *arg) {
+  pl_group *g = arg;
+  sx_execute(g->m, g->runs, g->n);
+  return NULL;
+}
+
+/* Step 10 for every job that is due: host handlers one by one, module
+   handlers grouped by module, the groups at once (up to `concurrency`). */
+static void run_round(lua_State *L, pl_runtime *rt, pl_job *jobs, int n, int concurrency) {
+  long long now = pl_mono_ms(L, rt);
+  pl_group *groups = lua_newuserdata(L, sizeof *groups * (size_t)n);
+  sx_run *runs = lua_newuserdata(L, sizeof *runs * (size_t)n);
+  int *owner = lua_newuserdata(L, sizeof *owner * (size_t)n);
+  int ngroups = 0, nruns = 0;
+  for (int i = 0; i < n; i++) {
+    pl_job *j = &jobs[i];
+    if (j->state != JOB_RUN || j->not_before > now) continue;
+    j->ev.attempts++;
+    long long left = j->deadline - now;
+    if (left <= 0) {
+      char msg[300];
+      snprintf(msg, sizeof msg, "Tool '%s' timed out after %lld ms.", j->t->name, j->timeout);
+      fail(L, j->t, "TOOL_TIMEOUT", msg);
+      job_fail(L, j);
+      continue;
+    }
+    if (rt->kind[j->t->index] == PL_HOST) {
+      int r = run_host(L, rt, j->t, j->input, j->needs, left);
+      after_attempt(L, rt, j, r, pl_mono_ms(L, rt));
+      continue;
+    }
+    sx_module *m = rt->module[j->t->index];
+    int g = 0;
+    while (g < ngroups && groups[g].m != m) g++;
+    if (g == ngroups) {
+      groups[g].m = m;
+      groups[g].n = 0;
+      ngroups++;
+    }
+    groups[g].n++;
+    sx_run *run = &runs[nruns];
+    memset(run, 0, sizeof *run);
+    run->name = j->t->name;
+    run->input = j->input;
+    run->needs = j->needs;
+    run->opts.tool = j->t->name;
+    run->opts.timeout_ms = left;
+    run->opts.limits = rt->limits;
+    owner[nruns++] = i;
+  }
+  if (ngroups == 0) return;
+  /* each group's runs, contiguous, in job order */
+  sx_run *sorted = lua_newuserdata(L, sizeof *sorted * (size_t)nruns);
+  int *sorted_owner = lua_newuserdata(L, sizeof *sorted_owner * (size_t)nruns);
+  int k = 0;
+  for (int g = 0; g < ngroups; g++) {
+    groups[g].runs = &sorted[k];
+    groups[g].jobs = &sorted_owner[k];
+    for (int r = 0; r < nruns; r++)
+      if (rt->module[jobs[owner[r]].t->index] == groups[g].m) {
+        sorted[k] = runs[r];
+        sorted_owner[k++] = owner[r];
+      }
+  }
+  for (int first = 0; first < ngroups; first += concurrency) {
+    int last = first + concurrency < ngroups ? first + concurrency : ngroups;
+    for (int g = first; g < last; g++) sx_prepare(groups[g].m, L, groups[g].runs, groups[g].n);
+    if (last - first == 1) {
+      sx_execute(groups[first].m, groups[first].runs, groups[first].n);
+    } else {
+      for (int g = first; g < last; g++)
+        if (pthread_create(&groups[g].thread, NULL, group_main, &groups[g]) != 0) {
+          groups[g].thread = 0;
+          sx_execute(groups[g].m, groups[g].runs, groups[g].n);
+        }
+      for (int g = first; g < last; g++)
+        if (groups[g].thread) pthread_join(groups[g].thread, NULL);
+    }
+    long long after = pl_mono_ms(L, rt);
+    for (int g = first; g < last; g++) {
+      for (int r = 0; r < groups[g].n; r++) {
+        int status = sx_collect(groups[g].m, L, &groups[g].runs[r]);
+        after_attempt(L, rt, &jobs[groups[g].jobs[r]], status, after);
+      }
+      sx_release(groups[g].m);
+    }
+  }
+}
+
+/* Steps 11 and 12 for a job that has its outcome. */
+static void finish(lua_State *L, pl_runtime *rt, pl_job *j) {
+  const pm_tool *t = j->t;
+  if (j->state == JOB_ERR) {
+    if (j->claim.held) idempotency_settle(L, rt, t, &j->claim, 0);
+    lua_pushvalue(L, j->value);
+    check_typed_error(L, rt, t);
+    j->value = lua_gettop(L);
+    return;
+  }
+  if (j->ev.cache_hit || j->ev.idempotent_replay) return;
   char root[300];
   snprintf(root, sizeof root, "%s.output", t->name);
-  bad = lv_validate(rt->v, L, *result, t->output, root, LV_OUTPUT, &r);
+  lv_result r;
+  int bad = lv_validate(rt->v, L, j->value, t->output, root, LV_OUTPUT, &r);
   if (bad) {
-    if (claim.held) idempotency_settle(L, rt, t, &claim, 0);
+    if (j->claim.held) idempotency_settle(L, rt, t, &j->claim, 0);
     push_invalid(L, t, "TOOL_OUTPUT_INVALID", &r);
     lv_result_free(&r);
-    return -1;
+    job_fail(L, j);
+    return;
   }
   if (r.nwarnings) {
     lp_push_issues(L, r.warnings, r.nwarnings);
-    ev->warnings = lua_gettop(L);
+    j->ev.warnings = lua_gettop(L);
   }
   lv_result_free(&r);
-
-  /* step 12: the idempotency store and the cache keep their own copies */
-  if (claim.held && idempotency_settle(L, rt, t, &claim, *result) != 0) return -1;
-  if (key) {
+  /* the idempotency store and the cache keep their own copies */
+  if (j->claim.held && idempotency_settle(L, rt, t, &j->claim, j->value) != 0) {
+    job_fail(L, j);
+    return;
+  }
+  if (j->key) {
     char err[200];
     push_anchor(L, rt, "cache");
-    lua_pushvalue(L, key);
-    if (sx_copy(L, *result, L, &rt->limits, err, sizeof err) == 0) lua_rawset(L, -3);
+    lua_pushvalue(L, j->key);
+    if (sx_copy(L, j->value, L, &rt->limits, err, sizeof err) == 0) lua_rawset(L, -3);
     else lua_pop(L, 1);
     lua_pop(L, 1);
   }
-  return 0;
+}
+
+/* A follower gets its own copy of the leader's outcome. */
+static void follow(lua_State *L, pl_runtime *rt, pl_job *jobs, pl_job *j) {
+  pl_job *lead = &jobs[j->leader];
+  char err[200];
+  if (sx_copy(L, lead->value, L, &rt->limits, err, sizeof err) != 0) lua_pushvalue(L, lead->value);
+  j->state = lead->state;
+  j->value = lua_gettop(L);
+  j->ev.warnings = lead->ev.warnings;
+}
+
+/* The circuit breaker counts failures within one agent method call. */
+static void count_failure(lua_State *L, pl_scope *sc, pl_job *j) {
+  if (!sc || !sc->agent) return;
+  sc->failures++;
+  const pm_agent *ag = sc->agent;
+  if (ag->tool_failure_limit < 0 || sc->failures < ag->tool_failure_limit ||
+      strcmp(error_code(L, j->value), "TOOL_CIRCUIT_OPEN") == 0)
+    return;
+  char msg[400];
+  lua_pushstring(L, "message");
+  lc_rawget(L, j->value);
+  snprintf(msg, sizeof msg, "The circuit breaker of agent '%s' opened after %d failed tool calls: %s",
+           ag->name, sc->failures, lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "");
+  lua_pop(L, 1);
+  lua_pushstring(L, "details");
+  lc_rawget(L, j->value);
+  int details = lua_isnil(L, -1) ? 0 : lua_gettop(L);
+  le_push(L, "TOOL_CIRCUIT_OPEN", msg, 0, details);
+  lua_pushstring(L, j->t->name);
+  lua_setfield(L, -2, "tool");
+  j->value = lua_gettop(L);
+}
+
+static void push_meta(lua_State *L, const pl_job *j) {
+  lua_createtable(L, 0, 5);
+  if (j->ev.warnings) lua_pushvalue(L, j->ev.warnings); else lua_newtable(L);
+  lua_setfield(L, -2, "warnings");
+  lua_pushinteger(L, j->ev.attempts);
+  lua_setfield(L, -2, "attempts");
+  lua_pushboolean(L, j->ev.cache_hit);
+  lua_setfield(L, -2, "cache_hit");
+  lua_pushboolean(L, j->ev.single_flight);
+  lua_setfield(L, -2, "single_flight");
+  lua_pushboolean(L, j->ev.idempotent_replay);
+  lua_setfield(L, -2, "idempotent_replay");
+}
+
+/* Every step for jobs[0..n), concurrency handler groups at a time. */
+static void run_jobs(lua_State *L, pl_runtime *rt, pl_scope *sc, pl_job *jobs, int n, int concurrency) {
+  for (int i = 0; i < n; i++) prepare(L, rt, sc, jobs, i);
+  for (;;) {
+    long long now = pl_mono_ms(L, rt), next = -1;
+    int due = 0;
+    for (int i = 0; i < n; i++) {
+      if (jobs[i].state != JOB_RUN) continue;
+      if (jobs[i].not_before <= now) due = 1;
+      else if (next < 0 || jobs[i].not_before < next) next = jobs[i].not_before;
+    }
+    if (due) {
+      run_round(L, rt, jobs, n, concurrency);
+      continue;
+    }
+    if (next < 0) break;
+    sleep_ms(L, rt, next - now);
+  }
+  for (int i = 0; i < n; i++) {
+    if (jobs[i].state == JOB_FOLLOW) continue;
+    finish(L, rt, &jobs[i]);
+  }
+  for (int i = 0; i < n; i++) {
+    pl_job *j = &jobs[i];
+    if (j->state == JOB_FOLLOW) follow(L, rt, jobs, j);
+    if (j->state == JOB_ERR) count_failure(L, sc, j);
+    emit(L, rt, sc, j->t, &j->ev, j->state == JOB_OK, j->value, pl_mono_ms(L, rt) - j->start);
+  }
 }
 
 int pl_call(lua_State *L, pl_runtime *rt, pl_scope *sc, const pm_tool *t, int input) {
   input = lc_absindex(L, input);
   luaL_checkstack(L, 24, "calling a tool");
   int base = lua_gettop(L);
-  long long start = pl_mono_ms(L, rt);
-  pl_event ev;
-  memset(&ev, 0, sizeof ev);
-  int result = 0;
-  int r = run_steps(L, rt, sc, t, input, &ev, &result);
-  int top = lua_gettop(L);
-  if (r != 0) {
-    /* the circuit breaker counts failures within one agent method call */
-    if (sc && sc->agent) {
-      sc->failures++;
-      const pm_agent *ag = sc->agent;
-      if (ag->tool_failure_limit >= 0 && sc->failures >= ag->tool_failure_limit &&
-          strcmp(error_code(L, top), "TOOL_CIRCUIT_OPEN") != 0) {
-        char msg[400];
-        lua_pushstring(L, "message");
-        lc_rawget(L, top);
-        snprintf(msg, sizeof msg, "The circuit breaker of agent '%s' opened after %d failed tool calls: %s",
-                 ag->name, sc->failures, lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "");
-        lua_pop(L, 1);
-        lua_pushstring(L, "details");
-        lc_rawget(L, top);
-        int details = lua_isnil(L, -1) ? 0 : lua_gettop(L);
-        le_push(L, "TOOL_CIRCUIT_OPEN", msg, 0, details);
-        lua_pushstring(L, t->name);
-        lua_setfield(L, -2, "tool");
-        lua_replace(L, top);
-        lua_settop(L, top);
-      }
-    }
-    emit(L, rt, sc, t, &ev, 0, top, pl_mono_ms(L, rt) - start);
-    lua_pushvalue(L, top);
+  pl_job *j = lua_newuserdata(L, sizeof *j);
+  memset(j, 0, sizeof *j);
+  j->t = t;
+  j->input = input;
+  run_jobs(L, rt, sc, j, 1, 1);
+  if (j->state == JOB_ERR) {
+    lua_pushvalue(L, j->value);
     lua_replace(L, base + 1);
     lua_settop(L, base + 1);
     return -1;
   }
-  emit(L, rt, sc, t, &ev, 1, result, pl_mono_ms(L, rt) - start);
-  lua_pushvalue(L, result);
-  lua_createtable(L, 0, 4);
-  if (ev.warnings) lua_pushvalue(L, ev.warnings); else lua_newtable(L);
-  lua_setfield(L, -2, "warnings");
-  lua_pushinteger(L, ev.attempts);
-  lua_setfield(L, -2, "attempts");
-  lua_pushboolean(L, ev.cache_hit);
-  lua_setfield(L, -2, "cache_hit");
-  lua_pushboolean(L, ev.idempotent_replay);
-  lua_setfield(L, -2, "idempotent_replay");
-  /* result and metadata go to base+1, base+2 (base+1 held something: the result) */
-  int n = lua_gettop(L);
-  lua_pushvalue(L, n - 1);
+  lua_pushvalue(L, j->value);
+  push_meta(L, j);
+  /* result and metadata go to base+1, base+2 (the job's userdata was there) */
+  int top = lua_gettop(L);
+  lua_pushvalue(L, top - 1);
   lua_replace(L, base + 1);
-  lua_pushvalue(L, n);
+  lua_pushvalue(L, top);
   lua_replace(L, base + 2);
   lua_settop(L, base + 2);
+  return 0;
+}
+
+int pl_call_all(lua_State *L, pl_runtime *rt, pl_scope *sc, const pm_tool *const *tools, const int *inputs, int n,
+                int concurrency) {
+  luaL_checkstack(L, 24, "calling tools");
+  int base = lua_gettop(L);
+  pl_job *jobs = lua_newuserdata(L, sizeof *jobs * (size_t)(n ? n : 1));
+  memset(jobs, 0, sizeof *jobs * (size_t)(n ? n : 1));
+  for (int i = 0; i < n; i++) {
+    jobs[i].t = tools[i];
+    jobs[i].input = lc_absindex(L, inputs[i]);
+  }
+  run_jobs(L, rt, sc, jobs, n, concurrency < 1 ? 1 : concurrency);
+  lua_createtable(L, n, 0);
+  int out = lua_gettop(L);
+  for (int i = 0; i < n; i++) {
+    lua_createtable(L, 0, 3);
+    lua_pushboolean(L, jobs[i].state == JOB_OK);
+    lua_setfield(L, -2, "ok");
+    lua_pushvalue(L, jobs[i].value);
+    lua_setfield(L, -2, jobs[i].state == JOB_OK ? "result" : "error");
+    if (jobs[i].state == JOB_OK) {
+      push_meta(L, &jobs[i]);
+      lua_setfield(L, -2, "meta");
+    }
+    lua_rawseti(L, out, i + 1);
+  }
+  lua_replace(L, base + 1);
+  lua_settop(L, base + 1);
   return 0;
 }

@@ -60,6 +60,16 @@ int pl_register_module(lua_State *L, pl_runtime *rt, const pm_tool *t, sx_module
  */
 int pl_call(lua_State *L, pl_runtime *rt, pl_scope *scope, const pm_tool *t, int input);
 
+/*
+ * Calls several tools at once, as a model's turn does: the handlers of
+ * different modules run in parallel on threads (up to `concurrency` modules
+ * at a time), and calls with the same cache key or the same idempotency key
+ * share one execution (single flight). The inputs are stack indices. Pushes
+ * a list of { ok = true, result, meta } or { ok = false, error }.
+ */
+int pl_call_all(lua_State *L, pl_runtime *rt, pl_scope *scope, const pm_tool *const *tools, const int *inputs, int n,
+                int concurrency);
+
 /* The runtime's clocks, in milliseconds: wall time (for records that outlive
    the process) and a monotonic one (for durations and deadlines). */
 long long pl_wall_ms(lua_State *L, pl_runtime *rt);

@@ -912,12 +912,21 @@ static void check_agent(pm_ctx *c, ast_decl *d) {
   read_config(c, d, agent_keys, ag, ar_printf(c->a, "Agent '%s'", d->name));
   st_ctx s = { c, ag, 0 };
   mp_map seen = { 0 };
+  int count = 0;
+  for (const ast_method *m = d->methods; m; m = m->next) count++;
+  ag->methods = ar_alloc(c->a, sizeof *ag->methods * (size_t)(count ? count : 1));
+  if (!ag->methods) return;
   for (const ast_method *m = d->methods; m; m = m->next) {
     if (mp_get(&seen, m->name, strlen(m->name))) { ERR(c, m->pos, "Agent '%s' has two methods named '%s'.", d->name, m->name); continue; }
     mp_put(c->a, &seen, m->name, strlen(m->name), (void *)m);
-    int n;
-    build_fields(c, m->params, &n, ar_printf(c->a, "Method '%s.%s'", d->name, m->name));
-    if (m->ret) resolve_type(c, m->ret, 0);
+    pm_method *pm = &ag->methods[ag->nmethods++];
+    pm->name = m->name;
+    pm->input = new_schema(c, ar_printf(c->a, "__method_%s_%s_input", d->name, m->name),
+                           ar_printf(c->a, "%s.%s.input", d->name, m->name), m->pos);
+    if (!pm->input) return;
+    pm->input->internal = 1;
+    pm->input->fields = build_fields(c, m->params, &pm->input->nfields, ar_printf(c->a, "Method '%s.%s'", d->name, m->name));
+    if (m->ret) pm->ret = resolve_type(c, m->ret, 0);
     check_stmts(&s, m->body, 0);
   }
   if (s.asks > 0 && !ag->model && !config_entry(d, "model") && !d->broken)

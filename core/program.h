@@ -141,12 +141,22 @@ typedef struct pm_toollist {
   int n;
 } pm_toollist;
 
+/* An agent method: its parameters as an internal schema
+   __method_<agent>_<method>_input, and its return type (or NULL). */
+typedef struct pm_method {
+  const char *name;
+  pm_schema *input;
+  pm_type *ret;
+} pm_method;
+
 typedef struct pm_agent {
   const char *name;
   ast_pos pos;
   const ast_decl *decl;
   pm_model *model;
   pm_toollist tools;
+  pm_method *methods;
+  int nmethods;
   long long tool_rate_limit;      /* -1: no limit */
   long long tool_concurrency;
   long long tool_failure_limit;   /* -1: no breaker */
@@ -172,7 +182,7 @@ typedef struct pm_program {
   const char *src;
   size_t len;
   ast_program *ast;
-  pm_schema **schemas;        /* declared schemas, then the tools' input schemas */
+  pm_schema **schemas;        /* declared schemas, then the inputs of tools and methods */
   int nschemas;
   pm_tool **tools;
   int ntools;

@@ -1,5 +1,8 @@
-/* One handler call: copy in, run under the deadline, copy out, and turn
-   whatever went wrong into a structured error of the host. */
+/* Handler calls in three phases, so that the run itself can happen on
+   another thread: prepare (the host's thread copies the inputs into the
+   module's state, which it locks), execute (any thread runs the prepared
+   calls, one after the other), collect (the host's thread copies results
+   and errors back, then releases the state). */
 #include "internal.h"
 
 #include <stdio.h>
@@ -19,15 +22,16 @@ static const char *raw_string(lua_State *L, int t, const char *key) {
   return s;
 }
 
-/* The error value on top of the module's state H, as a host error on L. */
-static void push_handler_error(sx_module *m, lua_State *H, int status, lua_State *L, const sx_call_opts *o) {
+/* The error value at index e of the module's state H, as a host error on L. */
+static void push_handler_error(sx_module *m, lua_State *H, int e, const sx_run *run, lua_State *L) {
   char msg[512];
-  int e = lua_gettop(H);
-  if (m->out_of_memory || status == LUA_ERRMEM) {
+  const sx_call_opts *o = &run->opts;
+  if (run->out_of_memory || run->status == LUA_ERRMEM) {
     snprintf(msg, sizeof msg, "Tool '%s' ran out of memory.", o->tool);
     le_push(L, "TOOL_MEMORY_LIMIT", msg, 0, 0);
     return;
   }
+  (void)m;
   if (lua_type(H, e) == LUA_TTABLE && sx_is_tool_error(H, e)) {
     const char *code = raw_string(H, e, "code");
     const char *message = raw_string(H, e, "message");
@@ -53,67 +57,117 @@ static void push_handler_error(sx_module *m, lua_State *H, int status, lua_State
   le_push(L, "TOOL_FAILED", msg, 0, 0);
 }
 
-int sx_call(sx_module *m, const char *name, lua_State *L, int input, int needs, const sx_call_opts *o) {
-  char why[200];
-  input = lc_absindex(L, input);
-  if (needs) needs = lc_absindex(L, needs);
+static void prepare_failure(sx_run *run, const char *code, const char *fmt, const char *a, const char *b) {
+  run->failed_code = code;
+  snprintf(run->failed, sizeof run->failed, fmt, a, b);
+}
+
+int sx_prepare(sx_module *m, lua_State *L, sx_run *runs, int n) {
   pthread_mutex_lock(&m->lock);
   lua_State *H = m->L;
-  int base = lua_gettop(H);
-  int result = -1;
-  if (!lua_checkstack(H, 8)) {
-    le_push(L, "TOOL_FAILED", "no stack space in the tool module's state", 0, 0);
-    goto done;
+  m->base = lua_gettop(H);
+  if (!lua_checkstack(H, 4 * n + 8)) {
+    for (int i = 0; i < n; i++) prepare_failure(&runs[i], "TOOL_FAILED", "%s%s", "no stack space in the tool module's state", "");
+    return 0;
   }
-  lua_rawgeti(H, LUA_REGISTRYINDEX, m->exports_ref);
-  lua_pushstring(H, name);
-  lc_rawget(H, -2);
-  if (lua_type(H, -1) != LUA_TFUNCTION) {
-    snprintf(why, sizeof why, "'%s' is not registered in the tool registry.", name);
-    le_push(L, "TOOL_NOT_FOUND", why, 0, 0);
-    goto done;
-  }
-  if (sx_copy(L, input, H, &o->limits, why, sizeof why) != 0) {
-    char msg[300];
-    snprintf(msg, sizeof msg, "%s.input cannot be passed to the handler: %s", o->tool, why);
-    le_push(L, "TOOL_INPUT_INVALID", msg, 0, 0);
-    goto done;
-  }
-  lua_rawgeti(H, LUA_REGISTRYINDEX, m->signal_ref);
-  if (needs) {
-    if (sx_copy(L, needs, H, &o->limits, why, sizeof why) != 0) {
-      char msg[300];
-      snprintf(msg, sizeof msg, "the needs of %s cannot be passed to the handler: %s", o->tool, why);
-      le_push(L, "TOOL_CONTEXT_INVALID", msg, 0, 0);
-      goto done;
+  for (int i = 0; i < n; i++) {
+    sx_run *run = &runs[i];
+    char why[200];
+    run->failed_code = NULL;
+    run->fn = run->input_slot = run->needs_slot = 0;
+    lua_rawgeti(H, LUA_REGISTRYINDEX, m->exports_ref);
+    lua_pushstring(H, run->name);
+    lc_rawget(H, -2);
+    lua_remove(H, -2);
+    if (lua_type(H, -1) != LUA_TFUNCTION) {
+      lua_pop(H, 1);
+      prepare_failure(run, "TOOL_NOT_FOUND", "'%s' is not registered in the tool registry.%s", run->name, "");
+      continue;
     }
-  } else {
-    lua_newtable(H);
+    run->fn = lua_gettop(H);
+    if (sx_copy(L, run->input, H, &run->opts.limits, why, sizeof why) != 0) {
+      prepare_failure(run, "TOOL_INPUT_INVALID", "%s.input cannot be passed to the handler: %s", run->opts.tool, why);
+      continue;
+    }
+    run->input_slot = lua_gettop(H);
+    if (run->needs) {
+      if (sx_copy(L, run->needs, H, &run->opts.limits, why, sizeof why) != 0) {
+        prepare_failure(run, "TOOL_CONTEXT_INVALID", "the needs of %s cannot be passed to the handler: %s", run->opts.tool, why);
+        continue;
+      }
+    } else {
+      lua_newtable(H);
+    }
+    run->needs_slot = lua_gettop(H);
   }
-  m->tool = o->tool;
-  m->timeout_ms = o->timeout_ms;
-  m->expired = 0;
-  m->out_of_memory = 0;
-  m->deadline_ns = o->timeout_ms > 0 ? sx_now_ns() + o->timeout_ms * 1000000LL : 0;
-  int status = lua_pcall(H, 3, 1, 0);
-  /* a result that comes after the deadline is late: the call timed out */
-  if (m->deadline_ns && sx_now_ns() >= m->deadline_ns) m->expired = 1;
-  m->deadline_ns = 0;
-  if (m->expired) {
-    /* even if the handler caught the stop and returned something */
-    snprintf(why, sizeof why, "Tool '%s' timed out after %lld ms.", o->tool, o->timeout_ms);
+  return 0;
+}
+
+void sx_execute(sx_module *m, sx_run *runs, int n) {
+  lua_State *H = m->L;
+  for (int i = 0; i < n; i++) {
+    sx_run *run = &runs[i];
+    run->result_slot = 0;
+    if (run->failed_code) continue;
+    lua_pushvalue(H, run->fn);
+    lua_pushvalue(H, run->input_slot);
+    lua_rawgeti(H, LUA_REGISTRYINDEX, m->signal_ref);
+    lua_pushvalue(H, run->needs_slot);
+    m->tool = run->opts.tool;
+    m->timeout_ms = run->opts.timeout_ms;
+    m->expired = 0;
+    m->out_of_memory = 0;
+    m->deadline_ns = run->opts.timeout_ms > 0 ? sx_now_ns() + run->opts.timeout_ms * 1000000LL : 0;
+    run->status = lua_pcall(H, 3, 1, 0);
+    /* a result that comes after the deadline is late: the call timed out */
+    if (m->deadline_ns && sx_now_ns() >= m->deadline_ns) m->expired = 1;
+    m->deadline_ns = 0;
+    run->expired = m->expired;
+    run->out_of_memory = m->out_of_memory;
+    run->result_slot = lua_gettop(H);
+  }
+}
+
+int sx_collect(sx_module *m, lua_State *L, const sx_run *run) {
+  lua_State *H = m->L;
+  char why[200];
+  if (run->failed_code) {
+    le_push(L, run->failed_code, run->failed, 0, 0);
+    return -1;
+  }
+  if (run->expired) {
+    snprintf(why, sizeof why, "Tool '%s' timed out after %lld ms.", run->opts.tool, run->opts.timeout_ms);
     le_push(L, "TOOL_TIMEOUT", why, 0, 0);
-  } else if (status != LUA_OK) {
-    push_handler_error(m, H, status, L, o);
-  } else if (sx_copy(H, -1, L, &o->limits, why, sizeof why) != 0) {
-    char msg[300];
-    snprintf(msg, sizeof msg, "%s.output cannot be returned: %s", o->tool, why);
-    le_push(L, "TOOL_OUTPUT_INVALID", msg, 0, 0);
-  } else {
-    result = 0;
+    return -1;
   }
-done:
-  lua_settop(H, base);
+  if (run->status != LUA_OK) {
+    push_handler_error(m, H, run->result_slot, run, L);
+    return -1;
+  }
+  if (sx_copy(H, run->result_slot, L, &run->opts.limits, why, sizeof why) != 0) {
+    char msg[300];
+    snprintf(msg, sizeof msg, "%s.output cannot be returned: %s", run->opts.tool, why);
+    le_push(L, "TOOL_OUTPUT_INVALID", msg, 0, 0);
+    return -1;
+  }
+  return 0;
+}
+
+void sx_release(sx_module *m) {
+  lua_settop(m->L, m->base);
   pthread_mutex_unlock(&m->lock);
-  return result;
+}
+
+int sx_call(sx_module *m, const char *name, lua_State *L, int input, int needs, const sx_call_opts *o) {
+  sx_run run;
+  memset(&run, 0, sizeof run);
+  run.name = name;
+  run.input = lc_absindex(L, input);
+  run.needs = needs ? lc_absindex(L, needs) : 0;
+  run.opts = *o;
+  sx_prepare(m, L, &run, 1);
+  sx_execute(m, &run, 1);
+  int r = sx_collect(m, L, &run);
+  sx_release(m);
+  return r;
 }

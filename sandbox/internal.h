@@ -23,6 +23,7 @@ struct sx_module {
   int nexports;
   int exports_ref;                /* registry ref of the export table */
   int signal_ref;                 /* registry ref of the signal object */
+  int base;                       /* stack top before the prepared calls */
 };
 
 /* Monotonic time in nanoseconds. */

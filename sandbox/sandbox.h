@@ -63,6 +63,32 @@ typedef struct sx_call_opts {
 int sx_call(sx_module *m, const char *name, lua_State *L, int input, int needs, const sx_call_opts *o);
 
 /*
+ * The same call in phases, for running handlers on other threads:
+ *   sx_prepare  (the host's thread) locks the module and copies each run's
+ *               input (index `input` of L) and needs (index, or 0) into it;
+ *   sx_execute  (any thread, one at a time) runs the prepared calls in order;
+ *   sx_collect  (the host's thread) pushes a run's result or error on L,
+ *               returning 0 or -1 as sx_call does;
+ *   sx_release  (the host's thread) clears the module's stack and unlocks it.
+ * L is only touched by sx_prepare and sx_collect.
+ */
+typedef struct sx_run {
+  const char *name;               /* the export to call */
+  int input, needs;               /* indices in L */
+  sx_call_opts opts;
+  /* filled by the phases */
+  const char *failed_code;        /* set when preparing failed */
+  char failed[300];
+  int fn, input_slot, needs_slot, result_slot;
+  int status, expired, out_of_memory;
+} sx_run;
+
+int sx_prepare(sx_module *m, lua_State *L, sx_run *runs, int n);
+void sx_execute(sx_module *m, sx_run *runs, int n);
+int sx_collect(sx_module *m, lua_State *L, const sx_run *run);
+void sx_release(sx_module *m);
+
+/*
  * Copies the value at index idx of `from` onto the top of `to`, reading raw
  * (no metamethod runs). JSON-like values only: nil, booleans, numbers,
  * strings, null, and tables of them with string or integer keys. Returns 0,

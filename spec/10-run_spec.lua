@@ -36,7 +36,7 @@ agent Flow {
     }
     { words: stats.words, bonus: bonus.result, note: note }
   }
-  fn only_stats() -> Stats {
+  fn only_stats() -> CalcResult {
     tool calculate({ a: 1, b: 2, operation: "add" })
   }
 }
@@ -123,6 +123,20 @@ n = 1 + 2 * 3
     assert.are.equal("Error: Unknown agent 'Nope'.\n", r.stderr)
     r = h.run({ "program.luma", "--agent", "Flow", "--method", "nope" }, { cwd = dir })
     assert.are.equal("Error: Agent 'Flow' has no method 'nope'.\n", r.stderr)
+  end)
+
+  it("checks --input against the method's parameters", function()
+    local dir = project(FLOW)
+    local r = h.run({ "program.luma", "--agent", "Flow", "--input", '{"txt": "x"}' }, { cwd = dir })
+    assert.are.equal(2, r.status)
+    assert.are.equal("Error: Flow.run.input.text is required\n", r.stderr)
+  end)
+
+  it("checks a method's result against its return type", function()
+    local dir = project((FLOW:gsub('return { words: stats.words, note: note }', 'return { words: "many", note: note }')))
+    local r = h.run({ "program.luma", "--agent", "Flow", "--input", '{"text": "x"}' }, { cwd = dir })
+    assert.are.equal(1, r.status)
+    assert.are.equal("Error: [VALIDATION_FAILED] Flow.run.output.words must be an integer\n", r.stderr)
   end)
 
   it("shows the Lua the program compiles to with --emit-lua", function()

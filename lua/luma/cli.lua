@@ -89,7 +89,7 @@ end
 -- Errors that stop a program before it runs.
 local LOAD_ERRORS = {
   PROGRAM_INVALID = true, CONFIG_INVALID = true, MODULE_INVALID = true, IO_ERROR = true,
-  TOOL_REGISTRY_CONFLICT = true, TOOL_NOT_REGISTERED = true, AGENT_NOT_FOUND = true,
+  TOOL_REGISTRY_CONFLICT = true, TOOL_NOT_REGISTERED = true, AGENT_NOT_FOUND = true, IDEMPOTENCY_STORE_ERROR = true,
   METHOD_NOT_FOUND = true, INPUT_INVALID = true,
 }
 

@@ -144,10 +144,20 @@ end
 -- tool failures of this one call.
 function Agent:call(method, args)
   local program = self.program
+  method = method or "run"
   program:check_registry()
-  local fn = compiled_of(program).agents[self.name][method or "run"]
+  local fn = compiled_of(program).agents[self.name][method]
   if not fn then raise("METHOD_NOT_FOUND", "Agent '" .. self.name .. "' has no method '" .. tostring(method) .. "'.") end
-  return fn(program:scope(self.name), args or {})
+  args = args or {}
+  local ok, err = program:validate("__method_" .. self.name .. "_" .. method .. "_input", args)
+  if not ok then
+    err = core.error { code = "INPUT_INVALID", message = err.message, details = err.details }
+    error(err, 0)
+  end
+  local result = fn(program:scope(self.name), args)
+  local fits, why = program:check_return(self.name, method, result)
+  if not fits then error(why, 0) end
+  return result
 end
 
 return luma

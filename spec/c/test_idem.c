@@ -267,6 +267,17 @@ static void test_persistence(void) {
   CT_CHECK(commit(s, "t", K("nul\0key"), "in", "1", T0, TTL, err, sizeof err) == 0, "%s", err);
   CT_CHECK(commit(s, "t", K("\x80raw"), "in", "2", T0, TTL, err, sizeof err) == 0, "%s", err);
   EXPECT(begin(s, "t", K("claimed"), "in", T0, NULL), ID_RUN);
+  /* the deepest result allowed, and one level more */
+  char deep[2 * ID_MAX_DEPTH + 8];
+  memset(deep, '[', ID_MAX_DEPTH);
+  memset(deep + ID_MAX_DEPTH, ']', ID_MAX_DEPTH);
+  deep[2 * ID_MAX_DEPTH] = '\0';
+  CT_CHECK(commit(s, "t", K("deep"), "in", deep, T0, TTL, err, sizeof err) == 0, "%d levels: %s", ID_MAX_DEPTH, err);
+  char deeper[2 * ID_MAX_DEPTH + 8];
+  memset(deeper, '[', ID_MAX_DEPTH + 1);
+  memset(deeper + ID_MAX_DEPTH + 1, ']', ID_MAX_DEPTH + 1);
+  deeper[2 * ID_MAX_DEPTH + 2] = '\0';
+  CT_CHECK(commit(s, "t", K("deeper"), "in", deeper, T0, TTL, err, sizeof err) == -1, "%d levels", ID_MAX_DEPTH + 1);
   text = slurp(path, NULL);
   CT_CHECK(strstr(text, "\"result\":{\"ok\":true}") != NULL, "the result is a JSON value in the file: %s", text);
   CT_CHECK(strstr(text, "\"key\":\"nul\\u0000key\"") != NULL, "a NUL in a key is escaped");
@@ -289,6 +300,9 @@ static void test_persistence(void) {
   CT_EQ_STR("2", r);
   free(r);
   EXPECT(begin(s, "t", K("claimed"), "in", T0 + 1, NULL), ID_RUN);
+  EXPECT(begin(s, "t", K("deep"), "in", T0 + 1, &r), ID_REPLAY);
+  CT_CHECK(r && strcmp(r, deep) == 0, "the deep result reads back");
+  free(r);
   id_close(s);
 }
 
@@ -540,6 +554,9 @@ static void test_encryption(void) {
   CT_CHECK(s != NULL, "the untouched file still opens");
   if (s) EXPECT(begin(s, "t", K("k"), "in", T0 + 2, NULL), ID_REPLAY);
   id_close(s);
+
+  CT_CHECK(id_open_file_kdf(tmp_path("nopass.json"), "", TEST_KDF, T0, err, sizeof err) == NULL &&
+           strstr(err, "passphrase is empty") && !exists(tmp_path("nopass.json")), "an empty passphrase: %s", err);
 
   /* a plain file is not converted by a passphrase */
   const char *plain = tmp_path("plain.json");
@@ -816,17 +833,17 @@ static void test_race(void) {
 static void writer_child(const char *path, const char *pass, int round, volatile int *progress) {
   char err[256];
   id_store *s = open_file(path, pass, T0);
-  for (int i = 0; s; i++) {
+  if (!s) _exit(1);
+  for (int i = 0;; i++) {
     char key[32];
     snprintf(key, sizeof key, "r%d-%d", round, i);
     *progress = i;
     id_status st = begin(s, "w", key, strlen(key), "in", T0, NULL);
     if (st == ID_RUN) {
-      usleep(200);
+      usleep(2000);  /* the handler: most kills land while the claim is pending */
       commit(s, "w", key, strlen(key), "in", "{\"written\":true}", T0, TTL, err, sizeof err);
     }
   }
-  _exit(1);
 }
 
 static void on_alarm(int sig) {
