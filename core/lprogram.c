@@ -251,21 +251,32 @@ static void push_schema_info(lua_State *L, lp_program *lp, const pm_schema *s) {
   }
 }
 
-/* The schema named by the string at idx. */
-static const pm_schema *find_schema(lua_State *L, lp_program *lp, int idx) {
+/* The schema or tool named by the string at idx (names are unique across
+   declarations, and internal schemas start with "__"). */
+static const lp_cache *lookup(lua_State *L, lp_program *lp, int idx) {
+  static const lp_cache none = { NULL, NULL, NULL };
   const char *name = lua_tostring(L, idx);
   lp_cache *slot = &lp->cache[((uintptr_t)name >> 4) % LP_CACHE];
-  if (slot->key == name) return slot->schema;
+  if (slot->key == name) return slot;
   const pm_schema *s = pm_find_schema(lp->p, name);
-  if (s) {
-    lua_rawgeti(L, LUA_REGISTRYINDEX, lp->names);
-    lua_pushvalue(L, idx);
-    lua_rawseti(L, -2, (lua_Integer)(slot - lp->cache) + 1);
-    lua_pop(L, 1);
-    slot->key = name;
-    slot->schema = s;
-  }
-  return s;
+  const pm_tool *t = pm_find_tool(lp->p, name);
+  if (!s && !t) return &none;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, lp->names);
+  lua_pushvalue(L, idx);
+  lua_rawseti(L, -2, (lua_Integer)(slot - lp->cache) + 1);
+  lua_pop(L, 1);
+  slot->key = name;
+  slot->schema = s;
+  slot->tool = t;
+  return slot;
+}
+
+static const pm_schema *find_schema(lua_State *L, lp_program *lp, int idx) {
+  return lookup(L, lp, idx)->schema;
+}
+
+const pm_tool *lp_find_tool(lua_State *L, lp_program *lp, int idx) {
+  return lookup(L, lp, idx)->tool;
 }
 
 /* program:schema(name) -> description, or nil */

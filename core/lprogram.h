@@ -17,6 +17,7 @@
 typedef struct lp_cache {
   const char *key;
   const pm_schema *schema;
+  const pm_tool *tool;
 } lp_cache;
 
 /* The "luma.Program" userdata. */
@@ -34,6 +35,9 @@ lp_program *lp_check(lua_State *L, int idx);
 
 /* Adds compile() to the table on top and registers the metatable. */
 void lp_open(lua_State *L);
+/* The tool named by the string at idx, or NULL (cached by name). */
+const pm_tool *lp_find_tool(lua_State *L, lp_program *lp, int idx);
+
 /* The program methods that run it (lruntime.c); upvalue 1 is the metatable. */
 extern const luaL_Reg lr_methods[];
 /* Registers the metatables lruntime.c uses. */

@@ -13,10 +13,10 @@
 #define LR_SCOPE "luma.Scope"
 
 static const pm_tool *check_tool(lua_State *L, lp_program *lp, int idx) {
-  const char *name = luaL_checkstring(L, idx);
-  const pm_tool *t = pm_find_tool(lp->p, name);
+  luaL_checktype(L, idx, LUA_TSTRING);
+  const pm_tool *t = lp_find_tool(L, lp, idx);
   if (!t) {
-    lua_pushfstring(L, "Unknown tool '%s'.", name);
+    lua_pushfstring(L, "Unknown tool '%s'.", lua_tostring(L, idx));
     le_raise(L, "TOOL_NOT_FOUND", lua_tostring(L, -1), 0);
   }
   return t;

@@ -176,8 +176,9 @@ typedef struct pl_event {
 } pl_event;
 
 static void emit(lua_State *L, pl_runtime *rt, pl_scope *sc, const pm_tool *t, const pl_event *ev,
-                 int ok, int result, long long duration) {
+                 int ok, int result, long long start) {
   if (!rt->has_sink && !rt->trace) return;
+  long long duration = pl_mono_ms(L, rt) - start;
   lua_createtable(L, 0, 10);
   int e = lua_gettop(L);
   lua_pushstring(L, t->name);
@@ -613,12 +614,12 @@ static int cache_key(lua_State *L, const pm_tool *t, int input) {
 }
 
 /* Steps 1 to 9 for jobs[i]; earlier jobs of the batch may share its execution. */
-static void prepare(lua_State *L, pl_runtime *rt, pl_scope *sc, pl_job *jobs, int i) {
+static void prepare(lua_State *L, pl_runtime *rt, pl_scope *sc, pl_job *jobs, int i, long long now) {
   pl_job *j = &jobs[i];
   const pm_tool *t = j->t;
   const pm_agent *ag = sc ? sc->agent : NULL;
   luaL_checkstack(L, 24, "calling a tool");
-  j->start = pl_mono_ms(L, rt);
+  j->start = now;
   if (ag && ag->tool_failure_limit >= 0 && sc->failures >= ag->tool_failure_limit) {
     char msg[300];
     snprintf(msg, sizeof msg, "The circuit breaker of agent '%s' is open: %d tool calls failed in this method call.",
@@ -778,11 +779,21 @@ static void *group_main(void *arg) {
 
 /* Step 10 for every job that is due: host handlers one by one, module
    handlers grouped by module, the groups at once (up to `concurrency`). */
-static void run_round(lua_State *L, pl_runtime *rt, pl_job *jobs, int n, int concurrency) {
-  long long now = pl_mono_ms(L, rt);
-  pl_group *groups = lua_newuserdata(L, sizeof *groups * (size_t)n);
-  sx_run *runs = lua_newuserdata(L, sizeof *runs * (size_t)n);
-  int *owner = lua_newuserdata(L, sizeof *owner * (size_t)n);
+/* Scratch arrays for a round: on the C stack for small batches, else in a
+   userdata (so that an error cannot leak them). */
+#define PL_SMALL 8
+
+static void *scratch(lua_State *L, void *small, size_t size, int n) {
+  return n <= PL_SMALL ? small : lua_newuserdata(L, size * (size_t)n);
+}
+
+static void run_round(lua_State *L, pl_runtime *rt, pl_job *jobs, int n, int concurrency, long long now) {
+  pl_group small_groups[PL_SMALL];
+  sx_run small_runs[PL_SMALL], small_sorted[PL_SMALL];
+  int small_owner[PL_SMALL], small_sorted_owner[PL_SMALL];
+  pl_group *groups = scratch(L, small_groups, sizeof *groups, n);
+  sx_run *runs = scratch(L, small_runs, sizeof *runs, n);
+  int *owner = scratch(L, small_owner, sizeof *owner, n);
   int ngroups = 0, nruns = 0;
   for (int i = 0; i < n; i++) {
     pl_job *j = &jobs[i];
@@ -822,10 +833,14 @@ static void run_round(lua_State *L, pl_runtime *rt, pl_job *jobs, int n, int con
   }
   if (ngroups == 0) return;
   /* each group's runs, contiguous, in job order */
-  sx_run *sorted = lua_newuserdata(L, sizeof *sorted * (size_t)nruns);
-  int *sorted_owner = lua_newuserdata(L, sizeof *sorted_owner * (size_t)nruns);
+  sx_run *sorted = scratch(L, small_sorted, sizeof *sorted, nruns);
+  int *sorted_owner = scratch(L, small_sorted_owner, sizeof *sorted_owner, nruns);
   int k = 0;
-  for (int g = 0; g < ngroups; g++) {
+  if (ngroups == 1) {
+    groups[0].runs = runs;
+    groups[0].jobs = owner;
+  }
+  for (int g = 0; g < ngroups && ngroups > 1; g++) {
     groups[g].runs = &sorted[k];
     groups[g].jobs = &sorted_owner[k];
     for (int r = 0; r < nruns; r++)
@@ -870,10 +885,8 @@ static void finish(lua_State *L, pl_runtime *rt, pl_job *j) {
     return;
   }
   if (j->ev.cache_hit || j->ev.idempotent_replay) return;
-  char root[300];
-  snprintf(root, sizeof root, "%s.output", t->name);
   lv_result r;
-  int bad = lv_validate(rt->v, L, j->value, t->output, root, LV_OUTPUT, &r);
+  int bad = lv_validate(rt->v, L, j->value, t->output, t->output_root, LV_OUTPUT, &r);
   if (bad) {
     if (j->claim.held) idempotency_settle(L, rt, t, &j->claim, 0);
     push_invalid(L, t, "TOOL_OUTPUT_INVALID", &r);
@@ -950,9 +963,11 @@ static void push_meta(lua_State *L, const pl_job *j) {
 
 /* Every step for jobs[0..n), concurrency handler groups at a time. */
 static void run_jobs(lua_State *L, pl_runtime *rt, pl_scope *sc, pl_job *jobs, int n, int concurrency) {
-  for (int i = 0; i < n; i++) prepare(L, rt, sc, jobs, i);
-  for (;;) {
-    long long now = pl_mono_ms(L, rt), next = -1;
+  long long now = pl_mono_ms(L, rt);
+  for (int i = 0; i < n; i++) prepare(L, rt, sc, jobs, i, now);
+  for (int first = 1;; first = 0) {
+    long long next = -1;
+    if (!first) now = pl_mono_ms(L, rt);
     int due = 0;
     for (int i = 0; i < n; i++) {
       if (jobs[i].state != JOB_RUN) continue;
@@ -960,7 +975,7 @@ static void run_jobs(lua_State *L, pl_runtime *rt, pl_scope *sc, pl_job *jobs, i
       else if (next < 0 || jobs[i].not_before < next) next = jobs[i].not_before;
     }
     if (due) {
-      run_round(L, rt, jobs, n, concurrency);
+      run_round(L, rt, jobs, n, concurrency, now);
       continue;
     }
     if (next < 0) break;
@@ -974,7 +989,7 @@ static void run_jobs(lua_State *L, pl_runtime *rt, pl_scope *sc, pl_job *jobs, i
     pl_job *j = &jobs[i];
     if (j->state == JOB_FOLLOW) follow(L, rt, jobs, j);
     if (j->state == JOB_ERR) count_failure(L, sc, j);
-    emit(L, rt, sc, j->t, &j->ev, j->state == JOB_OK, j->value, pl_mono_ms(L, rt) - j->start);
+    emit(L, rt, sc, j->t, &j->ev, j->state == JOB_OK, j->value, j->start);
   }
 }
 
@@ -982,7 +997,7 @@ int pl_call(lua_State *L, pl_runtime *rt, pl_scope *sc, const pm_tool *t, int in
   input = lc_absindex(L, input);
   luaL_checkstack(L, 24, "calling a tool");
   int base = lua_gettop(L);
-  pl_job *j = lua_newuserdata(L, sizeof *j);
+  pl_job job, *j = &job;
   memset(j, 0, sizeof *j);
   j->t = t;
   j->input = input;
@@ -995,7 +1010,7 @@ int pl_call(lua_State *L, pl_runtime *rt, pl_scope *sc, const pm_tool *t, int in
   }
   lua_pushvalue(L, j->value);
   push_meta(L, j);
-  /* result and metadata go to base+1, base+2 (the job's userdata was there) */
+  /* result and metadata go to base+1, base+2 (the result was at or above base+1) */
   int top = lua_gettop(L);
   lua_pushvalue(L, top - 1);
   lua_replace(L, base + 1);

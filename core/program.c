@@ -751,6 +751,7 @@ static void build_tool(pm_ctx *c, ast_decl *d) {
   t->input = new_schema(c, ar_printf(c->a, "__tool_%s_input", d->name), ar_printf(c->a, "%s.input", d->name), d->name_pos);
   if (!t->input) return;
   t->input->internal = 1;
+  t->output_root = ar_printf(c->a, "%s.output", d->name);
   t->input->fields = build_fields(c, d->fields, &t->input->nfields, owner);
   const ast_type *r = d->ret;
   if (r) {

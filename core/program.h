@@ -98,6 +98,7 @@ typedef struct pm_tool {
   const ast_decl *decl;
   pm_schema *input;           /* __tool_<name>_input */
   pm_schema *output;          /* the declared return schema */
+  const char *output_root;    /* "<name>.output", the root of its paths in messages */
   const char *description;
   int side_effects;           /* pm_side_effects */
   int cache;
