@@ -122,6 +122,9 @@ valgrind: deps
 demo: deps all
 	LUMA_BUILD=$(BUILD) bin/luma-lua check examples/calculate.luma
 	LUMA_BUILD=$(BUILD) bin/luma-lua tools examples/calculate.luma
+	LUMA_BUILD=$(BUILD) bin/luma-lua examples/calculate.luma
+	LUMA_BUILD=$(BUILD) bin/luma-lua examples/calculate.luma --agent Flow --method measure \
+	  --input '{"text": "INV-2041 paid in full on the first of May"}'
 
 bench: all
 	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES="$(BENCH_PACKAGES)"

@@ -287,3 +287,15 @@ describe("the Lua API", function()
     assert.are.equal("calculate", err.tool)
   end)
 end)
+
+describe("the example of make demo", function()
+  it("checks, lists its tools and runs", function()
+    local cwd = h.root
+    assert.are.equal("ok\n", h.run({ "check", "examples/calculate.luma" }, { cwd = cwd }).stdout)
+    assert.are.same({ total = { result = 42 } }, cjson.decode(h.run({ "examples/calculate.luma" }, { cwd = cwd }).stdout))
+    local r = h.run({ "examples/calculate.luma", "--agent", "Flow", "--method", "measure",
+      "--input", '{"text": "INV-2041 paid in full on the first of May"}' }, { cwd = cwd })
+    assert.are.equal(0, r.status, r.stderr)
+    assert.are.same({ words = 9, bonus = 18, kind = "Invoice" }, cjson.decode(r.stdout))
+  end)
+end)

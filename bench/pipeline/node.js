@@ -1,0 +1,199 @@
+// Node's side of bench/pipeline: node bench/pipeline/node.js DIR
+// DIR holds input.json (the call's input), invalid.json (an input that breaks
+// a @range), input.schema.json and output.schema.json (the JSON Schemas luma
+// emits for the tool's input and its CalcResult), written by run.lua.
+// The same pipeline is built twice, the way a Node tool runtime usually is:
+// parse the input, `await` the async handler, parse its output; once with zod
+// and once with Ajv's compiled validators. Prints one line per pipeline:
+//   <zod|ajv>\trate\t<calls/s>   or   <zod|ajv>\tunavailable\t<reason>
+// and last, node\tcpushare\t<process CPU seconds per wall second of the loops>.
+// zod comes from bench/node_modules (npm ci --prefix bench); Ajv is Debian's
+// node-ajv, which needs /usr/share/nodejs on the module path.
+'use strict';
+
+const fs = require('fs');
+const path = require('path');
+
+module.paths.push('/usr/share/nodejs');
+
+const RUNS = 7;
+const RUN_SECONDS = 0.3;
+const CALIBRATE_SECONDS = 0.05;
+
+const dir = process.argv[2];
+if (!dir) {
+  console.error('usage: node node.js DIR');
+  process.exit(2);
+}
+
+function read(file) {
+  return JSON.parse(fs.readFileSync(path.join(dir, file), 'utf8'));
+}
+
+class ToolError extends Error {
+  constructor(code, message, retryable = false) {
+    super(message);
+    this.code = code;
+    this.retryable = retryable;
+  }
+}
+
+// The handler of SPEC.md §4, as a Node tool module would export it.
+const tools = {
+  async calculate(input, signal, needs) {
+    if (input.operation === 'add') return { result: input.a + input.b };
+    if (input.operation === 'multiply') return { result: input.a * input.b };
+    throw new ToolError('UNSUPPORTED', 'Unsupported operation');
+  },
+};
+
+// A direct call: registry lookup, input parse, the awaited handler, output parse.
+function pipeline(registry) {
+  return async function call(name, input) {
+    const tool = registry.get(name);
+    if (!tool) throw new ToolError('TOOL_NOT_FOUND', `Unknown tool '${name}'.`);
+    const args = tool.parseInput(input);
+    const result = await tool.handler(args, undefined, {});
+    return tool.parseOutput(result);
+  };
+}
+
+function zodPipeline() {
+  const { z } = require('zod');
+  const input = z
+    .object({
+      a: z.number().min(0).max(1000000),
+      b: z.number().min(0).max(1000000),
+      operation: z.enum(['add', 'multiply']).describe('Operation to perform'),
+    })
+    .strict();
+  const output = z.object({ result: z.number() }).strict();
+  const parser = (schema, code, where) => (value) => {
+    const r = schema.safeParse(value);
+    if (!r.success) throw new ToolError(code, `calculate.${where}: ${r.error.issues[0].message}`);
+    return r.data;
+  };
+  return pipeline(
+    new Map([
+      [
+        'calculate',
+        {
+          handler: tools.calculate,
+          parseInput: parser(input, 'TOOL_INPUT_INVALID', 'input'),
+          parseOutput: parser(output, 'TOOL_OUTPUT_INVALID', 'output'),
+        },
+      ],
+    ]),
+  );
+}
+
+function ajvPipeline() {
+  const Ajv = require('/usr/share/nodejs/ajv');
+  const ajv = new Ajv();
+  const input = ajv.compile(read('input.schema.json'));
+  const output = ajv.compile(read('output.schema.json'));
+  const parser = (validate, code, where) => (value) => {
+    if (!validate(value)) throw new ToolError(code, `calculate.${where}: ${ajv.errorsText(validate.errors)}`);
+    return value;
+  };
+  return pipeline(
+    new Map([
+      [
+        'calculate',
+        {
+          handler: tools.calculate,
+          parseInput: parser(input, 'TOOL_INPUT_INVALID', 'input'),
+          parseOutput: parser(output, 'TOOL_OUTPUT_INVALID', 'output'),
+        },
+      ],
+    ]),
+  );
+}
+
+let wallTotal = 0;
+let cpuTotal = 0;
+
+// Makes n calls, each awaited; returns the seconds taken and how many gave 5.
+async function loop(call, input, n) {
+  let passed = 0;
+  const c0 = process.cpuUsage();
+  const t0 = process.hrtime.bigint();
+  for (let i = 0; i < n; i++) if ((await call('calculate', input)).result === 5) passed++;
+  const wall = Number(process.hrtime.bigint() - t0) / 1e9;
+  const cpu = process.cpuUsage(c0);
+  wallTotal += wall;
+  cpuTotal += (cpu.user + cpu.system) / 1e6;
+  return [wall, passed];
+}
+
+// Calls per second: the median of RUNS runs of about RUN_SECONDS each.
+async function measure(call, input) {
+  let n = 1;
+  let elapsed;
+  for (;;) {
+    elapsed = (await loop(call, input, n))[0];
+    if (elapsed >= CALIBRATE_SECONDS) break;
+    n *= 2;
+  }
+  n = Math.max(1, Math.floor((n * RUN_SECONDS) / elapsed));
+  const rates = [];
+  for (let i = 0; i < RUNS; i++) {
+    const [t, passed] = await loop(call, input, n);
+    if (passed !== n) throw new Error(`${passed} of ${n} calls returned 5`);
+    rates.push(n / t);
+  }
+  rates.sort((a, b) => a - b);
+  return rates[(RUNS - 1) / 2];
+}
+
+// The result must be { result: 5 } and the invalid input must be refused
+// before the handler runs, or the pipeline is not measured.
+async function check(call, input, invalid) {
+  const out = await call('calculate', input);
+  if (JSON.stringify(out) !== '{"result":5}') throw new Error('the call returned ' + JSON.stringify(out));
+  let refused = null;
+  try {
+    await call('calculate', invalid);
+  } catch (e) {
+    refused = e;
+  }
+  if (!refused || refused.code !== 'TOOL_INPUT_INVALID') {
+    throw new Error('the invalid input was not refused: ' + (refused ? refused.message : 'it passed'));
+  }
+}
+
+function oneLine(e) {
+  return String((e && e.message) || e).split('\n')[0];
+}
+
+async function main() {
+  const input = read('input.json');
+  const invalid = read('invalid.json');
+  const out = [];
+  for (const [name, build] of [
+    ['zod', zodPipeline],
+    ['ajv', ajvPipeline],
+  ]) {
+    let call;
+    try {
+      call = build();
+    } catch (e) {
+      out.push([name, 'unavailable', oneLine(e)]);
+      continue;
+    }
+    try {
+      await check(call, input, invalid);
+    } catch (e) {
+      console.error(`bench/pipeline/node.js: ${name}: ${oneLine(e)}`);
+      process.exit(1);
+    }
+    out.push([name, 'rate', await measure(call, input)]);
+  }
+  out.push(['node', 'cpushare', wallTotal > 0 ? (cpuTotal / wallTotal).toFixed(2) : '?']);
+  for (const row of out) console.log(row.join('\t'));
+}
+
+main().catch((e) => {
+  console.error('bench/pipeline/node.js: ' + oneLine(e));
+  process.exit(1);
+});
