@@ -535,8 +535,12 @@ static ast_expr *parse_binary(ps_state *p, int level) {
   if (level > 4) return parse_unary(p);
   if (!enter(p)) return NULL;
   ast_expr *e = parse_binary(p, level + 1);
-  int op;
+  int op, chain = 0;
   while (e && !p->failed && (op = binop(p, level)) >= 0) {
+    /* a chain a + b + c nests left: each operator deepens the tree, and the
+       depth limit is about the tree that everything after the parser walks */
+    if (!enter(p)) { e = NULL; break; }
+    chain++;
     ast_expr *b = new_expr(p, EX_BINARY, pos_of(TOK));
     next(p);
     if (!b) { e = NULL; break; }
@@ -550,6 +554,7 @@ static ast_expr *parse_binary(ps_state *p, int level) {
       e = NULL;
     }
   }
+  p->depth -= chain;
   leave(p);
   return p->failed ? NULL : e;
 }

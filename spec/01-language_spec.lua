@@ -280,6 +280,10 @@ b = (1 +
     assert.are.equal("nesting is too deep (more than 200 levels)", messages[1])
     messages = h.errors("v = " .. string.rep("-", 5000) .. "1")
     assert.are.equal("nesting is too deep (more than 200 levels)", messages[1])
+    -- a chain nests the tree too: everything after the parser walks it
+    messages = h.errors("v = 1" .. string.rep(" + 1", 5000))
+    assert.are.equal("nesting is too deep (more than 200 levels)", messages[1])
+    assert.are.same({}, (h.errors("v = 1" .. string.rep(" + 1", 150))))
   end)
 
   it("recover from a stray closing bracket inside a block", function()

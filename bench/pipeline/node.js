@@ -6,9 +6,10 @@
 // parse the input, `await` the async handler, parse its output; once with zod
 // and once with Ajv's compiled validators. Prints one line per pipeline:
 //   <zod|ajv>\trate\t<calls/s>   or   <zod|ajv>\tunavailable\t<reason>
+// (after <zod|ajv>\tversion\t<its version>),
 // and last, node\tcpushare\t<process CPU seconds per wall second of the loops>.
-// zod comes from bench/node_modules (npm ci --prefix bench); Ajv is Debian's
-// node-ajv, which needs /usr/share/nodejs on the module path.
+// zod comes from bench/node_modules (npm ci --prefix bench), and from nowhere
+// else; Ajv is Debian's node-ajv, which needs /usr/share/nodejs on the module path.
 'use strict';
 
 const fs = require('fs');
@@ -58,8 +59,15 @@ function pipeline(registry) {
   };
 }
 
+const ZOD = path.join(__dirname, '..', 'node_modules', 'zod');
+const AJV = '/usr/share/nodejs/ajv';
+
+function version(dir) {
+  return JSON.parse(fs.readFileSync(path.join(dir, 'package.json'), 'utf8')).version;
+}
+
 function zodPipeline() {
-  const { z } = require('zod');
+  const { z } = require(ZOD);
   const input = z
     .object({
       a: z.number().min(0).max(1000000),
@@ -88,7 +96,7 @@ function zodPipeline() {
 }
 
 function ajvPipeline() {
-  const Ajv = require('/usr/share/nodejs/ajv');
+  const Ajv = require(AJV);
   const ajv = new Ajv();
   const input = ajv.compile(read('input.schema.json'));
   const output = ajv.compile(read('output.schema.json'));
@@ -170,9 +178,9 @@ async function main() {
   const input = read('input.json');
   const invalid = read('invalid.json');
   const out = [];
-  for (const [name, build] of [
-    ['zod', zodPipeline],
-    ['ajv', ajvPipeline],
+  for (const [name, build, dir] of [
+    ['zod', zodPipeline, ZOD],
+    ['ajv', ajvPipeline, AJV],
   ]) {
     let call;
     try {
@@ -187,6 +195,7 @@ async function main() {
       console.error(`bench/pipeline/node.js: ${name}: ${oneLine(e)}`);
       process.exit(1);
     }
+    out.push([name, 'version', version(dir)]);
     out.push([name, 'rate', await measure(call, input)]);
   }
   out.push(['node', 'cpushare', wallTotal > 0 ? (cpuTotal / wallTotal).toFixed(2) : '?']);

@@ -109,7 +109,11 @@ local function compiled_of(program)
   local c = compiled[program]
   if c then return c end
   local source = program:emit_lua()
-  local chunk = assert(load(source, "=" .. program:chunkname() .. " (compiled)", "t", {}))
+  local chunk, why = load(source, "=" .. program:chunkname() .. " (compiled)", "t", {})
+  if not chunk then
+    -- the statements nest deeper than Lua's own parser allows
+    raise("PROGRAM_INVALID", program:chunkname() .. ": the statements are nested too deeply to run (" .. tostring(why) .. ")")
+  end
   c = chunk(exec.new(program))
   compiled[program] = c
   return c

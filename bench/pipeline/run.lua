@@ -1,0 +1,258 @@
+-- The pipeline benchmark: a direct tool call through every step of the
+-- pipeline, against the bare handler call and against the same pipeline in
+-- Node (zod, and Ajv). Run from the repository root by `make bench`:
+--   LUMA_BUILD=build lua5.4 bench/pipeline/run.lua
+-- Prints calls per second (the median of RUNS runs of about RUN_SECONDS each)
+-- and microseconds per call, then the pipeline's overhead over the bare call
+-- and the luma/Node ratios, with their targets.
+
+local here = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
+local root = here .. "/../.."
+local build = os.getenv("LUMA_BUILD") or "build"
+if build:sub(1, 1) ~= "/" then build = root .. "/" .. build end
+package.path = root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua;" .. package.path
+package.cpath = build .. "/?.so;" .. package.cpath
+
+local luma = require "luma"
+local cjson = require "cjson"
+
+local RUNS = 7
+local RUN_SECONDS = 0.3
+local CALIBRATE_SECONDS = 0.05
+local OVERHEAD_TARGET_US = 2
+local ZOD_RATIO_TARGET = 2
+
+local CONTRACT = here .. "/calculate.luma"
+local HANDLERS = here .. "/tools.lua"
+
+local function fail(fmt, ...)
+  io.stderr:write("bench/pipeline: ", string.format(fmt, ...), "\n")
+  os.exit(1)
+end
+
+-- No cache, so every call runs the handler in the module's own state.
+local program = luma.load(CONTRACT, { tool_modules = { HANDLERS }, config = false })
+local call = program.call
+local call_all = program.call_all
+
+-- The same handler, loaded into this state and called with no pipeline.
+local handler = assert(loadfile(HANDLERS, "t", setmetatable({ luma = luma }, { __index = _G })))().calculate
+
+local input = { a = 2, b = 3, operation = "add" }
+local invalid = { a = 2000000, b = 3, operation = "add" }
+local batch = { { "calculate", input } }
+
+-- Every path must give 5, and the pipeline must refuse the invalid input,
+-- before anything is timed.
+do
+  local result, meta = call(program, "calculate", input)
+  if result.result ~= 5 then fail("program:call returned %s", cjson.encode(result)) end
+  if meta.cache_hit or meta.attempts ~= 1 then fail("the call did not run the handler once") end
+  local outcome = call_all(program, batch)[1]
+  if not (outcome.ok and outcome.result.result == 5) then fail("program:call_all did not return 5") end
+  if handler(input).result ~= 5 then fail("the bare handler did not return 5") end
+  local ok, err = pcall(call, program, "calculate", invalid)
+  if ok or not luma.is_error(err) or err.code ~= "TOOL_INPUT_INVALID" then
+    fail("the invalid input was not refused: %s", ok and "it passed" or tostring(err.message or err))
+  end
+end
+
+local clock = os.clock
+
+-- The three loops have one shape: n calls on the same input table, each
+-- checked for the result 5; they return the CPU seconds taken and the count.
+local function loop_call(n)
+  local passed = 0
+  local t0 = clock()
+  for _ = 1, n do
+    if call(program, "calculate", input).result == 5 then passed = passed + 1 end
+  end
+  return clock() - t0, passed
+end
+
+local function loop_call_all(n)
+  local passed = 0
+  local t0 = clock()
+  for _ = 1, n do
+    if call_all(program, batch)[1].result.result == 5 then passed = passed + 1 end
+  end
+  return clock() - t0, passed
+end
+
+local function loop_bare(n)
+  local passed = 0
+  local t0 = clock()
+  for _ = 1, n do
+    if handler(input).result == 5 then passed = passed + 1 end
+  end
+  return clock() - t0, passed
+end
+
+-- Calls per second: the median of RUNS runs of about RUN_SECONDS each.
+local function measure(loop, what)
+  local n, elapsed = 1, 0
+  while true do
+    elapsed = loop(n)
+    if elapsed >= CALIBRATE_SECONDS then break end
+    n = n * 2
+  end
+  n = math.max(1, math.floor(n * RUN_SECONDS / elapsed))
+  local rates = {}
+  for i = 1, RUNS do
+    local t, passed = loop(n)
+    if passed ~= n then fail("%s: %d of %d calls returned 5", what, passed, n) end
+    rates[i] = n / t
+  end
+  table.sort(rates)
+  return rates[(RUNS + 1) // 2]
+end
+
+local rates = {
+  call = measure(loop_call, "program:call"),
+  call_all = measure(loop_call_all, "program:call_all"),
+  bare = measure(loop_bare, "the bare call"),
+}
+
+-- ------------------------------------------------------------------ Node
+
+local function slurp(cmd)
+  local f = assert(io.popen(cmd, "r"))
+  local out = f:read("a")
+  local ok = f:close()
+  return out, ok
+end
+
+local function write(path, text)
+  local f = assert(io.open(path, "wb"))
+  assert(f:write(text))
+  assert(f:close())
+end
+
+local function exists(path)
+  local f = io.open(path, "rb")
+  if f then f:close() end
+  return f ~= nil
+end
+
+local function shell_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
+local function last_line(text)
+  local line
+  for l in text:gmatch("[^\n]+") do
+    if l:find("%S") then line = l end
+  end
+  return line and (line:gsub("^%s+", ""):gsub("%s+$", "")) or "no output"
+end
+
+-- zod lives in bench/node_modules; installs it from bench/package-lock.json
+-- when it is missing. Returns nil, or the reason it is not there.
+local function ensure_zod()
+  local bench = root .. "/bench"
+  if exists(bench .. "/node_modules/zod/package.json") then return nil end
+  if not select(2, slurp("command -v npm >/dev/null 2>&1")) then return "npm not found" end
+  io.stderr:write("bench/pipeline: installing zod into bench/node_modules (npm ci)\n")
+  local out, ok = slurp("npm ci --prefix " .. shell_quote(bench) ..
+    " --no-audit --no-fund --loglevel=error --fetch-retries=1 --fetch-timeout=30000 2>&1")
+  if not ok then return "npm ci failed: " .. last_line(out) end
+  if not exists(bench .. "/node_modules/zod/package.json") then return "npm ci did not install zod" end
+  return nil
+end
+
+-- node[pipeline] = { rate = n } or { unavailable = reason }; node.cpushare.
+local function run_node()
+  local node = { zod = {}, ajv = {} }
+  local version, has_node = slurp("node --version 2>/dev/null")
+  if not has_node then
+    node.zod.unavailable, node.ajv.unavailable = "node not found", "node not found"
+    return node
+  end
+  node.version = version:gsub("%s+$", "")
+  local zod_missing = ensure_zod()
+  local dir = slurp("mktemp -d"):gsub("%s+$", "")
+  if dir == "" then fail("mktemp -d failed") end
+  write(dir .. "/input.json", cjson.encode(input))
+  write(dir .. "/invalid.json", cjson.encode(invalid))
+  write(dir .. "/input.schema.json", program:json_schema("__tool_calculate_input", { format = "json" }))
+  write(dir .. "/output.schema.json", program:json_schema("CalcResult", { format = "json" }))
+  local out, ok = slurp("NODE_PATH=/usr/share/nodejs node " .. shell_quote(here .. "/node.js") .. " " ..
+    shell_quote(dir) .. " 2>" .. shell_quote(dir .. "/stderr"))
+  local f = io.open(dir .. "/stderr", "rb")
+  local err = f and f:read("a") or ""
+  if f then f:close() end
+  os.execute("rm -rf " .. shell_quote(dir))
+  if not ok then fail("node bench/pipeline/node.js failed: %s", last_line(err)) end
+  -- Lines of "<zod|ajv>\t<rate|version|unavailable>\t<value>" and "node\tcpushare\t<share>".
+  for line in out:gmatch("[^\n]+") do
+    local name, key, value = line:match("^(%S+)\t(%S+)\t(.*)$")
+    if name == "node" then
+      node[key] = value
+    elseif node[name] then
+      node[name][key] = key == "rate" and tonumber(value) or value
+    end
+  end
+  if zod_missing then node.zod = { unavailable = zod_missing } end
+  for _, name in ipairs { "zod", "ajv" } do
+    if not (node[name].rate or node[name].unavailable) then fail("node.js printed nothing for %s", name) end
+  end
+  return node
+end
+
+local node = run_node()
+
+-- ----------------------------------------------------------------- report
+
+-- Three significant digits, trailing zeros kept: 4.50, 0.0390, 123.
+local function sig3(x)
+  return (string.format("%#.3g", x):gsub("%.$", ""))
+end
+
+-- A rate to three significant digits, with a k or M suffix.
+local function rate3(x)
+  x = tonumber(string.format("%.3g", x))
+  if x >= 1e6 then return sig3(x / 1e6) .. "M" end
+  if x >= 1e3 then return sig3(x / 1e3) .. "k" end
+  return sig3(x)
+end
+
+-- Pads to a width in characters (µ is two bytes).
+local function pad(s, width, left)
+  local fill = string.rep(" ", math.max(0, width - utf8.len(s)))
+  return left and s .. fill or fill .. s
+end
+
+local function row(name, a, b)
+  io.write((pad(name, 20, true) .. pad(a, 10) .. pad(b, 10)):gsub("%s+$", ""), "\n")
+end
+
+local function rate_row(name, rate, unavailable)
+  if not rate then
+    io.write(pad(name, 20, true), "unavailable: ", unavailable, "\n")
+    return
+  end
+  row(name, rate3(rate), sig3(1e6 / rate))
+end
+
+row("pipeline", "calls/s", "µs/call")
+rate_row("luma pipeline", rates.call)
+rate_row("luma call_all(1)", rates.call_all)
+rate_row("bare Lua call", rates.bare)
+rate_row("node zod pipeline", node.zod.rate, node.zod.unavailable)
+rate_row("node ajv pipeline", node.ajv.rate, node.ajv.unavailable)
+
+local overhead = 1e6 / rates.call - 1e6 / rates.bare
+io.write(string.format("overhead over the bare call: %s µs (target <= %d µs)\n", sig3(overhead), OVERHEAD_TARGET_US))
+local function ratio_line(name, n, target)
+  local value = n.rate and sig3(rates.call / n.rate) .. " x" or "unavailable"
+  io.write(string.format("luma / node %s pipeline: %s%s\n", name, value,
+    target and string.format(" (target >= %dx)", target) or ""))
+end
+ratio_line("zod", node.zod, ZOD_RATIO_TARGET)
+ratio_line("ajv", node.ajv)
+
+local versions = {}
+if node.zod.version then versions[#versions + 1] = "zod " .. node.zod.version end
+if node.ajv.version then versions[#versions + 1] = "ajv " .. node.ajv.version end
+io.write(string.format("(median of %d runs of ~%.1f s each; luma %s, CPU time; node %s%s, wall time, CPU/wall %s)\n",
+  RUNS, RUN_SECONDS, luma.version or "?", node.version or "-",
+  #versions > 0 and " with " .. table.concat(versions, ", ") or "", node.cpushare or "?"))
+os.exit(0)
