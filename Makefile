@@ -129,6 +129,7 @@ demo: deps all
 bench: all
 	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES="$(BENCH_PACKAGES)"
 	LUMA_BUILD=$(BUILD) $(LUA) bench/validate/run.lua
+	LUMA_BUILD=$(BUILD) $(LUA) bench/pipeline/run.lua
 
 FUZZ_SECONDS ?= 600
 fuzz:

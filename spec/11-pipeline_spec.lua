@@ -124,6 +124,27 @@ agent Writer {
       "LUMA_APPROVED_TOOLS (agent 'Writer' has tool_policy approval).\n", r.stderr)
   end)
 
+  -- `script` (util-linux) gives the command a terminal; the answer comes through it
+  local function at_terminal(dir, answer)
+    local out = h.tmpname(".out")
+    local cmd = string.format("cd %s && printf '%s\\n' | env -u LD_PRELOAD script -qec %s /dev/null > %s 2>&1", h.quote(dir), answer,
+      h.quote(h.root .. "/bin/luma-lua program.luma --tool-module tools.lua --agent Writer"), h.quote(out))
+    local ok = os.execute(cmd)
+    return h.read(out), ok == true or ok == 0
+  end
+
+  it("asks on an interactive terminal, and runs the tool when the user says yes", function()
+    if not os.execute("command -v script >/dev/null") then return pending("script is not installed") end
+    local dir = h.project { ["program.luma"] = source, ["tools.lua"] = tools }
+    local text, ok = at_terminal(dir, "y")
+    assert.is_true(ok, text)
+    assert.matches("Allow the write tool 'db_write' to run? [y/N]", text, 1, true)
+    assert.matches('"result": 1', text, 1, true)
+    text, ok = at_terminal(dir, "n")
+    assert.is_false(ok)
+    assert.matches("[TOOL_PERMISSION_DENIED] Tool 'db_write' writes and was not approved", text, 1, true)
+  end)
+
   it("runs a write tool listed in LUMA_APPROVED_TOOLS", function()
     local dir = h.project { ["program.luma"] = source, ["tools.lua"] = tools }
     local r = h.run({ "program.luma", "--tool-module", "tools.lua", "--agent", "Writer" },

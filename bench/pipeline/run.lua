@@ -144,6 +144,19 @@ local function last_line(text)
   return line and (line:gsub("^%s+", ""):gsub("%s+$", "")) or "no output"
 end
 
+-- The first line of npm's error that says what went wrong, with its code.
+local function npm_reason(out)
+  local code = out:match("npm error code (%S+)")
+  for line in out:gmatch("[^\n]+") do
+    local text = line:match("^npm error (.*%S)")
+    if text and not (text:match("^code ") or text:match("^syscall ") or text:match("^errno ")
+        or text:match("^path ") or text:match("^%s*at ") or text:match("^A complete log")) then
+      return (code and "(" .. code .. ") " or "") .. text
+    end
+  end
+  return last_line(out)
+end
+
 -- zod lives in bench/node_modules; installs it from bench/package-lock.json
 -- when it is missing. Returns nil, or the reason it is not there.
 local function ensure_zod()
@@ -153,7 +166,7 @@ local function ensure_zod()
   io.stderr:write("bench/pipeline: installing zod into bench/node_modules (npm ci)\n")
   local out, ok = slurp("npm ci --prefix " .. shell_quote(bench) ..
     " --no-audit --no-fund --loglevel=error --fetch-retries=1 --fetch-timeout=30000 2>&1")
-  if not ok then return "npm ci failed: " .. last_line(out) end
+  if not ok then return "npm ci failed: " .. npm_reason(out) end
   if not exists(bench .. "/node_modules/zod/package.json") then return "npm ci did not install zod" end
   return nil
 end
