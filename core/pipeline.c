@@ -949,8 +949,10 @@ static void count_failure(lua_State *L, pl_scope *sc, pl_job *j) {
 
 static void push_meta(lua_State *L, const pl_job *j) {
   lua_createtable(L, 0, 5);
-  if (j->ev.warnings) lua_pushvalue(L, j->ev.warnings); else lua_newtable(L);
-  lua_setfield(L, -2, "warnings");
+  if (j->ev.warnings) {
+    lua_pushvalue(L, j->ev.warnings);
+    lua_setfield(L, -2, "warnings");
+  }
   lua_pushinteger(L, j->ev.attempts);
   lua_setfield(L, -2, "attempts");
   lua_pushboolean(L, j->ev.cache_hit);
@@ -967,8 +969,10 @@ static void run_jobs(lua_State *L, pl_runtime *rt, pl_scope *sc, pl_job *jobs, i
   for (int i = 0; i < n; i++) prepare(L, rt, sc, jobs, i, now);
   for (int first = 1;; first = 0) {
     long long next = -1;
+    int due = 0, running = 0;
+    for (int i = 0; i < n; i++) running |= jobs[i].state == JOB_RUN;
+    if (!running) break;
     if (!first) now = pl_mono_ms(L, rt);
-    int due = 0;
     for (int i = 0; i < n; i++) {
       if (jobs[i].state != JOB_RUN) continue;
       if (jobs[i].not_before <= now) due = 1;

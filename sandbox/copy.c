@@ -49,7 +49,14 @@ static int copy_table(sx_copier *c, int idx) {
     if (c->tables[i] == p) return fail(c, "%s", "a table contains itself");
   if (!lua_checkstack(from, 4) || !lua_checkstack(to, 4)) return fail(c, "%s", "it is nested too deeply");
   c->tables[c->depth++] = p;
-  lua_newtable(to);
+  /* sized up front: growing a table as keys arrive rehashes it each time */
+  int narr = (int)lc_rawlen(from, idx), nkeys = 0;
+  lua_pushnil(from);
+  while (lua_next(from, idx)) {
+    lua_pop(from, 1);
+    nkeys++;
+  }
+  lua_createtable(to, narr, nkeys > narr ? nkeys - narr : 0);
   int dst = lua_gettop(to);
   lua_pushnil(from);
   while (lua_next(from, idx)) {

@@ -264,6 +264,7 @@ describe("the Lua API", function()
     assert.are.same({ result = 5 }, result)
     assert.are.equal(1, meta.attempts)
     assert.is_false(meta.cache_hit)
+    assert.is_nil(meta.warnings)
   end)
 
   it("program:register refuses a second handler and unknown tools", function()
