@@ -29,7 +29,7 @@ void lj_push_array_mt(lua_State *L) {
   lua_rawset(L, LUA_REGISTRYINDEX);
 }
 
-static int has_array_mt(lua_State *L, int idx) {
+int lj_has_array_mt(lua_State *L, int idx) {
   if (!lua_getmetatable(L, idx)) return 0;
   lj_push_array_mt(L);
   int same = lua_rawequal(L, -1, -2);
@@ -114,7 +114,7 @@ static int encode_table(lj_enc *e, int idx) {
   int is_array;
   size_t n = array_length(L, idx, &is_array);
   e->tables[e->depth++] = p;
-  if (is_array && (n > 0 || has_array_mt(L, idx))) {
+  if (is_array && (n > 0 || lj_has_array_mt(L, idx))) {
     sb_addc(e->b, '[');
     for (size_t i = 1; i <= n && !e->failed; i++) {
       newline(e);

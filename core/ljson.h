@@ -19,8 +19,10 @@
 int lj_encode(lua_State *L, int idx, sb_buf *b, int indent, int max_depth, char *err, size_t errlen);
 /* Pushes a JSON tree as Lua values; arrays get the array metatable. */
 void lj_push(lua_State *L, const jv *v, int depth);
-/* Pushes the metatable that marks tables as JSON arrays. */
+/* Pushes the metatable that marks tables as JSON arrays; tells whether the
+   table at idx has it. */
 void lj_push_array_mt(lua_State *L);
+int lj_has_array_mt(lua_State *L, int idx);
 /* Adds json_encode and array_mt to the table on top. */
 void lj_open(lua_State *L);
 

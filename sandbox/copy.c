@@ -30,14 +30,6 @@ static int fail(sx_copier *c, const char *fmt, const char *arg) {
   return -1;
 }
 
-static int has_array_mt(lua_State *L, int idx) {
-  if (!lua_getmetatable(L, idx)) return 0;
-  lj_push_array_mt(L);
-  int same = lua_rawequal(L, -1, -2);
-  lua_pop(L, 2);
-  return same;
-}
-
 static int copy(sx_copier *c, int idx);
 
 static int copy_table(sx_copier *c, int idx) {
@@ -76,7 +68,7 @@ static int copy_table(sx_copier *c, int idx) {
     lua_rawset(to, dst);
     lua_pop(from, 1);
   }
-  if (has_array_mt(from, idx)) {
+  if (lj_has_array_mt(from, idx)) {
     lj_push_array_mt(to);
     lua_setmetatable(to, dst);
   }
