@@ -16,20 +16,10 @@ const fs = require('fs');
 const path = require('path');
 
 module.paths.push('/usr/share/nodejs');
+const common = require('../common');
 
-const RUNS = 7;
-const RUN_SECONDS = 0.3;
-const CALIBRATE_SECONDS = 0.05;
-
-const dir = process.argv[2];
-if (!dir) {
-  console.error('usage: node node.js DIR');
-  process.exit(2);
-}
-
-function read(file) {
-  return JSON.parse(fs.readFileSync(path.join(dir, file), 'utf8'));
-}
+const dir = common.dataDir('node.js');
+const read = (file) => common.readJSON(dir, file);
 
 class ToolError extends Error {
   constructor(code, message, retryable = false) {
@@ -59,6 +49,23 @@ function pipeline(registry) {
   };
 }
 
+// The pipeline of the one tool, calculate, with parser(schema, code, where)
+// making the parsers of its input and output.
+function calculatePipeline(parser, input, output) {
+  return pipeline(
+    new Map([
+      [
+        'calculate',
+        {
+          handler: tools.calculate,
+          parseInput: parser(input, 'TOOL_INPUT_INVALID', 'input'),
+          parseOutput: parser(output, 'TOOL_OUTPUT_INVALID', 'output'),
+        },
+      ],
+    ]),
+  );
+}
+
 const ZOD = path.join(__dirname, '..', 'node_modules', 'zod');
 const AJV = '/usr/share/nodejs/ajv';
 
@@ -81,18 +88,7 @@ function zodPipeline() {
     if (!r.success) throw new ToolError(code, `calculate.${where}: ${r.error.issues[0].message}`);
     return r.data;
   };
-  return pipeline(
-    new Map([
-      [
-        'calculate',
-        {
-          handler: tools.calculate,
-          parseInput: parser(input, 'TOOL_INPUT_INVALID', 'input'),
-          parseOutput: parser(output, 'TOOL_OUTPUT_INVALID', 'output'),
-        },
-      ],
-    ]),
-  );
+  return calculatePipeline(parser, input, output);
 }
 
 function ajvPipeline() {
@@ -104,54 +100,24 @@ function ajvPipeline() {
     if (!validate(value)) throw new ToolError(code, `calculate.${where}: ${ajv.errorsText(validate.errors)}`);
     return value;
   };
-  return pipeline(
-    new Map([
-      [
-        'calculate',
-        {
-          handler: tools.calculate,
-          parseInput: parser(input, 'TOOL_INPUT_INVALID', 'input'),
-          parseOutput: parser(output, 'TOOL_OUTPUT_INVALID', 'output'),
-        },
-      ],
-    ]),
-  );
+  return calculatePipeline(parser, input, output);
 }
 
-let wallTotal = 0;
-let cpuTotal = 0;
-
-// Makes n calls, each awaited; returns the seconds taken and how many gave 5.
+// Makes n calls, each awaited; returns how many gave 5.
 async function loop(call, input, n) {
   let passed = 0;
-  const c0 = process.cpuUsage();
-  const t0 = process.hrtime.bigint();
   for (let i = 0; i < n; i++) if ((await call('calculate', input)).result === 5) passed++;
-  const wall = Number(process.hrtime.bigint() - t0) / 1e9;
-  const cpu = process.cpuUsage(c0);
-  wallTotal += wall;
-  cpuTotal += (cpu.user + cpu.system) / 1e6;
-  return [wall, passed];
+  return passed;
 }
 
-// Calls per second: the median of RUNS runs of about RUN_SECONDS each.
-async function measure(call, input) {
-  let n = 1;
-  let elapsed;
-  for (;;) {
-    elapsed = (await loop(call, input, n))[0];
-    if (elapsed >= CALIBRATE_SECONDS) break;
-    n *= 2;
-  }
-  n = Math.max(1, Math.floor((n * RUN_SECONDS) / elapsed));
-  const rates = [];
-  for (let i = 0; i < RUNS; i++) {
-    const [t, passed] = await loop(call, input, n);
-    if (passed !== n) throw new Error(`${passed} of ${n} calls returned 5`);
-    rates.push(n / t);
-  }
-  rates.sort((a, b) => a - b);
-  return rates[(RUNS - 1) / 2];
+// Calls per second (common.measure), every one of them returning 5.
+function measure(call, input) {
+  return common.measure(
+    (n) => loop(call, input, n),
+    (passed, n) => {
+      if (passed !== n) throw new Error(`${passed} of ${n} calls returned 5`);
+    },
+  );
 }
 
 // The result must be { result: 5 } and the invalid input must be refused
@@ -198,7 +164,7 @@ async function main() {
     out.push([name, 'version', version(dir)]);
     out.push([name, 'rate', await measure(call, input)]);
   }
-  out.push(['node', 'cpushare', wallTotal > 0 ? (cpuTotal / wallTotal).toFixed(2) : '?']);
+  out.push(['node', 'cpushare', common.cpuShare()]);
   for (const row of out) console.log(row.join('\t'));
 }
 

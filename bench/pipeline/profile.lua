@@ -2,11 +2,7 @@
 --   valgrind --tool=callgrind lua5.4 bench/pipeline/profile.lua 200000
 -- (from the repository root, with LUMA_BUILD set as for run.lua).
 local here = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
-local root = here .. "/../.."
-local build = os.getenv("LUMA_BUILD") or "build"
-if build:sub(1, 1) ~= "/" then build = root .. "/" .. build end
-package.path = root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua;" .. package.path
-package.cpath = build .. "/?.so;" .. package.cpath
+dofile(here .. "/../common.lua").setup(here)
 
 local luma = require "luma"
 

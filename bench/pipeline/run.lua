@@ -7,18 +7,15 @@
 -- and the luma/Node ratios, with their targets.
 
 local here = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
-local root = here .. "/../.."
-local build = os.getenv("LUMA_BUILD") or "build"
-if build:sub(1, 1) ~= "/" then build = root .. "/" .. build end
-package.path = root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua;" .. package.path
-package.cpath = build .. "/?.so;" .. package.cpath
+local common = dofile(here .. "/../common.lua")
+local root = common.setup(here)
 
 local luma = require "luma"
 local cjson = require "cjson"
 
-local RUNS = 7
-local RUN_SECONDS = 0.3
-local CALIBRATE_SECONDS = 0.05
+local slurp, write, shell_quote = common.slurp, common.write, common.shell_quote
+local sig3, rate3 = common.sig3, common.rate3
+
 local OVERHEAD_TARGET_US = 2
 local ZOD_RATIO_TARGET = 2
 
@@ -57,54 +54,38 @@ do
   end
 end
 
-local clock = os.clock
-
 -- The three loops have one shape: n calls on the same input table, each
--- checked for the result 5; they return the CPU seconds taken and the count.
+-- checked for the result 5; they return the count. They are written out, not
+-- built around a callback, so that the only call timed is the measured one.
 local function loop_call(n)
   local passed = 0
-  local t0 = clock()
   for _ = 1, n do
     if call(program, "calculate", input).result == 5 then passed = passed + 1 end
   end
-  return clock() - t0, passed
+  return passed
 end
 
 local function loop_call_all(n)
   local passed = 0
-  local t0 = clock()
   for _ = 1, n do
     if call_all(program, batch)[1].result.result == 5 then passed = passed + 1 end
   end
-  return clock() - t0, passed
+  return passed
 end
 
 local function loop_bare(n)
   local passed = 0
-  local t0 = clock()
   for _ = 1, n do
     if handler(input).result == 5 then passed = passed + 1 end
   end
-  return clock() - t0, passed
+  return passed
 end
 
--- Calls per second: the median of RUNS runs of about RUN_SECONDS each.
+-- Calls per second (common.measure), every one of them returning 5.
 local function measure(loop, what)
-  local n, elapsed = 1, 0
-  while true do
-    elapsed = loop(n)
-    if elapsed >= CALIBRATE_SECONDS then break end
-    n = n * 2
-  end
-  n = math.max(1, math.floor(n * RUN_SECONDS / elapsed))
-  local rates = {}
-  for i = 1, RUNS do
-    local t, passed = loop(n)
+  return common.measure(loop, function(passed, n)
     if passed ~= n then fail("%s: %d of %d calls returned 5", what, passed, n) end
-    rates[i] = n / t
-  end
-  table.sort(rates)
-  return rates[(RUNS + 1) // 2]
+  end)
 end
 
 local rates = {
@@ -115,26 +96,11 @@ local rates = {
 
 -- ------------------------------------------------------------------ Node
 
-local function slurp(cmd)
-  local f = assert(io.popen(cmd, "r"))
-  local out = f:read("a")
-  local ok = f:close()
-  return out, ok
-end
-
-local function write(path, text)
-  local f = assert(io.open(path, "wb"))
-  assert(f:write(text))
-  assert(f:close())
-end
-
 local function exists(path)
   local f = io.open(path, "rb")
   if f then f:close() end
   return f ~= nil
 end
-
-local function shell_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 
 local function last_line(text)
   local line
@@ -214,19 +180,6 @@ local node = run_node()
 
 -- ----------------------------------------------------------------- report
 
--- Three significant digits, trailing zeros kept: 4.50, 0.0390, 123.
-local function sig3(x)
-  return (string.format("%#.3g", x):gsub("%.$", ""))
-end
-
--- A rate to three significant digits, with a k or M suffix.
-local function rate3(x)
-  x = tonumber(string.format("%.3g", x))
-  if x >= 1e6 then return sig3(x / 1e6) .. "M" end
-  if x >= 1e3 then return sig3(x / 1e3) .. "k" end
-  return sig3(x)
-end
-
 -- Pads to a width in characters (µ is two bytes).
 local function pad(s, width, left)
   local fill = string.rep(" ", math.max(0, width - utf8.len(s)))
@@ -266,6 +219,6 @@ local versions = {}
 if node.zod.version then versions[#versions + 1] = "zod " .. node.zod.version end
 if node.ajv.version then versions[#versions + 1] = "ajv " .. node.ajv.version end
 io.write(string.format("(median of %d runs of ~%.1f s each; luma %s, CPU time; node %s%s, wall time, CPU/wall %s)\n",
-  RUNS, RUN_SECONDS, luma.version or "?", node.version or "-",
+  common.RUNS, common.RUN_SECONDS, luma.version or "?", node.version or "-",
   #versions > 0 and " with " .. table.concat(versions, ", ") or "", node.cpushare or "?"))
 os.exit(0)

@@ -5,18 +5,14 @@
 -- of CPU time each) for luma and for Ajv, and their ratio.
 
 local here = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
-local root = here .. "/../.."
-local build = os.getenv("LUMA_BUILD") or "build"
-if build:sub(1, 1) ~= "/" then build = root .. "/" .. build end
-package.path = root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua;" .. package.path
-package.cpath = build .. "/?.so;" .. package.cpath
+local common = dofile(here .. "/../common.lua")
+common.setup(here)
 
 local luma = require "luma"
 local cjson = require "cjson"
 
-local RUNS = 7
-local RUN_SECONDS = 0.3
-local CALIBRATE_SECONDS = 0.05
+local slurp, write, shell_quote = common.slurp, common.write, common.shell_quote
+local sig3, rate3 = common.sig3, common.rate3
 
 local SOURCE = [[
 schema CalcResult {
@@ -151,35 +147,20 @@ for _, w in ipairs(WORKLOADS) do
   end
 end
 
-local clock = os.clock
-
--- Calls validate n times; returns the CPU seconds taken and how many passed.
+-- Calls validate n times; returns how many passed.
 local function loop(n, schema, value)
   local passed = 0
-  local t0 = clock()
   for _ = 1, n do
     if validate(program, schema, value) then passed = passed + 1 end
   end
-  return clock() - t0, passed
+  return passed
 end
 
--- Validations per second: the median of RUNS runs of about RUN_SECONDS each.
+-- Validations per second (common.measure); all of them pass if expect, none if not.
 local function measure(schema, value, expect)
-  local n, elapsed = 1, 0
-  while true do
-    elapsed = loop(n, schema, value)
-    if elapsed >= CALIBRATE_SECONDS then break end
-    n = n * 2
-  end
-  n = math.max(1, math.floor(n * RUN_SECONDS / elapsed))
-  local rates = {}
-  for i = 1, RUNS do
-    local t, passed = loop(n, schema, value)
+  return common.measure(function(n) return loop(n, schema, value) end, function(passed, n)
     if passed ~= (expect and n or 0) then fail("%s: %d of %d passed", schema, passed, n) end
-    rates[i] = n / t
-  end
-  table.sort(rates)
-  return rates[(RUNS + 1) // 2]
+  end)
 end
 
 local results = {}
@@ -191,21 +172,6 @@ for _, w in ipairs(WORKLOADS) do
 end
 
 -- The same schemas (as luma emits them) and data, for Ajv.
-local function slurp(cmd)
-  local f = assert(io.popen(cmd, "r"))
-  local out = f:read("a")
-  local ok, _, code = f:close()
-  return out, ok, code
-end
-
-local function write(path, text)
-  local f = assert(io.open(path, "wb"))
-  assert(f:write(text))
-  assert(f:close())
-end
-
-local function shell_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
-
 local dir = slurp("mktemp -d"):gsub("%s+$", "")
 if dir == "" then fail("mktemp -d failed") end
 for _, w in ipairs(WORKLOADS) do
@@ -233,20 +199,6 @@ for _, w in ipairs(WORKLOADS) do
   for _, key in ipairs { "valid/default", "invalid/default", "invalid/allErrors", "invalid/path" } do
     if not (ajv[w.name] and ajv[w.name][key]) then fail("ajv.js printed no %s for %s", key, w.name) end
   end
-end
-
--- Three significant digits, trailing zeros kept: 4.50, 0.0390, 123.
-local function sig3(x)
-  return (string.format("%#.3g", x):gsub("%.$", ""))
-end
-
--- A rate to three significant digits, with a k or M suffix.
-local function rate3(x)
-  if not x then return "-" end
-  x = tonumber(string.format("%.3g", x))
-  if x >= 1e6 then return sig3(x / 1e6) .. "M" end
-  if x >= 1e3 then return sig3(x / 1e3) .. "k" end
-  return sig3(x)
 end
 
 local function ratio3(a, b)
@@ -286,6 +238,6 @@ for _, w in ipairs(WORKLOADS) do
 end
 local share = ajv.ajv and ajv.ajv["all/cpushare"]
 io.write(string.format("(median of %d runs of ~%.1f s each; luma %s, CPU time; node %s, wall time, CPU/wall %s)\n",
-  RUNS, RUN_SECONDS, luma.version or "?", (slurp("node --version"):gsub("%s+$", "")),
+  common.RUNS, common.RUN_SECONDS, luma.version or "?", (slurp("node --version"):gsub("%s+$", "")),
   share and string.format("%.2f", share) or "?"))
 os.exit(0)
