@@ -13,8 +13,8 @@ OPT       ?= -O2
 CSTD      = -std=c99 -D_POSIX_C_SOURCE=200809L
 WARN      = -Wall -Wextra -Wshadow -Wundef -Wwrite-strings -Wmissing-prototypes -Wstrict-prototypes
 CFLAGS    ?= $(OPT) -g
-ALL_CFLAGS = $(CSTD) $(WARN) $(CFLAGS) -fPIC -fvisibility=hidden -I$(LUA_INCDIR) -Icore
-LIBS      = -lmbedcrypto -lpthread -lm
+ALL_CFLAGS = $(CSTD) $(WARN) $(CFLAGS) -fPIC -fvisibility=hidden -I$(LUA_INCDIR) -Icore -Isandbox
+LIBS      = -lmbedcrypto -lcurl -lpthread -lm
 
 ifeq ($(SANITIZE),1)
 BUILD     ?= build/asan
@@ -33,7 +33,8 @@ CORE_PURE = core/arena.c core/map.c core/diag.c core/lex.c core/parse.c core/pro
             core/strbuf.c core/json.c core/jsonschema.c core/crypto.c core/idem.c
 CORE_LUA  = core/validate.c core/lerror.c core/ljson.c core/lprogram.c core/last.c core/lmodule.c \
             core/pipeline.c core/lruntime.c core/lcore.c
-SANDBOX   = sandbox/copy.c sandbox/state.c sandbox/module.c sandbox/call.c
+SANDBOX   = sandbox/copy.c sandbox/state.c sandbox/module.c sandbox/call.c sandbox/bounded.c \
+            sandbox/strict.c sandbox/pattern.c sandbox/http.c
 CORE_SRC  = $(CORE_PURE) $(CORE_LUA) $(SANDBOX)
 PURE_OBJ  = $(CORE_PURE:core/%.c=$(BUILD)/obj/%.o)
 CORE_OBJ  = $(CORE_PURE:core/%.c=$(BUILD)/obj/%.o) $(CORE_LUA:core/%.c=$(BUILD)/obj/%.o) \
@@ -41,7 +42,7 @@ CORE_OBJ  = $(CORE_PURE:core/%.c=$(BUILD)/obj/%.o) $(CORE_LUA:core/%.c=$(BUILD)/
 CTESTS    = $(patsubst spec/c/%.c,$(BUILD)/%,$(wildcard spec/c/test_*.c))
 
 # Debian packages `make test` installs when run as root and one is missing.
-DEB_PACKAGES = lua5.4 liblua5.4-dev lua-cjson lua-busted libcurl4-openssl-dev libmbedtls-dev luarocks \
+DEB_PACKAGES = lua5.4 liblua5.4-dev lua-cjson lua-busted lua-socket libcurl4-openssl-dev libmbedtls-dev luarocks \
                luajit libluajit-5.1-dev
 BENCH_PACKAGES = node-ajv
 FUZZ_PACKAGES = clang libclang-rt-14-dev
@@ -82,8 +83,9 @@ $(BUILD)/luma/core.so: $(CORE_OBJ) | $(BUILD)/luma
 $(BUILD)/luma-lua: $(CORE_OBJ) $(BUILD)/obj/host.o
 	$(CC) $(LDFLAGS) -o $@ $(BUILD)/obj/host.o $(CORE_OBJ) $(LUA_LIB) $(LIBS) -Wl,-E
 
-$(BUILD)/test_%: spec/c/test_%.c spec/c/ctest.h $(PURE_OBJ)
-	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< $(PURE_OBJ) $(LIBS)
+# The C tests link the whole core (the sandbox's tests need Lua and libcurl).
+$(BUILD)/test_%: spec/c/test_%.c spec/c/ctest.h $(CORE_OBJ)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< $(CORE_OBJ) $(LUA_LIB) $(LIBS)
 
 deps:
 	@missing=""; for p in $(DEB_PACKAGES) $(EXTRA_PACKAGES); do \
@@ -130,6 +132,7 @@ bench: all
 	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES="$(BENCH_PACKAGES)"
 	LUMA_BUILD=$(BUILD) $(LUA) bench/validate/run.lua
 	LUMA_BUILD=$(BUILD) $(LUA) bench/pipeline/run.lua
+	LUMA_BUILD=$(BUILD) $(LUA) bench/sandbox/run.lua
 
 FUZZ_SECONDS ?= 600
 fuzz:

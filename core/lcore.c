@@ -15,6 +15,7 @@
 #include "ljson.h"
 #include "lmodule.h"
 #include "lprogram.h"
+#include "sandbox.h"
 
 /* core.realpath(path) -> absolute path, or nil and the reason */
 static int l_realpath(lua_State *L) {
@@ -46,6 +47,13 @@ static int l_suggest(lua_State *L) {
   return 1;
 }
 
+/* core.monotonic_ms() -> milliseconds (a float) on a clock that only goes
+   forward: for measuring wall time, in specs and benchmarks */
+static int l_monotonic_ms(lua_State *L) {
+  lua_pushnumber(L, (lua_Number)sx_now_ns() / 1e6);
+  return 1;
+}
+
 /* core.isatty(fd) */
 static int l_isatty(lua_State *L) {
   lua_pushboolean(L, isatty((int)luaL_checkinteger(L, 1)));
@@ -57,6 +65,7 @@ LUMA_API int luaopen_luma_core(lua_State *L) {
     { "realpath", l_realpath },
     { "suggest", l_suggest },
     { "isatty", l_isatty },
+    { "monotonic_ms", l_monotonic_ms },
     { NULL, NULL }
   };
   lua_newtable(L);

@@ -34,7 +34,45 @@ static const char *opt_field(lua_State *L, int t, const char *key) {
   return s;
 }
 
-/* core.load_module{ path =, integrity =, dependencies = {...}, dependency_root = } -> module;
+static int opt_flag(lua_State *L, int t, const char *key) {
+  lua_getfield(L, t, key);
+  int on = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return on;
+}
+
+/* The manifest's policy table (checked by luma.config) as an sx_policy. */
+static void read_policy(lua_State *L, int t, sx_policy *p) {
+  memset(p, 0, sizeof *p);
+  const char *sandbox = opt_field(L, t, "sandbox");
+  p->strict = sandbox && strcmp(sandbox, "strict") == 0;
+  p->allow_env = opt_flag(L, t, "allow_env");
+  p->allow_network = opt_flag(L, t, "allow_network");
+  lua_getfield(L, t, "max_memory_mb");
+  if (!lua_isnil(L, -1)) p->memory_limit = (size_t)luaL_checkinteger(L, -1) << 20;
+  lua_getfield(L, t, "max_concurrency");
+  p->max_concurrency = lua_isnil(L, -1) ? 1 : (int)luaL_checkinteger(L, -1);
+  lua_pop(L, 2);
+  static const struct { const char *name; unsigned bit; } builtins[] = {
+    { "os", SX_OS }, { "io", SX_IO }, { "json", SX_JSON }, { "crypto", SX_CRYPTO },
+  };
+  lua_getfield(L, t, "allow_builtins");
+  if (lua_istable(L, -1)) {
+    int n = (int)lc_rawlen(L, -1);
+    for (int i = 1; i <= n; i++) {
+      lc_rawgeti(L, -1, i);
+      const char *name = lua_tostring(L, -1);
+      for (size_t b = 0; name && b < sizeof builtins / sizeof builtins[0]; b++)
+        if (strcmp(name, builtins[b].name) == 0) p->builtins |= builtins[b].bit;
+      lua_pop(L, 1);
+    }
+  }
+  lua_pop(L, 1);
+}
+
+/* core.load_module{ path =, integrity =, dependencies = {...}, dependency_root =,
+   project_root =, policy = { sandbox =, allow_builtins =, allow_env =,
+   allow_network =, max_memory_mb =, max_concurrency = } } -> module;
    raises MODULE_INVALID. Paths must already be resolved. */
 static int l_load_module(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
@@ -59,6 +97,19 @@ static int l_load_module(lua_State *L) {
     man.ndependencies = n;
     if (!man.dependency_root) return luaL_error(L, "a manifest with dependencies needs a dependency_root");
   }
+  man.project_root = opt_field(L, 1, "project_root");
+  sx_policy policy;
+  lua_getfield(L, 1, "policy");
+  if (!lua_isnil(L, -1)) {
+    luaL_checktype(L, -1, LUA_TTABLE);
+#if LUA_VERSION_NUM < 504
+    return le_raise(L, "CONFIG_INVALID", "tool_module_policy cannot be enforced on this Lua "
+                    "(its limits need Lua 5.4's hooks and allocator): build luma.core against Lua 5.4", 0);
+#endif
+    read_policy(L, lua_gettop(L), &policy);
+    man.policy = &policy;
+  }
+  lua_pop(L, 1);
   lm_module *lm = lua_newuserdata(L, sizeof *lm);
   lm->m = NULL;
   lc_setmetatable(L, LM_METATABLE);
@@ -81,9 +132,26 @@ static int l_exports(lua_State *L) {
   return 1;
 }
 
+/* module:stats() -> { states =, busy =, idle_memory = bytes } */
+static int l_stats(lua_State *L) {
+  sx_module *m = lm_check(L, 1);
+  int states, busy;
+  size_t memory;
+  sx_stats(m, &states, &busy, &memory);
+  lua_createtable(L, 0, 3);
+  lua_pushinteger(L, states);
+  lua_setfield(L, -2, "states");
+  lua_pushinteger(L, busy);
+  lua_setfield(L, -2, "busy");
+  lua_pushinteger(L, (lua_Integer)memory);
+  lua_setfield(L, -2, "idle_memory");
+  return 1;
+}
+
 void lm_open(lua_State *L) {
   static const luaL_Reg methods[] = {
     { "exports", l_exports },
+    { "stats", l_stats },
     { "close", lm_gc },
     { NULL, NULL }
   };

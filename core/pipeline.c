@@ -18,7 +18,7 @@
 #include "lerror.h"
 #include "ljson.h"
 #include "lprogram.h"
-#include "../sandbox/internal.h"
+#include "../sandbox/sandbox.h"
 
 /* ------------------------------------------------------------- runtime */
 
@@ -765,6 +765,7 @@ static void after_attempt(lua_State *L, pl_runtime *rt, pl_job *j, int status, l
 
 typedef struct pl_group {
   sx_module *m;
+  sx_state *state;                /* acquired for the round */
   sx_run *runs;
   int *jobs;                      /* job index of each run */
   int n;
@@ -773,8 +774,24 @@ typedef struct pl_group {
 
 static void *group_main(void *arg) {
   pl_group *g = arg;
-  sx_execute(g->m, g->runs, g->n);
+  sx_execute(g->state, g->runs, g->n);
   return NULL;
+}
+
+/* The group a job of module m joins: a new one with a state of its own while
+   the module can give one, else the module's group with the fewest runs. */
+static int group_for(pl_group *groups, int *ngroups, sx_module *m, long long deadline_ns, char *err, size_t errlen) {
+  int best = -1;
+  for (int g = 0; g < *ngroups; g++)
+    if (groups[g].m == m && (best < 0 || groups[g].n < groups[best].n)) best = g;
+  /* a free state now, or (for the module's first group) one within the deadline */
+  sx_state *s = sx_acquire(m, best < 0 ? deadline_ns : 1, err, errlen);
+  if (!s) return best;
+  int g = (*ngroups)++;
+  groups[g].m = m;
+  groups[g].state = s;
+  groups[g].n = 0;
+  return g;
 }
 
 /* Step 10 for every job that is due: host handlers one by one, module
@@ -790,10 +807,11 @@ static void *scratch(lua_State *L, void *small, size_t size, int n) {
 static void run_round(lua_State *L, pl_runtime *rt, pl_job *jobs, int n, int concurrency, long long now) {
   pl_group small_groups[PL_SMALL];
   sx_run small_runs[PL_SMALL], small_sorted[PL_SMALL];
-  int small_owner[PL_SMALL], small_sorted_owner[PL_SMALL];
+  int small_owner[PL_SMALL], small_sorted_owner[PL_SMALL], small_owner_group[PL_SMALL];
   pl_group *groups = scratch(L, small_groups, sizeof *groups, n);
   sx_run *runs = scratch(L, small_runs, sizeof *runs, n);
   int *owner = scratch(L, small_owner, sizeof *owner, n);
+  int *owner_group = scratch(L, small_owner_group, sizeof *owner_group, n);
   int ngroups = 0, nruns = 0;
   for (int i = 0; i < n; i++) {
     pl_job *j = &jobs[i];
@@ -812,15 +830,17 @@ static void run_round(lua_State *L, pl_runtime *rt, pl_job *jobs, int n, int con
       after_attempt(L, rt, j, r, pl_mono_ms(L, rt));
       continue;
     }
-    sx_module *m = rt->module[j->t->index];
-    int g = 0;
-    while (g < ngroups && groups[g].m != m) g++;
-    if (g == ngroups) {
-      groups[g].m = m;
-      groups[g].n = 0;
-      ngroups++;
+    char why[200];
+    int g = group_for(groups, &ngroups, rt->module[j->t->index], sx_now_ns() + left * 1000000LL, why, sizeof why);
+    if (g < 0) {
+      char msg[400];
+      snprintf(msg, sizeof msg, "Tool '%s' could not run: %s.", j->t->name, why);
+      fail(L, j->t, "TOOL_TIMEOUT", msg);
+      job_fail(L, j);
+      continue;
     }
     groups[g].n++;
+    owner_group[nruns] = g;
     sx_run *run = &runs[nruns];
     memset(run, 0, sizeof *run);
     run->name = j->t->name;
@@ -844,21 +864,21 @@ static void run_round(lua_State *L, pl_runtime *rt, pl_job *jobs, int n, int con
     groups[g].runs = &sorted[k];
     groups[g].jobs = &sorted_owner[k];
     for (int r = 0; r < nruns; r++)
-      if (rt->module[jobs[owner[r]].t->index] == groups[g].m) {
+      if (owner_group[r] == g) {
         sorted[k] = runs[r];
         sorted_owner[k++] = owner[r];
       }
   }
   for (int first = 0; first < ngroups; first += concurrency) {
     int last = first + concurrency < ngroups ? first + concurrency : ngroups;
-    for (int g = first; g < last; g++) sx_prepare(groups[g].m, L, groups[g].runs, groups[g].n);
+    for (int g = first; g < last; g++) sx_prepare(groups[g].state, L, groups[g].runs, groups[g].n);
     if (last - first == 1) {
-      sx_execute(groups[first].m, groups[first].runs, groups[first].n);
+      sx_execute(groups[first].state, groups[first].runs, groups[first].n);
     } else {
       for (int g = first; g < last; g++)
         if (pthread_create(&groups[g].thread, NULL, group_main, &groups[g]) != 0) {
           groups[g].thread = 0;
-          sx_execute(groups[g].m, groups[g].runs, groups[g].n);
+          sx_execute(groups[g].state, groups[g].runs, groups[g].n);
         }
       for (int g = first; g < last; g++)
         if (groups[g].thread) pthread_join(groups[g].thread, NULL);
@@ -866,10 +886,10 @@ static void run_round(lua_State *L, pl_runtime *rt, pl_job *jobs, int n, int con
     long long after = pl_mono_ms(L, rt);
     for (int g = first; g < last; g++) {
       for (int r = 0; r < groups[g].n; r++) {
-        int status = sx_collect(groups[g].m, L, &groups[g].runs[r]);
+        int status = sx_collect(groups[g].state, L, &groups[g].runs[r]);
         after_attempt(L, rt, &jobs[groups[g].jobs[r]], status, after);
       }
-      sx_release(groups[g].m);
+      sx_release(groups[g].state);
     }
   }
 }

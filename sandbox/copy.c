@@ -35,8 +35,11 @@ static int copy(sx_copier *c, int idx);
 static int copy_table(sx_copier *c, int idx) {
   lua_State *from = c->from, *to = c->to;
   const void *p = lua_topointer(from, idx);
-  if (c->depth >= c->lim->max_depth || c->depth >= SX_DEPTH_CAP)
-    return fail(c, "it is nested more than %s levels deep", c->depth >= SX_DEPTH_CAP ? "500" : "the allowed");
+  if (c->depth >= c->lim->max_depth || c->depth >= SX_DEPTH_CAP) {
+    char n[24];
+    snprintf(n, sizeof n, "%d", c->depth);
+    return fail(c, "it is nested more than %s levels deep", n);
+  }
   for (int i = 0; i < c->depth; i++)
     if (c->tables[i] == p) return fail(c, "%s", "a table contains itself");
   if (!lua_checkstack(from, 4) || !lua_checkstack(to, 4)) return fail(c, "%s", "it is nested too deeply");
@@ -78,7 +81,11 @@ static int copy_table(sx_copier *c, int idx) {
 
 static int copy(sx_copier *c, int idx) {
   lua_State *from = c->from, *to = c->to;
-  if (++c->values > c->lim->max_values) return fail(c, "%s", "it holds too many values");
+  if (++c->values > c->lim->max_values) {
+    char n[24];
+    snprintf(n, sizeof n, "%zu", c->lim->max_values);
+    return fail(c, "it holds more than %s values", n);
+  }
   switch (lua_type(from, idx)) {
     case LUA_TNIL: lua_pushnil(to); return 0;
     case LUA_TBOOLEAN: lua_pushboolean(to, lua_toboolean(from, idx)); return 0;
@@ -92,7 +99,11 @@ static int copy(sx_copier *c, int idx) {
       size_t len;
       const char *s = lua_tolstring(from, idx, &len);
       c->bytes += len;
-      if (c->bytes > c->lim->max_bytes) return fail(c, "%s", "its strings are too large");
+      if (c->bytes > c->lim->max_bytes) {
+        char n[24];
+        snprintf(n, sizeof n, "%zu", c->lim->max_bytes);
+        return fail(c, "its strings hold more than %s bytes", n);
+      }
       lua_pushlstring(to, s, len);
       return 0;
     }

@@ -1,4 +1,5 @@
-/* What the files of sandbox/ share: the module object and the state it owns. */
+/* What the files of sandbox/ share: a module is a pool of states, each
+   state one lua_State with its limits and the call in progress. */
 #ifndef LUMA_SANDBOX_INTERNAL_H
 #define LUMA_SANDBOX_INTERNAL_H
 
@@ -6,11 +7,14 @@
 
 #include "sandbox.h"
 
-/* A module's state: its allocator's user data points here, which is how a
-   hook or a C function running in the state finds its module. */
-struct sx_module {
+/* One Lua state of a module. Its allocator's user data points here, which
+   is how a hook or a C function running in the state finds it. A state is
+   used by one thread at a time: the one that acquired it. */
+struct sx_state {
+  sx_module *module;
   lua_State *L;
-  pthread_mutex_t lock;           /* one call at a time */
+  int busy;                       /* acquired (guarded by the module's lock) */
+  int broken;                     /* hit a limit during its last call: replaced, not reused */
   size_t memory;                  /* bytes the state holds now */
   size_t memory_limit;            /* 0: none */
   int out_of_memory;              /* an allocation was refused during this call */
@@ -18,23 +22,55 @@ struct sx_module {
   int expired;                    /* the deadline passed during this call */
   const char *tool;               /* the tool being called, for messages */
   long long timeout_ms;
-  char *path;
-  char **exports;                 /* sorted */
-  int nexports;
+  size_t printed;                 /* bytes print wrote during this call */
   int exports_ref;                /* registry ref of the export table */
   int signal_ref;                 /* registry ref of the signal object */
   int base;                       /* stack top before the prepared calls */
 };
 
-/* Monotonic time in nanoseconds. */
-long long sx_now_ns(void);
+/* A module: where it comes from, what it may use, and its states. */
+struct sx_module {
+  pthread_mutex_t lock;           /* guards states, nstates and busy flags */
+  pthread_cond_t freed;           /* a state became free */
+  char *path, *source;
+  size_t source_len;
+  char **dependencies;            /* NULL: no allowlist */
+  int ndependencies;
+  char *dependency_root, *project_root;
+  sx_policy policy;
+  int has_policy;
+  char **exports;                 /* sorted */
+  int nexports;
+  sx_state **states;
+  int nstates;
+  int making;                     /* states being made outside the lock */
+};
 
-/* A new state for m with the standard library, the handler-side `luma`
-   table, print to stderr, the signal object and the deadline hook. */
-int sx_state_open(sx_module *m, char *err, size_t errlen);
-sx_module *sx_module_of(lua_State *L);
+/* Raises TOOL_TIMEOUT when the running call's deadline passed: for the
+   loops of library functions, which the instruction hook does not see. */
+void sx_tick(lua_State *L);
 
-/* Raises TOOL_TIMEOUT in the module's state. */
+/* A new state of m, with the module's code loaded and its exports checked
+   (the first time) or found. NULL with a message in err. */
+sx_state *sx_state_new(sx_module *m, char *err, size_t errlen);
+void sx_state_free(sx_state *s);
+sx_state *sx_state_of(lua_State *L);
+
+/* Raises TOOL_TIMEOUT in the state. */
 int sx_raise_timeout(lua_State *L);
+
+/* The libraries of a strict state, then (once everything is in place) its
+   read-only library tables and hidden string metatable; after the module's
+   code ran, its locked globals (strict.c). */
+void sx_open_strict(lua_State *L, const sx_module *m);
+void sx_freeze_strict(lua_State *L);
+void sx_lock_globals(lua_State *L);
+/* The library functions every state gets in a bounded form: text-only
+   `load`, and those whose loops run in C (bounded.c, pattern.c). */
+void sx_open_bounded(lua_State *L);
+/* Runs the module's code in a new state and keeps its exports. */
+int sx_module_run(sx_module *m, sx_state *s, char *err, size_t errlen);
+/* The searcher that replaces all others when a module lists dependencies. */
+int sx_dependency_searcher(lua_State *L);
 
 #endif

@@ -1,10 +1,10 @@
 /*
  * Tool modules and the Lua states they run in.
  *
- * Every tool module gets a Lua state of its own, created here; the host
- * never shares a state with a handler. Values cross between states only by
- * copying in C (sx_copy). A state is used by one thread at a time: each
- * module holds a mutex that sx_call takes for the length of a call.
+ * Every tool module gets Lua states of its own, created here; the host never
+ * shares a state with a handler. Values cross between states only by copying
+ * in C (sx_copy). A module is a pool of up to max_concurrency states; a call
+ * acquires one, and a state is used by one thread at a time.
  */
 #ifndef LUMA_SANDBOX_H
 #define LUMA_SANDBOX_H
@@ -14,6 +14,20 @@
 #include <lua.h>
 
 typedef struct sx_module sx_module;
+typedef struct sx_state sx_state;
+
+/* What a strict state may use besides its safe base (allow_builtins). */
+enum { SX_OS = 1 << 0, SX_IO = 1 << 1, SX_JSON = 1 << 2, SX_CRYPTO = 1 << 3 };
+
+/* tool_module_policy of luma.config.json. */
+typedef struct sx_policy {
+  int strict;                     /* sandbox: "strict" */
+  unsigned builtins;              /* SX_* */
+  int allow_env;
+  int allow_network;
+  size_t memory_limit;            /* bytes; 0: none */
+  int max_concurrency;            /* states per module, >= 1 */
+} sx_policy;
 
 /* Where a module comes from and what it may use (a tool_modules entry). */
 typedef struct sx_manifest {
@@ -21,8 +35,9 @@ typedef struct sx_manifest {
   const char *integrity;          /* "sha256-<base64>" or NULL */
   const char *const *dependencies;    /* modules `require` may load; NULL: no list */
   int ndependencies;
-  const char *dependency_root;    /* where they are read from (resolved); NULL: next to the module */
-  const char *project_root;       /* dependency_root may not leave it */
+  const char *dependency_root;    /* where they are read from (resolved) */
+  const char *project_root;       /* files a strict module may open stay inside it (resolved) */
+  const sx_policy *policy;        /* NULL: no policy, no sandbox */
 } sx_manifest;
 
 /* Limits on values copied between states. */
@@ -34,14 +49,29 @@ typedef struct sx_limits {
 
 void sx_default_limits(sx_limits *lim);
 
-/* Loads and runs the module file in a new state, and finds its exports:
-   `lumaTools`, else `tools`, else `default`, else the returned table; every
-   value must be a function. NULL with a message in err on failure. */
+/* Monotonic time in nanoseconds. */
+long long sx_now_ns(void);
+
+/* Loads the module: reads the file (checking its integrity), makes its first
+   state and finds its exports: `lumaTools`, else `tools`, else `default`, else
+   the returned table; every value must be a function. NULL with a message in
+   err on failure. */
 sx_module *sx_load(const sx_manifest *m, char *err, size_t errlen);
 void sx_free(sx_module *m);
 
 /* The exported tool names, in sorted order. Valid until sx_free. */
 const char *const *sx_exports(const sx_module *m, int *n);
+
+/* How many states the module has, how many are running a call, and the
+   bytes the idle ones hold (a busy state's count is its thread's alone). */
+void sx_stats(sx_module *m, int *states, int *busy, size_t *idle_memory);
+
+/* A free state of the module, made when there are fewer than max_concurrency;
+   when all are busy, waits until one is free or deadline_ns (monotonic, 0:
+   no limit) passes, then returns NULL. sx_release gives it back; a state that
+   hit its memory limit or deadline is closed instead, to be replaced. */
+sx_state *sx_acquire(sx_module *m, long long deadline_ns, char *err, size_t errlen);
+void sx_release(sx_state *s);
 
 /* How one handler call runs. */
 typedef struct sx_call_opts {
@@ -51,26 +81,18 @@ typedef struct sx_call_opts {
 } sx_call_opts;
 
 /*
- * Calls the export `name` as handler(input, signal, needs). The input (at
- * index `input` of L) and needs (index `needs`, or 0 for an empty table) are
- * copied into the module's state; on success the result is copied back and
- * pushed on L, and 0 is returned. On failure a structured error is pushed on
- * L and -1 returned: the handler's luma.ToolError with its fields, TOOL_TIMEOUT
- * when the deadline passed (also for a handler that ignores its signal),
- * TOOL_FAILED for any other error, TOOL_OUTPUT_INVALID for a result that
- * cannot be copied. L must be the calling thread's state.
- */
-int sx_call(sx_module *m, const char *name, lua_State *L, int input, int needs, const sx_call_opts *o);
-
-/*
- * The same call in phases, for running handlers on other threads:
- *   sx_prepare  (the host's thread) locks the module and copies each run's
- *               input (index `input` of L) and needs (index, or 0) into it;
+ * A handler call in phases, so that the run can happen on another thread:
+ *   sx_prepare  (the host's thread) copies each run's input (index `input` of
+ *               L) and needs (index, or 0) into the acquired state;
  *   sx_execute  (any thread, one at a time) runs the prepared calls in order;
- *   sx_collect  (the host's thread) pushes a run's result or error on L,
- *               returning 0 or -1 as sx_call does;
- *   sx_release  (the host's thread) clears the module's stack and unlocks it.
- * L is only touched by sx_prepare and sx_collect.
+ *   sx_collect  (the host's thread) pushes a run's result, or its structured
+ *               error, on L and returns 0 or -1.
+ * The handler is export `name` called as handler(input, signal, needs). Errors
+ * are the handler's luma.ToolError with its fields, TOOL_TIMEOUT when the
+ * deadline passed (also for a handler that ignores its signal),
+ * TOOL_MEMORY_LIMIT, TOOL_FAILED for anything else, and TOOL_OUTPUT_INVALID
+ * for a result that cannot be copied. L is only touched by sx_prepare and
+ * sx_collect; sx_release clears the state's stack after the collects.
  */
 typedef struct sx_run {
   const char *name;               /* the export to call */
@@ -83,22 +105,24 @@ typedef struct sx_run {
   int status, expired, out_of_memory;
 } sx_run;
 
-int sx_prepare(sx_module *m, lua_State *L, sx_run *runs, int n);
-void sx_execute(sx_module *m, sx_run *runs, int n);
-int sx_collect(sx_module *m, lua_State *L, const sx_run *run);
-void sx_release(sx_module *m);
+void sx_prepare(sx_state *s, lua_State *L, sx_run *runs, int n);
+void sx_execute(sx_state *s, sx_run *runs, int n);
+int sx_collect(sx_state *s, lua_State *L, const sx_run *run);
 
 /*
  * Copies the value at index idx of `from` onto the top of `to`, reading raw
  * (no metamethod runs). JSON-like values only: nil, booleans, numbers,
  * strings, null, and tables of them with string or integer keys. Returns 0,
- * or -1 with a reason in err (then nothing is pushed on `to`).
+ * or -1 with a reason in err (then nothing is pushed on `to`). Allocations in
+ * `to` may raise a memory error: run it protected when `to` is limited.
  */
 int sx_copy(lua_State *from, int idx, lua_State *to, const sx_limits *lim, char *err, size_t errlen);
 
-/* The handler-side `luma` table (ToolError, null) in a state of a module, and
+/* The handler-side `luma` table (ToolError, null) of a module's state, and
    the check whether a value raised there is a luma.ToolError. */
 void sx_open_luma(lua_State *L);
 int sx_is_tool_error(lua_State *L, int idx);
+/* Pushes a luma.ToolError { code, message, retryable } in a module's state. */
+void sx_push_tool_error(lua_State *L, const char *code, const char *message, int retryable);
 
 #endif

@@ -24,7 +24,7 @@ long long sx_now_ns(void) {
 
 /* Counts what the state holds, and refuses to grow past the limit. */
 static void *sx_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
-  sx_module *m = ud;
+  sx_state *m = ud;
   size_t old = ptr ? osize : 0;   /* with ptr NULL, osize is a type tag */
   if (nsize == 0) {
     free(ptr);
@@ -45,13 +45,13 @@ static void *sx_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   return p;
 }
 
-sx_module *sx_module_of(lua_State *L) {
+sx_state *sx_state_of(lua_State *L) {
   void *ud;
   lua_getallocf(L, &ud);
   return ud;
 }
 
-static int aborted(const sx_module *m) {
+static int aborted(const sx_state *m) {
   return m->expired || (m->deadline_ns && sx_now_ns() >= m->deadline_ns);
 }
 
@@ -75,7 +75,7 @@ static void set_field(lua_State *L, const char *key, const char *value) {
   lua_setfield(L, -2, key);
 }
 
-static void new_tool_error(lua_State *L, const char *code, const char *message, int retryable) {
+void sx_push_tool_error(lua_State *L, const char *code, const char *message, int retryable) {
   lua_createtable(L, 0, 4);
   set_field(L, "code", code);
   set_field(L, "message", message);
@@ -86,19 +86,23 @@ static void new_tool_error(lua_State *L, const char *code, const char *message, 
 }
 
 int sx_raise_timeout(lua_State *L) {
-  sx_module *m = sx_module_of(L);
+  sx_state *m = sx_state_of(L);
   m->expired = 1;
   lua_pushfstring(L, "Tool '%s' timed out after %d ms.", m->tool ? m->tool : "?", (int)m->timeout_ms);
-  new_tool_error(L, "TOOL_TIMEOUT", lua_tostring(L, -1), 0);
+  sx_push_tool_error(L, "TOOL_TIMEOUT", lua_tostring(L, -1), 0);
   return lua_error(L);
 }
 
+void sx_tick(lua_State *L) {
+  sx_state *m = sx_state_of(L);
+  if (m->deadline_ns && sx_now_ns() >= m->deadline_ns) sx_raise_timeout(L);
+}
+
+/* sticky: once past the deadline every tick raises again, so a pcall inside
+   the handler cannot swallow the stop for good */
 static void deadline_hook(lua_State *L, lua_Debug *ar) {
   (void)ar;
-  sx_module *m = sx_module_of(L);
-  /* sticky: once past the deadline every tick raises again, so a pcall
-     inside the handler cannot swallow the stop for good */
-  if (m->deadline_ns && sx_now_ns() >= m->deadline_ns) sx_raise_timeout(L);
+  sx_tick(L);
 }
 
 /* luma.ToolError{ code =, message =, retryable =, details = } */
@@ -110,7 +114,7 @@ static int l_tool_error(lua_State *L) {
   if (!lua_isnil(L, -1) && lua_type(L, -1) != LUA_TSTRING) return luaL_error(L, "luma.ToolError's message must be a string");
   lua_getfield(L, 1, "retryable");
   if (!lua_isnil(L, -1) && lua_type(L, -1) != LUA_TBOOLEAN) return luaL_error(L, "luma.ToolError's retryable must be a boolean");
-  new_tool_error(L, lua_tostring(L, -3), lua_isnil(L, -2) ? "" : lua_tostring(L, -2), lua_toboolean(L, -1));
+  sx_push_tool_error(L, lua_tostring(L, -3), lua_isnil(L, -2) ? "" : lua_tostring(L, -2), lua_toboolean(L, -1));
   lua_getfield(L, 1, "details");
   lua_setfield(L, -2, "details");
   return 1;
@@ -127,29 +131,37 @@ static int l_tool_error_tostring(lua_State *L) {
   return 1;
 }
 
-/* print writes to stderr: stdout belongs to the host (results, protocols). */
+/* print writes to stderr: stdout belongs to the host (results, protocols);
+   and at most SX_PRINT_MAX bytes a call, so that a loop cannot flood it. */
+#define SX_PRINT_MAX (64u << 10)
+
 static int l_print(lua_State *L) {
+  sx_state *m = sx_state_of(L);
   int n = lua_gettop(L);
   for (int i = 1; i <= n; i++) {
     size_t len;
     const char *s = lc_tolstring(L, i, &len);
-    if (i > 1) fputc('\t', stderr);
-    fwrite(s, 1, len, stderr);
+    if (m->printed < SX_PRINT_MAX) {
+      size_t room = SX_PRINT_MAX - m->printed, k = len < room ? len : room;
+      if (i > 1) fputc('\t', stderr);
+      fwrite(s, 1, k, stderr);
+      m->printed += k + 1;
+    }
     lua_pop(L, 1);
   }
-  fputc('\n', stderr);
+  if (m->printed <= SX_PRINT_MAX) fputc('\n', stderr);
   fflush(stderr);
   return 0;
 }
 
 static int l_signal_check(lua_State *L) {
-  if (aborted(sx_module_of(L))) return sx_raise_timeout(L);
+  if (aborted(sx_state_of(L))) return sx_raise_timeout(L);
   return 0;
 }
 
 /* signal.aborted, signal.reason, signal:check(), signal.remaining_ms */
 static int l_signal_index(lua_State *L) {
-  sx_module *m = sx_module_of(L);
+  sx_state *m = sx_state_of(L);
   const char *key = lua_tostring(L, 2);
   if (!key) return 0;
   if (strcmp(key, "aborted") == 0) {
@@ -198,43 +210,75 @@ void sx_open_luma(lua_State *L) {
   lua_pop(L, 2);
 }
 
-static int l_expired(lua_State *L) {
-  lua_pushboolean(L, sx_module_of(L)->expired);
-  return 1;
+/* Raises the stop again if the call already passed its deadline. */
+static int l_check_stop(lua_State *L) {
+  if (sx_state_of(L)->expired) sx_raise_timeout(L);
+  return 0;
 }
 
 /* A stop at the deadline must not be swallowed: once it happened, pcall,
-   xpcall and coroutine.resume pass the error on instead of returning it. The
-   wrappers are Lua functions so that yields through them still work. */
+   xpcall and coroutine.resume pass the error on instead of returning it.
+   The wrappers are Lua functions so that yields through them still work.
+
+   A stop raised by the hook leaves hooks off in the thread it was raised in
+   until a protected call unwinds it. Lua code that would run in that window
+   could never be stopped, so after a stop none is allowed to run there:
+   xpcall's message handler is skipped, and the pending __close handlers of
+   a coroutine the stop killed are never run (coroutine.close and the
+   function coroutine.wrap returns both raise the stop instead). */
 static const char rethrow_chunk[] =
-  "local expired, pcall, xpcall, resume, error = ...\n"
+  "local check, pcall, xpcall, error, co = ...\n"
+  "local resume, create, close, status = co.resume, co.create, co.close, co.status\n"
   "local function pass(ok, ...)\n"
-  "  if not ok and expired() then error((...), 0) end\n"
+  "  if not ok then check() end\n"
   "  return ok, ...\n"
   "end\n"
   "_G.pcall = function(f, ...) return pass(pcall(f, ...)) end\n"
-  "_G.xpcall = function(f, h, ...) return pass(xpcall(f, h, ...)) end\n"
-  "coroutine.resume = function(co, ...) return pass(resume(co, ...)) end\n";
+  "_G.xpcall = function(f, h, ...)\n"
+  "  local function handler(...) check() return h(...) end\n"
+  "  return pass(xpcall(f, handler, ...))\n"
+  "end\n"
+  "co.resume = function(c, ...) return pass(resume(c, ...)) end\n"
+  "co.close = function(c) check() return close(c) end\n"
+  "local function unwrap(c, ok, ...)\n"
+  "  if ok then return ... end\n"
+  "  check()\n"
+  "  local e = ...\n"
+  "  if status(c) == 'dead' then\n"
+  "    local closed, why = close(c)\n"
+  "    if not closed then e = why end\n"
+  "  end\n"
+  "  error(e, 2)\n"
+  "end\n"
+  "co.wrap = function(f)\n"
+  "  local c = create(f)\n"
+  "  return function(...) return unwrap(c, resume(c, ...)) end\n"
+  "end\n";
 
 static void wrap_protected_calls(lua_State *L) {
   if (luaL_loadbufferx(L, rethrow_chunk, sizeof rethrow_chunk - 1, "=luma", "t") != LUA_OK) lua_error(L);
-  lua_pushcfunction(L, l_expired);
+  lua_pushcfunction(L, l_check_stop);
   lua_getglobal(L, "pcall");
   lua_getglobal(L, "xpcall");
-  lua_getglobal(L, "coroutine");
-  lua_getfield(L, -1, "resume");
-  lua_remove(L, -2);
   lua_getglobal(L, "error");
+  lua_getglobal(L, "coroutine");
   lua_call(L, 5, 0);
 }
 
 static int open_libs(lua_State *L) {
-  sx_module *m = lua_touserdata(L, 1);
-  luaL_openlibs(L);
-  sx_open_luma(L);
+  sx_state *m = lua_touserdata(L, 1);
+  int strict = m->module->has_policy && m->module->policy.strict;
+  if (strict) {
+    sx_open_strict(L, m->module);
+  } else {
+    luaL_openlibs(L);
+    sx_open_luma(L);
+  }
+  sx_open_bounded(L);
   lua_pushcfunction(L, l_print);
   lua_setglobal(L, "print");
   wrap_protected_calls(L);
+  if (strict) sx_freeze_strict(L);
   lua_newuserdata(L, 1);
   lua_createtable(L, 0, 2);
   lua_pushcfunction(L, l_signal_index);
@@ -245,15 +289,40 @@ static int open_libs(lua_State *L) {
   return 0;
 }
 
-int sx_state_open(sx_module *m, char *err, size_t errlen) {
-  m->L = lua_newstate(sx_alloc, m);
-  if (!m->L) { snprintf(err, errlen, "out of memory"); return -1; }
-  lua_pushcfunction(m->L, open_libs);
-  lua_pushlightuserdata(m->L, m);
-  if (lua_pcall(m->L, 1, 0, 0) != LUA_OK) {
-    snprintf(err, errlen, "cannot open a Lua state: %s", lua_tostring(m->L, -1));
-    return -1;
+sx_state *sx_state_new(sx_module *m, char *err, size_t errlen) {
+  sx_state *s = calloc(1, sizeof *s);
+  if (!s) { snprintf(err, errlen, "out of memory"); return NULL; }
+  s->module = m;
+  s->memory_limit = m->has_policy ? m->policy.memory_limit : 0;
+  s->exports_ref = s->signal_ref = LUA_NOREF;
+  s->L = lua_newstate(sx_alloc, s);
+  if (!s->L) { snprintf(err, errlen, "out of memory"); free(s); return NULL; }
+  lua_pushcfunction(s->L, open_libs);
+  lua_pushlightuserdata(s->L, s);
+  if (lua_pcall(s->L, 1, 0, 0) != LUA_OK) {
+    snprintf(err, errlen, "cannot open a Lua state: %s",
+             lua_type(s->L, -1) == LUA_TSTRING ? lua_tostring(s->L, -1) : "out of memory");
+    sx_state_free(s);
+    return NULL;
   }
-  lua_sethook(m->L, deadline_hook, LUA_MASKCOUNT, SX_HOOK_COUNT);
-  return 0;
+  lua_sethook(s->L, deadline_hook, LUA_MASKCOUNT, SX_HOOK_COUNT);
+  if (sx_module_run(m, s, err, errlen) != 0) {
+    sx_state_free(s);
+    return NULL;
+  }
+  return s;
+}
+
+/* Closing runs pending __close handlers: they get a deadline too. */
+#define SX_CLOSE_TIMEOUT_MS 1000
+
+void sx_state_free(sx_state *s) {
+  if (!s) return;
+  if (s->L) {
+    s->tool = "(closing the state)";
+    s->timeout_ms = SX_CLOSE_TIMEOUT_MS;
+    s->deadline_ns = sx_now_ns() + SX_CLOSE_TIMEOUT_MS * 1000000LL;
+    lua_close(s->L);
+  }
+  free(s);
 }

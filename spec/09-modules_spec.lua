@@ -215,7 +215,7 @@ describe("luma.config.json", function()
     { '{ "tool_contexts": { "db": { "port": { "env": "1P" } } } }', "tool_contexts.db.port.env must be an environment variable name" },
     { '{ "idempotency_store": { "backend": "redis" } }', 'idempotency_store.backend must be "memory" or "file"' },
     { '{ "idempotency_store": { "backend": "file", "encryption": "rot13" } }', 'idempotency_store.encryption must be "aes-256-gcm"' },
-    { '{ "tool_module_policy": { "sandbox": "strict" } }', "tool_module_policy is not supported by this version" },
+    { '{ "tool_module_policy": { "sandbox": "jail" } }', 'tool_module_policy.sandbox must be "none" or "strict"' },
   }
   for _, c in ipairs(cases) do
     it("rejects " .. c[1], function()

@@ -146,6 +146,65 @@ local function read_store(file, dir, store)
   return out
 end
 
+local BUILTINS = { "os", "io", "json", "crypto" }
+local POLICY_KEYS = { "sandbox", "allow_builtins", "allow_env", "allow_network", "max_memory_mb", "max_concurrency" }
+
+local function integer_at_least(file, where, value, min)
+  if math.type(value) ~= "integer" and not (type(value) == "number" and value == math.floor(value) and value < 2^53) then
+    fail(file, where .. " must be an integer")
+  end
+  if value < min then fail(file, where .. " must be at least " .. min) end
+  return math.tointeger(value)
+end
+
+-- tool_module_policy: what every tool module's state may use. With
+-- "sandbox": "none" the state has the whole standard library, so the
+-- capability settings could not be enforced there: giving them is an error.
+function config.policy(file, policy)
+  expect(file, "tool_module_policy", policy, "object")
+  check_keys(file, "tool_module_policy", policy, POLICY_KEYS)
+  local out = { sandbox = policy.sandbox or "none" }
+  if out.sandbox ~= "none" and out.sandbox ~= "strict" then
+    fail(file, 'tool_module_policy.sandbox must be "none" or "strict"')
+  end
+  local strict = out.sandbox == "strict"
+  local function capability(key)
+    if policy[key] ~= nil and not strict then
+      fail(file, "tool_module_policy." .. key .. ' needs "sandbox": "strict"; with no sandbox the state has the whole standard library')
+    end
+  end
+  capability("allow_builtins")
+  capability("allow_env")
+  capability("allow_network")
+  out.allow_builtins = {}
+  if policy.allow_builtins ~= nil then
+    local known = {}
+    for _, b in ipairs(BUILTINS) do known[b] = true end
+    for i, b in ipairs(expect(file, "tool_module_policy.allow_builtins", policy.allow_builtins, "array")) do
+      local where = "tool_module_policy.allow_builtins[" .. i .. "]"
+      expect(file, where, b, "string")
+      if not known[b] then
+        local hint = core.suggest(b, BUILTINS)
+        fail(file, string.format("%s is not a builtin: '%s'.%s Builtins: %s.", where, b,
+          hint and (" Did you mean '" .. hint .. "'?") or "", table.concat(BUILTINS, ", ")))
+      end
+      out.allow_builtins[#out.allow_builtins + 1] = b
+    end
+  end
+  for _, key in ipairs { "allow_env", "allow_network" } do
+    if policy[key] ~= nil then out[key] = expect(file, "tool_module_policy." .. key, policy[key], "boolean") end
+  end
+  if policy.max_memory_mb ~= nil then
+    out.max_memory_mb = integer_at_least(file, "tool_module_policy.max_memory_mb", policy.max_memory_mb, 16)
+    if out.max_memory_mb > 1048576 then fail(file, "tool_module_policy.max_memory_mb must be at most 1048576") end
+  end
+  if policy.max_concurrency ~= nil then
+    out.max_concurrency = integer_at_least(file, "tool_module_policy.max_concurrency", policy.max_concurrency, 1)
+    if out.max_concurrency > 256 then fail(file, "tool_module_policy.max_concurrency must be at most 256") end
+  end
+  return out
+end
+
 -- Reads and checks a configuration file; paths in it become absolute.
 function config.read(path)
   local f, err = io.open(path, "rb")
@@ -159,10 +218,6 @@ function config.read(path)
   expect(path, "the configuration", data, "object")
   check_keys(path, "the configuration", data,
     { "tool_modules", "tool_contexts", "idempotency_store", "tool_module_policy" })
-  if data.tool_module_policy ~= nil then
-    fail(path, "tool_module_policy is not supported by this version: the sandbox is not built yet, " ..
-      "and a policy that is not enforced is not accepted")
-  end
   local dir = dirname(path)
   return {
     path = path,
@@ -170,6 +225,7 @@ function config.read(path)
     tool_modules = data.tool_modules and read_modules(path, dir, data.tool_modules) or {},
     tool_contexts = data.tool_contexts and read_contexts(path, data.tool_contexts) or nil,
     idempotency_store = data.idempotency_store and read_store(path, dir, data.idempotency_store) or nil,
+    tool_module_policy = data.tool_module_policy ~= nil and config.policy(path, data.tool_module_policy) or nil,
   }
 end
 

@@ -53,7 +53,7 @@ end
 
 local OPTIONS = {
   limits = true, config = true, tool_modules = true, on_event = true, trace = true, clock = true,
-  default_timeout_ms = true,
+  default_timeout_ms = true, tool_module_policy = true,
 }
 
 --[[ Reads and compiles a .luma file and gets it ready to run:
@@ -64,6 +64,8 @@ local OPTIONS = {
   opts.on_event      function(event) receiving one telemetry event per tool call
   opts.trace         a file to append the events to, as JSON lines
   opts.clock         { now = fn() -> ms, sleep = fn(ms) }: a clock tests control
+  opts.tool_module_policy  the sandbox of the tool modules, as in the config
+                     file (which it replaces there)
   opts.limits        see the README ]]
 function luma.load(path, opts)
   if type(path) ~= "string" then
@@ -82,7 +84,9 @@ function luma.load(path, opts)
     specs[#specs + 1] = type(m) == "string" and { path = m } or m
   end
   for _, m in ipairs(cfg and cfg.tool_modules or {}) do specs[#specs + 1] = m end
-  loader.load(program, specs, cfg and cfg.dir or config.dirname(path))
+  local policy = cfg and cfg.tool_module_policy
+  if opts.tool_module_policy ~= nil then policy = config.policy("luma.load", opts.tool_module_policy) end
+  loader.load(program, specs, cfg and cfg.dir or config.dirname(path), policy)
   program:configure {
     contexts = cfg and cfg.tool_contexts,
     on_event = opts.on_event,

@@ -31,8 +31,10 @@ local function inside(path, dir)
 end
 
 -- specs: { path = absolute or relative to the cwd, version, integrity,
--- dependencies, dependency_root }; project_root bounds dependency roots.
-function loader.load(program, specs, project_root)
+-- dependencies, dependency_root }; project_root bounds dependency roots and
+-- the files a strict module may open; policy (checked by config.policy) is
+-- the tool_module_policy every module runs under, or nil.
+function loader.load(program, specs, project_root, policy)
   local root = core.realpath(project_root) or project_root
   local seen = {}
   local modules = {}
@@ -68,6 +70,7 @@ function loader.load(program, specs, project_root)
     end
   end
   for _, m in ipairs(modules) do
+    m.project_root, m.policy = root, policy
     local module = core.load_module(m)
     program:attach(module)
   end

@@ -1,0 +1,46 @@
+/*
+ * luma.http: the HTTP client of a state whose policy says allow_network.
+ * Only http:// and https:// (redirects too, at most SH_MAX_REDIRECTS), a
+ * fixed list of methods, no CR/LF/NUL in headers, bounded bodies, and every
+ * request stopped by the call's deadline. Failures raise { code = "HTTP_ERROR"
+ * | "HTTP_TIMEOUT" | "HTTP_TOO_LARGE", message, retryable }; a status >= 400
+ * is a response, not an error.
+ */
+#ifndef LUMA_SANDBOX_HTTP_H
+#define LUMA_SANDBOX_HTTP_H
+
+#include <stddef.h>
+
+#include <lua.h>
+
+#define SH_DEFAULT_TIMEOUT_MS 30000
+#define SH_DEFAULT_MAX_BYTES ((size_t)8 << 20)
+#define SH_MAX_REDIRECTS 5
+#define SH_JSON_MAX_DEPTH 100
+
+/* The deadline the requests of a state must respect: returns the
+   milliseconds left, 0 once the call's deadline passed or its signal fired
+   (never a negative number for a passed deadline), or a negative number when
+   there is no deadline at all. It is called from libcurl's progress callback
+   on the state's thread, with L the running thread (maybe a coroutine), so
+   it must not raise nor run Lua code. */
+typedef long long (*sh_deadline_fn)(lua_State *L);
+
+/* A 0 field means its default. */
+typedef struct sh_limits {
+  long long timeout_ms;        /* per request, when no deadline is nearer (default 30000) */
+  size_t max_response_bytes;   /* body limit, and the limit of the response's header block (default 8 MiB) */
+  size_t max_request_bytes;    /* body limit (default 8 MiB) */
+} sh_limits;
+
+/* Pushes the `http` table (request, get, post) for a state whose deadline is
+   read with `deadline` (NULL: none). limits may be NULL; it is copied. */
+void sh_push_http(lua_State *L, sh_deadline_fn deadline, const sh_limits *limits);
+
+/* Makes the error value raised on a failure; it must push exactly one value.
+   The default (also after setting NULL) is a plain table. Process-wide, read
+   under a lock: set it once, when the host starts. */
+typedef void (*sh_error_pusher)(lua_State *L, const char *code, const char *message, int retryable);
+void sh_set_error_pusher(sh_error_pusher push);
+
+#endif
