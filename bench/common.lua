@@ -28,17 +28,29 @@ local function run(loop, n)
   return clock() - t0, passed
 end
 
--- loop(n) makes n calls and returns how many passed. Returns calls per CPU
--- second, the median of RUNS runs of about RUN_SECONDS each; check(passed, n)
--- sees every one of those runs.
-function common.measure(loop, check)
+-- The number of calls loop(n) makes in about `seconds` of CPU time, found by
+-- doubling n until one loop takes CALIBRATE_SECONDS.
+function common.calibrate(loop, seconds)
   local n, elapsed = 1, 0
   while true do
     elapsed = run(loop, n)
     if elapsed >= CALIBRATE_SECONDS then break end
     n = n * 2
   end
-  n = math.max(1, math.floor(n * RUN_SECONDS / elapsed))
+  return math.max(1, math.floor(n * seconds / elapsed))
+end
+
+-- Calls per CPU second of one run of loop(n), and how many passed.
+function common.rate(loop, n)
+  local t, passed = run(loop, n)
+  return n / t, passed
+end
+
+-- loop(n) makes n calls and returns how many passed. Returns calls per CPU
+-- second, the median of RUNS runs of about RUN_SECONDS each; check(passed, n)
+-- sees every one of those runs.
+function common.measure(loop, check)
+  local n = common.calibrate(loop, RUN_SECONDS)
   local rates = {}
   for i = 1, RUNS do
     local t, passed = run(loop, n)
