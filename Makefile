@@ -50,7 +50,7 @@ FUZZ_PACKAGES = clang libclang-rt-14-dev
 RESULTS   = $(BUILD)/test-results
 BUSTED    = $(LUA) /usr/bin/busted
 
-.PHONY: all test valgrind bench demo fuzz install clean help deps
+.PHONY: all test valgrind bench demo fuzz fuzz-pattern install clean help deps
 
 all: $(BUILD)/luma/core.so $(BUILD)/luma-lua
 
@@ -62,6 +62,7 @@ help:
 	@echo "make demo       run the example program"
 	@echo "make bench      run the benchmarks under bench/"
 	@echo "make fuzz       fuzz the parser (FUZZ_SECONDS=600)"
+	@echo "make fuzz-pattern  fuzz the sandbox's pattern matcher against Lua's"
 	@echo "make install    install into PREFIX=$(PREFIX)"
 	@echo "make clean      remove build/"
 
@@ -138,10 +139,19 @@ FUZZ_SECONDS ?= 600
 fuzz:
 	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES="$(FUZZ_PACKAGES)"
 	mkdir -p build/fuzz
-	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -I$(LUA_INCDIR) -Icore \
-	  spec/fuzz/parse_fuzz.c $(CORE_SRC) $(LUA_LIB) -lm -o build/fuzz/parse_fuzz
+	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -I$(LUA_INCDIR) -Icore -Isandbox \
+	  spec/fuzz/parse_fuzz.c $(CORE_SRC) $(LUA_LIB) $(LIBS) -o build/fuzz/parse_fuzz
 	build/fuzz/parse_fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
 	  -dict=spec/fuzz/luma.dict spec/fuzz/corpus
+
+# The sandbox's pattern matcher against Lua's own, input by input.
+fuzz-pattern:
+	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES="$(FUZZ_PACKAGES)"
+	mkdir -p build/fuzz/pattern-corpus
+	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -I$(LUA_INCDIR) -Isandbox \
+	  spec/fuzz/pattern_fuzz.c sandbox/pattern.c $(LUA_LIB) -lm -o build/fuzz/pattern_fuzz
+	build/fuzz/pattern_fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+	  -dict=spec/fuzz/pattern.dict build/fuzz/pattern-corpus
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(LUADIR)/luma $(DESTDIR)$(CMODDIR)/luma
