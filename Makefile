@@ -66,7 +66,7 @@ help:
 	@echo "make install    install into PREFIX=$(PREFIX)"
 	@echo "make clean      remove build/"
 
-$(BUILD)/obj/%.o: core/%.c core/*.h | $(BUILD)/obj
+$(BUILD)/obj/%.o: core/%.c core/*.h sandbox/*.h | $(BUILD)/obj
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 $(BUILD)/obj/sx_%.o: sandbox/%.c sandbox/*.h core/*.h | $(BUILD)/obj

@@ -785,7 +785,7 @@ static int group_for(pl_group *groups, int *ngroups, sx_module *m, long long dea
   for (int g = 0; g < *ngroups; g++)
     if (groups[g].m == m && (best < 0 || groups[g].n < groups[best].n)) best = g;
   /* a free state now, or (for the module's first group) one within the deadline */
-  sx_state *s = sx_acquire(m, best < 0 ? deadline_ns : 1, err, errlen);
+  sx_state *s = sx_acquire(m, deadline_ns, best < 0, err, errlen);
   if (!s) return best;
   int g = (*ngroups)++;
   groups[g].m = m;

@@ -205,7 +205,7 @@ static void pattern_tick(lua_State *L) { tick(L); }
 /* load(chunk [, name [, mode [, env]]]): text only, whatever mode says (a
    binary chunk can crash the VM), and parsed in slices with a look at the
    clock between them, since the parser runs in C. */
-#define SX_LOAD_SLICE (64u << 10)
+#define SX_LOAD_SLICE (4u << 10)
 
 typedef struct sx_reader {
   const char *text;               /* the current piece */
@@ -237,6 +237,11 @@ static const char *read_slice(lua_State *L, void *ud, size_t *size) {
   *size = n;
   r->pos += n;
   return r->text + r->pos - n;
+}
+
+int sx_load_text(lua_State *L, const char *text, size_t len, const char *chunkname) {
+  sx_reader r = { text, len, 0, 0, 0 };
+  return lua_load(L, read_slice, &r, chunkname, "t");
 }
 
 static int b_load(lua_State *L) {
@@ -331,5 +336,9 @@ void sx_open_bounded(lua_State *L) {
 #else /* LuaJIT and Lua 5.1: see sandbox/README.md */
 
 void sx_open_bounded(lua_State *L) { (void)L; }
+
+int sx_load_text(lua_State *L, const char *text, size_t len, const char *chunkname) {
+  return luaL_loadbufferx(L, text, len, chunkname, "t");
+}
 
 #endif

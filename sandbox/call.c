@@ -53,7 +53,9 @@ static void push_handler_error(lua_State *H, int e, const sx_run *run, lua_State
     int details = 0;
     if (!lua_isnil(H, -1)) {
       char why[160];
-      if (sx_copy(H, lua_gettop(H), L, &o->limits, why, sizeof why) == 0) details = lua_gettop(L);
+      sx_limits finite = o->limits;
+      finite.finite_numbers = 1;
+      if (sx_copy(H, lua_gettop(H), L, &finite, why, sizeof why) == 0) details = lua_gettop(L);
     }
     le_push(L, code ? code : "TOOL_FAILED", message ? message : "", retryable, details);
     if (details) lua_remove(L, details);
@@ -159,6 +161,7 @@ void sx_execute(sx_state *s, sx_run *runs, int n) {
     s->expired = 0;
     s->out_of_memory = 0;
     s->deadline_ns = run->opts.timeout_ms > 0 ? sx_now_ns() + run->opts.timeout_ms * 1000000LL : 0;
+    sx_start_hook(s);
     run->status = lua_pcall(H, 3, 1, 0);
     /* a result that comes after the deadline is late: the call timed out */
     if (s->deadline_ns && sx_now_ns() >= s->deadline_ns) s->expired = 1;

@@ -2,6 +2,7 @@
 #include "sandbox.h"
 
 #include <stdio.h>
+#include <math.h>
 #include <string.h>
 
 #include "compat.h"
@@ -23,6 +24,7 @@ void sx_default_limits(sx_limits *lim) {
   lim->max_depth = 100;
   lim->max_values = 1000000;
   lim->max_bytes = 64u << 20;
+  lim->finite_numbers = 0;
 }
 
 static int fail(sx_copier *c, const char *fmt, const char *arg) {
@@ -93,6 +95,8 @@ static int copy(sx_copier *c, int idx) {
 #if LUA_VERSION_NUM >= 503
       if (lua_isinteger(from, idx)) { lua_pushinteger(to, lua_tointeger(from, idx)); return 0; }
 #endif
+      if (c->lim->finite_numbers && !isfinite((double)lua_tonumber(from, idx)))
+        return fail(c, "it holds a number that is not finite%s", "");
       lua_pushnumber(to, lua_tonumber(from, idx));
       return 0;
     case LUA_TSTRING: {

@@ -24,8 +24,6 @@
 #include "ljson.h"
 #include "strbuf.h"
 
-#define SH_TRANSFER_MT "luma.HttpTransfer"
-
 /* Upvalue 1 of request, get and post. */
 typedef struct sh_config {
   sh_deadline_fn deadline;

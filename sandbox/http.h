@@ -13,6 +13,9 @@
 
 #include <lua.h>
 
+/* The metatable of a request in progress (a userdata owning its buffers). */
+#define SH_TRANSFER_MT "luma.HttpTransfer"
+
 #define SH_DEFAULT_TIMEOUT_MS 30000
 #define SH_DEFAULT_MAX_BYTES ((size_t)8 << 20)
 #define SH_MAX_REDIRECTS 5

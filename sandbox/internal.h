@@ -20,6 +20,7 @@ struct sx_state {
   int out_of_memory;              /* an allocation was refused during this call */
   long long deadline_ns;          /* monotonic; 0 while no call runs */
   int expired;                    /* the deadline passed during this call */
+  long long hook_ns;              /* when the deadline hook last looked at the clock */
   const char *tool;               /* the tool being called, for messages */
   long long timeout_ms;
   size_t printed;                 /* bytes print wrote during this call */
@@ -51,10 +52,18 @@ struct sx_module {
 void sx_tick(lua_State *L);
 
 /* A new state of m, with the module's code loaded and its exports checked
-   (the first time) or found. NULL with a message in err. */
-sx_state *sx_state_new(sx_module *m, char *err, size_t errlen);
+   (the first time) or found, within deadline_ns (0: the load budget only).
+   NULL with a message in err. */
+sx_state *sx_state_new(sx_module *m, long long deadline_ns, char *err, size_t errlen);
 void sx_state_free(sx_state *s);
 sx_state *sx_state_of(lua_State *L);
+
+/* Pushes the metatable of the state's luma.ToolError values. */
+void sx_push_tool_error_mt(lua_State *L);
+
+/* (Re)starts the deadline hook of the state's main thread at its shortest
+   interval: at the start of each call. */
+void sx_start_hook(sx_state *s);
 
 /* Raises TOOL_TIMEOUT in the state. */
 int sx_raise_timeout(lua_State *L);
@@ -69,7 +78,11 @@ void sx_lock_globals(lua_State *L);
    `load`, and those whose loops run in C (bounded.c, pattern.c). */
 void sx_open_bounded(lua_State *L);
 /* Runs the module's code in a new state and keeps its exports. */
-int sx_module_run(sx_module *m, sx_state *s, char *err, size_t errlen);
+int sx_module_run(sx_module *m, sx_state *s, long long deadline_ns, char *err, size_t errlen);
+/* Loads text, never a binary chunk, in slices, checking the state's
+   deadline between them (bounded.c): Lua's parser is quadratic on some
+   inputs. */
+int sx_load_text(lua_State *L, const char *text, size_t len, const char *chunkname);
 /* The searcher that replaces all others when a module lists dependencies. */
 int sx_dependency_searcher(lua_State *L);
 

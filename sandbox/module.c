@@ -199,7 +199,7 @@ int sx_dependency_searcher(lua_State *L) {
   size_t len;
   char *src = read_file(real, &len, err, sizeof err);
   if (!src) return luaL_error(L, "%s", err);
-  int status = luaL_loadbufferx(L, src, len, lua_tostring(L, -2), "t");
+  int status = sx_load_text(L, src, len, lua_tostring(L, -2));
   free(src);
   if (status != LUA_OK) return lua_error(L);
   lua_insert(L, -2);
@@ -280,7 +280,7 @@ sx_module *sx_load(const sx_manifest *man, char *err, size_t errlen) {
     sx_free(m);
     return NULL;
   }
-  sx_state *first = sx_state_new(m, err, errlen);
+  sx_state *first = sx_state_new(m, 0, err, errlen);
   if (!first) {
     sx_free(m);
     return NULL;
@@ -323,7 +323,7 @@ void sx_stats(sx_module *m, int *states, int *busy, size_t *idle_memory) {
   pthread_mutex_unlock(&m->lock);
 }
 
-sx_state *sx_acquire(sx_module *m, long long deadline_ns, char *err, size_t errlen) {
+sx_state *sx_acquire(sx_module *m, long long deadline_ns, int wait, char *err, size_t errlen) {
   pthread_mutex_lock(&m->lock);
   for (;;) {
     for (int i = 0; i < m->nstates; i++)
@@ -337,7 +337,7 @@ sx_state *sx_acquire(sx_module *m, long long deadline_ns, char *err, size_t errl
          `making` keeps others from making one too many */
       m->making++;
       pthread_mutex_unlock(&m->lock);
-      sx_state *s = sx_state_new(m, err, errlen);
+      sx_state *s = sx_state_new(m, deadline_ns, err, errlen);
       pthread_mutex_lock(&m->lock);
       m->making--;
       if (s) {
@@ -349,13 +349,14 @@ sx_state *sx_acquire(sx_module *m, long long deadline_ns, char *err, size_t errl
       pthread_mutex_unlock(&m->lock);
       return s;
     }
+    if (!wait) break;
     if (deadline_ns) {
       long long now = sx_now_ns();
       if (now >= deadline_ns) break;
       struct timespec ts;
       clock_gettime(CLOCK_REALTIME, &ts);
-      long long wait = deadline_ns - now, ns = ts.tv_nsec + wait % 1000000000LL;
-      ts.tv_sec += (time_t)(wait / 1000000000LL + ns / 1000000000LL);
+      long long left = deadline_ns - now, ns = ts.tv_nsec + left % 1000000000LL;
+      ts.tv_sec += (time_t)(left / 1000000000LL + ns / 1000000000LL);
       ts.tv_nsec = (long)(ns % 1000000000LL);
       pthread_cond_timedwait(&m->freed, &m->lock, &ts);
     } else {
@@ -394,7 +395,7 @@ static int lock_globals(lua_State *L) {
 
 /* Runs the module's code in a new state and leaves its export table in the
    registry; the first state also records the export names. */
-int sx_module_run(sx_module *m, sx_state *s, char *err, size_t errlen) {
+int sx_module_run(sx_module *m, sx_state *s, long long deadline_ns, char *err, size_t errlen) {
   lua_State *L = s->L;
   if (m->dependencies || (m->has_policy && m->policy.strict)) {
     lua_pushcfunction(L, install_require_rules);
@@ -405,15 +406,17 @@ int sx_module_run(sx_module *m, sx_state *s, char *err, size_t errlen) {
     }
   }
   lua_pushfstring(L, "@%s", m->path);
-  /* mode "t": a precompiled (binary) chunk is never loaded */
-  int status = luaL_loadbufferx(L, m->source, m->source_len, lua_tostring(L, -1), "t");
-  if (status == LUA_OK) {
-    s->tool = "(module load)";
-    s->timeout_ms = SX_LOAD_TIMEOUT_MS;
-    s->deadline_ns = sx_now_ns() + (long long)SX_LOAD_TIMEOUT_MS * 1000000LL;
-    status = lua_pcall(L, 0, 1, 0);
-    s->deadline_ns = 0;
-  }
+  /* at most SX_LOAD_TIMEOUT_MS, and never past the deadline of the call
+     that needs the state; the parse counts too */
+  long long limit = sx_now_ns() + (long long)SX_LOAD_TIMEOUT_MS * 1000000LL;
+  if (deadline_ns && deadline_ns < limit) limit = deadline_ns;
+  s->tool = "(module load)";
+  s->timeout_ms = (limit - sx_now_ns()) / 1000000LL;
+  s->deadline_ns = limit;
+  /* text only: a precompiled (binary) chunk is never loaded */
+  int status = sx_load_text(L, m->source, m->source_len, lua_tostring(L, -1));
+  if (status == LUA_OK) status = lua_pcall(L, 0, 1, 0);
+  s->deadline_ns = 0;
   if (status != LUA_OK) {
     const char *msg = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "an error that is not a string";
     if (s->expired) msg = "its top-level code ran out of time";

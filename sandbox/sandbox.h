@@ -45,6 +45,7 @@ typedef struct sx_limits {
   int max_depth;
   size_t max_values;              /* tables, strings and scalars counted together */
   size_t max_bytes;               /* string bytes */
+  int finite_numbers;             /* refuse NaN and infinities (error details: no validation follows) */
 } sx_limits;
 
 void sx_default_limits(sx_limits *lim);
@@ -66,11 +67,12 @@ const char *const *sx_exports(const sx_module *m, int *n);
    bytes the idle ones hold (a busy state's count is its thread's alone). */
 void sx_stats(sx_module *m, int *states, int *busy, size_t *idle_memory);
 
-/* A free state of the module, made when there are fewer than max_concurrency;
-   when all are busy, waits until one is free or deadline_ns (monotonic, 0:
-   no limit) passes, then returns NULL. sx_release gives it back; a state that
-   hit its memory limit or deadline is closed instead, to be replaced. */
-sx_state *sx_acquire(sx_module *m, long long deadline_ns, char *err, size_t errlen);
+/* A free state of the module, made (within deadline_ns) when there are fewer
+   than max_concurrency; when all are busy and `wait` is set, waits until one
+   is free or deadline_ns (monotonic, 0: no limit) passes; NULL then, or at
+   once without `wait`. sx_release gives it back; a state that hit its memory
+   limit or deadline is closed instead, to be replaced. */
+sx_state *sx_acquire(sx_module *m, long long deadline_ns, int wait, char *err, size_t errlen);
 void sx_release(sx_state *s);
 
 /* How one handler call runs. */

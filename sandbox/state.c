@@ -13,8 +13,13 @@
 #include "compat.h"
 #include "ljson.h"
 
-/* The hook looks at the clock every this many VM instructions. */
-#define SX_HOOK_COUNT 1000
+/* The hook looks at the clock every hook_count VM instructions: at most
+   SX_HOOK_MAX, and as few as SX_HOOK_MIN when instructions are slow (a
+   comparison of long strings, a library call on a large value), so that
+   the time between two looks stays near SX_HOOK_GAP_NS. */
+#define SX_HOOK_MIN 4
+#define SX_HOOK_MAX 1024
+#define SX_HOOK_GAP_NS 200000LL
 
 long long sx_now_ns(void) {
   struct timespec ts;
@@ -57,14 +62,14 @@ static int aborted(const sx_state *m) {
 
 static const char tool_error_key = 0;
 
-static void push_tool_error_mt(lua_State *L) {
+void sx_push_tool_error_mt(lua_State *L) {
   lua_pushlightuserdata(L, (void *)&tool_error_key);
   lc_rawget(L, LUA_REGISTRYINDEX);
 }
 
 int sx_is_tool_error(lua_State *L, int idx) {
   if (!lua_getmetatable(L, idx)) return 0;
-  push_tool_error_mt(L);
+  sx_push_tool_error_mt(L);
   int same = lua_rawequal(L, -1, -2);
   lua_pop(L, 2);
   return same;
@@ -81,7 +86,7 @@ void sx_push_tool_error(lua_State *L, const char *code, const char *message, int
   set_field(L, "message", message);
   lua_pushboolean(L, retryable);
   lua_setfield(L, -2, "retryable");
-  push_tool_error_mt(L);
+  sx_push_tool_error_mt(L);
   lua_setmetatable(L, -2);
 }
 
@@ -98,11 +103,26 @@ void sx_tick(lua_State *L) {
   if (m->deadline_ns && sx_now_ns() >= m->deadline_ns) sx_raise_timeout(L);
 }
 
-/* sticky: once past the deadline every tick raises again, so a pcall inside
-   the handler cannot swallow the stop for good */
+/* Sticky: once past the deadline every look raises again, so a pcall
+   inside the handler cannot swallow the stop for good. The interval doubles
+   while looks come quicker than SX_HOOK_GAP_NS and drops to SX_HOOK_MIN
+   when one comes later than 4 times that. */
 static void deadline_hook(lua_State *L, lua_Debug *ar) {
   (void)ar;
-  sx_tick(L);
+  sx_state *m = sx_state_of(L);
+  long long now = sx_now_ns();
+  if (m->deadline_ns && now >= m->deadline_ns) sx_raise_timeout(L);
+  long long gap = now - m->hook_ns;
+  m->hook_ns = now;
+  int was = lua_gethookcount(L), count = was;   /* each thread (coroutine) has its own */
+  if (gap > 4 * SX_HOOK_GAP_NS) count = SX_HOOK_MIN;
+  else if (gap < SX_HOOK_GAP_NS && count < SX_HOOK_MAX) count *= 2;
+  if (count != was) lua_sethook(L, deadline_hook, LUA_MASKCOUNT, count);
+}
+
+void sx_start_hook(sx_state *s) {
+  s->hook_ns = sx_now_ns();
+  lua_sethook(s->L, deadline_hook, LUA_MASKCOUNT, SX_HOOK_MIN);
 }
 
 /* luma.ToolError{ code =, message =, retryable =, details = } */
@@ -284,12 +304,14 @@ static int open_libs(lua_State *L) {
   lua_pushcfunction(L, l_signal_index);
   lua_setfield(L, -2, "__index");
   set_field(L, "__name", "luma.Signal");
+  lua_pushboolean(L, 0);
+  lua_setfield(L, -2, "__metatable");
   lua_setmetatable(L, -2);
   m->signal_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   return 0;
 }
 
-sx_state *sx_state_new(sx_module *m, char *err, size_t errlen) {
+sx_state *sx_state_new(sx_module *m, long long deadline_ns, char *err, size_t errlen) {
   sx_state *s = calloc(1, sizeof *s);
   if (!s) { snprintf(err, errlen, "out of memory"); return NULL; }
   s->module = m;
@@ -305,8 +327,8 @@ sx_state *sx_state_new(sx_module *m, char *err, size_t errlen) {
     sx_state_free(s);
     return NULL;
   }
-  lua_sethook(s->L, deadline_hook, LUA_MASKCOUNT, SX_HOOK_COUNT);
-  if (sx_module_run(m, s, err, errlen) != 0) {
+  sx_start_hook(s);
+  if (sx_module_run(m, s, deadline_ns, err, errlen) != 0) {
     sx_state_free(s);
     return NULL;
   }

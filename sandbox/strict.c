@@ -32,8 +32,12 @@
 #include "compat.h"
 #include "crypto.h"
 #include "http.h"
+#include "ljson.h"
 
 #if LUA_VERSION_NUM >= 504
+
+static int is_locked(lua_State *L, int idx);
+static int refuse_metatable_write(lua_State *L);
 
 /* The project's root, for io: kept in the registry under this key's address. */
 static const char root_key = 0;
@@ -43,6 +47,7 @@ static const char root_key = 0;
 /* collectgarbage: "collect", "step", "count" and "isrunning"; a module
    cannot stop the collector nor retune it. */
 static int s_collectgarbage(lua_State *L) {
+  sx_tick(L);   /* called in a loop, each call can be long: check the deadline */
   static const char *const allowed[] = { "collect", "step", "count", "isrunning", NULL };
   const char *opt = luaL_optstring(L, 1, "collect");
   int i = 0;
@@ -81,6 +86,7 @@ static int s_rawset(lua_State *L) {
   if (lua_rawequal(L, 1, -1)) return luaL_error(L, "rawset on the globals is not available in a strict tool module");
   lua_pop(L, 1);
   luaL_checktype(L, 1, LUA_TTABLE);
+  if (is_locked(L, 1)) return refuse_metatable_write(L);
   luaL_checkany(L, 2);
   luaL_checkany(L, 3);
   lua_settop(L, 3);
@@ -98,15 +104,30 @@ static void wrap_global(lua_State *L, const char *name, lua_CFunction fn) {
 
 /* -------------------------------------------------------------------- io */
 
+/* What a strict module may not write, even inside the project: code and
+   configuration, which the next load would trust. */
+static int holds_code_or_config(const char *name) {
+  size_t n = strlen(name);
+  return (n >= 4 && strcmp(name + n - 4, ".lua") == 0) || (n >= 5 && strcmp(name + n - 5, ".luma") == 0) ||
+         strcmp(name, "luma.config.json") == 0 || strncmp(name, ".luma", 5) == 0;
+}
+
+static const char *base_name(const char *path) {
+  const char *slash = strrchr(path, '/');
+  return slash ? slash + 1 : path;
+}
+
 /* The path a strict module names, made absolute against the project's root
    (the process's working folder is the host's, not the module's), pushed
-   on the stack; or NULL when it does not lie inside the project. A file that
+   on the stack; or NULL with the reason in *why. Refused: what does not lie
+   inside the project, and, for writing, code and configuration. A file that
    exists is resolved with its symlinks; a new one by its folder, and a
    symlink that leads nowhere is refused, as opening it would create its
    target. The kernel's views of processes and devices are never inside,
    whatever the project (the environment of the process can be read from
    /proc). */
-static const char *project_path(lua_State *L, const char *path) {
+static const char *project_path(lua_State *L, const char *path, int write, const char **why) {
+  *why = "outside the project, not available to a strict tool module";
   lua_pushlightuserdata(L, (void *)&root_key);
   lc_rawget(L, LUA_REGISTRYINDEX);
   const char *root = lua_tostring(L, -1);
@@ -119,27 +140,82 @@ static const char *project_path(lua_State *L, const char *path) {
   const char *full = lua_tostring(L, -1);
   char real[PATH_MAX];
   struct stat st;
-  if (!realpath(full, real)) {
+  int exists = realpath(full, real) != NULL;
+  if (!exists) {
     char dir[PATH_MAX];
     const char *slash = strrchr(full, '/');
     if (slash == full) snprintf(dir, sizeof dir, "/");
     else snprintf(dir, sizeof dir, "%.*s", (int)(slash - full), full);
-    if (lstat(full, &st) == 0 || !realpath(dir, real)) goto outside;
+    if (lstat(full, &st) == 0 || !realpath(dir, real)) goto refused;
   }
   static const char *const never[] = { "/proc", "/sys", "/dev", NULL };
   for (const char *const *n = never; *n; n++) {
     size_t k = strlen(*n);
-    if (strncmp(real, *n, k) == 0 && (real[k] == '/' || real[k] == '\0')) goto outside;
+    if (strncmp(real, *n, k) == 0 && (real[k] == '/' || real[k] == '\0')) goto refused;
   }
   size_t n = strlen(root);
-  if ((n == 1 && root[0] == '/') || (strncmp(real, root, n) == 0 && (real[n] == '/' || real[n] == '\0'))) {
-    lua_remove(L, -2);
-    return full;
+  if (!((n == 1 && root[0] == '/') || (strncmp(real, root, n) == 0 && (real[n] == '/' || real[n] == '\0'))))
+    goto refused;
+  if (write && holds_code_or_config(base_name(exists ? real : full))) {
+    *why = "a strict tool module cannot write code or configuration (*.lua, *.luma, luma.config.json, .luma*)";
+    goto refused;
   }
-outside:
+  lua_remove(L, -2);
+  return full;
+refused:
   lua_pop(L, 2);
   return NULL;
 }
+
+/* The files a strict module has opened, in a weak table: at most
+   SX_MAX_FILES are open at once, so that a module cannot take every file
+   descriptor of the process. */
+#define SX_MAX_FILES 32
+static const char files_key = 0;
+
+static int open_files(lua_State *L) {
+  lua_pushlightuserdata(L, (void *)&files_key);
+  lc_rawget(L, LUA_REGISTRYINDEX);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_createtable(L, 0, 1);
+    lua_pushliteral(L, "k");
+    lua_setfield(L, -2, "__mode");
+    lua_setmetatable(L, -2);
+    lua_pushlightuserdata(L, (void *)&files_key);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, LUA_REGISTRYINDEX);
+  }
+  int files = lua_gettop(L), count = 0;
+  lua_pushnil(L);
+  while (lua_next(L, files)) {
+    luaL_Stream *f = luaL_testudata(L, -2, LUA_FILEHANDLE);
+    if (f && f->closef) count++;
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  return count;
+}
+
+static int room_for_a_file(lua_State *L) {
+  if (open_files(L) < SX_MAX_FILES) return 1;
+  lua_gc(L, LUA_GCCOLLECT, 0);   /* files no longer reachable are closed */
+  return open_files(L) < SX_MAX_FILES;
+}
+
+static void remember_file(lua_State *L, int idx) {
+  if (!luaL_testudata(L, idx, LUA_FILEHANDLE)) return;
+  idx = lua_absindex(L, idx);
+  lua_pushlightuserdata(L, (void *)&files_key);
+  lc_rawget(L, LUA_REGISTRYINDEX);
+  lua_pushvalue(L, idx);
+  lua_pushboolean(L, 1);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+}
+
+#define TOO_MANY_FILES "too many open files (at most 32 in a strict tool module)"
 
 /* Calls the original function (upvalue 1) with the first argument replaced
    by the checked path on the top of the stack. */
@@ -153,21 +229,35 @@ static int call_with_path(lua_State *L) {
 
 static int s_io_open(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
-  const char *full = project_path(L, path);
+  const char *mode = luaL_optstring(L, 2, "r");
+  int write = strpbrk(mode, "wa+") != NULL;
+  const char *why;
+  const char *full = project_path(L, path, write, &why);
   if (!full) {
     lua_pushnil(L);
-    lua_pushfstring(L, "%s: outside the project, not available to a strict tool module", path);
+    lua_pushfstring(L, "%s: %s", path, why);
     return 2;
   }
-  return call_with_path(L);
+  if (!room_for_a_file(L)) {
+    lua_pushnil(L);
+    lua_pushfstring(L, "%s: " TOO_MANY_FILES, path);
+    return 2;
+  }
+  int n = call_with_path(L);
+  remember_file(L, 1);
+  return n;
 }
 
 static int s_io_lines(lua_State *L) {
   if (lua_isnoneornil(L, 1)) return luaL_error(L, "io.lines needs a file name in a strict tool module");
   const char *path = luaL_checkstring(L, 1);
-  const char *full = project_path(L, path);
-  if (!full) return luaL_error(L, "%s: outside the project, not available to a strict tool module", path);
-  return call_with_path(L);
+  const char *why;
+  const char *full = project_path(L, path, 0, &why);
+  if (!full) return luaL_error(L, "%s: %s", path, why);
+  if (!room_for_a_file(L)) return luaL_error(L, "%s: " TOO_MANY_FILES, path);
+  int n = call_with_path(L);
+  if (n >= 4) remember_file(L, 4);   /* Lua 5.4 returns the file as its fourth value */
+  return n;
 }
 
 /* io.close(file): with no file, the original would close the host's stdout */
@@ -193,6 +283,7 @@ static void push_hex(lua_State *L, const unsigned char *d, size_t n) {
 }
 
 static int c_sha256(lua_State *L) {
+  sx_tick(L);   /* called in a loop, each call can be long: check the deadline */
   size_t len;
   const char *s = luaL_checklstring(L, 1, &len);
   unsigned char d[32];
@@ -202,6 +293,7 @@ static int c_sha256(lua_State *L) {
 }
 
 static int c_hmac(lua_State *L) {
+  sx_tick(L);   /* called in a loop, each call can be long: check the deadline */
   size_t klen, len;
   const char *k = luaL_checklstring(L, 1, &klen), *s = luaL_checklstring(L, 2, &len);
   unsigned char d[32];
@@ -211,6 +303,7 @@ static int c_hmac(lua_State *L) {
 }
 
 static int c_b64_encode(lua_State *L) {
+  sx_tick(L);   /* called in a loop, each call can be long: check the deadline */
   size_t len;
   const unsigned char *s = (const unsigned char *)luaL_checklstring(L, 1, &len);
   size_t cap = (len + 2) / 3 * 4 + 1;
@@ -222,6 +315,7 @@ static int c_b64_encode(lua_State *L) {
 }
 
 static int c_b64_decode(lua_State *L) {
+  sx_tick(L);   /* called in a loop, each call can be long: check the deadline */
   size_t len, n = 0;
   const char *s = luaL_checklstring(L, 1, &len);
   luaL_Buffer b;
@@ -237,6 +331,7 @@ static int c_b64_decode(lua_State *L) {
 }
 
 static int c_random(lua_State *L) {
+  sx_tick(L);   /* called in a loop, each call can be long: check the deadline */
   lua_Integer n = luaL_checkinteger(L, 1);
   luaL_argcheck(L, n >= 0 && n <= (1 << 20), 1, "between 0 and 1048576 bytes");
   luaL_Buffer b;
@@ -257,9 +352,10 @@ static int c_random(lua_State *L) {
 
 /* Decoded values take at most this many bytes of the state's memory per
    byte of text (an array of empty tables comes close). */
-#define SX_JSON_GROWTH 32
+#define SX_JSON_GROWTH 48
 
 static int j_decode(lua_State *L) {
+  sx_tick(L);   /* called in a loop, each call can be long: check the deadline */
   size_t len;
   luaL_checklstring(L, 1, &len);
   if (len > SX_JSON_MAX_TEXT) return luaL_error(L, "json.decode: the text is longer than %d bytes", (int)SX_JSON_MAX_TEXT);
@@ -300,6 +396,7 @@ static void measure(lua_State *L, int idx, int depth, json_size *n) {
 }
 
 static int j_encode(lua_State *L) {
+  sx_tick(L);   /* called in a loop, each call can be long: check the deadline */
   luaL_checkany(L, 1);
   lua_settop(L, 1);
   json_size n = { 0, 0 };
@@ -346,11 +443,21 @@ static int refuse_write(lua_State *L) {
   return luaL_error(L, "the library tables of a strict tool module are read-only");
 }
 
+/* pairs(proxy): an iterator that holds the real table as its upvalue, so
+   that the real (writable) table is never handed to the module */
+static int proxy_next(lua_State *L) {
+  lua_settop(L, 2);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_replace(L, 1);
+  if (lua_next(L, 1)) return 2;
+  return 0;
+}
+
 static int proxy_pairs(lua_State *L) {
-  lua_pushvalue(L, lua_upvalueindex(1));   /* next */
   lua_getmetatable(L, 1);
   lua_getfield(L, -1, "__index");
-  lua_remove(L, -2);
+  lua_pushcclosure(L, proxy_next, 1);
+  lua_pushvalue(L, 1);
   lua_pushnil(L);
   return 3;
 }
@@ -363,8 +470,7 @@ static void read_only(lua_State *L) {
   lua_setfield(L, -2, "__index");
   lua_pushcfunction(L, refuse_write);
   lua_setfield(L, -2, "__newindex");
-  lua_getglobal(L, "next");
-  lua_pushcclosure(L, proxy_pairs, 1);
+  lua_pushcfunction(L, proxy_pairs);
   lua_setfield(L, -2, "__pairs");
   lua_pushboolean(L, 0);
   lua_setfield(L, -2, "__metatable");
@@ -398,7 +504,18 @@ static long long http_deadline(lua_State *L) {
   return left > 0 ? left : 0;
 }
 
+/* A request ended by the call's deadline is the call's stop (TOOL_TIMEOUT,
+   which pcall cannot swallow), not an HTTP error the handler could retry:
+   libcurl ends it at the deadline rounded down to the millisecond. */
 static void http_error(lua_State *L, const char *code, const char *message, int retryable) {
+  sx_state *s = sx_state_of(L);
+  if (strcmp(code, "HTTP_TIMEOUT") == 0 && s->deadline_ns && sx_now_ns() >= s->deadline_ns - 5000000LL) {
+    s->expired = 1;
+    lua_pushfstring(L, "Tool '%s' timed out after %d ms.", s->tool ? s->tool : "?", (int)s->timeout_ms);
+    sx_push_tool_error(L, "TOOL_TIMEOUT", lua_tostring(L, -1), 0);
+    lua_remove(L, -2);
+    return;
+  }
   sx_push_tool_error(L, code, message, retryable);
 }
 
@@ -515,14 +632,68 @@ void sx_open_strict(lua_State *L, const sx_module *m) {
 
 }
 
-/* Once every library is in place: the string metatable cannot be reached,
-   nor the library tables changed (as globals or through require). */
+/* The lock on the metatables the core made (upvalue-free, one per state):
+   their own metatable, refusing new fields. */
+static const char lock_key = 0;
+
+static int refuse_metatable_write(lua_State *L) {
+  return luaL_error(L, "the metatables of a strict tool module's values are read-only");
+}
+
+/* Hides the metatable on top from getmetatable and locks it: no field can be
+   added to it, by assignment or rawset. A __gc planted on the metatable of
+   a value the core makes (an error, a file, an array) would run with hooks
+   off, where nothing could stop it. Pops it. */
+static void protect_metatable(lua_State *L) {
+  if (!lua_istable(L, -1)) {
+    lua_pop(L, 1);
+    return;
+  }
+  lua_pushboolean(L, 0);
+  lua_setfield(L, -2, "__metatable");
+  lua_pushlightuserdata(L, (void *)&lock_key);
+  lc_rawget(L, LUA_REGISTRYINDEX);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    lua_createtable(L, 0, 2);
+    lua_pushcfunction(L, refuse_metatable_write);
+    lua_setfield(L, -2, "__newindex");
+    lua_pushboolean(L, 0);
+    lua_setfield(L, -2, "__metatable");
+    lua_pushlightuserdata(L, (void *)&lock_key);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, LUA_REGISTRYINDEX);
+  }
+  lua_setmetatable(L, -2);
+  lua_pop(L, 1);
+}
+
+/* Whether the table at idx is a locked metatable. */
+static int is_locked(lua_State *L, int idx) {
+  if (!lua_getmetatable(L, idx)) return 0;
+  lua_pushlightuserdata(L, (void *)&lock_key);
+  lc_rawget(L, LUA_REGISTRYINDEX);
+  int locked = lua_rawequal(L, -1, -2);
+  lua_pop(L, 2);
+  return locked;
+}
+
+/* Once every library is in place: the string metatable and the metatables
+   of the core's values cannot be reached or changed, nor the library tables
+   (as globals or through require). */
 void sx_freeze_strict(lua_State *L) {
   lua_pushliteral(L, "");
   lua_getmetatable(L, -1);
-  lua_pushboolean(L, 0);
-  lua_setfield(L, -2, "__metatable");
-  lua_pop(L, 2);
+  protect_metatable(L);
+  lua_pop(L, 1);
+  sx_push_tool_error_mt(L);
+  protect_metatable(L);
+  lj_push_array_mt(L);
+  protect_metatable(L);
+  luaL_getmetatable(L, LUA_FILEHANDLE);
+  protect_metatable(L);
+  luaL_getmetatable(L, SH_TRANSFER_MT);
+  protect_metatable(L);
   static const char *const frozen[] = { "string", "table", "math", "utf8", "coroutine", "os", "io", "json", "crypto", "luma", NULL };
   lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
   int loaded = lua_gettop(L);

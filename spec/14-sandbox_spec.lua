@@ -414,6 +414,21 @@ local CORPUS = {
     return { v = "[" .. table.concat(opened, ",") .. "]" }]], v = "[]" },
   file_lines_outside = { "for l in io.lines('/etc/passwd') do end", code = "TOOL_FAILED",
     message = "/etc/passwd: outside the project, not available to a strict tool module" },
+  file_write_code = { [[
+    local refused = {}
+    for _, name in ipairs { "tools.lua", "program.luma", "luma.config.json", ".luma-idempotency.json", "lib/new.lua" } do
+      local f, e = io.open(name, "a")
+      if not f and e:find("cannot write code or configuration", 1, true) then refused[#refused + 1] = name end
+    end
+    return { v = #refused .. " " .. tostring(io.open("lib/keep.lua", "r") ~= nil) }]], v = "5 true" },
+  file_descriptors = { [[
+    local kept, last = {}
+    for i = 1, 100 do
+      local f, e = io.open("lib/keep.lua")
+      if not f then last = e break end
+      kept[i] = f
+    end
+    return { v = #kept .. " " .. last }]], v = "32 lib/keep.lua: too many open files (at most 32 in a strict tool module)" },
   file_close_stdout = { "io.close()", code = "TOOL_FAILED", message = "bad argument #1 to 'close'" },
   network_absent = { [[
     local found = {}
@@ -455,6 +470,12 @@ local CORPUS = {
     code = "TOOL_TIMEOUT" },
   cpu_close = { "local x <close> = setmetatable({}, { __close = function() while true do end end }) error('first')",
     code = "TOOL_TIMEOUT" },
+  cpu_string_compare = { "local a, b = ('x'):rep(8e6), ('x'):rep(8e6 - 1) .. 'x' while true do local _ = a == b end",
+    code = "TOOL_TIMEOUT" },
+  cpu_big_upper = { "local s = ('x'):rep(4e6) while true do local u = s:upper() end", code = "TOOL_TIMEOUT" },
+  cpu_crypto_loop = { "local s = ('x'):rep(4e6) while true do crypto.sha256(s) end", code = "TOOL_TIMEOUT" },
+  cpu_gc_loop = { "local t = {} for i = 1, 2e5 do t[i] = {} end while true do collectgarbage() end", code = "TOOL_TIMEOUT" },
+  cpu_load_quadratic = { "load('return a' .. (' or a'):rep(4e5))", code = "TOOL_TIMEOUT" },
   cpu_close_killed_coroutine = { [[
     local co = coroutine.create(function()
       local x <close> = setmetatable({}, { __close = function() while true do end end })
@@ -481,6 +502,24 @@ local CORPUS = {
   error_fake_tool_error = { "error(setmetatable({ code = 'X' }, { __name = 'luma.ToolError' }))",
     code = "TOOL_FAILED", message = "raised a table value" },
   error_nil = { "error(nil)", code = "TOOL_FAILED", message = "raised a nil value" },
+  error_details_nan = { "error(luma.ToolError { code = 'X', message = 'm', details = { n = 0/0, i = math.huge } })",
+    code = "X", message = "m", no_details = true },
+
+  -- the metatables of the core's values, where a __gc would run with hooks off
+  core_metatables_hidden = { [[
+    local f = io.open("lib/keep.lua")
+    local seen = tostring(getmetatable(luma.ToolError { code = "X" })) .. tostring(getmetatable(f)) ..
+      tostring(getmetatable(setmetatable({}, luma.array_mt)))
+    f:close()
+    return { v = seen }]], v = "falsefalsefalse" },
+  core_metatable_gc = { "luma.array_mt.__gc = function() while true do end end", code = "TOOL_FAILED",
+    message = "the metatables of a strict tool module's values are read-only" },
+  core_metatable_rawset = { "rawset(luma.array_mt, '__gc', function() while true do end end)", code = "TOOL_FAILED",
+    message = "the metatables of a strict tool module's values are read-only" },
+  core_metatable_unlock = { "setmetatable(luma.array_mt, nil)", code = "TOOL_FAILED",
+    message = "cannot change a protected metatable" },
+  library_through_pairs = { "local _, real = pairs(string) real.upper = string.lower", code = "TOOL_FAILED",
+    message = "the library tables of a strict tool module are read-only" },
 
   -- what comes back
   result_cyclic = { "local t = {} t.t = { t } return t", code = "TOOL_OUTPUT_INVALID", message = "a table contains itself" },
@@ -496,6 +535,7 @@ local CORPUS = {
   result_metamethods = { "return setmetatable({}, { __index = function() while true do end end, __pairs = error })", v = nil },
 
   -- require tricks
+  require_slow_parse = { "require('lib.slow')", code = "TOOL_TIMEOUT" },
   require_parent = { "return { v = tostring(pcall(require, '..escape')) }", v = "false" },
   require_absolute = { "local ok, e = pcall(require, '/etc/passwd') return { v = tostring(ok) }", v = "false" },
   require_symlink = { "local ok, e = pcall(require, 'link_mod') return { v = tostring(ok) .. ' ' .. tostring(e:find('lies outside') ~= nil) }",
@@ -528,7 +568,8 @@ describe("a hostile corpus of handlers, each ending cleanly", function()
   h.write(outside .. "/mod.lua", "return { v = 'escaped' }")
   local p, dir
   setup(function()
-    p, dir = sandboxed(STRICT, handlers, { ["lib/keep.lua"] = "return {}", ["sub/keep.txt"] = "" }, timeouts)
+    p, dir = sandboxed(STRICT, handlers, { ["lib/keep.lua"] = "return {}", ["sub/keep.txt"] = "",
+      ["lib/slow.lua"] = "return a" .. (" or a"):rep(3e5) }, timeouts)
     assert(os.execute(string.format("ln -s /proc/self/environ %s/env_link && ln -s /etc/passwd %s/link_out && " ..
       "ln -s %s/mod.lua %s/link_mod.lua && ln -s /tmp/luma-escape.txt %s/escape_link",
       h.quote(dir), h.quote(dir), h.quote(outside), h.quote(dir), h.quote(dir))))
@@ -548,6 +589,7 @@ describe("a hostile corpus of handlers, each ending cleanly", function()
         assert.are.equal(case.code, res.code, res.message)
         if case.message then assert.matches(case.message, res.message, 1, true) end
         assert.is_false(res.retryable)
+        if case.no_details then assert.is_nil(res.details) end
       else
         assert.is_true(ok, tostring(res))
         assert.are.equal(case.v, res.v)
@@ -590,6 +632,23 @@ describe("a hostile module", function()
     local _, err = h.load(dir)
     assert.are.equal("MODULE_INVALID", err.code)
     assert.matches("its top-level code ran out of memory", err.message, 1, true)
+  end)
+
+  it("whose top-level code is slow makes no call wait past its deadline for a new state", function()
+    local dir = h.project {
+      ["program.luma"] = "schema A { x?: int }\ntool spin() -> A { timeout: 200 }",
+      ["luma.config.json"] = config { sandbox = "strict", allow_builtins = { "os" } },
+      ["tools.lua"] = "local t0 = os.clock() while os.clock() - t0 < 1 do end\n" ..
+        "return { spin = function() while true do end end }",
+    }
+    local p = assert(h.load(dir))
+    -- the first call's state hit its deadline and is replaced by the next call
+    assert.are.equal("TOOL_TIMEOUT", select(2, call(p, "spin")).code)
+    local ok, err, ms = call(p, "spin")
+    assert.is_false(ok)
+    assert.are.equal("TOOL_TIMEOUT", err.code)
+    assert.matches("its top-level code ran out of time", err.message, 1, true)
+    assert.is_true(ms < 200 + SLACK_MS, ms .. " ms")
   end)
 
   it("may require only its listed dependencies, from its dependency_root", function()
