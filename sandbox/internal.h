@@ -21,6 +21,7 @@ struct sx_state {
   long long deadline_ns;          /* monotonic; 0 while no call runs */
   int expired;                    /* the deadline passed during this call */
   long long hook_ns;              /* when the deadline hook last looked at the clock */
+  int hook_pinned;                /* its interval no longer grows during this call */
   const char *tool;               /* the tool being called, for messages */
   long long timeout_ms;
   size_t printed;                 /* bytes print wrote during this call */

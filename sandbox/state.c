@@ -13,13 +13,19 @@
 #include "compat.h"
 #include "ljson.h"
 
-/* The hook looks at the clock every hook_count VM instructions: at most
-   SX_HOOK_MAX, and as few as SX_HOOK_MIN when instructions are slow (a
-   comparison of long strings, a library call on a large value), so that
-   the time between two looks stays near SX_HOOK_GAP_NS. */
+/* The hook looks at the clock every `count` VM instructions, SX_HOOK_MIN to
+   SX_HOOK_MAX: the count doubles while looks come quicker than
+   SX_HOOK_GAP_NS apart, and drops to SX_HOOK_MIN when one comes 4 times
+   later than that, so that slow instructions (a comparison of long strings,
+   a library call on a large value) cannot carry a loop far past the
+   deadline. A change (lua_sethook) walks the whole call stack: when one
+   takes longer than SX_HOOK_WALK_NS (a very deep stack) the count stops
+   growing for the rest of the call, so that a deep recursion does not pay
+   for the walk again and again. */
 #define SX_HOOK_MIN 4
 #define SX_HOOK_MAX 1024
 #define SX_HOOK_GAP_NS 200000LL
+#define SX_HOOK_WALK_NS 20000LL
 
 long long sx_now_ns(void) {
   struct timespec ts;
@@ -104,9 +110,7 @@ void sx_tick(lua_State *L) {
 }
 
 /* Sticky: once past the deadline every look raises again, so a pcall
-   inside the handler cannot swallow the stop for good. The interval doubles
-   while looks come quicker than SX_HOOK_GAP_NS and drops to SX_HOOK_MIN
-   when one comes later than 4 times that. */
+   inside the handler cannot swallow the stop for good. */
 static void deadline_hook(lua_State *L, lua_Debug *ar) {
   (void)ar;
   sx_state *m = sx_state_of(L);
@@ -114,14 +118,21 @@ static void deadline_hook(lua_State *L, lua_Debug *ar) {
   if (m->deadline_ns && now >= m->deadline_ns) sx_raise_timeout(L);
   long long gap = now - m->hook_ns;
   m->hook_ns = now;
-  int was = lua_gethookcount(L), count = was;   /* each thread (coroutine) has its own */
+  int was = lua_gethookcount(L);   /* each thread (coroutine) has its own */
+  int count = was;
   if (gap > 4 * SX_HOOK_GAP_NS) count = SX_HOOK_MIN;
-  else if (gap < SX_HOOK_GAP_NS && count < SX_HOOK_MAX) count *= 2;
-  if (count != was) lua_sethook(L, deadline_hook, LUA_MASKCOUNT, count);
+  else if (gap < SX_HOOK_GAP_NS && was < SX_HOOK_MAX && !m->hook_pinned) count = was * 2;
+  if (count != was) {
+    lua_sethook(L, deadline_hook, LUA_MASKCOUNT, count);
+    long long walk = sx_now_ns() - now;
+    m->hook_ns += walk;   /* the walk is not the handler's slowness */
+    if (walk > SX_HOOK_WALK_NS) m->hook_pinned = 1;
+  }
 }
 
 void sx_start_hook(sx_state *s) {
   s->hook_ns = sx_now_ns();
+  s->hook_pinned = 0;
   lua_sethook(s->L, deadline_hook, LUA_MASKCOUNT, SX_HOOK_MIN);
 }
 
