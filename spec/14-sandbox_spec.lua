@@ -185,10 +185,13 @@ describe("a strict state", function()
 
   describe("with allow_network", function()
     -- the server runs in a process of its own: this one is busy in the call
-    local portfile, pid, base = h.tmpname("-port"), nil, nil
+    local portfile, pidfile, pid, base = h.tmpname("-port"), h.tmpname("-pid"), nil, nil
     setup(function()
-      pid = assert(io.popen(string.format("env -u LD_PRELOAD lua5.4 %s/spec/support/http_server.lua %s & echo $!",
-        h.quote(h.root), h.quote(portfile)))):read("*l")
+      -- started by a shell outside the sanitizer run's preloaded runtime
+      local inner = string.format("lua5.4 %s/spec/support/http_server.lua %s & echo $! > %s",
+        h.quote(h.root), h.quote(portfile), h.quote(pidfile))
+      assert(os.execute("env -u LD_PRELOAD -u ASAN_OPTIONS sh -c " .. h.quote(inner)))
+      pid = h.read(pidfile):match("%d+")
       local t0 = core.monotonic_ms()
       while not exists(portfile) and core.monotonic_ms() - t0 < 10000 do os.execute("sleep 0.05") end
       base = "http://127.0.0.1:" .. assert(h.read(portfile), "the test server did not start")
@@ -196,6 +199,7 @@ describe("a strict state", function()
     teardown(function()
       if pid then os.execute("kill " .. pid .. " 2>/dev/null") end
       os.remove(portfile)
+      os.remove(pidfile)
     end)
 
     local function http_project(handlers, timeouts)
