@@ -66,7 +66,9 @@ void sx_push_tool_error_mt(lua_State *L);
    interval: at the start of each call. */
 void sx_start_hook(sx_state *s);
 
-/* Raises TOOL_TIMEOUT in the state. */
+/* Marks the call as stopped at its deadline and pushes its TOOL_TIMEOUT
+   error; sx_raise_timeout raises it. */
+void sx_push_timeout(lua_State *L);
 int sx_raise_timeout(lua_State *L);
 
 /* The libraries of a strict state, then (once everything is in place) its

@@ -96,11 +96,16 @@ void sx_push_tool_error(lua_State *L, const char *code, const char *message, int
   lua_setmetatable(L, -2);
 }
 
-int sx_raise_timeout(lua_State *L) {
+void sx_push_timeout(lua_State *L) {
   sx_state *m = sx_state_of(L);
   m->expired = 1;
   lua_pushfstring(L, "Tool '%s' timed out after %d ms.", m->tool ? m->tool : "?", (int)m->timeout_ms);
   sx_push_tool_error(L, "TOOL_TIMEOUT", lua_tostring(L, -1), 0);
+  lua_remove(L, -2);
+}
+
+int sx_raise_timeout(lua_State *L) {
+  sx_push_timeout(L);
   return lua_error(L);
 }
 

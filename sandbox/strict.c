@@ -510,10 +510,7 @@ static long long http_deadline(lua_State *L) {
 static void http_error(lua_State *L, const char *code, const char *message, int retryable) {
   sx_state *s = sx_state_of(L);
   if (strcmp(code, "HTTP_TIMEOUT") == 0 && s->deadline_ns && sx_now_ns() >= s->deadline_ns - 5000000LL) {
-    s->expired = 1;
-    lua_pushfstring(L, "Tool '%s' timed out after %d ms.", s->tool ? s->tool : "?", (int)s->timeout_ms);
-    sx_push_tool_error(L, "TOOL_TIMEOUT", lua_tostring(L, -1), 0);
-    lua_remove(L, -2);
+    sx_push_timeout(L);
     return;
   }
   sx_push_tool_error(L, code, message, retryable);
