@@ -13,7 +13,12 @@ OPT       ?= -O2
 CSTD      = -std=c99 -D_POSIX_C_SOURCE=200809L
 WARN      = -Wall -Wextra -Wshadow -Wundef -Wwrite-strings -Wmissing-prototypes -Wstrict-prototypes
 CFLAGS    ?= $(OPT) -g
-ALL_CFLAGS = $(CSTD) $(WARN) $(CFLAGS) -fPIC -fvisibility=hidden -I$(LUA_INCDIR) -Icore -Isandbox
+ALL_CFLAGS = $(CSTD) $(WARN) $(CFLAGS) -fPIC -fvisibility=hidden -I$(LUA_INCDIR)
+# Each folder sees its own headers and those of the folders below it, so that
+# the build refuses a dependency that goes the wrong way: base <- sandbox <- core.
+INC_base    = -Ibase
+INC_sandbox = -Ibase -Isandbox
+INC_core    = -Ibase -Isandbox -Icore
 LIBS      = -lmbedcrypto -lcurl -lpthread -lm
 
 ifeq ($(SANITIZE),1)
@@ -28,17 +33,17 @@ else
 BUILD     ?= build
 endif
 
-# The C sources of luma.core: the Lua-free units, then the Lua binding.
-CORE_PURE = core/arena.c core/map.c core/diag.c core/lex.c core/parse.c core/program.c core/regex.c \
-            core/strbuf.c core/json.c core/jsonschema.c core/crypto.c core/idem.c
-CORE_LUA  = core/validate.c core/lerror.c core/ljson.c core/lprogram.c core/last.c core/lmodule.c \
-            core/pipeline.c core/lruntime.c core/lcore.c
+# The C sources of luma.core, by folder: the building blocks (base/, which
+# knows nothing of the others), the sandbox (which uses base/ only), then the
+# core: its Lua-free units and its Lua binding (which use both).
+BASE      = base/arena.c base/strbuf.c base/map.c base/utf8.c base/json.c base/crypto.c base/lerror.c base/ljson.c
 SANDBOX   = sandbox/copy.c sandbox/state.c sandbox/module.c sandbox/call.c sandbox/bounded.c \
             sandbox/strict.c sandbox/pattern.c sandbox/http.c
-CORE_SRC  = $(CORE_PURE) $(CORE_LUA) $(SANDBOX)
-PURE_OBJ  = $(CORE_PURE:core/%.c=$(BUILD)/obj/%.o)
-CORE_OBJ  = $(CORE_PURE:core/%.c=$(BUILD)/obj/%.o) $(CORE_LUA:core/%.c=$(BUILD)/obj/%.o) \
-            $(SANDBOX:sandbox/%.c=$(BUILD)/obj/sx_%.o)
+CORE_PURE = core/diag.c core/lex.c core/parse.c core/program.c core/regex.c core/jsonschema.c core/idem.c
+CORE_LUA  = core/validate.c core/lprogram.c core/last.c core/lmodule.c \
+            core/pipeline.c core/lruntime.c core/lcore.c
+CORE_SRC  = $(BASE) $(SANDBOX) $(CORE_PURE) $(CORE_LUA)
+CORE_OBJ  = $(CORE_SRC:%.c=$(BUILD)/obj/%.o)
 CTESTS    = $(patsubst spec/c/%.c,$(BUILD)/%,$(wildcard spec/c/test_*.c))
 
 # Debian packages `make test` installs when run as root and one is missing.
@@ -66,27 +71,28 @@ help:
 	@echo "make install    install into PREFIX=$(PREFIX)"
 	@echo "make clean      remove build/"
 
-$(BUILD)/obj/%.o: core/%.c core/*.h sandbox/*.h | $(BUILD)/obj
-	$(CC) $(ALL_CFLAGS) -c $< -o $@
+HEADERS   = $(wildcard base/*.h sandbox/*.h core/*.h)
 
-$(BUILD)/obj/sx_%.o: sandbox/%.c sandbox/*.h core/*.h | $(BUILD)/obj
-	$(CC) $(ALL_CFLAGS) -c $< -o $@
+$(BUILD)/obj/%.o: %.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(INC_$(firstword $(subst /, ,$*))) -c $< -o $@
 
-$(BUILD)/obj/host.o: core/host.c core/luma.h | $(BUILD)/obj
-	$(CC) $(ALL_CFLAGS) -DLUMA_LUADIR='"$(LUADIR)"' -c $< -o $@
+$(BUILD)/obj/core/host.o: core/host.c core/luma.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(INC_core) -DLUMA_LUADIR='"$(LUADIR)"' -c $< -o $@
 
-$(BUILD)/obj $(BUILD)/luma:
+$(BUILD)/luma:
 	mkdir -p $@
 
 $(BUILD)/luma/core.so: $(CORE_OBJ) | $(BUILD)/luma
 	$(CC) -shared $(LDFLAGS) -o $@ $(CORE_OBJ) $(LIBS)
 
-$(BUILD)/luma-lua: $(CORE_OBJ) $(BUILD)/obj/host.o
-	$(CC) $(LDFLAGS) -o $@ $(BUILD)/obj/host.o $(CORE_OBJ) $(LUA_LIB) $(LIBS) -Wl,-E
+$(BUILD)/luma-lua: $(CORE_OBJ) $(BUILD)/obj/core/host.o
+	$(CC) $(LDFLAGS) -o $@ $(BUILD)/obj/core/host.o $(CORE_OBJ) $(LUA_LIB) $(LIBS) -Wl,-E
 
 # The C tests link the whole core (the sandbox's tests need Lua and libcurl).
 $(BUILD)/test_%: spec/c/test_%.c spec/c/ctest.h $(CORE_OBJ)
-	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< $(CORE_OBJ) $(LUA_LIB) $(LIBS)
+	$(CC) $(ALL_CFLAGS) $(INC_core) $(LDFLAGS) -o $@ $< $(CORE_OBJ) $(LUA_LIB) $(LIBS)
 
 deps:
 	@missing=""; for p in $(DEB_PACKAGES) $(EXTRA_PACKAGES); do \
@@ -139,7 +145,7 @@ FUZZ_SECONDS ?= 600
 fuzz:
 	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES="$(FUZZ_PACKAGES)"
 	mkdir -p build/fuzz
-	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -I$(LUA_INCDIR) -Icore -Isandbox \
+	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -I$(LUA_INCDIR) -Ibase -Isandbox -Icore \
 	  spec/fuzz/parse_fuzz.c $(CORE_SRC) $(LUA_LIB) $(LIBS) -o build/fuzz/parse_fuzz
 	build/fuzz/parse_fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
 	  -dict=spec/fuzz/luma.dict spec/fuzz/corpus

@@ -1,6 +1,6 @@
 #include "diag.h"
 
-#include "lex.h"
+#include "utf8.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -21,7 +21,7 @@ static void clean(char *s, size_t len) {
   for (size_t i = 0; i < len;) {
     unsigned char c = (unsigned char)s[i];
     if (c >= 0x80) {
-      int n = lx_utf8_len((const unsigned char *)s + i, len - i);
+      size_t n = u8_decode((const unsigned char *)s + i, len - i, NULL);
       if (n == 0) { s[i++] = '?'; continue; }
       i += (size_t)n;
       continue;

@@ -19,7 +19,7 @@
 #include "arena.h"
 #include "crypto.h"
 #include "json.h"
-#include "lex.h"
+#include "utf8.h"
 #include "strbuf.h"
 
 #define ID_FORMAT "luma-idempotency"
@@ -197,15 +197,6 @@ static void tb_free(id_table *t) {
   t->cap = t->n = 0;
 }
 
-static int utf8_ok(const char *s, size_t len) {
-  for (size_t i = 0; i < len;) {
-    int n = lx_utf8_len((const unsigned char *)s + i, len - i);
-    if (!n) return 0;
-    i += (size_t)n;
-  }
-  return 1;
-}
-
 static int hex_ok(const char *s, size_t len) {
   for (size_t i = 0; i < len; i++)
     if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
@@ -214,7 +205,7 @@ static int hex_ok(const char *s, size_t len) {
 
 static int check_args(const char *tool, const char *key, size_t keylen, const char *hash, char *err,
                       size_t errlen) {
-  if (!tool || !*tool || !utf8_ok(tool, strlen(tool))) {
+  if (!tool || !*tool || !u8_valid(tool, strlen(tool))) {
     seterr(err, errlen, "idempotency: the tool name must be non-empty UTF-8");
     return -1;
   }
@@ -363,7 +354,7 @@ static void put_key(sb_buf *b, const id_rec *r) {
   size_t keylen = r->klen - tl - 1;
   sb_adds(b, "{\"tool\":");
   json_write_string(b, r->k, tl);
-  if (utf8_ok(key, keylen)) {
+  if (u8_valid(key, keylen)) {
     sb_adds(b, ",\"key\":");
     json_write_string(b, key, keylen);
     return;

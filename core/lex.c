@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "utf8.h"
+
 void lx_init(lx_state *lx, const char *src, size_t start, size_t end, int line, int col, dg_list *diag) {
   lx->src = src;
   lx->pos = start;
@@ -14,25 +16,6 @@ void lx_init(lx_state *lx, const char *src, size_t start, size_t end, int line, 
   lx->col = col;
   lx->diag = diag;
   lx->saw_newline = 0;
-}
-
-int lx_utf8_len(const unsigned char *s, size_t avail) {
-  unsigned c = s[0];
-  int n;
-  unsigned min;
-  if (c < 0x80) return 1;
-  if (c >= 0xC2 && c <= 0xDF) { n = 2; min = 0x80; }
-  else if (c >= 0xE0 && c <= 0xEF) { n = 3; min = 0x800; }
-  else if (c >= 0xF0 && c <= 0xF4) { n = 4; min = 0x10000; }
-  else return 0;
-  if ((size_t)n > avail) return 0;
-  unsigned cp = c & (0x3F >> (n - 1));
-  for (int i = 1; i < n; i++) {
-    if ((s[i] & 0xC0) != 0x80) return 0;
-    cp = (cp << 6) | (s[i] & 0x3F);
-  }
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-  return n;
 }
 
 static int peekc(lx_state *lx, size_t ahead) {
@@ -152,7 +135,7 @@ static lx_token lex_string(lx_state *lx, lx_token t) {
     if (c == '"') break;
     if (c == '\\' && lx->pos + 1 < lx->end) { advance(lx); advance(lx); continue; }
     if (c >= 0x80) {
-      int n = lx_utf8_len((const unsigned char *)lx->src + lx->pos, lx->end - lx->pos);
+      int n = (int)u8_decode((const unsigned char *)lx->src + lx->pos, lx->end - lx->pos, NULL);
       if (n == 0) {
         dg_error(lx->diag, lx->line, lx->col, "invalid UTF-8 in string");
         advance(lx);
@@ -219,7 +202,7 @@ lx_token lx_next(lx_state *lx) {
     default: k = TK_ERROR; break;
   }
   if (k == TK_ERROR) {
-    int len = c >= 0x80 ? lx_utf8_len((const unsigned char *)lx->src + lx->pos, lx->end - lx->pos) : 1;
+    int len = c >= 0x80 ? (int)u8_decode((const unsigned char *)lx->src + lx->pos, lx->end - lx->pos, NULL) : 1;
     if (len == 0) {
       dg_error(lx->diag, t.line, t.col, "invalid UTF-8 byte 0x%02X", (unsigned)c);
       len = 1;
@@ -244,18 +227,6 @@ static int hexval(int c) {
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
   if (c >= 'A' && c <= 'F') return c - 'A' + 10;
   return -1;
-}
-
-static size_t put_utf8(char *out, unsigned cp) {
-  if (cp < 0x80) { out[0] = (char)cp; return 1; }
-  if (cp < 0x800) { out[0] = (char)(0xC0 | (cp >> 6)); out[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
-  if (cp < 0x10000) {
-    out[0] = (char)(0xE0 | (cp >> 12)); out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    out[2] = (char)(0x80 | (cp & 0x3F)); return 3;
-  }
-  out[0] = (char)(0xF0 | (cp >> 18)); out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-  out[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); out[3] = (char)(0x80 | (cp & 0x3F));
-  return 4;
 }
 
 static int read_hex4(const char *s, size_t i, size_t len) {
@@ -318,7 +289,7 @@ char *lx_decode_string(const char *src, size_t start, size_t len, int line, int 
           ok = 0;
           break;
         }
-        n += put_utf8(out + n, (unsigned)cp);
+        n += u8_encode(out + n, (uint32_t)cp);
         break;
       }
       default:

@@ -44,7 +44,5 @@ const char *lx_kind_name(lx_kind k);
    diag at their position and returns NULL. */
 char *lx_decode_string(const char *src, size_t start, size_t len, int line, int col,
                        ar_arena *a, dg_list *diag, size_t *outlen);
-/* Number of bytes of the UTF-8 sequence at s (1..4), or 0 if it is invalid. */
-int lx_utf8_len(const unsigned char *s, size_t avail);
 
 #endif

@@ -4,7 +4,7 @@
 
 #include <lua.h>
 
-#include "../sandbox/sandbox.h"
+#include "sandbox.h"
 
 /* Adds load_module to the table on top and registers the metatable. */
 void lm_open(lua_State *L);

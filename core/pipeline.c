@@ -18,7 +18,7 @@
 #include "lerror.h"
 #include "ljson.h"
 #include "lprogram.h"
-#include "../sandbox/sandbox.h"
+#include "sandbox.h"
 
 /* ------------------------------------------------------------- runtime */
 

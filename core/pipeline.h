@@ -15,7 +15,7 @@
 
 #include "program.h"
 #include "validate.h"
-#include "../sandbox/sandbox.h"
+#include "sandbox.h"
 
 struct id_store;
 

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "utf8.h"
+
 /* Bounds on untrusted patterns. Together they bound compile time and memory,
    and search time, which is at most input length times program size. */
 #define LRE_MAX_PATTERN 4096   /* bytes of pattern source */
@@ -89,26 +91,6 @@ static int fail(lre_parser *p, const char *fmt, ...) {
     va_end(ap);
   }
   return -1;
-}
-
-/* Decodes the code point at s[0..n), n > 0, into *cp and returns its length
-   in bytes, or 0 if s does not start with valid UTF-8. */
-static size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *cp) {
-  uint32_t c = s[0], min;
-  size_t k, i;
-  if (c < 0x80) { *cp = c; return 1; }
-  if (c >= 0xC2 && c <= 0xDF) { k = 2; min = 0x80; c &= 0x1F; }
-  else if (c >= 0xE0 && c <= 0xEF) { k = 3; min = 0x800; c &= 0x0F; }
-  else if (c >= 0xF0 && c <= 0xF4) { k = 4; min = 0x10000; c &= 0x07; }
-  else return 0;
-  if (k > n) return 0;
-  for (i = 1; i < k; i++) {
-    if ((s[i] & 0xC0) != 0x80) return 0;
-    c = (c << 6) | (s[i] & 0x3F);
-  }
-  if (c < min || c > LRE_MAX_CP || (c >= 0xD800 && c <= 0xDFFF)) return 0;
-  *cp = c;
-  return k;
 }
 
 static int peek(const lre_parser *p, size_t ahead) {
@@ -396,7 +378,7 @@ static int parse_char_escape(lre_parser *p, uint32_t *cp) {
 
 /* Reads a literal code point of the pattern source. */
 static int parse_literal(lre_parser *p, uint32_t *cp) {
-  size_t k = utf8_decode(p->src + p->pos, p->len - p->pos, cp);
+  size_t k = u8_decode(p->src + p->pos, p->len - p->pos, cp);
   if (!k) return fail(p, "invalid UTF-8 in pattern at offset %zu", p->pos);
   p->pos += k;
   return 0;
@@ -498,8 +480,8 @@ static int parse_group_name(lre_parser *p, size_t at) {
   for (;;) {
     int c = peek(p, 0);
     if (c == '>' && p->pos > start) { p->pos++; return 0; }
-    if (c >= 0x80 && utf8_decode(p->src + p->pos, p->len - p->pos, &cp)) {
-      p->pos += utf8_decode(p->src + p->pos, p->len - p->pos, &cp);
+    if (c >= 0x80 && u8_decode(p->src + p->pos, p->len - p->pos, &cp)) {
+      p->pos += u8_decode(p->src + p->pos, p->len - p->pos, &cp);
       continue;
     }
     if (!(is_alpha(c) || c == '_' || c == '$' || (is_digit(c) && p->pos > start)))
@@ -538,7 +520,7 @@ static int parse_group(lre_parser *p, int depth) {
 static int parse_atom(lre_parser *p, int depth) {
   size_t at = p->pos;
   int c = peek(p, 0), min, max;
-  uint32_t cp;
+  uint32_t cp = 0;
   switch (c) {
   case '^': p->pos++; return emit(p, OP_BOL, 0, 0);
   case '$': p->pos++; return emit(p, OP_EOL, 0, 0);
@@ -727,7 +709,7 @@ static int follow(lre_vm *vm, int32_t *list, size_t *n, int32_t pc, uint32_t pre
 static uint32_t next_cp(const unsigned char *s, size_t len, size_t pos, size_t *step) {
   uint32_t cp;
   if (pos >= len) { *step = 0; return LRE_NO_CP; }
-  if (!(*step = utf8_decode(s + pos, len - pos, &cp))) { *step = 1; cp = LRE_BAD_CP; }
+  if (!(*step = u8_decode(s + pos, len - pos, &cp))) { *step = 1; cp = LRE_BAD_CP; }
   return cp;
 }
 

@@ -11,6 +11,7 @@
 #include "json.h"
 #include "regex.h"
 #include "strbuf.h"
+#include "utf8.h"
 
 /* Records up to this many fields find a key by a linear scan of pointers. */
 #define LV_LINEAR_FIELDS 16
@@ -290,31 +291,6 @@ static int report(lv_ctx *c, int soft, const char *rule, const char *fmt, ...) {
 
 /* ----------------------------------------------------------------- scalars */
 
-/* Code points in s, or -1 if s is not valid UTF-8. */
-static long long utf8_count(const char *s, size_t len) {
-  const unsigned char *p = (const unsigned char *)s, *end = p + len;
-  long long n = 0;
-  while (p < end) {
-    if (*p < 0x80) { p++; n++; continue; }
-    unsigned c = *p;
-    int k;
-    unsigned cp, min;
-    if (c >= 0xC2 && c <= 0xDF) { k = 1; cp = c & 0x1F; min = 0x80; }
-    else if (c >= 0xE0 && c <= 0xEF) { k = 2; cp = c & 0x0F; min = 0x800; }
-    else if (c >= 0xF0 && c <= 0xF4) { k = 3; cp = c & 0x07; min = 0x10000; }
-    else return -1;
-    if (end - p <= k) return -1;
-    for (int i = 1; i <= k; i++) {
-      if ((p[i] & 0xC0) != 0x80) return -1;
-      cp = (cp << 6) | (p[i] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return -1;
-    p += k + 1;
-    n++;
-  }
-  return n;
-}
-
 static void format_num(pm_num n, char out[40]) {
   if (n.is_int) snprintf(out, 40, "%lld", n.i);
   else if (!json_format_number(n.d, out)) snprintf(out, 40, "%g", n.d);
@@ -363,7 +339,7 @@ static int check_string(lv_ctx *c, const pm_type *t, int idx) {
   const char *s = lua_tolstring(c->L, idx, &len);
   if (len > c->v->lim.max_string_bytes)
     return report(c, 0, "maxLength", "is too long (%zu bytes; the limit is %zu)", len, c->v->lim.max_string_bytes);
-  long long n = utf8_count(s, len);
+  long long n = u8_count(s, len);
   if (n < 0) return report(c, 0, "type", "must be valid UTF-8");
   if (!t) return 1;
   int ok = 1;

@@ -19,14 +19,15 @@ build = {
   modules = {
     ["luma.core"] = {
       sources = {
-        "core/arena.c", "core/map.c", "core/diag.c", "core/lex.c", "core/parse.c", "core/program.c", "core/regex.c",
-        "core/strbuf.c", "core/json.c", "core/jsonschema.c", "core/crypto.c", "core/idem.c",
-        "core/validate.c", "core/lerror.c", "core/ljson.c", "core/lprogram.c", "core/last.c", "core/lmodule.c",
-        "core/pipeline.c", "core/lruntime.c", "core/lcore.c",
+        "base/arena.c", "base/strbuf.c", "base/map.c", "base/utf8.c", "base/json.c", "base/crypto.c", "base/lerror.c",
+        "base/ljson.c",
         "sandbox/copy.c", "sandbox/state.c", "sandbox/module.c", "sandbox/call.c", "sandbox/bounded.c",
         "sandbox/strict.c", "sandbox/pattern.c", "sandbox/http.c",
+        "core/diag.c", "core/lex.c", "core/parse.c", "core/program.c", "core/regex.c", "core/jsonschema.c", "core/idem.c",
+        "core/validate.c", "core/lprogram.c", "core/last.c", "core/lmodule.c",
+        "core/pipeline.c", "core/lruntime.c", "core/lcore.c",
       },
-      incdirs = { "core", "sandbox" },
+      incdirs = { "base", "sandbox", "core" },
       defines = { "_POSIX_C_SOURCE=200809L" },
       libraries = { "mbedcrypto", "curl", "pthread", "m" },
     },

@@ -1,5 +1,5 @@
 /*
- * core/crypto: known-answer vectors from the standards (FIPS 180-2, RFC 4231,
+ * base/crypto: known-answer vectors from the standards (FIPS 180-2, RFC 4231,
  * RFC 4648, RFC 7914's PBKDF2-HMAC-SHA256 rows, the GCM specification), then
  * tamper detection, and the random generator across calls, threads and fork.
  */

@@ -1,5 +1,5 @@
 /*
- * core/json: json_parse and the compact writer. Rows of {document, compact
+ * base/json: json_parse and the compact writer. Rows of {document, compact
  * re-serialization} and {bad document, exact error}, then documents built in
  * code (a 100k-key object, nesting at and past the limit, over-long numbers),
  * every truncation of a sample document, parse-write-parse round trips, and

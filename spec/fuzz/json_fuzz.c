@@ -4,8 +4,8 @@
  * writing must equal the first; a document that does not parse must come
  * with a reason. Build:
  *   clang -std=c99 -D_POSIX_C_SOURCE=200809L -g -O1 -fsanitize=fuzzer,address,undefined \
- *     -Icore spec/fuzz/json_fuzz.c core/json.c core/arena.c core/strbuf.c core/lex.c \
- *     core/diag.c core/map.c -lm -o json_fuzz
+ *     -Ibase spec/fuzz/json_fuzz.c base/json.c base/arena.c base/strbuf.c base/utf8.c \
+ *     base/map.c -lm -o json_fuzz
  */
 #include <stdint.h>
 #include <stdio.h>

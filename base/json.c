@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lex.h"
 #include "map.h"
+#include "utf8.h"
 
 static jv *node(ar_arena *a, jv_type t) {
   jv *v = ar_alloc(a, sizeof *v);
@@ -349,7 +349,7 @@ static int jp_truncated_utf8(const unsigned char *p, const unsigned char *end) {
     unsigned char seq[4];
     memset(seq, fill, sizeof seq);
     memcpy(seq, p, avail);
-    int n = lx_utf8_len(seq, sizeof seq);
+    int n = (int)u8_decode(seq, sizeof seq, NULL);
     if (n > 0 && (size_t)n > avail) return 1;
   }
   return 0;
@@ -394,27 +394,11 @@ static const unsigned char *jp_scan_string(jp_state *st, const unsigned char *q,
     } else if (*p < 0x20) {
       return jp_fail(st, p, "control character 0x%02X in string", *p);
     } else {
-      int n = lx_utf8_len(p, (size_t)(end - p));
+      int n = (int)u8_decode(p, (size_t)(end - p), NULL);
       if (!n) return jp_truncated_utf8(p, end) ? jp_unexpected(st, end) : jp_fail(st, p, "invalid UTF-8");
       p += n;
     }
   }
-}
-
-static size_t jp_put_utf8(char *out, unsigned cp) {
-  if (cp < 0x80) { out[0] = (char)cp; return 1; }
-  if (cp < 0x800) {
-    out[0] = (char)(0xC0 | cp >> 6); out[1] = (char)(0x80 | (cp & 0x3F));
-    return 2;
-  }
-  if (cp < 0x10000) {
-    out[0] = (char)(0xE0 | cp >> 12); out[1] = (char)(0x80 | (cp >> 6 & 0x3F));
-    out[2] = (char)(0x80 | (cp & 0x3F));
-    return 3;
-  }
-  out[0] = (char)(0xF0 | cp >> 18); out[1] = (char)(0x80 | (cp >> 12 & 0x3F));
-  out[2] = (char)(0x80 | (cp >> 6 & 0x3F)); out[3] = (char)(0x80 | (cp & 0x3F));
-  return 4;
 }
 
 static unsigned jp_hex4(const unsigned char *p) {
@@ -445,7 +429,7 @@ static size_t jp_decode(char *out, const unsigned char *p, const unsigned char *
           cp = 0x10000 + ((cp - 0xD800) << 10) + (jp_hex4(p + 2) - 0xDC00);
           p += 6;
         }
-        n += jp_put_utf8(out + n, cp);
+        n += u8_encode(out + n, cp);
         break;
       }
       default: out[n++] = (char)bs[1]; break;

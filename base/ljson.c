@@ -11,6 +11,7 @@
 
 #include "compat.h"
 #include "lerror.h"
+#include "utf8.h"
 
 /* The metatable marking a Lua table as a JSON array, so that an empty one
    prints as [] (found by the address of this key in the registry). */
@@ -71,16 +72,6 @@ static void newline(lj_enc *e) {
   if (e->indent <= 0) return;
   sb_addc(e->b, '\n');
   for (int i = 0; i < e->indent * e->depth; i++) sb_addc(e->b, ' ');
-}
-
-static int valid_utf8(const char *s, size_t len) {
-  for (size_t i = 0; i < len;) {
-    if ((unsigned char)s[i] < 0x80) { i++; continue; }
-    int n = lx_utf8_len((const unsigned char *)s + i, len - i);
-    if (n == 0) return 0;
-    i += (size_t)n;
-  }
-  return 1;
 }
 
 static int encode(lj_enc *e, int idx);
@@ -155,7 +146,7 @@ static int encode_table(lj_enc *e, int idx) {
   sb_addc(e->b, '{');
   for (size_t i = 0; i < count && !e->failed; i++) {
     newline(e);
-    if (!valid_utf8(keys[i].s, keys[i].len)) { fail(e, "a key is not valid UTF-8"); break; }
+    if (!u8_valid(keys[i].s, keys[i].len)) { fail(e, "a key is not valid UTF-8"); break; }
     json_write_string(e->b, keys[i].s, keys[i].len);
     sb_adds(e->b, e->indent > 0 ? ": " : ":");
     lua_pushlstring(L, keys[i].s, keys[i].len);
@@ -192,7 +183,7 @@ static int encode(lj_enc *e, int idx) {
     case LUA_TSTRING: {
       size_t len;
       const char *s = lua_tolstring(L, idx, &len);
-      if (!valid_utf8(s, len)) return fail(e, "a string is not valid UTF-8");
+      if (!u8_valid(s, len)) return fail(e, "a string is not valid UTF-8");
       json_write_string(e->b, s, len);
       return 1;
     }

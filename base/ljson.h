@@ -1,11 +1,10 @@
-/* JSON for Lua values (the binding side of core/json.c). */
+/* JSON for Lua values (the binding side of base/json.c). */
 #ifndef LUMA_LJSON_H
 #define LUMA_LJSON_H
 
 #include <lua.h>
 
 #include "json.h"
-#include "lex.h"
 #include "strbuf.h"
 
 #define LJ_DEPTH_CAP 1000
