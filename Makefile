@@ -38,10 +38,11 @@ endif
 # core: its Lua-free units and its Lua binding (which use both).
 BASE      = base/arena.c base/strbuf.c base/map.c base/utf8.c base/json.c base/crypto.c base/lerror.c base/ljson.c
 SANDBOX   = sandbox/copy.c sandbox/state.c sandbox/module.c sandbox/call.c sandbox/bounded.c \
-            sandbox/strict.c sandbox/pattern.c sandbox/http.c
-CORE_PURE = core/diag.c core/lex.c core/parse.c core/program.c core/regex.c core/jsonschema.c core/idem.c
-CORE_LUA  = core/validate.c core/lprogram.c core/last.c core/lmodule.c \
-            core/pipeline.c core/lruntime.c core/lcore.c
+            sandbox/strict.c sandbox/pattern.c sandbox/http.c sandbox/shim.c
+CORE_PURE = core/diag.c core/lex.c core/parse.c core/program.c core/regex.c core/jsonschema.c core/idem.c core/pool.c
+CORE_LUA  = core/validate.c core/pipeline.c core/call.c core/policy.c core/needs.c core/cache.c \
+            core/idempotent.c core/attempt.c core/output.c core/breaker.c core/telemetry.c core/runtime.c \
+            core/lprogram.c core/last.c core/lmodule.c core/lruntime.c core/lcore.c
 CORE_SRC  = $(BASE) $(SANDBOX) $(CORE_PURE) $(CORE_LUA)
 CORE_OBJ  = $(CORE_SRC:%.c=$(BUILD)/obj/%.o)
 CTESTS    = $(patsubst spec/c/%.c,$(BUILD)/%,$(wildcard spec/c/test_*.c))

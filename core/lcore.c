@@ -15,6 +15,7 @@
 #include "ljson.h"
 #include "lmodule.h"
 #include "lprogram.h"
+#include "lruntime.h"
 #include "sandbox.h"
 
 /* core.realpath(path) -> absolute path, or nil and the reason */

@@ -19,9 +19,22 @@ sx_module *lm_check(lua_State *L, int idx) {
   return lm->m;
 }
 
+/* module:close(): programs that attached it keep a reference, and their
+   calls of its tools fail with TOOL_NOT_FOUND */
+static int lm_close(lua_State *L) {
+  lm_module *lm = luaL_checkudata(L, 1, LM_METATABLE);
+  if (lm->m) {
+    sx_close(lm->m);
+    sx_unref(lm->m);
+    lm->m = NULL;
+  }
+  return 0;
+}
+
+/* Collected: the programs that attached it go on using it. */
 static int lm_gc(lua_State *L) {
   lm_module *lm = luaL_checkudata(L, 1, LM_METATABLE);
-  sx_free(lm->m);
+  sx_unref(lm->m);
   lm->m = NULL;
   return 0;
 }
@@ -152,7 +165,7 @@ void lm_open(lua_State *L) {
   static const luaL_Reg methods[] = {
     { "exports", l_exports },
     { "stats", l_stats },
-    { "close", lm_gc },
+    { "close", lm_close },
     { NULL, NULL }
   };
   if (luaL_newmetatable(L, LM_METATABLE)) {

@@ -10,6 +10,7 @@
 #include "jsonschema.h"
 #include "lerror.h"
 #include "ljson.h"
+#include "lruntime.h"
 #include "pipeline.h"
 #include "validate.h"
 
@@ -31,10 +32,15 @@ lp_program *lp_check(lua_State *L, int idx) {
 
 static int lp_close(lua_State *L) {
   lp_program *lp = luaL_checkudata(L, 1, LP_METATABLE);
-  pl_free(L, lp->rt);
-  lv_free(L, lp->v);
-  pm_free(lp->p);
-  lp->rt = NULL;
+  if (lp->pg) {
+    /* calls in flight and scopes keep it alive until they are done */
+    lp->pg->closed = 1;
+    pl_unref(lp->pg);
+  } else {
+    lv_free(L, lp->v);
+    pm_free(lp->p);
+  }
+  lp->pg = NULL;
   if (lp->names != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, lp->names);
   lp->v = NULL;
   lp->p = NULL;
@@ -140,6 +146,12 @@ static int l_compile(lua_State *L) {
   const char *chunk = luaL_optstring(L, 2, "program.luma");
   lp_opts o;
   read_opts(L, 3, &o);
+  int rt_at = 0;
+  if (lua_istable(L, 3)) {
+    lua_getfield(L, 3, "runtime");
+    rt_at = lua_gettop(L);
+  }
+  rt_runtime *rt = lr_runtime(L, rt_at);
   lp_program *lp = lua_newuserdata(L, sizeof *lp);
   memset(lp, 0, sizeof *lp);
   lp->names = LUA_NOREF;
@@ -152,8 +164,12 @@ static int l_compile(lua_State *L) {
     lp->v = lv_bind(L, lp->p, &o.lv);
     if (!lp->v) return luaL_error(L, "out of memory compiling %s", chunk);
     if (lv_check_defaults(lp->v, L, lp->p) == 0) {
-      lp->rt = pl_new(L, lp->p, lp->v);
-      if (!lp->rt) return luaL_error(L, "out of memory compiling %s", chunk);
+      lp->pg = pl_new(rt, lp->p, lp->v);
+      if (!lp->pg) {
+        lp->p = NULL;
+        lp->v = NULL;
+        return luaL_error(L, "out of memory compiling %s", chunk);
+      }
       return 1;
     }
   }
@@ -500,38 +516,6 @@ static int l_tools(lua_State *L) {
 
 /* ----------------------------------------------------------- validation */
 
-void lp_push_issues(lua_State *L, const lv_issue *list, int n) {
-  lua_createtable(L, n, 0);
-  for (int i = 0; i < n; i++) {
-    lua_createtable(L, 0, 3);
-    set_str(L, "path", list[i].path ? list[i].path : "?");
-    lua_pushfstring(L, "%s %s", list[i].path ? list[i].path : "?", list[i].text ? list[i].text : "is invalid");
-    lua_setfield(L, -2, "message");
-    set_str(L, "rule", list[i].rule);
-    lua_rawseti(L, -2, i + 1);
-  }
-}
-
-int lp_push_validation_error(lua_State *L, const char *code, const lv_result *r) {
-  lua_createtable(L, 0, 3);
-  int details = lua_gettop(L);
-  lp_push_issues(L, r->errors, r->nerrors);
-  lua_setfield(L, details, "violations");
-  if (r->nwarnings) {
-    lp_push_issues(L, r->warnings, r->nwarnings);
-    lua_setfield(L, details, "warnings");
-  }
-  if (r->truncated) set_bool(L, "truncated", 1);
-  /* the message is the first violation's, already built */
-  lua_getfield(L, details, "violations");
-  lua_rawgeti(L, -1, 1);
-  lua_getfield(L, -1, "message");
-  le_push(L, code, lua_tostring(L, -1), 0, details);
-  lua_replace(L, details);
-  lua_settop(L, details);
-  return 1;
-}
-
 /* program:validate(name, value [, { mode = "input" | "output", root = "..." }])
    -> true [, warnings] | nil, err */
 static int l_validate(lua_State *L) {
@@ -556,14 +540,14 @@ static int l_validate(lua_State *L) {
   int errors = lv_validate(lp->v, L, 3, s, root, mode, &r);
   if (errors) {
     lua_pushnil(L);
-    lp_push_validation_error(L, "VALIDATION_FAILED", &r);
+    lv_push_error(L, "VALIDATION_FAILED", &r);
     lv_result_free(&r);
     return 2;
   }
   int results = 1;
   lua_pushboolean(L, 1);
   if (r.nwarnings) {
-    lp_push_issues(L, r.warnings, r.nwarnings);
+    lv_push_issues(L, r.warnings, r.nwarnings);
     results = 2;
   }
   lv_result_free(&r);
@@ -590,6 +574,77 @@ static int l_ast(lua_State *L) {
   return 1;
 }
 
+/* ------------------------------------------------ the methods that run it */
+
+static const pm_tool *check_tool(lua_State *L, lp_program *lp, int idx) {
+  luaL_checktype(L, idx, LUA_TSTRING);
+  const pm_tool *t = lp_find_tool(L, lp, idx);
+  if (!t) {
+    lua_pushfstring(L, "Unknown tool '%s'.", lua_tostring(L, idx));
+    le_raise(L, "TOOL_NOT_FOUND", lua_tostring(L, -1), 0);
+  }
+  return t;
+}
+
+/* program:register(name, fn): a handler run in this Lua state */
+static int l_register(lua_State *L) {
+  lp_program *lp = lp_check(L, 1);
+  return lr_register(L, lp->pg, check_tool(L, lp, 2));
+}
+
+/* program:attach(module) -> { tool names registered } */
+static int l_attach(lua_State *L) {
+  return lr_attach(L, lp_check(L, 1)->pg);
+}
+
+/* program:missing_handlers() -> { declared tools without a handler } */
+static int l_missing(lua_State *L) {
+  return lr_missing(L, lp_check(L, 1)->pg);
+}
+
+/* program:configure{ ... } */
+static int l_configure(lua_State *L) {
+  return lr_configure(L, lp_check(L, 1)->pg);
+}
+
+/* program:scope(agent) -> a scope for one agent method call */
+static int l_scope(lua_State *L) {
+  return lr_scope(L, lp_check(L, 1)->pg);
+}
+
+/* program:call(name, input) -> result, meta: a direct call outside any agent */
+static int l_call(lua_State *L) {
+  lp_program *lp = lp_check(L, 1);
+  const pm_tool *t = check_tool(L, lp, 2);
+  luaL_checkany(L, 3);
+  return lr_call(L, lp->pg, 0, t, 3);
+}
+
+/* program:invoke(scope or nil, name, input) -> result, meta */
+static int l_invoke(lua_State *L) {
+  lp_program *lp = lp_check(L, 1);
+  const pm_tool *t = check_tool(L, lp, 3);
+  luaL_checkany(L, 4);
+  return lr_call(L, lp->pg, lua_isnil(L, 2) ? 0 : 2, t, 4);
+}
+
+/* program:start(name, input [, { scope = }]) -> a luma.Call to poll */
+static int l_start(lua_State *L) {
+  lp_program *lp = lp_check(L, 1);
+  const pm_tool *t = check_tool(L, lp, 2);
+  luaL_checkany(L, 3);
+  return lr_start(L, lp->pg, t, 3, 4);
+}
+
+/* program:call_all({ { name, input }, ... } [, { concurrency =, scope = }]) */
+static int l_call_all(lua_State *L) {
+  return lr_call_all(L, lp_check(L, 1)->pg);
+}
+
+/* program:check_return(agent, method, value) -> true [, warnings] | nil, err */
+static int l_check_return(lua_State *L) {
+  return lr_check_return(L, lp_check(L, 1)->pg);
+}
 
 void lp_open(lua_State *L) {
   static const luaL_Reg methods[] = {
@@ -601,6 +656,16 @@ void lp_open(lua_State *L) {
     { "declarations", l_declarations },
     { "chunkname", l_chunkname },
     { "ast", l_ast },
+    { "register", l_register },
+    { "attach", l_attach },
+    { "missing_handlers", l_missing },
+    { "configure", l_configure },
+    { "scope", l_scope },
+    { "call", l_call },
+    { "invoke", l_invoke },
+    { "start", l_start },
+    { "call_all", l_call_all },
+    { "check_return", l_check_return },
     { "close", lp_close },
     { NULL, NULL }
   };
@@ -615,8 +680,6 @@ void lp_open(lua_State *L) {
     lua_newtable(L);
     lua_pushvalue(L, -2);
     lc_setfuncs(L, methods, 1);
-    lua_pushvalue(L, -2);
-    lc_setfuncs(L, lr_methods, 1);
     lua_setfield(L, -2, "__index");
     lua_pushstring(L, LP_METATABLE);
     lua_setfield(L, -2, "__name");

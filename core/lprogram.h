@@ -22,9 +22,9 @@ typedef struct lp_cache {
 
 /* The "luma.Program" userdata. */
 typedef struct lp_program {
-  pm_program *p;              /* NULL once closed */
+  pm_program *p;              /* NULL once closed; owned by pg once it is made */
   lv_program *v;
-  pl_runtime *rt;
+  pl_program *pg;             /* the program ready to run (counted) */
   int names;                  /* registry ref of the table keeping cached names alive */
   lp_cache cache[LP_CACHE];
 } lp_program;
@@ -38,15 +38,6 @@ void lp_open(lua_State *L);
 /* The tool named by the string at idx, or NULL (cached by name). */
 const pm_tool *lp_find_tool(lua_State *L, lp_program *lp, int idx);
 
-/* The program methods that run it (lruntime.c); upvalue 1 is the metatable. */
-extern const luaL_Reg lr_methods[];
-/* Registers the metatables lruntime.c uses. */
-void lr_open(lua_State *L);
-
-/* Pushes a list of { path, message, rule } tables. */
-void lp_push_issues(lua_State *L, const lv_issue *list, int n);
-/* Pushes a structured error with the given code from a failed validation. */
-int lp_push_validation_error(lua_State *L, const char *code, const lv_result *r);
 /* Pushes a list of (possibly NUL-holding) strings. */
 void la_push_strs(lua_State *L, const ast_str *items, int n);
 /* Pushes the syntax tree of p as plain tables (see last.c for the shape). */

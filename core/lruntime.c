@@ -1,91 +1,431 @@
-/* The program methods that run tools: registering handlers, configuring the
-   runtime, and calling through the pipeline. */
+/* The Lua binding of runtimes, scopes and calls, and the bodies of the
+   Program methods that run tools. */
+#include "lruntime.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <lauxlib.h>
+
+#include "call.h"
 #include "compat.h"
 #include "idem.h"
+#include "lcall.h"
 #include "lerror.h"
 #include "lmodule.h"
-#include "lprogram.h"
+#include "steps.h"
 
+#define LR_RUNTIME "luma.Runtime"
 #define LR_SCOPE "luma.Scope"
+#define LR_CALL "luma.Call"
 
-static const pm_tool *check_tool(lua_State *L, lp_program *lp, int idx) {
-  luaL_checktype(L, idx, LUA_TSTRING);
-  const pm_tool *t = lp_find_tool(L, lp, idx);
-  if (!t) {
-    lua_pushfstring(L, "Unknown tool '%s'.", lua_tostring(L, idx));
-    le_raise(L, "TOOL_NOT_FOUND", lua_tostring(L, -1), 0);
+/* ------------------------------------------------------------ runtimes */
+
+typedef struct lr_box {
+  rt_runtime *rt;                 /* NULL once closed */
+} lr_box;
+
+static const char default_key = 0;
+
+static int runtime_gc(lua_State *L) {
+  lr_box *b = luaL_checkudata(L, 1, LR_RUNTIME);
+  if (b->rt) {
+    rt_close(b->rt);
+    rt_unref(b->rt);
+    b->rt = NULL;
   }
-  return t;
+  return 0;
 }
+
+static lr_box *push_runtime(lua_State *L, const rt_options *o) {
+  lr_box *b = lua_newuserdata(L, sizeof *b);
+  b->rt = NULL;
+  lc_setmetatable(L, LR_RUNTIME);
+  char err[200];
+  b->rt = rt_new(L, o, err, sizeof err);
+  if (!b->rt) luaL_error(L, "cannot make a runtime: %s", err);
+  return b;
+}
+
+static rt_runtime *check_runtime(lua_State *L, int idx) {
+  lr_box *b = luaL_checkudata(L, idx, LR_RUNTIME);
+  if (!b->rt) luaL_argerror(L, idx, "the runtime is closed");
+  return b->rt;
+}
+
+rt_runtime *lr_runtime(lua_State *L, int idx) {
+  if (idx != 0 && !lua_isnoneornil(L, idx)) return check_runtime(L, idx);
+  lua_pushlightuserdata(L, (void *)&default_key);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    push_runtime(L, NULL);
+    lua_pushlightuserdata(L, (void *)&default_key);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, LUA_REGISTRYINDEX);
+  }
+  rt_runtime *rt = check_runtime(L, -1);
+  lua_pop(L, 1);
+  return rt;
+}
+
+/* core.runtime([{ workers = n }]) -> a luma.Runtime */
+static int l_runtime(lua_State *L) {
+  rt_options o = { 0 };
+  if (!lua_isnoneornil(L, 1)) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_getfield(L, 1, "workers");
+    if (!lua_isnil(L, -1)) {
+      if (!lc_isinteger(L, -1) || lua_tointeger(L, -1) < 1 || lua_tointeger(L, -1) > 256)
+        return luaL_error(L, "runtime: workers must be an integer from 1 to 256");
+      o.workers = (int)lua_tointeger(L, -1);
+    }
+    lua_pop(L, 1);
+  }
+  push_runtime(L, &o);
+  return 1;
+}
+
+/* runtime:poll() -> calls in flight, ms the host may wait (or nil: until rt:fd() is readable) */
+static int l_runtime_poll(lua_State *L) {
+  rt_runtime *rt = check_runtime(L, 1);
+  long long wait;
+  int n = rt_poll(rt, &wait);
+  lua_pushinteger(L, n);
+  if (wait >= 0) lua_pushinteger(L, (lua_Integer)wait); else lua_pushnil(L);
+  return 2;
+}
+
+/* Polls rt until `done(c)` (or every call, with c NULL) or timeout_ms (< 0:
+   none) passes; returns whether it got there. */
+static int wait_for(rt_runtime *rt, cl_call *c, long long timeout_ms) {
+  long long end = timeout_ms >= 0 ? sx_now_ns() / 1000000 + timeout_ms : -1;
+  for (;;) {
+    long long wait;
+    int active = rt_poll(rt, &wait);
+    if (c ? cl_done(c) : active == 0) return 1;
+    long long now = sx_now_ns() / 1000000;
+    if (end >= 0 && now >= end) return 0;
+    if (end >= 0 && (wait < 0 || wait > end - now)) wait = end - now;
+    if (!c || !cl_done(c)) rt_wait_fd(rt, wait);
+  }
+}
+
+/* runtime:wait([timeout_ms]) -> true when every started call is done */
+static int l_runtime_wait(lua_State *L) {
+  rt_runtime *rt = check_runtime(L, 1);
+  long long timeout = luaL_optinteger(L, 2, -1);
+  lua_pushboolean(L, wait_for(rt, NULL, timeout));
+  return 1;
+}
+
+static int l_runtime_fd(lua_State *L) {
+  lua_pushinteger(L, rt_fd(check_runtime(L, 1)));
+  return 1;
+}
+
+static int l_runtime_workers(lua_State *L) {
+  lua_pushinteger(L, rt_workers(check_runtime(L, 1)));
+  return 1;
+}
+
+/* --------------------------------------------------------------- scopes */
+
+typedef struct scope_box {
+  pl_scope *sc;
+} scope_box;
+
+static int scope_gc(lua_State *L) {
+  scope_box *s = luaL_checkudata(L, 1, LR_SCOPE);
+  pl_scope_unref(s->sc);
+  s->sc = NULL;
+  return 0;
+}
+
+int lr_scope(lua_State *L, pl_program *pg) {
+  const char *name = luaL_checkstring(L, 2);
+  const pm_agent *ag = pm_find_agent(pg->p, name);
+  if (!ag) {
+    lua_pushfstring(L, "Unknown agent '%s'.", name);
+    return le_raise(L, "AGENT_NOT_FOUND", lua_tostring(L, -1), 0);
+  }
+  scope_box *s = lua_newuserdata(L, sizeof *s);
+  s->sc = NULL;
+  lc_setmetatable(L, LR_SCOPE);
+  s->sc = pl_scope_new(pg, ag);
+  if (!s->sc) return luaL_error(L, "out of memory");
+  return 1;
+}
+
+/* The scope at idx (0 or nil: none), which must belong to pg. */
+static pl_scope *check_scope(lua_State *L, pl_program *pg, int idx) {
+  if (idx == 0 || lua_isnoneornil(L, idx)) return NULL;
+  scope_box *s = luaL_checkudata(L, idx, LR_SCOPE);
+  if (!s->sc) luaL_argerror(L, idx, "the scope is closed");
+  if (s->sc->pg != pg) luaL_argerror(L, idx, "the scope belongs to another program");
+  return s->sc;
+}
+
+/* ---------------------------------------------------------------- calls */
+
+typedef struct call_box {
+  cl_call *c;
+} call_box;
+
+static int call_gc(lua_State *L) {
+  call_box *b = luaL_checkudata(L, 1, LR_CALL);
+  cl_free(b->c);
+  b->c = NULL;
+  return 0;
+}
+
+static cl_call *check_call(lua_State *L, int idx) {
+  call_box *b = luaL_checkudata(L, idx, LR_CALL);
+  if (!b->c) luaL_argerror(L, idx, "the call is closed");
+  return b->c;
+}
+
+/* A new call of t, its input from index `input` of L. */
+static cl_call *new_call(lua_State *L, pl_program *pg, pl_scope *sc, int scope_idx, const pm_tool *t, int input,
+                         int copy) {
+  char err[200];
+  cl_call *c = cl_new(pg, t, sc, err, sizeof err);
+  if (!c) {
+    lua_pushfstring(L, "Tool '%s' cannot be called: %s.", t->name, err);
+    le_raise(L, "TOOL_CANCELLED", lua_tostring(L, -1), 0);
+  }
+  lcl_put_input(L, input, c, copy);
+  if (scope_idx) lcl_put_scope_anchor(L, scope_idx, c);
+  return c;
+}
+
+/* An owner on the stack for calls made here, so that an error frees them. */
+static call_box *push_owner(lua_State *L) {
+  call_box *b = lua_newuserdata(L, sizeof *b);
+  b->c = NULL;
+  lc_setmetatable(L, LR_CALL);
+  return b;
+}
+
+int lr_call(lua_State *L, pl_program *pg, int scope, const pm_tool *t, int input) {
+  pl_scope *sc = check_scope(L, pg, scope);
+  input = lc_absindex(L, input);
+  call_box *owner = push_owner(L);
+  owner->c = new_call(L, pg, sc, scope, t, input, 0);
+  rt_drive(pg->rt, &owner->c, 1, 0);
+  int status = lcl_push_outcome(L, owner->c);
+  cl_free(owner->c);
+  owner->c = NULL;
+  if (status != 0) return lua_error(L);
+  return 2;
+}
+
+int lr_start(lua_State *L, pl_program *pg, const pm_tool *t, int input, int opts) {
+  int scope = 0;
+  if (!lua_isnoneornil(L, opts)) {
+    luaL_checktype(L, opts, LUA_TTABLE);
+    lua_getfield(L, opts, "scope");
+    scope = lua_isnil(L, -1) ? 0 : lua_gettop(L);
+  }
+  pl_scope *sc = check_scope(L, pg, scope);
+  call_box *b = push_owner(L);
+  b->c = new_call(L, pg, sc, scope, t, input, 1);
+  rt_start(pg->rt, b->c);
+  rt_poll(pg->rt, NULL);
+  return 1;
+}
+
+/* call:done() */
+static int l_call_done(lua_State *L) {
+  lua_pushboolean(L, cl_done(check_call(L, 1)));
+  return 1;
+}
+
+/* call:poll() -> done: steps every started call of the runtime once */
+static int l_call_poll(lua_State *L) {
+  cl_call *c = check_call(L, 1);
+  if (!cl_done(c)) rt_poll(c->rt, NULL);
+  lua_pushboolean(L, cl_done(c));
+  return 1;
+}
+
+/* call:wait([timeout_ms]) -> done */
+static int l_call_wait(lua_State *L) {
+  cl_call *c = check_call(L, 1);
+  long long timeout = luaL_optinteger(L, 2, -1);
+  if (!cl_done(c)) wait_for(c->rt, c, timeout);
+  lua_pushboolean(L, cl_done(c));
+  return 1;
+}
+
+/* call:result() -> result, meta; raises the call's error, or when not done */
+static int l_call_result(lua_State *L) {
+  cl_call *c = check_call(L, 1);
+  if (!cl_done(c)) return luaL_error(L, "the call is not done: wait for it first");
+  if (lcl_push_outcome(L, c) != 0) return lua_error(L);
+  return 2;
+}
+
+/* call:cancel() */
+static int l_call_cancel(lua_State *L) {
+  cl_cancel(check_call(L, 1));
+  return 0;
+}
+
+/* ------------------------------------------------------------- batches */
+
+int lr_call_all(lua_State *L, pl_program *pg) {
+  luaL_checktype(L, 2, LUA_TTABLE);
+  int concurrency = 0, scope = 0;
+  if (!lua_isnoneornil(L, 3)) {
+    luaL_checktype(L, 3, LUA_TTABLE);
+    lua_getfield(L, 3, "concurrency");
+    if (!lua_isnil(L, -1)) {
+      if (!lc_isinteger(L, -1) || lua_tointeger(L, -1) < 1)
+        return luaL_error(L, "call_all: concurrency must be a positive integer");
+      concurrency = lua_tointeger(L, -1) > 1000000 ? 1000000 : (int)lua_tointeger(L, -1);
+    }
+    lua_getfield(L, 3, "scope");
+    scope = lua_isnil(L, -1) ? 0 : lua_gettop(L);
+  }
+  pl_scope *sc = check_scope(L, pg, scope);
+  int n = (int)lc_rawlen(L, 2);
+  if (n > 10000) return luaL_error(L, "call_all: at most 10000 calls at once");
+  luaL_checkstack(L, n + 8, "calling tools");
+  /* the calls are owned by a list of luma.Call on the stack: an error frees them */
+  cl_call **calls = lua_newuserdata(L, sizeof *calls * (size_t)(n ? n : 1));
+  lua_createtable(L, n, 0);
+  int owners = lua_gettop(L);
+  for (int i = 0; i < n; i++) {
+    lc_rawgeti(L, 2, i + 1);
+    int item = lua_gettop(L);
+    if (!lua_istable(L, item)) return luaL_error(L, "call_all: call %d must be a table { name, input }", i + 1);
+    lua_getfield(L, item, "tool");
+    if (lua_isnil(L, -1)) { lua_pop(L, 1); lc_rawgeti(L, item, 1); }
+    if (lua_type(L, -1) != LUA_TSTRING) return luaL_error(L, "call_all: call %d needs a tool name", i + 1);
+    const pm_tool *t = pm_find_tool(pg->p, lua_tostring(L, -1));
+    if (!t) {
+      lua_pushfstring(L, "Unknown tool '%s'.", lua_tostring(L, -1));
+      return le_raise(L, "TOOL_NOT_FOUND", lua_tostring(L, -1), 0);
+    }
+    lua_getfield(L, item, "input");
+    if (lua_isnil(L, -1)) { lua_pop(L, 1); lc_rawgeti(L, item, 2); }
+    if (lua_isnil(L, -1)) { lua_pop(L, 1); lua_newtable(L); }
+    call_box *b = push_owner(L);
+    b->c = calls[i] = new_call(L, pg, sc, scope, t, -2, 0);
+    lua_rawseti(L, owners, i + 1);
+    lua_settop(L, item - 1);
+  }
+  rt_drive(pg->rt, calls, n, concurrency);
+  lua_createtable(L, n, 0);
+  int out = lua_gettop(L);
+  for (int i = 0; i < n; i++) {
+    lua_createtable(L, 0, 3);
+    int ok = lcl_push_outcome(L, calls[i]) == 0;
+    if (ok) {
+      lua_setfield(L, -3, "meta");
+      lua_setfield(L, -2, "result");
+    } else {
+      lua_setfield(L, -2, "error");
+    }
+    lua_pushboolean(L, ok);
+    lua_setfield(L, -2, "ok");
+    lua_rawseti(L, out, i + 1);
+  }
+  return 1;
+}
+
+/* ------------------------------------------------ registration, config */
 
 static int conflict(lua_State *L, const pm_tool *t) {
   lua_pushfstring(L, "Tool registry conflict: %s.", t->name);
   return le_raise(L, "TOOL_REGISTRY_CONFLICT", lua_tostring(L, -1), 0);
 }
 
-/* program:register(name, fn) */
-static int l_register(lua_State *L) {
-  lp_program *lp = lp_check(L, 1);
-  const pm_tool *t = check_tool(L, lp, 2);
+int lr_register(lua_State *L, pl_program *pg, const pm_tool *t) {
   luaL_checktype(L, 3, LUA_TFUNCTION);
-  if (pl_register_host(L, lp->rt, t, 3) != 0) return conflict(L, t);
+  if (pl_register_host(L, pg, t, 3) != 0) return conflict(L, t);
   lua_settop(L, 1);
   return 1;
 }
 
-/* program:attach(module) -> { tool names registered }; exports that no
-   contract declares are left alone. */
-static int l_attach(lua_State *L) {
-  lp_program *lp = lp_check(L, 1);
+int lr_attach(lua_State *L, pl_program *pg) {
   sx_module *m = lm_check(L, 2);
   int n;
   const char *const *names = sx_exports(m, &n);
   lua_newtable(L);
   int k = 0;
   for (int i = 0; i < n; i++) {
-    const pm_tool *t = pm_find_tool(lp->p, names[i]);
+    const pm_tool *t = pm_find_tool(pg->p, names[i]);
     if (!t) continue;
-    if (pl_register_module(L, lp->rt, t, m, 2) != 0) return conflict(L, t);
+    if (pl_register_module(pg, t, m) != 0) return conflict(L, t);
     lua_pushstring(L, t->name);
     lua_rawseti(L, -2, ++k);
   }
   return 1;
 }
 
-/* program:missing_handlers() -> { names of declared tools without a handler } */
-static int l_missing(lua_State *L) {
-  lp_program *lp = lp_check(L, 1);
+int lr_missing(lua_State *L, pl_program *pg) {
   lua_newtable(L);
   int k = 0;
-  for (int i = 0; i < lp->p->ntools; i++)
-    if (lp->rt->kind[i] == PL_NONE) {
-      lua_pushstring(L, lp->p->tools[i]->name);
+  for (int i = 0; i < pg->p->ntools; i++)
+    if (pg->kind[i] == PL_NONE) {
+      lua_pushstring(L, pg->p->tools[i]->name);
       lua_rawseti(L, -2, ++k);
     }
   return 1;
 }
 
-/* program:configure{ contexts =, on_event =, trace =, clock =, default_timeout_ms = } */
-static int l_configure(lua_State *L) {
-  lp_program *lp = lp_check(L, 1);
+/* configure's `idempotency` = { backend, path, encryption } */
+static int configure_store(lua_State *L, pl_program *pg, int spec) {
+  lua_getfield(L, spec, "backend");
+  const char *backend = luaL_optstring(L, -1, "memory");
+  lua_getfield(L, spec, "path");
+  const char *path = lua_tostring(L, -1);
+  lua_getfield(L, spec, "encryption");
+  int encrypt = !lua_isnil(L, -1);
+  if (strcmp(backend, "memory") == 0) return 0;
+  if (strcmp(backend, "file") != 0) return luaL_error(L, "configure: unknown idempotency backend '%s'", backend);
+  if (!path) return luaL_error(L, "configure: the file idempotency store needs a path");
+  const char *pass = NULL;
+  if (encrypt) {
+    pass = pl_lookup(L, pg, "LUMA_IDEMPOTENCY_KEY");
+    if (!pass || !*pass)
+      return le_raise(L, "IDEMPOTENCY_STORE_ERROR",
+                      "The idempotency store is encrypted (aes-256-gcm), but LUMA_IDEMPOTENCY_KEY is not set.", 0);
+  }
+  char err[512];
+  id_store *st = id_open_file(path, pass, pl_wall_ms(L, pg), err, sizeof err);
+  if (!st) {
+    lua_pushfstring(L, "Cannot open the idempotency store '%s': %s", path, err);
+    return le_raise(L, "IDEMPOTENCY_STORE_ERROR", lua_tostring(L, -1), 0);
+  }
+  char moved[512];
+  if (id_quarantined(st, moved, sizeof moved))
+    fprintf(stderr, "luma: the idempotency store '%s' was corrupt: it was moved to '%s' and a new one created\n", path,
+            moved);
+  id_close(pg->idem);
+  pg->idem = st;
+  return 0;
+}
+
+/* program:configure{ contexts =, on_event =, clock =, approve =, lookup =,
+   trace =, idempotency =, default_timeout_ms = } */
+int lr_configure(lua_State *L, pl_program *pg) {
   luaL_checktype(L, 2, LUA_TTABLE);
-  pl_runtime *rt = lp->rt;
-  lua_rawgeti(L, LUA_REGISTRYINDEX, rt->anchor);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, pg->anchor);
   int anchor = lua_gettop(L);
-  static const char *const keys[] = { "contexts", "on_event", "clock" };
-  static const int types[] = { LUA_TTABLE, LUA_TFUNCTION, LUA_TTABLE };
-  for (int i = 0; i < 3; i++) {
+  static const char *const keys[] = { "contexts", "on_event", "clock", "approve", "lookup" };
+  static const int types[] = { LUA_TTABLE, LUA_TFUNCTION, LUA_TTABLE, LUA_TFUNCTION, LUA_TFUNCTION };
+  int *flags[] = { NULL, &pg->has_sink, &pg->has_clock, &pg->has_approve, &pg->has_lookup };
+  for (int i = 0; i < 5; i++) {
     lua_getfield(L, 2, keys[i]);
     if (!lua_isnil(L, -1)) {
       if (lua_type(L, -1) != types[i])
         return luaL_error(L, "configure: '%s' must be a %s", keys[i], lua_typename(L, types[i]));
       lua_setfield(L, anchor, keys[i]);
-      if (i == 1) rt->has_sink = 1;
-      if (i == 2) rt->has_clock = 1;
+      if (flags[i]) *flags[i] = 1;
     } else {
       lua_pop(L, 1);
     }
@@ -98,139 +438,28 @@ static int l_configure(lua_State *L) {
       lua_pushfstring(L, "cannot open the trace file '%s'", path);
       return le_raise(L, "IO_ERROR", lua_tostring(L, -1), 0);
     }
-    if (rt->trace) fclose(rt->trace);
-    rt->trace = f;
+    if (pg->trace) fclose(pg->trace);
+    pg->trace = f;
   }
   lua_pop(L, 1);
   lua_getfield(L, 2, "idempotency");
   if (!lua_isnil(L, -1)) {
     luaL_checktype(L, -1, LUA_TTABLE);
-    lua_getfield(L, -1, "backend");
-    const char *backend = luaL_optstring(L, -1, "memory");
-    lua_getfield(L, -2, "path");
-    const char *path = lua_tostring(L, -1);
-    lua_getfield(L, -3, "encryption");
-    int encrypt = !lua_isnil(L, -1);
-    if (strcmp(backend, "file") == 0) {
-      if (!path) return luaL_error(L, "configure: the file idempotency store needs a path");
-      const char *pass = NULL;
-      if (encrypt) {
-        pass = getenv("LUMA_IDEMPOTENCY_KEY");
-        if (!pass || !*pass)
-          return le_raise(L, "IDEMPOTENCY_STORE_ERROR",
-                          "The idempotency store is encrypted (aes-256-gcm), but LUMA_IDEMPOTENCY_KEY is not set.", 0);
-      }
-      char err[512];
-      id_store *st = id_open_file(path, pass, pl_wall_ms(L, rt), err, sizeof err);
-      if (!st) {
-        lua_pushfstring(L, "Cannot open the idempotency store '%s': %s", path, err);
-        return le_raise(L, "IDEMPOTENCY_STORE_ERROR", lua_tostring(L, -1), 0);
-      }
-      char moved[512];
-      if (id_quarantined(st, moved, sizeof moved))
-        fprintf(stderr, "luma: the idempotency store '%s' was corrupt: it was moved to '%s' and a new one created\n",
-                path, moved);
-      if (rt->own_idem) id_close(rt->idem);
-      rt->idem = st;
-      rt->own_idem = 1;
-    } else if (strcmp(backend, "memory") != 0) {
-      return luaL_error(L, "configure: unknown idempotency backend '%s'", backend);
-    }
-    lua_pop(L, 3);
+    configure_store(L, pg, lua_gettop(L));
   }
-  lua_pop(L, 1);
+  lua_settop(L, anchor);
   lua_getfield(L, 2, "default_timeout_ms");
   if (!lua_isnil(L, -1)) {
     if (!lc_isinteger(L, -1) || lua_tointeger(L, -1) <= 0)
       return luaL_error(L, "configure: 'default_timeout_ms' must be a positive integer");
-    rt->default_timeout_ms = (long long)lua_tointeger(L, -1);
+    pg->default_timeout_ms = (long long)lua_tointeger(L, -1);
   }
   lua_settop(L, 1);
   return 1;
 }
 
-/* program:scope(agent) -> a scope for one agent method call */
-static int l_scope(lua_State *L) {
-  lp_program *lp = lp_check(L, 1);
-  const char *name = luaL_checkstring(L, 2);
-  const pm_agent *ag = pm_find_agent(lp->p, name);
-  if (!ag) {
-    lua_pushfstring(L, "Unknown agent '%s'.", name);
-    return le_raise(L, "AGENT_NOT_FOUND", lua_tostring(L, -1), 0);
-  }
-  pl_scope *sc = lua_newuserdata(L, sizeof *sc);
-  sc->agent = ag;
-  sc->failures = 0;
-  lc_setmetatable(L, LR_SCOPE);
-  return 1;
-}
-
-/* program:invoke(scope or nil, name, input) -> result, meta; raises the error */
-static int l_invoke(lua_State *L) {
-  lp_program *lp = lp_check(L, 1);
-  pl_scope *sc = lua_isnil(L, 2) ? NULL : luaL_checkudata(L, 2, LR_SCOPE);
-  const pm_tool *t = check_tool(L, lp, 3);
-  luaL_checkany(L, 4);
-  if (pl_call(L, lp->rt, sc, t, 4) != 0) return lua_error(L);
-  return 2;
-}
-
-/* program:call(name, input) -> result, meta: a direct call outside any agent */
-static int l_call(lua_State *L) {
-  lp_program *lp = lp_check(L, 1);
-  const pm_tool *t = check_tool(L, lp, 2);
-  luaL_checkany(L, 3);
-  if (pl_call(L, lp->rt, NULL, t, 3) != 0) return lua_error(L);
-  return 2;
-}
-
-/* program:call_all({ { name, input }, ... } [, { concurrency = n, scope = s }])
-   -> { { ok = true, result =, meta = } | { ok = false, error = }, ... } */
-static int l_call_all(lua_State *L) {
-  lp_program *lp = lp_check(L, 1);
-  luaL_checktype(L, 2, LUA_TTABLE);
-  int concurrency = 1 << 20;
-  pl_scope *sc = NULL;
-  if (!lua_isnoneornil(L, 3)) {
-    luaL_checktype(L, 3, LUA_TTABLE);
-    lua_getfield(L, 3, "concurrency");
-    if (!lua_isnil(L, -1)) {
-      if (!lc_isinteger(L, -1) || lua_tointeger(L, -1) < 1)
-        return luaL_error(L, "call_all: concurrency must be a positive integer");
-      concurrency = (int)lua_tointeger(L, -1);
-    }
-    lua_getfield(L, 3, "scope");
-    if (!lua_isnil(L, -1)) sc = luaL_checkudata(L, -1, LR_SCOPE);
-    lua_pop(L, 2);
-  }
-  int n = (int)lc_rawlen(L, 2);
-  if (n > 10000) return luaL_error(L, "call_all: at most 10000 calls at once");
-  luaL_checkstack(L, n + 8, "calling tools");
-  const pm_tool **tools = lua_newuserdata(L, sizeof *tools * (size_t)(n ? n : 1));
-  int *inputs = lua_newuserdata(L, sizeof *inputs * (size_t)(n ? n : 1));
-  for (int i = 0; i < n; i++) {
-    lc_rawgeti(L, 2, i + 1);
-    int call = lua_gettop(L);
-    if (!lua_istable(L, call)) return luaL_error(L, "call_all: call %d must be a table { name, input }", i + 1);
-    lua_getfield(L, call, "tool");
-    if (lua_isnil(L, -1)) { lua_pop(L, 1); lc_rawgeti(L, call, 1); }
-    tools[i] = check_tool(L, lp, lua_gettop(L));
-    lua_pop(L, 1);
-    lua_getfield(L, call, "input");
-    if (lua_isnil(L, -1)) { lua_pop(L, 1); lc_rawgeti(L, call, 2); }
-    if (lua_isnil(L, -1)) { lua_pop(L, 1); lua_newtable(L); }
-    lua_replace(L, call);
-    inputs[i] = call;
-  }
-  pl_call_all(L, lp->rt, sc, tools, inputs, n, concurrency);
-  return 1;
-}
-
-/* program:check_return(agent, method, value) -> true [, warnings] | nil, err:
-   the value a method returns against its declared return type */
-static int l_check_return(lua_State *L) {
-  lp_program *lp = lp_check(L, 1);
-  const pm_agent *ag = pm_find_agent(lp->p, luaL_checkstring(L, 2));
+int lr_check_return(lua_State *L, pl_program *pg) {
+  const pm_agent *ag = pm_find_agent(pg->p, luaL_checkstring(L, 2));
   const char *name = luaL_checkstring(L, 3);
   const pm_method *m = NULL;
   for (int i = 0; ag && i < ag->nmethods; i++)
@@ -239,37 +468,60 @@ static int l_check_return(lua_State *L) {
   if (!m->ret) { lua_pushboolean(L, 1); return 1; }
   lua_pushfstring(L, "%s.%s.output", ag->name, m->name);
   lv_result r;
-  int bad = lv_validate_type(lp->v, L, 4, m->ret, lua_tostring(L, -1), LV_OUTPUT, 1, &r);
+  int bad = lv_validate_type(pg->v, L, 4, m->ret, lua_tostring(L, -1), LV_OUTPUT, 1, &r);
   if (bad) {
     lua_pushnil(L);
-    lp_push_validation_error(L, "VALIDATION_FAILED", &r);
+    lv_push_error(L, "VALIDATION_FAILED", &r);
     lv_result_free(&r);
     return 2;
   }
   lua_pushboolean(L, 1);
   int results = 1;
-  if (r.nwarnings) { lp_push_issues(L, r.warnings, r.nwarnings); results = 2; }
+  if (r.nwarnings) { lv_push_issues(L, r.warnings, r.nwarnings); results = 2; }
   lv_result_free(&r);
   return results;
 }
 
-const luaL_Reg lr_methods[] = {
-  { "call_all", l_call_all },
-  { "check_return", l_check_return },
-  { "register", l_register },
-  { "attach", l_attach },
-  { "missing_handlers", l_missing },
-  { "configure", l_configure },
-  { "scope", l_scope },
-  { "invoke", l_invoke },
-  { "call", l_call },
-  { NULL, NULL }
-};
+/* ------------------------------------------------------------ metatables */
 
-void lr_open(lua_State *L) {
-  if (luaL_newmetatable(L, LR_SCOPE)) {
-    lua_pushstring(L, LR_SCOPE);
+static void new_metatable(lua_State *L, const char *name, lua_CFunction gc, const luaL_Reg *methods) {
+  if (luaL_newmetatable(L, name)) {
+    lua_pushstring(L, name);
     lua_setfield(L, -2, "__name");
+    lua_pushcfunction(L, gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, gc);
+    lua_setfield(L, -2, "__close");
+    if (methods) {
+      lua_newtable(L);
+      lc_setfuncs(L, methods, 0);
+      lua_pushcfunction(L, gc);
+      lua_setfield(L, -2, "close");
+      lua_setfield(L, -2, "__index");
+    }
   }
   lua_pop(L, 1);
+}
+
+void lr_open(lua_State *L) {
+  static const luaL_Reg runtime_methods[] = {
+    { "poll", l_runtime_poll },
+    { "wait", l_runtime_wait },
+    { "fd", l_runtime_fd },
+    { "workers", l_runtime_workers },
+    { NULL, NULL }
+  };
+  static const luaL_Reg call_methods[] = {
+    { "done", l_call_done },
+    { "poll", l_call_poll },
+    { "wait", l_call_wait },
+    { "result", l_call_result },
+    { "cancel", l_call_cancel },
+    { NULL, NULL }
+  };
+  new_metatable(L, LR_RUNTIME, runtime_gc, runtime_methods);
+  new_metatable(L, LR_SCOPE, scope_gc, NULL);
+  new_metatable(L, LR_CALL, call_gc, call_methods);
+  lua_pushcfunction(L, l_runtime);
+  lua_setfield(L, -2, "runtime");
 }

@@ -1,10 +1,13 @@
 /*
- * The tool pipeline: the one C entry every tool call goes through (direct
- * calls of programs, host calls, and later the model's native calls), with
- * the twelve steps of SPEC.md §3 in their order.
+ * A program made ready to run: its model and validation binding, the
+ * handlers registered for its tools, its stores (cache, idempotency), its
+ * sinks (on_event, trace), its clock and the host's callbacks (approval,
+ * lookup). Calls (call.h) are made from one of these.
  *
- * A runtime belongs to one program bound to one Lua state (the host's); it is
- * used from the thread that owns that state.
+ * It lives in the runtime's home Lua state and is used from the thread that
+ * owns that state. It is counted: the Lua program, each scope and each call
+ * in flight hold a reference, so closing the program while calls or scopes
+ * still use it is safe.
  */
 #ifndef LUMA_PIPELINE_H
 #define LUMA_PIPELINE_H
@@ -14,65 +17,76 @@
 #include <lua.h>
 
 #include "program.h"
-#include "validate.h"
 #include "sandbox.h"
+#include "validate.h"
 
 struct id_store;
+struct rt_runtime;
+struct cl_call;
 
 enum { PL_NONE, PL_MODULE, PL_HOST };
 
-typedef struct pl_runtime {
+typedef struct pl_program {
+  int refs;
+  int closed;                 /* the Lua program was closed: no new calls */
+  struct rt_runtime *rt;      /* counted */
+  lua_State *L;               /* the runtime's home state */
   pm_program *p;
   lv_program *v;
   int *kind;                  /* by tool index: PL_NONE, PL_MODULE or PL_HOST */
-  sx_module **module;         /* by tool index, for PL_MODULE */
-  int anchor;                 /* registry ref of a table holding the runtime's Lua values:
-                                 modules, host handlers, contexts, cache, sinks, clock */
+  sx_module **module;         /* by tool index, for PL_MODULE (counted) */
+  int anchor;                 /* registry ref of a table holding the program's Lua values:
+                                 host handlers, contexts, cache, clock, on_event, approve, lookup */
   FILE *trace;                /* telemetry as JSON lines, or NULL */
   struct id_store *idem;      /* the idempotency store */
-  int own_idem;
   long long default_timeout_ms;
   sx_limits limits;
   int has_clock;              /* anchor.clock = { now = fn, sleep = fn } replaces the real one */
   int has_sink;               /* anchor.on_event is a function */
-} pl_runtime;
+  int has_approve;            /* anchor.approve(tool, agent) decides tool_policy approval */
+  int has_lookup;             /* anchor.lookup(name) replaces the process environment */
+  struct cl_call *active;     /* calls in flight, for single flight */
+} pl_program;
 
-/* An agent method call in progress: the circuit breaker counts its failures. */
+/* An agent method call in progress: the circuit breaker counts its failures.
+   It is counted too (its Lua userdata and the calls made in it), and holds
+   a reference to its program. */
 typedef struct pl_scope {
+  int refs;
+  pl_program *pg;
   const pm_agent *agent;      /* NULL for calls outside an agent */
   int failures;
 } pl_scope;
 
-/* Makes the runtime of p (bound to L as v). NULL when memory runs out. */
-pl_runtime *pl_new(lua_State *L, pm_program *p, lv_program *v);
-void pl_free(lua_State *L, pl_runtime *rt);
+/* Makes the program ready to run in rt (whose home state is L), taking
+   ownership of p and v. NULL when memory runs out (p and v are then freed). */
+pl_program *pl_new(struct rt_runtime *rt, pm_program *p, lv_program *v);
+void pl_retain(pl_program *pg);
+void pl_unref(pl_program *pg);
 
-/* Registers a handler: a function of the host state (at index fn) or an
-   export of a loaded module. Returns -1 when the tool already has one. */
-int pl_register_host(lua_State *L, pl_runtime *rt, const pm_tool *t, int fn);
-int pl_register_module(lua_State *L, pl_runtime *rt, const pm_tool *t, sx_module *m, int module_idx);
+/* A new scope of agent ag of pg, or NULL when memory runs out. */
+pl_scope *pl_scope_new(pl_program *pg, const pm_agent *ag);
+void pl_scope_retain(pl_scope *sc);
+void pl_scope_unref(pl_scope *sc);
 
-/*
- * Calls tool t with the input at index `input` of L. On success pushes the
- * result and a metadata table { warnings, attempts, cache_hit,
- * idempotent_replay } and returns 0; on failure pushes the structured error
- * and returns -1. scope may be NULL.
- */
-int pl_call(lua_State *L, pl_runtime *rt, pl_scope *scope, const pm_tool *t, int input);
+/* Registers a handler: a function of the home state (at index fn of L) or a
+   tool module (retained). Returns -1 when the tool already has one. */
+int pl_register_host(lua_State *L, pl_program *pg, const pm_tool *t, int fn);
+int pl_register_module(pl_program *pg, const pm_tool *t, sx_module *m);
 
-/*
- * Calls several tools at once, as a model's turn does: the handlers of
- * different modules run in parallel on threads (up to `concurrency` modules
- * at a time), and calls with the same cache key or the same idempotency key
- * share one execution (single flight). The inputs are stack indices. Pushes
- * a list of { ok = true, result, meta } or { ok = false, error }.
- */
-int pl_call_all(lua_State *L, pl_runtime *rt, pl_scope *scope, const pm_tool *const *tools, const int *inputs, int n,
-                int concurrency);
+/* Pushes anchor[key] on L (any thread of the home state) and returns its type. */
+int pl_push_anchor(lua_State *L, pl_program *pg, const char *key);
 
-/* The runtime's clocks, in milliseconds: wall time (for records that outlive
-   the process) and a monotonic one (for durations and deadlines). */
-long long pl_wall_ms(lua_State *L, pl_runtime *rt);
-long long pl_mono_ms(lua_State *L, pl_runtime *rt);
+/* The program's clocks, in milliseconds: wall time (for records that outlive
+   the process) and a monotonic one (for durations and deadlines); and a
+   sleep, which a controllable clock turns into a jump of its time. L is a
+   thread of the home state. */
+long long pl_wall_ms(lua_State *L, pl_program *pg);
+long long pl_mono_ms(lua_State *L, pl_program *pg);
+void pl_sleep_ms(lua_State *L, pl_program *pg, long long ms);
+
+/* The host's lookup (credentials, needs): pushes the value of `name` as a
+   string, or nil, and returns it (valid while it is on the stack). */
+const char *pl_lookup(lua_State *L, pl_program *pg, const char *name);
 
 #endif

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "compat.h"
+#include "lerror.h"
 #include "json.h"
 #include "regex.h"
 #include "strbuf.h"
@@ -820,4 +821,45 @@ void lv_push_default(lv_program *v, lua_State *L, const pm_schema *s, int field)
   push_copy(L, lua_gettop(L), 0);
   lua_replace(L, -3);
   lua_pop(L, 1);
+}
+
+/* ------------------------------------------------- results as Lua values */
+
+void lv_push_issues(lua_State *L, const lv_issue *list, int n) {
+  lua_createtable(L, n, 0);
+  for (int i = 0; i < n; i++) {
+    lua_createtable(L, 0, 3);
+    lua_pushstring(L, list[i].path ? list[i].path : "?");
+    lua_setfield(L, -2, "path");
+    lua_pushfstring(L, "%s %s", list[i].path ? list[i].path : "?", list[i].text ? list[i].text : "is invalid");
+    lua_setfield(L, -2, "message");
+    if (list[i].rule) {
+      lua_pushstring(L, list[i].rule);
+      lua_setfield(L, -2, "rule");
+    }
+    lua_rawseti(L, -2, i + 1);
+  }
+}
+
+int lv_push_error(lua_State *L, const char *code, const lv_result *r) {
+  lua_createtable(L, 0, 3);
+  int details = lua_gettop(L);
+  lv_push_issues(L, r->errors, r->nerrors);
+  lua_setfield(L, details, "violations");
+  if (r->nwarnings) {
+    lv_push_issues(L, r->warnings, r->nwarnings);
+    lua_setfield(L, details, "warnings");
+  }
+  if (r->truncated) {
+    lua_pushboolean(L, 1);
+    lua_setfield(L, details, "truncated");
+  }
+  /* the message is the first violation's, already built */
+  lua_getfield(L, details, "violations");
+  lua_rawgeti(L, -1, 1);
+  lua_getfield(L, -1, "message");
+  le_push(L, code, lua_tostring(L, -1), 0, details);
+  lua_replace(L, details);
+  lua_settop(L, details);
+  return 1;
 }

@@ -65,4 +65,10 @@ void lv_push_default(lv_program *v, lua_State *L, const pm_schema *s, int field)
    Returns the number of defaults that do not fit. */
 int lv_check_defaults(lv_program *v, lua_State *L, pm_program *p);
 
+/* Pushes a list of { path, message, rule } tables. */
+void lv_push_issues(lua_State *L, const lv_issue *list, int n);
+/* Pushes the structured error of a failed validation, with this code: the
+   first violation's message, and details.violations (and warnings). */
+int lv_push_error(lua_State *L, const char *code, const lv_result *r);
+
 #endif

@@ -60,6 +60,18 @@ long long sx_now_ns(void);
 sx_module *sx_load(const sx_manifest *m, char *err, size_t errlen);
 void sx_free(sx_module *m);
 
+/* Counted references: sx_load gives one; the module is freed at zero.
+   sx_close marks it closed: no more states are handed out. */
+void sx_retain(sx_module *m);
+void sx_unref(sx_module *m);
+void sx_close(sx_module *m);
+int sx_closed(const sx_module *m);
+/* A free state, or NULL; *may_make says the caller may make one (sx_make). */
+sx_state *sx_try_acquire(sx_module *m, int *may_make, char *err, size_t errlen);
+sx_state *sx_make(sx_module *m, long long deadline_ns, char *err, size_t errlen);
+/* Stops the call running in s, as cancelled (any thread). */
+void sx_interrupt(sx_state *s);
+
 /* The exported tool names, in sorted order. Valid until sx_free. */
 const char *const *sx_exports(const sx_module *m, int *n);
 

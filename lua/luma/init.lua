@@ -5,6 +5,7 @@ local config = require "luma.config"
 local loader = require "luma.loader"
 local compile = require "luma.compile"
 local exec = require "luma.exec"
+local approval = require "luma.approval"
 
 local luma = {
   version = core.version,
@@ -15,6 +16,7 @@ local luma = {
   json = { encode = core.json_encode, decode = core.json_decode },
 }
 luma.ToolError = core.error
+luma.runtime = core.runtime   -- luma.runtime{ workers = n }: a pool and its calls, for luma.load's opts.runtime
 
 local DEFAULT_MAX_SOURCE_BYTES = 8 * 1024 * 1024
 
@@ -27,7 +29,7 @@ function luma.compile(source, chunkname, opts)
   if type(source) ~= "string" then
     error("bad argument #1 to 'compile' (string expected, got " .. type(source) .. ")", 2)
   end
-  return core.compile(source, chunkname or "program.luma", opts and { limits = opts.limits })
+  return core.compile(source, chunkname or "program.luma", opts and { limits = opts.limits, runtime = opts.runtime })
 end
 
 local function read_source(path, opts)
@@ -53,7 +55,7 @@ end
 
 local OPTIONS = {
   limits = true, config = true, tool_modules = true, on_event = true, trace = true, clock = true,
-  default_timeout_ms = true, tool_module_policy = true,
+  default_timeout_ms = true, tool_module_policy = true, runtime = true, approve = true, lookup = true,
 }
 
 --[[ Reads and compiles a .luma file and gets it ready to run:
@@ -66,6 +68,10 @@ local OPTIONS = {
   opts.clock         { now = fn() -> ms, sleep = fn(ms) }: a clock tests control
   opts.tool_module_policy  the sandbox of the tool modules, as in the config
                      file (which it replaces there)
+  opts.runtime       a luma.runtime{ workers = n } to run in (default: one per Lua state)
+  opts.approve       function(tool, agent) -> boolean: tool_policy "approval" (default:
+                     LUMA_APPROVED_TOOLS, then a prompt at an interactive terminal)
+  opts.lookup        function(name) -> string or nil: credentials and needs (default: os.getenv)
   opts.limits        see the README ]]
 function luma.load(path, opts)
   if type(path) ~= "string" then
@@ -75,7 +81,7 @@ function luma.load(path, opts)
   for k in pairs(opts) do
     if not OPTIONS[k] then error("luma.load: unknown option '" .. tostring(k) .. "'", 2) end
   end
-  local program = core.compile(read_source(path, opts), path, { limits = opts.limits })
+  local program = core.compile(read_source(path, opts), path, { limits = opts.limits, runtime = opts.runtime })
   local config_path = opts.config
   if config_path == nil then config_path = config.find(path) end
   local cfg = config_path and config.read(config_path) or nil
@@ -93,6 +99,8 @@ function luma.load(path, opts)
     trace = opts.trace,
     clock = opts.clock,
     default_timeout_ms = opts.default_timeout_ms,
+    approve = opts.approve or approval.default(opts.lookup),
+    lookup = opts.lookup,
   }
   -- after the clock, so that the store purges with the time the program sees
   if cfg and cfg.idempotency_store then program:configure { idempotency = cfg.idempotency_store } end

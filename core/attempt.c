@@ -1,0 +1,193 @@
+/* Step 10: the handler's attempts. A host handler (program:register) runs
+   here, on the driver's thread, in the home state; a module's handler runs
+   in a state of its module, as a job of the runtime's pool. A retryable
+   error is tried again after the backoff, as a timer of the call, never a
+   sleep; no attempt starts past the deadline. */
+#include "steps.h"
+
+#include <limits.h>
+#include <string.h>
+
+#include <lauxlib.h>
+
+#include "lerror.h"
+
+/* A call that finds every state of its module busy looks again this soon. */
+#define ST_STATE_WAIT_MS 2
+
+long long st_effective_timeout(const cl_call *c) {
+  const pm_tool *t = c->t;
+  const pm_agent *ag = c->scope ? c->scope->agent : NULL;
+  long long eff = t->timeout >= 0 ? t->timeout : (ag && ag->tool_timeout >= 0 ? ag->tool_timeout : -1);
+  if (ag && ag->tool_timeout_max >= 0 && (eff < 0 || eff > ag->tool_timeout_max)) eff = ag->tool_timeout_max;
+  return eff < 0 ? c->pg->default_timeout_ms : eff;
+}
+
+static long long backoff_ms(const pm_tool *t, int attempt) {
+  switch (t->retry_backoff) {
+    case BO_FIXED: return t->retry_delay;
+    case BO_EXPONENTIAL: {
+      long long d = t->retry_delay;
+      for (int i = 1; i < attempt && d < LLONG_MAX / 2; i++) d *= 2;
+      return d;
+    }
+    default: return 0;
+  }
+}
+
+static int timed_out(lua_State *T, cl_call *c) {
+  return st_fail(T, c, "TOOL_TIMEOUT", "Tool '%s' timed out after %lld ms.", c->t->name, c->timeout);
+}
+
+/* After an attempt, whose outcome is on top: done, or tried again later. */
+static void after_attempt(lua_State *T, cl_call *c, int status) {
+  const pm_tool *t = c->t;
+  c->state = CS_FINISH;
+  if (__atomic_load_n(&c->cancelled, __ATOMIC_ACQUIRE)) {
+    st_fail(T, c, "TOOL_CANCELLED", "Tool '%s' was cancelled.", t->name);
+    return;
+  }
+  if (status == 0) { st_ok_top(T, c); return; }
+  st_fail_top(T, c);
+  if (!st_error_retryable(T, CV_VALUE) || strcmp(st_error_code(T, CV_VALUE), "TOOL_TIMEOUT") == 0 ||
+      c->ev.attempts > t->retries)
+    return;
+  long long now = pl_mono_ms(T, c->pg), wait = backoff_ms(t, c->ev.attempts);
+  /* a wait past the deadline would see the signal fire: stop here */
+  if (now + wait >= c->deadline) return;
+  c->wake_at = now + wait;
+  c->state = wait > 0 ? CS_BACKOFF : CS_RUN;
+}
+
+/* The host's signal: a table whose fields say whether the deadline passed. */
+static int host_signal_check(lua_State *L) {
+  lua_getfield(L, 1, "aborted");
+  if (lua_toboolean(L, -1)) return le_raise(L, "TOOL_TIMEOUT", "The tool call's deadline passed.", 0);
+  return 0;
+}
+
+/* One attempt of a handler registered from the host: it runs in the home
+   state, so only its signal and the time it took bound it. */
+static int run_host(lua_State *T, cl_call *c, long long timeout_ms) {
+  const pm_tool *t = c->t;
+  char why[200];
+  pl_push_anchor(T, c->pg, "host");
+  lua_getfield(T, -1, t->name);
+  lua_remove(T, -2);
+  if (sx_copy(T, CV_INPUT, T, &c->pg->limits, why, sizeof why) != 0)
+    return st_fail(T, c, "TOOL_INPUT_INVALID", "%s.input cannot be passed to the handler: %s", t->name, why);
+  lua_createtable(T, 0, 3);
+  lua_pushboolean(T, 0);
+  lua_setfield(T, -2, "aborted");
+  lua_pushcfunction(T, host_signal_check);
+  lua_setfield(T, -2, "check");
+  if (lua_isnil(T, CV_NEEDS)) lua_newtable(T); else lua_pushvalue(T, CV_NEEDS);
+  long long start = pl_mono_ms(T, c->pg);
+  if (rt_enter(c->rt) != 0) {
+    lua_pop(T, 4);
+    return st_fail(T, c, "TOOL_FAILED", "Tool '%s' was called from handlers nested too deeply.", t->name);
+  }
+  int status = lua_pcall(T, 3, 1, 0);
+  rt_leave(c->rt);
+  long long took = pl_mono_ms(T, c->pg) - start;
+  if (timeout_ms > 0 && took > timeout_ms) {
+    lua_pop(T, 1);
+    return timed_out(T, c);
+  }
+  if (status == LUA_OK) return 0;
+  int e = lua_gettop(T);
+  if (le_is_error(T, e)) return -1;
+  if (lua_type(T, e) != LUA_TSTRING) {
+    lua_pop(T, 1);
+    lua_pushfstring(T, "Tool '%s' raised a %s value.", t->name, luaL_typename(T, e));
+  }
+  le_push(T, "TOOL_FAILED", lua_tostring(T, -1), 0, 0);
+  lua_remove(T, -2);
+  return -1;
+}
+
+void st_job_run(wp_job *job) {
+  cl_call *c = (cl_call *)((char *)job - offsetof(cl_call, job));
+  sx_execute(c->sx, &c->run, 1);
+}
+
+void st_attempt(lua_State *T, cl_call *c) {
+  const pm_tool *t = c->t;
+  pl_program *pg = c->pg;
+  long long now = pl_mono_ms(T, pg), left = c->deadline - now;
+  c->ev.attempts++;
+  if (left <= 0 && !c->queued_at) {
+    timed_out(T, c);
+    c->state = CS_FINISH;
+    return;
+  }
+  if (pg->kind[t->index] == PL_HOST) {
+    after_attempt(T, c, run_host(T, c, left));
+    return;
+  }
+  sx_module *m = pg->module[t->index];
+  char why[200];
+  int wait_room = 0;
+  sx_state *s = sx_try_acquire(m, &wait_room, why, sizeof why);
+  if ((s || wait_room) && c->queued_at) {
+    c->deadline += now - c->queued_at;
+    left = c->deadline - now;
+    c->queued_at = 0;
+  }
+  if (!s && wait_room) s = sx_make(m, sx_now_ns() + left * 1000000LL, why, sizeof why);
+  if (!s) {
+    if (sx_closed(m)) {
+      st_fail(T, c, "TOOL_NOT_FOUND", "'%s' is not registered in the tool registry: its tool module was closed.", t->name);
+      c->state = CS_FINISH;
+      return;
+    }
+    if (!c->queued_at) c->queued_at = now;
+    if (!wait_room && now + ST_STATE_WAIT_MS < c->queued_at + c->timeout) {
+      /* every state is busy: not an attempt yet; it waits its turn at most
+         its timeout, and the time it waits does not count against it */
+      c->ev.attempts--;
+      c->wake_at = now + ST_STATE_WAIT_MS;
+      c->state = CS_STATE_WAIT;
+      return;
+    }
+    st_fail(T, c, "TOOL_TIMEOUT", "Tool '%s' could not run: %s.", t->name, why);
+    c->state = CS_FINISH;
+    return;
+  }
+  sx_retain(m);
+  c->module = m;
+  c->sx = s;
+  memset(&c->run, 0, sizeof c->run);
+  c->run.name = t->name;
+  c->run.input = CV_INPUT;
+  c->run.needs = lua_isnil(T, CV_NEEDS) ? 0 : CV_NEEDS;
+  c->run.opts.tool = t->name;
+  c->run.opts.timeout_ms = left;
+  c->run.opts.limits = pg->limits;
+  sx_prepare(s, T, &c->run, 1);
+  c->job_ready = 1;
+  c->job_done = 0;
+  if (c->gate) (*c->gate)++;
+  c->state = CS_HANDLER;
+}
+
+static void give_back(cl_call *c) {
+  sx_release(c->sx);
+  sx_unref(c->module);
+  c->sx = NULL;
+  c->module = NULL;
+}
+
+void st_abandon(cl_call *c) {
+  if (!c->sx) return;
+  c->job_ready = 0;
+  if (c->gate) (*c->gate)--;
+  give_back(c);
+}
+
+void st_collect(lua_State *T, cl_call *c) {
+  int status = sx_collect(c->sx, T, &c->run);
+  give_back(c);
+  c->job_done = 0;
+  after_attempt(T, c, status);
+}

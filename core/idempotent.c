@@ -1,0 +1,149 @@
+/* Step 9 and its settlement in step 12: idempotent tools run once per key.
+   A call whose key (and input) matches a call in flight of this program
+   shares its run; otherwise the store decides: run (a claim is held),
+   replay, conflict, or wait for the claim of another process or call. */
+#include "steps.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "crypto.h"
+#include "idem.h"
+#include "json.h"
+#include "ljson.h"
+#include "strbuf.h"
+
+/* A busy key is looked at again after this long. */
+#define ST_IDEM_WAIT_MS 10
+
+/* Pushes the idempotency key of the input as a string. */
+static int push_key(lua_State *T, cl_call *c) {
+  const pm_tool *t = c->t;
+  lua_pushvalue(T, CV_INPUT);
+  for (int i = 0; i < t->idempotency_key.n; i++) {
+    if (lua_type(T, -1) != LUA_TTABLE) break;
+    lua_pushstring(T, t->idempotency_key.items[i]);
+    lua_rawget(T, -2);
+    lua_remove(T, -2);
+  }
+  switch (lua_type(T, -1)) {
+    case LUA_TSTRING: return 0;
+    case LUA_TBOOLEAN:
+      lua_pushstring(T, lua_toboolean(T, -1) ? "true" : "false");
+      lua_remove(T, -2);
+      return 0;
+    case LUA_TNUMBER: {
+      sb_buf b;
+      sb_init(&b);
+      char why[64];
+      int r = lj_encode(T, -1, &b, 0, 1, why, sizeof why);
+      if (r == 0) lua_pushlstring(T, b.data ? b.data : "", b.len);
+      sb_free(&b);
+      if (r != 0) break;
+      lua_remove(T, -2);
+      return 0;
+    }
+    default: break;
+  }
+  return st_fail(T, c, "TOOL_INPUT_INVALID", "Tool '%s' has no usable idempotency key in its input.", t->name);
+}
+
+static int conflict(lua_State *T, cl_call *c) {
+  return st_fail(T, c, "TOOL_IDEMPOTENCY_CONFLICT",
+                 "Tool '%s' was already called with idempotency key '%.200s' and another input.", c->t->name, c->ikey);
+}
+
+int st_idem_lookup(lua_State *T, cl_call *c) {
+  const pm_tool *t = c->t;
+  if (push_key(T, c) != 0) return -1;
+  lua_replace(T, CV_IKEY);
+  size_t len;
+  const char *key = lua_tolstring(T, CV_IKEY, &len);
+  free(c->ikey);
+  c->ikey = malloc(len + 1);
+  if (!c->ikey) return st_fail(T, c, "TOOL_FAILED", "out of memory");
+  memcpy(c->ikey, key, len + 1);
+  c->ikeylen = len;
+  sb_buf b;
+  sb_init(&b);
+  char err[256];
+  if (lj_encode(T, CV_INPUT, &b, 0, 100, err, sizeof err) != 0) {
+    sb_free(&b);
+    return st_fail(T, c, "TOOL_INPUT_INVALID", "%s.input cannot be hashed: %s", t->name, err);
+  }
+  cr_sha256_hex(b.data ? b.data : "", b.len, c->hash);
+  sb_free(&b);
+  /* a call in flight of this program holding the same key */
+  for (cl_call *o = c->pg->active; o; o = o->pg_next) {
+    if (o == c || o->t != t || !o->held || o->ikeylen != len || memcmp(o->ikey, key, len) != 0) continue;
+    if (strcmp(o->hash, c->hash) != 0) return conflict(T, c);
+    c->leader = o;
+    o->refs++;
+    c->ev.idempotent_replay = 1;
+    return 1;
+  }
+  return st_idem_begin(T, c);
+}
+
+int st_idem_begin(lua_State *T, cl_call *c) {
+  pl_program *pg = c->pg;
+  const pm_tool *t = c->t;
+  char err[256];
+  char *stored = NULL;
+  id_status st = id_begin(pg->idem, t->name, c->ikey, c->ikeylen, c->hash, pl_wall_ms(T, pg), &stored, err, sizeof err);
+  switch (st) {
+    case ID_RUN:
+      c->held = 1;
+      return 0;
+    case ID_REPLAY: {
+      ar_arena a;
+      ar_init(&a);
+      jv *v = json_parse(&a, stored, strlen(stored), ID_MAX_DEPTH, err, sizeof err);
+      free(stored);
+      if (v) lj_push(T, v, 0);
+      ar_free(&a);
+      if (!v) return st_fail(T, c, "IDEMPOTENCY_STORE_ERROR", "A stored result of tool '%s' cannot be read: %s", t->name, err);
+      c->ev.idempotent_replay = 1;
+      st_ok_top(T, c);
+      return 1;
+    }
+    case ID_CONFLICT:
+      return conflict(T, c);
+    case ID_WAIT: {
+      /* another process, or another call, runs it: look again later */
+      long long now = pl_mono_ms(T, pg);
+      if (now + ST_IDEM_WAIT_MS >= c->deadline)
+        return st_fail(T, c, "TOOL_TIMEOUT", "Tool '%s' timed out waiting for another call with idempotency key '%.200s'.",
+                       t->name, c->ikey);
+      c->wake_at = now + ST_IDEM_WAIT_MS;
+      c->state = CS_IDEM_WAIT;
+      return 0;
+    }
+    default:
+      return st_fail(T, c, "IDEMPOTENCY_STORE_ERROR", "The idempotency store failed for tool '%s': %s", t->name, err);
+  }
+}
+
+int st_idem_settle(lua_State *T, cl_call *c, int result) {
+  pl_program *pg = c->pg;
+  const pm_tool *t = c->t;
+  if (!c->held) return 0;
+  c->held = 0;
+  if (!result) {
+    id_abort(pg->idem, t->name, c->ikey, c->ikeylen);
+    return 0;
+  }
+  sb_buf b;
+  sb_init(&b);
+  char err[256];
+  int r = lj_encode(T, CV_VALUE, &b, 0, ID_MAX_DEPTH - 1, err, sizeof err);
+  if (r == 0)
+    r = id_commit(pg->idem, t->name, c->ikey, c->ikeylen, c->hash, b.data ? b.data : "null", b.len, pl_wall_ms(T, pg),
+                  t->idempotency_ttl_ms, err, sizeof err);
+  sb_free(&b);
+  if (r != 0) {
+    id_abort(pg->idem, t->name, c->ikey, c->ikeylen);
+    return st_fail(T, c, "IDEMPOTENCY_STORE_ERROR", "The result of tool '%s' could not be stored: %s", t->name, err);
+  }
+  return 0;
+}

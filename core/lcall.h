@@ -1,0 +1,20 @@
+/* What the Lua binding of calls (lruntime.c) needs from call.c: putting a
+   Lua value in as the input, and taking the outcome out. */
+#ifndef LUMA_LCALL_H
+#define LUMA_LCALL_H
+
+#include <lua.h>
+
+#include "call.h"
+
+/* The value at idx of L (a thread of the call's home state) becomes the
+   call's input: a copy when `copy` (the caller goes on and may change it),
+   else the value itself (a blocking call, whose caller waits). */
+void lcl_put_input(lua_State *L, int idx, cl_call *c, int copy);
+/* Keeps the value at idx (the scope's userdata) alive as long as the call. */
+void lcl_put_scope_anchor(lua_State *L, int idx, cl_call *c);
+/* For a call that is done: pushes the result and its metadata table and
+   returns 0, or pushes the error and returns -1. */
+int lcl_push_outcome(lua_State *L, cl_call *c);
+
+#endif

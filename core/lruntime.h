@@ -1,0 +1,38 @@
+/* The Lua binding of runtimes ("luma.Runtime"), scopes ("luma.Scope") and
+   calls ("luma.Call"), and the bodies of the Program methods that run tools
+   (their table is in lprogram.c, with the others). */
+#ifndef LUMA_LRUNTIME_H
+#define LUMA_LRUNTIME_H
+
+#include <lua.h>
+
+#include "pipeline.h"
+#include "runtime.h"
+
+/* The runtime of the luma.Runtime at idx, or this Lua state's default one
+   when idx holds nothing (made at the first use). Raises on a closed one. */
+rt_runtime *lr_runtime(lua_State *L, int idx);
+/* Adds runtime() to the table on top and registers the metatables. */
+void lr_open(lua_State *L);
+
+/* program:register(name, fn): t is the tool, fn at index 3 */
+int lr_register(lua_State *L, pl_program *pg, const pm_tool *t);
+/* program:attach(module) -> { names registered } */
+int lr_attach(lua_State *L, pl_program *pg);
+/* program:missing_handlers() */
+int lr_missing(lua_State *L, pl_program *pg);
+/* program:configure{ ... } */
+int lr_configure(lua_State *L, pl_program *pg);
+/* program:scope(agent) */
+int lr_scope(lua_State *L, pl_program *pg);
+/* program:call(name, input) / program:invoke(scope, name, input): the
+   scope (or 0) and the input are stack indices */
+int lr_call(lua_State *L, pl_program *pg, int scope, const pm_tool *t, int input);
+/* program:start(name, input [, { scope = }]) -> a luma.Call */
+int lr_start(lua_State *L, pl_program *pg, const pm_tool *t, int input, int opts);
+/* program:call_all(calls [, opts]) */
+int lr_call_all(lua_State *L, pl_program *pg);
+/* program:check_return(agent, method, value) */
+int lr_check_return(lua_State *L, pl_program *pg);
+
+#endif

@@ -1,0 +1,69 @@
+/* Step 11: the result is validated against the tool's return schema (soft
+   rules become warnings), a handler's own error against its `error` schema;
+   then step 12's writes: the idempotency record and the cache. */
+#include "steps.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "compat.h"
+
+/* With `error: Schema`, a handler's own error (not one of the runtime's
+   TOOL_ codes) must fit it. */
+static void check_typed_error(lua_State *T, cl_call *c) {
+  const pm_tool *t = c->t;
+  const char *code = st_error_code(T, CV_VALUE);
+  if (!t->error || strncmp(code, "TOOL_", 5) == 0) return;
+  lua_createtable(T, 0, 4);
+  static const char *const fields[] = { "code", "message", "retryable", "details" };
+  for (int i = 0; i < 4; i++) {
+    lua_pushstring(T, fields[i]);
+    lc_rawget(T, CV_VALUE);
+    lua_setfield(T, -2, fields[i]);
+  }
+  char root[300];
+  snprintf(root, sizeof root, "%s.error", t->name);
+  lv_result r;
+  int bad = lv_validate(c->pg->v, T, -1, t->error, root, LV_OUTPUT, &r);
+  lua_pop(T, 1);
+  if (bad) st_fail_validation(T, c, "TOOL_ERROR_INVALID", &r);
+  lv_result_free(&r);
+}
+
+void st_finish(lua_State *T, cl_call *c) {
+  const pm_tool *t = c->t;
+  if (!c->ok) {
+    st_idem_settle(T, c, 0);
+    check_typed_error(T, c);
+    return;
+  }
+  if (c->ev.cache_hit || c->ev.idempotent_replay) return;
+  lv_result r;
+  int bad = lv_validate(c->pg->v, T, CV_VALUE, t->output, t->output_root, LV_OUTPUT, &r);
+  if (bad) {
+    st_idem_settle(T, c, 0);
+    st_fail_validation(T, c, "TOOL_OUTPUT_INVALID", &r);
+    lv_result_free(&r);
+    return;
+  }
+  if (r.nwarnings) {
+    lv_push_issues(T, r.warnings, r.nwarnings);
+    lua_replace(T, CV_WARN);
+  }
+  lv_result_free(&r);
+  /* the idempotency store and the cache keep their own copies */
+  if (st_idem_settle(T, c, 1) != 0) return;
+  st_cache_store(T, c);
+}
+
+void st_follow(lua_State *T, cl_call *c, cl_call *lead) {
+  char err[200];
+  lua_pushvalue(lead->T, CV_VALUE);
+  lua_xmove(lead->T, T, 1);
+  if (sx_copy(T, -1, T, &c->pg->limits, err, sizeof err) == 0) lua_remove(T, -2);
+  lua_replace(T, CV_VALUE);
+  c->ok = lead->ok;
+  lua_pushvalue(lead->T, CV_WARN);
+  lua_xmove(lead->T, T, 1);
+  lua_replace(T, CV_WARN);
+}

@@ -1,0 +1,58 @@
+/* Steps 1 to 5: the registry, the credential, the scope and tool_policy.
+   Approval is the host's decision (anchor.approve), never read here from a
+   terminal or the environment; without one, a write tool is not approved. */
+#include "steps.h"
+
+#include <string.h>
+
+static int listed(const pm_strings *list, const char *s) {
+  for (int i = 0; i < list->n; i++)
+    if (strcmp(list->items[i], s) == 0) return 1;
+  return 0;
+}
+
+static int agent_allows(const pm_agent *ag, const pm_tool *t) {
+  for (int i = 0; i < ag->tools.n; i++)
+    if (ag->tools.items[i] == t) return 1;
+  return 0;
+}
+
+/* anchor.approve(tool, agent) -> true to run */
+static int approved(lua_State *T, cl_call *c, const pm_agent *ag) {
+  if (!c->pg->has_approve) return 0;
+  pl_push_anchor(T, c->pg, "approve");
+  lua_pushstring(T, c->t->name);
+  lua_pushstring(T, ag->name);
+  int yes = lua_pcall(T, 2, 1, 0) == LUA_OK && lua_toboolean(T, -1);
+  lua_pop(T, 1);
+  return yes;
+}
+
+int st_permissions(lua_State *T, cl_call *c) {
+  const pm_tool *t = c->t;
+  const pm_agent *ag = c->scope ? c->scope->agent : NULL;
+  pl_program *pg = c->pg;
+  if (ag && !agent_allows(ag, t))
+    return st_fail(T, c, "TOOL_PERMISSION_DENIED", "Agent '%s' does not allow tool '%s' to be called directly.",
+                   ag->name, t->name);
+  if (pg->kind[t->index] == PL_NONE)
+    return st_fail(T, c, "TOOL_NOT_FOUND", "'%s' is not registered in the tool registry.", t->name);
+  if (pg->kind[t->index] == PL_MODULE && sx_closed(pg->module[t->index]))
+    return st_fail(T, c, "TOOL_NOT_FOUND", "'%s' is not registered in the tool registry: its tool module was closed.",
+                   t->name);
+  if (t->credential) {
+    int set = pl_lookup(T, pg, t->credential) != NULL;
+    lua_pop(T, 1);
+    if (!set) return st_fail(T, c, "TOOL_PERMISSION_DENIED", "Tool '%s' is missing credential: %s.", t->name, t->credential);
+  }
+  if (ag && t->scope && ag->tool_scopes.present && !listed(&ag->tool_scopes, t->scope))
+    return st_fail(T, c, "TOOL_PERMISSION_DENIED", "Tool '%s' scope access was denied: %s.", t->name, t->scope);
+  if (ag && t->side_effects == SE_WRITE && ag->tool_policy == POL_DENY_WRITE)
+    return st_fail(T, c, "TOOL_PERMISSION_DENIED", "Tool '%s' writes, and agent '%s' has tool_policy deny_write.",
+                   t->name, ag->name);
+  if (ag && t->side_effects == SE_WRITE && ag->tool_policy == POL_APPROVAL && !approved(T, c, ag))
+    return st_fail(T, c, "TOOL_PERMISSION_DENIED",
+                   "Tool '%s' writes and was not approved: list it in LUMA_APPROVED_TOOLS (agent '%s' has tool_policy approval).",
+                   t->name, ag->name);
+  return 0;
+}

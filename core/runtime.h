@@ -1,0 +1,76 @@
+/*
+ * The runtime: what calls share. Its worker pool (made once, at the first
+ * handler that runs on it), the completion a host loop waits on (a file
+ * descriptor that turns readable when a handler finished), and the calls in
+ * flight. One runtime serves many programs.
+ *
+ * Threads: the runtime belongs to the thread that owns its home Lua state;
+ * every function here is called from it. Workers only run handlers (in the
+ * modules' own states) and report back through rt_complete.
+ */
+#ifndef LUMA_RUNTIME_H
+#define LUMA_RUNTIME_H
+
+#include <lua.h>
+
+#include "pool.h"
+
+struct cl_call;
+
+typedef struct rt_runtime rt_runtime;
+
+typedef struct rt_options {
+  int workers;                    /* threads of the pool; <= 0: the number of CPUs */
+} rt_options;
+
+/* A runtime whose calls keep their values in threads of `home`. NULL with a
+   message in err on failure. */
+rt_runtime *rt_new(lua_State *home, const rt_options *o, char *err, size_t errlen);
+void rt_retain(rt_runtime *rt);
+void rt_unref(rt_runtime *rt);
+/* Cancels every call in flight and waits for the handlers running on the
+   pool to stop; later calls fail. Idempotent. */
+void rt_close(rt_runtime *rt);
+int rt_closed(const rt_runtime *rt);
+lua_State *rt_home(const rt_runtime *rt);
+int rt_workers(const rt_runtime *rt);
+
+/* The descriptor a host loop polls for reading: it turns readable when a
+   handler finished. rt_poll clears it. */
+int rt_fd(const rt_runtime *rt);
+
+/* Steps every call started with rt_start that can move, without blocking.
+   Returns the number of those calls still in flight, and in *wait_ms how
+   long the host may sleep (-1: until the descriptor turns readable) before
+   calling again. */
+int rt_poll(rt_runtime *rt, long long *wait_ms);
+
+/* Adds a call to those rt_poll steps (the runtime holds a reference until
+   it is done and collected). */
+void rt_start(rt_runtime *rt, struct cl_call *c);
+
+/* Drives the given calls to their end, blocking this thread: the driver of
+   program:call, call_all and the CLI. At most `concurrency` of their handlers
+   run at once (<= 0: no limit beyond the pool); a lone handler with nothing
+   else to wait for runs on this thread. */
+void rt_drive(rt_runtime *rt, struct cl_call **calls, int n, int concurrency);
+
+/* Waits until a handler finished or timeout_ms passed (< 0: no limit). */
+void rt_wait_fd(rt_runtime *rt, long long timeout_ms);
+
+/* For call.c: hands a prepared job to the pool (or runs it here). */
+int rt_submit(rt_runtime *rt, struct cl_call *c);
+/* Cancels c (cl_cancel): any thread. */
+void rt_cancel_job(rt_runtime *rt, struct cl_call *c);
+/* For the pool's workers: the job of c finished. */
+void rt_complete(rt_runtime *rt, struct cl_call *c);
+/* Moves the finished jobs' calls to their "handler done" state. */
+void rt_drain(rt_runtime *rt);
+
+/* The depth of calls started from inside handlers running on this thread,
+   bounded so that a handler calling tools recursively cannot exhaust the C
+   stack. */
+int rt_enter(rt_runtime *rt);
+void rt_leave(rt_runtime *rt);
+
+#endif

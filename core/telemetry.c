@@ -1,0 +1,71 @@
+/* One telemetry event per call: to the program's on_event function and, with
+   a trace file, as a JSON line. Inputs, results, secrets and needs are never
+   in it. */
+#include "steps.h"
+
+#include <stdio.h>
+
+#include "compat.h"
+#include "ljson.h"
+#include "strbuf.h"
+
+void st_emit(lua_State *T, cl_call *c) {
+  pl_program *pg = c->pg;
+  if (!pg->has_sink && !pg->trace) return;
+  long long duration = pl_mono_ms(T, pg) - c->start;
+  lua_createtable(T, 0, 10);
+  int e = lua_gettop(T);
+  lua_pushstring(T, c->t->name);
+  lua_setfield(T, e, "tool");
+  if (c->scope && c->scope->agent) lua_pushstring(T, c->scope->agent->name); else lua_pushlightuserdata(T, NULL);
+  lua_setfield(T, e, "agent");
+  lua_pushstring(T, c->ok ? "ok" : "error");
+  lua_setfield(T, e, "status");
+  if (c->ok) lua_pushlightuserdata(T, NULL); else lua_pushstring(T, st_error_code(T, CV_VALUE));
+  lua_setfield(T, e, "code");
+  lua_pushinteger(T, c->ev.attempts);
+  lua_setfield(T, e, "attempts");
+  lua_pushinteger(T, (lua_Integer)duration);
+  lua_setfield(T, e, "duration_ms");
+  lua_pushboolean(T, c->ev.cache_hit);
+  lua_setfield(T, e, "cache_hit");
+  lua_pushboolean(T, c->ev.single_flight);
+  lua_setfield(T, e, "single_flight");
+  lua_pushboolean(T, c->ev.idempotent_replay);
+  lua_setfield(T, e, "idempotent_replay");
+  lua_createtable(T, 0, 0);
+  int w = lua_gettop(T);
+  if (!lua_isnil(T, CV_WARN)) {
+    int n = (int)lc_rawlen(T, CV_WARN);
+    for (int i = 1; i <= n; i++) {
+      lc_rawgeti(T, CV_WARN, i);
+      lua_getfield(T, -1, "message");
+      lua_rawseti(T, w, i);
+      lua_pop(T, 1);
+    }
+  }
+  lj_push_array_mt(T);
+  lua_setmetatable(T, w);
+  lua_setfield(T, e, "warnings");
+  if (pg->trace) {
+    sb_buf b;
+    sb_init(&b);
+    char err[128];
+    if (lj_encode(T, e, &b, 0, 10, err, sizeof err) == 0) {
+      fwrite(b.data, 1, b.len, pg->trace);
+      fputc('\n', pg->trace);
+      fflush(pg->trace);
+    }
+    sb_free(&b);
+  }
+  if (pg->has_sink) {
+    pl_push_anchor(T, pg, "on_event");
+    lua_pushvalue(T, e);
+    if (lua_pcall(T, 1, 0, 0) != LUA_OK) {
+      const char *msg = lua_type(T, -1) == LUA_TSTRING ? lua_tostring(T, -1) : "an error that is not a string";
+      fprintf(stderr, "luma: on_event failed: %s\n", msg);
+      lua_pop(T, 1);
+    }
+  }
+  lua_settop(T, e - 1);
+}
