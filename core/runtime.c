@@ -30,6 +30,8 @@ struct rt_runtime {
   int depth;
 };
 
+static void run_here(rt_runtime *rt, cl_call *c);
+
 static void on_done(void *ud, wp_job *job) {
   rt_complete(ud, (cl_call *)((char *)job - offsetof(cl_call, job)));
 }
@@ -70,6 +72,13 @@ void rt_close(rt_runtime *rt) {
   wp_free(rt->pool);
   rt->pool = NULL;
   rt_drain(rt);
+  /* each ends now, cancelled (a job made ready runs here: none is left) */
+  for (cl_call *c = rt->polled; c; c = c->rt_next) {
+    while (cl_step(c, NULL) != CL_DONE) {
+      if (c->job_ready) run_here(rt, c);
+      else break;
+    }
+  }
   /* the polled calls are the runtime's no longer: their owners still have them */
   cl_call *c = rt->polled;
   rt->polled = NULL;
