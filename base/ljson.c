@@ -267,7 +267,7 @@ static int l_encode(lua_State *L) {
   char err[128];
   if (lj_encode(L, 1, &b, indent, max_depth, err, sizeof err) != 0) {
     sb_free(&b);
-    return le_raise(L, "JSON_INVALID", err, 0);
+    return le_raise_code(L, LE_JSON_INVALID, err, 0);
   }
   lua_pushlstring(L, b.data ? b.data : "", b.len);
   sb_free(&b);
@@ -304,7 +304,7 @@ static int l_decode(lua_State *L) {
   jv *v = json_parse(a, text, len, max_depth, err, sizeof err);
   if (!v) {
     ar_free(a);
-    return le_raise(L, "JSON_INVALID", err, 0);
+    return le_raise_code(L, LE_JSON_INVALID, err, 0);
   }
   lj_push(L, v, 0);
   ar_free(a);
