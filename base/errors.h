@@ -45,14 +45,20 @@
     "Tool '%s' timed out after %lld ms.") \
   X(VALIDATION_FAILED, 0, "a value does not fit a schema (program:validate, typed results)", NULL)
 
-/* The fixed messages of a code that has more than one:
-   X(NAME, CODE, template). */
+/* The fixed messages of a code that has more than one, and the consistency
+   rules' messages (load-time diagnostics of a PROGRAM_INVALID error):
+   X(NAME, CODE, template). CACHE_WITH_NEEDS is both a load-time rule and,
+   for a cache turned on at run time, a TOOL_PERMISSION_DENIED. */
 #define LE_MESSAGES(X) \
   X(MISSING_CREDENTIAL, TOOL_PERMISSION_DENIED, "Tool '%s' is missing credential: %s.") \
   X(SCOPE_DENIED, TOOL_PERMISSION_DENIED, "Tool '%s' scope access was denied: %s.") \
   X(NOT_ALLOWED_DIRECTLY, TOOL_PERMISSION_DENIED, "Agent '%s' does not allow tool '%s' to be called directly.") \
   X(DENY_WRITE, TOOL_PERMISSION_DENIED, "Tool '%s' writes, and agent '%s' has tool_policy deny_write.") \
-  X(CACHE_WITH_NEEDS, TOOL_PERMISSION_DENIED, "Cache cannot be used on a tool that uses needs: %s")
+  X(CACHE_WITH_NEEDS, TOOL_PERMISSION_DENIED, "Cache cannot be used on a tool that uses needs: %s") \
+  X(WRITE_CACHED, PROGRAM_INVALID, "Write tool '%s' cannot use cache.") \
+  X(WRITE_RETRIED, PROGRAM_INVALID, "A write tool '%s' must be idempotent and specify an idempotency_key to be retried.") \
+  X(IDEMPOTENT_NO_KEY, PROGRAM_INVALID, "Idempotent tool '%s' must specify an idempotency_key.") \
+  X(USING_TOOL_DENIED, PROGRAM_INVALID, "Agent '%s' does not allow the tool '%s' required by using tool.")
 
 typedef enum le_code {
 #define LE_ENUM_(name, retryable, meaning, tmpl) LE_##name,

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "errors.h"
 #include "map.h"
 #include "parse.h"
 #include "regex.h"
@@ -29,6 +30,13 @@ typedef struct pm_ctx {
 static ast_decl *lookup(pm_ctx *c, const char *name) { return mp_get(&c->decls, name, strlen(name)); }
 
 #define ERR(c, pos, ...) dg_error((c)->d, (pos).line, (pos).col, __VA_ARGS__)
+
+/* A consistency rule's message: its text is the catalogue's (base/errors.h). */
+static void rule(pm_ctx *c, ast_pos pos, le_msg m, const char *a, const char *b) {
+  char msg[512];
+  le_format_msg(msg, sizeof msg, m, a, b);
+  ERR(c, pos, "%s", msg);
+}
 
 static const char *const builtin_types[] = { "string", "int", "float", "bool", "any" };
 
@@ -798,17 +806,17 @@ static void build_tool(pm_ctx *c, ast_decl *d) {
   const ast_config *cache = config_entry(d, "cache");
   ast_pos at_cache = cache ? cache->pos : d->name_pos;
   if (t->side_effects == SE_WRITE && t->cache)
-    ERR(c, at_cache, "Write tool '%s' cannot use cache.", d->name);
+    rule(c, at_cache, LE_MSG_WRITE_CACHED, d->name, NULL);
   if (t->side_effects == SE_WRITE && t->retries > 0 && !(t->idempotent && t->idempotency_key.present)) {
     const ast_config *e = config_entry(d, "retries");
-    ERR(c, e ? e->pos : d->name_pos, "A write tool '%s' must be idempotent and specify an idempotency_key to be retried.", d->name);
+    rule(c, e ? e->pos : d->name_pos, LE_MSG_WRITE_RETRIED, d->name, NULL);
   }
   if (t->idempotent && !config_entry(d, "idempotency_key")) {
     const ast_config *e = config_entry(d, "idempotent");
-    ERR(c, e ? e->pos : d->name_pos, "Idempotent tool '%s' must specify an idempotency_key.", d->name);
+    rule(c, e ? e->pos : d->name_pos, LE_MSG_IDEMPOTENT_NO_KEY, d->name, NULL);
   }
   if (t->nneeds > 0 && t->cache)
-    ERR(c, at_cache, "Cache cannot be used on a tool that uses needs: %s", d->name);
+    rule(c, at_cache, LE_MSG_CACHE_WITH_NEEDS, d->name, NULL);
   if (t->idempotency_key.present && !t->idempotent) {
     const ast_config *e = config_entry(d, "idempotency_key");
     ERR(c, e->pos, "Tool '%s' has an idempotency_key but is not idempotent: true.", d->name);
@@ -877,7 +885,7 @@ static void check_expr(st_ctx *s, const ast_expr *e, int depth) {
       if (e->tool) {
         pm_tool *tool = called_tool(s, e->tool, e->tool_pos);
         if (tool && s->agent && !agent_allows(s->agent, tool))
-          ERR(s->c, e->tool_pos, "Agent '%s' does not allow the tool '%s' required by using tool.", s->agent->name, e->tool);
+          rule(s->c, e->tool_pos, LE_MSG_USING_TOOL_DENIED, s->agent->name, e->tool);
       }
       break;
     }
