@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "errors.h"
+#include "luma_limits.h"
 #include "map.h"
 #include "parse.h"
 #include "regex.h"
@@ -23,9 +24,8 @@ typedef struct pm_ctx {
 } pm_ctx;
 
 #define NAMES_TYPES (DC_MODEL + 1)
-/* Suggestions look at this many candidates at most, so that a huge program
+/* Suggestions look at LIM_SUGGEST_CANDIDATES at most, so that a huge program
    with many errors stays fast to check. */
-#define PM_SUGGEST_MAX 5000
 
 static ast_decl *lookup(pm_ctx *c, const char *name) { return mp_get(&c->decls, name, strlen(name)); }
 
@@ -52,7 +52,7 @@ static const char *kind_word(dc_kind k) {
 /* " Did you mean 'x'?" or "" */
 static const char *suggestion(pm_ctx *c, const char *word, const char *const *names, int n) {
   if (c->d->count >= c->d->max) return "";   /* the message will not be kept */
-  const char *s = dg_suggest(word, names, n < PM_SUGGEST_MAX ? n : PM_SUGGEST_MAX);
+  const char *s = dg_suggest(word, names, n < LIM_SUGGEST_CANDIDATES ? n : LIM_SUGGEST_CANDIDATES);
   return s ? ar_printf(c->a, " Did you mean '%s'?", s) : "";
 }
 
@@ -101,7 +101,7 @@ static int lit_number(const ast_expr *e, pm_num *out) {
 }
 
 static int is_literal(const ast_expr *e, int depth) {
-  if (!e || depth > 100) return 0;
+  if (!e || depth > LIM_MODEL_DEPTH) return 0;
   pm_num n;
   switch (e->kind) {
     case EX_NULL: case EX_TRUE: case EX_FALSE: case EX_INT: case EX_FLOAT: case EX_STRING:
@@ -139,7 +139,7 @@ static const char *type_text(pm_ctx *c, const ast_type *t) {
 /* ------------------------------------------------------------------ types */
 
 static pm_type *resolve_type(pm_ctx *c, const ast_type *t, int depth) {
-  if (!t || depth > 100) return NULL;
+  if (!t || depth > LIM_MODEL_DEPTH) return NULL;
   pm_type *pt = ar_alloc(c->a, sizeof *pt);
   if (!pt) return NULL;
   switch (t->kind) {
@@ -869,7 +869,7 @@ static void check_exprs(st_ctx *s, const ast_expr *e, int depth) {
 }
 
 static void check_expr(st_ctx *s, const ast_expr *e, int depth) {
-  if (!e || depth > 400) return;
+  if (!e || depth > LIM_CHECK_DEPTH) return;
   switch (e->kind) {
     case EX_TOOL:
       called_tool(s, e->tool, e->tool_pos);
@@ -908,7 +908,7 @@ static void check_expr(st_ctx *s, const ast_expr *e, int depth) {
 }
 
 static void check_stmts(st_ctx *s, const ast_stmt *st, int depth) {
-  for (; st && depth <= 400; st = st->next) {
+  for (; st && depth <= LIM_CHECK_DEPTH; st = st->next) {
     if (st->type) resolve_type(s->c, st->type, 0);
     check_expr(s, st->expr, depth + 1);
     check_stmts(s, st->body, depth + 1);
@@ -945,9 +945,9 @@ static void check_agent(pm_ctx *c, ast_decl *d) {
 /* ------------------------------------------------------------------ build */
 
 void pm_default_limits(pm_limits *lim) {
-  lim->max_source_bytes = 8u << 20;
-  lim->max_errors = 50;
-  lim->max_parse_depth = 200;
+  lim->max_source_bytes = LIM_MAX_SOURCE_BYTES;
+  lim->max_errors = LIM_MAX_ERRORS;
+  lim->max_parse_depth = LIM_MAX_PARSE_DEPTH;
 }
 
 pm_program *pm_build(const char *src, size_t len, const char *chunk, const pm_limits *lim) {

@@ -13,11 +13,11 @@ local luma = {
   error = core.error,      -- luma.error{ code =, message =, retryable =, details = }
   is_error = core.is_error,
   errors = core.errors,    -- the catalogue: { [code] = { meaning =, retryable = [, template =] } }
+  limits = core.limits,    -- every bound's default: { [name] = n }
   json = { encode = core.json_encode, decode = core.json_decode },
 }
 luma.ToolError = core.error
 
-local DEFAULT_MAX_SOURCE_BYTES = 8 * 1024 * 1024
 
 local function raise(code, message)
   error(core.error { code = code, message = message }, 0)
@@ -39,7 +39,7 @@ end
 local function read_source(path, opts)
   local f, err = io.open(path, "rb")
   if not f then raise("IO_ERROR", "cannot read '" .. path .. "': " .. tostring(err):gsub("^[^:]*: ", "")) end
-  local limit = opts and opts.limits and opts.limits.max_source_bytes or DEFAULT_MAX_SOURCE_BYTES
+  local limit = opts and opts.limits and opts.limits.max_source_bytes or core.limits.max_source_bytes
   local readable, rerr = f:read(0)
   local size = f:seek("end")
   if (readable == nil and rerr) or not size then
