@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "luma_limits.h"
 #include "map.h"
 #include "utf8.h"
 
@@ -174,7 +175,6 @@ void jv_write(sb_buf *b, const jv *v, int indent) {
   else sb_adds(b, "null");
 }
 
-#define JP_NUMBER_MAX 400     /* longer number literals are refused */
 #define JP_SCAN_MAX 8         /* objects this small find duplicate keys by a scan */
 #define JP_FRAMES 32          /* open containers tracked on the C stack; deeper go to the arena */
 
@@ -263,7 +263,7 @@ static const unsigned char *jp_word(jp_state *st, const unsigned char *p, const 
 /* strtod on the literal [p, e), with the locale's decimal point for '.' as
    in lex.c's to_double; the grammar has been checked already. */
 static const unsigned char *jp_double(jp_state *st, const unsigned char *p, const unsigned char *e, jv **out) {
-  char buf[JP_NUMBER_MAX + sizeof st->point + 1], *stop;
+  char buf[LIM_JSON_NUMBER_BYTES + sizeof st->point + 1], *stop;
   size_t n = 0;
   if (!st->pointlen) {
     const char *point = localeconv()->decimal_point;
@@ -315,7 +315,7 @@ static const unsigned char *jp_number(jp_state *st, const unsigned char *p, jv *
     if (!jp_digit(p, end)) return jp_unexpected(st, p);
     while (jp_digit(p, end)) p++;
   }
-  if (p - start > JP_NUMBER_MAX) return jp_fail(st, start, "number too long");
+  if (p - start > LIM_JSON_NUMBER_BYTES) return jp_fail(st, start, "number too long");
   if (!integral || overflow || (neg && u == 0)) return jp_double(st, start, p, out);
   *out = jv_int(st->a, neg ? -(long long)(u - 1) - 1 : (long long)u);
   return p;

@@ -29,6 +29,15 @@ int le_raise(lua_State *L, const char *code, const char *message, int details) {
   return lua_error(L);
 }
 
+void le_push_code(lua_State *L, le_code code, const char *message, int details) {
+  le_push(L, le_name(code), message, le_default_retryable(code), details);
+}
+
+int le_raise_code(lua_State *L, le_code code, const char *message, int details) {
+  le_push_code(L, code, message, details);
+  return lua_error(L);
+}
+
 int le_is_error(lua_State *L, int idx) {
   if (!lua_getmetatable(L, idx)) return 0;
   push_metatable(L);
@@ -75,7 +84,8 @@ static void push_metatable(lua_State *L) {
   lua_rawset(L, LUA_REGISTRYINDEX);
 }
 
-/* core.error{ code=, message=, retryable=, details=, tool= } -> error object */
+/* core.error{ code=, message=, retryable=, details=, tool= } -> error object;
+   without retryable, a code of the catalogue takes its default */
 static int l_error(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   const char *code = raw_string(L, 1, "code", NULL);
@@ -83,7 +93,9 @@ static int l_error(lua_State *L) {
   const char *message = raw_string(L, 1, "message", "");
   lua_pushstring(L, "retryable");
   lc_rawget(L, 1);
-  int retryable = lua_toboolean(L, -1);
+  le_code known;
+  int retryable = lua_isnil(L, -1) ? le_lookup(code, &known) && le_default_retryable(known)
+                                   : lua_toboolean(L, -1);
   lua_pop(L, 1);
   lua_pushstring(L, "details");
   lc_rawget(L, 1);
@@ -101,6 +113,24 @@ static int l_is_error(lua_State *L) {
   return 1;
 }
 
+static void push_catalogue(lua_State *L) {
+  lua_createtable(L, 0, LE_NCODES);
+  for (int i = 0; i < LE_NCODES; i++) {
+    le_code c = (le_code)i;
+    lua_createtable(L, 0, 3);
+    lua_pushstring(L, le_meaning(c));
+    lua_setfield(L, -2, "meaning");
+    lua_pushboolean(L, le_default_retryable(c));
+    lua_setfield(L, -2, "retryable");
+    if (le_template(c)) {
+      /* as Lua's string.format reads it: it has no length modifiers */
+      luaL_gsub(L, le_template(c), "%lld", "%d");
+      lua_setfield(L, -2, "template");
+    }
+    lua_setfield(L, -2, le_name(c));
+  }
+}
+
 void le_open(lua_State *L) {
   static const luaL_Reg fns[] = {
     { "error", l_error },
@@ -108,4 +138,6 @@ void le_open(lua_State *L) {
     { NULL, NULL }
   };
   lc_setfuncs(L, fns, 0);
+  push_catalogue(L);
+  lua_setfield(L, -2, "errors");
 }

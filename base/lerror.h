@@ -5,13 +5,20 @@
 
 #include <lua.h>
 
+#include "errors.h"
+
 #define LE_METATABLE "luma.Error"
 
 /* Pushes a new error. details is a stack index of a table, or 0 for none. */
 void le_push(lua_State *L, const char *code, const char *message, int retryable, int details);
-/* Raises a new error (never returns). */
+/* Raises a new error, retryable false (never returns). */
 int le_raise(lua_State *L, const char *code, const char *message, int details);
+/* The same for a code of the catalogue, with the code's default retryable. */
+void le_push_code(lua_State *L, le_code code, const char *message, int details);
+int le_raise_code(lua_State *L, le_code code, const char *message, int details);
 int le_is_error(lua_State *L, int idx);
-void le_open(lua_State *L);   /* pushes the module's error functions into the table on top */
+/* Sets the module's error functions, and `errors` (the catalogue: { [code] =
+   { meaning, retryable [, template] } }), in the table on top. */
+void le_open(lua_State *L);
 
 #endif

@@ -49,7 +49,7 @@ typedef struct lj_enc {
   int indent;
   int max_depth;
   int depth;
-  const void *tables[LJ_DEPTH_CAP + 1];
+  const void *tables[LIM_JSON_DEPTH_CAP + 1];
   char *err;
   size_t errlen;
   int failed;
@@ -208,7 +208,7 @@ int lj_encode(lua_State *L, int idx, sb_buf *b, int indent, int max_depth, char 
   e.L = L;
   e.b = b;
   e.indent = indent;
-  e.max_depth = max_depth < 1 ? 1 : max_depth > LJ_DEPTH_CAP ? LJ_DEPTH_CAP : max_depth;
+  e.max_depth = max_depth < 1 ? 1 : max_depth > LIM_JSON_DEPTH_CAP ? LIM_JSON_DEPTH_CAP : max_depth;
   e.depth = 0;
   e.err = err;
   e.errlen = errlen;
@@ -231,7 +231,7 @@ void lj_push(lua_State *L, const jv *v, int depth) {
     case JV_ARR: {
       lua_createtable(L, v->count, 0);
       int i = 0;
-      for (const jv *m = v->first; m && depth < LJ_DEPTH_CAP; m = m->next) {
+      for (const jv *m = v->first; m && depth < LIM_JSON_DEPTH_CAP; m = m->next) {
         lj_push(L, m, depth + 1);
         lua_rawseti(L, -2, ++i);
       }
@@ -241,7 +241,7 @@ void lj_push(lua_State *L, const jv *v, int depth) {
     }
     case JV_OBJ:
       lua_createtable(L, 0, v->count);
-      for (const jv *m = v->first; m && depth < LJ_DEPTH_CAP; m = m->next) {
+      for (const jv *m = v->first; m && depth < LIM_JSON_DEPTH_CAP; m = m->next) {
         lua_pushstring(L, m->key);
         lj_push(L, m, depth + 1);
         lua_rawset(L, -3);
@@ -253,13 +253,13 @@ void lj_push(lua_State *L, const jv *v, int depth) {
 /* core.json_encode(value [, { indent = n, max_depth = n }]) -> text; raises JSON_INVALID */
 static int l_encode(lua_State *L) {
   luaL_checkany(L, 1);
-  int indent = 0, max_depth = 100;
+  int indent = 0, max_depth = LIM_JSON_DEPTH;
   if (!lua_isnoneornil(L, 2)) {
     luaL_checktype(L, 2, LUA_TTABLE);
     lua_getfield(L, 2, "indent");
     indent = (int)luaL_optinteger(L, -1, 0);
     lua_getfield(L, 2, "max_depth");
-    max_depth = (int)luaL_optinteger(L, -1, 100);
+    max_depth = (int)luaL_optinteger(L, -1, LIM_JSON_DEPTH);
     lua_pop(L, 2);
   }
   sb_buf b;
@@ -267,7 +267,7 @@ static int l_encode(lua_State *L) {
   char err[128];
   if (lj_encode(L, 1, &b, indent, max_depth, err, sizeof err) != 0) {
     sb_free(&b);
-    return le_raise(L, "JSON_INVALID", err, 0);
+    return le_raise_code(L, LE_JSON_INVALID, err, 0);
   }
   lua_pushlstring(L, b.data ? b.data : "", b.len);
   sb_free(&b);
@@ -284,15 +284,15 @@ static int decode_gc(lua_State *L) {
 static int l_decode(lua_State *L) {
   size_t len;
   const char *text = luaL_checklstring(L, 1, &len);
-  int max_depth = 100;
+  int max_depth = LIM_JSON_DEPTH;
   if (!lua_isnoneornil(L, 2)) {
     luaL_checktype(L, 2, LUA_TTABLE);
     lua_getfield(L, 2, "max_depth");
-    max_depth = (int)luaL_optinteger(L, -1, 100);
+    max_depth = (int)luaL_optinteger(L, -1, LIM_JSON_DEPTH);
     lua_pop(L, 1);
   }
   if (max_depth < 1) max_depth = 1;
-  if (max_depth > LJ_DEPTH_CAP) max_depth = LJ_DEPTH_CAP;
+  if (max_depth > LIM_JSON_DEPTH_CAP) max_depth = LIM_JSON_DEPTH_CAP;
   /* the arena belongs to a userdata, so that an error while pushing cannot leak it */
   ar_arena *a = lua_newuserdata(L, sizeof *a);
   ar_init(a);
@@ -304,7 +304,7 @@ static int l_decode(lua_State *L) {
   jv *v = json_parse(a, text, len, max_depth, err, sizeof err);
   if (!v) {
     ar_free(a);
-    return le_raise(L, "JSON_INVALID", err, 0);
+    return le_raise_code(L, LE_JSON_INVALID, err, 0);
   }
   lj_push(L, v, 0);
   ar_free(a);

@@ -5,9 +5,8 @@
 #include <lua.h>
 
 #include "json.h"
+#include "luma_limits.h"
 #include "strbuf.h"
-
-#define LJ_DEPTH_CAP 1000
 
 /* Writes the value at idx as canonical JSON: object keys sorted bytewise,
    integers exact, floats shortest-round-trip, luma.null and nil as null, a

@@ -1,5 +1,6 @@
 #include "diag.h"
 
+#include "luma_limits.h"
 #include "utf8.h"
 
 #include <stdarg.h>
@@ -75,9 +76,9 @@ const char *dg_format(dg_list *d, const dg_item *it) {
   const char *eol = p;
   while (eol < end && *eol != '\n' && *eol != '\r') eol++;
   size_t linelen = (size_t)(eol - p);
-  if (linelen > 200) linelen = 200;
+  if (linelen > LIM_DIAG_LINE_BYTES) linelen = LIM_DIAG_LINE_BYTES;
   /* the caret line copies tabs so it lines up under the same character */
-  char caret[256];
+  char caret[LIM_DIAG_LINE_BYTES + 2];
   size_t n = 0;
   int col = 1;
   for (const char *q = p; q < p + linelen && col < it->col && n < sizeof caret - 2; q++) {
@@ -98,8 +99,8 @@ const char *dg_format(dg_list *d, const dg_item *it) {
 /* Optimal string alignment distance: edits and adjacent transpositions. */
 static size_t edit_distance(const char *a, const char *b) {
   size_t la = strlen(a), lb = strlen(b);
-  if (la > 64 || lb > 64) return (size_t)-1;
-  size_t rows[3][65], *prev2 = rows[0], *prev = rows[1], *cur = rows[2];
+  if (la > LIM_SUGGEST_WORD_BYTES || lb > LIM_SUGGEST_WORD_BYTES) return (size_t)-1;
+  size_t rows[3][LIM_SUGGEST_WORD_BYTES + 1], *prev2 = rows[0], *prev = rows[1], *cur = rows[2];
   for (size_t j = 0; j <= lb; j++) prev[j] = j;
   for (size_t i = 1; i <= la; i++) {
     cur[0] = i;

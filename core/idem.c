@@ -590,9 +590,9 @@ static int read_encrypted(id_store *s, const jv *root, long long now, id_table *
     seterr(why, whylen, "an incomplete encryption header");
     return 1;
   }
-  if ((unsigned long long)iterations > ID_KDF_MAX_ITERATIONS) {
+  if ((unsigned long long)iterations > LIM_IDEM_KDF_MAX_ITERATIONS) {
     seterr(err, errlen, "idempotency store %s asks for %lld key derivation iterations, more than %u", s->path,
-           iterations, ID_KDF_MAX_ITERATIONS);
+           iterations, LIM_IDEM_KDF_MAX_ITERATIONS);
     return -1;
   }
   size_t cap = data64->len / 4 * 3 + 1, len;
@@ -620,7 +620,7 @@ static int read_encrypted(id_store *s, const jv *root, long long now, id_table *
       ar_arena a;
       char perr[128];
       ar_init(&a);
-      const jv *records = json_parse(&a, (const char *)plain, len, ID_MAX_DEPTH + 2, perr, sizeof perr);
+      const jv *records = json_parse(&a, (const char *)plain, len, LIM_IDEM_MAX_DEPTH + 2, perr, sizeof perr);
       if (!records) seterr(why, whylen, "the decrypted records are not JSON (%s)", perr);
       else rc = read_records(s, records, now, t, why, whylen);
       ar_free(&a);
@@ -643,7 +643,7 @@ static int read_envelope(id_store *s, const char *text, size_t len, long long no
   long long version;
   int rc = 1;
   ar_init(&a);
-  const jv *root = json_parse(&a, text, len, ID_MAX_DEPTH + 3, perr, sizeof perr);
+  const jv *root = json_parse(&a, text, len, LIM_IDEM_MAX_DEPTH + 3, perr, sizeof perr);
   if (!root) {
     seterr(why, whylen, "not JSON (%s)", perr);
   } else if (!str_is(get_str(root, "format"), ID_FORMAT) || !get_int(root, "version", &version)) {
@@ -801,7 +801,7 @@ static int fs_quarantine(id_store *s, long long now, char *err, size_t errlen) {
   char *q = NULL;
   struct stat st;
   int free_name = 0;
-  for (int i = 0; i < 1000 && !free_name; i++) {
+  for (int i = 0; i < LIM_IDEM_QUARANTINE_TRIES && !free_name; i++) {
     free(q);
     q = i ? str_printf("%s.corrupt-%lld-%d", s->path, now, i) : str_printf("%s.corrupt-%lld", s->path, now);
     if (!q) break;
@@ -969,7 +969,7 @@ id_store *id_open_file_kdf(const char *path, const char *passphrase, unsigned it
     seterr(err, errlen, "idempotency: the passphrase is empty");
     return NULL;
   }
-  if (iterations < 1 || iterations > ID_KDF_MAX_ITERATIONS) {
+  if (iterations < 1 || iterations > LIM_IDEM_KDF_MAX_ITERATIONS) {
     seterr(err, errlen, "idempotency: %u key derivation iterations is out of range", iterations);
     return NULL;
   }
@@ -1064,7 +1064,7 @@ static char *normalize(const char *json, size_t len, size_t *outlen, char *err, 
   sb_buf b;
   ar_init(&a);
   sb_init(&b);
-  const jv *v = json ? json_parse(&a, json, len, ID_MAX_DEPTH, perr, sizeof perr) : NULL;
+  const jv *v = json ? json_parse(&a, json, len, LIM_IDEM_MAX_DEPTH, perr, sizeof perr) : NULL;
   if (!v) seterr(err, errlen, "idempotency: the result is not one JSON value (%s)", json ? perr : "NULL");
   else jv_write(&b, v, 0);
   ar_free(&a);

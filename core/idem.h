@@ -24,13 +24,13 @@
 
 #include <stddef.h>
 
-/* Nesting limit of a stored result (the file adds three levels around it). */
-#define ID_MAX_DEPTH 512
+#include "luma_limits.h"
+
+/* Nesting limit of a stored result (the file adds three levels around it);
+   the old name, until pipeline.c reads LIM_IDEM_MAX_DEPTH itself. */
+#define ID_MAX_DEPTH LIM_IDEM_MAX_DEPTH
 /* PBKDF2-HMAC-SHA256 iterations for a new encrypted file. */
 #define ID_KDF_ITERATIONS 200000u
-/* The most iterations an existing file may ask for; more is refused, so that a
-   crafted file cannot stall the open. */
-#define ID_KDF_MAX_ITERATIONS 10000000u
 
 typedef struct id_store id_store;
 

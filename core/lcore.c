@@ -2,6 +2,7 @@
 #define _XOPEN_SOURCE 700
 #include "luma.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 
 #include "compat.h"
 #include "lerror.h"
+#include "luma_limits.h"
 #include "ljson.h"
 #include "lmodule.h"
 #include "lprogram.h"
@@ -35,9 +37,9 @@ static int l_realpath(lua_State *L) {
 static int l_suggest(lua_State *L) {
   const char *word = luaL_checkstring(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
-  const char *names[64];
+  const char *names[LIM_SUGGEST_LIST];
   int n = 0;
-  for (int i = 1; n < 64; i++) {
+  for (int i = 1; n < LIM_SUGGEST_LIST; i++) {
     lc_rawgeti(L, 2, i);
     if (lua_type(L, -1) != LUA_TSTRING) { lua_pop(L, 1); break; }
     names[n++] = lua_tostring(L, -1);
@@ -61,6 +63,27 @@ static int l_isatty(lua_State *L) {
   return 1;
 }
 
+/* core.limits: { [name] = default } for every bound of base/luma_limits.h,
+   the name in lower case */
+static void push_limits(lua_State *L) {
+  static const struct { const char *name; int value; } limits[] = {
+#define LIM_ROW_(name, value, settable, doc) { #name, LIM_##name },
+    LUMA_LIMITS(LIM_ROW_)
+#undef LIM_ROW_
+  };
+  int n = (int)(sizeof limits / sizeof limits[0]);
+  lua_createtable(L, 0, n);
+  for (int i = 0; i < n; i++) {
+    char lower[64];
+    size_t j = 0;
+    for (; limits[i].name[j] && j < sizeof lower - 1; j++)
+      lower[j] = (char)tolower((unsigned char)limits[i].name[j]);
+    lower[j] = '\0';
+    lua_pushinteger(L, limits[i].value);
+    lua_setfield(L, -2, lower);
+  }
+}
+
 LUMA_API int luaopen_luma_core(lua_State *L) {
   static const luaL_Reg fns[] = {
     { "realpath", l_realpath },
@@ -76,6 +99,8 @@ LUMA_API int luaopen_luma_core(lua_State *L) {
   lj_open(L);
   lm_open(L);
   lr_open(L);
+  push_limits(L);
+  lua_setfield(L, -2, "limits");
   lua_pushlightuserdata(L, NULL);
   lua_setfield(L, -2, "null");
   lua_pushstring(L, LUMA_VERSION);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "lex.h"
+#include "luma_limits.h"
 #include "map.h"
 
 #define PS_LOOKAHEAD 5
@@ -868,7 +869,7 @@ ast_program *ps_parse(const char *src, size_t len, ar_arena *a, dg_list *diag, i
   p->src = src;
   p->a = a;
   p->diag = diag;
-  p->max_depth = max_depth > 0 ? max_depth : 200;
+  p->max_depth = max_depth > 0 ? max_depth : LIM_MAX_PARSE_DEPTH;
   lx_init(&p->lx, src, 0, len, 1, 1, diag);
   fill(p, 1);
   ast_program *prog = ar_alloc(a, sizeof *prog);

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "errors.h"
+#include "luma_limits.h"
 #include "map.h"
 #include "parse.h"
 #include "regex.h"
@@ -22,13 +24,19 @@ typedef struct pm_ctx {
 } pm_ctx;
 
 #define NAMES_TYPES (DC_MODEL + 1)
-/* Suggestions look at this many candidates at most, so that a huge program
+/* Suggestions look at LIM_SUGGEST_CANDIDATES at most, so that a huge program
    with many errors stays fast to check. */
-#define PM_SUGGEST_MAX 5000
 
 static ast_decl *lookup(pm_ctx *c, const char *name) { return mp_get(&c->decls, name, strlen(name)); }
 
 #define ERR(c, pos, ...) dg_error((c)->d, (pos).line, (pos).col, __VA_ARGS__)
+
+/* A consistency rule's message: its text is the catalogue's (base/errors.h). */
+static void rule(pm_ctx *c, ast_pos pos, le_msg m, const char *a, const char *b) {
+  char msg[512];
+  le_format_msg(msg, sizeof msg, m, a, b);
+  ERR(c, pos, "%s", msg);
+}
 
 static const char *const builtin_types[] = { "string", "int", "float", "bool", "any" };
 
@@ -44,7 +52,7 @@ static const char *kind_word(dc_kind k) {
 /* " Did you mean 'x'?" or "" */
 static const char *suggestion(pm_ctx *c, const char *word, const char *const *names, int n) {
   if (c->d->count >= c->d->max) return "";   /* the message will not be kept */
-  const char *s = dg_suggest(word, names, n < PM_SUGGEST_MAX ? n : PM_SUGGEST_MAX);
+  const char *s = dg_suggest(word, names, n < LIM_SUGGEST_CANDIDATES ? n : LIM_SUGGEST_CANDIDATES);
   return s ? ar_printf(c->a, " Did you mean '%s'?", s) : "";
 }
 
@@ -93,7 +101,7 @@ static int lit_number(const ast_expr *e, pm_num *out) {
 }
 
 static int is_literal(const ast_expr *e, int depth) {
-  if (!e || depth > 100) return 0;
+  if (!e || depth > LIM_MODEL_DEPTH) return 0;
   pm_num n;
   switch (e->kind) {
     case EX_NULL: case EX_TRUE: case EX_FALSE: case EX_INT: case EX_FLOAT: case EX_STRING:
@@ -131,7 +139,7 @@ static const char *type_text(pm_ctx *c, const ast_type *t) {
 /* ------------------------------------------------------------------ types */
 
 static pm_type *resolve_type(pm_ctx *c, const ast_type *t, int depth) {
-  if (!t || depth > 100) return NULL;
+  if (!t || depth > LIM_MODEL_DEPTH) return NULL;
   pm_type *pt = ar_alloc(c->a, sizeof *pt);
   if (!pt) return NULL;
   switch (t->kind) {
@@ -798,17 +806,17 @@ static void build_tool(pm_ctx *c, ast_decl *d) {
   const ast_config *cache = config_entry(d, "cache");
   ast_pos at_cache = cache ? cache->pos : d->name_pos;
   if (t->side_effects == SE_WRITE && t->cache)
-    ERR(c, at_cache, "Write tool '%s' cannot use cache.", d->name);
+    rule(c, at_cache, LE_MSG_WRITE_CACHED, d->name, NULL);
   if (t->side_effects == SE_WRITE && t->retries > 0 && !(t->idempotent && t->idempotency_key.present)) {
     const ast_config *e = config_entry(d, "retries");
-    ERR(c, e ? e->pos : d->name_pos, "A write tool '%s' must be idempotent and specify an idempotency_key to be retried.", d->name);
+    rule(c, e ? e->pos : d->name_pos, LE_MSG_WRITE_RETRIED, d->name, NULL);
   }
   if (t->idempotent && !config_entry(d, "idempotency_key")) {
     const ast_config *e = config_entry(d, "idempotent");
-    ERR(c, e ? e->pos : d->name_pos, "Idempotent tool '%s' must specify an idempotency_key.", d->name);
+    rule(c, e ? e->pos : d->name_pos, LE_MSG_IDEMPOTENT_NO_KEY, d->name, NULL);
   }
   if (t->nneeds > 0 && t->cache)
-    ERR(c, at_cache, "Cache cannot be used on a tool that uses needs: %s", d->name);
+    rule(c, at_cache, LE_MSG_CACHE_WITH_NEEDS, d->name, NULL);
   if (t->idempotency_key.present && !t->idempotent) {
     const ast_config *e = config_entry(d, "idempotency_key");
     ERR(c, e->pos, "Tool '%s' has an idempotency_key but is not idempotent: true.", d->name);
@@ -861,7 +869,7 @@ static void check_exprs(st_ctx *s, const ast_expr *e, int depth) {
 }
 
 static void check_expr(st_ctx *s, const ast_expr *e, int depth) {
-  if (!e || depth > 400) return;
+  if (!e || depth > LIM_CHECK_DEPTH) return;
   switch (e->kind) {
     case EX_TOOL:
       called_tool(s, e->tool, e->tool_pos);
@@ -877,7 +885,7 @@ static void check_expr(st_ctx *s, const ast_expr *e, int depth) {
       if (e->tool) {
         pm_tool *tool = called_tool(s, e->tool, e->tool_pos);
         if (tool && s->agent && !agent_allows(s->agent, tool))
-          ERR(s->c, e->tool_pos, "Agent '%s' does not allow the tool '%s' required by using tool.", s->agent->name, e->tool);
+          rule(s->c, e->tool_pos, LE_MSG_USING_TOOL_DENIED, s->agent->name, e->tool);
       }
       break;
     }
@@ -900,7 +908,7 @@ static void check_expr(st_ctx *s, const ast_expr *e, int depth) {
 }
 
 static void check_stmts(st_ctx *s, const ast_stmt *st, int depth) {
-  for (; st && depth <= 400; st = st->next) {
+  for (; st && depth <= LIM_CHECK_DEPTH; st = st->next) {
     if (st->type) resolve_type(s->c, st->type, 0);
     check_expr(s, st->expr, depth + 1);
     check_stmts(s, st->body, depth + 1);
@@ -937,9 +945,9 @@ static void check_agent(pm_ctx *c, ast_decl *d) {
 /* ------------------------------------------------------------------ build */
 
 void pm_default_limits(pm_limits *lim) {
-  lim->max_source_bytes = 8u << 20;
-  lim->max_errors = 50;
-  lim->max_parse_depth = 200;
+  lim->max_source_bytes = LIM_MAX_SOURCE_BYTES;
+  lim->max_errors = LIM_MAX_ERRORS;
+  lim->max_parse_depth = LIM_MAX_PARSE_DEPTH;
 }
 
 pm_program *pm_build(const char *src, size_t len, const char *chunk, const pm_limits *lim) {

@@ -6,14 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "luma_limits.h"
 #include "utf8.h"
 
 /* Bounds on untrusted patterns. Together they bound compile time and memory,
    and search time, which is at most input length times program size. */
-#define LRE_MAX_PATTERN 4096   /* bytes of pattern source */
-#define LRE_MAX_DEPTH   100    /* nesting of groups; bounds parser recursion */
-#define LRE_MAX_REPEAT  1000   /* largest n or m in {n}, {n,}, {n,m} */
-#define LRE_MAX_PROGRAM 20000  /* instructions, after counted repetition is expanded */
 
 #define LRE_MAX_CP 0x10FFFFu
 #define LRE_NO_CP  0xFFFFFFFFu   /* the "code point" before the input and after it */
@@ -121,13 +118,13 @@ static void *grow(void *buf, size_t *cap, size_t need, size_t elem, size_t limit
   return nb;
 }
 
-/* Makes room for extra more instructions, within LRE_MAX_PROGRAM. */
+/* Makes room for extra more instructions, within LIM_REGEX_MAX_PROGRAM. */
 static int reserve(lre_parser *p, size_t extra) {
   lre_inst *np;
-  if (extra > LRE_MAX_PROGRAM - p->n)
-    return fail(p, "pattern is too complex (over %d instructions)", LRE_MAX_PROGRAM);
+  if (extra > LIM_REGEX_MAX_PROGRAM - p->n)
+    return fail(p, "pattern is too complex (over %d instructions)", LIM_REGEX_MAX_PROGRAM);
   if (p->n + extra <= p->cap) return 0;
-  if (!(np = grow(p->prog, &p->cap, p->n + extra, sizeof *np, LRE_MAX_PROGRAM)))
+  if (!(np = grow(p->prog, &p->cap, p->n + extra, sizeof *np, LIM_REGEX_MAX_PROGRAM)))
     return fail(p, "out of memory");
   p->prog = np;
   return 0;
@@ -427,12 +424,12 @@ static int parse_class(lre_parser *p) {
   return finish_class(p, negate);
 }
 
-/* Reads a count of {n,m}, saturating above LRE_MAX_REPEAT. */
+/* Reads a count of {n,m}, saturating above LIM_REGEX_MAX_REPEAT. */
 static int parse_count(lre_parser *p, int *n) {
   int digits = 0;
   *n = 0;
   for (; is_digit(peek(p, 0)); p->pos++, digits++)
-    if (*n <= LRE_MAX_REPEAT) *n = *n * 10 + (peek(p, 0) - '0');
+    if (*n <= LIM_REGEX_MAX_REPEAT) *n = *n * 10 + (peek(p, 0) - '0');
   return digits;
 }
 
@@ -450,8 +447,8 @@ static int parse_braces(lre_parser *p, int *min, int *max) {
   }
   if (peek(p, 0) != '}') goto stray;
   p->pos++;
-  if (*min > LRE_MAX_REPEAT || *max > LRE_MAX_REPEAT)
-    return fail(p, "repetition count over %d at offset %zu", LRE_MAX_REPEAT, at);
+  if (*min > LIM_REGEX_MAX_REPEAT || *max > LIM_REGEX_MAX_REPEAT)
+    return fail(p, "repetition count over %d at offset %zu", LIM_REGEX_MAX_REPEAT, at);
   if (*max >= 0 && *min > *max)
     return fail(p, "numbers out of order in {} quantifier at offset %zu", at);
   return 0;
@@ -494,8 +491,8 @@ static int parse_disjunction(lre_parser *p, int depth);
 
 static int parse_group(lre_parser *p, int depth) {
   size_t at = p->pos;
-  if (depth >= LRE_MAX_DEPTH)
-    return fail(p, "groups are nested too deeply at offset %zu (max %d)", at, LRE_MAX_DEPTH);
+  if (depth >= LIM_REGEX_MAX_DEPTH)
+    return fail(p, "groups are nested too deeply at offset %zu (max %d)", at, LIM_REGEX_MAX_DEPTH);
   p->pos++;
   if (peek(p, 0) == '?') {
     int c1 = peek(p, 1), c2 = peek(p, 2);
@@ -615,8 +612,8 @@ lre *lre_compile(const char *pattern, size_t len, char *err, size_t errlen) {
   p.err = err;
   p.errlen = errlen;
   if (err && errlen) err[0] = '\0';
-  if (len > LRE_MAX_PATTERN) {
-    fail(&p, "pattern is too long (%zu bytes, max %d)", len, LRE_MAX_PATTERN);
+  if (len > LIM_REGEX_MAX_PATTERN) {
+    fail(&p, "pattern is too long (%zu bytes, max %d)", len, LIM_REGEX_MAX_PATTERN);
     return NULL;
   }
   if (parse_disjunction(&p, 0) < 0 ||

@@ -33,10 +33,10 @@ struct lv_program {
 };
 
 void lv_default_limits(lv_limits *lim) {
-  lim->max_depth = 100;
-  lim->max_string_bytes = 16u << 20;
-  lim->max_violations = 100;
-  lim->max_pattern_work = 1e8;
+  lim->max_depth = LIM_MAX_DEPTH;
+  lim->max_string_bytes = LIM_MAX_STRING_BYTES;
+  lim->max_violations = LIM_MAX_VIOLATIONS;
+  lim->max_pattern_work = LIM_MAX_PATTERN_WORK;
 }
 
 /* ---------------------------------------------------------------- binding */
@@ -58,7 +58,7 @@ static const char *intern(lua_State *L, int anchor, int *n, const char *s, size_
 static void push_literal(lua_State *L, const ast_expr *e, int depth);
 
 static void push_literal(lua_State *L, const ast_expr *e, int depth) {
-  if (!lua_checkstack(L, 3) || depth > 200) { lua_pushnil(L); return; }
+  if (!lua_checkstack(L, 3) || depth > LIM_DEFAULT_VALUE_DEPTH) { lua_pushnil(L); return; }
   switch (e->kind) {
     case EX_NULL: lua_pushlightuserdata(L, NULL); break;
     case EX_TRUE: lua_pushboolean(L, 1); break;
@@ -102,7 +102,7 @@ lv_program *lv_bind(lua_State *L, const pm_program *p, const lv_limits *lim) {
   if (!v) return NULL;
   v->p = p;
   if (lim) v->lim = *lim; else lv_default_limits(&v->lim);
-  if (v->lim.max_depth > LV_DEPTH_CAP) v->lim.max_depth = LV_DEPTH_CAP;
+  if (v->lim.max_depth > LIM_MAX_DEPTH_CAP) v->lim.max_depth = LIM_MAX_DEPTH_CAP;
   if (v->lim.max_depth < 1) v->lim.max_depth = 1;
   if (v->lim.max_violations < 1) v->lim.max_violations = 1;
   v->recs = calloc((size_t)p->nschemas + 1, sizeof *v->recs);
@@ -183,9 +183,9 @@ typedef struct lv_ctx {
   int failed;                 /* an error happened (trial) or the error cap was hit */
   lv_result *r;
   int depth;
-  lv_seg path[LV_DEPTH_CAP + 2];
+  lv_seg path[LIM_MAX_DEPTH_CAP + 2];
   int npath;
-  const void *tables[LV_DEPTH_CAP + 2];
+  const void *tables[LIM_MAX_DEPTH_CAP + 2];
   char keytext[64];           /* a rendered non-string key on the path */
 } lv_ctx;
 
@@ -472,7 +472,7 @@ static int find_field(const pm_schema *s, const lv_rec *r, const char *k, size_t
 }
 
 static void push_copy(lua_State *L, int idx, int depth) {
-  if (lua_type(L, idx) != LUA_TTABLE || depth > 200 || !lua_checkstack(L, 4)) {
+  if (lua_type(L, idx) != LUA_TTABLE || depth > LIM_DEFAULT_VALUE_DEPTH || !lua_checkstack(L, 4)) {
     lua_pushvalue(L, idx);
     return;
   }

@@ -9,6 +9,7 @@
 
 #include <lua.h>
 
+#include "luma_limits.h"
 #include "program.h"
 
 typedef struct lv_limits {
@@ -18,7 +19,9 @@ typedef struct lv_limits {
   double max_pattern_work;    /* bytes x pattern size, for one @pattern match */
 } lv_limits;
 
-#define LV_DEPTH_CAP 500      /* max_depth may not exceed this */
+/* max_depth may not exceed this; the old name, until lprogram.c reads
+   LIM_MAX_DEPTH_CAP itself */
+#define LV_DEPTH_CAP LIM_MAX_DEPTH_CAP
 
 void lv_default_limits(lv_limits *lim);
 

@@ -19,7 +19,7 @@ build = {
   modules = {
     ["luma.core"] = {
       sources = {
-        "base/arena.c", "base/strbuf.c", "base/map.c", "base/utf8.c", "base/json.c", "base/crypto.c", "base/lerror.c",
+        "base/arena.c", "base/strbuf.c", "base/map.c", "base/utf8.c", "base/json.c", "base/crypto.c", "base/errors.c", "base/lerror.c",
         "base/ljson.c",
         "sandbox/copy.c", "sandbox/state.c", "sandbox/module.c", "sandbox/call.c", "sandbox/bounded.c",
         "sandbox/strict.c", "sandbox/pattern.c", "sandbox/http.c", "sandbox/shim.c",

@@ -86,13 +86,6 @@ function commands.tools(args)
   return 0
 end
 
--- Errors that stop a program before it runs.
-local LOAD_ERRORS = {
-  PROGRAM_INVALID = true, CONFIG_INVALID = true, MODULE_INVALID = true, IO_ERROR = true,
-  TOOL_REGISTRY_CONFLICT = true, TOOL_NOT_REGISTERED = true, AGENT_NOT_FOUND = true, IDEMPOTENCY_STORE_ERROR = true,
-  METHOD_NOT_FOUND = true, INPUT_INVALID = true,
-}
-
 local function parse_run_args(args)
   local o = { tool_modules = {} }
   local i = 1
@@ -120,12 +113,15 @@ local function parse_run_args(args)
   return o
 end
 
-local function report(e)
+-- A failure before the program runs (loading it, its handlers, the agent, the
+-- method and its arguments) exits 2 with the message; one while it runs
+-- exits 1 with the code as well. Which one is told by where it was raised.
+local function report(e, before_run)
   if not luma.is_error(e) then
     err("Error: " .. tostring(e))
     return 1
   end
-  if LOAD_ERRORS[e.code] then
+  if before_run then
     print_load_error(e)
     return 2
   end
@@ -142,7 +138,7 @@ function commands.run(args)
   local loaded, program = pcall(luma.load, o.program, {
     tool_modules = o.tool_modules, config = o.config, trace = o.trace,
   })
-  if not loaded then return report(program) end
+  if not loaded then return report(program, true) end
   if o.emit_lua then
     io.stdout:write(program:emit_lua())
     return 0
@@ -150,16 +146,20 @@ function commands.run(args)
   local input = {}
   if o.input then
     local decoded, value = pcall(core.json_decode, o.input)
-    if not decoded then return report(luma.error { code = "INPUT_INVALID", message = "--input is not valid JSON: " .. value.message }) end
+    if not decoded then
+      return report(luma.error { code = "INPUT_INVALID", message = "--input is not valid JSON: " .. value.message }, true)
+    end
     if type(value) ~= "table" or getmetatable(value) == core.array_mt then
-      return report(luma.error { code = "INPUT_INVALID", message = "--input must be a JSON object of the method's arguments" })
+      return report(luma.error { code = "INPUT_INVALID", message = "--input must be a JSON object of the method's arguments" }, true)
     end
     input = value
   end
-  local ran, result = pcall(function()
-    if o.agent then return program:agent(o.agent):call(o.method or "run", input) end
-    return program:run()
+  local prepared, run = pcall(function()
+    if o.agent then return program:agent(o.agent):prepare(o.method or "run", input) end
+    return program:prepare()
   end)
+  if not prepared then return report(run, true) end
+  local ran, result = pcall(run)
   if not ran then return report(result) end
   out(core.json_encode(result == nil and luma.null or result, { indent = 2 }))
   return 0

@@ -195,12 +195,17 @@ function config.policy(file, policy)
     if policy[key] ~= nil then out[key] = expect(file, "tool_module_policy." .. key, policy[key], "boolean") end
   end
   if policy.max_memory_mb ~= nil then
-    out.max_memory_mb = integer_at_least(file, "tool_module_policy.max_memory_mb", policy.max_memory_mb, 16)
-    if out.max_memory_mb > 1048576 then fail(file, "tool_module_policy.max_memory_mb must be at most 1048576") end
+    out.max_memory_mb = integer_at_least(file, "tool_module_policy.max_memory_mb", policy.max_memory_mb,
+      core.limits.policy_min_memory_mb)
+    if out.max_memory_mb > core.limits.policy_max_memory_mb then
+      fail(file, "tool_module_policy.max_memory_mb must be at most " .. core.limits.policy_max_memory_mb)
+    end
   end
   if policy.max_concurrency ~= nil then
     out.max_concurrency = integer_at_least(file, "tool_module_policy.max_concurrency", policy.max_concurrency, 1)
-    if out.max_concurrency > 256 then fail(file, "tool_module_policy.max_concurrency must be at most 256") end
+    if out.max_concurrency > core.limits.policy_max_concurrency then
+      fail(file, "tool_module_policy.max_concurrency must be at most " .. core.limits.policy_max_concurrency)
+    end
   end
   return out
 end

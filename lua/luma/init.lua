@@ -13,15 +13,21 @@ local luma = {
   array_mt = core.array_mt, -- marks a table as a JSON array (an empty one prints as [])
   error = core.error,      -- luma.error{ code =, message =, retryable =, details = }
   is_error = core.is_error,
+  errors = core.errors,    -- the catalogue: { [code] = { meaning =, retryable = [, template =] } }
+  limits = core.limits,    -- every bound's default: { [name] = n }
   json = { encode = core.json_encode, decode = core.json_decode },
 }
 luma.ToolError = core.error
 luma.runtime = core.runtime   -- luma.runtime{ workers = n }: a pool and its calls, for luma.load's opts.runtime
 
-local DEFAULT_MAX_SOURCE_BYTES = 8 * 1024 * 1024
 
 local function raise(code, message)
   error(core.error { code = code, message = message }, 0)
+end
+
+-- Raises the code's fixed message, filled with the arguments.
+local function raise_fixed(code, ...)
+  raise(code, core.errors[code].template:format(...))
 end
 
 -- Compiles program text; raises a PROGRAM_INVALID error listing every problem.
@@ -35,7 +41,7 @@ end
 local function read_source(path, opts)
   local f, err = io.open(path, "rb")
   if not f then raise("IO_ERROR", "cannot read '" .. path .. "': " .. tostring(err):gsub("^[^:]*: ", "")) end
-  local limit = opts and opts.limits and opts.limits.max_source_bytes or DEFAULT_MAX_SOURCE_BYTES
+  local limit = opts and opts.limits and opts.limits.max_source_bytes or core.limits.max_source_bytes
   local readable, rerr = f:read(0)
   local size = f:seek("end")
   if (readable == nil and rerr) or not size then
@@ -135,15 +141,22 @@ end
 function Program:check_registry()
   local missing = self:missing_handlers()
   if #missing > 0 then
-    raise("TOOL_NOT_REGISTERED", "'" .. missing[1] .. "' is not registered in the tool registry.")
+    raise_fixed("TOOL_NOT_FOUND", missing[1])
   end
 end
 
 -- Runs the top-level statements; returns their variables as a table (and the
 -- list of their names, in order).
 function Program:run()
+  return self:prepare()()
+end
+
+-- program:prepare() -> run(): what can refuse the top-level statements before
+-- the first of them runs (handlers, the compiled chunk).
+function Program:prepare()
   self:check_registry()
-  return compiled_of(self).main(nil)
+  local main = compiled_of(self).main
+  return function() return main(nil) end
 end
 
 local Agent = {}
@@ -151,29 +164,38 @@ Agent.__index = Agent
 
 function Program:agent(name)
   if not self:declaration(name) or self:declaration(name).kind ~= "agent" then
-    raise("AGENT_NOT_FOUND", "Unknown agent '" .. tostring(name) .. "'.")
+    raise_fixed("AGENT_NOT_FOUND", tostring(name))
   end
   return setmetatable({ program = self, name = name }, Agent)
 end
 
--- agent:call(method, args): runs a method; the circuit breaker counts the
--- tool failures of this one call.
-function Agent:call(method, args)
+-- agent:prepare(method, args) -> run(): everything that can refuse the call
+-- before the method's first statement (handlers, method, arguments).
+function Agent:prepare(method, args)
   local program = self.program
   method = method or "run"
   program:check_registry()
   local fn = compiled_of(program).agents[self.name][method]
-  if not fn then raise("METHOD_NOT_FOUND", "Agent '" .. self.name .. "' has no method '" .. tostring(method) .. "'.") end
+  if not fn then raise_fixed("METHOD_NOT_FOUND", self.name, tostring(method)) end
   args = args or {}
   local ok, err = program:validate("__method_" .. self.name .. "_" .. method .. "_input", args)
   if not ok then
     err = core.error { code = "INPUT_INVALID", message = err.message, details = err.details }
     error(err, 0)
   end
-  local result = fn(program:scope(self.name), args)
-  local fits, why = program:check_return(self.name, method, result)
-  if not fits then error(why, 0) end
-  return result
+  local name = self.name
+  return function()
+    local result = fn(program:scope(name), args)
+    local fits, why = program:check_return(name, method, result)
+    if not fits then error(why, 0) end
+    return result
+  end
+end
+
+-- agent:call(method, args): runs a method; the circuit breaker counts the
+-- tool failures of this one call.
+function Agent:call(method, args)
+  return self:prepare(method, args)()
 end
 
 return luma

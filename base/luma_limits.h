@@ -1,0 +1,83 @@
+/* Every bound of the runtime, in one place: its name, its default, and
+   whether a user may set it through opts.limits (luma.load, luma.compile).
+   C code reads the defaults as LIM_<NAME>; Lua reads core.limits, { [name] =
+   default } with the name in lower case; the README's "Limits" table lists
+   the same rows (spec/15 checks it).
+
+   X(NAME, default, settable, what it bounds). Defaults fit an int.
+   (Not "limits.h": with -Ibase that name would hide the C library's.) */
+#ifndef LUMA_LUMA_LIMITS_H
+#define LUMA_LUMA_LIMITS_H
+
+#define LUMA_LIMITS(X) \
+  /* programs: opts.limits */ \
+  X(MAX_SOURCE_BYTES, 8 << 20, 1, "the size of a program, in bytes") \
+  X(MAX_ERRORS, 50, 1, "errors reported per file") \
+  X(MAX_PARSE_DEPTH, 200, 1, "nesting of expressions, blocks and types") \
+  X(MAX_PARSE_DEPTH_CAP, 1000, 0, "the largest max_parse_depth accepted") \
+  X(MAX_DEPTH, 100, 1, "nesting of tables in a validated value") \
+  X(MAX_DEPTH_CAP, 500, 0, "the largest max_depth accepted") \
+  X(MAX_STRING_BYTES, 16 << 20, 1, "one string in a validated value, in bytes") \
+  X(MAX_VIOLATIONS, 100, 1, "violations kept per validation (then details.truncated)") \
+  X(MAX_PATTERN_WORK, 100000000, 1, "bytes x pattern size for one @pattern match (about 0.2 s); a longer string fails its pattern rule") \
+  /* the program model */ \
+  X(CHECK_DEPTH, 400, 0, "nesting of statements and expressions the statement checker walks") \
+  X(MODEL_DEPTH, 100, 0, "nesting of a type, or of a literal, that the program model resolves") \
+  X(DEFAULT_VALUE_DEPTH, 200, 0, "nesting of a @default value, as built and as copied into a validated value") \
+  X(TYPE_DESCRIBE_DEPTH, 100, 0, "nesting of array types that program:schema and declarations describe") \
+  X(SUGGEST_CANDIDATES, 5000, 0, "declarations a \"Did you mean\" suggestion looks through") \
+  X(SUGGEST_LIST, 64, 0, "candidates core.suggest reads from its list") \
+  X(SUGGEST_WORD_BYTES, 64, 0, "the longest word a suggestion is made for, in bytes") \
+  X(DIAG_LINE_BYTES, 200, 0, "bytes of the source line shown under a diagnostic") \
+  /* @pattern regular expressions */ \
+  X(REGEX_MAX_PATTERN, 4096, 0, "bytes of a @pattern's source") \
+  X(REGEX_MAX_DEPTH, 100, 0, "nesting of groups in a @pattern") \
+  X(REGEX_MAX_REPEAT, 1000, 0, "the largest n or m of {n}, {n,}, {n,m} in a @pattern") \
+  X(REGEX_MAX_PROGRAM, 20000, 0, "instructions of a compiled @pattern, counted repetition expanded") \
+  /* JSON */ \
+  X(JSON_DEPTH, 100, 0, "nesting that core.json_encode and core.json_decode accept by default (their max_depth)") \
+  X(JSON_DEPTH_CAP, 1000, 0, "the largest max_depth core.json_encode and core.json_decode accept") \
+  X(JSON_NUMBER_BYTES, 400, 0, "the longest number literal of JSON text, in bytes") \
+  /* the pipeline */ \
+  X(INPUT_KEY_DEPTH, 100, 0, "nesting of a tool input written as a cache or idempotency key") \
+  X(CONTEXT_JSON_DEPTH, 64, 0, "nesting of a tool_contexts field parsed as json") \
+  X(TRACE_DEPTH, 10, 0, "nesting of a telemetry event written to the trace file") \
+  /* idempotency stores */ \
+  X(IDEM_MAX_DEPTH, 512, 0, "nesting of a result kept in an idempotency store") \
+  X(IDEM_KDF_MAX_ITERATIONS, 10000000, 0, "PBKDF2 iterations an encrypted store file may ask for") \
+  X(IDEM_QUARANTINE_TRIES, 1000, 0, "names tried for the quarantined copy of a corrupt store file") \
+  /* tool modules and their policy */ \
+  X(POLICY_MIN_MEMORY_MB, 16, 0, "the smallest max_memory_mb of a tool_module_policy") \
+  X(POLICY_MAX_MEMORY_MB, 1048576, 0, "the largest max_memory_mb of a tool_module_policy") \
+  X(POLICY_MAX_CONCURRENCY, 256, 0, "the largest max_concurrency of a tool_module_policy") \
+  X(MODULE_MAX_DEPENDENCIES, 256, 0, "dependencies a tool module's manifest may list") \
+  X(MODULE_MAX_SOURCE, 16 << 20, 0, "bytes of a tool module or dependency file") \
+  X(MODULE_LOAD_TIMEOUT_MS, 10000, 0, "milliseconds a module's top-level code may run") \
+  X(STATE_CLOSE_TIMEOUT_MS, 1000, 0, "milliseconds the __close handlers of a closing state may run") \
+  /* what a handler returns, copied out of its state */ \
+  X(COPY_DEPTH, 100, 0, "nesting of a value copied out of a tool module's state") \
+  X(COPY_DEPTH_CAP, 500, 0, "the largest nesting any copy between states allows") \
+  X(COPY_MAX_VALUES, 1000000, 0, "values in one copy between states") \
+  X(COPY_MAX_BYTES, 64 << 20, 0, "bytes of strings in one copy between states") \
+  /* the libraries of a strict state */ \
+  X(PRINT_MAX_BYTES, 64 << 10, 0, "bytes print may write in one call of a handler") \
+  X(MAX_OPEN_FILES, 32, 0, "files a strict module may have open at once") \
+  X(RANDOM_BYTES_MAX, 1 << 20, 0, "bytes crypto.random_bytes returns at once") \
+  X(SANDBOX_JSON_MAX_TEXT, 8 << 20, 0, "bytes json.decode reads, and json.encode writes, in a strict state") \
+  X(SANDBOX_JSON_MAX_VALUES, 1000000, 0, "values json.encode writes in a strict state") \
+  X(SANDBOX_JSON_DEPTH, 100, 0, "nesting json.encode and json.decode accept in a strict state") \
+  X(PATTERN_MAX_CAPTURES, 32, 0, "captures of a Lua pattern in a strict state (LUA_MAXCAPTURES)") \
+  X(PATTERN_MAX_DEPTH, 200, 0, "nested matcher calls of a Lua pattern in a strict state (MAXCCALLS)") \
+  /* luma.http */ \
+  X(HTTP_TIMEOUT_MS, 30000, 0, "milliseconds of a luma.http request without its own timeout_ms") \
+  X(HTTP_MAX_BYTES, 8 << 20, 0, "bytes of a luma.http request body, and of a response") \
+  X(HTTP_MAX_REDIRECTS, 5, 0, "redirects a luma.http request follows") \
+  X(HTTP_JSON_DEPTH, 100, 0, "nesting of a luma.http JSON body, sent or received")
+
+enum {
+#define LIM_ENUM_(name, value, settable, doc) LIM_##name = (value),
+  LUMA_LIMITS(LIM_ENUM_)
+#undef LIM_ENUM_
+};
+
+#endif
