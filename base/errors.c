@@ -69,19 +69,29 @@ static void vformat(char *out, size_t n, const char *tmpl, va_list ap) {
   vsnprintf(out, n, tmpl, ap);
 }
 
-const char *le_format(char *out, size_t n, le_code code, ...) {
-  va_list ap;
-  va_start(ap, code);
+const char *le_vformat(char *out, size_t n, le_code code, va_list ap) {
   vformat(out, n, le_template(code), ap);
-  va_end(ap);
   return le_name(code);
 }
 
-le_code le_format_msg(char *out, size_t n, le_msg msg, ...) {
+const char *le_format(char *out, size_t n, le_code code, ...) {
+  va_list ap;
+  va_start(ap, code);
+  const char *name = le_vformat(out, n, code, ap);
+  va_end(ap);
+  return name;
+}
+
+le_code le_vformat_msg(char *out, size_t n, le_msg msg, va_list ap) {
   const le_message *m = (unsigned)msg < LE_NMSGS ? &messages[msg] : NULL;
+  vformat(out, n, m ? m->tmpl : NULL, ap);
+  return m ? m->code : LE_RUNTIME_ERROR;
+}
+
+le_code le_format_msg(char *out, size_t n, le_msg msg, ...) {
   va_list ap;
   va_start(ap, msg);
-  vformat(out, n, m ? m->tmpl : NULL, ap);
+  le_code code = le_vformat_msg(out, n, msg, ap);
   va_end(ap);
-  return m ? m->code : LE_RUNTIME_ERROR;
+  return code;
 }

@@ -5,6 +5,7 @@
 #ifndef LUMA_ERRORS_H
 #define LUMA_ERRORS_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 /* X(CODE, retryable, meaning, template or NULL); sorted by code. A template's
@@ -87,5 +88,8 @@ int le_lookup(const char *name, le_code *out);
 const char *le_format(char *out, size_t n, le_code code, ...);
 /* The same for one of a code's several fixed messages; returns its code. */
 le_code le_format_msg(char *out, size_t n, le_msg msg, ...);
+/* Both, with the arguments as a va_list. */
+const char *le_vformat(char *out, size_t n, le_code code, va_list ap);
+le_code le_vformat_msg(char *out, size_t n, le_msg msg, va_list ap);
 
 #endif

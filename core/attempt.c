@@ -36,7 +36,7 @@ static long long backoff_ms(const pm_tool *t, int attempt) {
 }
 
 static int timed_out(lua_State *T, cl_call *c) {
-  return st_fail(T, c, "TOOL_TIMEOUT", "Tool '%s' timed out after %lld ms.", c->t->name, c->timeout);
+  return st_fail_fixed(T, c, LE_TOOL_TIMEOUT, c->t->name, c->timeout);
 }
 
 /* After an attempt, whose outcome is on top: done, or tried again later. */
@@ -44,7 +44,7 @@ static void after_attempt(lua_State *T, cl_call *c, int status) {
   const pm_tool *t = c->t;
   c->state = CS_FINISH;
   if (__atomic_load_n(&c->cancelled, __ATOMIC_ACQUIRE)) {
-    st_fail(T, c, "TOOL_CANCELLED", "Tool '%s' was cancelled.", t->name);
+    st_fail_fixed(T, c, LE_TOOL_CANCELLED, t->name);
     return;
   }
   if (status == 0) { st_ok_top(T, c); return; }
@@ -62,7 +62,7 @@ static void after_attempt(lua_State *T, cl_call *c, int status) {
 /* The host's signal: a table whose fields say whether the deadline passed. */
 static int host_signal_check(lua_State *L) {
   lua_getfield(L, 1, "aborted");
-  if (lua_toboolean(L, -1)) return le_raise(L, "TOOL_TIMEOUT", "The tool call's deadline passed.", 0);
+  if (lua_toboolean(L, -1)) return le_raise_code(L, LE_TOOL_TIMEOUT, "The tool call's deadline passed.", 0);
   return 0;
 }
 
@@ -75,7 +75,7 @@ static int run_host(lua_State *T, cl_call *c, long long timeout_ms) {
   lua_getfield(T, -1, t->name);
   lua_remove(T, -2);
   if (sx_copy(T, CV_INPUT, T, &c->pg->limits, why, sizeof why) != 0)
-    return st_fail(T, c, "TOOL_INPUT_INVALID", "%s.input cannot be passed to the handler: %s", t->name, why);
+    return st_fail(T, c, LE_TOOL_INPUT_INVALID, "%s.input cannot be passed to the handler: %s", t->name, why);
   lua_createtable(T, 0, 3);
   lua_pushboolean(T, 0);
   lua_setfield(T, -2, "aborted");
@@ -85,7 +85,7 @@ static int run_host(lua_State *T, cl_call *c, long long timeout_ms) {
   long long start = pl_mono_ms(T, c->pg);
   if (rt_enter(c->rt) != 0) {
     lua_pop(T, 4);
-    return st_fail(T, c, "TOOL_FAILED", "Tool '%s' was called from handlers nested too deeply.", t->name);
+    return st_fail(T, c, LE_TOOL_FAILED, "Tool '%s' was called from handlers nested too deeply.", t->name);
   }
   int status = lua_pcall(T, 3, 1, 0);
   rt_leave(c->rt);
@@ -101,7 +101,7 @@ static int run_host(lua_State *T, cl_call *c, long long timeout_ms) {
     lua_pop(T, 1);
     lua_pushfstring(T, "Tool '%s' raised a %s value.", t->name, luaL_typename(T, e));
   }
-  le_push(T, "TOOL_FAILED", lua_tostring(T, -1), 0, 0);
+  le_push_code(T, LE_TOOL_FAILED, lua_tostring(T, -1), 0);
   lua_remove(T, -2);
   return -1;
 }
@@ -137,7 +137,7 @@ void st_attempt(lua_State *T, cl_call *c) {
   if (!s && wait_room) s = sx_make(m, sx_now_ns() + left * 1000000LL, why, sizeof why);
   if (!s) {
     if (sx_closed(m)) {
-      st_fail(T, c, "TOOL_NOT_FOUND", "'%s' is not registered in the tool registry: its tool module was closed.", t->name);
+      st_module_closed(T, c);
       c->state = CS_FINISH;
       return;
     }
@@ -150,7 +150,7 @@ void st_attempt(lua_State *T, cl_call *c) {
       c->state = CS_STATE_WAIT;
       return;
     }
-    st_fail(T, c, "TOOL_TIMEOUT", "Tool '%s' could not run: %s.", t->name, why);
+    st_fail(T, c, LE_TOOL_TIMEOUT, "Tool '%s' could not run: %s.", t->name, why);
     c->state = CS_FINISH;
     return;
   }

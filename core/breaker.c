@@ -13,7 +13,7 @@ int st_breaker_open(lua_State *T, cl_call *c) {
   pl_scope *sc = c->scope;
   const pm_agent *ag = sc ? sc->agent : NULL;
   if (!ag || ag->tool_failure_limit < 0 || sc->failures < ag->tool_failure_limit) return 0;
-  return st_fail(T, c, "TOOL_CIRCUIT_OPEN",
+  return st_fail(T, c, LE_TOOL_CIRCUIT_OPEN,
                  "The circuit breaker of agent '%s' is open: %d tool calls failed in this method call.", ag->name,
                  sc->failures);
 }

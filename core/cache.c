@@ -3,6 +3,8 @@
    whose key matches a call in flight shares that call's run. */
 #include "steps.h"
 
+#include "luma_limits.h"
+
 #include "ljson.h"
 #include "strbuf.h"
 
@@ -11,7 +13,7 @@ static void push_key(lua_State *T, const pm_tool *t) {
   sb_buf b;
   sb_init(&b);
   char why[128];
-  if (lj_encode(T, CV_INPUT, &b, 0, 100, why, sizeof why) == 0) {
+  if (lj_encode(T, CV_INPUT, &b, 0, LIM_INPUT_KEY_DEPTH, why, sizeof why) == 0) {
     lua_pushfstring(T, "%s\n", t->name);
     lua_pushlstring(T, b.data ? b.data : "", b.len);
     lua_concat(T, 2);

@@ -24,27 +24,47 @@ static int set_failed(lua_State *T, cl_call *c) {
   return -1;
 }
 
-int st_fail(lua_State *T, cl_call *c, const char *code, const char *fmt, ...) {
+int st_fail(lua_State *T, cl_call *c, le_code code, const char *fmt, ...) {
   char msg[600];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  le_push(T, code, msg, 0, 0);
+  le_push_code(T, code, msg, 0);
+  return set_failed(T, c);
+}
+
+int st_fail_fixed(lua_State *T, cl_call *c, le_code code, ...) {
+  char msg[600];
+  va_list ap;
+  va_start(ap, code);
+  le_vformat(msg, sizeof msg, code, ap);
+  va_end(ap);
+  le_push_code(T, code, msg, 0);
+  return set_failed(T, c);
+}
+
+int st_fail_msg(lua_State *T, cl_call *c, le_msg m, ...) {
+  char msg[600];
+  va_list ap;
+  va_start(ap, m);
+  le_code code = le_vformat_msg(msg, sizeof msg, m, ap);
+  va_end(ap);
+  le_push_code(T, code, msg, 0);
   return set_failed(T, c);
 }
 
 int st_fail_top(lua_State *T, cl_call *c) {
   if (!le_is_error(T, -1)) {
     const char *msg = lua_type(T, -1) == LUA_TSTRING ? lua_tostring(T, -1) : "an error that is not a string";
-    le_push(T, "TOOL_FAILED", msg, 0, 0);
+    le_push_code(T, LE_TOOL_FAILED, msg, 0);
     lua_remove(T, -2);
   }
   return set_failed(T, c);
 }
 
-int st_fail_validation(lua_State *T, cl_call *c, const char *code, const lv_result *r) {
-  lv_push_error(T, code, r);
+int st_fail_validation(lua_State *T, cl_call *c, le_code code, const lv_result *r) {
+  lv_push_error(T, le_name(code), r);
   return set_failed(T, c);
 }
 
@@ -158,11 +178,11 @@ static void start(lua_State *T, cl_call *c) {
   if (st_breaker_open(T, c) != 0 || st_permissions(T, c) != 0) return;
   lv_result r;
   int bad = lv_validate(c->pg->v, T, CV_INPUT, t->input, t->input->display, LV_INPUT, &r);
-  if (bad) st_fail_validation(T, c, "TOOL_INPUT_INVALID", &r);
+  if (bad) st_fail_validation(T, c, LE_TOOL_INPUT_INVALID, &r);
   lv_result_free(&r);
   if (bad || st_needs(T, c) != 0) return;
   if (!lua_isnil(T, CV_NEEDS) && t->cache) {
-    st_fail(T, c, "TOOL_PERMISSION_DENIED", "Cache cannot be used on a tool that uses needs: %s", t->name);
+    st_fail_msg(T, c, LE_MSG_CACHE_WITH_NEEDS, t->name);
     return;
   }
   c->timeout = st_effective_timeout(c);
@@ -213,7 +233,7 @@ static void run_states(lua_State *T, cl_call *c) {
     if (cancelled(c) && c->state < CS_FINISH && !(c->state == CS_HANDLER && (c->job_out || c->job_done))) {
       if (c->state == CS_HANDLER) st_abandon(c);   /* a job made ready, never run */
       if (c->leader) { cl_release(c->leader); c->leader = NULL; }
-      st_fail(T, c, "TOOL_CANCELLED", "Tool '%s' was cancelled.", c->t->name);
+      st_fail_fixed(T, c, LE_TOOL_CANCELLED, c->t->name);
       c->state = CS_FINISH;
     }
     switch (c->state) {
@@ -281,7 +301,7 @@ cl_status cl_step(cl_call *c, long long *wait_ms) {
     snprintf(why, sizeof why, "Tool '%s' could not be called: %s", c->t->name, msg);
     lua_settop(T, 0);
     lua_settop(T, CV_COUNT);
-    le_push(T, "TOOL_FAILED", why, 0, 0);
+    le_push_code(T, LE_TOOL_FAILED, why, 0);
     lua_replace(T, CV_VALUE);
     c->ok = 0;
     if (c->held) { id_abort(c->pg->idem, c->t->name, c->ikey, c->ikeylen); c->held = 0; }

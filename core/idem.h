@@ -28,7 +28,6 @@
 
 /* Nesting limit of a stored result (the file adds three levels around it);
    the old name, until pipeline.c reads LIM_IDEM_MAX_DEPTH itself. */
-#define ID_MAX_DEPTH LIM_IDEM_MAX_DEPTH
 /* PBKDF2-HMAC-SHA256 iterations for a new encrypted file. */
 #define ID_KDF_ITERATIONS 200000u
 

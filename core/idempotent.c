@@ -4,6 +4,8 @@
    replay, conflict, or wait for the claim of another process or call. */
 #include "steps.h"
 
+#include "luma_limits.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,11 +47,11 @@ static int push_key(lua_State *T, cl_call *c) {
     }
     default: break;
   }
-  return st_fail(T, c, "TOOL_INPUT_INVALID", "Tool '%s' has no usable idempotency key in its input.", t->name);
+  return st_fail(T, c, LE_TOOL_INPUT_INVALID, "Tool '%s' has no usable idempotency key in its input.", t->name);
 }
 
 static int conflict(lua_State *T, cl_call *c) {
-  return st_fail(T, c, "TOOL_IDEMPOTENCY_CONFLICT",
+  return st_fail(T, c, LE_TOOL_IDEMPOTENCY_CONFLICT,
                  "Tool '%s' was already called with idempotency key '%.200s' and another input.", c->t->name, c->ikey);
 }
 
@@ -61,15 +63,15 @@ int st_idem_lookup(lua_State *T, cl_call *c) {
   const char *key = lua_tolstring(T, CV_IKEY, &len);
   free(c->ikey);
   c->ikey = malloc(len + 1);
-  if (!c->ikey) return st_fail(T, c, "TOOL_FAILED", "out of memory");
+  if (!c->ikey) return st_fail(T, c, LE_TOOL_FAILED, "out of memory");
   memcpy(c->ikey, key, len + 1);
   c->ikeylen = len;
   sb_buf b;
   sb_init(&b);
   char err[256];
-  if (lj_encode(T, CV_INPUT, &b, 0, 100, err, sizeof err) != 0) {
+  if (lj_encode(T, CV_INPUT, &b, 0, LIM_INPUT_KEY_DEPTH, err, sizeof err) != 0) {
     sb_free(&b);
-    return st_fail(T, c, "TOOL_INPUT_INVALID", "%s.input cannot be hashed: %s", t->name, err);
+    return st_fail(T, c, LE_TOOL_INPUT_INVALID, "%s.input cannot be hashed: %s", t->name, err);
   }
   cr_sha256_hex(b.data ? b.data : "", b.len, c->hash);
   sb_free(&b);
@@ -98,11 +100,11 @@ int st_idem_begin(lua_State *T, cl_call *c) {
     case ID_REPLAY: {
       ar_arena a;
       ar_init(&a);
-      jv *v = json_parse(&a, stored, strlen(stored), ID_MAX_DEPTH, err, sizeof err);
+      jv *v = json_parse(&a, stored, strlen(stored), LIM_IDEM_MAX_DEPTH, err, sizeof err);
       free(stored);
       if (v) lj_push(T, v, 0);
       ar_free(&a);
-      if (!v) return st_fail(T, c, "IDEMPOTENCY_STORE_ERROR", "A stored result of tool '%s' cannot be read: %s", t->name, err);
+      if (!v) return st_fail(T, c, LE_IDEMPOTENCY_STORE_ERROR, "A stored result of tool '%s' cannot be read: %s", t->name, err);
       c->ev.idempotent_replay = 1;
       st_ok_top(T, c);
       return 1;
@@ -113,14 +115,14 @@ int st_idem_begin(lua_State *T, cl_call *c) {
       /* another process, or another call, runs it: look again later */
       long long now = pl_mono_ms(T, pg);
       if (now + ST_IDEM_WAIT_MS >= c->deadline)
-        return st_fail(T, c, "TOOL_TIMEOUT", "Tool '%s' timed out waiting for another call with idempotency key '%.200s'.",
+        return st_fail(T, c, LE_TOOL_TIMEOUT, "Tool '%s' timed out waiting for another call with idempotency key '%.200s'.",
                        t->name, c->ikey);
       c->wake_at = now + ST_IDEM_WAIT_MS;
       c->state = CS_IDEM_WAIT;
       return 0;
     }
     default:
-      return st_fail(T, c, "IDEMPOTENCY_STORE_ERROR", "The idempotency store failed for tool '%s': %s", t->name, err);
+      return st_fail(T, c, LE_IDEMPOTENCY_STORE_ERROR, "The idempotency store failed for tool '%s': %s", t->name, err);
   }
 }
 
@@ -136,14 +138,14 @@ int st_idem_settle(lua_State *T, cl_call *c, int result) {
   sb_buf b;
   sb_init(&b);
   char err[256];
-  int r = lj_encode(T, CV_VALUE, &b, 0, ID_MAX_DEPTH - 1, err, sizeof err);
+  int r = lj_encode(T, CV_VALUE, &b, 0, LIM_IDEM_MAX_DEPTH - 1, err, sizeof err);
   if (r == 0)
     r = id_commit(pg->idem, t->name, c->ikey, c->ikeylen, c->hash, b.data ? b.data : "null", b.len, pl_wall_ms(T, pg),
                   t->idempotency_ttl_ms, err, sizeof err);
   sb_free(&b);
   if (r != 0) {
     id_abort(pg->idem, t->name, c->ikey, c->ikeylen);
-    return st_fail(T, c, "IDEMPOTENCY_STORE_ERROR", "The result of tool '%s' could not be stored: %s", t->name, err);
+    return st_fail(T, c, LE_IDEMPOTENCY_STORE_ERROR, "The result of tool '%s' could not be stored: %s", t->name, err);
   }
   return 0;
 }

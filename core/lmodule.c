@@ -6,6 +6,7 @@
 
 #include "compat.h"
 #include "lerror.h"
+#include "luma_limits.h"
 
 #define LM_METATABLE "luma.Module"
 
@@ -96,11 +97,12 @@ static int l_load_module(lua_State *L) {
   man.integrity = opt_field(L, 1, "integrity");
   man.dependency_root = opt_field(L, 1, "dependency_root");
   lua_getfield(L, 1, "dependencies");
-  const char *deps[256];
+  const char *deps[LIM_MODULE_MAX_DEPENDENCIES];
   if (!lua_isnil(L, -1)) {
     luaL_checktype(L, -1, LUA_TTABLE);
     int n = (int)lc_rawlen(L, -1);
-    if (n > 256) return luaL_error(L, "a tool module may list at most 256 dependencies");
+    if (n > LIM_MODULE_MAX_DEPENDENCIES)
+      return luaL_error(L, "a tool module may list at most %d dependencies", LIM_MODULE_MAX_DEPENDENCIES);
     for (int i = 0; i < n; i++) {
       lc_rawgeti(L, -1, i + 1);
       deps[i] = luaL_checkstring(L, -1);

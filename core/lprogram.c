@@ -11,6 +11,7 @@
 #include "lerror.h"
 #include "ljson.h"
 #include "lruntime.h"
+#include "luma_limits.h"
 #include "pipeline.h"
 #include "validate.h"
 
@@ -88,8 +89,8 @@ static void read_opts(lua_State *L, int idx, lp_opts *o) {
     switch (which) {
       case 0: o->pm.max_source_bytes = (size_t)n; break;
       case 1: o->pm.max_errors = small; break;
-      case 2: o->pm.max_parse_depth = small > 1000 ? 1000 : small; break;
-      case 3: o->lv.max_depth = small > LV_DEPTH_CAP ? LV_DEPTH_CAP : small; break;
+      case 2: o->pm.max_parse_depth = small > LIM_MAX_PARSE_DEPTH_CAP ? LIM_MAX_PARSE_DEPTH_CAP : small; break;
+      case 3: o->lv.max_depth = small > LIM_MAX_DEPTH_CAP ? LIM_MAX_DEPTH_CAP : small; break;
       case 4: o->lv.max_string_bytes = (size_t)n; break;
       case 5: o->lv.max_violations = small; break;
       case 6: o->lv.max_pattern_work = (double)n; break;
@@ -217,7 +218,7 @@ static void push_type(lua_State *L, const pm_type *t, int depth) {
     la_push_strs(L, t->values, t->nvalues);
     lua_setfield(L, -2, "values");
   }
-  if (t->kind == PT_ARRAY && depth < 100) {
+  if (t->kind == PT_ARRAY && depth < LIM_TYPE_DESCRIBE_DEPTH) {
     push_type(L, t->elem, depth + 1);
     lua_setfield(L, -2, "items");
   }

@@ -12,6 +12,7 @@
 #include "compat.h"
 #include "idem.h"
 #include "lcall.h"
+#include "errors.h"
 #include "lerror.h"
 #include "lmodule.h"
 #include "steps.h"
@@ -147,8 +148,9 @@ int lr_scope(lua_State *L, pl_program *pg) {
   const char *name = luaL_checkstring(L, 2);
   const pm_agent *ag = pm_find_agent(pg->p, name);
   if (!ag) {
-    lua_pushfstring(L, "Unknown agent '%s'.", name);
-    return le_raise(L, "AGENT_NOT_FOUND", lua_tostring(L, -1), 0);
+    char msg[300];
+    le_format(msg, sizeof msg, LE_AGENT_NOT_FOUND, name);
+    return le_raise_code(L, LE_AGENT_NOT_FOUND, msg, 0);
   }
   scope_box *s = lua_newuserdata(L, sizeof *s);
   s->sc = NULL;
@@ -339,8 +341,9 @@ int lr_call_all(lua_State *L, pl_program *pg) {
 /* ------------------------------------------------ registration, config */
 
 static int conflict(lua_State *L, const pm_tool *t) {
-  lua_pushfstring(L, "Tool registry conflict: %s.", t->name);
-  return le_raise(L, "TOOL_REGISTRY_CONFLICT", lua_tostring(L, -1), 0);
+  char msg[300];
+  le_format(msg, sizeof msg, LE_TOOL_REGISTRY_CONFLICT, t->name);
+  return le_raise_code(L, LE_TOOL_REGISTRY_CONFLICT, msg, 0);
 }
 
 int lr_register(lua_State *L, pl_program *pg, const pm_tool *t) {

@@ -3,6 +3,8 @@
    and checked against the need's schema. They reach the handler only. */
 #include "steps.h"
 
+#include "luma_limits.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -29,7 +31,7 @@ static int push_field(lua_State *T, cl_call *c, const char *need, const char *fi
   if (!parse) parse = "string";
   const char *value = var ? pl_lookup(T, c->pg, var) : (lua_pushnil(T), NULL);
   if (!value)
-    return st_fail(T, c, "TOOL_CONTEXT_INVALID", "Tool '%s' needs '%s', but %s (for %s) is not set.", t->name, need,
+    return st_fail(T, c, LE_TOOL_CONTEXT_INVALID, "Tool '%s' needs '%s', but %s (for %s) is not set.", t->name, need,
                    var ? var : "?", field);
   int at = lua_gettop(T);
   char *end;
@@ -50,7 +52,7 @@ static int push_field(lua_State *T, cl_call *c, const char *need, const char *fi
     ar_arena a;
     ar_init(&a);
     char why[128];
-    jv *v = json_parse(&a, value, strlen(value), 64, why, sizeof why);
+    jv *v = json_parse(&a, value, strlen(value), LIM_CONTEXT_JSON_DEPTH, why, sizeof why);
     if (v) { lj_push(T, v, 0); ok = 1; }
     ar_free(&a);
   }
@@ -58,7 +60,7 @@ static int push_field(lua_State *T, cl_call *c, const char *need, const char *fi
     lua_remove(T, at);
     return 0;
   }
-  return st_fail(T, c, "TOOL_CONTEXT_INVALID", "Tool '%s' needs '%s', but %s (for %s) is not a valid %s.", t->name,
+  return st_fail(T, c, LE_TOOL_CONTEXT_INVALID, "Tool '%s' needs '%s', but %s (for %s) is not a valid %s.", t->name,
                  need, var, field, parse);
 }
 
@@ -71,7 +73,7 @@ int st_needs(lua_State *T, cl_call *c) {
   for (int i = 0; i < t->nneeds; i++) {
     const pm_need *need = &t->needs[i];
     if (ag && ag->tool_contexts.present && !listed(&ag->tool_contexts, need->name))
-      return st_fail(T, c, "TOOL_CONTEXT_INVALID", "Tool '%s' needs '%s', which the agent's tool_contexts do not allow.",
+      return st_fail(T, c, LE_TOOL_CONTEXT_INVALID, "Tool '%s' needs '%s', which the agent's tool_contexts do not allow.",
                      t->name, need->name);
     int found = pl_push_anchor(T, c->pg, "contexts") == LUA_TTABLE;
     if (found) {
@@ -80,7 +82,7 @@ int st_needs(lua_State *T, cl_call *c) {
       found = lua_type(T, -1) == LUA_TTABLE;
     }
     if (!found)
-      return st_fail(T, c, "TOOL_CONTEXT_INVALID",
+      return st_fail(T, c, LE_TOOL_CONTEXT_INVALID,
                      "Tool '%s' needs '%s', which no tool_contexts entry of the configuration provides.", t->name,
                      need->name);
     int spec = lua_gettop(T);
@@ -99,7 +101,7 @@ int st_needs(lua_State *T, cl_call *c) {
     snprintf(root, sizeof root, "%s.needs.%s", t->name, need->name);
     lv_result r;
     int bad = lv_validate(c->pg->v, T, value, need->schema, root, LV_INPUT, &r);
-    if (bad) st_fail_validation(T, c, "TOOL_CONTEXT_INVALID", &r);
+    if (bad) st_fail_validation(T, c, LE_TOOL_CONTEXT_INVALID, &r);
     lv_result_free(&r);
     if (bad) return -1;
     lua_setfield(T, out, need->name);

@@ -26,7 +26,7 @@ static void check_typed_error(lua_State *T, cl_call *c) {
   lv_result r;
   int bad = lv_validate(c->pg->v, T, -1, t->error, root, LV_OUTPUT, &r);
   lua_pop(T, 1);
-  if (bad) st_fail_validation(T, c, "TOOL_ERROR_INVALID", &r);
+  if (bad) st_fail_validation(T, c, LE_TOOL_ERROR_INVALID, &r);
   lv_result_free(&r);
 }
 
@@ -42,7 +42,7 @@ void st_finish(lua_State *T, cl_call *c) {
   int bad = lv_validate(c->pg->v, T, CV_VALUE, t->output, t->output_root, LV_OUTPUT, &r);
   if (bad) {
     st_idem_settle(T, c, 0);
-    st_fail_validation(T, c, "TOOL_OUTPUT_INVALID", &r);
+    st_fail_validation(T, c, LE_TOOL_OUTPUT_INVALID, &r);
     lv_result_free(&r);
     return;
   }

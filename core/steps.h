@@ -24,6 +24,7 @@
 #include <lua.h>
 
 #include "call.h"
+#include "errors.h"
 #include "pipeline.h"
 #include "pool.h"
 #include "runtime.h"
@@ -95,12 +96,16 @@ struct cl_call {
 };
 
 /* Stores an error of the call's tool in CV_VALUE and marks the call failed;
-   returns -1. fmt is a printf format. */
-int st_fail(lua_State *T, cl_call *c, const char *code, const char *fmt, ...)
+   each returns -1. st_fail: a message of its own (fmt is a printf format);
+   st_fail_fixed: the code's message in the catalogue (errors.h), filled with
+   the arguments; st_fail_msg: one of the catalogue's fixed messages. */
+int st_fail(lua_State *T, cl_call *c, le_code code, const char *fmt, ...)
 #if defined(__GNUC__)
   __attribute__((format(printf, 4, 5)))
 #endif
   ;
+int st_fail_fixed(lua_State *T, cl_call *c, le_code code, ...);
+int st_fail_msg(lua_State *T, cl_call *c, le_msg msg, ...);
 /* Takes the value on top as the call's error (adding the tool's name). */
 int st_fail_top(lua_State *T, cl_call *c);
 /* Takes the value on top as the call's result. */
@@ -109,10 +114,11 @@ void st_ok_top(lua_State *T, cl_call *c);
 const char *st_error_code(lua_State *T, int e);
 int st_error_retryable(lua_State *T, int e);
 /* Stores the error of a failed validation, with this code. */
-int st_fail_validation(lua_State *T, cl_call *c, const char *code, const lv_result *r);
+int st_fail_validation(lua_State *T, cl_call *c, le_code code, const lv_result *r);
 
-/* policy.c: steps 1 to 5. */
+/* policy.c: steps 1 to 5; and the error of a tool whose module was closed. */
 int st_permissions(lua_State *T, cl_call *c);
+int st_module_closed(lua_State *T, cl_call *c);
 /* needs.c: step 7; CV_NEEDS gets the needs table, or stays nil. */
 int st_needs(lua_State *T, cl_call *c);
 /* cache.c: step 8. The key goes to CV_CKEY (nil when the tool is not cached

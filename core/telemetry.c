@@ -3,6 +3,8 @@
    in it. */
 #include "steps.h"
 
+#include "luma_limits.h"
+
 #include <stdio.h>
 
 #include "compat.h"
@@ -51,7 +53,7 @@ void st_emit(lua_State *T, cl_call *c) {
     sb_buf b;
     sb_init(&b);
     char err[128];
-    if (lj_encode(T, e, &b, 0, 10, err, sizeof err) == 0) {
+    if (lj_encode(T, e, &b, 0, LIM_TRACE_DEPTH, err, sizeof err) == 0) {
       fwrite(b.data, 1, b.len, pg->trace);
       fputc('\n', pg->trace);
       fflush(pg->trace);

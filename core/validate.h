@@ -21,7 +21,6 @@ typedef struct lv_limits {
 
 /* max_depth may not exceed this; the old name, until lprogram.c reads
    LIM_MAX_DEPTH_CAP itself */
-#define LV_DEPTH_CAP LIM_MAX_DEPTH_CAP
 
 void lv_default_limits(lv_limits *lim);
 

@@ -268,16 +268,16 @@ static void test_persistence(void) {
   CT_CHECK(commit(s, "t", K("\x80raw"), "in", "2", T0, TTL, err, sizeof err) == 0, "%s", err);
   EXPECT(begin(s, "t", K("claimed"), "in", T0, NULL), ID_RUN);
   /* the deepest result allowed, and one level more */
-  char deep[2 * ID_MAX_DEPTH + 8];
-  memset(deep, '[', ID_MAX_DEPTH);
-  memset(deep + ID_MAX_DEPTH, ']', ID_MAX_DEPTH);
-  deep[2 * ID_MAX_DEPTH] = '\0';
-  CT_CHECK(commit(s, "t", K("deep"), "in", deep, T0, TTL, err, sizeof err) == 0, "%d levels: %s", ID_MAX_DEPTH, err);
-  char deeper[2 * ID_MAX_DEPTH + 8];
-  memset(deeper, '[', ID_MAX_DEPTH + 1);
-  memset(deeper + ID_MAX_DEPTH + 1, ']', ID_MAX_DEPTH + 1);
-  deeper[2 * ID_MAX_DEPTH + 2] = '\0';
-  CT_CHECK(commit(s, "t", K("deeper"), "in", deeper, T0, TTL, err, sizeof err) == -1, "%d levels", ID_MAX_DEPTH + 1);
+  char deep[2 * LIM_IDEM_MAX_DEPTH + 8];
+  memset(deep, '[', LIM_IDEM_MAX_DEPTH);
+  memset(deep + LIM_IDEM_MAX_DEPTH, ']', LIM_IDEM_MAX_DEPTH);
+  deep[2 * LIM_IDEM_MAX_DEPTH] = '\0';
+  CT_CHECK(commit(s, "t", K("deep"), "in", deep, T0, TTL, err, sizeof err) == 0, "%d levels: %s", LIM_IDEM_MAX_DEPTH, err);
+  char deeper[2 * LIM_IDEM_MAX_DEPTH + 8];
+  memset(deeper, '[', LIM_IDEM_MAX_DEPTH + 1);
+  memset(deeper + LIM_IDEM_MAX_DEPTH + 1, ']', LIM_IDEM_MAX_DEPTH + 1);
+  deeper[2 * LIM_IDEM_MAX_DEPTH + 2] = '\0';
+  CT_CHECK(commit(s, "t", K("deeper"), "in", deeper, T0, TTL, err, sizeof err) == -1, "%d levels", LIM_IDEM_MAX_DEPTH + 1);
   text = slurp(path, NULL);
   CT_CHECK(strstr(text, "\"result\":{\"ok\":true}") != NULL, "the result is a JSON value in the file: %s", text);
   CT_CHECK(strstr(text, "\"key\":\"nul\\u0000key\"") != NULL, "a NUL in a key is escaped");
