@@ -13,7 +13,7 @@ OPT       ?= -O2
 CSTD      = -std=c99 -D_POSIX_C_SOURCE=200809L
 WARN      = -Wall -Wextra -Wshadow -Wundef -Wwrite-strings -Wmissing-prototypes -Wstrict-prototypes
 CFLAGS    ?= $(OPT) -g
-ALL_CFLAGS = $(CSTD) $(WARN) $(CFLAGS) -fPIC -fvisibility=hidden -I$(LUA_INCDIR) -Icore -Isandbox
+ALL_CFLAGS = $(CSTD) $(WARN) $(CFLAGS) -fPIC -fvisibility=hidden -I$(LUA_INCDIR) -Ibase -Icore -Isandbox
 LIBS      = -lmbedcrypto -lcurl -lpthread -lm
 
 ifeq ($(SANITIZE),1)
@@ -28,16 +28,18 @@ else
 BUILD     ?= build
 endif
 
-# The C sources of luma.core: the Lua-free units, then the Lua binding.
+# The C sources of luma.core: the Lua-free units (base/ is shared by core/
+# and sandbox/), then the Lua binding.
+BASE      = base/transport.c
 CORE_PURE = core/arena.c core/map.c core/diag.c core/lex.c core/parse.c core/program.c core/regex.c \
             core/strbuf.c core/json.c core/jsonschema.c core/crypto.c core/idem.c
 CORE_LUA  = core/validate.c core/lerror.c core/ljson.c core/lprogram.c core/last.c core/lmodule.c \
             core/pipeline.c core/lruntime.c core/lcore.c
 SANDBOX   = sandbox/copy.c sandbox/state.c sandbox/module.c sandbox/call.c sandbox/bounded.c \
             sandbox/strict.c sandbox/pattern.c sandbox/http.c
-CORE_SRC  = $(CORE_PURE) $(CORE_LUA) $(SANDBOX)
+CORE_SRC  = $(BASE) $(CORE_PURE) $(CORE_LUA) $(SANDBOX)
 PURE_OBJ  = $(CORE_PURE:core/%.c=$(BUILD)/obj/%.o)
-CORE_OBJ  = $(CORE_PURE:core/%.c=$(BUILD)/obj/%.o) $(CORE_LUA:core/%.c=$(BUILD)/obj/%.o) \
+CORE_OBJ  = $(BASE:base/%.c=$(BUILD)/obj/base_%.o) $(CORE_PURE:core/%.c=$(BUILD)/obj/%.o) $(CORE_LUA:core/%.c=$(BUILD)/obj/%.o) \
             $(SANDBOX:sandbox/%.c=$(BUILD)/obj/sx_%.o)
 CTESTS    = $(patsubst spec/c/%.c,$(BUILD)/%,$(wildcard spec/c/test_*.c))
 
@@ -66,10 +68,13 @@ help:
 	@echo "make install    install into PREFIX=$(PREFIX)"
 	@echo "make clean      remove build/"
 
-$(BUILD)/obj/%.o: core/%.c core/*.h sandbox/*.h | $(BUILD)/obj
+$(BUILD)/obj/%.o: core/%.c base/*.h core/*.h sandbox/*.h | $(BUILD)/obj
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
-$(BUILD)/obj/sx_%.o: sandbox/%.c sandbox/*.h core/*.h | $(BUILD)/obj
+$(BUILD)/obj/base_%.o: base/%.c base/*.h core/*.h | $(BUILD)/obj
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/sx_%.o: sandbox/%.c base/*.h sandbox/*.h core/*.h | $(BUILD)/obj
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 $(BUILD)/obj/host.o: core/host.c core/luma.h | $(BUILD)/obj
@@ -139,7 +144,7 @@ FUZZ_SECONDS ?= 600
 fuzz:
 	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES="$(FUZZ_PACKAGES)"
 	mkdir -p build/fuzz
-	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -I$(LUA_INCDIR) -Icore -Isandbox \
+	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -I$(LUA_INCDIR) -Ibase -Icore -Isandbox \
 	  spec/fuzz/parse_fuzz.c $(CORE_SRC) $(LUA_LIB) $(LIBS) -o build/fuzz/parse_fuzz
 	build/fuzz/parse_fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
 	  -dict=spec/fuzz/luma.dict spec/fuzz/corpus

@@ -19,6 +19,7 @@ build = {
   modules = {
     ["luma.core"] = {
       sources = {
+        "base/transport.c",
         "core/arena.c", "core/map.c", "core/diag.c", "core/lex.c", "core/parse.c", "core/program.c", "core/regex.c",
         "core/strbuf.c", "core/json.c", "core/jsonschema.c", "core/crypto.c", "core/idem.c",
         "core/validate.c", "core/lerror.c", "core/ljson.c", "core/lprogram.c", "core/last.c", "core/lmodule.c",
@@ -26,7 +27,7 @@ build = {
         "sandbox/copy.c", "sandbox/state.c", "sandbox/module.c", "sandbox/call.c", "sandbox/bounded.c",
         "sandbox/strict.c", "sandbox/pattern.c", "sandbox/http.c",
       },
-      incdirs = { "core", "sandbox" },
+      incdirs = { "base", "core", "sandbox" },
       defines = { "_POSIX_C_SOURCE=200809L" },
       libraries = { "mbedcrypto", "curl", "pthread", "m" },
     },
