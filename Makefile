@@ -30,7 +30,7 @@ endif
 
 # The C sources of luma.core: the Lua-free units (base/ is shared by core/
 # and sandbox/), then the Lua binding.
-BASE      = base/transport.c
+BASE      = base/transport.c base/tpmsg.c
 CORE_PURE = core/arena.c core/map.c core/diag.c core/lex.c core/parse.c core/program.c core/regex.c \
             core/strbuf.c core/json.c core/jsonschema.c core/crypto.c core/idem.c
 CORE_LUA  = core/validate.c core/lerror.c core/ljson.c core/lprogram.c core/last.c core/lmodule.c \

@@ -19,7 +19,7 @@ build = {
   modules = {
     ["luma.core"] = {
       sources = {
-        "base/transport.c",
+        "base/transport.c", "base/tpmsg.c",
         "core/arena.c", "core/map.c", "core/diag.c", "core/lex.c", "core/parse.c", "core/program.c", "core/regex.c",
         "core/strbuf.c", "core/json.c", "core/jsonschema.c", "core/crypto.c", "core/idem.c",
         "core/validate.c", "core/lerror.c", "core/ljson.c", "core/lprogram.c", "core/last.c", "core/lmodule.c",

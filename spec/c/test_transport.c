@@ -471,8 +471,8 @@ static void test_stop(void) {
   CT_CHECK(t != NULL, "started: %s", err);
   if (!t) return;
   later l = { 0, 100, &stop, NULL };
-  pthread_create(&l.thread, NULL, later_main, &l);
   long long start = now_ms();
+  pthread_create(&l.thread, NULL, later_main, &l);
   int rc = tp_wait(t, 0, &stop);
   long long took = now_ms() - start;
   pthread_join(l.thread, NULL);
@@ -496,8 +496,8 @@ static void test_cancel(void) {
   CT_CHECK(t != NULL, "started: %s", err);
   if (!t) return;
   later l = { 0, 100, NULL, t };
-  pthread_create(&l.thread, NULL, later_main, &l);
   long long start = now_ms();
+  pthread_create(&l.thread, NULL, later_main, &l);
   int rc = tp_wait(t, 0, NULL);
   long long took = now_ms() - start;
   pthread_join(l.thread, NULL);
