@@ -36,7 +36,8 @@ endif
 # The C sources of luma.core, by folder: the building blocks (base/, which
 # knows nothing of the others), the sandbox (which uses base/ only), then the
 # core: its Lua-free units and its Lua binding (which use both).
-BASE      = base/arena.c base/strbuf.c base/map.c base/utf8.c base/json.c base/crypto.c base/errors.c base/lerror.c base/ljson.c
+BASE      = base/arena.c base/strbuf.c base/map.c base/utf8.c base/json.c base/crypto.c base/errors.c base/lerror.c base/ljson.c \
+            base/transport.c base/tpmsg.c
 SANDBOX   = sandbox/copy.c sandbox/state.c sandbox/module.c sandbox/call.c sandbox/bounded.c \
             sandbox/strict.c sandbox/pattern.c sandbox/http.c sandbox/shim.c
 CORE_PURE = core/diag.c core/lex.c core/parse.c core/program.c core/regex.c core/jsonschema.c core/idem.c core/pool.c

@@ -15,6 +15,7 @@
     "Unknown agent '%s'.") \
   X(ASK_UNAVAILABLE, 0, "`ask` needs a provider adapter, and none is built", NULL) \
   X(CONFIG_INVALID, 0, "luma.config.json or a tool_module_policy is invalid, or cannot be enforced here", NULL) \
+  X(HTTP_CANCELLED, 0, "a luma.http request was cancelled with its call", NULL) \
   X(HTTP_ERROR, 0, "a luma.http request failed (a failure to connect is retryable)", NULL) \
   X(HTTP_TIMEOUT, 1, "a luma.http request passed its own timeout_ms", NULL) \
   X(HTTP_TOO_LARGE, 0, "a luma.http request or response body is over its limit", NULL) \

@@ -20,7 +20,7 @@ build = {
     ["luma.core"] = {
       sources = {
         "base/arena.c", "base/strbuf.c", "base/map.c", "base/utf8.c", "base/json.c", "base/crypto.c", "base/errors.c", "base/lerror.c",
-        "base/ljson.c",
+        "base/ljson.c", "base/transport.c", "base/tpmsg.c",
         "sandbox/copy.c", "sandbox/state.c", "sandbox/module.c", "sandbox/call.c", "sandbox/bounded.c",
         "sandbox/strict.c", "sandbox/pattern.c", "sandbox/http.c", "sandbox/shim.c",
         "core/diag.c", "core/lex.c", "core/parse.c", "core/program.c", "core/regex.c", "core/jsonschema.c", "core/idem.c",

@@ -1,28 +1,32 @@
 /*
- * luma.http on libcurl. Each request has an easy handle of its own, owned
- * with every other C buffer by a transfer userdata: a Lua error at any point
- * (a bad argument, or a state out of memory while the result is built) cannot
- * leak them, as __gc frees them. No Lua value is made while libcurl runs;
- * the result is built after curl_easy_perform returned, and the C side is
- * closed before an error is raised.
+ * luma.http on the process's HTTP transport (base/transport.c). Each request
+ * is a transport transfer owned, with every other C buffer, by a transfer
+ * userdata: a Lua error at any point (a bad argument, or a state out of
+ * memory while the result is built) cannot leak them, as __gc frees them.
+ * The handler's thread blocks in tp_wait while the transport's I/O thread
+ * runs the request; no Lua value is made while it waits, the result is built
+ * after the transfer ended, and the C side is closed before an error is
+ * raised.
  */
 #include "http.h"
 
-#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <lauxlib.h>
 
 #if LUA_VERSION_NUM >= 504
-#include <curl/curl.h>
-
 #include "compat.h"
 #include "json.h"
 #include "ljson.h"
 #include "strbuf.h"
+#include "transport.h"
+
+/* How often the state's deadline function is asked while a request runs. */
+#define SH_WAIT_SLICE_MS 10
 
 /* Upvalue 1 of request, get and post. */
 typedef struct sh_config {
@@ -32,17 +36,12 @@ typedef struct sh_config {
 
 /* One request. Every pointer is NULL (or every buffer empty) once closed. */
 typedef struct sh_transfer {
-  CURL *curl;
-  struct curl_slist *headers;
+  tp_transfer *tp;                /* from tp_start until closed; its result too */
   sb_buf request;                 /* a table body, encoded as JSON */
-  sb_buf body;
-  sb_buf head;                    /* the header lines of the last response */
+  sb_buf text;                    /* the request headers' names and values, each NUL-terminated */
+  tp_header *headers;             /* n_headers, pointing into text once sent */
+  size_t n_headers, cap_headers;
   ar_arena arena;                 /* the decoded JSON of the response */
-  lua_State *L;
-  sh_deadline_fn deadline;
-  size_t max_response;
-  int too_large, expired, out_of_memory;
-  char error[CURL_ERROR_SIZE];
 } sh_transfer;
 
 /* What the caller asked for, as indices of values kept on the stack. */
@@ -60,12 +59,38 @@ static const char *const methods[] = { "GET", "POST", "PUT", "PATCH", "DELETE", 
 static const char *const request_options[] = { "method", "url", "headers", "body", "timeout_ms", NULL };
 static const char *const call_options[] = { "headers", "timeout_ms", NULL };
 
-/* curl_global_init is not thread-safe: the first request of the process runs it. */
-static pthread_once_t init_once = PTHREAD_ONCE_INIT;
-static CURLcode init_result;
+/* One transport for the process, made by its first request. It is freed at
+   exit, or when this module is unloaded (atexit in a shared object runs at
+   its dlclose): its I/O thread must not outlive the code it runs. */
+static pthread_mutex_t transport_lock = PTHREAD_MUTEX_INITIALIZER;
+static tp_transport *transport;   /* guarded by transport_lock */
+static int transport_closed;      /* guarded by transport_lock */
 
-static void global_init(void) {
-  init_result = curl_global_init(CURL_GLOBAL_DEFAULT);
+static void transport_exit(void) {
+  pthread_mutex_lock(&transport_lock);
+  tp_free(transport);
+  transport = NULL;
+  transport_closed = 1;
+  pthread_mutex_unlock(&transport_lock);
+}
+
+/* Starts r on the process's transport; NULL with a message in err. */
+static tp_transfer *start(const tp_request *r, char *err, size_t errlen) {
+  tp_transfer *t = NULL;
+  pthread_mutex_lock(&transport_lock);
+  if (!transport && !transport_closed) {
+    transport = tp_new(err, errlen);
+    if (transport && atexit(transport_exit) != 0) {
+      tp_free(transport);
+      transport = NULL;
+      snprintf(err, errlen, "cannot register the HTTP transport's cleanup");
+    }
+  } else if (!transport) {
+    snprintf(err, errlen, "the HTTP transport is closed: the process is exiting");
+  }
+  if (transport) t = tp_start(transport, r, NULL, NULL, err, errlen);
+  pthread_mutex_unlock(&transport_lock);
+  return t;
 }
 
 static pthread_mutex_t pusher_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -97,13 +122,13 @@ static void push_error(lua_State *L, const char *code, const char *message, int 
 }
 
 static void transfer_close(sh_transfer *t) {
-  if (t->curl) curl_easy_cleanup(t->curl);
-  t->curl = NULL;
-  curl_slist_free_all(t->headers);
+  tp_release(t->tp);
+  t->tp = NULL;
+  free(t->headers);
   t->headers = NULL;
+  t->n_headers = t->cap_headers = 0;
   sb_free(&t->request);
-  sb_free(&t->body);
-  sb_free(&t->head);
+  sb_free(&t->text);
   ar_free(&t->arena);
 }
 
@@ -121,7 +146,7 @@ static int fail(lua_State *L, sh_transfer *t, const char *code, int retryable, c
   ;
 
 static int fail(lua_State *L, sh_transfer *t, const char *code, int retryable, const char *fmt, ...) {
-  char message[CURL_ERROR_SIZE + 160];
+  char message[512];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(message, sizeof message, fmt, ap);
@@ -233,14 +258,39 @@ static int has_line_break(const char *s, size_t len) {
   return 0;
 }
 
-static void add_header_line(lua_State *L, sh_transfer *t, const char *line) {
-  struct curl_slist *more = curl_slist_append(t->headers, line);
-  if (!more) fail(L, t, "HTTP_ERROR", 0, "out of memory");
-  t->headers = more;
+/* Keeps a header for the transport: its text in t->text, its lengths in
+   t->headers (the pointers are set by point_headers, once text stops moving). */
+static void add_header(lua_State *L, sh_transfer *t, const char *name, size_t nlen, const char *value, size_t vlen) {
+  if (t->n_headers == t->cap_headers) {
+    size_t cap = t->cap_headers ? 2 * t->cap_headers : 8;
+    tp_header *more = realloc(t->headers, cap * sizeof *more);
+    if (!more) fail(L, t, "HTTP_ERROR", 0, "out of memory");
+    t->headers = more;
+    t->cap_headers = cap;
+  }
+  sb_add(&t->text, name, nlen);
+  sb_addc(&t->text, '\0');
+  sb_add(&t->text, value, vlen);
+  sb_addc(&t->text, '\0');
+  if (t->text.failed) fail(L, t, "HTTP_ERROR", 0, "out of memory");
+  tp_header *h = &t->headers[t->n_headers++];
+  h->name_len = nlen;
+  h->value_len = vlen;
 }
 
-/* Turns the caller's headers into t->headers; tells which ones it set. */
-static void add_headers(lua_State *L, sh_transfer *t, int headers, int *content_type, int *expect) {
+static void point_headers(sh_transfer *t) {
+  const char *p = t->text.data;
+  for (size_t i = 0; i < t->n_headers; i++) {
+    tp_header *h = &t->headers[i];
+    h->name = p;
+    p += h->name_len + 1;
+    h->value = p;
+    p += h->value_len + 1;
+  }
+}
+
+/* Turns the caller's headers into t->headers; tells whether it set the content type. */
+static void add_headers(lua_State *L, sh_transfer *t, int headers, int *content_type) {
   if (!headers) return;
   lua_pushnil(L);
   while (lua_next(L, headers)) {
@@ -258,76 +308,9 @@ static void add_headers(lua_State *L, sh_transfer *t, int headers, int *content_
     if (equal_ci(name, nlen, "content-length") || equal_ci(name, nlen, "transfer-encoding"))
       invalid(L, t, "the header '%.64s' is set by the client", name);
     if (equal_ci(name, nlen, "content-type")) *content_type = 1;
-    if (equal_ci(name, nlen, "expect")) *expect = 1;
-    /* "Name;" is libcurl's way to send a header with an empty value */
-    sb_buf line;
-    sb_init(&line);
-    sb_add(&line, name, nlen);
-    if (vlen) {
-      sb_add(&line, ": ", 2);
-      sb_add(&line, value, vlen);
-    } else {
-      sb_addc(&line, ';');
-    }
-    struct curl_slist *more = line.failed ? NULL : curl_slist_append(t->headers, line.data);
-    sb_free(&line);
-    if (!more) fail(L, t, "HTTP_ERROR", 0, "out of memory");
-    t->headers = more;
+    add_header(L, t, name, nlen, value, vlen);
     lua_pop(L, 2);
   }
-}
-
-/* ---- libcurl callbacks: no Lua in here ---- */
-
-static void sb_reset(sb_buf *b) {
-  b->len = 0;
-  if (b->data) b->data[0] = '\0';
-}
-
-static size_t on_body(char *data, size_t size, size_t n, void *ud) {
-  sh_transfer *t = ud;
-  size_t len = size * n;
-  if (len > t->max_response - t->body.len) {
-    t->too_large = 1;
-    return 0;
-  }
-  sb_add(&t->body, data, len);
-  if (t->body.failed) {
-    t->out_of_memory = 1;
-    return 0;
-  }
-  return len;
-}
-
-/* Each response (a redirect, a 1xx) starts with its status line: only the
-   last one's headers and body are kept. */
-static size_t on_header(char *data, size_t size, size_t n, void *ud) {
-  sh_transfer *t = ud;
-  size_t len = size * n;
-  if (len >= 5 && memcmp(data, "HTTP/", 5) == 0) {
-    sb_reset(&t->head);
-    sb_reset(&t->body);
-  }
-  if (len > t->max_response - t->head.len) {
-    t->too_large = 1;
-    return 0;
-  }
-  sb_add(&t->head, data, len);
-  if (t->head.failed) {
-    t->out_of_memory = 1;
-    return 0;
-  }
-  return len;
-}
-
-static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow) {
-  sh_transfer *t = ud;
-  (void)dltotal; (void)dlnow; (void)ultotal; (void)ulnow;
-  if (t->deadline && t->deadline(t->L) == 0) {
-    t->expired = 1;
-    return 1;
-  }
-  return 0;
 }
 
 /* ---- the response ---- */
@@ -336,58 +319,30 @@ static int is_space(char c) {
   return c == ' ' || c == '\t';
 }
 
+static void push_lower(lua_State *L, const char *s, size_t len) {
+  luaL_Buffer b;
+  char *p = luaL_buffinitsize(L, &b, len);
+  for (size_t i = 0; i < len; i++) p[i] = ascii_lower(s[i]);
+  luaL_pushresultsize(&b, len);
+}
+
 /* Pushes the header table: names in lower case, values trimmed, repeated
-   headers joined with ", ", folded lines joined with a space. */
-static void push_headers(lua_State *L, sh_transfer *t) {
+   headers joined with ", " (the transport joined folded lines with a space). */
+static void push_headers(lua_State *L, const tp_result *res) {
   lua_newtable(L);
-  char *p = t->head.data, *end = p ? p + t->head.len : NULL;
-  const char *last = NULL;
-  size_t last_len = 0;
-  while (p && p < end) {
-    char *eol = memchr(p, '\n', (size_t)(end - p));
-    char *next = eol ? eol + 1 : end;
-    char *e = eol ? eol : end;
-    while (e > p && (e[-1] == '\r' || is_space(e[-1]))) e--;
-    if (e == p || (e - p >= 5 && memcmp(p, "HTTP/", 5) == 0)) {
-      p = next;
-      continue;
-    }
-    if (is_space(*p)) {
-      while (p < e && is_space(*p)) p++;
-      if (last) {
-        lua_pushlstring(L, last, last_len);
-        lua_pushvalue(L, -1);
-        lc_rawget(L, -3);
-        lua_pushliteral(L, " ");
-        lua_pushlstring(L, p, (size_t)(e - p));
-        lua_concat(L, 3);
-        lua_rawset(L, -3);
-      }
-      p = next;
-      continue;
-    }
-    char *colon = memchr(p, ':', (size_t)(e - p));
-    if (!colon || colon == p) {
-      p = next;
-      continue;
-    }
-    for (char *c = p; c < colon; c++) *c = ascii_lower(*c);
-    char *v = colon + 1;
-    while (v < e && is_space(*v)) v++;
-    last = p;
-    last_len = (size_t)(colon - p);
-    lua_pushlstring(L, last, last_len);
+  for (size_t i = 0; i < res->n_headers; i++) {
+    const tp_header *h = &res->headers[i];
+    push_lower(L, h->name, h->name_len);
     lua_pushvalue(L, -1);
     if (lc_rawget(L, -3) == LUA_TNIL) {
       lua_pop(L, 1);
-      lua_pushlstring(L, v, (size_t)(e - v));
+      lua_pushlstring(L, h->value, h->value_len);
     } else {
       lua_pushliteral(L, ", ");
-      lua_pushlstring(L, v, (size_t)(e - v));
+      lua_pushlstring(L, h->value, h->value_len);
       lua_concat(L, 3);
     }
     lua_rawset(L, -3);
-    p = next;
   }
 }
 
@@ -401,19 +356,19 @@ static int is_json_type(const char *s, size_t len) {
   return prefix_ci(s, len, "application/") && len > 17 && equal_ci(s + len - 5, 5, "+json");
 }
 
-static void push_response(lua_State *L, sh_transfer *t, long status) {
+static void push_response(lua_State *L, sh_transfer *t, const tp_result *res) {
   lua_createtable(L, 0, 4);
-  lua_pushinteger(L, (lua_Integer)status);
+  lua_pushinteger(L, (lua_Integer)res->status);
   lua_setfield(L, -2, "status");
-  push_headers(L, t);
+  push_headers(L, res);
   int json = push_field(L, -1, "content-type") == LUA_TSTRING && is_json_type(lua_tostring(L, -1), lc_rawlen(L, -1));
   lua_pop(L, 1);
   lua_setfield(L, -2, "headers");
-  lua_pushlstring(L, sb_str(&t->body), t->body.len);
+  lua_pushlstring(L, res->body, res->body_len);
   lua_setfield(L, -2, "body");
   if (json) {
     char err[160];
-    jv *v = json_parse(&t->arena, sb_str(&t->body), t->body.len, SH_JSON_MAX_DEPTH, err, sizeof err);
+    jv *v = json_parse(&t->arena, res->body, res->body_len, SH_JSON_MAX_DEPTH, err, sizeof err);
     if (v) {
       lj_push(L, v, 0);
       lua_setfield(L, -2, "json");
@@ -423,18 +378,27 @@ static void push_response(lua_State *L, sh_transfer *t, long status) {
 
 /* ---- the request ---- */
 
-static int connection_failure(CURLcode rc) {
-  switch (rc) {
-    case CURLE_COULDNT_RESOLVE_PROXY: case CURLE_COULDNT_RESOLVE_HOST: case CURLE_COULDNT_CONNECT:
-    case CURLE_SEND_ERROR: case CURLE_RECV_ERROR: case CURLE_GOT_NOTHING: case CURLE_PARTIAL_FILE:
-    case CURLE_SSL_CONNECT_ERROR: case CURLE_HTTP2: case CURLE_HTTP2_STREAM: case CURLE_HTTP3:
-      return 1;
-    default:
-      return 0;
+/* Waits for the transfer on the state's thread, asking the state's deadline
+   every SH_WAIT_SLICE_MS (its signal may fire long before the deadline), and
+   ends it at the deadline. No Lua value is made here. */
+static void wait_for(lua_State *L, sh_deadline_fn deadline, tp_transfer *t) {
+  if (!deadline) {
+    tp_wait(t, 0, NULL);
+    return;
+  }
+  for (;;) {
+    long long left = deadline(L), now = tp_now_ns();
+    if (left == 0) {
+      tp_wait(t, now, NULL);      /* a deadline that passed ends it at once */
+      return;
+    }
+    if (left > 0 && left <= SH_WAIT_SLICE_MS) {
+      tp_wait(t, now + left * 1000000LL, NULL);
+      return;
+    }
+    if (tp_poll(t, now + SH_WAIT_SLICE_MS * 1000000LL)) return;
   }
 }
-
-#define SET(opt, value) do { if (rc == CURLE_OK) rc = curl_easy_setopt(c, opt, value); } while (0)
 
 static int perform(lua_State *L, const sh_config *cfg, const sh_request *r) {
   const sh_limits *lim = &cfg->limits;
@@ -444,17 +408,12 @@ static int perform(lua_State *L, const sh_config *cfg, const sh_request *r) {
     fail(L, NULL, "HTTP_TOO_LARGE", 0, "the request body is larger than the limit of %zu bytes", lim->max_request_bytes);
 
   sh_transfer *t = lua_newuserdata(L, sizeof *t);
-  t->curl = NULL;
-  t->headers = NULL;
+  t->tp = NULL;
   sb_init(&t->request);
-  sb_init(&t->body);
-  sb_init(&t->head);
+  sb_init(&t->text);
+  t->headers = NULL;
+  t->n_headers = t->cap_headers = 0;
   ar_init(&t->arena);
-  t->L = L;
-  t->deadline = cfg->deadline;
-  t->max_response = lim->max_response_bytes;
-  t->too_large = t->expired = t->out_of_memory = 0;
-  t->error[0] = '\0';
   lc_setmetatable(L, SH_TRANSFER_MT);
 
   const char *body = NULL;
@@ -471,94 +430,50 @@ static int perform(lua_State *L, const sh_config *cfg, const sh_request *r) {
     body = lua_tolstring(L, r->body, &body_len);
   }
 
-  int content_type = 0, expect = 0;
-  add_headers(L, t, r->headers, &content_type, &expect);
-  /* a table is sent as JSON; a string goes without the form type libcurl would add */
-  if (body && !content_type)
-    add_header_line(L, t, lua_type(L, r->body) == LUA_TTABLE ? "Content-Type: application/json" : "Content-Type:");
-  /* waiting for "100 Continue" costs a round trip, or a second with a server that never sends it */
-  if (body && !expect) add_header_line(L, t, "Expect:");
-
-  pthread_once(&init_once, global_init);
-  if (init_result != CURLE_OK)
-    fail(L, t, "HTTP_ERROR", 0, "libcurl cannot start: %s", curl_easy_strerror(init_result));
+  int content_type = 0;
+  add_headers(L, t, r->headers, &content_type);
+  /* a table is sent as JSON; a string goes without a type (the transport sends none) */
+  if (body && !content_type && lua_type(L, r->body) == LUA_TTABLE)
+    add_header(L, t, "Content-Type", 12, "application/json", 16);
+  point_headers(t);
 
   long long timeout = r->timeout_ms > 0 ? r->timeout_ms : lim->timeout_ms;
   long long left = cfg->deadline ? cfg->deadline(L) : -1;
   if (left == 0) fail(L, t, "HTTP_TIMEOUT", 1, "the call's deadline passed before the request was sent");
   int by_deadline = left > 0 && left < timeout;
   if (by_deadline) timeout = left;
-  if (timeout > LONG_MAX) timeout = LONG_MAX;
 
-  CURL *c = t->curl = curl_easy_init();
-  if (!c) fail(L, t, "HTTP_ERROR", 0, "libcurl cannot make a request");
-  CURLcode rc = CURLE_OK;
-  SET(CURLOPT_ERRORBUFFER, t->error);
-  SET(CURLOPT_URL, r->url);
-  SET(CURLOPT_PROTOCOLS_STR, "http,https");
-  SET(CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-  SET(CURLOPT_FOLLOWLOCATION, 1L);
-  SET(CURLOPT_MAXREDIRS, (long)SH_MAX_REDIRECTS);
-  SET(CURLOPT_NOSIGNAL, 1L);
-  SET(CURLOPT_TIMEOUT_MS, (long)timeout);
-  SET(CURLOPT_USERAGENT, "luma-lua");
-  SET(CURLOPT_WRITEFUNCTION, on_body);
-  SET(CURLOPT_WRITEDATA, t);
-  SET(CURLOPT_HEADERFUNCTION, on_header);
-  SET(CURLOPT_HEADERDATA, t);
-  if (cfg->deadline) {
-    SET(CURLOPT_NOPROGRESS, 0L);
-    SET(CURLOPT_XFERINFOFUNCTION, on_progress);
-    SET(CURLOPT_XFERINFODATA, t);
-  }
-  if (t->headers) SET(CURLOPT_HTTPHEADER, t->headers);
-  /* a HEAD of a large resource is fine: libcurl checks the size against Content-Length */
-  if (!head && lim->max_response_bytes <= (size_t)LLONG_MAX)
-    SET(CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)lim->max_response_bytes);
-  if (head) {
-    SET(CURLOPT_NOBODY, 1L);
-  } else if (body) {
-    SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
-    SET(CURLOPT_POSTFIELDS, body);
-    if (strcmp(r->method, "POST") != 0) SET(CURLOPT_CUSTOMREQUEST, r->method);
-  } else if (strcmp(r->method, "POST") == 0) {
-    SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)0);
-    SET(CURLOPT_POSTFIELDS, "");
-  } else if (strcmp(r->method, "GET") != 0) {
-    SET(CURLOPT_CUSTOMREQUEST, r->method);
-  }
-  if (rc != CURLE_OK) fail(L, t, "HTTP_ERROR", 0, "libcurl refused an option: %s", curl_easy_strerror(rc));
+  tp_request req;
+  memset(&req, 0, sizeof req);
+  static const tp_method codes[] = { TP_GET, TP_POST, TP_PUT, TP_PATCH, TP_DELETE, TP_HEAD };
+  for (size_t i = 0; methods[i]; i++)
+    if (strcmp(methods[i], r->method) == 0) req.method = codes[i];
+  req.url = r->url;
+  req.headers = t->headers;
+  req.n_headers = t->n_headers;
+  req.body = body;
+  req.body_len = body_len;
+  req.user_agent = "luma-lua";
+  req.timeout_ms = timeout;
+  req.max_response_bytes = lim->max_response_bytes;
+  req.max_redirects = SH_MAX_REDIRECTS;
+  char err[256];
+  t->tp = start(&req, err, sizeof err);
+  if (!t->tp) invalid(L, t, "%s", err);
 
-  rc = curl_easy_perform(c);
+  wait_for(L, cfg->deadline, t->tp);
 
-  const char *why = t->error[0] ? t->error : curl_easy_strerror(rc);
-  if (t->expired || (rc == CURLE_OPERATION_TIMEDOUT && by_deadline))
+  const tp_result *res = tp_outcome(t->tp);
+  if (res->code == TP_HTTP_TIMEOUT && by_deadline)
     fail(L, t, "HTTP_TIMEOUT", 1, "the call's deadline passed during the request");
-  if (t->too_large || rc == CURLE_FILESIZE_EXCEEDED)
-    fail(L, t, "HTTP_TOO_LARGE", 0, "the response is larger than the limit of %zu bytes", lim->max_response_bytes);
-  if (t->out_of_memory) fail(L, t, "HTTP_ERROR", 0, "out of memory while reading the response");
-  switch (rc) {
-    case CURLE_OK: break;
-    case CURLE_OPERATION_TIMEDOUT:
-      fail(L, t, "HTTP_TIMEOUT", 1, "the request timed out after %lld ms", timeout);
-      break;
-    case CURLE_UNSUPPORTED_PROTOCOL:
-      /* the URL itself was checked: this is where a redirect led */
-      invalid(L, t, "a redirect led to a URL that is not http:// or https:// (%s)", why);
-      break;
-    default:
-      fail(L, t, "HTTP_ERROR", connection_failure(rc), "the request failed: %s", why);
-  }
-
-  long status = 0;
-  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-  /* the connection and the request go before the Lua values are made */
-  curl_easy_cleanup(c);
-  t->curl = NULL;
-  curl_slist_free_all(t->headers);
-  t->headers = NULL;
+  if (res->code != TP_OK) fail(L, t, tp_code_name(res->code), res->retryable, "%s", res->message);
+  /* the request's buffers go before the Lua values are made */
   sb_free(&t->request);
-  push_response(L, t, status);
+  sb_free(&t->text);
+  free(t->headers);
+  t->headers = NULL;
+  t->n_headers = t->cap_headers = 0;
+  push_response(L, t, res);
   transfer_close(t);
   return 1;
 }

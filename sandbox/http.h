@@ -1,5 +1,6 @@
 /*
- * luma.http: the HTTP client of a state whose policy says allow_network.
+ * luma.http: the HTTP client of a state whose policy says allow_network,
+ * on the process's one HTTP transport (base/transport.h).
  * Only http:// and https:// (redirects too, at most SH_MAX_REDIRECTS), a
  * fixed list of methods, no CR/LF/NUL in headers, bounded bodies, and every
  * request stopped by the call's deadline. Failures raise { code = "HTTP_ERROR"
@@ -24,9 +25,9 @@
 /* The deadline the requests of a state must respect: returns the
    milliseconds left, 0 once the call's deadline passed or its signal fired
    (never a negative number for a passed deadline), or a negative number when
-   there is no deadline at all. It is called from libcurl's progress callback
-   on the state's thread, with L the running thread (maybe a coroutine), so
-   it must not raise nor run Lua code. */
+   there is no deadline at all. It is called on the state's thread about every
+   10 ms while a request is waited for, with L the running thread (maybe a
+   coroutine), so it must not raise nor run Lua code. */
 typedef long long (*sh_deadline_fn)(lua_State *L);
 
 /* A 0 field means its default. */

@@ -1,0 +1,764 @@
+/*
+ * base/transport.c against a small HTTP/1.1 server running in this process
+ * on 127.0.0.1: a thread per connection, keep-alive unless a path closes,
+ * canned responses by path (one of them slow, one sleeping 200 ms).
+ */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ctest.h"
+#include "strbuf.h"
+#include "transport.h"
+
+static long long now_ms(void) {
+  return tp_now_ns() / 1000000;
+}
+
+static void sleep_ms(long ms) {
+  struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+  nanosleep(&ts, NULL);
+}
+
+/* ---- the server ---- */
+
+#define MAX_CONNS 256
+
+typedef struct test_server {
+  int fd, port;
+  pthread_t thread;
+  pthread_mutex_t lock;
+  int stop;                       /* guarded by lock */
+  int connections;                /* accepted so far, guarded by lock */
+  pthread_t conns[MAX_CONNS];     /* guarded by lock */
+} test_server;
+
+static test_server srv = { -1, 0, 0, PTHREAD_MUTEX_INITIALIZER, 0, 0, { 0 } };
+
+static int stopping(void) {
+  pthread_mutex_lock(&srv.lock);
+  int stop = srv.stop;
+  pthread_mutex_unlock(&srv.lock);
+  return stop;
+}
+
+static int connections(void) {
+  pthread_mutex_lock(&srv.lock);
+  int n = srv.connections;
+  pthread_mutex_unlock(&srv.lock);
+  return n;
+}
+
+static int send_all(int conn, const char *p, size_t len) {
+  while (len) {
+    ssize_t n = send(conn, p, len, MSG_NOSIGNAL);
+    if (n <= 0) return -1;
+    p += n;
+    len -= (size_t)n;
+  }
+  return 0;
+}
+
+static void respond(int conn, int head_only, int status, const char *headers, const char *body, size_t len) {
+  sb_buf b;
+  sb_init(&b);
+  sb_printf(&b, "HTTP/1.1 %d Whatever\r\n%sContent-Length: %zu\r\n\r\n", status, headers, len);
+  if (!head_only) sb_add(&b, body, len);
+  send_all(conn, b.data, b.len);
+  sb_free(&b);
+}
+
+static int has_prefix_ci(const char *s, const char *prefix) {
+  for (; *prefix; s++, prefix++)
+    if ((*s >= 'A' && *s <= 'Z' ? *s - 'A' + 'a' : *s) != *prefix) return 0;
+  return 1;
+}
+
+/* Reads one request into req (which may hold the start of the next one):
+   the head up to the blank line, then Content-Length bytes. 0, or -1 when
+   the client went away or the server stops. */
+static int read_request(int conn, sb_buf *req, size_t *head_len, size_t *body_len) {
+  *head_len = *body_len = 0;
+  for (;;) {
+    if (*head_len) {
+      if (req->len >= *head_len + *body_len) return 0;
+    } else {
+      const char *end = strstr(sb_str(req), "\r\n\r\n");
+      if (end) {
+        *head_len = (size_t)(end - req->data) + 4;
+        for (const char *line = strstr(req->data, "\r\n"); line && line < end; line = strstr(line + 2, "\r\n"))
+          if (has_prefix_ci(line + 2, "content-length:")) *body_len = strtoul(line + 2 + 15, NULL, 10);
+        continue;
+      }
+    }
+    if (stopping()) return -1;
+    struct pollfd p = { conn, POLLIN, 0 };
+    if (poll(&p, 1, 50) <= 0) continue;
+    char chunk[4096];
+    ssize_t n = recv(conn, chunk, sizeof chunk, 0);
+    if (n <= 0) return -1;
+    sb_add(req, chunk, (size_t)n);
+  }
+}
+
+static int client_gone(int conn) {
+  struct pollfd p = { conn, POLLIN, 0 };
+  char c;
+  return poll(&p, 1, 0) > 0 && recv(conn, &c, 1, MSG_PEEK) <= 0;
+}
+
+/* Answers one request; 1 when the connection stays open for the next. */
+static int serve_one(int conn, int serial, const char *req, size_t head_len, size_t body_len) {
+  char method[16] = "", path[256] = "";
+  if (sscanf(req, "%15s %255s", method, path) != 2) return 0;
+  int head = strcmp(method, "HEAD") == 0;
+  static const char keep[] = "Connection: keep-alive\r\n";
+  if (strcmp(path, "/text") == 0) {
+    respond(conn, head, 200,
+            "Content-Type: text/plain\r\nX-Custom-Header: Yes\r\nX-Dup: a\r\nX-Dup: b\r\nX-Folded: one\r\n two\r\n"
+            "Connection: keep-alive\r\n", "hello", 5);
+  } else if (strcmp(path, "/conn") == 0) {
+    char body[32];
+    snprintf(body, sizeof body, "%d", serial);
+    respond(conn, head, 200, keep, body, strlen(body));
+  } else if (strcmp(path, "/echo") == 0) {
+    /* the method, the request's header lines in order, then the body */
+    sb_buf b;
+    sb_init(&b);
+    sb_printf(&b, "%s\n", method);
+    const char *line = strstr(req, "\r\n") + 2, *end = req + head_len - 2;
+    while (line < end) {
+      const char *eol = strstr(line, "\r\n");
+      sb_add(&b, line, (size_t)(eol - line));
+      sb_addc(&b, '\n');
+      line = eol + 2;
+    }
+    sb_addc(&b, '\n');
+    sb_add(&b, req + head_len, body_len);
+    respond(conn, head, 200, keep, b.data, b.len);
+    sb_free(&b);
+  } else if (strcmp(path, "/big") == 0) {
+    static char big[65536];
+    memset(big, 'x', sizeof big);
+    respond(conn, head, 200, keep, big, sizeof big);
+  } else if (strcmp(path, "/big-stream") == 0) {
+    static char chunk[4096];
+    memset(chunk, 'y', sizeof chunk);
+    const char *h = "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n";
+    if (send_all(conn, h, strlen(h)) == 0)
+      for (int i = 0; i < 16 && send_all(conn, chunk, sizeof chunk) == 0; i++) {}
+    return 0;
+  } else if (strcmp(path, "/slow") == 0) {
+    for (int i = 0; i < 250 && !stopping() && !client_gone(conn); i++) sleep_ms(20);
+    respond(conn, head, 200, "Connection: close\r\n", "late", 4);
+    return 0;
+  } else if (strcmp(path, "/sleep200") == 0) {
+    sleep_ms(200);
+    respond(conn, head, 200, keep, "rested", 6);
+  } else if (strcmp(path, "/redirect") == 0) {
+    respond(conn, head, 302, "Location: /text\r\nConnection: keep-alive\r\n", "", 0);
+  } else if (strcmp(path, "/redirect-file") == 0) {
+    respond(conn, head, 302, "Location: file:///etc/passwd\r\n", "", 0);
+  } else {
+    respond(conn, head, 404, keep, "not found", 9);
+  }
+  return 1;
+}
+
+typedef struct conn_arg {
+  int fd, serial;
+} conn_arg;
+
+static void *conn_main(void *arg) {
+  conn_arg a = *(conn_arg *)arg;
+  free(arg);
+  sb_buf req;
+  sb_init(&req);
+  size_t head_len, body_len;
+  while (read_request(a.fd, &req, &head_len, &body_len) == 0) {
+    int again = serve_one(a.fd, a.serial, req.data, head_len, body_len);
+    size_t used = head_len + body_len;
+    memmove(req.data, req.data + used, req.len - used);
+    req.len -= used;
+    req.data[req.len] = '\0';
+    if (!again) break;
+  }
+  sb_free(&req);
+  shutdown(a.fd, SHUT_WR);
+  close(a.fd);
+  return NULL;
+}
+
+static void *server_main(void *arg) {
+  (void)arg;
+  while (!stopping()) {
+    struct pollfd p = { srv.fd, POLLIN, 0 };
+    if (poll(&p, 1, 50) <= 0) continue;
+    int fd = accept(srv.fd, NULL, NULL);
+    if (fd < 0) continue;
+    conn_arg *a = malloc(sizeof *a);
+    pthread_mutex_lock(&srv.lock);
+    int serial = srv.connections;
+    if (a && serial < MAX_CONNS) {
+      a->fd = fd;
+      a->serial = serial;
+      if (pthread_create(&srv.conns[serial], NULL, conn_main, a) == 0) {
+        srv.connections++;
+        a = NULL;
+        fd = -1;
+      }
+    }
+    pthread_mutex_unlock(&srv.lock);
+    free(a);
+    if (fd >= 0) close(fd);
+  }
+  return NULL;
+}
+
+static int bind_loopback(int *port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  struct sockaddr_in a;
+  memset(&a, 0, sizeof a);
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+    close(fd);
+    return -1;
+  }
+  *port = ntohs(a.sin_port);
+  return fd;
+}
+
+static int server_start(void) {
+  srv.fd = bind_loopback(&srv.port);
+  if (srv.fd < 0 || listen(srv.fd, 64) != 0) return -1;
+  return pthread_create(&srv.thread, NULL, server_main, NULL);
+}
+
+static void server_stop(void) {
+  pthread_mutex_lock(&srv.lock);
+  srv.stop = 1;
+  pthread_mutex_unlock(&srv.lock);
+  pthread_join(srv.thread, NULL);
+  for (int i = 0; i < connections(); i++) pthread_join(srv.conns[i], NULL);
+  close(srv.fd);
+}
+
+/* ---- helpers ---- */
+
+static tp_transport *tp;
+static char url_base[64];
+
+static const char *url(const char *path) {
+  static char u[128];
+  snprintf(u, sizeof u, "%s%s", url_base, path);
+  return u;
+}
+
+static tp_request request(tp_method method, const char *path) {
+  tp_request r;
+  memset(&r, 0, sizeof r);
+  r.method = method;
+  r.url = url(path);
+  r.timeout_ms = 5000;
+  r.max_redirects = 5;
+  return r;
+}
+
+/* The done callback counts its calls per transfer. */
+static pthread_mutex_t done_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void on_done(void *ud) {
+  pthread_mutex_lock(&done_lock);
+  (*(int *)ud)++;
+  pthread_mutex_unlock(&done_lock);
+}
+
+static int done_count(const int *n) {
+  pthread_mutex_lock(&done_lock);
+  int v = *n;
+  pthread_mutex_unlock(&done_lock);
+  return v;
+}
+
+/* Starts r and waits for it; its outcome (or NULL) stays with *t. */
+static const tp_result *fetch(const tp_request *r, tp_transfer **t) {
+  char err[256];
+  *t = tp_start(tp, r, NULL, NULL, err, sizeof err);
+  if (!*t) {
+    fprintf(stderr, "tp_start refused %s: %s\n", r->url, err);
+    return NULL;
+  }
+  tp_wait(*t, 0, NULL);
+  return tp_outcome(*t);
+}
+
+static const char *header(const tp_result *res, const char *name) {
+  for (size_t i = 0; i < res->n_headers; i++)
+    if (strcmp(res->headers[i].name, name) == 0) return res->headers[i].value;
+  return NULL;
+}
+
+/* ---- cases ---- */
+
+static void test_get(void) {
+  tp_request r = request(TP_GET, "/text");
+  tp_transfer *t;
+  const tp_result *res = fetch(&r, &t);
+  CT_CHECK(res && res->code == TP_OK, "GET /text: %s", res ? res->message : "not started");
+  if (res && res->code == TP_OK) {
+    CT_CHECK(res->status == 200, "status 200, got %ld", res->status);
+    CT_EQ_STR("hello", res->body);
+    CT_CHECK(res->body_len == 5, "body length 5, got %zu", res->body_len);
+    sb_buf seen;
+    sb_init(&seen);
+    for (size_t i = 0; i < res->n_headers; i++)
+      sb_printf(&seen, "%s=%s|", res->headers[i].name, res->headers[i].value);
+    CT_EQ_STR("Content-Type=text/plain|X-Custom-Header=Yes|X-Dup=a|X-Dup=b|X-Folded=one two|"
+              "Connection=keep-alive|Content-Length=5|", sb_str(&seen));
+    sb_free(&seen);
+    CT_CHECK(strlen(res->headers[4].value) == res->headers[4].value_len, "value_len matches the NUL");
+  }
+  tp_release(t);
+}
+
+static void test_post(void) {
+  tp_request r = request(TP_POST, "/echo");
+  tp_header h[] = { { "X-B", 3, "2", 1 }, { "X-A", 3, "1", 1 }, { "X-Empty", 7, "", 0 },
+                    { "Content-Type", 12, "text/plain", 10 } };
+  r.headers = h;
+  r.n_headers = 4;
+  r.body = "a=1\0b";
+  r.body_len = 5;
+  r.user_agent = "tp-test";
+  tp_transfer *t;
+  const tp_result *res = fetch(&r, &t);
+  CT_CHECK(res && res->code == TP_OK, "POST /echo: %s", res ? res->message : "not started");
+  if (res && res->code == TP_OK) {
+    CT_CHECK(strncmp(res->body, "POST\n", 5) == 0, "method POST, got %.10s", res->body);
+    const char *b = strstr(res->body, "X-B: 2\n"), *a = strstr(res->body, "X-A: 1\n");
+    CT_CHECK(a && b && b < a, "request headers sent in order: %s", res->body);
+    CT_CHECK(strstr(res->body, "X-Empty:") != NULL, "an empty header sent: %s", res->body);
+    CT_CHECK(strstr(res->body, "User-Agent: tp-test\n") != NULL, "the user agent: %s", res->body);
+    CT_CHECK(strstr(res->body, "Expect") == NULL, "no Expect header: %s", res->body);
+    CT_CHECK(res->body_len >= 6 && memcmp(res->body + res->body_len - 6, "\na=1\0b", 6) == 0,
+             "the body with its NUL arrives whole");
+  }
+  tp_release(t);
+
+  /* PUT with a body, DELETE without, POST without (an empty body) */
+  static const struct { tp_method m; const char *body; const char *expected; } more[] = {
+    { TP_PUT, "data", "PUT\n" }, { TP_DELETE, NULL, "DELETE\n" }, { TP_POST, NULL, "POST\n" },
+    { TP_PATCH, "{}", "PATCH\n" },
+  };
+  for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) {
+    r = request(more[i].m, "/echo");
+    r.body = more[i].body;
+    r.body_len = r.body ? strlen(r.body) : 0;
+    res = fetch(&r, &t);
+    CT_CHECK(res && res->code == TP_OK && strncmp(res->body, more[i].expected, strlen(more[i].expected)) == 0,
+             "%s: got %s", more[i].expected, res ? res->body : "nothing");
+    if (more[i].m == TP_POST && res)
+      CT_CHECK(strstr(res->body, "Content-Length: 0\n") != NULL, "POST without a body sends an empty one: %s", res->body);
+    tp_release(t);
+  }
+}
+
+static void test_head(void) {
+  tp_request r = request(TP_HEAD, "/big");
+  r.max_response_bytes = 1024;
+  tp_transfer *t;
+  const tp_result *res = fetch(&r, &t);
+  CT_CHECK(res && res->code == TP_OK, "HEAD of a resource over the limit: %s", res ? res->message : "not started");
+  if (res && res->code == TP_OK) {
+    CT_CHECK(res->status == 200 && res->body_len == 0 && res->body[0] == '\0', "HEAD has an empty body");
+    CT_EQ_STR("65536", header(res, "Content-Length"));
+  }
+  tp_release(t);
+}
+
+static void test_limits(void) {
+  static const char *const paths[] = { "/big", "/big-stream" };
+  for (int i = 0; i < 2; i++) {
+    tp_request r = request(TP_GET, paths[i]);
+    r.max_response_bytes = 1024;
+    tp_transfer *t;
+    const tp_result *res = fetch(&r, &t);
+    CT_CHECK(res && res->code == TP_HTTP_TOO_LARGE && !res->retryable, "%s over 1024 bytes: %s", paths[i],
+             res ? res->message : "not started");
+    if (res) CT_EQ_STR("the response is larger than the limit of 1024 bytes", res->message);
+    tp_release(t);
+    r.max_response_bytes = 65536;
+    res = fetch(&r, &t);
+    CT_CHECK(res && res->code == TP_OK && res->body_len == 65536, "%s at the limit: %s", paths[i],
+             res ? res->message : "not started");
+    tp_release(t);
+  }
+}
+
+static void test_timeout(void) {
+  tp_request r = request(TP_GET, "/slow");
+  r.timeout_ms = 200;
+  long long start = now_ms();
+  tp_transfer *t;
+  const tp_result *res = fetch(&r, &t);
+  long long took = now_ms() - start;
+  CT_CHECK(res && res->code == TP_HTTP_TIMEOUT && res->retryable, "the request's timeout: %s",
+           res ? res->message : "not started");
+  if (res) CT_EQ_STR("the request timed out after 200 ms", res->message);
+  CT_CHECK(took >= 190 && took < 1500, "ended after 200 ms, took %lld", took);
+  tp_release(t);
+}
+
+static void test_deadline(void) {
+  tp_request r = request(TP_GET, "/slow");
+  r.timeout_ms = 10000;
+  char err[256];
+  int done = 0;
+  long long start = now_ms();
+  tp_transfer *t = tp_start(tp, &r, on_done, &done, err, sizeof err);
+  CT_CHECK(t != NULL, "started: %s", err);
+  if (!t) return;
+  int rc = tp_wait(t, tp_now_ns() + 200000000LL, NULL);
+  long long took = now_ms() - start;
+  const tp_result *res = tp_outcome(t);
+  CT_CHECK(rc == TP_ENDED && res && res->code == TP_HTTP_TIMEOUT && res->retryable, "the deadline ends it");
+  if (res) CT_EQ_STR("the call's deadline passed during the request", res->message);
+  CT_CHECK(took >= 190 && took < 1000, "ended at the deadline (200 ms), took %lld", took);
+  CT_CHECK(done_count(&done) == 1, "done called once, %d times", done_count(&done));
+  tp_release(t);
+
+  /* a deadline already passed ends it at once */
+  r = request(TP_GET, "/slow");
+  t = tp_start(tp, &r, NULL, NULL, err, sizeof err);
+  start = now_ms();
+  rc = t ? tp_wait(t, 1, NULL) : -1;
+  res = t ? tp_outcome(t) : NULL;
+  CT_CHECK(rc == TP_ENDED && res && res->code == TP_HTTP_TIMEOUT && now_ms() - start < 500, "a past deadline");
+  tp_release(t);
+}
+
+typedef struct later {
+  pthread_t thread;
+  long ms;
+  int *flag;
+  tp_transfer *cancel;
+} later;
+
+static void *later_main(void *arg) {
+  later *l = arg;
+  sleep_ms(l->ms);
+  if (l->flag) *(volatile int *)l->flag = 1;
+  if (l->cancel) tp_cancel(l->cancel);
+  return NULL;
+}
+
+static void test_stop(void) {
+  tp_request r = request(TP_GET, "/slow");
+  char err[256];
+  int stop = 0, done = 0;
+  tp_transfer *t = tp_start(tp, &r, on_done, &done, err, sizeof err);
+  CT_CHECK(t != NULL, "started: %s", err);
+  if (!t) return;
+  later l = { 0, 100, &stop, NULL };
+  long long start = now_ms();
+  pthread_create(&l.thread, NULL, later_main, &l);
+  int rc = tp_wait(t, 0, &stop);
+  long long took = now_ms() - start;
+  pthread_join(l.thread, NULL);
+  CT_CHECK(rc == TP_STOPPED, "the stop flag ends the wait, got %d", rc);
+  CT_CHECK(took >= 90 && took < 400, "noticed promptly: %lld ms after 100", took);
+  CT_CHECK(tp_outcome(t) == NULL && tp_poll(t, 0) == 0, "the transfer goes on");
+  tp_cancel(t);
+  start = now_ms();
+  rc = tp_wait(t, 0, NULL);
+  const tp_result *res = tp_outcome(t);
+  CT_CHECK(rc == TP_ENDED && res && res->code == TP_HTTP_CANCELLED && now_ms() - start < 400, "then cancelled");
+  CT_CHECK(done_count(&done) == 1, "done called once, %d times", done_count(&done));
+  tp_release(t);
+}
+
+static void test_cancel(void) {
+  tp_request r = request(TP_GET, "/slow");
+  char err[256];
+  int done = 0;
+  tp_transfer *t = tp_start(tp, &r, on_done, &done, err, sizeof err);
+  CT_CHECK(t != NULL, "started: %s", err);
+  if (!t) return;
+  later l = { 0, 100, NULL, t };
+  long long start = now_ms();
+  pthread_create(&l.thread, NULL, later_main, &l);
+  int rc = tp_wait(t, 0, NULL);
+  long long took = now_ms() - start;
+  pthread_join(l.thread, NULL);
+  const tp_result *res = tp_outcome(t);
+  CT_CHECK(rc == TP_ENDED && res && res->code == TP_HTTP_CANCELLED && !res->retryable, "tp_cancel ends it");
+  if (res) CT_EQ_STR("the request was cancelled", res->message);
+  CT_CHECK(took >= 90 && took < 400, "promptly: %lld ms after 100", took);
+  tp_cancel(t);
+  CT_CHECK(done_count(&done) == 1, "done called once, %d times", done_count(&done));
+  tp_release(t);
+
+  /* released while in flight: cancelled, done called before tp_release returns */
+  done = 0;
+  t = tp_start(tp, &r, on_done, &done, err, sizeof err);
+  sleep_ms(50);
+  start = now_ms();
+  tp_release(t);
+  CT_CHECK(done_count(&done) == 1 && now_ms() - start < 400, "released in flight: done %d times", done_count(&done));
+}
+
+static void test_many(void) {
+  enum { N = 20 };
+  tp_transfer *t[N];
+  int done[N];
+  char err[256];
+  long long start = now_ms();
+  for (int i = 0; i < N; i++) {
+    done[i] = 0;
+    tp_request r = request(TP_GET, "/sleep200");
+    t[i] = tp_start(tp, &r, on_done, &done[i], err, sizeof err);
+    CT_CHECK(t[i] != NULL, "transfer %d: %s", i, err);
+  }
+  int ok = 0;
+  for (int i = 0; i < N; i++) {
+    if (!t[i]) continue;
+    tp_wait(t[i], 0, NULL);
+    const tp_result *res = tp_outcome(t[i]);
+    ok += res && res->code == TP_OK && strcmp(res->body, "rested") == 0;
+  }
+  long long took = now_ms() - start;
+  CT_CHECK(ok == N, "%d of %d transfers answered", ok, N);
+  CT_CHECK(took < 1500, "20 transfers of 200 ms at once took %lld ms (one by one: 4000)", took);
+  for (int i = 0; i < N; i++) {
+    CT_CHECK(done_count(&done[i]) == 1, "transfer %d: done called %d times", i, done_count(&done[i]));
+    tp_release(t[i]);
+  }
+}
+
+/* On a transport of its own, whose connection cache starts empty. */
+static void test_reuse(void) {
+  char err[256];
+  tp_transport *shared = tp;
+  tp = tp_new(err, sizeof err);
+  CT_CHECK(tp != NULL, "tp_new: %s", err);
+  if (!tp) {
+    tp = shared;
+    return;
+  }
+  tp_request r = request(TP_GET, "/conn");
+  tp_transfer *a, *b;
+  int before = connections();
+  const tp_result *ra = fetch(&r, &a);
+  const tp_result *rb = fetch(&r, &b);
+  CT_CHECK(ra && rb && ra->code == TP_OK && rb->code == TP_OK, "two requests");
+  if (ra && rb && ra->code == TP_OK && rb->code == TP_OK)
+    CT_CHECK(strcmp(ra->body, rb->body) == 0, "one connection: served on %s then %s", ra->body, rb->body);
+  CT_CHECK(connections() - before == 1, "the server saw %d connections, expected 1", connections() - before);
+  tp_release(a);
+  tp_release(b);
+  tp_free(tp);
+  tp = shared;
+}
+
+static void test_redirects(void) {
+  tp_request r = request(TP_GET, "/redirect");
+  tp_transfer *t;
+  const tp_result *res = fetch(&r, &t);
+  CT_CHECK(res && res->code == TP_OK && res->status == 200 && strcmp(res->body, "hello") == 0 &&
+           header(res, "Location") == NULL, "a redirect followed, the last response kept");
+  tp_release(t);
+  r.max_redirects = 0;
+  res = fetch(&r, &t);
+  CT_CHECK(res && res->code == TP_OK && res->status == 302, "max_redirects 0: the 302 itself");
+  tp_release(t);
+  r = request(TP_GET, "/redirect-file");
+  res = fetch(&r, &t);
+  CT_CHECK(res && res->code == TP_HTTP_ERROR && !res->retryable && strstr(res->message, "redirect"),
+           "a redirect to file:// refused: %s", res ? res->message : "not started");
+  tp_release(t);
+}
+
+static void test_refused(int closed_port) {
+  char u[64];
+  snprintf(u, sizeof u, "http://127.0.0.1:%d/x", closed_port);
+  tp_request r = request(TP_GET, "/");
+  r.url = u;
+  tp_transfer *t;
+  const tp_result *res = fetch(&r, &t);
+  CT_CHECK(res && res->code == TP_HTTP_ERROR && res->retryable, "a refused connection is retryable: %s",
+           res ? res->message : "not started");
+  tp_release(t);
+}
+
+typedef struct bad_case {
+  const char *name;
+  const char *url;                /* NULL: /echo */
+  tp_header header;
+  tp_method method;
+  const char *body;
+  long long timeout_ms;
+  const char *expected;
+} bad_case;
+
+static void test_refusals(void) {
+  static const bad_case bad[] = {
+    { "file://", "file:///etc/passwd", { 0 }, TP_GET, NULL, 5000, "only http:// and https:// URLs are allowed" },
+    { "ftp://", "ftp://127.0.0.1/x", { 0 }, TP_GET, NULL, 5000, "only http:// and https:// URLs are allowed" },
+    { "no scheme", "127.0.0.1/x", { 0 }, TP_GET, NULL, 5000, "only http:// and https:// URLs are allowed" },
+    { "CR LF in the URL", "http://127.0.0.1/x\r\nX-Evil: 1", { 0 }, TP_GET, NULL, 5000,
+      "the URL contains a space or a control character" },
+    { "CR LF in a value", NULL, { "X-A", 3, "b\r\nX-Evil: 1", 13 }, TP_GET, NULL, 5000,
+      "the value of header 'X-A' contains CR, LF or NUL" },
+    { "LF in a value", NULL, { "X-A", 3, "b\nX", 3 }, TP_GET, NULL, 5000,
+      "the value of header 'X-A' contains CR, LF or NUL" },
+    { "NUL in a value", NULL, { "X-A", 3, "b\0c", 3 }, TP_GET, NULL, 5000,
+      "the value of header 'X-A' contains CR, LF or NUL" },
+    { "CR LF in a name", NULL, { "X-A\r\nX-Evil", 11, "1", 1 }, TP_GET, NULL, 5000, "a header name contains CR, LF or NUL" },
+    { "NUL in a name", NULL, { "X-A\0", 4, "1", 1 }, TP_GET, NULL, 5000, "a header name contains CR, LF or NUL" },
+    { "a colon in a name", NULL, { "X-A:", 4, "1", 1 }, TP_GET, NULL, 5000, "the header name 'X-A:' is not a token" },
+    { "Content-Length", NULL, { "content-length", 14, "5", 1 }, TP_GET, NULL, 5000,
+      "the header 'content-length' is set by the client" },
+    { "HEAD with a body", NULL, { 0 }, TP_HEAD, "x", 5000, "a HEAD request has no body" },
+    { "no timeout", NULL, { 0 }, TP_GET, NULL, 0, "timeout_ms must be at least 1, not 0" },
+  };
+  int before = connections();
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    tp_request r = request(bad[i].method, "/echo");
+    if (bad[i].url) r.url = bad[i].url;
+    r.headers = &bad[i].header;
+    r.n_headers = bad[i].header.name ? 1 : 0;
+    r.body = bad[i].body;
+    r.body_len = r.body ? strlen(r.body) : 0;
+    r.timeout_ms = bad[i].timeout_ms;
+    char err[256] = "";
+    int done = 0;
+    tp_transfer *t = tp_start(tp, &r, on_done, &done, err, sizeof err);
+    CT_CHECK(t == NULL, "%s: refused", bad[i].name);
+    CT_CHECK(strcmp(err, bad[i].expected) == 0, "%s: expected \"%s\", got \"%s\"", bad[i].name, bad[i].expected, err);
+    CT_CHECK(done == 0, "%s: done never called", bad[i].name);
+    tp_release(t);
+  }
+  sleep_ms(50);
+  CT_CHECK(connections() == before, "nothing was sent: %d connections", connections() - before);
+}
+
+static int threads(void) {
+  DIR *d = opendir("/proc/self/task");
+  int n = 0;
+  if (!d) return -1;
+  for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+/* Before the server runs: no thread until the first request; tp_free joins it. */
+static void test_lazy_thread(int closed_port) {
+  int before = threads();
+  char err[256];
+  tp_transport *own = tp_new(err, sizeof err);
+  CT_CHECK(own != NULL, "tp_new: %s", err);
+  if (!own) return;
+  CT_CHECK(threads() == before, "no thread before the first request: %d, then %d", before, threads());
+  tp_free(own);
+  own = tp_new(err, sizeof err);
+  char u[64];
+  snprintf(u, sizeof u, "http://127.0.0.1:%d/x", closed_port);
+  tp_request r;
+  memset(&r, 0, sizeof r);
+  r.url = u;
+  r.timeout_ms = 1000;
+  tp_transfer *t = tp_start(own, &r, NULL, NULL, err, sizeof err);
+  CT_CHECK(t != NULL && threads() == before + 1, "one I/O thread after the first request: %d", threads() - before);
+  tp_wait(t, 0, NULL);
+  tp_release(t);
+  tp_free(own);
+  CT_CHECK(threads() == before, "tp_free joined it: %d threads left over", threads() - before);
+}
+
+/* tp_free with transfers in flight, some released, some kept: each ends
+   cancelled with its done called once; the kept ones stay readable. */
+static void test_free_in_flight(void) {
+  enum { N = 6 };
+  char err[256];
+  tp_transport *own = tp_new(err, sizeof err);
+  CT_CHECK(own != NULL, "tp_new: %s", err);
+  if (!own) return;
+  tp_transfer *t[N];
+  int done[N];
+  for (int i = 0; i < N; i++) {
+    done[i] = 0;
+    tp_request r = request(TP_GET, i % 2 ? "/slow" : "/sleep200");
+    t[i] = tp_start(own, &r, on_done, &done[i], err, sizeof err);
+  }
+  sleep_ms(50);
+  tp_release(t[0]);
+  long long start = now_ms();
+  tp_free(own);
+  CT_CHECK(now_ms() - start < 1000, "tp_free returns promptly: %lld ms", now_ms() - start);
+  for (int i = 0; i < N; i++) {
+    CT_CHECK(done_count(&done[i]) == 1, "transfer %d: done called %d times", i, done_count(&done[i]));
+    if (i == 0) continue;
+    const tp_result *res = tp_outcome(t[i]);
+    CT_CHECK(res && res->code == TP_HTTP_CANCELLED, "transfer %d cancelled by tp_free", i);
+    CT_CHECK(tp_wait(t[i], 0, NULL) == TP_ENDED, "waiting after tp_free returns");
+    tp_release(t[i]);
+  }
+  /* a transport freed with a transfer started but never taken by its thread */
+  own = tp_new(err, sizeof err);
+  tp_request r = request(TP_GET, "/text");
+  tp_transfer *u = tp_start(own, &r, NULL, NULL, err, sizeof err);
+  tp_free(own);
+  const tp_result *res = tp_outcome(u);
+  CT_CHECK(res && (res->code == TP_HTTP_CANCELLED || res->code == TP_OK), "ended either way");
+  tp_release(u);
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  static const char *const proxies[] = { "http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy",
+                                         "ALL_PROXY", NULL };
+  for (const char *const *p = proxies; *p; p++) unsetenv(*p);
+  int closed_port = 0;
+  int closed = bind_loopback(&closed_port);
+  close(closed);
+  test_lazy_thread(closed_port);
+
+  if (server_start() != 0) {
+    fprintf(stderr, "cannot start the test server\n");
+    return 1;
+  }
+  snprintf(url_base, sizeof url_base, "http://127.0.0.1:%d", srv.port);
+  char err[256];
+  tp = tp_new(err, sizeof err);
+  CT_CHECK(tp != NULL, "tp_new: %s", err);
+  if (tp) {
+    test_get();
+    test_post();
+    test_head();
+    test_limits();
+    test_timeout();
+    test_deadline();
+    test_stop();
+    test_cancel();
+    test_many();
+    test_reuse();
+    test_redirects();
+    test_refused(closed_port);
+    test_refusals();
+    test_free_in_flight();
+    tp_free(tp);
+  }
+  server_stop();
+  return ct_finish("transport");
+}
