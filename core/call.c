@@ -91,6 +91,9 @@ int st_error_retryable(lua_State *T, int e) {
 
 /* ------------------------------------------------------- lifecycle */
 
+/* Calls that are done kept per program for reuse: a thread and its memory. */
+#define CL_SPARE 8
+
 static int cancelled(const cl_call *c) {
   return __atomic_load_n(&c->cancelled, __ATOMIC_ACQUIRE);
 }
@@ -100,13 +103,25 @@ cl_call *cl_new(pl_program *pg, const pm_tool *t, pl_scope *scope, char *err, si
     snprintf(err, errlen, pg->closed ? "the program is closed" : "the runtime is closed");
     return NULL;
   }
-  cl_call *c = calloc(1, sizeof *c);
-  if (!c) { snprintf(err, errlen, "out of memory"); return NULL; }
-  lua_State *L = pg->L;
-  if (!lua_checkstack(L, 2)) { free(c); snprintf(err, errlen, "no stack space"); return NULL; }
-  c->T = lua_newthread(L);
-  c->tref = luaL_ref(L, LUA_REGISTRYINDEX);
-  lua_settop(c->T, CV_COUNT);
+  cl_call *c = pg->spare;
+  if (c) {
+    /* a call that is done leaves its thread and memory for the next one */
+    pg->spare = c->pg_next;
+    pg->nspare--;
+    lua_State *T = c->T;
+    int tref = c->tref;
+    memset(c, 0, sizeof *c);
+    c->T = T;
+    c->tref = tref;
+  } else {
+    c = calloc(1, sizeof *c);
+    if (!c) { snprintf(err, errlen, "out of memory"); return NULL; }
+    lua_State *L = pg->L;
+    if (!lua_checkstack(L, 2)) { free(c); snprintf(err, errlen, "no stack space"); return NULL; }
+    c->T = lua_newthread(L);
+    c->tref = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_settop(c->T, CV_COUNT);
+  }
   c->refs = 1;
   c->rt = pg->rt;
   c->pg = pg;
@@ -122,6 +137,12 @@ cl_call *cl_new(pl_program *pg, const pm_tool *t, pl_scope *scope, char *err, si
   return c;
 }
 
+/* Frees a call kept as a spare (pl_unref, when the program goes). */
+void cl_destroy(lua_State *L, cl_call *c) {
+  luaL_unref(L, LUA_REGISTRYINDEX, c->tref);
+  free(c);
+}
+
 static void unlink_call(cl_call *c) {
   pl_program *pg = c->pg;
   if (!pg) return;
@@ -134,7 +155,6 @@ static void unlink_call(cl_call *c) {
 void cl_release(cl_call *c) {
   if (!c || --c->refs > 0) return;
   pl_program *pg = c->pg;
-  lua_State *L = pg->L;
   unlink_call(c);
   if (c->held) {
     id_abort(pg->idem, c->t->name, c->ikey, c->ikeylen);
@@ -143,10 +163,17 @@ void cl_release(cl_call *c) {
   if (c->sx) sx_release(c->sx);
   if (c->module) sx_unref(c->module);
   if (c->leader) cl_release(c->leader);
-  luaL_unref(L, LUA_REGISTRYINDEX, c->tref);
   free(c->ikey);
   if (c->scope) pl_scope_unref(c->scope);
-  free(c);
+  if (!pg->closed && pg->nspare < CL_SPARE) {
+    lua_settop(c->T, 0);
+    lua_settop(c->T, CV_COUNT);
+    c->pg_next = pg->spare;
+    pg->spare = c;
+    pg->nspare++;
+  } else {
+    cl_destroy(pg->L, c);
+  }
   pl_unref(pg);
 }
 
@@ -229,7 +256,7 @@ static void follow(lua_State *T, cl_call *c) {
 /* One protected step: moves through the states until the call must wait. */
 static void run_states(lua_State *T, cl_call *c) {
   for (;;) {
-    lua_settop(T, CV_COUNT);
+    if (lua_gettop(T) != CV_COUNT) lua_settop(T, CV_COUNT);
     if (cancelled(c) && c->state < CS_FINISH && !(c->state == CS_HANDLER && (c->job_out || c->job_done))) {
       if (c->state == CS_HANDLER) st_abandon(c);   /* a job made ready, never run */
       if (c->leader) { cl_release(c->leader); c->leader = NULL; }
@@ -347,29 +374,40 @@ void lcl_put_scope_anchor(lua_State *L, int idx, cl_call *c) {
   lua_replace(c->T, CV_SCOPE);
 }
 
-static void push_meta(lua_State *L, const cl_call *c) {
+int lcl_take(lua_State *L, cl_call *c, st_event *ev) {
+  lua_pushvalue(c->T, CV_VALUE);
+  lua_pushvalue(c->T, CV_WARN);
+  lua_xmove(c->T, L, 2);
+  *ev = c->ev;
+  return c->ok;
+}
+
+void lcl_push_meta(lua_State *L, const st_event *ev, int warnings) {
   lua_createtable(L, 0, 5);
-  if (!lua_isnil(c->T, CV_WARN)) {
-    lua_pushvalue(c->T, CV_WARN);
-    lua_xmove(c->T, L, 1);
+  if (warnings && !lua_isnil(L, warnings)) {
+    lua_pushvalue(L, warnings);
     lua_setfield(L, -2, "warnings");
   }
-  lua_pushinteger(L, c->ev.attempts);
+  lua_pushinteger(L, ev->attempts);
   lua_setfield(L, -2, "attempts");
-  lua_pushboolean(L, c->ev.cache_hit);
+  lua_pushboolean(L, ev->cache_hit);
   lua_setfield(L, -2, "cache_hit");
-  lua_pushboolean(L, c->ev.single_flight);
+  lua_pushboolean(L, ev->single_flight);
   lua_setfield(L, -2, "single_flight");
-  lua_pushboolean(L, c->ev.idempotent_replay);
+  lua_pushboolean(L, ev->idempotent_replay);
   lua_setfield(L, -2, "idempotent_replay");
 }
 
 int lcl_push_outcome(lua_State *L, cl_call *c) {
   luaL_checkstack(L, 4, "returning a tool's result");
-  lua_pushvalue(c->T, CV_VALUE);
-  lua_xmove(c->T, L, 1);
-  if (!c->ok) return -1;
-  push_meta(L, c);
+  st_event ev;
+  int ok = lcl_take(L, c, &ev);
+  if (!ok) {
+    lua_pop(L, 1);
+    return -1;
+  }
+  lcl_push_meta(L, &ev, lua_gettop(L));
+  lua_remove(L, -2);
   return 0;
 }
 

@@ -16,5 +16,11 @@ void lcl_put_scope_anchor(lua_State *L, int idx, cl_call *c);
 /* For a call that is done: pushes the result and its metadata table and
    returns 0, or pushes the error and returns -1. */
 int lcl_push_outcome(lua_State *L, cl_call *c);
+/* The same in two halves, so that the call can be freed in between: pushes
+   its value and its warnings (or nil) without allocating on L (2 free slots
+   needed) and returns whether it succeeded; then the metadata table. */
+struct st_event;
+int lcl_take(lua_State *L, cl_call *c, struct st_event *ev);
+void lcl_push_meta(lua_State *L, const struct st_event *ev, int warnings);
 
 #endif

@@ -213,13 +213,19 @@ static call_box *push_owner(lua_State *L) {
 int lr_call(lua_State *L, pl_program *pg, int scope, const pm_tool *t, int input) {
   pl_scope *sc = check_scope(L, pg, scope);
   input = lc_absindex(L, input);
-  call_box *owner = push_owner(L);
-  owner->c = new_call(L, pg, sc, scope, t, input, 0);
-  rt_drive(pg->rt, &owner->c, 1, 0);
-  int status = lcl_push_outcome(L, owner->c);
-  cl_free(owner->c);
-  owner->c = NULL;
-  if (status != 0) return lua_error(L);
+  luaL_checkstack(L, 8, "calling a tool");
+  /* nothing between the call's making and its freeing can raise: no owner needed */
+  cl_call *c = new_call(L, pg, sc, scope, t, input, 0);
+  rt_drive(pg->rt, &c, 1, 0);
+  st_event ev;
+  int ok = lcl_take(L, c, &ev);
+  cl_free(c);
+  if (!ok) {
+    lua_pop(L, 1);
+    return lua_error(L);
+  }
+  lcl_push_meta(L, &ev, lua_gettop(L));
+  lua_remove(L, -2);
   return 2;
 }
 
@@ -294,11 +300,15 @@ int lr_call_all(lua_State *L, pl_program *pg) {
   pl_scope *sc = check_scope(L, pg, scope);
   int n = (int)lc_rawlen(L, 2);
   if (n > 10000) return luaL_error(L, "call_all: at most 10000 calls at once");
-  luaL_checkstack(L, n + 8, "calling tools");
-  /* the calls are owned by a list of luma.Call on the stack: an error frees them */
+  luaL_checkstack(L, 3 * n + 16, "calling tools");
+  /* scratch without finalizers (a finalizer costs more than a small call):
+     nothing can raise between the first call's making and the last one's
+     freeing, so no owner is needed */
+  const pm_tool **tools = lua_newuserdata(L, sizeof *tools * (size_t)(n ? n : 1));
   cl_call **calls = lua_newuserdata(L, sizeof *calls * (size_t)(n ? n : 1));
-  lua_createtable(L, n, 0);
-  int owners = lua_gettop(L);
+  st_event *events = lua_newuserdata(L, sizeof *events * (size_t)(n ? n : 1));
+  char *oks = lua_newuserdata(L, (size_t)(n ? n : 1));
+  int inputs = lua_gettop(L) + 1;
   for (int i = 0; i < n; i++) {
     lc_rawgeti(L, 2, i + 1);
     int item = lua_gettop(L);
@@ -306,30 +316,44 @@ int lr_call_all(lua_State *L, pl_program *pg) {
     lua_getfield(L, item, "tool");
     if (lua_isnil(L, -1)) { lua_pop(L, 1); lc_rawgeti(L, item, 1); }
     if (lua_type(L, -1) != LUA_TSTRING) return luaL_error(L, "call_all: call %d needs a tool name", i + 1);
-    const pm_tool *t = pm_find_tool(pg->p, lua_tostring(L, -1));
-    if (!t) {
+    tools[i] = pm_find_tool(pg->p, lua_tostring(L, -1));
+    if (!tools[i]) {
       lua_pushfstring(L, "Unknown tool '%s'.", lua_tostring(L, -1));
       return le_raise(L, "TOOL_NOT_FOUND", lua_tostring(L, -1), 0);
     }
     lua_getfield(L, item, "input");
     if (lua_isnil(L, -1)) { lua_pop(L, 1); lc_rawgeti(L, item, 2); }
     if (lua_isnil(L, -1)) { lua_pop(L, 1); lua_newtable(L); }
-    call_box *b = push_owner(L);
-    b->c = calls[i] = new_call(L, pg, sc, scope, t, -2, 0);
-    lua_rawseti(L, owners, i + 1);
-    lua_settop(L, item - 1);
+    lua_replace(L, item);
+    lua_settop(L, item);
+  }
+  char err[200];
+  for (int i = 0; i < n; i++) {
+    calls[i] = cl_new(pg, tools[i], sc, err, sizeof err);
+    if (!calls[i]) {
+      while (i-- > 0) cl_free(calls[i]);
+      lua_pushfstring(L, "Tools cannot be called: %s.", err);
+      return le_raise(L, "TOOL_CANCELLED", lua_tostring(L, -1), 0);
+    }
+    lcl_put_input(L, inputs + i, calls[i], 0);
+    if (scope) lcl_put_scope_anchor(L, scope, calls[i]);
   }
   rt_drive(pg->rt, calls, n, concurrency);
+  int taken = lua_gettop(L) + 1;
+  for (int i = 0; i < n; i++) {
+    oks[i] = (char)lcl_take(L, calls[i], &events[i]);
+    cl_free(calls[i]);
+  }
   lua_createtable(L, n, 0);
   int out = lua_gettop(L);
   for (int i = 0; i < n; i++) {
+    int value = taken + 2 * i, ok = oks[i];
     lua_createtable(L, 0, 3);
-    int ok = lcl_push_outcome(L, calls[i]) == 0;
+    lua_pushvalue(L, value);
+    lua_setfield(L, -2, ok ? "result" : "error");
     if (ok) {
-      lua_setfield(L, -3, "meta");
-      lua_setfield(L, -2, "result");
-    } else {
-      lua_setfield(L, -2, "error");
+      lcl_push_meta(L, &events[i], value + 1);
+      lua_setfield(L, -2, "meta");
     }
     lua_pushboolean(L, ok);
     lua_setfield(L, -2, "ok");

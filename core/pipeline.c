@@ -11,6 +11,7 @@
 #include "compat.h"
 #include "idem.h"
 #include "runtime.h"
+#include "steps.h"
 
 pl_program *pl_new(rt_runtime *rt, pm_program *p, lv_program *v) {
   lua_State *L = rt_home(rt);
@@ -55,6 +56,11 @@ void pl_retain(pl_program *pg) {
 void pl_unref(pl_program *pg) {
   if (!pg || --pg->refs > 0) return;
   lua_State *L = pg->L;
+  while (pg->spare) {
+    struct cl_call *c = pg->spare;
+    pg->spare = c->pg_next;
+    cl_destroy(L, c);
+  }
   luaL_unref(L, LUA_REGISTRYINDEX, pg->anchor);
   if (pg->trace) fclose(pg->trace);
   id_close(pg->idem);

@@ -46,6 +46,8 @@ typedef struct pl_program {
   int has_approve;            /* anchor.approve(tool, agent) decides tool_policy approval */
   int has_lookup;             /* anchor.lookup(name) replaces the process environment */
   struct cl_call *active;     /* calls in flight, for single flight */
+  struct cl_call *spare;      /* calls done, kept for reuse (linked by pg_next) */
+  int nspare;
 } pl_program;
 
 /* An agent method call in progress: the circuit breaker counts its failures.

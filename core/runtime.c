@@ -13,6 +13,8 @@
 
 #include "steps.h"
 
+#include <lauxlib.h>
+
 /* Calls started from handlers, nested deeper than this, fail: each level
    holds a C stack frame of the driver. */
 #define RT_MAX_DEPTH 100
@@ -20,7 +22,8 @@
 struct rt_runtime {
   int refs;
   int closed;
-  lua_State *home;
+  lua_State *home;                /* a thread of its own in the host's state, never running */
+  int home_ref;
   int workers;
   wp_pool *pool;                  /* made at the first job */
   int efd;                        /* readable when a job finished */
@@ -47,7 +50,10 @@ rt_runtime *rt_new(lua_State *home, const rt_options *o, char *err, size_t errle
   }
   pthread_mutex_init(&rt->lock, NULL);
   rt->refs = 1;
-  rt->home = home;
+  /* calls make their threads and references from this one: the host's own
+     thread may be a coroutine in the middle of something */
+  rt->home = lua_newthread(home);
+  rt->home_ref = luaL_ref(home, LUA_REGISTRYINDEX);
   rt->workers = o && o->workers > 0 ? o->workers : wp_cpus();
   return rt;
 }
@@ -59,6 +65,7 @@ void rt_retain(rt_runtime *rt) {
 void rt_unref(rt_runtime *rt) {
   if (!rt || --rt->refs > 0) return;
   rt_close(rt);
+  luaL_unref(rt->home, LUA_REGISTRYINDEX, rt->home_ref);
   close(rt->efd);
   pthread_mutex_destroy(&rt->lock);
   free(rt);
@@ -120,15 +127,15 @@ void rt_leave(rt_runtime *rt) {
 void rt_complete(rt_runtime *rt, cl_call *c) {
   pthread_mutex_lock(&rt->lock);
   c->done_next = rt->done;
-  rt->done = c;
+  __atomic_store_n(&rt->done, c, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&rt->lock);
   uint64_t one = 1;
   while (write(rt->efd, &one, sizeof one) < 0 && errno == EINTR) {}
 }
 
 void rt_drain(rt_runtime *rt) {
-  uint64_t n;
-  while (read(rt->efd, &n, sizeof n) < 0 && errno == EINTR) {}
+  /* most drives have nothing to drain: no lock, no system call then */
+  if (!__atomic_load_n(&rt->done, __ATOMIC_ACQUIRE)) return;
   pthread_mutex_lock(&rt->lock);
   cl_call *c = rt->done;
   rt->done = NULL;
@@ -141,6 +148,9 @@ void rt_drain(rt_runtime *rt) {
     c = next;
   }
   pthread_mutex_unlock(&rt->lock);
+  /* a completion after this read writes again: at worst one wake-up too many */
+  uint64_t n;
+  while (read(rt->efd, &n, sizeof n) < 0 && errno == EINTR) {}
 }
 
 /* Runs c's job on this thread. */
@@ -224,6 +234,7 @@ void rt_drive(rt_runtime *rt, cl_call **calls, int n, int concurrency) {
     calls[i]->gate = concurrency > 0 ? &gate : NULL;
     calls[i]->gate_limit = concurrency;
     calls[i]->hold = n > 1;
+    calls[i]->inline_ok = n == 1;
   }
   /* every call looks its cache and idempotency key up before any runs, so
      that calls of one batch with the same key share a run */

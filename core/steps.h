@@ -31,6 +31,8 @@
 
 /* Drops the caller's or a follower's reference (call.c). */
 void cl_release(cl_call *c);
+/* Frees a spare call for good. */
+void cl_destroy(lua_State *L, cl_call *c);
 
 /* The states of a call, in the order a call passes them. */
 enum {
@@ -92,6 +94,7 @@ struct cl_call {
   cl_call *rt_next;               /* the runtime's polled calls */
   cl_call *done_next;             /* the runtime's finished jobs */
   int polled;
+  int inline_ok;                  /* a lone blocking call: its handler runs inside the step */
   int hold;                       /* stop at CS_RUN: rt_drive looks every call up before any runs */
 };
 
