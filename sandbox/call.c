@@ -4,7 +4,7 @@
    the other), collect (the host's thread copies results and errors back).
    Nothing here allocates in a module's state outside a protected call: a
    state at its memory limit fails the call, never the host. */
-#include "internal.h"
+#include "state.h"
 
 #include <stdio.h>
 #include <string.h>
