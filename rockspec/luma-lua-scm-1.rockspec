@@ -21,8 +21,9 @@ build = {
       sources = {
         "base/arena.c", "base/strbuf.c", "base/map.c", "base/utf8.c", "base/json.c", "base/crypto.c", "base/errors.c", "base/lerror.c",
         "base/ljson.c", "base/transport.c", "base/tpmsg.c",
-        "sandbox/copy.c", "sandbox/state.c", "sandbox/module.c", "sandbox/call.c", "sandbox/bounded.c",
-        "sandbox/strict.c", "sandbox/pattern.c", "sandbox/http.c", "sandbox/shim.c",
+        "sandbox/copy.c", "sandbox/state.c", "sandbox/bounded.c", "sandbox/pattern.c", "sandbox/require.c",
+        "sandbox/strict.c", "sandbox/strict_io.c", "sandbox/strict_json.c", "sandbox/strict_crypto.c",
+        "sandbox/http.c", "sandbox/call.c", "sandbox/module.c",
         "core/diag.c", "core/lex.c", "core/parse.c", "core/program.c", "core/regex.c", "core/jsonschema.c", "core/idem.c",
         "core/pool.c",
         "core/validate.c", "core/pipeline.c", "core/call.c", "core/policy.c", "core/needs.c", "core/cache.c",

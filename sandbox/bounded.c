@@ -4,7 +4,7 @@
  * is stopped on time even inside them. Same behaviour as Lua 5.4's otherwise.
  * The pattern functions (find, match, gmatch, gsub) are in pattern.c.
  */
-#include "internal.h"
+#include "bounded.h"
 
 #include <limits.h>
 #include <string.h>
@@ -13,6 +13,7 @@
 
 #include "compat.h"
 #include "pattern.h"
+#include "state.h"
 
 #if LUA_VERSION_NUM >= 504
 

@@ -4,7 +4,7 @@
    the other), collect (the host's thread copies results and errors back).
    Nothing here allocates in a module's state outside a protected call: a
    state at its memory limit fails the call, never the host. */
-#include "internal.h"
+#include "state.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -169,7 +169,7 @@ void sx_execute(sx_state *s, sx_run *runs, int n) {
     run->expired = s->expired;
     run->out_of_memory = s->out_of_memory || run->status == LUA_ERRMEM;
     /* a state that ran out of memory or time is not trusted again */
-    if (run->expired || run->out_of_memory) s->broken = 1;
+    if (run->expired || run->out_of_memory || sx_cancelled(s)) s->broken = 1;
     run->result_slot = lua_gettop(H);
   }
 }

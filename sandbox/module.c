@@ -1,57 +1,48 @@
-#define _XOPEN_SOURCE 700
-/* Loading a tool module: integrity, text-only chunks, the dependency
-   allowlist for `require`, and the lookup of its exported handlers. */
-#include "internal.h"
-
-#include <errno.h>
-#include <limits.h>
+/* A tool module: loading it (integrity, text only, the lookup of its
+   exported handlers), composing each of its states (a bare state, the
+   libraries its policy gives, its code run), and the pool of those states. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include <lauxlib.h>
+#include <lualib.h>
 
+#include "bounded.h"
 #include "compat.h"
 #include "crypto.h"
+#include "require.h"
+#include "state.h"
+#include "strict.h"
 
-/* A module or dependency file larger than this is refused. */
-#define SX_MAX_SOURCE (16u << 20)
 /* Running a module's top-level code may take this long. */
 #define SX_LOAD_TIMEOUT_MS 10000
 
-/* The dependency rules of a module's state, kept in its registry. */
-static const char deps_key = 0;
+/* A module: where it comes from, what it may use, and its states. */
+static sx_state *make_state(sx_module *m, long long deadline_ns, char *err, size_t errlen);
 
-static char *read_file(const char *path, size_t *len, char *err, size_t errlen) {
-  FILE *f = fopen(path, "rb");
-  if (!f) { snprintf(err, errlen, "cannot read '%s': %s", path, strerror(errno)); return NULL; }
-  char *buf = NULL;
-  size_t cap = 0, n = 0;
-  for (;;) {
-    if (n == cap) {
-      if (cap >= SX_MAX_SOURCE) {
-        snprintf(err, errlen, "'%s' is larger than %u bytes", path, SX_MAX_SOURCE);
-        free(buf);
-        fclose(f);
-        return NULL;
-      }
-      cap = cap ? cap * 2 : 8192;
-      char *more = realloc(buf, cap + 1);
-      if (!more) { free(buf); fclose(f); snprintf(err, errlen, "out of memory"); return NULL; }
-      buf = more;
-    }
-    size_t got = fread(buf + n, 1, cap - n, f);
-    n += got;
-    if (got == 0) break;
-  }
-  int bad = ferror(f);
-  fclose(f);
-  if (bad) { free(buf); snprintf(err, errlen, "cannot read '%s'", path); return NULL; }
-  buf[n] = '\0';
-  *len = n;
-  return buf;
-}
+struct sx_module {
+  pthread_mutex_t lock;           /* guards states, nstates and busy flags */
+  pthread_cond_t freed;           /* a state became free */
+  char *path, *source;
+  size_t source_len;
+  char **dependencies;            /* NULL: no allowlist */
+  int ndependencies;
+  char *dependency_root, *project_root;
+  sx_policy policy;
+  int has_policy;
+  char **exports;                 /* sorted */
+  int nexports;
+  sx_state **states;
+  int nstates;
+  int making;                     /* states being made outside the lock */
+  int refs;                       /* counted references (atomic) */
+  int closed;                     /* sx_close: no state is handed out (atomic) */
+};
+
+static sx_state *make_state(sx_module *m, long long deadline_ns, char *err, size_t errlen);
 
 /* "sha256-<base64>" of the bytes must equal the manifest's integrity. */
 static int check_integrity(const char *path, const char *want, const char *src, size_t len, char *err, size_t errlen) {
@@ -67,49 +58,6 @@ static int check_integrity(const char *path, const char *want, const char *src, 
     snprintf(err, errlen, "integrity check failed for '%s': expected %s, got sha256-%.*s", path, want, (int)n, b64);
     return -1;
   }
-  return 0;
-}
-
-/* Whether path (resolved) lies inside dir (resolved). */
-static int inside(const char *path, const char *dir) {
-  size_t n = strlen(dir);
-  return strncmp(path, dir, n) == 0 && (path[n] == '/' || path[n] == '\0' || (n == 1 && dir[0] == '/'));
-}
-
-/* Keeps the rules of `require` in the registry: the listed dependencies
-   under dependency_root, or (strict, with no list) any Lua file of the
-   project. In a state with the full library, the searcher becomes the only
-   one after preload; a strict state has it already. */
-static int install_require_rules(lua_State *L) {
-  const sx_module *m = lua_touserdata(L, 1);
-  lua_pushlightuserdata(L, (void *)&deps_key);
-  lua_createtable(L, 0, 2);
-  if (m->dependencies) {
-    lua_newtable(L);
-    for (int i = 0; i < m->ndependencies; i++) {
-      lua_pushboolean(L, 1);
-      lua_setfield(L, -2, m->dependencies[i]);
-    }
-    lua_setfield(L, -2, "allowed");
-  }
-  const char *root = m->dependencies ? m->dependency_root : m->project_root;
-  if (root) {
-    lua_pushstring(L, root);
-    lua_setfield(L, -2, "root");
-  }
-  lua_rawset(L, LUA_REGISTRYINDEX);
-  lua_getglobal(L, "package");
-  if (!lua_istable(L, -1)) return 0;
-  lua_newtable(L);
-  lua_getfield(L, -2, LC_SEARCHERS);
-  lua_rawgeti(L, -1, 1);     /* the preload searcher stays first */
-  lua_rawseti(L, -3, 1);
-  lua_pop(L, 1);
-  lua_pushcfunction(L, sx_dependency_searcher);
-  lua_rawseti(L, -2, 2);
-  lua_setfield(L, -2, LC_SEARCHERS);
-  lua_pushnil(L);
-  lua_setfield(L, -2, "loadlib");
   return 0;
 }
 
@@ -145,65 +93,6 @@ static int find_exports(sx_module *m, lua_State *L, char *err, size_t errlen) {
     lua_pop(L, 1);
   }
   return 0;
-}
-
-/* The searcher that replaces all others when a module lists dependencies:
-   only those names, read as text from under dependency_root. */
-int sx_dependency_searcher(lua_State *L) {
-  size_t namelen;
-  const char *name = luaL_checklstring(L, 1, &namelen);
-  if (namelen == 0 || memchr(name, '\0', namelen)) {
-    lua_pushliteral(L, "\n\tnot a module name");
-    return 1;
-  }
-  lua_pushlightuserdata(L, (void *)&deps_key);
-  lc_rawget(L, LUA_REGISTRYINDEX);
-  int rules = lua_gettop(L);
-  lua_getfield(L, rules, "allowed");
-  if (!lua_isnil(L, -1)) {
-    lua_getfield(L, -1, name);
-    int allowed = lua_toboolean(L, -1);
-    lua_pop(L, 1);
-    if (!allowed) {
-      lua_pushfstring(L, "\n\tmodule '%s' is not among the tool module's dependencies", name);
-      return 1;
-    }
-  }
-  lua_pop(L, 1);
-  lua_getfield(L, rules, "root");
-  const char *root = lua_tostring(L, -1);
-  if (!root) {
-    lua_pushliteral(L, "\n\tno folder to load modules from");
-    return 1;
-  }
-  luaL_Buffer b;
-  luaL_buffinit(L, &b);
-  luaL_addstring(&b, root);
-  luaL_addchar(&b, '/');
-  for (size_t i = 0; i < namelen; i++) luaL_addchar(&b, name[i] == '.' ? '/' : name[i]);
-  luaL_addstring(&b, ".lua");
-  luaL_pushresult(&b);
-  const char *file = lua_tostring(L, -1);
-  char real[PATH_MAX];
-  if (!realpath(file, real)) {
-    lua_pushfstring(L, "\n\tno file '%s'", file);
-    return 1;
-  }
-  if (!inside(real, root)) {
-    lua_pushfstring(L, "\n\t'%s' lies outside '%s'", real, root);
-    return 1;
-  }
-  lua_pushfstring(L, "@%s", real);   /* before the file is read: this may raise */
-  lua_pushstring(L, real);
-  char err[PATH_MAX + 128];
-  size_t len;
-  char *src = read_file(real, &len, err, sizeof err);
-  if (!src) return luaL_error(L, "%s", err);
-  int status = sx_load_text(L, src, len, lua_tostring(L, -2));
-  free(src);
-  if (status != LUA_OK) return lua_error(L);
-  lua_insert(L, -2);
-  return 2;
 }
 
 static int string_cmp(const void *a, const void *b) {
@@ -244,7 +133,7 @@ static int collect_exports(sx_module *m, lua_State *L, char *err, size_t errlen)
 
 sx_module *sx_load(const sx_manifest *man, char *err, size_t errlen) {
   size_t len;
-  char *src = read_file(man->path, &len, err, errlen);
+  char *src = sx_read_source(man->path, &len, err, errlen);
   if (!src) return NULL;
   if (man->integrity && check_integrity(man->path, man->integrity, src, len, err, errlen) != 0) {
     free(src);
@@ -280,13 +169,85 @@ sx_module *sx_load(const sx_manifest *man, char *err, size_t errlen) {
     sx_free(m);
     return NULL;
   }
-  sx_state *first = sx_state_new(m, 0, err, errlen);
+  sx_state *first = make_state(m, 0, err, errlen);
   if (!first) {
     sx_free(m);
     return NULL;
   }
   m->states[m->nstates++] = first;
+  m->refs = 1;
   return m;
+}
+
+void sx_retain(sx_module *m) {
+  __atomic_add_fetch(&m->refs, 1, __ATOMIC_RELAXED);
+}
+
+void sx_unref(sx_module *m) {
+  if (m && __atomic_sub_fetch(&m->refs, 1, __ATOMIC_ACQ_REL) == 0) sx_free(m);
+}
+
+int sx_closed(const sx_module *m) {
+  return __atomic_load_n(&m->closed, __ATOMIC_ACQUIRE);
+}
+
+void sx_close(sx_module *m) {
+  pthread_mutex_lock(&m->lock);
+  __atomic_store_n(&m->closed, 1, __ATOMIC_RELEASE);
+  /* the idle states go now; a busy one when it is released */
+  for (int i = 0; i < m->nstates;) {
+    if (m->states[i]->busy) { i++; continue; }
+    sx_state_free(m->states[i]);
+    m->states[i] = m->states[--m->nstates];
+  }
+  pthread_cond_broadcast(&m->freed);
+  pthread_mutex_unlock(&m->lock);
+}
+
+sx_state *sx_try_acquire(sx_module *m, int *may_make, char *err, size_t errlen) {
+  *may_make = 0;
+  pthread_mutex_lock(&m->lock);
+  if (sx_closed(m)) {
+    pthread_mutex_unlock(&m->lock);
+    snprintf(err, errlen, "the tool module was closed");
+    return NULL;
+  }
+  for (int i = 0; i < m->nstates; i++)
+    if (!m->states[i]->busy) {
+      m->states[i]->busy = 1;
+      pthread_mutex_unlock(&m->lock);
+      return m->states[i];
+    }
+  if (m->nstates + m->making < m->policy.max_concurrency) {
+    m->making++;   /* reserved for the caller's sx_make */
+    *may_make = 1;
+  }
+  pthread_mutex_unlock(&m->lock);
+  snprintf(err, errlen, "every state of the module was busy until the deadline");
+  return NULL;
+}
+
+sx_state *sx_make(sx_module *m, long long deadline_ns, char *err, size_t errlen) {
+  sx_state *s = make_state(m, deadline_ns, err, errlen);
+  pthread_mutex_lock(&m->lock);
+  m->making--;
+  if (s && sx_closed(m)) {
+    sx_state_free(s);
+    s = NULL;
+    snprintf(err, errlen, "the tool module was closed");
+  }
+  if (s) {
+    s->busy = 1;
+    m->states[m->nstates++] = s;
+  } else {
+    pthread_cond_signal(&m->freed);
+  }
+  pthread_mutex_unlock(&m->lock);
+  return s;
+}
+
+void sx_interrupt(sx_state *s) {
+  __atomic_store_n(&s->cancelled, 1, __ATOMIC_RELEASE);
 }
 
 void sx_free(sx_module *m) {
@@ -337,7 +298,7 @@ sx_state *sx_acquire(sx_module *m, long long deadline_ns, int wait, char *err, s
          `making` keeps others from making one too many */
       m->making++;
       pthread_mutex_unlock(&m->lock);
-      sx_state *s = sx_state_new(m, deadline_ns, err, errlen);
+      sx_state *s = make_state(m, deadline_ns, err, errlen);
       pthread_mutex_lock(&m->lock);
       m->making--;
       if (s) {
@@ -372,7 +333,7 @@ void sx_release(sx_state *s) {
   sx_module *m = s->module;
   lua_settop(s->L, s->base);
   pthread_mutex_lock(&m->lock);
-  if (s->broken) {
+  if (s->broken || sx_closed(m)) {
     /* it ran out of memory or time: it is closed, and a new one is made
        when one is needed */
     for (int i = 0; i < m->nstates; i++)
@@ -393,12 +354,24 @@ static int lock_globals(lua_State *L) {
   return 0;
 }
 
+static int strict_of(const sx_module *m) {
+  return m->has_policy && m->policy.strict;
+}
+
+static int open_require(lua_State *L) {
+  const sx_module *m = lua_touserdata(L, 1);
+  sx_require rules = { (const char *const *)m->dependencies, m->ndependencies,
+                       m->dependencies ? m->dependency_root : m->project_root };
+  sx_open_require(L, &rules);
+  return 0;
+}
+
 /* Runs the module's code in a new state and leaves its export table in the
    registry; the first state also records the export names. */
-int sx_module_run(sx_module *m, sx_state *s, long long deadline_ns, char *err, size_t errlen) {
+static int run_module(sx_module *m, sx_state *s, long long deadline_ns, char *err, size_t errlen) {
   lua_State *L = s->L;
-  if (m->dependencies || (m->has_policy && m->policy.strict)) {
-    lua_pushcfunction(L, install_require_rules);
+  if (m->dependencies || strict_of(m)) {
+    lua_pushcfunction(L, open_require);
     lua_pushlightuserdata(L, m);
     if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
       snprintf(err, errlen, "tool module '%s': %s", m->path, lua_tostring(L, -1));
@@ -428,7 +401,7 @@ int sx_module_run(sx_module *m, sx_state *s, long long deadline_ns, char *err, s
   if (!m->exports && collect_exports(m, L, err, errlen) != 0) return -1;
   s->exports_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   lua_settop(L, 0);
-  if (m->has_policy && m->policy.strict) {
+  if (strict_of(m)) {
     lua_pushcfunction(L, lock_globals);
     if (lua_pcall(L, 0, 0, 0) != LUA_OK) {
       snprintf(err, errlen, "cannot load tool module '%s': out of memory", m->path);
@@ -437,4 +410,45 @@ int sx_module_run(sx_module *m, sx_state *s, long long deadline_ns, char *err, s
   }
   lua_gc(L, LUA_GCCOLLECT, 0);
   return 0;
+}
+
+/* The libraries a state of m gets: the strict ones or the full ones, the
+   bounded versions, print, the stop wrappers, the signal. */
+static int open_libs(lua_State *L) {
+  const sx_module *m = lua_touserdata(L, 1);
+  if (strict_of(m)) {
+    sx_strict conf = { &m->policy, m->project_root };
+    sx_open_strict(L, &conf);
+  } else {
+    luaL_openlibs(L);
+    sx_open_luma(L);
+  }
+  sx_open_bounded(L);
+  sx_open_print(L);
+  sx_open_stop(L);
+  if (strict_of(m)) sx_freeze_strict(L);
+  sx_open_signal(L);
+  return 0;
+}
+
+/* A new state of m, with the module's code loaded and its exports checked
+   (the first time) or found, within deadline_ns (0: the load budget only). */
+static sx_state *make_state(sx_module *m, long long deadline_ns, char *err, size_t errlen) {
+  sx_state *s = sx_state_new(m->has_policy ? m->policy.memory_limit : 0, err, errlen);
+  if (!s) return NULL;
+  s->module = m;
+  lua_pushcfunction(s->L, open_libs);
+  lua_pushlightuserdata(s->L, m);
+  if (lua_pcall(s->L, 1, 0, 0) != LUA_OK) {
+    snprintf(err, errlen, "cannot open a Lua state: %s",
+             lua_type(s->L, -1) == LUA_TSTRING ? lua_tostring(s->L, -1) : "out of memory");
+    sx_state_free(s);
+    return NULL;
+  }
+  sx_start_hook(s);
+  if (run_module(m, s, deadline_ns, err, errlen) != 0) {
+    sx_state_free(s);
+    return NULL;
+  }
+  return s;
 }

@@ -1,6 +1,7 @@
-/* Making a module's Lua state: its allocator, libraries, the handler-side
-   `luma` table, the abort signal and the deadline hook. */
-#include "internal.h"
+/* A Lua state: its allocator, the deadline hook and the stop, the
+   handler-side `luma` table, the signal, and `print`. Nothing here knows of
+   modules or policies (module.c composes a module's state). */
+#include "state.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,7 +9,6 @@
 #include <time.h>
 
 #include <lauxlib.h>
-#include <lualib.h>
 
 #include "compat.h"
 #include "ljson.h"
@@ -63,7 +63,7 @@ sx_state *sx_state_of(lua_State *L) {
 }
 
 static int aborted(const sx_state *m) {
-  return m->expired || (m->deadline_ns && sx_now_ns() >= m->deadline_ns);
+  return m->expired || sx_cancelled(m) || (m->deadline_ns && sx_now_ns() >= m->deadline_ns);
 }
 
 static const char tool_error_key = 0;
@@ -111,7 +111,7 @@ int sx_raise_timeout(lua_State *L) {
 
 void sx_tick(lua_State *L) {
   sx_state *m = sx_state_of(L);
-  if (m->deadline_ns && sx_now_ns() >= m->deadline_ns) sx_raise_timeout(L);
+  if ((m->deadline_ns && sx_now_ns() >= m->deadline_ns) || sx_cancelled(m)) sx_raise_timeout(L);
 }
 
 /* Sticky: once past the deadline every look raises again, so a pcall
@@ -120,7 +120,7 @@ static void deadline_hook(lua_State *L, lua_Debug *ar) {
   (void)ar;
   sx_state *m = sx_state_of(L);
   long long now = sx_now_ns();
-  if (m->deadline_ns && now >= m->deadline_ns) sx_raise_timeout(L);
+  if ((m->deadline_ns && now >= m->deadline_ns) || sx_cancelled(m)) sx_raise_timeout(L);
   long long gap = now - m->hook_ns;
   m->hook_ns = now;
   int was = lua_gethookcount(L);   /* each thread (coroutine) has its own */
@@ -203,7 +203,7 @@ static int l_signal_index(lua_State *L) {
   if (strcmp(key, "aborted") == 0) {
     lua_pushboolean(L, aborted(m));
   } else if (strcmp(key, "reason") == 0) {
-    if (aborted(m)) lua_pushstring(L, "timeout"); else lua_pushnil(L);
+    if (aborted(m)) lua_pushstring(L, sx_cancelled(m) ? "cancelled" : "timeout"); else lua_pushnil(L);
   } else if (strcmp(key, "check") == 0) {
     lua_pushcfunction(L, l_signal_check);
   } else if (strcmp(key, "remaining_ms") == 0) {
@@ -301,20 +301,17 @@ static void wrap_protected_calls(lua_State *L) {
   lua_call(L, 5, 0);
 }
 
-static int open_libs(lua_State *L) {
-  sx_state *m = lua_touserdata(L, 1);
-  int strict = m->module->has_policy && m->module->policy.strict;
-  if (strict) {
-    sx_open_strict(L, m->module);
-  } else {
-    luaL_openlibs(L);
-    sx_open_luma(L);
-  }
-  sx_open_bounded(L);
+void sx_open_print(lua_State *L) {
   lua_pushcfunction(L, l_print);
   lua_setglobal(L, "print");
+}
+
+void sx_open_stop(lua_State *L) {
   wrap_protected_calls(L);
-  if (strict) sx_freeze_strict(L);
+}
+
+void sx_open_signal(lua_State *L) {
+  sx_state *s = sx_state_of(L);
   lua_newuserdata(L, 1);
   lua_createtable(L, 0, 2);
   lua_pushcfunction(L, l_signal_index);
@@ -323,31 +320,16 @@ static int open_libs(lua_State *L) {
   lua_pushboolean(L, 0);
   lua_setfield(L, -2, "__metatable");
   lua_setmetatable(L, -2);
-  m->signal_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  return 0;
+  s->signal_ref = luaL_ref(L, LUA_REGISTRYINDEX);
 }
 
-sx_state *sx_state_new(sx_module *m, long long deadline_ns, char *err, size_t errlen) {
+sx_state *sx_state_new(size_t memory_limit, char *err, size_t errlen) {
   sx_state *s = calloc(1, sizeof *s);
   if (!s) { snprintf(err, errlen, "out of memory"); return NULL; }
-  s->module = m;
-  s->memory_limit = m->has_policy ? m->policy.memory_limit : 0;
+  s->memory_limit = memory_limit;
   s->exports_ref = s->signal_ref = LUA_NOREF;
   s->L = lua_newstate(sx_alloc, s);
   if (!s->L) { snprintf(err, errlen, "out of memory"); free(s); return NULL; }
-  lua_pushcfunction(s->L, open_libs);
-  lua_pushlightuserdata(s->L, s);
-  if (lua_pcall(s->L, 1, 0, 0) != LUA_OK) {
-    snprintf(err, errlen, "cannot open a Lua state: %s",
-             lua_type(s->L, -1) == LUA_TSTRING ? lua_tostring(s->L, -1) : "out of memory");
-    sx_state_free(s);
-    return NULL;
-  }
-  sx_start_hook(s);
-  if (sx_module_run(m, s, deadline_ns, err, errlen) != 0) {
-    sx_state_free(s);
-    return NULL;
-  }
   return s;
 }
 

@@ -1,0 +1,69 @@
+/* The lowest layer of sandbox/: one lua_State with its counting allocator,
+   the deadline hook, the stop (TOOL_TIMEOUT) and the signal a handler gets.
+   It knows nothing of modules, policies or libraries. */
+#ifndef LUMA_SANDBOX_STATE_H
+#define LUMA_SANDBOX_STATE_H
+
+#include "sandbox.h"
+
+/* One Lua state. Its allocator's user data points here, which is how a hook
+   or a C function running in the state finds it. A state is used by one
+   thread at a time: the one that acquired it. */
+struct sx_state {
+  sx_module *module;              /* the owner (module.c); opaque here */
+  lua_State *L;
+  int busy;                       /* acquired (guarded by the owner's lock) */
+  int broken;                     /* hit a limit during its last call: replaced, not reused */
+  size_t memory;                  /* bytes the state holds now */
+  size_t memory_limit;            /* 0: none */
+  int out_of_memory;              /* an allocation was refused during this call */
+  long long deadline_ns;          /* monotonic; 0 while no call runs */
+  int expired;                    /* the deadline passed during this call */
+  int cancelled;                  /* sx_interrupt: read and written atomically, from any thread */
+  long long hook_ns;              /* when the deadline hook last looked at the clock */
+  int hook_pinned;                /* its interval no longer grows during this call */
+  const char *tool;               /* the tool being called, for messages */
+  long long timeout_ms;
+  size_t printed;                 /* bytes print wrote during this call */
+  int exports_ref;                /* registry ref of the handler table (module.c) */
+  int signal_ref;                 /* registry ref of the signal object */
+  int base;                       /* stack top before the prepared calls */
+};
+
+/* Whether the state's call was interrupted (sx_interrupt). */
+static inline int sx_cancelled(const sx_state *s) {
+  return __atomic_load_n(&s->cancelled, __ATOMIC_ACQUIRE);
+}
+
+/* A bare state: the counting allocator (memory_limit bytes, 0: none), no
+   library yet, no hook. NULL with a message in err. */
+sx_state *sx_state_new(size_t memory_limit, char *err, size_t errlen);
+/* Closes the state (its pending __close handlers get a deadline too). */
+void sx_state_free(sx_state *s);
+sx_state *sx_state_of(lua_State *L);
+
+/* Raises TOOL_TIMEOUT when the running call's deadline passed: for the
+   loops of library functions, which the instruction hook does not see. */
+void sx_tick(lua_State *L);
+
+/* (Re)starts the deadline hook of the state's main thread at its shortest
+   interval: when the state is made and at the start of each call. */
+void sx_start_hook(sx_state *s);
+
+/* Marks the call as stopped at its deadline and pushes its TOOL_TIMEOUT
+   error; sx_raise_timeout raises it. */
+void sx_push_timeout(lua_State *L);
+int sx_raise_timeout(lua_State *L);
+
+/* Pushes the metatable of the state's luma.ToolError values. */
+void sx_push_tool_error_mt(lua_State *L);
+
+/* What every state gets, once its libraries are open (raise on error: call
+   them protected): `print` to stderr, bounded per call; the wrappers that
+   keep a stop from being swallowed (pcall, xpcall, coroutine.resume, close,
+   wrap); the signal object a handler receives (signal_ref). */
+void sx_open_print(lua_State *L);
+void sx_open_stop(lua_State *L);
+void sx_open_signal(lua_State *L);
+
+#endif
