@@ -64,6 +64,22 @@ static inline const char *lc_tolstring(lua_State *L, int i, size_t *len) {
 
 #endif
 
+/* Pushes the table kept in the registry under the address `key`, and
+   returns 0; when there is none yet, pushes a new one, keeps it there and
+   returns 1, for the caller to fill (a metatable made once per state, found
+   without a lookup by name). */
+static inline int lc_registry_table(lua_State *L, const void *key) {
+  lua_pushlightuserdata(L, (void *)key);
+  lc_rawget(L, LUA_REGISTRYINDEX);
+  if (!lua_isnil(L, -1)) return 0;
+  lua_pop(L, 1);
+  lua_newtable(L);
+  lua_pushlightuserdata(L, (void *)key);
+  lua_pushvalue(L, -2);
+  lua_rawset(L, LUA_REGISTRYINDEX);
+  return 1;
+}
+
 /* JSON null, as lua-cjson represents it: a light userdata holding NULL. */
 static inline int lc_isnull(lua_State *L, int i) {
   return lua_type(L, i) == LUA_TLIGHTUSERDATA && lua_touserdata(L, i) == NULL;

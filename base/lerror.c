@@ -68,20 +68,16 @@ static int error_tostring(lua_State *L) {
 static const char metatable_key = 0;
 
 static void push_metatable(lua_State *L) {
-  lua_pushlightuserdata(L, (void *)&metatable_key);
-  lc_rawget(L, LUA_REGISTRYINDEX);
-  if (!lua_isnil(L, -1)) return;
-  lua_pop(L, 1);
-  luaL_newmetatable(L, LE_METATABLE);
+  if (!lc_registry_table(L, &metatable_key)) return;
   lua_pushcfunction(L, error_tostring);
   lua_setfield(L, -2, "__tostring");
   lua_pushstring(L, LE_METATABLE);
   lua_setfield(L, -2, "__name");
   lua_pushboolean(L, 0);
   lua_setfield(L, -2, "__metatable");
-  lua_pushlightuserdata(L, (void *)&metatable_key);
-  lua_pushvalue(L, -2);
-  lua_rawset(L, LUA_REGISTRYINDEX);
+  /* also under its name, as luaL_newmetatable would */
+  lua_pushvalue(L, -1);
+  lua_setfield(L, LUA_REGISTRYINDEX, LE_METATABLE);
 }
 
 /* core.error{ code=, message=, retryable=, details=, tool= } -> error object;

@@ -18,16 +18,9 @@
 static const char array_mt_key = 0;
 
 void lj_push_array_mt(lua_State *L) {
-  lua_pushlightuserdata(L, (void *)&array_mt_key);
-  lc_rawget(L, LUA_REGISTRYINDEX);
-  if (!lua_isnil(L, -1)) return;
-  lua_pop(L, 1);
-  lua_createtable(L, 0, 1);
+  if (!lc_registry_table(L, &array_mt_key)) return;
   lua_pushstring(L, "array");
   lua_setfield(L, -2, "__name");
-  lua_pushlightuserdata(L, (void *)&array_mt_key);
-  lua_pushvalue(L, -2);
-  lua_rawset(L, LUA_REGISTRYINDEX);
 }
 
 int lj_has_array_mt(lua_State *L, int idx) {

@@ -12,6 +12,7 @@
 #include <lauxlib.h>
 
 #include "compat.h"
+#include "errors.h"
 #include "lerror.h"
 
 /* Pushes t[key] found by walking the table raw, without allocating in the
@@ -182,8 +183,8 @@ int sx_collect(sx_state *s, lua_State *L, const sx_run *run) {
     return -1;
   }
   if (run->expired) {
-    snprintf(why, sizeof why, "Tool '%s' timed out after %lld ms.", run->opts.tool, run->opts.timeout_ms);
-    le_push(L, "TOOL_TIMEOUT", why, 0, 0);
+    le_format(why, sizeof why, LE_TOOL_TIMEOUT, run->opts.tool, run->opts.timeout_ms);
+    le_push_code(L, LE_TOOL_TIMEOUT, why, 0);
     return -1;
   }
   if (run->status != LUA_OK || run->out_of_memory) {

@@ -11,6 +11,7 @@
 #include <lauxlib.h>
 
 #include "compat.h"
+#include "errors.h"
 #include "ljson.h"
 
 /* The hook looks at the clock every `count` VM instructions, SX_HOOK_MIN to
@@ -99,9 +100,9 @@ void sx_push_tool_error(lua_State *L, const char *code, const char *message, int
 void sx_push_timeout(lua_State *L) {
   sx_state *m = sx_state_of(L);
   m->expired = 1;
-  lua_pushfstring(L, "Tool '%s' timed out after %d ms.", m->tool ? m->tool : "?", (int)m->timeout_ms);
-  sx_push_tool_error(L, "TOOL_TIMEOUT", lua_tostring(L, -1), 0);
-  lua_remove(L, -2);
+  char msg[300];
+  le_format(msg, sizeof msg, LE_TOOL_TIMEOUT, m->tool ? m->tool : "?", m->timeout_ms);
+  sx_push_tool_error(L, "TOOL_TIMEOUT", msg, 0);
 }
 
 int sx_raise_timeout(lua_State *L) {
@@ -217,12 +218,11 @@ static int l_signal_index(lua_State *L) {
 }
 
 void sx_open_luma(lua_State *L) {
-  lua_pushlightuserdata(L, (void *)&tool_error_key);
-  lua_createtable(L, 0, 3);
+  lc_registry_table(L, &tool_error_key);
   lua_pushcfunction(L, l_tool_error_tostring);
   lua_setfield(L, -2, "__tostring");
   set_field(L, "__name", "luma.ToolError");
-  lua_rawset(L, LUA_REGISTRYINDEX);
+  lua_pop(L, 1);
 
   lua_createtable(L, 0, 4);
   lua_pushcfunction(L, l_tool_error);
