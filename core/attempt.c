@@ -195,5 +195,13 @@ void st_collect(lua_State *T, cl_call *c) {
   int status = sx_collect(c->sx, T, &c->run);
   give_back(c);
   c->job_done = 0;
+  if (c->run.expired && !__atomic_load_n(&c->cancelled, __ATOMIC_ACQUIRE)) {
+    /* the handler had what was left of the deadline; the message names the
+       tool's timeout, as the specification writes it */
+    lua_pop(T, 1);
+    timed_out(T, c);
+    c->state = CS_FINISH;
+    return;
+  }
   after_attempt(T, c, status);
 }
