@@ -169,20 +169,23 @@ void tpm_classify(tp_transfer *t, CURLcode rc) {
 
 /* ---- the request ---- */
 
-static int prefix_ci(const char *s, const char *prefix) {
-  for (; *prefix; s++, prefix++) {
-    char c = *s >= 'A' && *s <= 'Z' ? (char)(*s - 'A' + 'a') : *s;
-    if (c != *prefix) return 0;
-  }
+static char ascii_lower(char c) {
+  return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
+}
+
+int tp_equal_ci(const char *a, size_t alen, const char *b) {
+  if (strlen(b) != alen) return 0;
+  for (size_t i = 0; i < alen; i++)
+    if (ascii_lower(a[i]) != ascii_lower(b[i])) return 0;
   return 1;
 }
 
-static int equal_ci(const char *a, size_t alen, const char *b) {
-  return strlen(b) == alen && prefix_ci(a, b);
+int tp_prefix_ci(const char *s, size_t len, const char *prefix) {
+  size_t n = strlen(prefix);
+  return len >= n && tp_equal_ci(s, n, prefix);
 }
 
-/* A header name is an RFC 9110 token. */
-static int is_token(const char *s, size_t len) {
+int tp_is_token(const char *s, size_t len) {
   if (len == 0) return 0;
   for (size_t i = 0; i < len; i++) {
     unsigned char c = (unsigned char)s[i];
@@ -192,7 +195,7 @@ static int is_token(const char *s, size_t len) {
   return 1;
 }
 
-static int has_line_break(const char *s, size_t len) {
+int tp_has_line_break(const char *s, size_t len) {
   for (size_t i = 0; i < len; i++)
     if (s[i] == '\r' || s[i] == '\n' || s[i] == '\0') return 1;
   return 0;
@@ -206,7 +209,7 @@ int tpm_check(const tp_request *r, char *err, size_t errlen) {
     tpm_say(err, errlen, "the method must be one of GET, POST, PUT, PATCH, DELETE, HEAD");
     return -1;
   }
-  if (!r->url || (!prefix_ci(r->url, "http://") && !prefix_ci(r->url, "https://"))) {
+  if (!r->url || (!tp_prefix_ci(r->url, strlen(r->url), "http://") && !tp_prefix_ci(r->url, strlen(r->url), "https://"))) {
     tpm_say(err, errlen, "only http:// and https:// URLs are allowed");
     return -1;
   }
@@ -226,19 +229,19 @@ int tpm_check(const tp_request *r, char *err, size_t errlen) {
   for (size_t i = 0; i < r->n_headers; i++) {
     const tp_header *h = &r->headers[i];
     int shown = (int)(h->name_len > 64 ? 64 : h->name_len);
-    if (!h->name || has_line_break(h->name, h->name_len)) {
+    if (!h->name || tp_has_line_break(h->name, h->name_len)) {
       tpm_say(err, errlen, "a header name contains CR, LF or NUL");
       return -1;
     }
-    if (!is_token(h->name, h->name_len)) {
+    if (!tp_is_token(h->name, h->name_len)) {
       tpm_say(err, errlen, "the header name '%.*s' is not a token", shown, h->name);
       return -1;
     }
-    if ((!h->value && h->value_len) || (h->value && has_line_break(h->value, h->value_len))) {
+    if ((!h->value && h->value_len) || (h->value && tp_has_line_break(h->value, h->value_len))) {
       tpm_say(err, errlen, "the value of header '%.*s' contains CR, LF or NUL", shown, h->name);
       return -1;
     }
-    if (equal_ci(h->name, h->name_len, "content-length") || equal_ci(h->name, h->name_len, "transfer-encoding")) {
+    if (tp_equal_ci(h->name, h->name_len, "content-length") || tp_equal_ci(h->name, h->name_len, "transfer-encoding")) {
       tpm_say(err, errlen, "the header '%.*s' is set by the client", shown, h->name);
       return -1;
     }
@@ -260,8 +263,8 @@ static int build_headers(tp_transfer *t, const tp_request *r) {
   int content_type = 0, expect = 0;
   for (size_t i = 0; i < r->n_headers; i++) {
     const tp_header *h = &r->headers[i];
-    if (equal_ci(h->name, h->name_len, "content-type")) content_type = 1;
-    if (equal_ci(h->name, h->name_len, "expect")) expect = 1;
+    if (tp_equal_ci(h->name, h->name_len, "content-type")) content_type = 1;
+    if (tp_equal_ci(h->name, h->name_len, "expect")) expect = 1;
     sb_buf line;
     sb_init(&line);
     sb_add(&line, h->name, h->name_len);

@@ -115,4 +115,12 @@ const char *tp_code_name(tp_code code);
 /* CLOCK_MONOTONIC in nanoseconds, the clock of the deadlines above. */
 long long tp_now_ns(void);
 
+/* The checks a request's text passes, for callers that want to say what is
+   wrong before building one (luma.http): ASCII case-insensitive equality and
+   prefix, an RFC 9110 token (a header name), and CR, LF or NUL in text. */
+int tp_equal_ci(const char *a, size_t alen, const char *b);
+int tp_prefix_ci(const char *s, size_t len, const char *prefix);
+int tp_is_token(const char *s, size_t len);
+int tp_has_line_break(const char *s, size_t len);
+
 #endif

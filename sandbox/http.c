@@ -158,22 +158,6 @@ static int fail(lua_State *L, sh_transfer *t, const char *code, int retryable, c
 
 #define invalid(L, t, ...) fail((L), (t), "HTTP_ERROR", 0, __VA_ARGS__)
 
-static char ascii_lower(char c) {
-  return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
-}
-
-static int equal_ci(const char *a, size_t alen, const char *b) {
-  size_t blen = strlen(b);
-  if (alen != blen) return 0;
-  for (size_t i = 0; i < alen; i++)
-    if (ascii_lower(a[i]) != ascii_lower(b[i])) return 0;
-  return 1;
-}
-
-static int prefix_ci(const char *s, size_t len, const char *prefix) {
-  size_t n = strlen(prefix);
-  return len >= n && equal_ci(s, n, prefix);
-}
 
 /* ---- arguments ---- */
 
@@ -229,7 +213,7 @@ static void read_url(lua_State *L, int idx, sh_request *r) {
     unsigned char c = (unsigned char)r->url[i];
     if (c <= ' ' || c == 0x7f) invalid(L, NULL, "the URL contains a space or a control character");
   }
-  if (!prefix_ci(r->url, r->url_len, "http://") && !prefix_ci(r->url, r->url_len, "https://"))
+  if (!tp_prefix_ci(r->url, r->url_len, "http://") && !tp_prefix_ci(r->url, r->url_len, "https://"))
     invalid(L, NULL, "only http:// and https:// URLs are allowed");
 }
 
@@ -241,22 +225,6 @@ static void read_body(lua_State *L, int idx, sh_request *r) {
   }
 }
 
-/* A header name is an RFC 9110 token. */
-static int is_token(const char *s, size_t len) {
-  if (len == 0) return 0;
-  for (size_t i = 0; i < len; i++) {
-    unsigned char c = (unsigned char)s[i];
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) continue;
-    if (!c || !strchr("!#$%&'*+-.^_`|~", c)) return 0;
-  }
-  return 1;
-}
-
-static int has_line_break(const char *s, size_t len) {
-  for (size_t i = 0; i < len; i++)
-    if (s[i] == '\r' || s[i] == '\n' || s[i] == '\0') return 1;
-  return 0;
-}
 
 /* Keeps a header for the transport: its text in t->text, its lengths in
    t->headers (the pointers are set by point_headers, once text stops moving). */
@@ -297,17 +265,17 @@ static void add_headers(lua_State *L, sh_transfer *t, int headers, int *content_
     if (lua_type(L, -2) != LUA_TSTRING) invalid(L, t, "a header name is not a string");
     size_t nlen, vlen;
     const char *name = lua_tolstring(L, -2, &nlen);
-    if (has_line_break(name, nlen)) invalid(L, t, "a header name contains CR, LF or NUL");
-    if (!is_token(name, nlen)) invalid(L, t, "the header name '%.64s' is not a token", name);
+    if (tp_has_line_break(name, nlen)) invalid(L, t, "a header name contains CR, LF or NUL");
+    if (!tp_is_token(name, nlen)) invalid(L, t, "the header name '%.64s' is not a token", name);
     if (lua_type(L, -1) != LUA_TSTRING && lua_type(L, -1) != LUA_TNUMBER)
       invalid(L, t, "the value of header '%.64s' is not a string", name);
     /* a copy, so that a number is not turned into a string inside the table */
     lua_pushvalue(L, -1);
     const char *value = lua_tolstring(L, -1, &vlen);
-    if (has_line_break(value, vlen)) invalid(L, t, "the value of header '%.64s' contains CR, LF or NUL", name);
-    if (equal_ci(name, nlen, "content-length") || equal_ci(name, nlen, "transfer-encoding"))
+    if (tp_has_line_break(value, vlen)) invalid(L, t, "the value of header '%.64s' contains CR, LF or NUL", name);
+    if (tp_equal_ci(name, nlen, "content-length") || tp_equal_ci(name, nlen, "transfer-encoding"))
       invalid(L, t, "the header '%.64s' is set by the client", name);
-    if (equal_ci(name, nlen, "content-type")) *content_type = 1;
+    if (tp_equal_ci(name, nlen, "content-type")) *content_type = 1;
     add_header(L, t, name, nlen, value, vlen);
     lua_pop(L, 2);
   }
@@ -322,7 +290,7 @@ static int is_space(char c) {
 static void push_lower(lua_State *L, const char *s, size_t len) {
   luaL_Buffer b;
   char *p = luaL_buffinitsize(L, &b, len);
-  for (size_t i = 0; i < len; i++) p[i] = ascii_lower(s[i]);
+  for (size_t i = 0; i < len; i++) p[i] = s[i] >= 'A' && s[i] <= 'Z' ? (char)(s[i] - 'A' + 'a') : s[i];
   luaL_pushresultsize(&b, len);
 }
 
@@ -352,8 +320,8 @@ static int is_json_type(const char *s, size_t len) {
   if (semi) len = (size_t)(semi - s);
   while (len && is_space(s[len - 1])) len--;
   while (len && is_space(*s)) { s++; len--; }
-  if (equal_ci(s, len, "application/json")) return 1;
-  return prefix_ci(s, len, "application/") && len > 17 && equal_ci(s + len - 5, 5, "+json");
+  if (tp_equal_ci(s, len, "application/json")) return 1;
+  return tp_prefix_ci(s, len, "application/") && len > 17 && tp_equal_ci(s + len - 5, 5, "+json");
 }
 
 static void push_response(lua_State *L, sh_transfer *t, const tp_result *res) {
@@ -506,7 +474,7 @@ static int l_request(lua_State *L) {
       const char *m = lua_tolstring(L, -1, &len);
       r.method = NULL;
       for (const char *const *k = methods; *k && !r.method; k++)
-        if (equal_ci(m, len, *k)) r.method = *k;
+        if (tp_equal_ci(m, len, *k)) r.method = *k;
       if (!r.method) invalid(L, NULL, "the method must be one of GET, POST, PUT, PATCH, DELETE, HEAD");
       break;
     }
