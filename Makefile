@@ -109,14 +109,17 @@ deps:
 	fi
 
 # Runs every suite even when one fails, then prints the total as the last line.
+# The specs' temporary files go to a folder of the run's own, removed after it
+# whatever the outcome.
 test: deps
 	@$(MAKE) --no-print-directory all $(CTESTS)
 	@rm -f $(RESULTS); status=0; \
+	tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/luma-run-XXXXXX") && export TMPDIR=$$tmp || exit 1; \
 	for t in $(CTESTS); do LUMA_TEST_RESULTS=$(RESULTS) $(SAN_ENV) $$t || status=1; done; \
 	LUMA_TEST_RESULTS=$(RESULTS) LUMA_BUILD=$(BUILD) $(SAN_ENV) \
 	  $(BUSTED) --cpath='$(BUILD)/?.so' -o spec/support/summary.lua spec || status=1; \
 	$(LUA) spec/support/total.lua $(RESULTS) $$(( $(words $(CTESTS)) + 1 )) || status=1; \
-	exit $$status
+	rm -rf "$$tmp"; exit $$status
 
 # The C tests and every spec in-process under valgrind; the luma-lua runs of
 # the specs too (spec/helpers.lua wraps them when LUMA_VALGRIND is set).
@@ -125,11 +128,12 @@ valgrind: deps
 	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES=valgrind
 	@$(MAKE) --no-print-directory all $(CTESTS)
 	@rm -f $(RESULTS); status=0; \
+	tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/luma-run-XXXXXX") && export TMPDIR=$$tmp || exit 1; \
 	for t in $(CTESTS); do LUMA_TEST_RESULTS=$(RESULTS) $(VALGRIND) $$t || status=1; done; \
 	LUMA_TEST_RESULTS=$(RESULTS) LUMA_BUILD=$(BUILD) LUMA_VALGRIND=1 \
 	  $(VALGRIND) --leak-check=no $(BUSTED) --cpath='$(BUILD)/?.so' -o spec/support/summary.lua spec || status=1; \
 	$(LUA) spec/support/total.lua $(RESULTS) $$(( $(words $(CTESTS)) + 1 )) || status=1; \
-	exit $$status
+	rm -rf "$$tmp"; exit $$status
 
 demo: deps all
 	LUMA_BUILD=$(BUILD) bin/luma-lua check examples/calculate.luma
