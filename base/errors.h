@@ -13,6 +13,8 @@
 #define LE_CODES(X) \
   X(AGENT_NOT_FOUND, 0, "the program declares no agent of that name", \
     "Unknown agent '%s'.") \
+  X(ASK_PROVIDER_ERROR, 0, "the provider answered with an error status (retryable for 408, 409, 429, 5xx and 529)", NULL) \
+  X(ASK_RESPONSE_INVALID, 0, "the provider's response is not what its API sends (not JSON, truncated, a field missing)", NULL) \
   X(ASK_UNAVAILABLE, 0, "`ask` needs a provider adapter, and none is built", NULL) \
   X(CONFIG_INVALID, 0, "luma.config.json or a tool_module_policy is invalid, or cannot be enforced here", NULL) \
   X(HTTP_CANCELLED, 0, "a luma.http request was cancelled with its call", NULL) \

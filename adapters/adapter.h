@@ -1,0 +1,173 @@
+/*
+ * Provider adapters: pure functions between the agent loop and a model's
+ * HTTP API. A conversation goes in and a request comes out (method, URL,
+ * headers, JSON body); a response goes in (status, headers, body) and a turn
+ * or a typed error comes out. No I/O, no Lua, no clock, no randomness of
+ * their own: the loop sends the requests over the transport, and a recording
+ * or an embedder may send them any other way. Wire facts: PROVIDERS.md.
+ *
+ * Memory: what ad_build and ad_parse return lives in the arena the caller
+ * passes; a conversation owns its buffers until ad_conv_free.
+ */
+#ifndef LUMA_ADAPTER_H
+#define LUMA_ADAPTER_H
+
+#include <stddef.h>
+
+#include "arena.h"
+#include "errors.h"
+#include "json.h"
+#include "strbuf.h"
+
+/* In the order of the program model's pm_provider. */
+typedef enum { AD_OPENAI, AD_AZURE, AD_ANTHROPIC, AD_GEMINI } ad_provider;
+/* AD_RESPONSES is the OpenAI Responses API: openai and azure only. */
+typedef enum { AD_CHAT, AD_RESPONSES } ad_api;
+
+typedef struct ad_header {
+  const char *name;
+  const char *value;
+} ad_header;
+
+typedef struct ad_model {
+  ad_provider provider;
+  ad_api api;
+  const char *name;           /* the provider's model name; unused by azure */
+  const char *base_url;       /* NULL: the provider's default (azure has none) */
+  const char *api_key;        /* the key itself; NULL: no auth header */
+  const char *deployment;     /* azure */
+  const char *api_version;    /* azure; NULL: the v1 API */
+  double temperature;
+  int has_temperature;
+  long long max_tokens;       /* <= 0: not sent (anthropic, which needs one: 4096) */
+  const ad_header *headers;   /* extra headers, sent after the adapter's own */
+  int nheaders;
+} ad_model;
+
+typedef struct ad_tool {
+  const char *name;
+  const char *description;    /* NULL: none */
+  const jv *parameters;       /* the tool's input JSON Schema, as js_tool makes it */
+} ad_tool;
+
+typedef enum { AD_CHOICE_AUTO, AD_CHOICE_REQUIRED, AD_CHOICE_NONE, AD_CHOICE_TOOL } ad_choice;
+
+/* What one request asks for, besides the conversation. */
+typedef struct ad_ask {
+  const ad_tool *tools;
+  int ntools;
+  ad_choice choice;
+  const char *choice_tool;    /* AD_CHOICE_TOOL: the tool's name */
+  const jv *final_schema;     /* non-NULL: the answer must be JSON of this schema */
+  const char *final_name;     /* its name, [A-Za-z0-9_-] */
+} ad_ask;
+
+typedef struct ad_call {
+  const char *id;             /* NULL when the provider gave none: match by position */
+  const char *name;
+  const char *arguments;      /* JSON text as the model wrote it: maybe invalid */
+  size_t arguments_len;
+} ad_call;
+
+typedef enum {
+  AD_STOP_END,                /* a final answer */
+  AD_STOP_TOOLS,              /* tool calls to run (decided by content, not the reason) */
+  AD_STOP_LENGTH,             /* cut at the token limit */
+  AD_STOP_FILTER,             /* a safety or content filter, or a blocked prompt */
+  AD_STOP_REFUSAL,            /* the model refused */
+  AD_STOP_OTHER
+} ad_stop;
+
+/* One answer of the model. */
+typedef struct ad_turn {
+  const char *text;           /* the text parts joined; NULL: none */
+  size_t text_len;
+  ad_call *calls;
+  int ncalls;
+  ad_stop stop;
+  const char *stop_reason;    /* the provider's own word, NULL if none */
+  const char *refusal;        /* NULL: none */
+  long long input_tokens;     /* -1: not reported */
+  long long output_tokens;
+  const jv *echo;             /* what ad_conv_turn sends back, verbatim */
+} ad_turn;
+
+/* A failed exchange. */
+typedef struct ad_error {
+  le_code code;               /* LE_ASK_PROVIDER_ERROR or LE_ASK_RESPONSE_INVALID */
+  int status;                 /* the HTTP status */
+  const char *type;           /* the provider's error code or type, NULL if none */
+  const char *message;        /* says what went wrong; never holds the API key */
+  int retryable;
+  long long retry_after_ms;   /* what the provider asked for; -1: nothing */
+} ad_error;
+
+typedef struct ad_request {
+  const char *method;
+  const char *url;
+  ad_header *headers;
+  int nheaders;
+  const char *body;
+  size_t len;
+} ad_request;
+
+typedef struct ad_response {
+  int status;
+  const ad_header *headers;   /* names in any case */
+  int nheaders;
+  const char *body;
+  size_t len;
+  long long now_ms;           /* wall clock when it came, for a Retry-After date */
+} ad_response;
+
+/* A conversation in the provider's own shape (messages, input items or
+   contents), kept as JSON text item by item so that a request costs a
+   concatenation, not a rewrite of the history. */
+typedef struct ad_conv {
+  const ad_model *model;
+  sb_buf system;              /* the system text as a JSON string, or empty */
+  sb_buf items;               /* the items, comma-separated */
+  int nitems;
+} ad_conv;
+
+void ad_conv_init(ad_conv *c, const ad_model *m);
+void ad_conv_free(ad_conv *c);
+void ad_conv_system(ad_conv *c, const char *text, size_t len);
+void ad_conv_user(ad_conv *c, const char *text, size_t len);
+/* The model's turn, as it came: tool call ids, Anthropic's content blocks,
+   Gemini's thoughtSignature and the Responses API's reasoning items go back
+   unchanged. */
+void ad_conv_turn(ad_conv *c, const ad_turn *t);
+/* The results of the turn's calls, one per call in the turn's order:
+   content is JSON text (the tool's value, or its error object). */
+typedef struct ad_result {
+  const char *content;
+  size_t len;
+  int is_error;
+} ad_result;
+void ad_conv_results(ad_conv *c, const ad_turn *t, const ad_result *results);
+/* 0 once an allocation failed. */
+int ad_conv_ok(const ad_conv *c);
+
+/* The next request of the conversation. Returns 0 with a reason in err for
+   what cannot be sent (azure without base_url or deployment, a forced tool
+   not among the tools...). */
+int ad_build(const ad_conv *c, const ad_ask *ask, ar_arena *a, ad_request *out, char *err, size_t errlen);
+
+/* 1 and a turn, or 0 and an error: for a status >= 400, or a body that is not
+   what the provider sends (HTML, empty, truncated JSON, no choices). */
+int ad_parse(const ad_model *m, const ad_response *r, ar_arena *a, ad_turn *turn, ad_error *err);
+
+/* The wait before retry number `attempt` (0 for the first) of a retryable
+   error: what the provider asked for, else exponential backoff from 500 ms
+   doubling to at most 8000 ms, scaled by jitter (in [0.5, 1]). */
+long long ad_retry_delay(const ad_error *e, int attempt, double jitter);
+
+/* The provider's dialects of one generated JSON Schema: OpenAI's strict
+   mode (every property required, optional ones nullable, additionalProperties
+   false, refused keywords moved into description), Anthropic's and Gemini's. */
+jv *ad_schema_openai_strict(ar_arena *a, const jv *schema);
+jv *ad_schema_anthropic(ar_arena *a, const jv *schema);
+jv *ad_schema_gemini(ar_arena *a, const jv *schema);
+
+#endif
