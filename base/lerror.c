@@ -4,8 +4,6 @@
 
 #include "compat.h"
 
-static void push_metatable(lua_State *L);
-
 void le_push(lua_State *L, const char *code, const char *message, int retryable, int details) {
   if (details) details = lc_absindex(L, details);
   luaL_checkstack(L, 4, "building an error");
@@ -20,7 +18,7 @@ void le_push(lua_State *L, const char *code, const char *message, int retryable,
     lua_pushvalue(L, details);
     lua_setfield(L, -2, "details");
   }
-  push_metatable(L);
+  le_push_metatable(L);
   lua_setmetatable(L, -2);
 }
 
@@ -40,7 +38,7 @@ int le_raise_code(lua_State *L, le_code code, const char *message, int details) 
 
 int le_is_error(lua_State *L, int idx) {
   if (!lua_getmetatable(L, idx)) return 0;
-  push_metatable(L);
+  le_push_metatable(L);
   int same = lua_rawequal(L, -1, -2);
   lua_pop(L, 2);
   return same;
@@ -67,7 +65,7 @@ static int error_tostring(lua_State *L) {
    by the address of this key rather than by its name. */
 static const char metatable_key = 0;
 
-static void push_metatable(lua_State *L) {
+void le_push_metatable(lua_State *L) {
   if (!lc_registry_table(L, &metatable_key)) return;
   lua_pushcfunction(L, error_tostring);
   lua_setfield(L, -2, "__tostring");

@@ -17,6 +17,8 @@ int le_raise(lua_State *L, const char *code, const char *message, int details);
 void le_push_code(lua_State *L, le_code code, const char *message, int details);
 int le_raise_code(lua_State *L, le_code code, const char *message, int details);
 int le_is_error(lua_State *L, int idx);
+/* Pushes the metatable of error objects (made at the first use). */
+void le_push_metatable(lua_State *L);
 /* Sets the module's error functions, and `errors` (the catalogue: { [code] =
    { meaning, retryable [, template] } }), in the table on top. */
 void le_open(lua_State *L);

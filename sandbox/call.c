@@ -43,7 +43,7 @@ static void push_handler_error(lua_State *H, int e, const sx_run *run, lua_State
     le_push(L, "TOOL_MEMORY_LIMIT", msg, 0, 0);
     return;
   }
-  if (lua_type(H, e) == LUA_TTABLE && sx_is_tool_error(H, e)) {
+  if (lua_type(H, e) == LUA_TTABLE && le_is_error(H, e)) {
     raw_field(H, e, "code");
     raw_field(H, e, "message");
     raw_field(H, e, "retryable");

@@ -21,6 +21,7 @@
 #if LUA_VERSION_NUM >= 504
 #include "compat.h"
 #include "json.h"
+#include "lerror.h"
 #include "ljson.h"
 #include "strbuf.h"
 #include "transport.h"
@@ -31,6 +32,7 @@
 /* Upvalue 1 of request, get and post. */
 typedef struct sh_config {
   sh_deadline_fn deadline;
+  sh_error_fn error;
   sh_limits limits;
 } sh_config;
 
@@ -93,34 +95,6 @@ static tp_transfer *start(const tp_request *r, char *err, size_t errlen) {
   return t;
 }
 
-static pthread_mutex_t pusher_lock = PTHREAD_MUTEX_INITIALIZER;
-static sh_error_pusher pusher;    /* guarded by pusher_lock; NULL: plain tables */
-
-void sh_set_error_pusher(sh_error_pusher push) {
-  pthread_mutex_lock(&pusher_lock);
-  pusher = push;
-  pthread_mutex_unlock(&pusher_lock);
-}
-
-static void push_error(lua_State *L, const char *code, const char *message, int retryable) {
-  pthread_mutex_lock(&pusher_lock);
-  sh_error_pusher push = pusher;
-  pthread_mutex_unlock(&pusher_lock);
-  if (push) {
-    int top = lua_gettop(L);
-    push(L, code, message, retryable);
-    lua_settop(L, top + 1);
-    return;
-  }
-  lua_createtable(L, 0, 3);
-  lua_pushstring(L, code);
-  lua_setfield(L, -2, "code");
-  lua_pushstring(L, message);
-  lua_setfield(L, -2, "message");
-  lua_pushboolean(L, retryable);
-  lua_setfield(L, -2, "retryable");
-}
-
 static void transfer_close(sh_transfer *t) {
   tp_release(t->tp);
   t->tp = NULL;
@@ -152,7 +126,11 @@ static int fail(lua_State *L, sh_transfer *t, const char *code, int retryable, c
   vsnprintf(message, sizeof message, fmt, ap);
   va_end(ap);
   if (t) transfer_close(t);
-  push_error(L, code, message, retryable);
+  const sh_config *cfg = lua_touserdata(L, lua_upvalueindex(1));   /* fail runs inside request, get or post */
+  int top = lua_gettop(L);
+  if (cfg && cfg->error) cfg->error(L, code, message, retryable);
+  else le_push(L, code, message, retryable, 0);
+  lua_settop(L, top + 1);
   return lua_error(L);
 }
 
@@ -508,7 +486,7 @@ static int l_post(lua_State *L) {
   return perform(L, cfg, &r);
 }
 
-void sh_push_http(lua_State *L, sh_deadline_fn deadline, const sh_limits *limits) {
+void sh_push_http(lua_State *L, sh_deadline_fn deadline, sh_error_fn error, const sh_limits *limits) {
   static const luaL_Reg fns[] = {
     { "request", l_request },
     { "get", l_get },
@@ -523,6 +501,7 @@ void sh_push_http(lua_State *L, sh_deadline_fn deadline, const sh_limits *limits
   lua_createtable(L, 0, 3);
   sh_config *cfg = lua_newuserdata(L, sizeof *cfg);
   cfg->deadline = deadline;
+  cfg->error = error;
   cfg->limits.timeout_ms = limits && limits->timeout_ms > 0 ? limits->timeout_ms : SH_DEFAULT_TIMEOUT_MS;
   cfg->limits.max_response_bytes = limits && limits->max_response_bytes ? limits->max_response_bytes : SH_DEFAULT_MAX_BYTES;
   cfg->limits.max_request_bytes = limits && limits->max_request_bytes ? limits->max_request_bytes : SH_DEFAULT_MAX_BYTES;

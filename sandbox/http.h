@@ -3,9 +3,9 @@
  * on the process's one HTTP transport (base/transport.h).
  * Only http:// and https:// (redirects too, at most SH_MAX_REDIRECTS), a
  * fixed list of methods, no CR/LF/NUL in headers, bounded bodies, and every
- * request stopped by the call's deadline. Failures raise { code = "HTTP_ERROR"
- * | "HTTP_TIMEOUT" | "HTTP_TOO_LARGE", message, retryable }; a status >= 400
- * is a response, not an error.
+ * request stopped by the call's deadline. Failures raise error objects
+ * (base/lerror.h) { code = "HTTP_ERROR" | "HTTP_TIMEOUT" | "HTTP_TOO_LARGE",
+ * message, retryable }; a status >= 400 is a response, not an error.
  */
 #ifndef LUMA_SANDBOX_HTTP_H
 #define LUMA_SANDBOX_HTTP_H
@@ -37,14 +37,14 @@ typedef struct sh_limits {
   size_t max_request_bytes;    /* body limit (default 8 MiB) */
 } sh_limits;
 
-/* Pushes the `http` table (request, get, post) for a state whose deadline is
-   read with `deadline` (NULL: none). limits may be NULL; it is copied. */
-void sh_push_http(lua_State *L, sh_deadline_fn deadline, const sh_limits *limits);
+/* Makes the value a failure raises, in place of the error object: it pushes
+   one value (the state's own stop, say, for a request ended by its call's
+   deadline), and must not raise. */
+typedef void (*sh_error_fn)(lua_State *L, const char *code, const char *message, int retryable);
 
-/* Makes the error value raised on a failure; it must push exactly one value.
-   The default (also after setting NULL) is a plain table. Process-wide, read
-   under a lock: set it once, when the host starts. */
-typedef void (*sh_error_pusher)(lua_State *L, const char *code, const char *message, int retryable);
-void sh_set_error_pusher(sh_error_pusher push);
+/* Pushes the `http` table (request, get, post) for a state whose deadline is
+   read with `deadline` (NULL: none) and whose failures are made by `error`
+   (NULL: error objects). limits may be NULL; it is copied. */
+void sh_push_http(lua_State *L, sh_deadline_fn deadline, sh_error_fn error, const sh_limits *limits);
 
 #endif

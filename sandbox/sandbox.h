@@ -132,11 +132,8 @@ int sx_collect(sx_state *s, lua_State *L, const sx_run *run);
  */
 int sx_copy(lua_State *from, int idx, lua_State *to, const sx_limits *lim, char *err, size_t errlen);
 
-/* The handler-side `luma` table (ToolError, null) of a module's state, and
-   the check whether a value raised there is a luma.ToolError. */
+/* The handler-side `luma` table (ToolError, null) of a module's state. A
+   luma.ToolError is the error object of base/lerror.h, made in that state. */
 void sx_open_luma(lua_State *L);
-int sx_is_tool_error(lua_State *L, int idx);
-/* Pushes a luma.ToolError { code, message, retryable } in a module's state. */
-void sx_push_tool_error(lua_State *L, const char *code, const char *message, int retryable);
 
 #endif

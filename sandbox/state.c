@@ -12,6 +12,7 @@
 
 #include "compat.h"
 #include "errors.h"
+#include "lerror.h"
 #include "ljson.h"
 
 /* The hook looks at the clock every `count` VM instructions, SX_HOOK_MIN to
@@ -67,42 +68,12 @@ static int aborted(const sx_state *m) {
   return m->expired || sx_cancelled(m) || (m->deadline_ns && sx_now_ns() >= m->deadline_ns);
 }
 
-static const char tool_error_key = 0;
-
-void sx_push_tool_error_mt(lua_State *L) {
-  lua_pushlightuserdata(L, (void *)&tool_error_key);
-  lc_rawget(L, LUA_REGISTRYINDEX);
-}
-
-int sx_is_tool_error(lua_State *L, int idx) {
-  if (!lua_getmetatable(L, idx)) return 0;
-  sx_push_tool_error_mt(L);
-  int same = lua_rawequal(L, -1, -2);
-  lua_pop(L, 2);
-  return same;
-}
-
-static void set_field(lua_State *L, const char *key, const char *value) {
-  lua_pushstring(L, value);
-  lua_setfield(L, -2, key);
-}
-
-void sx_push_tool_error(lua_State *L, const char *code, const char *message, int retryable) {
-  lua_createtable(L, 0, 4);
-  set_field(L, "code", code);
-  set_field(L, "message", message);
-  lua_pushboolean(L, retryable);
-  lua_setfield(L, -2, "retryable");
-  sx_push_tool_error_mt(L);
-  lua_setmetatable(L, -2);
-}
-
 void sx_push_timeout(lua_State *L) {
   sx_state *m = sx_state_of(L);
   m->expired = 1;
   char msg[300];
   le_format(msg, sizeof msg, LE_TOOL_TIMEOUT, m->tool ? m->tool : "?", m->timeout_ms);
-  sx_push_tool_error(L, "TOOL_TIMEOUT", msg, 0);
+  le_push_code(L, LE_TOOL_TIMEOUT, msg, 0);
 }
 
 int sx_raise_timeout(lua_State *L) {
@@ -151,20 +122,9 @@ static int l_tool_error(lua_State *L) {
   if (!lua_isnil(L, -1) && lua_type(L, -1) != LUA_TSTRING) return luaL_error(L, "luma.ToolError's message must be a string");
   lua_getfield(L, 1, "retryable");
   if (!lua_isnil(L, -1) && lua_type(L, -1) != LUA_TBOOLEAN) return luaL_error(L, "luma.ToolError's retryable must be a boolean");
-  sx_push_tool_error(L, lua_tostring(L, -3), lua_isnil(L, -2) ? "" : lua_tostring(L, -2), lua_toboolean(L, -1));
   lua_getfield(L, 1, "details");
-  lua_setfield(L, -2, "details");
-  return 1;
-}
-
-static int l_tool_error_tostring(lua_State *L) {
-  luaL_checktype(L, 1, LUA_TTABLE);
-  lua_pushstring(L, "code");
-  lc_rawget(L, 1);
-  lua_pushstring(L, "message");
-  lc_rawget(L, 1);
-  lua_pushfstring(L, "[%s] %s", lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "ERROR",
-                  lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "");
+  le_push(L, lua_tostring(L, -4), lua_isnil(L, -3) ? "" : lua_tostring(L, -3), lua_toboolean(L, -2),
+          lua_isnil(L, -1) ? 0 : lua_gettop(L));
   return 1;
 }
 
@@ -218,12 +178,6 @@ static int l_signal_index(lua_State *L) {
 }
 
 void sx_open_luma(lua_State *L) {
-  lc_registry_table(L, &tool_error_key);
-  lua_pushcfunction(L, l_tool_error_tostring);
-  lua_setfield(L, -2, "__tostring");
-  set_field(L, "__name", "luma.ToolError");
-  lua_pop(L, 1);
-
   lua_createtable(L, 0, 4);
   lua_pushcfunction(L, l_tool_error);
   lua_setfield(L, -2, "ToolError");
@@ -316,7 +270,8 @@ void sx_open_signal(lua_State *L) {
   lua_createtable(L, 0, 2);
   lua_pushcfunction(L, l_signal_index);
   lua_setfield(L, -2, "__index");
-  set_field(L, "__name", "luma.Signal");
+  lua_pushliteral(L, "luma.Signal");
+  lua_setfield(L, -2, "__name");
   lua_pushboolean(L, 0);
   lua_setfield(L, -2, "__metatable");
   lua_setmetatable(L, -2);

@@ -55,9 +55,6 @@ void sx_start_hook(sx_state *s);
 void sx_push_timeout(lua_State *L);
 int sx_raise_timeout(lua_State *L);
 
-/* Pushes the metatable of the state's luma.ToolError values. */
-void sx_push_tool_error_mt(lua_State *L);
-
 /* What every state gets, once its libraries are open (raise on error: call
    them protected): `print` to stderr, bounded per call; the wrappers that
    keep a stop from being swallowed (pcall, xpcall, coroutine.resume, close,

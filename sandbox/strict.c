@@ -28,6 +28,7 @@
 
 #include "compat.h"
 #include "http.h"
+#include "lerror.h"
 #include "ljson.h"
 #include "require.h"
 #include "state.h"
@@ -164,7 +165,7 @@ static void http_error(lua_State *L, const char *code, const char *message, int 
     sx_push_timeout(L);
     return;
   }
-  sx_push_tool_error(L, code, message, retryable);
+  le_push(L, code, message, retryable, 0);
 }
 
 void sx_open_strict(lua_State *L, const sx_strict *conf) {
@@ -224,8 +225,7 @@ void sx_open_strict(lua_State *L, const sx_strict *conf) {
   if (p->allow_network) {
     lua_getglobal(L, "luma");
     sh_limits lim = { 30000, 8u << 20, 8u << 20 };
-    sh_set_error_pusher(http_error);
-    sh_push_http(L, http_deadline, &lim);
+    sh_push_http(L, http_deadline, http_error, &lim);
     lua_setfield(L, -2, "http");
     lua_pop(L, 1);
   }
@@ -306,7 +306,7 @@ void sx_freeze_strict(lua_State *L) {
   lua_getmetatable(L, -1);
   protect_metatable(L);
   lua_pop(L, 1);
-  sx_push_tool_error_mt(L);
+  le_push_metatable(L);
   protect_metatable(L);
   lj_push_array_mt(L);
   protect_metatable(L);

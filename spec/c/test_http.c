@@ -21,6 +21,7 @@
 
 #include "ctest.h"
 #include "http.h"
+#include "lerror.h"
 #include "json.h"
 #include "strbuf.h"
 
@@ -301,8 +302,17 @@ static const char prelude[] =
   "function bad_url(u) return unsent(http.get, u) end\n"
   "function bad_request(t) t.url = t.url or URL .. '/echo' return unsent(http.request, t) end\n";
 
+/* ---- a state's own error values ---- */
+
+static void tagged_error(lua_State *L, const char *code, const char *message, int retryable) {
+  le_push(L, code, message, retryable, 0);
+  lua_pushboolean(L, 1);
+  lua_setfield(L, -2, "tagged");
+}
+
+
 static void push_client(lua_State *L, const char *name, sh_deadline_fn deadline, const sh_limits *limits) {
-  sh_push_http(L, deadline, limits);
+  sh_push_http(L, deadline, NULL, limits);
   lua_setglobal(L, name);
 }
 
@@ -318,6 +328,8 @@ static lua_State *new_state(int closed_port) {
   push_client(L, "dl_passed", deadline_passed, NULL);
   push_client(L, "dl_none", deadline_none, NULL);
   push_client(L, "dl_signal", deadline_signal, NULL);
+  sh_push_http(L, NULL, tagged_error, NULL);
+  lua_setglobal(L, "tagged");
   lua_pushlightuserdata(L, NULL);
   lua_setglobal(L, "null");
   lua_pushfstring(L, "http://127.0.0.1:%d", srv.port);
@@ -494,34 +506,17 @@ static const http_case cases[] = {
   { "a HEAD request with a body", "return bad_request{ method = 'HEAD', body = 'x' }", "HTTP_ERROR|false|0", 0 },
   { "a refused connection is retryable",
     "return fails(http.get, CLOSED .. '/text')", "HTTP_ERROR|true", 0 },
-  { "a failure is a plain table with a message",
+  { "a failure is an error object",
     "local ok, e = pcall(http.get, 'file:///x')\n"
-    "return tostring(ok) .. '|' .. tostring(getmetatable(e)) .. '|' .. e.message",
-    "false|nil|only http:// and https:// URLs are allowed", 0 },
+    "return tostring(ok) .. '|' .. tostring(e)",
+    "false|[HTTP_ERROR] only http:// and https:// URLs are allowed", 0 },
   { "a request from a coroutine",
     "return coroutine.wrap(function() return dl_none.get(URL .. '/text').body end)()", "hello", 0 },
 };
 
-/* ---- an error pusher of the host's ---- */
-
-static void tagged_error(lua_State *L, const char *code, const char *message, int retryable) {
-  lua_createtable(L, 0, 4);
-  lua_pushstring(L, code);
-  lua_setfield(L, -2, "code");
-  lua_pushstring(L, message);
-  lua_setfield(L, -2, "message");
-  lua_pushboolean(L, retryable);
-  lua_setfield(L, -2, "retryable");
-  lua_pushboolean(L, 1);
-  lua_setfield(L, -2, "tagged");
-}
-
-static void test_error_pusher(lua_State *L) {
-  const char *code = "local ok, e = pcall(http.get, 'ftp://x') return e.code .. '|' .. tostring(e.tagged)";
-  sh_set_error_pusher(tagged_error);
-  CT_EQ_STR("HTTP_ERROR|true", run(L, code));
-  sh_set_error_pusher(NULL);
-  CT_EQ_STR("HTTP_ERROR|nil", run(L, code));
+static void test_error_fn(lua_State *L) {
+  CT_EQ_STR("HTTP_ERROR|true", run(L, "local ok, e = pcall(tagged.get, 'ftp://x') return e.code .. '|' .. tostring(e.tagged)"));
+  CT_EQ_STR("HTTP_ERROR|nil", run(L, "local ok, e = pcall(http.get, 'ftp://x') return e.code .. '|' .. tostring(e.tagged)"));
 }
 
 /* ---- a state out of memory while the response is built ---- */
@@ -622,7 +617,7 @@ int main(void) {
     CT_CHECK(strcmp(c->expected, got) == 0, "%s: expected \"%s\", got \"%s\"", c->name, c->expected, got);
     if (c->max_ms) CT_CHECK(took <= c->max_ms, "%s: took %lld ms, more than %ld", c->name, took, c->max_ms);
   }
-  test_error_pusher(L);
+  test_error_fn(L);
   lua_close(L);
   test_out_of_memory();
 
