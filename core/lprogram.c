@@ -360,6 +360,7 @@ static void push_agent_info(lua_State *L, const pm_agent *ag) {
   if (ag->tool_failure_limit >= 0) set_int(L, "tool_failure_limit", ag->tool_failure_limit);
   if (ag->tool_timeout >= 0) set_int(L, "tool_timeout", ag->tool_timeout);
   if (ag->tool_timeout_max >= 0) set_int(L, "tool_timeout_max", ag->tool_timeout_max);
+  set_int(L, "retries", ag->retries >= 0 ? ag->retries : 0);
   set_str(L, "tool_policy", policies[ag->tool_policy]);
   if (ag->tool_scopes.present) {
     push_strings(L, ag->tool_scopes.items, ag->tool_scopes.n);
@@ -387,12 +388,19 @@ static void push_model_info(lua_State *L, const pm_model *m) {
   set_str(L, "provider", pm_provider_names[m->provider]);
   set_str(L, "model", m->model);
   set_str(L, "base_url", m->base_url);
-  set_str(L, "api_key_env", m->api_key_env);
+  set_str(L, "api", pm_api_names[m->api]);
+  set_str(L, "api_key_env", pm_model_key_env(m));
   set_str(L, "deployment", m->deployment);
   set_str(L, "api_version", m->api_version);
   if (m->has_temperature) { push_num(L, m->temperature); lua_setfield(L, -2, "temperature"); }
   if (m->max_tokens >= 0) set_int(L, "max_tokens", m->max_tokens);
   if (m->timeout >= 0) set_int(L, "timeout", m->timeout);
+  set_int(L, "retries", m->retries >= 0 ? m->retries : 2);
+  if (m->headers.n) {
+    lua_createtable(L, 0, m->headers.n);
+    for (int i = 0; i < m->headers.n; i++) set_str(L, m->headers.names[i], m->headers.values[i]);
+    lua_setfield(L, -2, "headers");
+  }
 }
 
 /* program:declaration(name) -> description of any declaration, or nil */

@@ -427,7 +427,7 @@ static void declare(pm_ctx *c) {
         ag->pos = d->name_pos;
         ag->decl = d;
         ag->tool_rate_limit = ag->tool_failure_limit = -1;
-        ag->tool_timeout = ag->tool_timeout_max = -1;
+        ag->tool_timeout = ag->tool_timeout_max = ag->retries = -1;
         ag->tool_concurrency = 1;
         ag->index = p->nagents;
         add_ptr(c->a, (void ***)&p->agents, &p->nagents, ag);
@@ -439,7 +439,7 @@ static void declare(pm_ctx *c) {
         if (!m) return;
         m->name = d->name;
         m->pos = d->name_pos;
-        m->max_tokens = m->timeout = -1;
+        m->max_tokens = m->timeout = m->retries = -1;
         m->index = p->nmodels;
         add_ptr(c->a, (void ***)&p->models, &p->nmodels, m);
         d->model = m;
@@ -498,7 +498,9 @@ static void build_schemas(pm_ctx *c) {
 
 typedef enum {
   CK_BOOL, CK_INT, CK_POSITIVE, CK_NUMBER, CK_STRING, CK_ENVNAME, CK_CHOICE,
-  CK_SCHEMA, CK_MODEL, CK_TOOLS, CK_STRINGS, CK_KEYPATH
+  CK_SCHEMA, CK_MODEL, CK_TOOLS, CK_STRINGS, CK_KEYPATH,
+  CK_KEYVAR,                      /* an environment variable name, or null (flag: set for null) */
+  CK_HEADERS                      /* { "Name": "value", ... } */
 } ck_kind;
 
 typedef struct ck_key {
@@ -514,6 +516,7 @@ static const char *const side_effect_choices[] = { "none", "read", "write", NULL
 static const char *const backoff_choices[] = { "none", "fixed", "exponential", NULL };
 static const char *const policy_choices[] = { "allow", "deny_write", "approval", NULL };
 const char *const pm_provider_names[] = { "openai", "azure", "anthropic", "gemini", NULL };
+const char *const pm_api_names[] = { "chat", "responses", NULL };
 
 #define OFF(type, field) offsetof(type, field)
 
@@ -546,6 +549,7 @@ static const ck_key agent_keys[] = {
   { "tool_policy", CK_CHOICE, 0, policy_choices, OFF(pm_agent, tool_policy), 0 },
   { "tool_scopes", CK_STRINGS, 0, NULL, OFF(pm_agent, tool_scopes), 0 },
   { "tool_contexts", CK_STRINGS, 0, NULL, OFF(pm_agent, tool_contexts), 0 },
+  { "retries", CK_INT, 0, NULL, OFF(pm_agent, retries), 0 },
   { NULL, CK_BOOL, 0, NULL, 0, 0 }
 };
 
@@ -553,12 +557,15 @@ static const ck_key model_keys[] = {
   { "provider", CK_CHOICE, 0, pm_provider_names, OFF(pm_model, provider), OFF(pm_model, has_provider) },
   { "name", CK_STRING, 0, NULL, OFF(pm_model, model), 0 },
   { "base_url", CK_STRING, 0, NULL, OFF(pm_model, base_url), 0 },
-  { "api_key_env", CK_ENVNAME, 0, NULL, OFF(pm_model, api_key_env), 0 },
+  { "api", CK_CHOICE, 0, pm_api_names, OFF(pm_model, api), OFF(pm_model, has_api) },
+  { "api_key_env", CK_KEYVAR, 0, NULL, OFF(pm_model, api_key_env), OFF(pm_model, no_api_key) },
   { "deployment", CK_STRING, 0, NULL, OFF(pm_model, deployment), 0 },
   { "api_version", CK_STRING, 0, NULL, OFF(pm_model, api_version), 0 },
   { "temperature", CK_NUMBER, 0, NULL, OFF(pm_model, temperature), OFF(pm_model, has_temperature) },
   { "max_tokens", CK_INT, 1, NULL, OFF(pm_model, max_tokens), 0 },
   { "timeout", CK_POSITIVE, 0, NULL, OFF(pm_model, timeout), 0 },
+  { "retries", CK_INT, 0, NULL, OFF(pm_model, retries), 0 },
+  { "headers", CK_HEADERS, 0, NULL, OFF(pm_model, headers), 0 },
   { NULL, CK_BOOL, 0, NULL, 0, 0 }
 };
 
@@ -566,6 +573,15 @@ static int is_env_name(const char *s) {
   if (!(*s == '_' || (*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z'))) return 0;
   for (; *s; s++)
     if (!(*s == '_' || (*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9'))) return 0;
+  return 1;
+}
+
+/* An RFC 9110 token. */
+static int is_header_name(const char *s) {
+  if (!*s) return 0;
+  for (; *s; s++)
+    if (!((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || strchr("!#$%&'*+-.^_`|~", *s)))
+      return 0;
   return 1;
 }
 
@@ -616,6 +632,39 @@ static void read_entry(pm_ctx *c, const char *owner, const ck_key *k, const ast_
       }
       *(const char **)slot = v->str.s;
       break;
+    case CK_KEYVAR:
+      if (v->kind == EX_NULL) {
+        *(int *)((char *)obj + k->flag) = 1;
+        return;
+      }
+      if (v->kind != EX_STRING || strlen(v->str.s) != v->str.len || !is_env_name(v->str.s)) {
+        ERR(c, v->pos, "%s must be an environment variable name, or null for no key.", prefix);
+        return;
+      }
+      *(const char **)slot = v->str.s;
+      return;
+    case CK_HEADERS: {
+      pm_headers *h = (pm_headers *)slot;
+      if (v->kind != EX_OBJECT) { ERR(c, v->pos, "%s must be an object of header names and string values.", prefix); return; }
+      size_t n = (size_t)(v->nprops ? v->nprops : 1);
+      h->names = ar_alloc(c->a, sizeof *h->names * n);
+      h->values = ar_alloc(c->a, sizeof *h->values * n);
+      if (!h->names || !h->values) return;
+      for (const ast_prop *pr = v->props; pr; pr = pr->next) {
+        const ast_expr *x = pr->value;
+        if (!is_header_name(pr->key)) {
+          ERR(c, pr->pos, "%s: '%s' is not a header name (letters, digits and !#$%%&'*+-.^_`|~).", prefix, pr->key);
+          continue;
+        }
+        if (x->kind != EX_STRING || strlen(x->str.s) != x->str.len || strpbrk(x->str.s, "\r\n")) {
+          ERR(c, x->pos, "%s: the value of '%s' must be a string on one line.", prefix, pr->key);
+          continue;
+        }
+        h->names[h->n] = pr->key;
+        h->values[h->n++] = x->str.s;
+      }
+      break;
+    }
     case CK_CHOICE: {
       int found = -1, n = 0;
       for (; k->choices[n]; n++)
@@ -836,11 +885,14 @@ static void check_model(pm_ctx *c, ast_decl *d) {
   }
   if (m->provider == PROV_AZURE) {
     if (!m->deployment) ERR(c, d->name_pos, "Model '%s' uses azure and must set deployment.", d->name);
-    if (!m->api_version) ERR(c, d->name_pos, "Model '%s' uses azure and must set api_version.", d->name);
     if (!m->base_url) ERR(c, d->name_pos, "Model '%s' uses azure and must set base_url.", d->name);
   } else if (!m->model) {
     ERR(c, d->name_pos, "Model '%s' must set name: the provider's model name.", d->name);
   }
+  if (m->api == API_RESPONSES && m->provider != PROV_OPENAI && m->provider != PROV_AZURE)
+    ERR(c, config_entry(d, "api")->value->pos, "Model '%s': api \"responses\" is the OpenAI Responses API: only for openai and azure.", d->name);
+  if (m->base_url && strncmp(m->base_url, "http://", 7) != 0 && strncmp(m->base_url, "https://", 8) != 0)
+    ERR(c, config_entry(d, "base_url")->value->pos, "Model '%s': base_url must start with http:// or https://.", d->name);
 }
 
 typedef struct st_ctx {
@@ -1020,4 +1072,10 @@ pm_model *pm_find_model(const pm_program *p, const char *name) {
   for (int i = 0; i < p->nmodels; i++)
     if (strcmp(p->models[i]->name, name) == 0) return p->models[i];
   return NULL;
+}
+
+const char *pm_model_key_env(const pm_model *m) {
+  static const char *const defaults[] = { "OPENAI_API_KEY", "AZURE_OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY" };
+  if (m->no_api_key) return NULL;
+  return m->api_key_env ? m->api_key_env : defaults[m->provider];
 }

@@ -119,21 +119,35 @@ typedef struct pm_tool {
 
 typedef enum { PROV_OPENAI, PROV_AZURE, PROV_ANTHROPIC, PROV_GEMINI } pm_provider;
 extern const char *const pm_provider_names[];   /* by pm_provider, NULL-terminated */
+typedef enum { API_CHAT, API_RESPONSES } pm_api;
+extern const char *const pm_api_names[];        /* by pm_api, NULL-terminated */
+
+/* `headers: { "Name": "value", ... }` of a model, in the order written. */
+typedef struct pm_headers {
+  const char **names;
+  const char **values;
+  int n;
+} pm_headers;
 
 typedef struct pm_model {
   const char *name;
   ast_pos pos;
   int provider;               /* pm_provider */
   int has_provider;
+  int api;                    /* pm_api */
+  int has_api;
   const char *model;          /* the provider's model name */
   const char *base_url;
-  const char *api_key_env;
+  const char *api_key_env;    /* NULL: the provider's default variable, unless no_api_key */
+  int no_api_key;             /* api_key_env: null (a local server): no auth header */
   const char *deployment;     /* azure */
   const char *api_version;    /* azure */
   pm_num temperature;
   int has_temperature;
   long long max_tokens;       /* -1 when not set */
-  long long timeout;          /* ms, -1 when not set */
+  long long timeout;          /* ms per request, -1 when not set */
+  long long retries;          /* HTTP-level retries, -1 when not set (2) */
+  pm_headers headers;
   int index;
 } pm_model;
 
@@ -166,6 +180,7 @@ typedef struct pm_agent {
   int tool_policy;                /* pm_policy */
   pm_strings tool_scopes;
   pm_strings tool_contexts;
+  long long retries;              /* re-asks of an invalid final answer, -1 when not set (0) */
   const char *description;
   int index;
 } pm_agent;
@@ -205,5 +220,8 @@ pm_schema *pm_find_schema(const pm_program *p, const char *name);
 pm_tool *pm_find_tool(const pm_program *p, const char *name);
 pm_agent *pm_find_agent(const pm_program *p, const char *name);
 pm_model *pm_find_model(const pm_program *p, const char *name);
+/* The variable holding a model's API key: the declared one, else the
+   provider's default (OPENAI_API_KEY...); NULL for api_key_env: null. */
+const char *pm_model_key_env(const pm_model *m);
 
 #endif

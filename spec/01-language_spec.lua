@@ -63,6 +63,32 @@ describe("the contract language", function()
     assert.are.equal("OPENAI_API_KEY", m.api_key_env)
   end)
 
+  it("declares a model's API, retries, extra headers, and its default key variable", function()
+    local p = assert(h.compile([[
+model R { provider: "openai"
+  name: "gpt"
+  api: "responses"
+  retries: 5
+  headers: { "OpenAI-Organization": "org-1", "X-Trace": "on" } }
+model C { provider: "anthropic"
+  name: "claude" }
+model L { provider: "openai"
+  name: "llama"
+  base_url: "http://127.0.0.1:11434/v1"
+  api_key_env: null }
+model Z { provider: "azure"
+  base_url: "https://res.openai.azure.com"
+  deployment: "d" }]]))
+    local r = p:declaration("R")
+    assert.are.same({ "responses", 5, { ["OpenAI-Organization"] = "org-1", ["X-Trace"] = "on" }, "OPENAI_API_KEY" },
+      { r.api, r.retries, r.headers, r.api_key_env })
+    local c = p:declaration("C")
+    assert.are.same({ "chat", 2, "ANTHROPIC_API_KEY" }, { c.api, c.retries, c.api_key_env })
+    assert.is_nil(p:declaration("L").api_key_env)
+    assert.are.equal("AZURE_OPENAI_API_KEY", p:declaration("Z").api_key_env)
+    assert.is_nil(p:declaration("Z").api_version)
+  end)
+
   it("declares an agent with its configuration and methods", function()
     local p = assert(h.compile([[
 schema Answer { text: string }
