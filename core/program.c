@@ -427,7 +427,7 @@ static void declare(pm_ctx *c) {
         ag->pos = d->name_pos;
         ag->decl = d;
         ag->tool_rate_limit = ag->tool_failure_limit = -1;
-        ag->tool_timeout = ag->tool_timeout_max = ag->retries = -1;
+        ag->tool_timeout = ag->tool_timeout_max = ag->retries = ag->tool_result_max_bytes = -1;
         ag->tool_concurrency = 1;
         ag->index = p->nagents;
         add_ptr(c->a, (void ***)&p->agents, &p->nagents, ag);
@@ -550,6 +550,7 @@ static const ck_key agent_keys[] = {
   { "tool_scopes", CK_STRINGS, 0, NULL, OFF(pm_agent, tool_scopes), 0 },
   { "tool_contexts", CK_STRINGS, 0, NULL, OFF(pm_agent, tool_contexts), 0 },
   { "retries", CK_INT, 0, NULL, OFF(pm_agent, retries), 0 },
+  { "tool_result_max_bytes", CK_POSITIVE, 0, NULL, OFF(pm_agent, tool_result_max_bytes), 0 },
   { NULL, CK_BOOL, 0, NULL, 0, 0 }
 };
 

@@ -30,6 +30,9 @@ struct rt_runtime {
   pthread_mutex_t lock;           /* guards done, and the calls' job_out */
   cl_call *done;                  /* calls whose job finished, not yet drained */
   cl_call *polled;                /* calls started with rt_start, in flight */
+  rt_task *tasks;                 /* tasks added with rt_add_task, in flight */
+  int notified;                   /* rt_notify wrote the descriptor (atomic) */
+  tp_transport *tp;               /* made at the first rt_transport */
   int depth;
 };
 
@@ -66,6 +69,7 @@ void rt_unref(rt_runtime *rt) {
   if (!rt || --rt->refs > 0) return;
   rt_close(rt);
   luaL_unref(rt->home, LUA_REGISTRYINDEX, rt->home_ref);
+  tp_free(rt->tp);
   close(rt->efd);
   pthread_mutex_destroy(&rt->lock);
   free(rt);
@@ -74,6 +78,7 @@ void rt_unref(rt_runtime *rt) {
 void rt_close(rt_runtime *rt) {
   if (rt->closed) return;
   rt->closed = 1;
+  for (rt_task *t = rt->tasks; t; t = t->next) t->cancel(t);
   for (cl_call *c = rt->polled; c; c = c->rt_next) cl_cancel(c);
   /* every handler on the pool stops (cancelled ones promptly), then the threads go */
   wp_free(rt->pool);
@@ -85,6 +90,14 @@ void rt_close(rt_runtime *rt) {
       if (c->job_ready) run_here(rt, c);
       else break;
     }
+  }
+  /* the tasks end now: cancelled, with their calls done */
+  while (rt->tasks) {
+    rt_task *t = rt->tasks;
+    rt->tasks = t->next;
+    t->next = NULL;
+    while (!t->step(t, NULL)) rt_wait_fd(rt, 10);
+    t->release(t);
   }
   /* the polled calls are the runtime's no longer: their owners still have them */
   cl_call *c = rt->polled;
@@ -133,8 +146,30 @@ void rt_complete(rt_runtime *rt, cl_call *c) {
   while (write(rt->efd, &one, sizeof one) < 0 && errno == EINTR) {}
 }
 
+void rt_notify(rt_runtime *rt) {
+  __atomic_store_n(&rt->notified, 1, __ATOMIC_RELEASE);
+  uint64_t one = 1;
+  while (write(rt->efd, &one, sizeof one) < 0 && errno == EINTR) {}
+}
+
+tp_transport *rt_transport(rt_runtime *rt, char *err, size_t errlen) {
+  if (!rt->tp && !rt->closed) rt->tp = tp_new(err, errlen);
+  else if (!rt->tp) snprintf(err, errlen, "the runtime is closed");
+  return rt->tp;
+}
+
+void rt_add_task(rt_runtime *rt, rt_task *t) {
+  t->next = rt->tasks;
+  rt->tasks = t;
+}
+
 void rt_drain(rt_runtime *rt) {
   /* most drives have nothing to drain: no lock, no system call then */
+  if (__atomic_exchange_n(&rt->notified, 0, __ATOMIC_ACQ_REL) && !__atomic_load_n(&rt->done, __ATOMIC_ACQUIRE)) {
+    uint64_t n;
+    while (read(rt->efd, &n, sizeof n) < 0 && errno == EINTR) {}
+    return;
+  }
   if (!__atomic_load_n(&rt->done, __ATOMIC_ACQUIRE)) return;
   pthread_mutex_lock(&rt->lock);
   cl_call *c = rt->done;
@@ -223,6 +258,20 @@ int rt_poll(rt_runtime *rt, long long *wait_ms) {
     if (st == CL_WAIT_TIMER && (wait < 0 || w < wait)) wait = w;
     active++;
     link = &c->rt_next;
+  }
+  rt_task **tlink = &rt->tasks;
+  while (*tlink) {
+    rt_task *t = *tlink;
+    long long w = -1;
+    if (t->step(t, &w)) {
+      *tlink = t->next;
+      t->next = NULL;
+      t->release(t);
+      continue;
+    }
+    if (w >= 0 && (wait < 0 || w < wait)) wait = w;
+    active++;
+    tlink = &t->next;
   }
   if (wait_ms) *wait_ms = wait;
   return active;

@@ -14,8 +14,19 @@
 #include <lua.h>
 
 #include "pool.h"
+#include "transport.h"
 
 struct cl_call;
+
+/* Work the runtime steps besides calls (an ask and its exchanges with a
+   model): rt_poll steps it until step returns 1, then calls release; rt_close
+   calls cancel, then steps it to its end. */
+typedef struct rt_task {
+  int (*step)(struct rt_task *t, long long *wait_ms);   /* 1: done; else *wait_ms (-1: the descriptor) */
+  void (*cancel)(struct rt_task *t);
+  void (*release)(struct rt_task *t);
+  struct rt_task *next;
+} rt_task;
 
 typedef struct rt_runtime rt_runtime;
 
@@ -57,6 +68,14 @@ void rt_drive(rt_runtime *rt, struct cl_call **calls, int n, int concurrency);
 
 /* Waits until a handler finished or timeout_ms passed (< 0: no limit). */
 void rt_wait_fd(rt_runtime *rt, long long timeout_ms);
+
+/* Adds a task to those rt_poll steps. */
+void rt_add_task(rt_runtime *rt, rt_task *t);
+/* Makes the descriptor readable: any thread (a transfer's end, say). */
+void rt_notify(rt_runtime *rt);
+/* The runtime's HTTP transport (provider requests), made at the first use;
+   NULL with a message in err when it cannot be made. */
+tp_transport *rt_transport(rt_runtime *rt, char *err, size_t errlen);
 
 /* For call.c: hands a prepared job to the pool (or runs it here). */
 int rt_submit(rt_runtime *rt, struct cl_call *c);
