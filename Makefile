@@ -15,10 +15,12 @@ WARN      = -Wall -Wextra -Wshadow -Wundef -Wwrite-strings -Wmissing-prototypes 
 CFLAGS    ?= $(OPT) -g
 ALL_CFLAGS = $(CSTD) $(WARN) $(CFLAGS) -fPIC -fvisibility=hidden -I$(LUA_INCDIR)
 # Each folder sees its own headers and those of the folders below it, so that
-# the build refuses a dependency that goes the wrong way: base <- sandbox <- core.
-INC_base    = -Ibase
-INC_sandbox = -Ibase -Isandbox
-INC_core    = -Ibase -Isandbox -Icore
+# the build refuses a dependency that goes the wrong way: base <- sandbox <- core,
+# and base <- adapters <- core.
+INC_base     = -Ibase
+INC_sandbox  = -Ibase -Isandbox
+INC_adapters = -Ibase -Iadapters
+INC_core     = -Ibase -Isandbox -Iadapters -Icore
 LIBS      = -lmbedcrypto -lcurl -lpthread -lm
 
 ifeq ($(SANITIZE),1)
@@ -29,6 +31,12 @@ LDFLAGS   += $(SANFLAGS)
 # lua5.4 itself is not instrumented: the runtime must be loaded first
 SAN_ENV   = LD_PRELOAD=$$($(CC) -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=1 \
             UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+else ifeq ($(SANITIZE),thread)
+BUILD     ?= build/tsan
+SANFLAGS  = -fsanitize=thread -fno-omit-frame-pointer
+ALL_CFLAGS += $(SANFLAGS)
+LDFLAGS   += $(SANFLAGS)
+SAN_ENV   = LD_PRELOAD=$$($(CC) -print-file-name=libtsan.so) TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 else
 BUILD     ?= build
 endif
@@ -41,11 +49,15 @@ BASE      = base/arena.c base/strbuf.c base/map.c base/utf8.c base/json.c base/c
 SANDBOX   = sandbox/copy.c sandbox/state.c sandbox/bounded.c sandbox/pattern.c sandbox/require.c \
             sandbox/strict.c sandbox/strict_io.c sandbox/strict_json.c sandbox/strict_crypto.c \
             sandbox/http.c sandbox/call.c sandbox/module.c
-CORE_PURE = core/diag.c core/lex.c core/parse.c core/program.c core/regex.c core/jsonschema.c core/idem.c core/pool.c
+ADAPTERS  = adapters/adapter.c adapters/openai.c adapters/responses.c adapters/anthropic.c adapters/gemini.c \
+            adapters/schema.c
+CORE_PURE = core/diag.c core/lex.c core/parse.c core/program.c core/regex.c core/jsonschema.c core/idem.c core/pool.c \
+            core/record.c
 CORE_LUA  = core/validate.c core/pipeline.c core/call.c core/policy.c core/needs.c core/cache.c \
             core/idempotent.c core/attempt.c core/output.c core/breaker.c core/telemetry.c core/runtime.c \
-            core/lprogram.c core/last.c core/lmodule.c core/lruntime.c core/lcore.c
-CORE_SRC  = $(BASE) $(SANDBOX) $(CORE_PURE) $(CORE_LUA)
+            core/ask.c core/asktools.c \
+            core/lprogram.c core/last.c core/lmodule.c core/lruntime.c core/lask.c core/lcore.c
+CORE_SRC  = $(BASE) $(SANDBOX) $(ADAPTERS) $(CORE_PURE) $(CORE_LUA)
 CORE_OBJ  = $(CORE_SRC:%.c=$(BUILD)/obj/%.o)
 CTESTS    = $(patsubst spec/c/%.c,$(BUILD)/%,$(wildcard spec/c/test_*.c))
 
@@ -66,6 +78,7 @@ help:
 	@echo "make            build luma.core ($(BUILD)/luma/core.so) and $(BUILD)/luma-lua"
 	@echo "make test       install missing Debian packages (as root), build, run every spec"
 	@echo "SANITIZE=1 make test   the same under AddressSanitizer and UBSan"
+	@echo "SANITIZE=thread make test   the same under ThreadSanitizer"
 	@echo "make valgrind   the specs and C tests under valgrind"
 	@echo "make demo       run the example program"
 	@echo "make bench      run the benchmarks under bench/"
@@ -74,7 +87,7 @@ help:
 	@echo "make install    install into PREFIX=$(PREFIX)"
 	@echo "make clean      remove build/"
 
-HEADERS   = $(wildcard base/*.h sandbox/*.h core/*.h)
+HEADERS   = $(wildcard base/*.h sandbox/*.h adapters/*.h core/*.h)
 
 $(BUILD)/obj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
@@ -152,7 +165,7 @@ FUZZ_SECONDS ?= 600
 fuzz:
 	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES="$(FUZZ_PACKAGES)"
 	mkdir -p build/fuzz
-	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -I$(LUA_INCDIR) -Ibase -Isandbox -Icore \
+	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -I$(LUA_INCDIR) -Ibase -Isandbox -Iadapters -Icore \
 	  spec/fuzz/parse_fuzz.c $(CORE_SRC) $(LUA_LIB) $(LIBS) -o build/fuzz/parse_fuzz
 	build/fuzz/parse_fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
 	  -dict=spec/fuzz/luma.dict spec/fuzz/corpus

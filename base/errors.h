@@ -19,12 +19,12 @@
     "Model '%s' needs the environment variable %s, which is not set.") \
   X(ASK_OUTPUT_INVALID, 0, "the model's final answer does not fit the ask's schema, after every retry", NULL) \
   X(ASK_PROVIDER_ERROR, 0, "the provider answered with an error status (retryable for 408, 409, 429, 5xx and 529)", NULL) \
-  X(ASK_RESPONSE_INVALID, 0, "the provider's response is not what its API sends (not JSON, truncated, a field missing)", NULL) \
   X(ASK_REFUSED, 0, "the model refused to answer", NULL) \
+  X(ASK_REPLAY_MISMATCH, 0, "a request to the model differs from the recording being replayed, or is not in it", NULL) \
+  X(ASK_RESPONSE_INVALID, 0, "the provider's response is not what its API sends (not JSON, truncated, a field missing)", NULL) \
   X(ASK_TIMEOUT, 1, "the provider did not answer within the model's timeout", NULL) \
   X(ASK_TOOL_LIMIT, 0, "the model asked for more tool calls than the agent's tool_rate_limit allows in one ask", NULL) \
   X(ASK_TRUNCATED, 0, "the model's answer was cut at its token limit", NULL) \
-  X(ASK_UNAVAILABLE, 0, "`ask` needs a provider adapter, and none is built", NULL) \
   X(CONFIG_INVALID, 0, "luma.config.json or a tool_module_policy is invalid, or cannot be enforced here", NULL) \
   X(HTTP_CANCELLED, 0, "a luma.http request was cancelled with its call", NULL) \
   X(HTTP_ERROR, 0, "a luma.http request failed (a failure to connect is retryable)", NULL) \

@@ -72,7 +72,12 @@
   X(HTTP_TIMEOUT_MS, 30000, 0, "milliseconds of a luma.http request without its own timeout_ms") \
   X(HTTP_MAX_BYTES, 8 << 20, 0, "bytes of a luma.http request body, and of a response") \
   X(HTTP_MAX_REDIRECTS, 5, 0, "redirects a luma.http request follows") \
-  X(HTTP_JSON_DEPTH, 100, 0, "nesting of a luma.http JSON body, sent or received")
+  X(HTTP_JSON_DEPTH, 100, 0, "nesting of a luma.http JSON body, sent or received") \
+  /* asks: the exchanges with a model */ \
+  X(MODEL_TIMEOUT_MS, 120000, 0, "milliseconds of a model request, retries included, when the model sets no timeout") \
+  X(MODEL_MAX_RESPONSE_BYTES, 32 << 20, 0, "bytes of a model provider's response") \
+  X(MODEL_JSON_DEPTH, 100, 0, "nesting of a provider's response, of a model's answer and of tool arguments") \
+  X(TOOL_RESULT_MAX_BYTES, 64 << 10, 0, "bytes of a tool result sent to the model when the agent sets no tool_result_max_bytes")
 
 enum {
 #define LIM_ENUM_(name, value, settable, doc) LIM_##name = (value),

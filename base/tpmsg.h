@@ -17,7 +17,8 @@
 struct tp_transfer {
   pthread_mutex_t lock;
   pthread_cond_t cond;             /* broadcast when ended */
-  int ended;                       /* under lock */
+  int complete;                    /* under lock: the outcome is set (done runs after) */
+  int ended;                       /* under lock: done returned */
   tp_code end_code;                /* under lock: an end a caller asked for; TP_OK: none */
   const char *end_message;
   tp_transport *tp;                /* valid while not ended */

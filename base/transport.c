@@ -147,6 +147,10 @@ static void finish(tp_transport *tp, tp_transfer *t, tp_transfer **active) {
   }
   t->result.message = t->message;
   sb_free(&t->head);
+  /* the outcome is readable before done runs: done may wake a reader of it */
+  pthread_mutex_lock(&t->lock);
+  t->complete = 1;
+  pthread_mutex_unlock(&t->lock);
   if (t->done) t->done(t->ud);
   pthread_mutex_lock(&t->lock);
   t->ended = 1;
@@ -336,7 +340,7 @@ int tp_wait(tp_transfer *t, long long deadline_ns, const int *stop) {
   pthread_mutex_lock(&t->lock);
   while (!t->ended) {
     if (t->end_code == TP_OK) {
-      if (stop && *(const volatile int *)stop) {
+      if (stop && __atomic_load_n(stop, __ATOMIC_ACQUIRE)) {
         pthread_mutex_unlock(&t->lock);
         return TP_STOPPED;
       }
@@ -366,21 +370,21 @@ int tp_poll(tp_transfer *t, long long until_ns) {
 
 void tp_cancel(tp_transfer *t) {
   pthread_mutex_lock(&t->lock);
-  if (!t->ended) ask_end(t, TP_HTTP_CANCELLED, "the request was cancelled");
+  if (!t->complete) ask_end(t, TP_HTTP_CANCELLED, "the request was cancelled");
   pthread_mutex_unlock(&t->lock);
 }
 
 const tp_result *tp_outcome(tp_transfer *t) {
   pthread_mutex_lock(&t->lock);
-  int ended = t->ended;
+  int complete = t->complete;
   pthread_mutex_unlock(&t->lock);
-  return ended ? &t->result : NULL;
+  return complete ? &t->result : NULL;
 }
 
 void tp_release(tp_transfer *t) {
   if (!t) return;
   pthread_mutex_lock(&t->lock);
-  if (!t->ended) ask_end(t, TP_HTTP_CANCELLED, "the request was released before it ended");
+  if (!t->complete) ask_end(t, TP_HTTP_CANCELLED, "the request was released before it ended");
   while (!t->ended) pthread_cond_wait(&t->cond, &t->lock);
   pthread_mutex_unlock(&t->lock);
   transfer_free(t);

@@ -81,14 +81,14 @@ tp_transport *tp_new(char *err, size_t errlen);
 void tp_free(tp_transport *tp);
 
 /* Starts a transfer; done(ud) (done may be NULL) is called exactly once on
-   the I/O thread when it ends. Returns NULL and writes err (nothing sent,
+   the I/O thread when it ends, once its outcome is readable (tp_outcome). Returns NULL and writes err (nothing sent,
    done never called) for an invalid request or when memory runs out. The
    caller owns the transfer and must tp_release it. */
 tp_transfer *tp_start(tp_transport *tp, const tp_request *r, void (*done)(void *ud), void *ud,
                       char *err, size_t errlen);
 
-/* Blocks until t ended (TP_ENDED), or *stop (stop may be NULL; read about
-   every 10 ms) is nonzero (TP_STOPPED; the transfer goes on). When
+/* Blocks until t ended (TP_ENDED), or *stop (stop may be NULL; read
+   atomically about every 10 ms: write it with __atomic_store_n) is nonzero (TP_STOPPED; the transfer goes on). When
    deadline_ns (CLOCK_MONOTONIC; 0: none) passes first, t is ended as
    TP_HTTP_TIMEOUT saying that the call's deadline passed, and TP_ENDED is
    returned; a deadline already passed ends t at once. Once TP_ENDED is
@@ -103,7 +103,8 @@ int tp_poll(tp_transfer *t, long long until_ns);
    waiters wake when the I/O thread has stopped it (promptly). */
 void tp_cancel(tp_transfer *t);
 
-/* t's outcome once it ended, else NULL. Owned by t. */
+/* t's outcome once it ended (from just before its done callback runs),
+   else NULL. Owned by t. */
 const tp_result *tp_outcome(tp_transfer *t);
 
 /* Frees t and its outcome. A transfer in flight is cancelled first, and

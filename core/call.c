@@ -187,6 +187,10 @@ void cl_cancel(cl_call *c) {
   rt_cancel_job(c->rt, c);
 }
 
+void cl_set_ask(cl_call *c, const char *ask_id) {
+  snprintf(c->ask_id, sizeof c->ask_id, "%s", ask_id);
+}
+
 int cl_done(const cl_call *c) {
   return c->state == CS_DONE;
 }

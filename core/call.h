@@ -43,6 +43,9 @@ cl_status cl_step(cl_call *c, long long *wait_ms);
    call that is done. */
 void cl_cancel(cl_call *c);
 
+/* Marks the call as one a model asked for: its event names the ask. */
+void cl_set_ask(cl_call *c, const char *ask_id);
+
 int cl_done(const cl_call *c);
 /* 1 when the call is done and succeeded. */
 int cl_ok(const cl_call *c);

@@ -17,6 +17,7 @@
 #include "ljson.h"
 #include "lmodule.h"
 #include "lprogram.h"
+#include "lask.h"
 #include "lruntime.h"
 #include "sandbox.h"
 
@@ -85,6 +86,11 @@ static void push_limits(lua_State *L) {
 }
 
 LUMA_API int luaopen_luma_core(lua_State *L) {
+#ifdef __SANITIZE_THREAD__
+  /* a ThreadSanitizer build is preloaded into lua5.4: the shells and tools
+     the specs start must not get it (uninstrumented, they crash with it) */
+  unsetenv("LD_PRELOAD");
+#endif
   static const luaL_Reg fns[] = {
     { "realpath", l_realpath },
     { "suggest", l_suggest },
@@ -99,6 +105,7 @@ LUMA_API int luaopen_luma_core(lua_State *L) {
   lj_open(L);
   lm_open(L);
   lr_open(L);
+  la_open(L);
   push_limits(L);
   lua_setfield(L, -2, "limits");
   lua_pushlightuserdata(L, NULL);

@@ -10,6 +10,7 @@
 #include "jsonschema.h"
 #include "lerror.h"
 #include "ljson.h"
+#include "lask.h"
 #include "lruntime.h"
 #include "luma_limits.h"
 #include "pipeline.h"
@@ -646,6 +647,16 @@ static int l_start(lua_State *L) {
   return lr_start(L, lp->pg, t, 3, 4);
 }
 
+/* program:ask(scope, prompt, schema [, using]) -> the model's answer */
+static int l_ask(lua_State *L) {
+  return la_ask(L, lp_check(L, 1)->pg);
+}
+
+/* program:start_ask(scope, prompt, schema [, using]) -> a luma.Ask to poll */
+static int l_start_ask(lua_State *L) {
+  return la_start_ask(L, lp_check(L, 1)->pg);
+}
+
 /* program:call_all({ { name, input }, ... } [, { concurrency =, scope = }]) */
 static int l_call_all(lua_State *L) {
   return lr_call_all(L, lp_check(L, 1)->pg);
@@ -674,6 +685,8 @@ void lp_open(lua_State *L) {
     { "call", l_call },
     { "invoke", l_invoke },
     { "start", l_start },
+    { "ask", l_ask },
+    { "start_ask", l_start_ask },
     { "call_all", l_call_all },
     { "check_return", l_check_return },
     { "close", lp_close },

@@ -15,6 +15,7 @@
 #include "errors.h"
 #include "lerror.h"
 #include "lmodule.h"
+#include "record.h"
 #include "steps.h"
 
 #define LR_RUNTIME "luma.Runtime"
@@ -161,7 +162,7 @@ int lr_scope(lua_State *L, pl_program *pg) {
 }
 
 /* The scope at idx (0 or nil: none), which must belong to pg. */
-static pl_scope *check_scope(lua_State *L, pl_program *pg, int idx) {
+pl_scope *lr_check_scope(lua_State *L, pl_program *pg, int idx) {
   if (idx == 0 || lua_isnoneornil(L, idx)) return NULL;
   scope_box *s = luaL_checkudata(L, idx, LR_SCOPE);
   if (!s->sc) luaL_argerror(L, idx, "the scope is closed");
@@ -211,7 +212,7 @@ static call_box *push_owner(lua_State *L) {
 }
 
 int lr_call(lua_State *L, pl_program *pg, int scope, const pm_tool *t, int input) {
-  pl_scope *sc = check_scope(L, pg, scope);
+  pl_scope *sc = lr_check_scope(L, pg, scope);
   input = lc_absindex(L, input);
   luaL_checkstack(L, 8, "calling a tool");
   /* nothing between the call's making and its freeing can raise: no owner needed */
@@ -236,7 +237,7 @@ int lr_start(lua_State *L, pl_program *pg, const pm_tool *t, int input, int opts
     lua_getfield(L, opts, "scope");
     scope = lua_isnil(L, -1) ? 0 : lua_gettop(L);
   }
-  pl_scope *sc = check_scope(L, pg, scope);
+  pl_scope *sc = lr_check_scope(L, pg, scope);
   call_box *b = push_owner(L);
   b->c = new_call(L, pg, sc, scope, t, input, 1);
   rt_start(pg->rt, b->c);
@@ -297,7 +298,7 @@ int lr_call_all(lua_State *L, pl_program *pg) {
     lua_getfield(L, 3, "scope");
     scope = lua_isnil(L, -1) ? 0 : lua_gettop(L);
   }
-  pl_scope *sc = check_scope(L, pg, scope);
+  pl_scope *sc = lr_check_scope(L, pg, scope);
   int n = (int)lc_rawlen(L, 2);
   if (n > 10000) return luaL_error(L, "call_all: at most 10000 calls at once");
   luaL_checkstack(L, 3 * n + 16, "calling tools");
@@ -438,7 +439,7 @@ static int configure_store(lua_State *L, pl_program *pg, int spec) {
 }
 
 /* program:configure{ contexts =, on_event =, clock =, approve =, lookup =,
-   trace =, idempotency =, default_timeout_ms = } */
+   trace =, record =, replay =, idempotency =, default_timeout_ms = } */
 int lr_configure(lua_State *L, pl_program *pg) {
   luaL_checktype(L, 2, LUA_TTABLE);
   lua_rawgeti(L, LUA_REGISTRYINDEX, pg->anchor);
@@ -467,6 +468,24 @@ int lr_configure(lua_State *L, pl_program *pg) {
     }
     if (pg->trace) fclose(pg->trace);
     pg->trace = f;
+  }
+  lua_pop(L, 1);
+  lua_getfield(L, 2, "record");
+  if (!lua_isnil(L, -1)) {
+    char err[300];
+    rc_recorder *r = rc_record_open(luaL_checkstring(L, -1), err, sizeof err);
+    if (!r) return le_raise(L, "IO_ERROR", err, 0);
+    rc_record_close(pg->record);
+    pg->record = r;
+  }
+  lua_pop(L, 1);
+  lua_getfield(L, 2, "replay");
+  if (!lua_isnil(L, -1)) {
+    char err[300];
+    rc_replay *r = rc_replay_open(luaL_checkstring(L, -1), err, sizeof err);
+    if (!r) return le_raise(L, "IO_ERROR", err, 0);
+    rc_replay_close(pg->replay);
+    pg->replay = r;
   }
   lua_pop(L, 1);
   lua_getfield(L, 2, "idempotency");
@@ -511,7 +530,7 @@ int lr_check_return(lua_State *L, pl_program *pg) {
 
 /* ------------------------------------------------------------ metatables */
 
-static void new_metatable(lua_State *L, const char *name, lua_CFunction gc, const luaL_Reg *methods) {
+void lr_new_metatable(lua_State *L, const char *name, lua_CFunction gc, const luaL_Reg *methods) {
   if (luaL_newmetatable(L, name)) {
     lua_pushstring(L, name);
     lua_setfield(L, -2, "__name");
@@ -546,9 +565,9 @@ void lr_open(lua_State *L) {
     { "cancel", l_call_cancel },
     { NULL, NULL }
   };
-  new_metatable(L, LR_RUNTIME, runtime_gc, runtime_methods);
-  new_metatable(L, LR_SCOPE, scope_gc, NULL);
-  new_metatable(L, LR_CALL, call_gc, call_methods);
+  lr_new_metatable(L, LR_RUNTIME, runtime_gc, runtime_methods);
+  lr_new_metatable(L, LR_SCOPE, scope_gc, NULL);
+  lr_new_metatable(L, LR_CALL, call_gc, call_methods);
   lua_pushcfunction(L, l_runtime);
   lua_setfield(L, -2, "runtime");
 }

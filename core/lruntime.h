@@ -5,6 +5,7 @@
 #define LUMA_LRUNTIME_H
 
 #include <lua.h>
+#include <lauxlib.h>
 
 #include "pipeline.h"
 #include "runtime.h"
@@ -14,6 +15,11 @@
 rt_runtime *lr_runtime(lua_State *L, int idx);
 /* Adds runtime() to the table on top and registers the metatables. */
 void lr_open(lua_State *L);
+/* The scope at idx (0 or nil: NULL), which must belong to pg (raises). */
+pl_scope *lr_check_scope(lua_State *L, pl_program *pg, int idx);
+/* Registers a metatable `name` whose __gc, __close and close are gc, with
+   the methods (or none) as __index. */
+void lr_new_metatable(lua_State *L, const char *name, lua_CFunction gc, const luaL_Reg *methods);
 
 /* program:register(name, fn): t is the tool, fn at index 3 */
 int lr_register(lua_State *L, pl_program *pg, const pm_tool *t);

@@ -10,6 +10,7 @@
 
 #include "compat.h"
 #include "idem.h"
+#include "record.h"
 #include "runtime.h"
 #include "steps.h"
 
@@ -63,6 +64,8 @@ void pl_unref(pl_program *pg) {
   }
   luaL_unref(L, LUA_REGISTRYINDEX, pg->anchor);
   if (pg->trace) fclose(pg->trace);
+  rc_record_close(pg->record);
+  rc_replay_close(pg->replay);
   id_close(pg->idem);
   for (int i = 0; i < pg->p->ntools; i++)
     if (pg->kind[i] == PL_MODULE) sx_unref(pg->module[i]);

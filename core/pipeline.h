@@ -21,6 +21,8 @@
 #include "validate.h"
 
 struct id_store;
+struct rc_recorder;
+struct rc_replay;
 struct rt_runtime;
 struct cl_call;
 
@@ -38,6 +40,8 @@ typedef struct pl_program {
   int anchor;                 /* registry ref of a table holding the program's Lua values:
                                  host handlers, contexts, cache, clock, on_event, approve, lookup */
   FILE *trace;                /* telemetry as JSON lines, or NULL */
+  struct rc_recorder *record; /* the model exchanges are written there, or NULL */
+  struct rc_replay *replay;   /* the model exchanges are served from there (no network), or NULL */
   struct id_store *idem;      /* the idempotency store */
   long long default_timeout_ms;
   sx_limits limits;

@@ -96,6 +96,7 @@ struct cl_call {
   int polled;
   int inline_ok;                  /* a lone blocking call: its handler runs inside the step */
   int hold;                       /* stop at CS_RUN: rt_drive looks every call up before any runs */
+  char ask_id[32];                /* the ask whose model made the call, or "" */
 };
 
 /* Stores an error of the call's tool in CV_VALUE and marks the call failed;
@@ -149,5 +150,7 @@ int st_breaker_open(lua_State *T, cl_call *c);
 void st_count_failure(lua_State *T, cl_call *c);
 /* telemetry.c */
 void st_emit(lua_State *T, cl_call *c);
+/* Sends the event at index e to the program's sinks (on_event, trace). */
+void st_publish(lua_State *T, pl_program *pg, int e);
 
 #endif

@@ -49,6 +49,15 @@ void st_emit(lua_State *T, cl_call *c) {
   lj_push_array_mt(T);
   lua_setmetatable(T, w);
   lua_setfield(T, e, "warnings");
+  if (c->ask_id[0]) {
+    lua_pushstring(T, c->ask_id);
+    lua_setfield(T, e, "ask");
+  }
+  st_publish(T, pg, e);
+  lua_settop(T, e - 1);
+}
+
+void st_publish(lua_State *T, pl_program *pg, int e) {
   if (pg->trace) {
     sb_buf b;
     sb_init(&b);
@@ -69,5 +78,4 @@ void st_emit(lua_State *T, cl_call *c) {
       lua_pop(T, 1);
     }
   }
-  lua_settop(T, e - 1);
 }

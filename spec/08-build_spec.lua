@@ -4,7 +4,7 @@ local h = require "spec.helpers"
 local function makefile_sources()
   local text = h.read(h.root .. "/Makefile"):gsub("\\\n", " ")
   local sources = {}
-  for _, var in ipairs { "BASE", "SANDBOX", "CORE_PURE", "CORE_LUA" } do
+  for _, var in ipairs { "BASE", "SANDBOX", "ADAPTERS", "CORE_PURE", "CORE_LUA" } do
     local list = assert(text:match("\n" .. var .. "%s*=%s*([^\n]*)"), var)
     for file in list:gmatch("%S+") do sources[#sources + 1] = file end
   end
@@ -47,11 +47,11 @@ describe("the rockspec", function()
   it("builds with luarocks make into a module that loads", function()
     local tree, copy = h.tmpname("-tree"), h.tmpname("-src")
     local cmd = string.format(
-      "mkdir -p %s && cp -r %s/base %s/core %s/sandbox %s/lua %s/rockspec %s/ && cd %s && " ..
+      "mkdir -p %s && cp -r %s/base %s/core %s/sandbox %s/adapters %s/lua %s/rockspec %s/ && cd %s && " ..
       "luarocks --lua-version=5.4 make --deps-mode=none --tree=%s rockspec/luma-lua-scm-1.rockspec >/dev/null 2>&1 && " ..
       "lua5.4 -e 'package.cpath=%q..package.cpath package.path=%q..package.path " ..
       "io.write(tostring(require(\"luma\").compile(\"schema A { x: int }\"):validate(\"A\", { x = 1 })))' > %s/out.txt",
-      copy, h.root, h.root, h.root, h.root, h.root, copy, copy, tree,
+      copy, h.root, h.root, h.root, h.root, h.root, h.root, copy, copy, tree,
       tree .. "/lib/lua/5.4/?.so;", tree .. "/share/lua/5.4/?.lua;" .. tree .. "/share/lua/5.4/?/init.lua;", copy)
     assert.is_true(build(cmd))
     assert.are.equal("true", h.read(copy .. "/out.txt"))
@@ -82,7 +82,7 @@ io.write("ok")
 ]])
     local cmd = string.format(
       "mkdir -p %s/luma && cd %s && " .. "cc -std=c99 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Werror -O1 -fPIC -shared " ..
-      "-I/usr/include/luajit-2.1 -Ibase -Isandbox -Icore %s -lmbedcrypto -lcurl -lpthread -lm -o %s/luma/core.so && " .. "luajit %s %s > %s/out.txt",
+      "-I/usr/include/luajit-2.1 -Ibase -Isandbox -Iadapters -Icore %s -lmbedcrypto -lcurl -lpthread -lm -o %s/luma/core.so && " .. "luajit %s %s > %s/out.txt",
       dir, h.root, sources, dir, script, dir, dir)
     assert.is_true(build(cmd))
     assert.are.equal("ok", h.read(dir .. "/out.txt"))

@@ -249,10 +249,12 @@ agent A {
     assert.matches("x%.result is not allowed$", err.message)
   end)
 
-  it("ask is not available before the providers", function()
-    local program = luma.compile('schema R { v: int }\nmodel M { provider: "openai"\n name: "m" }\nagent A { model: M\n fn run() -> R { ask "hi" -> R } }')
+  it("an ask whose model has no key fails before any request, naming the variable", function()
+    local program = luma.compile('schema R { v: int }\nmodel M { provider: "openai"\n name: "m"\n base_url: "http://127.0.0.1:9"\n api_key_env: "LUMA_TEST_NO_SUCH_KEY" }\nagent A { model: M\n fn run() -> R { ask "hi" -> R } }')
     local err = h.raised(program:agent("A").call, program:agent("A"), "run")
-    assert.are.equal("ASK_UNAVAILABLE", err.code)
+    assert.are.equal("ASK_KEY_MISSING", err.code)
+    assert.are.equal("Model 'M' needs the environment variable LUMA_TEST_NO_SUCH_KEY, which is not set.", err.message)
+    assert.are.equal("A", err.agent)
   end)
 end)
 

@@ -94,8 +94,10 @@ describe("the catalogue of error codes", function()
   end)
 
   it("holds every code string of the C sources (environment variables aside)", function()
-    for code, where in pairs(quoted_codes("base/*.[ch] sandbox/*.[ch] core/*.[ch] adapters/*.[ch]")) do
-      if not code:match("^LUMA_") and not code:match("_API_KEY$") then
+    -- (adapters/ quote the providers' words, not codes: SAFETY, MAX_TOKENS...)
+    local environment = { LD_PRELOAD = true }
+    for code, where in pairs(quoted_codes("base/*.[ch] sandbox/*.[ch] core/*.[ch]")) do
+      if not code:match("^LUMA_") and not code:match("_API_KEY$") and not environment[code] then
         assert(luma.errors[code], where .. ": " .. code .. " is not in the catalogue (base/errors.h)")
       end
     end

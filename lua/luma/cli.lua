@@ -23,7 +23,11 @@ options of run:
   --agent NAME             call a method of this agent instead of the top level
   --method NAME            the method to call (default: run)
   --input JSON             the method's arguments, as a JSON object
-  --trace FILE             append one telemetry event per tool call (JSON lines)
+  --trace FILE             append one telemetry event per tool call and ask (JSON lines)
+  --record FILE            append every exchange with a model provider (JSON lines,
+                           API keys redacted)
+  --replay FILE            answer the model requests from a recording, without the
+                           network; the first request that differs is an error
   --emit-lua               print the Lua the program compiles to, and stop
 
 Exit status: 0 on success; 1 when check finds errors or a run fails
@@ -102,6 +106,8 @@ local function parse_run_args(args)
     elseif a == "--method" then o.method = value(a)
     elseif a == "--input" then o.input = value(a)
     elseif a == "--trace" then o.trace = value(a)
+    elseif a == "--record" then o.record = value(a)
+    elseif a == "--replay" then o.replay = value(a)
     elseif a == "--emit-lua" then o.emit_lua = true
     elseif a:sub(1, 2) == "--" then error({ usage = "unknown option '" .. a .. "'" })
     elseif o.program then error({ usage = "more than one PROGRAM: '" .. o.program .. "' and '" .. a .. "'" })
@@ -136,7 +142,7 @@ function commands.run(args)
     error(o, 0)
   end
   local loaded, program = pcall(luma.load, o.program, {
-    tool_modules = o.tool_modules, config = o.config, trace = o.trace,
+    tool_modules = o.tool_modules, config = o.config, trace = o.trace, record = o.record, replay = o.replay,
   })
   if not loaded then return report(program, true) end
   if o.emit_lua then

@@ -117,10 +117,7 @@ function exec.new(program)
   end
 
   function R.ask(scope, prompt, schema, using, line, col)
-    error(core.error {
-      code = "ASK_UNAVAILABLE",
-      message = chunk .. ":" .. line .. ":" .. col .. ": ask needs a model provider, which this version of luma-lua does not have yet",
-    }, 0)
+    return program:ask(scope, prompt, schema, using)
   end
 
   -- `x: T = value`: the value must have type T

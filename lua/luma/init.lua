@@ -62,6 +62,7 @@ end
 local OPTIONS = {
   limits = true, config = true, tool_modules = true, on_event = true, trace = true, clock = true,
   default_timeout_ms = true, tool_module_policy = true, runtime = true, approve = true, lookup = true,
+  record = true, replay = true,
 }
 
 --[[ Reads and compiles a .luma file and gets it ready to run:
@@ -77,7 +78,9 @@ local OPTIONS = {
   opts.runtime       a luma.runtime{ workers = n } to run in (default: one per Lua state)
   opts.approve       function(tool, agent) -> boolean: tool_policy "approval" (default:
                      LUMA_APPROVED_TOOLS, then a prompt at an interactive terminal)
-  opts.lookup        function(name) -> string or nil: credentials and needs (default: os.getenv)
+  opts.lookup        function(name) -> string or nil: credentials, needs and API keys (default: os.getenv)
+  opts.record        a file to append every exchange with a model to (JSON lines, keys redacted)
+  opts.replay        a recording to answer the model requests from, without the network
   opts.limits        see the README ]]
 function luma.load(path, opts)
   if type(path) ~= "string" then
@@ -107,6 +110,8 @@ function luma.load(path, opts)
     default_timeout_ms = opts.default_timeout_ms,
     approve = opts.approve or approval.default(opts.lookup),
     lookup = opts.lookup,
+    record = opts.record,
+    replay = opts.replay,
   }
   -- after the clock, so that the store purges with the time the program sees
   if cfg and cfg.idempotency_store then program:configure { idempotency = cfg.idempotency_store } end
@@ -196,6 +201,22 @@ end
 -- tool failures of this one call.
 function Agent:call(method, args)
   return self:prepare(method, args)()
+end
+
+-- agent:ask(prompt, schema [, { using = tool }]) -> the model's answer, a
+-- value of the schema; raises the ask's error.
+function Agent:ask(prompt, schema, opts)
+  local program = self.program
+  program:check_registry()
+  return program:ask(program:scope(self.name), prompt, schema, opts and opts.using)
+end
+
+-- agent:start_ask(prompt, schema [, { using = tool }]) -> a luma.Ask with
+-- poll(), wait([ms]), done(), result(), cancel() and close().
+function Agent:start_ask(prompt, schema, opts)
+  local program = self.program
+  program:check_registry()
+  return program:start_ask(program:scope(self.name), prompt, schema, opts and opts.using)
 end
 
 return luma

@@ -1,0 +1,124 @@
+/* Anthropic Messages: system at the top level, tool_use blocks, the
+   assistant content sent back verbatim, and one user message whose content
+   starts with every tool_result. */
+#include "common.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define AD_ANTHROPIC_MAX_TOKENS 4096
+
+static void an_turn(ad_conv *c, const ad_turn *t) {
+  ad_item_json(c, t->echo);
+}
+
+static void an_results(ad_conv *c, const ad_turn *t, const ad_result *r) {
+  ad_item_begin(c);
+  sb_adds(&c->items, "{\"role\":\"user\",\"content\":[");
+  for (int i = 0; i < t->ncalls; i++) {
+    const char *id = t->calls[i].id ? t->calls[i].id : "";
+    sb_adds(&c->items, i ? ",{\"type\":\"tool_result\",\"tool_use_id\":" : "{\"type\":\"tool_result\",\"tool_use_id\":");
+    json_write_string(&c->items, id, strlen(id));
+    sb_adds(&c->items, ",\"content\":");
+    json_write_string(&c->items, r[i].content ? r[i].content : "", r[i].content ? r[i].len : 0);
+    if (r[i].is_error) sb_adds(&c->items, ",\"is_error\":true");
+    sb_addc(&c->items, '}');
+  }
+  sb_adds(&c->items, "]}");
+}
+
+static int an_build(const ad_conv *c, const ad_ask *q, ar_arena *a, ad_request *out, char *err, size_t errlen) {
+  (void)err;
+  (void)errlen;
+  const ad_model *m = c->model;
+  static const char *const version[] = { "anthropic-version", "2023-06-01", NULL };
+  out->url = ad_url(a, m->base_url, "https://api.anthropic.com", "/v1/messages");
+  ad_headers(m, a, out, m->api_key ? "x-api-key" : NULL, m->api_key, version);
+  sb_buf b;
+  sb_init(&b);
+  sb_adds(&b, "{\"model\":");
+  json_write_string(&b, m->name ? m->name : "", m->name ? strlen(m->name) : 0);
+  sb_printf(&b, ",\"max_tokens\":%lld", m->max_tokens > 0 ? m->max_tokens : AD_ANTHROPIC_MAX_TOKENS);
+  if (c->system.len) {
+    sb_adds(&b, ",\"system\":");
+    sb_add(&b, c->system.data, c->system.len);
+  }
+  sb_adds(&b, ",\"messages\":[");
+  if (c->items.len) sb_add(&b, c->items.data, c->items.len);
+  sb_addc(&b, ']');
+  if (q->ntools) {
+    sb_adds(&b, ",\"tools\":[");
+    ad_write_tools(&b, a, q, "{", "input_schema", ad_schema_anthropic, "}");
+    sb_adds(&b, "],\"tool_choice\":");
+    static const char *const words[3] = { "{\"type\":\"auto\"}", "{\"type\":\"any\"}", "{\"type\":\"none\"}" };
+    ad_write_choice(&b, q, words, "{\"type\":\"tool\",\"name\":", "}");
+  }
+  if (m->has_temperature) {
+    sb_adds(&b, ",\"temperature\":");
+    ad_write_number(&b, m->temperature);
+  }
+  if (q->final_schema) {
+    sb_adds(&b, ",\"output_config\":{\"format\":{\"type\":\"json_schema\",\"schema\":");
+    jv_write(&b, ad_schema_anthropic(a, q->final_schema), 0);
+    sb_adds(&b, "}}");
+  }
+  sb_addc(&b, '}');
+  ad_body(a, out, &b);
+  return 1;
+}
+
+static ad_stop stop_of(const char *reason) {
+  if (!reason || strcmp(reason, "end_turn") == 0 || strcmp(reason, "stop_sequence") == 0) return AD_STOP_END;
+  if (strcmp(reason, "tool_use") == 0) return AD_STOP_TOOLS;
+  if (strcmp(reason, "max_tokens") == 0) return AD_STOP_LENGTH;
+  if (strcmp(reason, "refusal") == 0) return AD_STOP_REFUSAL;
+  return AD_STOP_OTHER;
+}
+
+static int an_turn_of(const jv *body, ar_arena *a, ad_turn *t, char *err, size_t errlen) {
+  const jv *content = ad_get(body, "content", JV_ARR);
+  if (!content) { snprintf(err, errlen, "it has no content"); return 0; }
+  int ncalls = 0;
+  for (const jv *b = content->first; b; b = b->next) {
+    const char *type = ad_str(b, "type");
+    if (type && strcmp(type, "tool_use") == 0) ncalls++;
+  }
+  if (!ad_calls_alloc(a, t, ncalls)) return 0;
+  for (const jv *b = content->first; b; b = b->next) {
+    const char *type = ad_str(b, "type");
+    if (!type) continue;
+    const jv *text = ad_get(b, "text", JV_STR);
+    if (strcmp(type, "text") == 0 && text) ad_add_text(a, t, text->s, text->len);
+    if (strcmp(type, "tool_use") != 0) continue;
+    const char *name = ad_str(b, "name");
+    if (!name) { snprintf(err, errlen, "a tool_use block has no name"); return 0; }
+    ad_call *call = &t->calls[t->ncalls++];
+    call->id = ad_str(b, "id");
+    call->name = name;
+    const jv *input = jv_get(b, "input");
+    call->arguments = input ? ad_json_text(a, input, &call->arguments_len) : "";
+  }
+  t->stop_reason = ad_str(body, "stop_reason");
+  t->stop = stop_of(t->stop_reason);
+  if (t->stop == AD_STOP_REFUSAL) t->refusal = t->text ? t->text : "the model refused";
+  const jv *usage = ad_get(body, "usage", JV_OBJ);
+  t->input_tokens = ad_int(usage, "input_tokens", -1);
+  t->output_tokens = ad_int(usage, "output_tokens", -1);
+  jv *echo = jv_obj(a);
+  jv_set(echo, "role", jv_cstr(a, "assistant"));
+  jv_set(echo, "content", ad_share(a, content));
+  t->echo = echo;
+  return 1;
+}
+
+/* {type: "error", error: {type, message}} */
+static void an_error_of(const jv *body, const char **message, const char **type, long long *retry_after_ms) {
+  (void)retry_after_ms;
+  const jv *e = ad_get(body, "error", JV_OBJ);
+  *message = ad_str(e, "message");
+  *type = ad_str(e, "type");
+}
+
+const ad_family ad_anthropic_family = {
+  ad_item_user, an_turn, an_results, an_build, an_turn_of, an_error_of
+};

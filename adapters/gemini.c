@@ -1,0 +1,200 @@
+/* Gemini generateContent: camelCase keys, contents of parts, function calls
+   that may have no id (answered by position), the model's content sent back
+   verbatim (its thoughtSignature must return), and functionResponse parts. */
+#include "common.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void ge_user(ad_conv *c, const char *text, size_t len) {
+  ad_item_begin(c);
+  sb_adds(&c->items, "{\"role\":\"user\",\"parts\":[{\"text\":");
+  json_write_string(&c->items, text, len);
+  sb_adds(&c->items, "}]}");
+}
+
+static void ge_turn(ad_conv *c, const ad_turn *t) {
+  ad_item_json(c, t->echo);
+}
+
+static void ge_results(ad_conv *c, const ad_turn *t, const ad_result *r) {
+  ad_item_begin(c);
+  sb_adds(&c->items, "{\"role\":\"user\",\"parts\":[");
+  for (int i = 0; i < t->ncalls; i++) {
+    const ad_call *call = &t->calls[i];
+    sb_adds(&c->items, i ? ",{\"functionResponse\":{\"name\":" : "{\"functionResponse\":{\"name\":");
+    json_write_string(&c->items, call->name, strlen(call->name));
+    if (call->id) {
+      sb_adds(&c->items, ",\"id\":");
+      json_write_string(&c->items, call->id, strlen(call->id));
+    }
+    sb_adds(&c->items, ",\"response\":");
+    /* an error result is {"error": ...} already; a value goes under "result" */
+    ar_arena a;
+    ar_init(&a);
+    char why[100];
+    jv *v = r[i].content ? json_parse(&a, r[i].content, r[i].len, AD_JSON_DEPTH, why, sizeof why) : NULL;
+    if (r[i].is_error && v && v->type == JV_OBJ && jv_get(v, "error")) {
+      jv_write(&c->items, v, 0);
+    } else {
+      sb_adds(&c->items, r[i].is_error ? "{\"error\":" : "{\"result\":");
+      if (v) jv_write(&c->items, v, 0);
+      else json_write_string(&c->items, r[i].content ? r[i].content : "", r[i].content ? r[i].len : 0);
+      sb_addc(&c->items, '}');
+    }
+    ar_free(&a);
+    sb_adds(&c->items, "}}");
+  }
+  sb_adds(&c->items, "]}");
+}
+
+/* Gemini 1.x and 2.x refuse tools together with a JSON answer format. */
+static int tools_with_json(const ad_model *m) {
+  const char *n = m->name ? m->name : "";
+  if (strncmp(n, "models/", 7) == 0) n += 7;
+  return !(strncmp(n, "gemini-1", 8) == 0 || strncmp(n, "gemini-2", 8) == 0);
+}
+
+static int ge_build(const ad_conv *c, const ad_ask *q, ar_arena *a, ad_request *out, char *err, size_t errlen) {
+  const ad_model *m = c->model;
+  const char *name = m->name && strncmp(m->name, "models/", 7) == 0 ? m->name + 7 : m->name;
+  if (!name || !*name || strpbrk(name, "/?#: %")) {
+    snprintf(err, errlen, "the gemini model name '%s' cannot be put in a URL", m->name ? m->name : "");
+    return 0;
+  }
+  out->url = ad_url(a, m->base_url, "https://generativelanguage.googleapis.com",
+                    ar_printf(a, "/v1beta/models/%s:generateContent", name));
+  ad_headers(m, a, out, m->api_key ? "x-goog-api-key" : NULL, m->api_key, NULL);
+  sb_buf b;
+  sb_init(&b);
+  sb_adds(&b, "{\"contents\":[");
+  if (c->items.len) sb_add(&b, c->items.data, c->items.len);
+  sb_addc(&b, ']');
+  if (c->system.len) {
+    sb_adds(&b, ",\"systemInstruction\":{\"parts\":[{\"text\":");
+    sb_add(&b, c->system.data, c->system.len);
+    sb_adds(&b, "}]}");
+  }
+  int tools = q->ntools && (!q->final_schema || tools_with_json(m));
+  if (tools) {
+    sb_adds(&b, ",\"tools\":[{\"functionDeclarations\":[");
+    ad_write_tools(&b, a, q, "{", "parametersJsonSchema", ad_schema_gemini, "}");
+    static const char *const modes[] = { "AUTO", "ANY", "NONE", "ANY" };
+    sb_printf(&b, "]}],\"toolConfig\":{\"functionCallingConfig\":{\"mode\":\"%s\"", modes[q->choice]);
+    if (q->choice == AD_CHOICE_TOOL) {
+      sb_adds(&b, ",\"allowedFunctionNames\":[");
+      json_write_string(&b, q->choice_tool, strlen(q->choice_tool));
+      sb_addc(&b, ']');
+    }
+    sb_adds(&b, "}}");
+  }
+  if (m->has_temperature || m->max_tokens > 0 || q->final_schema) {
+    sb_adds(&b, ",\"generationConfig\":{");
+    const char *sep = "";
+    if (m->has_temperature) {
+      sb_adds(&b, "\"temperature\":");
+      ad_write_number(&b, m->temperature);
+      sep = ",";
+    }
+    if (m->max_tokens > 0) {
+      sb_printf(&b, "%s\"maxOutputTokens\":%lld", sep, m->max_tokens);
+      sep = ",";
+    }
+    if (q->final_schema) {
+      sb_printf(&b, "%s\"responseMimeType\":\"application/json\",\"responseJsonSchema\":", sep);
+      jv_write(&b, ad_schema_gemini(a, q->final_schema), 0);
+    }
+    sb_addc(&b, '}');
+  }
+  sb_addc(&b, '}');
+  ad_body(a, out, &b);
+  return 1;
+}
+
+static ad_stop stop_of(const char *reason) {
+  if (!reason || strcmp(reason, "STOP") == 0) return AD_STOP_END;
+  if (strcmp(reason, "MAX_TOKENS") == 0) return AD_STOP_LENGTH;
+  static const char *const filters[] = { "SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII",
+                                         "IMAGE_SAFETY", NULL };
+  for (const char *const *f = filters; *f; f++)
+    if (strcmp(reason, *f) == 0) return AD_STOP_FILTER;
+  return AD_STOP_OTHER;
+}
+
+static int ge_turn_of(const jv *body, ar_arena *a, ad_turn *t, char *err, size_t errlen) {
+  const jv *usage = ad_get(body, "usageMetadata", JV_OBJ);
+  t->input_tokens = ad_int(usage, "promptTokenCount", -1);
+  t->output_tokens = ad_int(usage, "candidatesTokenCount", -1);
+  const jv *cands = ad_get(body, "candidates", JV_ARR);
+  if (!cands || !cands->first) {
+    const char *blocked = ad_str(ad_get(body, "promptFeedback", JV_OBJ), "blockReason");
+    if (!blocked) { snprintf(err, errlen, "it has no candidates"); return 0; }
+    t->stop = AD_STOP_FILTER;
+    t->stop_reason = blocked;
+    return 1;
+  }
+  const jv *cand = cands->first;
+  t->stop_reason = ad_str(cand, "finishReason");
+  t->stop = stop_of(t->stop_reason);
+  const jv *content = ad_get(cand, "content", JV_OBJ);
+  const jv *parts = ad_get(content, "parts", JV_ARR);
+  if (!parts) {
+    if (t->stop == AD_STOP_END) { snprintf(err, errlen, "its candidate has no content"); return 0; }
+    return 1;   /* a safety stop, a length stop: nothing to send back */
+  }
+  int ncalls = 0;
+  for (const jv *p = parts->first; p; p = p->next)
+    if (ad_get(p, "functionCall", JV_OBJ)) ncalls++;
+  if (!ad_calls_alloc(a, t, ncalls)) return 0;
+  for (const jv *p = parts->first; p; p = p->next) {
+    const jv *thought = ad_get(p, "thought", JV_BOOL);
+    const jv *text = ad_get(p, "text", JV_STR);
+    if (text && !(thought && thought->b)) ad_add_text(a, t, text->s, text->len);
+    const jv *fc = ad_get(p, "functionCall", JV_OBJ);
+    if (!fc) continue;
+    const char *name = ad_str(fc, "name");
+    if (!name) { snprintf(err, errlen, "a functionCall has no name"); return 0; }
+    ad_call *call = &t->calls[t->ncalls++];
+    call->id = ad_str(fc, "id");
+    call->name = name;
+    const jv *args = jv_get(fc, "args");
+    call->arguments = args ? ad_json_text(a, args, &call->arguments_len) : "{}";
+    if (!args) call->arguments_len = 2;
+  }
+  /* sent back as it came: the thoughtSignature of the first call with it */
+  if (ad_str(content, "role")) {
+    t->echo = content;
+  } else {
+    jv *echo = jv_obj(a);
+    jv_set(echo, "role", jv_cstr(a, "model"));
+    jv_set(echo, "parts", ad_share(a, parts));
+    t->echo = echo;
+  }
+  return 1;
+}
+
+/* "37s", "0.5s" */
+static long long duration_ms(const char *s) {
+  char *end;
+  double v = strtod(s, &end);
+  if (end == s || *end != 's' || v < 0 || v > 86400) return -1;
+  return (long long)(v * 1000);
+}
+
+/* {error: {code, message, status, details: [{"@type": "...RetryInfo", retryDelay}]}} */
+static void ge_error_of(const jv *body, const char **message, const char **type, long long *retry_after_ms) {
+  const jv *e = ad_get(body, "error", JV_OBJ);
+  *message = ad_str(e, "message");
+  *type = ad_str(e, "status");
+  const jv *details = ad_get(e, "details", JV_ARR);
+  for (const jv *d = details ? details->first : NULL; d; d = d->next) {
+    const char *t = ad_str(d, "@type");
+    const char *delay = ad_str(d, "retryDelay");
+    if (t && strstr(t, "RetryInfo") && delay) *retry_after_ms = duration_ms(delay);
+  }
+}
+
+const ad_family ad_gemini_family = {
+  ge_user, ge_turn, ge_results, ge_build, ge_turn_of, ge_error_of
+};

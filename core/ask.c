@@ -1,0 +1,511 @@
+/* The ask's state machine: requests, responses, retries, and the final answer. */
+#include "askint.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <lauxlib.h>
+
+#include "compat.h"
+#include "jsonschema.h"
+#include "lerror.h"
+#include "record.h"
+#include "ljson.h"
+#include "luma_limits.h"
+#include "steps.h"
+
+static int step_task(rt_task *t, long long *wait_ms);
+static void respond(ak_ask *a, const ad_response *r);
+static void cancel_task(rt_task *t);
+static void release_task(rt_task *t);
+
+/* ------------------------------------------------------------ errors */
+
+void ak_fail(ak_ask *a, le_code code, int details, const char *fmt, ...) {
+  char msg[700];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  le_push(a->T, le_name(code), msg, le_default_retryable(code), details);
+  ak_fail_top(a);
+}
+
+void ak_fail_top(ak_ask *a) {
+  lua_State *T = a->T;
+  lua_pushstring(T, a->agent->name);
+  lua_setfield(T, -2, "agent");
+  lua_replace(T, AK_VALUE);
+  a->ok = 0;
+  a->state = AK_END;
+}
+
+/* ---------------------------------------------------------- lifecycle */
+
+static unsigned long long next_id;
+
+ak_ask *ak_new(pl_program *pg, pl_scope *scope, const ak_params *p, char *err, size_t errlen) {
+  const pm_agent *ag = scope ? scope->agent : NULL;
+  if (!ag || !ag->model) {
+    snprintf(err, errlen, ag ? "agent '%s' has no model" : "an ask needs an agent", ag ? ag->name : "");
+    return NULL;
+  }
+  if (pg->closed || rt_closed(pg->rt)) {
+    snprintf(err, errlen, pg->closed ? "the program is closed" : "the runtime is closed");
+    return NULL;
+  }
+  ak_ask *a = calloc(1, sizeof *a);
+  if (!a) { snprintf(err, errlen, "out of memory"); return NULL; }
+  ar_init(&a->arena);
+  ar_init(&a->turn_arena);
+  a->prompt = ar_strndup(&a->arena, p->prompt, p->prompt_len);
+  if (!a->prompt) {
+    ar_free(&a->arena);
+    free(a);
+    snprintf(err, errlen, "out of memory");
+    return NULL;
+  }
+  lua_State *L = pg->L;
+  if (!lua_checkstack(L, 2)) {
+    ar_free(&a->arena);
+    free(a);
+    snprintf(err, errlen, "no stack space");
+    return NULL;
+  }
+  a->T = lua_newthread(L);
+  a->tref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_settop(a->T, AK_NVALUES);
+  a->refs = 1;
+  a->task.step = step_task;
+  a->task.cancel = cancel_task;
+  a->task.release = release_task;
+  a->rt = pg->rt;
+  a->pg = pg;
+  pl_retain(pg);
+  a->scope = scope;
+  pl_scope_retain(scope);
+  a->agent = ag;
+  a->pm = ag->model;
+  a->schema = p->schema;
+  a->forced = p->forced;
+  a->prompt_len = p->prompt_len;
+  a->rng = (unsigned long long)(uintptr_t)a ^ (unsigned long long)pl_wall_ms(a->T, pg) * 0x9E3779B97F4A7C15ULL;
+  if (!a->rng) a->rng = 1;
+  snprintf(a->id, sizeof a->id, "ask-%llu", ++next_id);
+  return a;
+}
+
+void ak_start(ak_ask *a) {
+  a->refs++;
+  a->in_runtime = 1;
+  rt_add_task(a->rt, &a->task);
+  rt_notify(a->rt);
+}
+
+rt_runtime *ak_runtime(const ak_ask *a) {
+  return a->rt;
+}
+
+int ak_done(const ak_ask *a) {
+  return a->state == AK_DONE;
+}
+
+void ak_cancel(ak_ask *a) {
+  if (__atomic_exchange_n(&a->cancelled, 1, __ATOMIC_ACQ_REL)) return;
+  rt_notify(a->rt);
+}
+
+static void unref(ak_ask *a) {
+  if (--a->refs > 0) return;
+  ak_drop_slots(a);
+  tp_release(a->tp);
+  ad_conv_free(&a->conv);
+  ar_free(&a->turn_arena);
+  ar_free(&a->arena);
+  luaL_unref(a->pg->L, LUA_REGISTRYINDEX, a->tref);
+  pl_scope_unref(a->scope);
+  pl_unref(a->pg);
+  free(a);
+}
+
+void ak_free(ak_ask *a) {
+  if (!a) return;
+  if (a->state != AK_DONE) ak_cancel(a);
+  unref(a);
+}
+
+static void cancel_task(rt_task *t) {
+  ak_cancel((ak_ask *)t);
+}
+
+static void release_task(rt_task *t) {
+  ak_ask *a = (ak_ask *)t;
+  a->in_runtime = 0;
+  unref(a);
+}
+
+int ak_push_outcome(lua_State *L, ak_ask *a) {
+  lua_pushvalue(a->T, AK_VALUE);
+  lua_xmove(a->T, L, 1);
+  return a->ok;
+}
+
+/* ------------------------------------------------------- the model */
+
+static int clock_jitter(ak_ask *a) {
+  /* xorshift64: a different wait for every ask, no shared state */
+  a->rng ^= a->rng << 13;
+  a->rng ^= a->rng >> 7;
+  a->rng ^= a->rng << 17;
+  return (int)(a->rng % 1000);
+}
+
+/* The adapter's model, the tools and the schema, once, before the first request. */
+static int prepare(ak_ask *a) {
+  lua_State *T = a->T;
+  const pm_model *m = a->pm;
+  ad_model *am = &a->model;
+  am->provider = (ad_provider)m->provider;
+  am->api = m->api == API_RESPONSES ? AD_RESPONSES : AD_CHAT;
+  am->name = m->model;
+  am->base_url = m->base_url;
+  am->deployment = m->deployment;
+  am->api_version = m->api_version;
+  am->temperature = m->temperature.is_int ? (double)m->temperature.i : m->temperature.d;
+  am->has_temperature = m->has_temperature;
+  am->max_tokens = m->max_tokens;
+  if (m->headers.n) {
+    ad_header *h = ar_alloc(&a->arena, sizeof *h * (size_t)m->headers.n);
+    if (!h) return -1;
+    for (int i = 0; i < m->headers.n; i++) h[i] = (ad_header){ m->headers.names[i], m->headers.values[i] };
+    am->headers = h;
+    am->nheaders = m->headers.n;
+  }
+  /* a replay needs no key: nothing goes out */
+  const char *var = a->pg->replay ? NULL : pm_model_key_env(m);
+  if (var) {
+    const char *key = pl_lookup(T, a->pg, var);
+    if (!key || !*key) {
+      lua_pop(T, 1);
+      char msg[300];
+      le_format(msg, sizeof msg, LE_ASK_KEY_MISSING, m->name, var);
+      ak_fail(a, LE_ASK_KEY_MISSING, 0, "%s", msg);
+      return 1;
+    }
+    am->api_key = ar_strdup(&a->arena, key);
+    lua_pop(T, 1);
+    if (!am->api_key) return -1;
+  }
+  const pm_agent *ag = a->agent;
+  a->ntools = ag->tools.n;
+  if (a->ntools) {
+    a->tools = ar_alloc(&a->arena, sizeof *a->tools * (size_t)a->ntools);
+    if (!a->tools) return -1;
+    for (int i = 0; i < a->ntools; i++) {
+      const pm_tool *t = ag->tools.items[i];
+      jv *decl = js_tool(&a->arena, a->pg->p, t, JS_CANONICAL);
+      a->tools[i] = (ad_tool){ t->name, t->description, jv_get(decl, "parameters") };
+    }
+  }
+  a->final_schema = js_schema(&a->arena, a->pg->p, a->schema, JS_CANONICAL);
+  if (a->arena.failed || !a->final_schema) return -1;
+  ad_conv_init(&a->conv, &a->model);
+  if (ag->description && *ag->description) ad_conv_system(&a->conv, ag->description, strlen(ag->description));
+  ad_conv_user(&a->conv, a->prompt, a->prompt_len);
+  a->start = pl_mono_ms(T, a->pg);
+  return ad_conv_ok(&a->conv) ? 0 : -1;
+}
+
+static long long model_timeout(const ak_ask *a) {
+  return a->pm->timeout > 0 ? a->pm->timeout : LIM_MODEL_TIMEOUT_MS;
+}
+
+static void on_transfer_end(void *ud) {
+  rt_notify(ud);
+}
+
+/* Builds the next request and starts it. */
+static void send(ak_ask *a) {
+  ar_free(&a->turn_arena);
+  ar_init(&a->turn_arena);
+  ad_ask q = { a->tools, a->ntools, AD_CHOICE_AUTO, NULL, NULL, NULL };
+  if (a->forced && !a->tool_rounds) {
+    q.choice = AD_CHOICE_TOOL;
+    q.choice_tool = a->forced->name;
+  }
+  /* SPEC §2: the strict answer format once a tool has run */
+  if (a->tool_rounds) {
+    q.final_schema = a->final_schema;
+    q.final_name = a->schema->name;
+  }
+  ad_request r;
+  char err[300];
+  memset(&a->req, 0, sizeof a->req);
+  if (!ad_build(&a->conv, &q, &a->turn_arena, &r, err, sizeof err)) {
+    ak_fail(a, LE_ASK_PROVIDER_ERROR, 0, "Agent '%s' cannot ask model '%s': %s", a->agent->name, a->pm->name, err);
+    return;
+  }
+  a->req = r;
+  long long now = pl_mono_ms(a->T, a->pg);
+  if (a->attempt == 0) a->exchange_start = now;
+  if (a->pg->replay) {
+    ad_response resp;
+    a->attempt++;
+    if (rc_replay_next(a->pg->replay, &r, &resp, err, sizeof err) != 0) {
+      ak_fail(a, LE_ASK_REPLAY_MISMATCH, 0, "Agent '%s': %s", a->agent->name, err);
+      return;
+    }
+    resp.now_ms = pl_wall_ms(a->T, a->pg);
+    respond(a, &resp);
+    return;
+  }
+  tp_header *h = ar_alloc(&a->turn_arena, sizeof *h * (size_t)(r.nheaders ? r.nheaders : 1));
+  if (!h) { ak_fail(a, LE_ASK_PROVIDER_ERROR, 0, "out of memory"); return; }
+  for (int i = 0; i < r.nheaders; i++)
+    h[i] = (tp_header){ r.headers[i].name, strlen(r.headers[i].name), r.headers[i].value, strlen(r.headers[i].value) };
+  long long left = a->exchange_start + model_timeout(a) - now;
+  if (left < 1) left = 1;
+  tp_request req = { TP_POST, r.url, h, (size_t)r.nheaders, r.body, r.len, "luma-lua", left,
+                     (size_t)LIM_MODEL_MAX_RESPONSE_BYTES, 0 };
+  tp_transport *tp = rt_transport(a->rt, err, sizeof err);
+  if (tp) a->tp = tp_start(tp, &req, on_transfer_end, a->rt, err, sizeof err);
+  if (!tp || !a->tp) {
+    ak_fail(a, LE_ASK_PROVIDER_ERROR, 0, "Agent '%s' cannot send the request to model '%s': %s", a->agent->name,
+            a->pm->name, err);
+    return;
+  }
+  a->attempt++;
+  a->state = AK_HTTP;
+}
+
+/* A failed exchange: wait and send again when it may be retried. */
+static void exchange_failed(ak_ask *a, const ad_error *e) {
+  long long retries = a->pm->retries >= 0 ? a->pm->retries : 2;
+  long long now = pl_mono_ms(a->T, a->pg);
+  if (e->retryable && a->attempt <= retries) {
+    double jitter = 0.5 + clock_jitter(a) / 2000.0;
+    long long delay = ad_retry_delay(e, a->attempt - 1, jitter);
+    if (now + delay < a->exchange_start + model_timeout(a)) {
+      a->wake_at = now + delay;
+      a->state = AK_BACKOFF;
+      return;
+    }
+  }
+  lua_State *T = a->T;
+  lua_createtable(T, 0, 4);
+  int d = lua_gettop(T);
+  if (e->status) { lua_pushinteger(T, e->status); lua_setfield(T, d, "status"); }
+  if (e->type) { lua_pushstring(T, e->type); lua_setfield(T, d, "type"); }
+  lua_pushstring(T, pm_provider_names[a->pm->provider]);
+  lua_setfield(T, d, "provider");
+  lua_pushinteger(T, a->attempt);
+  lua_setfield(T, d, "attempts");
+  le_push(T, le_name(e->code), e->message, e->retryable, d);
+  lua_remove(T, d);
+  ak_fail_top(a);
+}
+
+/* The transfer ended: a turn, or a failed exchange. */
+static void received(ak_ask *a) {
+  const tp_result *res = tp_outcome(a->tp);
+  ad_error e = { LE_ASK_PROVIDER_ERROR, 0, NULL, NULL, 0, -1 };
+  char msg[400];
+  if (res->code != TP_OK) {
+    e.code = res->code == TP_HTTP_TIMEOUT ? LE_ASK_TIMEOUT : res->code == TP_HTTP_TOO_LARGE ? LE_ASK_RESPONSE_INVALID
+                                                                                           : LE_ASK_PROVIDER_ERROR;
+    e.retryable = res->code == TP_HTTP_TIMEOUT || res->retryable;
+    snprintf(msg, sizeof msg, "Model '%s' (%s): %s", a->pm->name, pm_provider_names[a->pm->provider], res->message);
+    e.message = msg;
+    exchange_failed(a, &e);
+    return;
+  }
+  ad_header *h = ar_alloc(&a->turn_arena, sizeof *h * (res->n_headers ? res->n_headers : 1));
+  if (!h) { ak_fail(a, LE_ASK_RESPONSE_INVALID, 0, "out of memory"); return; }
+  for (size_t i = 0; i < res->n_headers; i++) h[i] = (ad_header){ res->headers[i].name, res->headers[i].value };
+  ad_response r = { (int)res->status, h, (int)res->n_headers, res->body, res->body_len, pl_wall_ms(a->T, a->pg) };
+  if (a->pg->record && rc_record(a->pg->record, &a->req, &r, a->model.api_key, msg, sizeof msg) != 0)
+    fprintf(stderr, "luma: %s\n", msg);
+  respond(a, &r);
+}
+
+/* A response, from the transfer or a recording: a turn, or a failed exchange. */
+static void respond(ak_ask *a, const ad_response *r) {
+  ad_error e = { LE_ASK_PROVIDER_ERROR, 0, NULL, NULL, 0, -1 };
+  if (!ad_parse(&a->model, r, &a->turn_arena, &a->turn, &e)) {
+    exchange_failed(a, &e);
+    return;
+  }
+  a->attempt = 0;
+  a->turns++;
+  if (a->turn.input_tokens > 0) a->input_tokens += a->turn.input_tokens;
+  if (a->turn.output_tokens > 0) a->output_tokens += a->turn.output_tokens;
+  /* calls are read from the content, whatever the stop reason says */
+  if (a->turn.ncalls > 0) ak_begin_tools(a);
+  else ak_answer(a);
+}
+
+/* The final answer: JSON of the ask's schema, else a re-ask or an error. */
+void ak_answer(ak_ask *a) {
+  lua_State *T = a->T;
+  const ad_turn *t = &a->turn;
+  const char *who = a->agent->name;
+  switch (t->stop) {
+    case AD_STOP_REFUSAL:
+      ak_fail(a, LE_ASK_REFUSED, 0, "Agent '%s': the model refused: %s", who, t->refusal ? t->refusal : "(no reason given)");
+      return;
+    case AD_STOP_FILTER:
+      ak_fail(a, LE_ASK_BLOCKED, 0, "Agent '%s': the provider's safety filter blocked the %s (%s).", who,
+              t->text ? "answer" : "prompt", t->stop_reason ? t->stop_reason : "no reason given");
+      return;
+    case AD_STOP_LENGTH:
+      ak_fail(a, LE_ASK_TRUNCATED, 0, "Agent '%s': the model's answer was cut at its token limit%s.", who,
+              a->pm->max_tokens > 0 ? " (max_tokens)" : "");
+      return;
+    default:
+      break;
+  }
+  char why[500] = "";
+  ar_arena scratch;
+  ar_init(&scratch);
+  jv *v = t->text ? json_parse(&scratch, t->text, t->text_len, LIM_MODEL_JSON_DEPTH, why, sizeof why) : NULL;
+  if (!t->text) snprintf(why, sizeof why, "the model gave no text");
+  int bad = 1;
+  lv_result r;
+  memset(&r, 0, sizeof r);
+  if (v) {
+    lj_push(T, v, 0);
+    bad = lv_validate(a->pg->v, T, lua_gettop(T), a->schema, "answer", LV_OUTPUT, &r) > 0;
+    if (!bad) {
+      lua_replace(T, AK_VALUE);
+      a->ok = 1;
+      a->state = AK_END;
+    } else {
+      snprintf(why, sizeof why, "%s %s", r.errors[0].path, r.errors[0].text);
+      lua_pop(T, 1);
+    }
+  } else {
+    char tmp[sizeof why + 32];
+    snprintf(tmp, sizeof tmp, "the answer is not JSON: %s", why);
+    snprintf(why, sizeof why, "%.*s", (int)sizeof why - 1, tmp);
+  }
+  ar_free(&scratch);
+  if (!bad) { lv_result_free(&r); return; }
+  long long retries = a->agent->retries > 0 ? a->agent->retries : 0;
+  if (a->reasks < retries) {
+    a->reasks++;
+    a->rate_used = 0;
+    lv_result_free(&r);
+    ad_conv_turn(&a->conv, t);
+    char note[800];
+    int n = snprintf(note, sizeof note,
+                     "Your answer does not fit the schema %s: %s. Answer again with only JSON that fits it.",
+                     a->schema->name, why);
+    ad_conv_user(&a->conv, note, (size_t)(n < (int)sizeof note ? n : (int)sizeof note - 1));
+    a->state = AK_SEND;
+    return;
+  }
+  if (v) lv_push_error(T, "ASK_OUTPUT_INVALID", &r);
+  else le_push(T, "ASK_OUTPUT_INVALID", why, 0, 0);
+  lv_result_free(&r);
+  /* the message says whose answer it is; details keep the answer itself */
+  lua_pushfstring(T, "Agent '%s': the model's answer does not fit '%s': %s", who, a->schema->name, why);
+  lua_setfield(T, -2, "message");
+  lua_getfield(T, -1, "details");
+  if (!lua_istable(T, -1)) {
+    lua_pop(T, 1);
+    lua_newtable(T);
+    lua_pushvalue(T, -1);
+    lua_setfield(T, -3, "details");
+  }
+  if (t->text) lua_pushlstring(T, t->text, t->text_len); else lua_pushnil(T);
+  lua_setfield(T, -2, "answer");
+  lua_pop(T, 1);
+  ak_fail_top(a);
+}
+
+/* ------------------------------------------------------- the machine */
+
+static void end(ak_ask *a) {
+  ak_emit(a);
+  a->state = AK_DONE;
+}
+
+static void run_states(ak_ask *a) {
+  for (;;) {
+    if (__atomic_load_n(&a->cancelled, __ATOMIC_ACQUIRE) && a->state < AK_END) {
+      if (a->tp) { tp_release(a->tp); a->tp = NULL; }
+      if (!ak_cancel_tools(a)) return;   /* the tools stop first */
+      ak_fail(a, LE_ASK_CANCELLED, 0, "Agent '%s': the ask was cancelled.", a->agent->name);
+    }
+    switch (a->state) {
+      case AK_START: {
+        int r = prepare(a);
+        if (r < 0) ak_fail(a, LE_ASK_PROVIDER_ERROR, 0, "out of memory");
+        else if (r == 0) a->state = AK_SEND;
+        break;
+      }
+      case AK_SEND: send(a); break;
+      case AK_HTTP:
+        if (!tp_outcome(a->tp)) return;
+        received(a);
+        if (a->tp) { tp_release(a->tp); a->tp = NULL; }
+        break;
+      case AK_BACKOFF:
+        if (pl_mono_ms(a->T, a->pg) < a->wake_at) return;
+        a->state = AK_SEND;
+        break;
+      case AK_TOOLS:
+        if (!ak_step_tools(a)) return;
+        break;
+      case AK_END: end(a); return;
+      default: return;
+    }
+  }
+}
+
+static int step_k(lua_State *T) {
+  ak_ask *a = lua_touserdata(T, 2);
+  luaL_checkstack(T, 30, "asking a model");
+  lua_settop(T, AK_NVALUES);   /* a frame of its own: the outcome is at AK_VALUE here too */
+  run_states(a);
+  lua_settop(T, AK_NVALUES);
+  return AK_NVALUES;
+}
+
+static int step_task(rt_task *t, long long *wait_ms) {
+  ak_ask *a = (ak_ask *)t;
+  if (wait_ms) *wait_ms = -1;
+  if (a->state == AK_DONE) return 1;
+  lua_State *T = a->T;
+  lua_pushcfunction(T, step_k);
+  lua_pushvalue(T, AK_VALUE);
+  lua_pushlightuserdata(T, a);
+  if (lua_pcall(T, 2, AK_NVALUES, 0) != LUA_OK) {
+    const char *msg = lua_type(T, -1) == LUA_TSTRING ? lua_tostring(T, -1) : "out of memory";
+    char why[300];
+    snprintf(why, sizeof why, "Agent '%s' could not ask its model: %s", a->agent->name, msg);
+    lua_settop(T, 0);
+    lua_settop(T, AK_NVALUES);
+    le_push_code(T, LE_ASK_PROVIDER_ERROR, why, 0);
+    lua_replace(T, AK_VALUE);
+    a->ok = 0;
+    if (a->tp) { tp_release(a->tp); a->tp = NULL; }
+    ak_cancel_tools(a);
+    a->state = AK_DONE;
+    return 1;
+  }
+  /* the step returned its values above the old ones: keep the new */
+  for (int i = AK_NVALUES; i >= 1; i--) lua_replace(T, i);
+  if (a->state == AK_DONE) return 1;
+  if (wait_ms) {
+    if (a->state == AK_BACKOFF) {
+      long long left = a->wake_at - pl_mono_ms(T, a->pg);
+      *wait_ms = left > 0 ? left : 0;
+    } else if (a->state == AK_TOOLS && a->starting) {
+      *wait_ms = 0;   /* calls just started: rt_poll steps them next */
+    }
+  }
+  return 0;
+}

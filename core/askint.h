@@ -1,0 +1,97 @@
+/* What the ask's units share: the ask itself (ask.c: requests and answers;
+   asktools.c: the model's tool calls and the ask's telemetry event). */
+#ifndef LUMA_ASKINT_H
+#define LUMA_ASKINT_H
+
+#include <stdint.h>
+
+#include "adapter.h"
+#include "ask.h"
+#include "call.h"
+#include "errors.h"
+#include "runtime.h"
+
+/* The ask's one value on its thread: the answer, or the error. */
+enum { AK_VALUE = 1, AK_NVALUES = 1 };
+
+enum {
+  AK_START,       /* the model, tools and conversation to prepare */
+  AK_SEND,        /* a request is due */
+  AK_HTTP,        /* its transfer is in flight */
+  AK_BACKOFF,     /* a failed exchange is retried at wake_at */
+  AK_TOOLS,       /* the turn's tool calls run */
+  AK_END,         /* the outcome is known: the event to emit */
+  AK_DONE
+};
+
+/* One tool call of the current turn, and its result for the model. */
+typedef struct ak_slot {
+  cl_call *call;              /* until it is done and collected */
+  int started;
+  int answered;
+  char *content;              /* JSON text, malloc'd */
+  size_t len;
+  int is_error;
+} ak_slot;
+
+struct ak_ask {
+  rt_task task;               /* first: the runtime's handle */
+  int refs;                   /* the caller's, the runtime's while it is a task */
+  int in_runtime;
+  rt_runtime *rt;
+  pl_program *pg;             /* counted */
+  pl_scope *scope;            /* counted */
+  const pm_agent *agent;
+  const pm_model *pm;
+  const pm_schema *schema;
+  const pm_tool *forced;
+  const char *prompt;         /* in arena */
+  size_t prompt_len;
+  lua_State *T;               /* the ask's own thread; registry ref tref */
+  int tref;
+  int state;
+  int ok;
+  int cancelled;              /* atomic */
+  char id[32];
+  ar_arena arena;             /* what lives as long as the ask: the model, tools, schema */
+  ad_model model;
+  ad_tool *tools;
+  int ntools;
+  jv *final_schema;
+  ad_conv conv;
+  ar_arena turn_arena;        /* the current request, response and turn */
+  ad_turn turn;
+  ad_request req;             /* the request in flight (turn_arena) */
+  tp_transfer *tp;
+  int attempt;                /* requests of the current exchange */
+  long long start, exchange_start, wake_at;
+  int turns, tool_calls, tool_rounds, rate_used, reasks;
+  long long input_tokens, output_tokens;
+  ak_slot *slots;
+  int nslots;
+  int starting;               /* calls were started in this step */
+  int fatal;                  /* a slot whose error ends the ask, + 1; 0: none */
+  unsigned long long rng;
+};
+
+/* Stores an error (a catalogue code, the message, details at that stack
+   index or 0) as the outcome, and ends the ask. */
+void ak_fail(ak_ask *a, le_code code, int details, const char *fmt, ...)
+#if defined(__GNUC__)
+  __attribute__((format(printf, 4, 5)))
+#endif
+  ;
+/* The error on top becomes the outcome. */
+void ak_fail_top(ak_ask *a);
+void ak_answer(ak_ask *a);
+
+/* asktools.c */
+void ak_begin_tools(ak_ask *a);
+/* 1 once every call of the turn answered (the state moved on), 0 to wait. */
+int ak_step_tools(ak_ask *a);
+/* Cancels the turn's calls; 1 once none is left running. */
+int ak_cancel_tools(ak_ask *a);
+void ak_drop_slots(ak_ask *a);
+void ak_emit(ak_ask *a);
+
+#endif

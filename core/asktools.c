@@ -1,0 +1,281 @@
+/* The model's tool calls of one turn: each through the one pipeline, up to
+   the agent's tool_concurrency at once, each with exactly one result for the
+   model; and the ask's telemetry event. */
+#include "askint.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compat.h"
+#include "json.h"
+#include "lcall.h"
+#include "ljson.h"
+#include "luma_limits.h"
+#include "steps.h"
+#include "utf8.h"
+
+/* Errors the model can correct by calling again differently: they go back
+   to it. Any other error that is not retryable ends the ask (SPEC §3). */
+static int model_correctable(const char *code) {
+  return strcmp(code, "TOOL_INPUT_INVALID") == 0 || strcmp(code, "TOOL_NOT_FOUND") == 0;
+}
+
+static void keep(ak_slot *s, sb_buf *b, int is_error) {
+  s->content = b->failed ? NULL : b->data;
+  s->len = b->failed ? 0 : b->len;
+  if (b->failed) sb_free(b);
+  s->is_error = is_error;
+  s->answered = 1;
+}
+
+/* A result the pipeline never saw: a name the agent does not have, or
+   arguments that are not JSON. */
+static void error_result(ak_slot *s, const char *code, const char *message) {
+  sb_buf b;
+  sb_init(&b);
+  sb_adds(&b, "{\"error\":{\"code\":");
+  json_write_string(&b, code, strlen(code));
+  sb_adds(&b, ",\"message\":");
+  json_write_string(&b, message, strlen(message));
+  sb_adds(&b, ",\"retryable\":false}}");
+  keep(s, &b, 1);
+}
+
+static const pm_tool *agent_tool(const pm_agent *ag, const char *name) {
+  for (int i = 0; i < ag->tools.n; i++)
+    if (strcmp(ag->tools.items[i]->name, name) == 0) return ag->tools.items[i];
+  return NULL;
+}
+
+static void prepare_slot(ak_ask *a, int i) {
+  ak_slot *s = &a->slots[i];
+  const ad_call *call = &a->turn.calls[i];
+  char msg[600];
+  const pm_tool *t = call->name ? agent_tool(a->agent, call->name) : NULL;
+  if (!t) {
+    int n = snprintf(msg, sizeof msg, "'%s' is not a tool of agent '%s'. Its tools are:", call->name ? call->name : "",
+                     a->agent->name);
+    for (int k = 0; k < a->agent->tools.n && n > 0 && (size_t)n < sizeof msg; k++)
+      n += snprintf(msg + n, sizeof msg - (size_t)n, "%s %s", k ? "," : "", a->agent->tools.items[k]->name);
+    if (a->agent->tools.n == 0 && n > 0 && (size_t)n < sizeof msg) snprintf(msg + n, sizeof msg - (size_t)n, " none");
+    error_result(s, "TOOL_NOT_FOUND", msg);
+    return;
+  }
+  char err[300];
+  cl_call *c = cl_new(a->pg, t, a->scope, err, sizeof err);
+  if (!c) {
+    snprintf(msg, sizeof msg, "Tool '%s' cannot be called: %s.", t->name, err);
+    error_result(s, "TOOL_CANCELLED", msg);
+    return;
+  }
+  /* some servers send "" for a tool without parameters */
+  const char *args = call->arguments_len ? call->arguments : "{}";
+  size_t len = call->arguments_len ? call->arguments_len : 2;
+  if (cl_set_input_json(c, args, len, err, sizeof err) != 0) {
+    cl_free(c);
+    snprintf(msg, sizeof msg, "The arguments of tool '%s' are not JSON: %s.", t->name, err);
+    error_result(s, "TOOL_INPUT_INVALID", msg);
+    return;
+  }
+  cl_set_ask(c, a->id);
+  s->call = c;
+}
+
+void ak_begin_tools(ak_ask *a) {
+  const ad_turn *t = &a->turn;
+  ad_conv_turn(&a->conv, t);
+  a->tool_calls += t->ncalls;
+  a->rate_used += t->ncalls;
+  long long limit = a->agent->tool_rate_limit;
+  if (limit >= 0 && a->rate_used > limit) {
+    ak_fail(a, LE_ASK_TOOL_LIMIT, 0,
+            "Agent '%s': the model asked for %d tool calls in this ask, more than its tool_rate_limit of %lld.",
+            a->agent->name, a->rate_used, limit);
+    return;
+  }
+  a->slots = calloc((size_t)t->ncalls, sizeof *a->slots);
+  if (!a->slots) { ak_fail(a, LE_ASK_PROVIDER_ERROR, 0, "out of memory"); return; }
+  a->nslots = t->ncalls;
+  a->fatal = 0;
+  for (int i = 0; i < t->ncalls; i++) prepare_slot(a, i);
+  a->state = AK_TOOLS;
+}
+
+/* The result of a call that is done, as JSON text for the model, cut at the
+   agent's tool_result_max_bytes with a note the model can read. */
+static void collect(ak_ask *a, int i) {
+  ak_slot *s = &a->slots[i];
+  lua_State *T = a->T;
+  st_event ev;
+  int ok = lcl_take(T, s->call, &ev);
+  lua_pop(T, 1);   /* the warnings */
+  cl_free(s->call);
+  s->call = NULL;
+  sb_buf b;
+  sb_init(&b);
+  char err[200];
+  if (ok) {
+    if (lj_encode(T, -1, &b, 0, LIM_MODEL_JSON_DEPTH, err, sizeof err) != 0) {
+      sb_free(&b);
+      lua_pop(T, 1);
+      char msg[300];
+      snprintf(msg, sizeof msg, "The result of the tool cannot be written as JSON: %s.", err);
+      error_result(s, "TOOL_OUTPUT_INVALID", msg);
+      return;
+    }
+  } else {
+    lua_getfield(T, -1, "code");
+    const char *code = lua_type(T, -1) == LUA_TSTRING ? lua_tostring(T, -1) : "TOOL_FAILED";
+    lua_getfield(T, -2, "retryable");
+    int retryable = lua_toboolean(T, -1);
+    if (!retryable && !model_correctable(code) && !a->fatal) {
+      a->fatal = i + 1;
+      lua_pushvalue(T, -3);
+      lua_replace(T, AK_VALUE);
+    }
+    lua_pop(T, 2);
+    sb_adds(&b, "{\"error\":");
+    if (lj_encode(T, -1, &b, 0, LIM_MODEL_JSON_DEPTH, err, sizeof err) != 0) {
+      b.len = 0;
+      sb_adds(&b, "{\"error\":{\"code\":\"TOOL_FAILED\",\"message\":\"the error cannot be written as JSON\"}");
+    }
+    sb_addc(&b, '}');
+  }
+  lua_pop(T, 1);
+  size_t max = a->agent->tool_result_max_bytes > 0 ? (size_t)a->agent->tool_result_max_bytes
+                                                    : (size_t)LIM_TOOL_RESULT_MAX_BYTES;
+  if (!b.failed && b.len > max) {
+    size_t cut = max;
+    while (cut > 0 && (b.data[cut] & 0xC0) == 0x80) cut--;   /* not inside a UTF-8 sequence */
+    sb_buf n;
+    sb_init(&n);
+    sb_printf(&n, "{\"truncated\":true,\"bytes\":%zu,\"limit\":%zu,\"note\":", b.len, max);
+    const char *note = "The result was longer than the limit: partial holds the start of its JSON text.";
+    json_write_string(&n, note, strlen(note));
+    sb_adds(&n, ",\"partial\":");
+    json_write_string(&n, b.data, cut);
+    sb_addc(&n, '}');
+    sb_free(&b);
+    b = n;
+  }
+  keep(s, &b, !ok);
+}
+
+int ak_step_tools(ak_ask *a) {
+  a->starting = 0;
+  long long conc = a->agent->tool_concurrency > 0 ? a->agent->tool_concurrency : 1;
+  int running = 0, answered = 0;
+  for (int i = 0; i < a->nslots; i++) {
+    ak_slot *s = &a->slots[i];
+    if (s->started && !s->answered && cl_done(s->call)) collect(a, i);
+    if (s->started && !s->answered) running++;
+  }
+  for (int i = 0; i < a->nslots; i++) {
+    ak_slot *s = &a->slots[i];
+    if (s->started || s->answered || !s->call) continue;
+    if (a->fatal) {
+      /* the ask ends: a call not started yet gets its result without running */
+      cl_free(s->call);
+      s->call = NULL;
+      error_result(s, "TOOL_CANCELLED", "The tool did not run: an earlier call of this turn ended the ask.");
+      continue;
+    }
+    if (running >= conc) break;
+    rt_start(a->rt, s->call);
+    s->started = 1;
+    running++;
+    a->starting = 1;
+  }
+  for (int i = 0; i < a->nslots; i++)
+    if (a->slots[i].answered) answered++;
+  if (a->fatal && answered < a->nslots)
+    for (int i = 0; i < a->nslots; i++)
+      if (a->slots[i].started && !a->slots[i].answered) cl_cancel(a->slots[i].call);
+  if (answered < a->nslots) return 0;
+  if (a->fatal) {
+    /* the outcome already holds the error that ended it */
+    lua_State *T = a->T;
+    lua_pushstring(T, a->agent->name);
+    lua_setfield(T, AK_VALUE, "agent");
+    a->ok = 0;
+    a->state = AK_END;
+    ak_drop_slots(a);
+    return 1;
+  }
+  ad_result *r = calloc((size_t)a->nslots, sizeof *r);
+  if (!r) { ak_fail(a, LE_ASK_PROVIDER_ERROR, 0, "out of memory"); return 1; }
+  for (int i = 0; i < a->nslots; i++) r[i] = (ad_result){ a->slots[i].content, a->slots[i].len, a->slots[i].is_error };
+  ad_conv_results(&a->conv, &a->turn, r);
+  free(r);
+  ak_drop_slots(a);
+  a->tool_rounds++;
+  a->state = ad_conv_ok(&a->conv) ? AK_SEND : AK_END;
+  if (a->state == AK_END) ak_fail(a, LE_ASK_PROVIDER_ERROR, 0, "out of memory");
+  return 1;
+}
+
+int ak_cancel_tools(ak_ask *a) {
+  int left = 0;
+  for (int i = 0; i < a->nslots; i++) {
+    ak_slot *s = &a->slots[i];
+    if (s->answered) continue;
+    if (!s->started) {
+      cl_free(s->call);
+      s->call = NULL;
+      error_result(s, "TOOL_CANCELLED", "The tool did not run: the ask was cancelled.");
+      continue;
+    }
+    if (cl_done(s->call)) { collect(a, i); continue; }
+    cl_cancel(s->call);
+    left++;
+  }
+  return left == 0;
+}
+
+void ak_drop_slots(ak_ask *a) {
+  for (int i = 0; i < a->nslots; i++) {
+    cl_free(a->slots[i].call);
+    free(a->slots[i].content);
+  }
+  free(a->slots);
+  a->slots = NULL;
+  a->nslots = 0;
+}
+
+/* One event per ask: { kind = "ask", ask, agent, model, provider, turns,
+   tool_calls, input_tokens, output_tokens, duration_ms, status, code }. */
+void ak_emit(ak_ask *a) {
+  pl_program *pg = a->pg;
+  if (!pg->has_sink && !pg->trace) return;
+  lua_State *T = a->T;
+  lua_createtable(T, 0, 12);
+  int e = lua_gettop(T);
+  lua_pushliteral(T, "ask");
+  lua_setfield(T, e, "kind");
+  lua_pushstring(T, a->id);
+  lua_setfield(T, e, "ask");
+  lua_pushstring(T, a->agent->name);
+  lua_setfield(T, e, "agent");
+  lua_pushstring(T, a->pm->model ? a->pm->model : a->pm->deployment);
+  lua_setfield(T, e, "model");
+  lua_pushstring(T, pm_provider_names[a->pm->provider]);
+  lua_setfield(T, e, "provider");
+  lua_pushinteger(T, a->turns);
+  lua_setfield(T, e, "turns");
+  lua_pushinteger(T, a->tool_calls);
+  lua_setfield(T, e, "tool_calls");
+  lua_pushinteger(T, (lua_Integer)a->input_tokens);
+  lua_setfield(T, e, "input_tokens");
+  lua_pushinteger(T, (lua_Integer)a->output_tokens);
+  lua_setfield(T, e, "output_tokens");
+  lua_pushinteger(T, (lua_Integer)(a->start ? pl_mono_ms(T, pg) - a->start : 0));
+  lua_setfield(T, e, "duration_ms");
+  lua_pushstring(T, a->ok ? "ok" : "error");
+  lua_setfield(T, e, "status");
+  if (a->ok) lua_pushlightuserdata(T, NULL);
+  else lua_getfield(T, AK_VALUE, "code");
+  lua_setfield(T, e, "code");
+  st_publish(T, pg, e);
+  lua_settop(T, e - 1);
+}

@@ -1,0 +1,148 @@
+/* The Lua binding of asks: program:ask (blocking, the `ask` of agent
+   methods) and program:start_ask (a luma.Ask to poll, wait for or cancel). */
+#include "lask.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include <lauxlib.h>
+
+#include "ask.h"
+#include "compat.h"
+#include "lerror.h"
+#include "lruntime.h"
+
+#define LA_ASK "luma.Ask"
+
+typedef struct ask_box {
+  ak_ask *a;                      /* NULL once closed */
+} ask_box;
+
+static int ask_gc(lua_State *L) {
+  ask_box *b = luaL_checkudata(L, 1, LA_ASK);
+  ak_free(b->a);
+  b->a = NULL;
+  return 0;
+}
+
+static ak_ask *check_ask(lua_State *L, int idx) {
+  ask_box *b = luaL_checkudata(L, idx, LA_ASK);
+  if (!b->a) luaL_argerror(L, idx, "the ask is closed");
+  return b->a;
+}
+
+/* (scope, prompt, schema name [, using tool name]) at 2..5 -> a new ask,
+   owned by a luma.Ask pushed on L. */
+static ak_ask *new_ask(lua_State *L, pl_program *pg) {
+  pl_scope *sc = lr_check_scope(L, pg, 2);
+  if (!sc || !sc->agent) luaL_argerror(L, 2, "an ask needs the scope of an agent method (program:scope(agent))");
+  size_t len;
+  const char *prompt = luaL_checklstring(L, 3, &len);
+  const char *schema = luaL_checkstring(L, 4);
+  const pm_schema *s = pm_find_schema(pg->p, schema);
+  if (!s || strncmp(schema, "__", 2) == 0) {
+    lua_pushfstring(L, "Unknown schema '%s'.", schema);
+    return le_raise(L, "VALIDATION_FAILED", lua_tostring(L, -1), 0), NULL;
+  }
+  const pm_tool *forced = NULL;
+  if (!lua_isnoneornil(L, 5)) {
+    const char *name = luaL_checkstring(L, 5);
+    for (int i = 0; i < sc->agent->tools.n; i++)
+      if (strcmp(sc->agent->tools.items[i]->name, name) == 0) forced = sc->agent->tools.items[i];
+    if (!forced) {
+      char msg[300];
+      le_format_msg(msg, sizeof msg, LE_MSG_USING_TOOL_DENIED, sc->agent->name, name);
+      return le_raise_code(L, LE_TOOL_PERMISSION_DENIED, msg, 0), NULL;
+    }
+  }
+  ask_box *b = lua_newuserdata(L, sizeof *b);
+  b->a = NULL;
+  lc_setmetatable(L, LA_ASK);
+  ak_params p = { prompt, len, s, forced };
+  char err[200];
+  b->a = ak_new(pg, sc, &p, err, sizeof err);
+  if (!b->a) {
+    lua_pushfstring(L, "Agent '%s' cannot ask: %s.", sc->agent->name, err);
+    le_raise(L, "ASK_CANCELLED", lua_tostring(L, -1), 0);
+  }
+  ak_start(b->a);
+  return b->a;
+}
+
+/* Polls the ask's runtime until the ask is done or timeout_ms (< 0: none)
+   passes; returns whether it is done. */
+static int wait_for(ak_ask *a, rt_runtime *rt, long long timeout_ms) {
+  long long end = timeout_ms >= 0 ? tp_now_ns() / 1000000 + timeout_ms : -1;
+  for (;;) {
+    long long wait;
+    rt_poll(rt, &wait);
+    if (ak_done(a)) return 1;
+    if (wait == 0) continue;
+    long long now = tp_now_ns() / 1000000;
+    if (end >= 0 && now >= end) return 0;
+    if (end >= 0 && (wait < 0 || wait > end - now)) wait = end - now;
+    rt_wait_fd(rt, wait);
+  }
+}
+
+int la_ask(lua_State *L, pl_program *pg) {
+  ak_ask *a = new_ask(L, pg);
+  wait_for(a, pg->rt, -1);
+  int ok = ak_push_outcome(L, a);
+  if (!ok) return lua_error(L);
+  return 1;
+}
+
+int la_start_ask(lua_State *L, pl_program *pg) {
+  new_ask(L, pg);
+  return 1;
+}
+
+/* ask:done() */
+static int l_ask_done(lua_State *L) {
+  lua_pushboolean(L, ak_done(check_ask(L, 1)));
+  return 1;
+}
+
+/* ask:poll() -> done: steps the runtime once, without blocking */
+static int l_ask_poll(lua_State *L) {
+  ak_ask *a = check_ask(L, 1);
+  if (!ak_done(a)) wait_for(a, ak_runtime(a), 0);
+  lua_pushboolean(L, ak_done(a));
+  return 1;
+}
+
+/* ask:wait([timeout_ms]) -> done */
+static int l_ask_wait(lua_State *L) {
+  ak_ask *a = check_ask(L, 1);
+  long long timeout = luaL_optinteger(L, 2, -1);
+  if (!ak_done(a)) wait_for(a, ak_runtime(a), timeout);
+  lua_pushboolean(L, ak_done(a));
+  return 1;
+}
+
+/* ask:result() -> the answer; raises the ask's error, or when not done */
+static int l_ask_result(lua_State *L) {
+  ak_ask *a = check_ask(L, 1);
+  if (!ak_done(a)) return luaL_error(L, "the ask is not done: wait for it first");
+  if (!ak_push_outcome(L, a)) return lua_error(L);
+  return 1;
+}
+
+/* ask:cancel() */
+static int l_ask_cancel(lua_State *L) {
+  ak_cancel(check_ask(L, 1));
+  return 0;
+}
+
+void la_open(lua_State *L) {
+  static const luaL_Reg methods[] = {
+    { "done", l_ask_done },
+    { "poll", l_ask_poll },
+    { "wait", l_ask_wait },
+    { "result", l_ask_result },
+    { "cancel", l_ask_cancel },
+    { NULL, NULL }
+  };
+  lr_new_metatable(L, LA_ASK, ask_gc, methods);
+}

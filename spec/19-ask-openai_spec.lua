@@ -1,0 +1,240 @@
+-- ask with OpenAI Chat Completions (and the compatible servers): the agent
+-- loop against the mock provider, which records every request.
+local luma = require "luma"
+local h = require "spec.helpers"
+local mock = require "spec.support.mock_provider"
+
+local KEY = "sk-test-0123456789"
+
+local SOURCE = [[
+schema Sum { sum: int }
+schema Answer { total: int, note?: string }
+tool add(a: int, b: int) -> Sum { }
+tool fail_hard(a: int) -> Sum { }
+tool fail_soft(a: int) -> Sum { }
+model M { provider: "openai"
+  name: "gpt-test"
+  base_url: "%s/v1/"
+  api_key_env: "LUMA_TEST_KEY" }
+agent A { model: M
+  tools: [add, fail_hard, fail_soft]
+  tool_rate_limit: %d
+  retries: %d
+  description: "You add numbers."
+  fn run(x: int) -> Answer { ask "Add {x} and 2" -> Answer }
+  fn forced(x: int) -> Answer { ask "Add {x} and 2" -> Answer using tool add } }
+]]
+
+-- A Chat Completions response: text, or tool calls { id, name, arguments }.
+local function chat(content, calls, usage)
+  local message = { role = "assistant", content = content or luma.null }
+  if calls then
+    message.tool_calls = {}
+    for i, c in ipairs(calls) do
+      message.tool_calls[i] = { id = c[1], type = "function", ["function"] = { name = c[2], arguments = c[3] } }
+    end
+  end
+  return { json = {
+    id = "chatcmpl-1", object = "chat.completion", model = "gpt-test",
+    choices = { { index = 0, message = message, finish_reason = calls and "tool_calls" or "stop" } },
+    usage = usage or { prompt_tokens = 10, completion_tokens = 5, total_tokens = 15 },
+  } }
+end
+
+describe("ask with openai chat", function()
+  local server, events
+
+  setup(function() server = mock.start() end)
+  teardown(function() if server then server:stop() end end)
+
+  local function program(opts)
+    opts = opts or {}
+    local p = assert(luma.compile(SOURCE:format(server.url, opts.rate or 10, opts.retries or 0)))
+    p:register("add", function(i) return { sum = i.a + i.b } end)
+    p:register("fail_hard", function() error(luma.ToolError { code = "DB_DOWN", message = "the database is down", retryable = false }) end)
+    p:register("fail_soft", function() error(luma.ToolError { code = "BUSY", message = "try later", retryable = true }) end)
+    events = {}
+    p:configure {
+      lookup = function(name) if name == "LUMA_TEST_KEY" then return KEY end end,
+      on_event = function(e) events[#events + 1] = e end,
+    }
+    return p
+  end
+
+  local function run(p, method)
+    return p:agent("A"):call(method or "run", { x = 1 })
+  end
+
+  before_each(function() server:reset() end)
+
+  it("runs one tool call, then asks for the answer in the strict format", function()
+    server:script { chat(nil, { { "call_1", "add", '{"a":1,"b":2}' } }), chat('{"total":3}') }
+    assert.are.same({ total = 3 }, run(program()))
+    local r = server:requests()
+    assert.are.equal(2, #r)
+    assert.are.equal("/v1/chat/completions", r[1].path)
+    assert.are.equal("Bearer " .. KEY, r[1].headers.authorization)
+    local first, second = r[1].json, r[2].json
+    assert.are.equal("gpt-test", first.model)
+    assert.are.same({ "system", "user" }, { first.messages[1].role, first.messages[2].role })
+    assert.are.equal("Add 1 and 2", first.messages[2].content)
+    assert.are.equal("add", first.tools[1]["function"].name)
+    assert.is_true(first.tools[1]["function"].strict)
+    assert.is_nil(first.response_format)
+    -- the assistant's calls unchanged, then one tool message per id
+    assert.are.equal("call_1", second.messages[3].tool_calls[1].id)
+    assert.are.same({ role = "tool", tool_call_id = "call_1", content = '{"sum":3}' }, second.messages[4])
+    assert.are.equal("json_schema", second.response_format.type)
+    assert.are.equal("Answer", second.response_format.json_schema.name)
+    assert.is_true(second.response_format.json_schema.strict)
+  end)
+
+  it("takes an answer given without any tool call, validated locally", function()
+    server:script { chat('{"total":7,"note":"seven"}') }
+    assert.are.same({ total = 7, note = "seven" }, run(program()))
+    assert.are.equal(1, #server:requests())
+  end)
+
+  it("counts a null optional field of the answer as missing", function()
+    server:script { chat('{"total":7,"note":null}') }
+    assert.are.same({ total = 7 }, run(program()))
+  end)
+
+  it("runs several calls of one turn and answers each in order", function()
+    server:script {
+      chat(nil, { { "c1", "add", '{"a":1,"b":1}' }, { "c2", "add", '{"a":2,"b":2}' }, { "c3", "add", '{"a":3,"b":3}' } }),
+      chat('{"total":12}'),
+    }
+    assert.are.same({ total = 12 }, run(program()))
+    local m = server:requests()[2].json.messages
+    assert.are.same({ "c1", "c2", "c3" }, { m[4].tool_call_id, m[5].tool_call_id, m[6].tool_call_id })
+    assert.are.same({ '{"sum":2}', '{"sum":4}', '{"sum":6}' }, { m[4].content, m[5].content, m[6].content })
+  end)
+
+  it("forces the tool of `using tool` in the first request only", function()
+    server:script { chat(nil, { { "c1", "add", '{"a":1,"b":2}' } }), chat('{"total":3}') }
+    assert.are.same({ total = 3 }, run(program(), "forced"))
+    local r = server:requests()
+    assert.are.same({ type = "function", ["function"] = { name = "add" } }, r[1].json.tool_choice)
+    assert.are_not.same({ type = "function", ["function"] = { name = "add" } }, r[2].json.tool_choice)
+  end)
+
+  it("re-asks an answer that does not fit, with the reason, up to the agent's retries", function()
+    server:script { chat('{"total":"three"}'), chat('{"total":3}') }
+    assert.are.same({ total = 3 }, run(program { retries = 1 }))
+    local m = server:requests()[2].json.messages
+    assert.matches("does not fit the schema Answer", m[#m].content)
+  end)
+
+  it("fails with ASK_OUTPUT_INVALID and the last answer once the retries are spent", function()
+    server:script { chat('{"total":"three"}'), chat("not json") }
+    local err = h.raised(run, program { retries = 1 })
+    assert.are.equal("ASK_OUTPUT_INVALID", err.code)
+    assert.are.equal("not json", err.details.answer)
+    assert.matches("^Agent 'A': the model's answer does not fit 'Answer': the answer is not JSON", err.message)
+  end)
+
+  it("sends malformed arguments and unknown tools back to the model as error results", function()
+    server:script {
+      chat(nil, { { "c1", "add", '{"a":1,' }, { "c2", "multiply", '{}' }, { "c3", "add", '{"a":"x","b":1}' } }),
+      chat('{"total":0}'),
+    }
+    assert.are.same({ total = 0 }, run(program()))
+    local m = server:requests()[2].json.messages
+    local e1, e2, e3 = luma.json.decode(m[4].content), luma.json.decode(m[5].content), luma.json.decode(m[6].content)
+    assert.are.equal("TOOL_INPUT_INVALID", e1.error.code)
+    assert.matches("not JSON", e1.error.message)
+    assert.are.equal("TOOL_NOT_FOUND", e2.error.code)
+    assert.matches("'multiply' is not a tool of agent 'A'", e2.error.message)
+    assert.are.equal("TOOL_INPUT_INVALID", e3.error.code)
+  end)
+
+  it("returns a retryable tool error to the model, which can act on it", function()
+    server:script { chat(nil, { { "c1", "fail_soft", '{"a":1}' } }), chat('{"total":0,"note":"busy"}') }
+    assert.are.same({ total = 0, note = "busy" }, run(program()))
+    local m = server:requests()[2].json.messages
+    local e = luma.json.decode(m[4].content)
+    assert.are.same({ "BUSY", "try later" }, { e.error.code, e.error.message })
+  end)
+
+  it("ends the ask at once on a tool error that is not retryable", function()
+    server:script { chat(nil, { { "c1", "fail_hard", '{"a":1}' } }), chat('{"total":0}') }
+    local err = h.raised(run, program())
+    assert.are.same({ "DB_DOWN", "the database is down" }, { err.code, err.message })
+    assert.are.equal(1, #server:requests())
+  end)
+
+  it("stops past the agent's tool_rate_limit", function()
+    server:script { chat(nil, { { "c1", "add", '{"a":1,"b":1}' }, { "c2", "add", '{"a":1,"b":1}' } }) }
+    local err = h.raised(run, program { rate = 1 })
+    assert.are.equal("ASK_TOOL_LIMIT", err.code)
+    assert.matches("more than its tool_rate_limit of 1", err.message)
+  end)
+
+  it("retries a 429 after the retry-after-ms it asks for", function()
+    server:script {
+      { status = 429, headers = { ["retry-after-ms"] = "30" }, json = { error = { message = "slow down", type = "rate_limit" } } },
+      chat('{"total":3}'),
+    }
+    assert.are.same({ total = 3 }, run(program()))
+    assert.are.equal(2, #server:requests())
+  end)
+
+  it("does not retry a 429 for insufficient_quota", function()
+    server:script {
+      { status = 429, json = { error = { message = "You exceeded your current quota", type = "insufficient_quota", code = "insufficient_quota" } } },
+      chat('{"total":3}'),
+    }
+    local err = h.raised(run, program())
+    assert.are.equal("ASK_PROVIDER_ERROR", err.code)
+    assert.is_false(err.retryable)
+    assert.are.equal(429, err.details.status)
+    assert.are.equal(1, #server:requests())
+  end)
+
+  it("never shows the API key in an error", function()
+    server:script { { status = 401, json = { error = { message = "Incorrect API key provided: " .. KEY, type = "invalid_request_error" } } } }
+    local err = h.raised(run, program())
+    assert.are.equal("ASK_PROVIDER_ERROR", err.code)
+    assert.is_nil(tostring(err.message):find(KEY, 1, true))
+  end)
+
+  it("emits one ask event, and the tool events carry the ask's id", function()
+    server:script { chat(nil, { { "c1", "add", '{"a":1,"b":2}' } }, { prompt_tokens = 11, completion_tokens = 4 }),
+                    chat('{"total":3}', nil, { prompt_tokens = 20, completion_tokens = 6 }) }
+    run(program())
+    local asks, tools = {}, {}
+    for _, e in ipairs(events) do
+      if e.kind == "ask" then asks[#asks + 1] = e else tools[#tools + 1] = e end
+    end
+    assert.are.equal(1, #asks)
+    local a = asks[1]
+    assert.are.same({ "A", "gpt-test", "openai", 2, 1, 31, 10, "ok" },
+      { a.agent, a.model, a.provider, a.turns, a.tool_calls, a.input_tokens, a.output_tokens, a.status })
+    assert.are.equal(1, #tools)
+    assert.are.equal(a.ask, tools[1].ask)
+  end)
+
+  it("is cancelled mid-ask: the transfer stops and the ask ends with ASK_CANCELLED", function()
+    server:script { { delay_ms = 10000, json = {} } }
+    local p = program()
+    local ask = p:agent("A"):start_ask("Add 1 and 2", "Answer")
+    local deadline = os.time() + 5
+    while #server:requests() == 0 and os.time() < deadline do ask:wait(20) end
+    assert.are.equal(1, #server:requests())
+    local t0 = os.clock()
+    ask:cancel()
+    assert.is_true(ask:wait(2000))
+    local ok, err = pcall(ask.result, ask)
+    assert.is_false(ok)
+    assert.are.equal("ASK_CANCELLED", err.code)
+    ask:close()
+    assert.is_true(os.clock() - t0 < 1)
+  end)
+
+  it("refuses a forced tool the agent does not have", function()
+    local p = program()
+    local err = h.raised(p.start_ask, p, p:scope("A"), "x", "Answer", "nope")
+    assert.are.equal("TOOL_PERMISSION_DENIED", err.code)
+  end)
+end)
