@@ -62,7 +62,7 @@ CORE_OBJ  = $(CORE_SRC:%.c=$(BUILD)/obj/%.o)
 CTESTS    = $(patsubst spec/c/%.c,$(BUILD)/%,$(wildcard spec/c/test_*.c))
 
 # Debian packages `make test` installs when run as root and one is missing.
-DEB_PACKAGES = lua5.4 liblua5.4-dev lua-cjson lua-busted lua-socket libcurl4-openssl-dev libmbedtls-dev luarocks \
+DEB_PACKAGES = lua5.4 liblua5.4-dev lua-cjson lua-busted lua-socket libcurl4-openssl-dev libmbedtls-dev luarocks python3 \
                luajit libluajit-5.1-dev
 BENCH_PACKAGES = node-ajv
 FUZZ_PACKAGES = clang libclang-rt-14-dev
@@ -70,7 +70,7 @@ FUZZ_PACKAGES = clang libclang-rt-14-dev
 RESULTS   = $(BUILD)/test-results
 BUSTED    = $(LUA) /usr/bin/busted
 
-.PHONY: all test valgrind bench demo fuzz fuzz-pattern install clean help deps
+.PHONY: all test valgrind bench demo fuzz fuzz-pattern fuzz-adapters install clean help deps
 
 all: $(BUILD)/luma/core.so $(BUILD)/luma-lua
 
@@ -84,6 +84,7 @@ help:
 	@echo "make bench      run the benchmarks under bench/"
 	@echo "make fuzz       fuzz the parser (FUZZ_SECONDS=600)"
 	@echo "make fuzz-pattern  fuzz the sandbox's pattern matcher against Lua's"
+	@echo "make fuzz-adapters fuzz the providers' response parsers"
 	@echo "make install    install into PREFIX=$(PREFIX)"
 	@echo "make clean      remove build/"
 
@@ -178,6 +179,16 @@ fuzz-pattern:
 	  spec/fuzz/pattern_fuzz.c sandbox/pattern.c $(LUA_LIB) -lm -o build/fuzz/pattern_fuzz
 	build/fuzz/pattern_fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
 	  -dict=spec/fuzz/pattern.dict build/fuzz/pattern-corpus
+
+# The provider adapters, response by response (spec/fuzz/adapter_fuzz.c).
+fuzz-adapters:
+	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES="$(FUZZ_PACKAGES)"
+	mkdir -p build/fuzz/adapter-corpus
+	cp -n spec/fuzz/adapter-seeds/* build/fuzz/adapter-corpus/
+	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -Ibase -Iadapters \
+	  spec/fuzz/adapter_fuzz.c $(ADAPTERS) base/json.c base/arena.c base/strbuf.c base/utf8.c base/map.c \
+	  -lm -o build/fuzz/adapter_fuzz
+	build/fuzz/adapter_fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 build/fuzz/adapter-corpus
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(LUADIR)/luma $(DESTDIR)$(CMODDIR)/luma

@@ -112,7 +112,7 @@ static jv *convert(ar_arena *a, const jv *s, dialect d, int depth) {
   int object = props || (type && type->type == JV_STR && strcmp(type->s, "object") == 0);
   if (object && d != D_GEMINI && !jv_get(o, "additionalProperties")) jv_set(o, "additionalProperties", jv_bool(a, 0));
   if (desc.len && !(d == D_GEMINI && ref)) {
-    jv *text = desc.failed ? NULL : jv_str(a, desc.data, desc.len);
+    jv *text = desc.failed ? NULL : jv_strcopy(a, desc.data, desc.len);
     if (text) jv_set(o, "description", text);
   }
   sb_free(&desc);

@@ -44,6 +44,13 @@ jv *jv_str(ar_arena *a, const char *s, size_t len) {
 }
 
 jv *jv_cstr(ar_arena *a, const char *s) { return jv_str(a, s, strlen(s)); }
+
+jv *jv_strcopy(ar_arena *a, const char *s, size_t len) {
+  char *copy = ar_alloc(a, len + 1);
+  if (!copy) return NULL;
+  memcpy(copy, s, len);
+  return jv_str(a, copy, len);
+}
 jv *jv_arr(ar_arena *a) { return node(a, JV_ARR); }
 jv *jv_obj(ar_arena *a) { return node(a, JV_OBJ); }
 

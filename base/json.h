@@ -30,7 +30,10 @@ jv *jv_null(ar_arena *a);
 jv *jv_bool(ar_arena *a, int b);
 jv *jv_int(ar_arena *a, long long i);
 jv *jv_num(ar_arena *a, double n);
+/* jv_str and jv_cstr keep the pointer: s must live as long as the tree
+   (jv_strcopy copies it into the arena). */
 jv *jv_str(ar_arena *a, const char *s, size_t len);
+jv *jv_strcopy(ar_arena *a, const char *s, size_t len);
 jv *jv_cstr(ar_arena *a, const char *s);
 jv *jv_arr(ar_arena *a);
 jv *jv_obj(ar_arena *a);

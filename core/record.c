@@ -66,7 +66,7 @@ static jv *redacted(ar_arena *a, const char *s, size_t len, const char *secret) 
       sb_addc(&b, s[i++]);
     }
   }
-  jv *v = b.failed ? NULL : jv_str(a, b.data ? b.data : "", b.len);
+  jv *v = b.failed ? NULL : jv_strcopy(a, b.data ? b.data : "", b.len);
   sb_free(&b);
   return v;
 }

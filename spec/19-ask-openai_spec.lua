@@ -12,12 +12,13 @@ schema Answer { total: int, note?: string }
 tool add(a: int, b: int) -> Sum { }
 tool fail_hard(a: int) -> Sum { }
 tool fail_soft(a: int) -> Sum { }
+tool scaled(a: int, factor?: int @default(2) @desc("how much"), label?: string) -> Sum { }
 model M { provider: "openai"
   name: "gpt-test"
   base_url: "%s/v1/"
   api_key_env: "LUMA_TEST_KEY" }
 agent A { model: M
-  tools: [add, fail_hard, fail_soft]
+  tools: [add, fail_hard, fail_soft, scaled]
   tool_rate_limit: %d
   retries: %d
   description: "You add numbers."
@@ -53,6 +54,7 @@ describe("ask with openai chat", function()
     p:register("add", function(i) return { sum = i.a + i.b } end)
     p:register("fail_hard", function() error(luma.ToolError { code = "DB_DOWN", message = "the database is down", retryable = false }) end)
     p:register("fail_soft", function() error(luma.ToolError { code = "BUSY", message = "try later", retryable = true }) end)
+    p:register("scaled", function(i) return { sum = i.a * i.factor } end)
     events = {}
     p:configure {
       lookup = function(name) if name == "LUMA_TEST_KEY" then return KEY end end,
@@ -87,6 +89,21 @@ describe("ask with openai chat", function()
     assert.are.equal("json_schema", second.response_format.type)
     assert.are.equal("Answer", second.response_format.json_schema.name)
     assert.is_true(second.response_format.json_schema.strict)
+  end)
+
+  it("declares the tools in strict mode: every field required, optional ones nullable, defaults described", function()
+    server:script { chat(nil, { { "c1", "scaled", '{"a":3,"factor":null,"label":null}' } }), chat('{"total":6}') }
+    assert.are.same({ total = 6 }, run(program()))
+    local r = server:requests()
+    local scaled
+    for _, t in ipairs(r[1].json.tools) do if t["function"].name == "scaled" then scaled = t["function"] end end
+    local params = scaled.parameters
+    assert.are.same({ "a", "factor", "label" }, params.required)
+    assert.is_false(params.additionalProperties)
+    assert.are.same({ "integer", "null" }, params.properties.factor.type)
+    assert.are.equal("how much Default: 2.", params.properties.factor.description)
+    assert.are.same({ "string", "null" }, params.properties.label.type)
+    assert.are.same({ role = "tool", tool_call_id = "c1", content = '{"sum":6}' }, r[2].json.messages[4])
   end)
 
   it("takes an answer given without any tool call, validated locally", function()
