@@ -155,6 +155,8 @@ demo: deps all
 	LUMA_BUILD=$(BUILD) bin/luma-lua examples/calculate.luma
 	LUMA_BUILD=$(BUILD) bin/luma-lua examples/calculate.luma --agent Flow --method measure \
 	  --input '{"text": "INV-2041 paid in full on the first of May"}'
+	LUMA_BUILD=$(BUILD) bin/luma-lua examples/calculate.luma --agent Flow \
+	  --input '{"text": "INV-2041 paid in full on the first of May"}' --replay examples/flow.recording.jsonl
 
 bench: all
 	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES="$(BENCH_PACKAGES)"
