@@ -163,6 +163,7 @@ bench: all
 	LUMA_BUILD=$(BUILD) $(LUA) bench/validate/run.lua
 	LUMA_BUILD=$(BUILD) $(LUA) bench/pipeline/run.lua
 	LUMA_BUILD=$(BUILD) $(LUA) bench/sandbox/run.lua
+	LUMA_BUILD=$(BUILD) $(LUA) bench/agent/run.lua
 
 FUZZ_SECONDS ?= 600
 fuzz:

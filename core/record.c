@@ -18,6 +18,8 @@ struct rc_recorder {
 typedef struct rc_exchange {
   const jv *request;
   const jv *response;
+  const char *body;           /* the request body as compact JSON text: most requests equal it */
+  size_t body_len;
   int line;
 } rc_exchange;
 
@@ -161,7 +163,18 @@ static int add_line(rc_replay *r, const char *s, size_t len, int line, int *cap,
     if (!items) { snprintf(err, errlen, "out of memory"); return -1; }
     r->items = items;
   }
-  r->items[r->n++] = (rc_exchange){ q, p, line };
+  const jv *body = jv_get(q, "body");
+  size_t body_len = 0;
+  const char *text = NULL;
+  if (body) {
+    sb_buf b;
+    sb_init(&b);
+    if (body->type == JV_STR) sb_add(&b, body->s, body->len); else jv_write(&b, body, 0);
+    text = b.failed ? NULL : ar_strndup(&r->arena, sb_str(&b), b.len);
+    body_len = b.len;
+    sb_free(&b);
+  }
+  r->items[r->n++] = (rc_exchange){ q, p, text, body_len, line };
   return 0;
 }
 
@@ -288,6 +301,8 @@ static const jv *at(const jv *v, const char *path) {
   return v;
 }
 
+static int serve(rc_replay *r, const rc_exchange *x, ad_response *out, char *err, size_t errlen);
+
 int rc_replay_next(rc_replay *r, const ad_request *req, ad_response *out, char *err, size_t errlen) {
   int k = r->next + 1;
   if (r->next >= r->n) {
@@ -304,6 +319,7 @@ int rc_replay_next(rc_replay *r, const ad_request *req, ad_response *out, char *
              req->method, req->url);
     return -1;
   }
+  if (x->body && x->body_len == req->len && memcmp(x->body, req->body, req->len) == 0) return serve(r, x, out, err, errlen);
   char why[100];
   jv *sent = req->len ? json_parse(&r->arena, req->body, req->len, RC_DEPTH, why, sizeof why) : NULL;
   if (!sent) sent = jv_str(&r->arena, req->body ? req->body : "", req->len);
@@ -321,6 +337,11 @@ int rc_replay_next(rc_replay *r, const ad_request *req, ad_response *out, char *
     return -1;
   }
   sb_free(&path);
+  return serve(r, x, out, err, errlen);
+}
+
+/* The recorded response of x, and the replay moves on. */
+static int serve(rc_replay *r, const rc_exchange *x, ad_response *out, char *err, size_t errlen) {
   const jv *hs = jv_get(x->response, "headers");
   int nh = hs && hs->type == JV_OBJ ? hs->count : 0;
   ad_header *h = ar_alloc(&r->arena, sizeof *h * (size_t)(nh ? nh : 1));

@@ -11,7 +11,9 @@ script. The control endpoints:
     POST /_mock/script     a JSON array of steps replaces the script
     GET  /_mock/requests   every provider request so far, in order:
                            [{method, path, query, headers: {lower-case name: value},
-                             body: text, json: the parsed body or null}]
+                             body: text, json: the parsed body or null,
+                             server_ms: the time it took here, from reading the body
+                             to the answer's last byte}]
     POST /_mock/reset      clears the script and the records
     POST /_mock/shutdown   stops the server
 
@@ -32,6 +34,7 @@ import argparse
 import json
 import os
 import select
+import socket
 import sys
 import threading
 import time
@@ -56,6 +59,12 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_message(self, fmt, *args):
         pass
+
+    def setup(self):
+        super().setup()
+        # headers and body go out in two writes: without this, Nagle's
+        # algorithm and the client's delayed ACK hold the body for 40 ms
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def read_body(self):
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
@@ -98,6 +107,7 @@ class Handler(BaseHTTPRequestHandler):
             return True
 
     def handle_any(self):
+        started = time.perf_counter()
         body = self.read_body()
         url = urlsplit(self.path)
         if url.path.startswith("/_mock/"):
@@ -137,6 +147,7 @@ class Handler(BaseHTTPRequestHandler):
         else:
             payload, ctype = str(step.get("body", "")).encode(), step.get("content_type", "text/plain")
         self.send(step.get("status", 200), payload, step.get("content_type", ctype), step.get("headers"), step.get("truncate"))
+        record["server_ms"] = (time.perf_counter() - started) * 1000
 
     def control(self, path, body):
         global script

@@ -1,0 +1,143 @@
+-- The agent loop's own cost per provider round trip: an ask of TURNS turns,
+-- each with CALLS tool calls, then a final answer.
+--   1. replayed from a recording (no network, no server): all that is left
+--      is the runtime (adapters, conversation, tool calls through the
+--      pipeline, validation); per round trip, with the median of RUNS asks;
+--   2. the same against the mock provider on loopback, minus the time the
+--      server says it spent (an upper bound of the overhead: it includes
+--      the server's HTTP parsing and the loopback);
+--   3. how the replayed cost grows from 1 to 50 turns: linear work gives a
+--      per-turn cost that stays flat.
+-- Run from the repository root by `make bench`:
+--   LUMA_BUILD=build lua5.4 bench/agent/run.lua
+local here = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
+local common = dofile(here .. "/../common.lua")
+local root = common.setup(here)
+package.path = root .. "/?.lua;" .. package.path
+
+local luma = require "luma"
+local mock = require "spec.support.mock_provider"
+
+local CALLS = 3
+local RUNS = 7
+local TARGET_US = 200
+
+local SOURCE = [[
+schema Sum { sum: int }
+schema Answer { total: int, note?: string }
+tool add(a: int, b: int) -> Sum { description: "Adds two integers" }
+model M {
+  provider: "openai"
+  name: "gpt-bench"
+  base_url: "%s/v1"
+  api_key_env: "BENCH_KEY"
+}
+agent A {
+  model: M
+  tools: [add]
+  tool_rate_limit: 1000
+  tool_concurrency: 3
+}
+]]
+
+local function fail(fmt, ...)
+  io.stderr:write("bench/agent: ", string.format(fmt, ...), "\n")
+  os.exit(1)
+end
+
+-- The script of an ask with `turns` turns of CALLS calls each.
+local function script(turns)
+  local steps = {}
+  for t = 1, turns do
+    local calls = {}
+    for c = 1, CALLS do
+      calls[c] = { id = ("call_%d_%d"):format(t, c), type = "function",
+                   ["function"] = { name = "add", arguments = luma.json.encode { a = t, b = c } } }
+    end
+    steps[t] = { json = { choices = { { index = 0, finish_reason = "tool_calls",
+      message = { role = "assistant", content = luma.null, tool_calls = calls } } },
+      usage = { prompt_tokens = 100 * t, completion_tokens = 20 } } }
+  end
+  steps[turns + 1] = { json = { choices = { { index = 0, finish_reason = "stop",
+    message = { role = "assistant", content = '{"total":' .. turns * CALLS .. '}' } } } } }
+  return steps
+end
+
+local function program(url, opts)
+  local p = luma.compile(SOURCE:format(url))
+  p:register("add", function(i) return { sum = i.a + i.b } end)
+  opts = opts or {}
+  opts.lookup = function(name) if name == "BENCH_KEY" then return "sk-bench" end end
+  p:configure(opts)
+  return p
+end
+
+local function ask(p)
+  local answer = p:agent("A"):ask("Add the numbers the tools give you.", "Answer")
+  return answer.total
+end
+
+local function now() return require("luma.core").monotonic_ms() end
+
+local function median(list)
+  table.sort(list)
+  return list[(#list + 1) // 2]
+end
+
+local server = mock.start()
+local tmp = os.tmpname()
+local ok, err = pcall(function()
+  -- recordings of 1 to 50 turns, made against the mock
+  local recordings = {}
+  local sizes = { 1, 5, 10, 20, 50 }
+  for _, turns in ipairs(sizes) do
+    server:reset()
+    server:script(script(turns))
+    local path = ("%s-%d.jsonl"):format(tmp, turns)
+    os.remove(path)
+    local total = ask(program(server.url, { record = path }))
+    if total ~= turns * CALLS then fail("the recorded ask of %d turns answered %s", turns, tostring(total)) end
+    recordings[turns] = path
+  end
+
+  -- 1 and 3: replayed
+  print(("%-28s %12s %14s"):format("replayed ask", "ms per ask", "µs per request"))
+  local per_request = {}
+  for _, turns in ipairs(sizes) do
+    local times = {}
+    for r = 1, RUNS do
+      local p = program(server.url, { replay = recordings[turns] })
+      local t0 = now()
+      local total = ask(p)
+      times[r] = now() - t0
+      if total ~= turns * CALLS then fail("the replayed ask of %d turns answered %s", turns, tostring(total)) end
+      p:close()
+    end
+    local ms = median(times)
+    per_request[turns] = ms * 1000 / (turns + 1)
+    print(("%-28s %12.3f %14.1f"):format(("%d turns x %d calls"):format(turns, CALLS), ms, per_request[turns]))
+  end
+
+  -- 2: on loopback
+  local overheads = {}
+  for r = 1, RUNS do
+    server:reset()
+    server:script(script(10))
+    local p = program(server.url)
+    local t0 = now()
+    ask(p)
+    local total = now() - t0
+    local in_server = 0
+    for _, q in ipairs(server:requests()) do in_server = in_server + (q.server_ms or 0) end
+    overheads[r] = (total - in_server) * 1000 / 11
+    p:close()
+  end
+  print(("loopback, 10 turns: %.1f µs per round trip outside the server (an upper bound)"):format(median(overheads)))
+  print(("overhead per round trip at 10 turns, replayed: %.1f µs (target < %d µs)"):format(per_request[10], TARGET_US))
+  print(("growth: per-request cost at 50 turns / at 10 turns = %.2f (linear work: about 1; quadratic: about 5)")
+    :format(per_request[50] / per_request[10]))
+  for _, turns in ipairs(sizes) do os.remove(recordings[turns]) end
+end)
+server:stop()
+os.remove(tmp)
+if not ok then fail("%s", tostring(err)) end
