@@ -249,6 +249,66 @@ describe("ask with openai chat", function()
     assert.is_true(os.clock() - t0 < 1)
   end)
 
+  it("gives ASK_REFUSED for a refusal, with the model's words", function()
+    server:script { { json = { choices = { { index = 0, finish_reason = "stop",
+      message = { role = "assistant", content = luma.null, refusal = "I cannot help with that." } } } } } }
+    local err = h.raised(run, program())
+    assert.are.equal("ASK_REFUSED", err.code)
+    assert.matches("I cannot help with that%.", err.message)
+  end)
+
+  it("sends the model's extra headers, and no auth header with api_key_env: null", function()
+    local p = assert(luma.compile(([[
+schema Answer { total: int }
+model L { provider: "openai"
+  name: "llama"
+  base_url: "%s/v1"
+  api_key_env: null
+  headers: { "X-Team": "blue", "OpenAI-Organization": "org-7" } }
+agent A { model: L
+  fn run() -> Answer { ask "two" -> Answer } }]]):format(server.url)))
+    server:script { chat('{"total":2}') }
+    assert.are.same({ total = 2 }, p:agent("A"):call("run", {}))
+    local hd = server:requests()[1].headers
+    assert.are.same({ "blue", "org-7" }, { hd["x-team"], hd["openai-organization"] })
+    assert.is_nil(hd.authorization)
+  end)
+
+  it("runs a sandboxed module's handler for the model, and cancelling the ask fires its signal", function()
+    local dir = h.project {
+      ["tools.lua"] = [[
+return {
+  add = function(i) return { sum = i.a + i.b } end,
+  fail_hard = function() return { sum = 0 } end,
+  fail_soft = function() return { sum = 0 } end,
+  scaled = function(i, signal)
+    while not signal.aborted do end
+    error(luma.ToolError { code = "STOPPED", message = signal.reason, retryable = false })
+  end,
+}]],
+    }
+    local p = assert(luma.compile(SOURCE:format(server.url, 10, 0)))
+    p:attach(require("luma.core").load_module { path = dir .. "/tools.lua", policy = { sandbox = "strict" } })
+    p:configure { lookup = function(name) if name == "LUMA_TEST_KEY" then return KEY end end }
+    server:reset()
+    server:script { chat(nil, { { "c1", "add", '{"a":2,"b":5}' } }), chat('{"total":7}') }
+    assert.are.same({ total = 7 }, p:agent("A"):call("run", { x = 1 }))
+    server:reset()
+    server:script { chat(nil, { { "c1", "scaled", '{"a":1}' } }), chat('{"total":0}') }
+    local ask = p:agent("A"):start_ask("go", "Answer")
+    local deadline = os.time() + 5
+    while #server:requests() < 1 and os.time() < deadline do ask:wait(20) end
+    ask:wait(200)   -- the handler is spinning now
+    ask:cancel()
+    assert.is_true(ask:wait(3000))
+    local ok, err = pcall(ask.result, ask)
+    assert.is_false(ok)
+    assert.are.equal("ASK_CANCELLED", err.code)
+    assert.are.equal(1, #server:requests())
+    ask:close()
+    os.execute("rm -rf " .. h.quote(dir))
+  end)
+
   it("refuses a forced tool the agent does not have", function()
     local p = program()
     local err = h.raised(p.start_ask, p, p:scope("A"), "x", "Answer", "nope")
