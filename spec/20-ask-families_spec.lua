@@ -170,10 +170,11 @@ schema Sum { sum: int }
 schema Answer { total: int, note?: string }
 tool add(a: int, b: int) -> Sum { }
 tool fail_hard(a: int) -> Sum { }
+tool fail_soft(a: int) -> Sum { }
 model M { %s
   api_key_env: "LUMA_TEST_KEY" }
 agent A { model: M
-  tools: [add, fail_hard]
+  tools: [add, fail_hard, fail_soft]
   tool_rate_limit: 3
   retries: 1
   fn run(x: int) -> Answer { ask "Add {x} and 2" -> Answer }
@@ -193,6 +194,7 @@ for _, name in ipairs { "openai", "azure", "azure_v1", "responses", "anthropic",
       local p = assert(luma.compile(SOURCE:format(f.model:format(server.url))))
       p:register("add", function(i) return { sum = i.a + i.b } end)
       p:register("fail_hard", function() error(luma.ToolError { code = "DB_DOWN", message = "down", retryable = false }) end)
+      p:register("fail_soft", function() error(luma.ToolError { code = "BUSY", message = "later", retryable = true }) end)
       p:configure { lookup = function(n) if n == "LUMA_TEST_KEY" then return KEY end end }
       return p
     end
@@ -253,6 +255,31 @@ for _, name in ipairs { "openai", "azure", "azure_v1", "responses", "anthropic",
       assert.are.equal("DB_DOWN", err.code)
     end)
 
+    it("returns a retryable tool error to the model as an error result", function()
+      server:script { f.calls { { "c1", "fail_soft", '{"a":1}' } }, f.text('{"total":0}') }
+      assert.are.same({ total = 0 }, run())
+      local results = f.results(server:requests()[2].json)
+      assert.are.equal("BUSY", results[1].value.error.code)
+    end)
+
+    it("retries a 429 after its retry-after-ms", function()
+      server:script { { status = 429, headers = { ["retry-after-ms"] = "25" }, json = { error = { message = "slow down" } } }, f.text('{"total":3}') }
+      assert.are.same({ total = 3 }, run())
+      assert.are.equal(2, #server:requests())
+    end)
+
+    it("is cancelled mid-ask", function()
+      server:script { { delay_ms = 10000, json = {} } }
+      local ask = program():agent("A"):start_ask("x", "Answer")
+      local deadline = os.time() + 5
+      while #server:requests() == 0 and os.time() < deadline do ask:wait(20) end
+      ask:cancel()
+      assert.is_true(ask:wait(2000))
+      local ok, err = pcall(ask.result, ask)
+      assert.are.same({ false, "ASK_CANCELLED" }, { ok, err.code })
+      ask:close()
+    end)
+
     it("stops past tool_rate_limit", function()
       server:script { f.calls { { "c1", "add", '{"a":1,"b":1}' }, { "c2", "add", '{"a":1,"b":1}' }, { "c3", "add", '{"a":1,"b":1}' }, { "c4", "add", '{"a":1,"b":1}' } } }
       assert.are.equal("ASK_TOOL_LIMIT", h.raised(run).code)
@@ -296,6 +323,7 @@ describe("ask with anthropic and gemini, their own rules", function()
     local p = assert(luma.compile(SOURCE:format(families[family].model:format(server.url))))
     p:register("add", function(i) return { sum = i.a + i.b } end)
     p:register("fail_hard", function() error(luma.ToolError { code = "DB_DOWN", message = "down", retryable = false }) end)
+    p:register("fail_soft", function() end)
     p:configure { lookup = function(n) if n == "LUMA_TEST_KEY" then return KEY end end }
     return p
   end
@@ -357,6 +385,7 @@ describe("ask with anthropic and gemini, their own rules", function()
     local p = assert(luma.compile(SOURCE:format(f.model:format(server.url))))
     p:register("add", function(i) return { sum = i.a + i.b } end)
     p:register("fail_hard", function() end)
+    p:register("fail_soft", function() end)
     p:configure { lookup = function(n) if n == "LUMA_TEST_KEY" then return KEY end end }
     assert.are.same({ total = 3 }, p:agent("A"):call("run", { x = 1 }))
     local input = server:requests()[2].json.input
