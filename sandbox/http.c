@@ -62,12 +62,16 @@ static const char *const request_options[] = { "method", "url", "headers", "body
 static const char *const call_options[] = { "headers", "timeout_ms", NULL };
 
 /* One transport for the process, made by its first request. It is freed at
-   exit, or when this module is unloaded (atexit in a shared object runs at
-   its dlclose): its I/O thread must not outlive the code it runs. */
+   exit, or when this module is unloaded (a destructor runs at dlclose; an
+   atexit handler may not, under a sanitizer that intercepts atexit): its I/O
+   thread must not outlive the code it runs. */
 static pthread_mutex_t transport_lock = PTHREAD_MUTEX_INITIALIZER;
 static tp_transport *transport;   /* guarded by transport_lock */
 static int transport_closed;      /* guarded by transport_lock */
 
+#if defined(__GNUC__)
+__attribute__((destructor))
+#endif
 static void transport_exit(void) {
   pthread_mutex_lock(&transport_lock);
   tp_free(transport);
@@ -82,11 +86,6 @@ static tp_transfer *start(const tp_request *r, char *err, size_t errlen) {
   pthread_mutex_lock(&transport_lock);
   if (!transport && !transport_closed) {
     transport = tp_new(err, errlen);
-    if (transport && atexit(transport_exit) != 0) {
-      tp_free(transport);
-      transport = NULL;
-      snprintf(err, errlen, "cannot register the HTTP transport's cleanup");
-    }
   } else if (!transport) {
     snprintf(err, errlen, "the HTTP transport is closed: the process is exiting");
   }
