@@ -22,6 +22,12 @@ describe("luma-lua check", function()
       "2 errors\n", r.stderr)
   end)
 
+  it("takes a mistyped command for one, not for a program", function()
+    local r = h.run { "chekc", "x.luma" }
+    assert.are.equal(2, r.status)
+    assert.are.equal("luma-lua: unknown command 'chekc' (did you mean 'check'?)\nRun 'luma-lua --help' for usage.\n", r.stderr)
+  end)
+
   it("says when the file cannot be read", function()
     local r = h.run { "check", "/nonexistent/x.luma" }
     assert.are.equal(1, r.status)

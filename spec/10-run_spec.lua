@@ -194,6 +194,22 @@ describe("statements", function()
     assert.are.equal("program.luma:13:7: division by zero", err.message)
   end)
 
+  it("stop on integer arithmetic that does not fit 64 bits, instead of wrapping", function()
+    local cases = {
+      { "x = 9223372036854775807 + 1", "program.luma:13:25: integer overflow: 9223372036854775807 + 1 does not fit a 64-bit integer" },
+      { "m = -9223372036854775807 - 1\nx = m - 1", "program.luma:14:7: integer overflow: -9223372036854775808 - 1 does not fit a 64-bit integer" },
+      { "x = 4294967296 * 4294967296", "program.luma:13:16: integer overflow: 4294967296 * 4294967296 does not fit a 64-bit integer" },
+      { "m = -9223372036854775807 - 1\nx = -m", "program.luma:14:5: integer overflow: -(-9223372036854775808) does not fit a 64-bit integer" },
+    }
+    for _, c in ipairs(cases) do
+      local err = h.raised(run, c[1])
+      assert.are.equal("RUNTIME_ERROR", err.code)
+      assert.are.equal(c[2], err.message)
+    end
+    local v = run("a = 9223372036854775806 + 1\nb = 3037000499 * 3037000499\nc = -9223372036854775807 - 1\nd = 2.0 * 4611686018427387904")
+    assert.are.same({ 9223372036854775807, 9223372030926249001, math.mininteger, 2.0 ^ 63 }, { v.a, v.b, v.c, v.d })
+  end)
+
   it("hand the typed error to catch unchanged", function()
     local program = luma.compile(h.calculate .. [[
 agent A {

@@ -190,6 +190,19 @@ function cli.main(arg)
   if command then
     for i = 2, #arg do args[#args + 1] = arg[i] end
   elseif first:sub(1, 1) ~= "-" then
+    -- a word that is no file but close to a command is a typo, not a program
+    local f = io.open(first, "r")
+    if f then
+      f:close()
+    else
+      local names = {}
+      for name in pairs(commands) do names[#names + 1] = name end
+      table.sort(names)
+      local near = core.suggest(first, names)
+      if near and near ~= "run" then
+        return usage_error("unknown command '" .. first .. "' (did you mean '" .. near .. "'?)")
+      end
+    end
     command = commands.run
     for i = 1, #arg do args[#args + 1] = arg[i] end
   else

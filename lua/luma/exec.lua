@@ -74,18 +74,40 @@ function exec.new(program)
     end
   end
 
+  local mtype = math.type
+
   function R.neg(a, line, col)
     if type(a) ~= "number" then fail(line, col, "cannot negate " .. kind(a)) end
+    if mtype and a == math.mininteger and mtype(a) == "integer" then
+      fail(line, col, "integer overflow: -(" .. tostring(a) .. ") does not fit a 64-bit integer")
+    end
     return -a
+  end
+
+  -- Integers are 64-bit and wrap in Lua: a result that wrapped is an error.
+  -- It is told by the float result, which cannot be farther than 2^11 from
+  -- a true 64-bit one, while a wrapped one is at least 2^63 away from it.
+  local function exact(op, a, b, r, f, line, col)
+    if mtype and mtype(r) == "integer" and math.abs(r - f) > 2 ^ 32 then
+      fail(line, col, "integer overflow: " .. tostring(a) .. " " .. op .. " " .. tostring(b) ..
+        " does not fit a 64-bit integer")
+    end
+    return r
   end
 
   function R.add(a, b, line, col)
     if type(a) == "string" and type(b) == "string" then return a .. b end
     numbers("+", a, b, line, col)
-    return a + b
+    return exact("+", a, b, a + b, a * 1.0 + b, line, col)
   end
-  function R.sub(a, b, line, col) numbers("-", a, b, line, col) return a - b end
-  function R.mul(a, b, line, col) numbers("*", a, b, line, col) return a * b end
+  function R.sub(a, b, line, col)
+    numbers("-", a, b, line, col)
+    return exact("-", a, b, a - b, a * 1.0 - b, line, col)
+  end
+  function R.mul(a, b, line, col)
+    numbers("*", a, b, line, col)
+    return exact("*", a, b, a * b, a * 1.0 * b, line, col)
+  end
   function R.div(a, b, line, col)
     numbers("/", a, b, line, col)
     if b == 0 then fail(line, col, "division by zero") end
