@@ -79,3 +79,64 @@ describe("luma-lua options", function()
     assert.are.equal("Error: cannot read '/nonexistent/frobnicate.luma': No such file or directory\n", r.stderr)
   end)
 end)
+
+describe("luma-lua validate and schema", function()
+  local source = "schema Order { qty: int @range(1, 10), note?: string, unit?: string @default(\"pc\") }\n"
+
+  it("prints the validated value with its defaults, from an argument, a file or standard input", function()
+    local path = h.program_file(source)
+    local value = h.write(h.tmpname(".json"), '{"qty": 2}')
+    for _, r in ipairs {
+      h.run { "validate", path, "Order", '{"qty": 2}' },
+      h.run { "validate", path, "Order", "@" .. value },
+      h.run({ "validate", path, "Order", "-" }, { stdin = '{"qty": 2}' }),
+      h.run({ "validate", path, "Order" }, { stdin = '{"qty": 2}' }),
+    } do
+      assert.are.equal(0, r.status, r.stderr)
+      assert.are.same({ qty = 2, unit = "pc" }, require("cjson").decode(r.stdout))
+    end
+    os.remove(value)
+  end)
+
+  it("prints every violation and exits 1", function()
+    local r = h.run { "validate", h.program_file(source), "Order", '{"qty": 20, "note": 5}' }
+    assert.are.equal(1, r.status)
+    assert.are.equal("", r.stdout)
+    assert.are.equal("Order.note must be a string\nOrder.qty must be at most 10\n", r.stderr)
+  end)
+
+  it("says what is wrong with the value's text or the schema's name", function()
+    local path = h.program_file(source)
+    local r = h.run { "validate", path, "Order", "{qty: 2}" }
+    assert.are.equal(1, r.status)
+    assert.matches("^Error: not JSON: ", r.stderr)
+    r = h.run { "validate", path, "Ordr", "{}" }
+    assert.are.equal("Error: Unknown schema 'Ordr'. Did you mean 'Order'?\n", r.stderr)
+    r = h.run { "validate", path, "Order", "@/nonexistent/v.json" }
+    assert.are.equal("Error: cannot read /nonexistent/v.json: No such file or directory\n", r.stderr)
+  end)
+
+  it("prints one schema's JSON Schema", function()
+    local r = h.run { "schema", h.program_file(source), "Order" }
+    assert.are.equal(0, r.status)
+    local s = require("cjson").decode(r.stdout)
+    assert.are.equal(10, s.properties.qty.maximum)
+    assert.are.same({ "qty" }, s.required)
+  end)
+
+  it("reads --input from a file or from standard input", function()
+    local path = h.program_file(h.calculate .. "\nagent A {\n  tools: [calculate]\n  fn add(a: float, b: float) -> CalcResult { tool calculate({ a: a, b: b, operation: \"add\" }) }\n}\n")
+    local input = h.write(h.tmpname(".json"), '{"a": 2, "b": 3}')
+    local handlers = h.write(h.tmpname(".lua"),
+      "return { calculate = function(i) return { result = i.a + i.b } end }")
+    for _, r in ipairs {
+      h.run { path, "--tool-module", handlers, "--agent", "A", "--method", "add", "--input", "@" .. input },
+      h.run({ path, "--tool-module", handlers, "--agent", "A", "--method", "add", "--input", "-" }, { stdin = '{"a": 2, "b": 3}' }),
+    } do
+      assert.are.equal(0, r.status, r.stderr)
+      assert.are.same({ result = 5 }, require("cjson").decode(r.stdout))
+    end
+    os.remove(input)
+    os.remove(handlers)
+  end)
+end)

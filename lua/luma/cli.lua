@@ -13,6 +13,11 @@ commands:
   check PROGRAM            check a .luma program; print "ok", or every error
   tools PROGRAM            print the program's tool declarations as JSON
                            ({ name, description, parameters } for each tool)
+  schema PROGRAM NAME      print the JSON Schema of one schema
+  validate PROGRAM SCHEMA [JSON | @file | -]
+                           validate a value (standard input when absent): print
+                           it with its defaults filled (exit 0), or every
+                           violation (exit 1)
   --version, -v            print the version
   --help, -h               print this help
 
@@ -22,7 +27,8 @@ options of run:
                            the program, if any)
   --agent NAME             call a method of this agent instead of the top level
   --method NAME            the method to call (default: run)
-  --input JSON             the method's arguments, as a JSON object
+  --input JSON             the method's arguments, as a JSON object (@file: read
+                           from a file; -: from standard input)
   --trace FILE             append one telemetry event per tool call and ask (JSON lines)
   --record FILE            append every exchange with a model provider (JSON lines,
                            API keys redacted)
@@ -62,10 +68,26 @@ local function print_load_error(e)
   end
 end
 
+-- JSON text given as itself, as @file, or as - (standard input): the text,
+-- or nil and why.
+local function json_text(arg)
+  if arg == "-" then return io.stdin:read("a") end
+  if arg:sub(1, 1) == "@" then
+    local f, why = io.open(arg:sub(2), "rb")
+    if not f then return nil, "cannot read " .. arg:sub(2) .. ": " .. tostring(why):gsub("^[^:]*: ", "") end
+    local text = f:read("a")
+    f:close()
+    return text
+  end
+  return arg
+end
+
 -- The program named by a command's one argument, or nil and the exit status
 -- after saying what is wrong.
-local function program_argument(args, command, failure_status)
-  if #args ~= 1 then return nil, usage_error(command .. " needs one PROGRAM") end
+local function program_argument(args, command, failure_status, count)
+  if #args ~= (count or 1) then
+    return nil, usage_error(command .. " needs " .. (count == 2 and "PROGRAM NAME" or "one PROGRAM"))
+  end
   local program, e = load_program(args[1], { config = false })
   if not program then
     print_load_error(e)
@@ -80,6 +102,54 @@ function commands.check(args)
   local program, status = program_argument(args, "check", 1)
   if not program then return status end
   out("ok")
+  return 0
+end
+
+function commands.schema(args)
+  local program, status = program_argument(args, "schema", 2, 2)
+  if not program then return status end
+  local name = args[2]
+  if not program:schema(name) then
+    local names = program:declarations().schemas
+    local near = core.suggest(name, names)
+    err("Error: Unknown schema '" .. name .. "'." .. (near and (" Did you mean '" .. near .. "'?") or ""))
+    return 1
+  end
+  out(program:json_schema(name, { format = "json" }))
+  return 0
+end
+
+-- validate PROGRAM SCHEMA [JSON | @file | -]: the value (standard input when
+-- absent), validated in place (defaults filled), or every violation.
+function commands.validate(args)
+  if #args < 2 or #args > 3 then return usage_error("validate needs PROGRAM SCHEMA [JSON | @file | -]") end
+  local program, status = program_argument({ args[1] }, "validate", 1)
+  if not program then return status end
+  local name = args[2]
+  if not program:schema(name) then
+    local near = core.suggest(name, program:declarations().schemas)
+    err("Error: Unknown schema '" .. name .. "'." .. (near and (" Did you mean '" .. near .. "'?") or ""))
+    return 1
+  end
+  local text, why = json_text(args[3] or "-")
+  if not text then
+    err("Error: " .. why)
+    return 1
+  end
+  local decoded, value = pcall(core.json_decode, text)
+  if not decoded then
+    err("Error: not JSON: " .. tostring(value.message))
+    return 1
+  end
+  local ok, e = program:validate(name, value)
+  if not ok then
+    for _, v in ipairs(e.details.violations) do err(v.message) end
+    return 1
+  end
+  if type(e) == "table" then
+    for _, w in ipairs(e) do err("warning: " .. w.message) end
+  end
+  out(core.json_encode(value == nil and luma.null or value, { indent = 2 }))
   return 0
 end
 
@@ -151,7 +221,9 @@ function commands.run(args)
   end
   local input = {}
   if o.input then
-    local decoded, value = pcall(core.json_decode, o.input)
+    local text, why = json_text(o.input)
+    if not text then return report(luma.error { code = "INPUT_INVALID", message = "--input: " .. why }, true) end
+    local decoded, value = pcall(core.json_decode, text)
     if not decoded then
       return report(luma.error { code = "INPUT_INVALID", message = "--input is not valid JSON: " .. value.message }, true)
     end
