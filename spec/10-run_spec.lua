@@ -181,6 +181,11 @@ describe("statements", function()
     assert.are.equal(20, v.y)
   end)
 
+  it("give null for a missing field or an index past the end, and keep the variable in the output", function()
+    local v = run('l = [1, 2]\ny = l[99]\nr = { a: 1 }\nz = r.missing\nw = z == null\nif z { q = 1 } else { q = 2 }')
+    assert.are.same({ luma.null, luma.null, true, 2 }, { v.y, v.z, v.w, v.q })
+  end)
+
   it("fail clearly on a field of null", function()
     local err = h.raised(run, "x = null\ny = x.field")
     assert.are.equal("RUNTIME_ERROR", err.code)

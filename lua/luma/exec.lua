@@ -51,7 +51,9 @@ function exec.new(program)
 
   function R.get(obj, name, line, col)
     if type(obj) ~= "table" then fail(line, col, "cannot read field '" .. name .. "' of " .. kind(obj)) end
-    return rawget(obj, name)
+    local v = rawget(obj, name)
+    if v == nil then return NULL end   -- a missing field is null, as in JSON
+    return v
   end
 
   function R.index(obj, i, line, col)
@@ -61,7 +63,9 @@ function exec.new(program)
     elseif type(i) ~= "string" then
       fail(line, col, "cannot index with " .. kind(i))
     end
-    return rawget(obj, i)
+    local v = rawget(obj, i)
+    if v == nil then return NULL end   -- past the end, or a missing key: null
+    return v
   end
 
   function R.array(t)
