@@ -209,6 +209,29 @@ describe("ask with openai chat", function()
     assert.are.equal(1, #server:requests())
   end)
 
+  it("takes x-should-retry over the status", function()
+    server:script { { status = 503, headers = { ["x-should-retry"] = "false" }, json = { error = { message = "down" } } }, chat('{"total":3}') }
+    local err = h.raised(run, program())
+    assert.are.same({ "ASK_PROVIDER_ERROR", false, 503 }, { err.code, err.retryable, err.details.status })
+    assert.are.equal(1, #server:requests())
+    server:reset()
+    server:script { { status = 400, headers = { ["x-should-retry"] = "true" }, json = { error = { message = "flaky" } } }, chat('{"total":3}') }
+    assert.are.same({ total = 3 }, run(program()))
+  end)
+
+  it("opens the agent's breaker on tools that keep failing, which ends the ask", function()
+    local source = SOURCE:gsub("  retries: %%d\n", "  retries: %%d\n  tool_failure_limit: 2\n")
+    local p = assert(luma.compile(source:format(server.url, 10, 0)))
+    p:register("add", function() error(luma.ToolError { code = "FLAKY", message = "again", retryable = true }) end)
+    for _, n in ipairs { "fail_hard", "fail_soft", "scaled" } do p:register(n, function() return { sum = 0 } end) end
+    p:configure { lookup = function(name) if name == "LUMA_TEST_KEY" then return KEY end end }
+    server:script { chat(nil, { { "c1", "add", '{"a":1,"b":1}' }, { "c2", "add", '{"a":1,"b":1}' }, { "c3", "add", '{"a":1,"b":1}' } }),
+                    chat('{"total":0}') }
+    local err = h.raised(p:agent("A").call, p:agent("A"), "run", { x = 1 })
+    assert.are.equal("TOOL_CIRCUIT_OPEN", err.code)
+    assert.are.equal(1, #server:requests())
+  end)
+
   it("never shows the API key in an error", function()
     server:script { { status = 401, json = { error = { message = "Incorrect API key provided: " .. KEY, type = "invalid_request_error" } } } }
     local err = h.raised(run, program())
