@@ -12,7 +12,7 @@ schema Answer { total: int, note?: string }
 tool add(a: int, b: int) -> Sum { }
 tool fail_hard(a: int) -> Sum { }
 tool fail_soft(a: int) -> Sum { }
-tool scaled(a: int, factor?: int @default(2) @desc("how much"), label?: string) -> Sum { }
+tool scaled(a: int, factor?: int @default(2) @desc("how much"), label?: string) -> Sum { timeout: 600000 }
 model M { provider: "openai"
   name: "gpt-test"
   base_url: "%s/v1/"
