@@ -26,21 +26,7 @@ agent A { model: M
   fn forced(x: int) -> Answer { ask "Add {x} and 2" -> Answer using tool add } }
 ]]
 
--- A Chat Completions response: text, or tool calls { id, name, arguments }.
-local function chat(content, calls, usage)
-  local message = { role = "assistant", content = content or luma.null }
-  if calls then
-    message.tool_calls = {}
-    for i, c in ipairs(calls) do
-      message.tool_calls[i] = { id = c[1], type = "function", ["function"] = { name = c[2], arguments = c[3] } }
-    end
-  end
-  return { json = {
-    id = "chatcmpl-1", object = "chat.completion", model = "gpt-test",
-    choices = { { index = 0, message = message, finish_reason = calls and "tool_calls" or "stop" } },
-    usage = usage or { prompt_tokens = 10, completion_tokens = 5, total_tokens = 15 },
-  } }
-end
+local chat = mock.chat
 
 describe("ask with openai chat", function()
   local server, events

@@ -7,17 +7,7 @@ local mock = require "spec.support.mock_provider"
 local KEY = "sk-cli-test-0123456789"
 local DEMO_INPUT = '{"text": "INV-2041 paid in full on the first of May"}'
 
-local function chat(content, calls)
-  local message = { role = "assistant", content = content or luma.null }
-  if calls then
-    message.tool_calls = {}
-    for i, c in ipairs(calls) do
-      message.tool_calls[i] = { id = c[1], type = "function", ["function"] = { name = c[2], arguments = c[3] } }
-    end
-  end
-  return { json = { choices = { { index = 0, message = message, finish_reason = calls and "tool_calls" or "stop" } },
-                    usage = { prompt_tokens = 7, completion_tokens = 3 } } }
-end
+local chat = mock.chat
 
 describe("luma-lua with an agent that asks", function()
   local server, dir

@@ -35,6 +35,23 @@ local function read_file(path)
   return s
 end
 
+-- A Chat Completions answer as a step: text, or tool calls { id, name,
+-- arguments as JSON text }, with its usage (default 10 in, 5 out).
+function M.chat(content, calls, usage)
+  local message = { role = "assistant", content = content or luma.null }
+  if calls then
+    message.tool_calls = {}
+    for i, c in ipairs(calls) do
+      message.tool_calls[i] = { id = c[1], type = "function", ["function"] = { name = c[2], arguments = c[3] } }
+    end
+  end
+  return { json = {
+    id = "chatcmpl-1", object = "chat.completion", model = "gpt-test",
+    choices = { { index = 0, message = message, finish_reason = calls and "tool_calls" or "stop" } },
+    usage = usage or { prompt_tokens = 10, completion_tokens = 5, total_tokens = 15 },
+  } }
+end
+
 function M.start()
   local base = os.getenv("TMPDIR") or "/tmp"
   local p = assert(io.popen("mktemp -d " .. quote(base .. "/luma-mock-XXXXXX")))
