@@ -900,7 +900,36 @@ typedef struct st_ctx {
   pm_ctx *c;
   const pm_agent *agent;      /* NULL at top level */
   int asks;
+  mp_map vars;                /* the variables of the scope: assigned anywhere in it, or parameters */
+  const char **names;         /* the same, for suggestions */
+  int nnames, cap;
 } st_ctx;
+
+static void add_var(st_ctx *s, const char *name) {
+  if (!name || mp_get(&s->vars, name, strlen(name))) return;
+  mp_put(s->c->a, &s->vars, name, strlen(name), (void *)name);
+  if (s->nnames == s->cap) {
+    int cap = s->cap ? s->cap * 2 : 16;
+    const char **names = ar_alloc(s->c->a, sizeof *names * (size_t)cap);
+    if (!names) return;
+    if (s->nnames) memcpy(names, s->names, sizeof *names * (size_t)s->nnames);
+    s->names = names;
+    s->cap = cap;
+  }
+  s->names[s->nnames++] = name;
+}
+
+/* Every name a block assigns (or catches), at any depth: a variable read
+   anywhere in its scope is known when some statement assigns it (one that
+   did not run leaves it null, as documented). */
+static void collect_vars(st_ctx *s, const ast_stmt *st, int depth) {
+  for (; st && depth <= LIM_CHECK_DEPTH; st = st->next) {
+    if (st->kind == ST_ASSIGN) add_var(s, st->name);
+    if (st->kind == ST_TRY) add_var(s, st->catch_name);
+    collect_vars(s, st->body, depth + 1);
+    collect_vars(s, st->orelse, depth + 1);
+  }
+}
 
 static int agent_allows(const pm_agent *ag, const pm_tool *t) {
   for (int i = 0; i < ag->tools.n; i++)
@@ -942,6 +971,13 @@ static void check_expr(st_ctx *s, const ast_expr *e, int depth) {
       }
       break;
     }
+    case EX_NAME:
+      if (!mp_get(&s->vars, e->str.s, strlen(e->str.s))) {
+        const char *near = dg_suggest(e->str.s, s->names, s->nnames);
+        ERR(s->c, e->pos, "unknown variable '%s'%s%s%s", e->str.s, near ? " (did you mean '" : "", near ? near : "",
+            near ? "'?)" : "");
+      }
+      break;
     case EX_FIELD:
       check_expr(s, e->a, depth + 1);
       break;
@@ -972,7 +1008,7 @@ static void check_stmts(st_ctx *s, const ast_stmt *st, int depth) {
 static void check_agent(pm_ctx *c, ast_decl *d) {
   pm_agent *ag = d->model;
   read_config(c, d, agent_keys, ag, ar_printf(c->a, "Agent '%s'", d->name));
-  st_ctx s = { c, ag, 0 };
+  int asks = 0;
   mp_map seen = { 0 };
   int count = 0;
   for (const ast_method *m = d->methods; m; m = m->next) count++;
@@ -989,9 +1025,13 @@ static void check_agent(pm_ctx *c, ast_decl *d) {
     pm->input->internal = 1;
     pm->input->fields = build_fields(c, m->params, &pm->input->nfields, ar_printf(c->a, "Method '%s.%s'", d->name, m->name));
     if (m->ret) pm->ret = resolve_type(c, m->ret, 0);
+    st_ctx s = { c, ag, 0, { 0 }, NULL, 0, 0 };
+    for (const ast_field *f = m->params; f; f = f->next) add_var(&s, f->name);
+    collect_vars(&s, m->body, 0);
     check_stmts(&s, m->body, 0);
+    asks += s.asks;
   }
-  if (s.asks > 0 && !ag->model && !config_entry(d, "model") && !d->broken)
+  if (asks > 0 && !ag->model && !config_entry(d, "model") && !d->broken)
     ERR(c, d->name_pos, "Agent '%s' uses ask but has no model.", d->name);
 }
 
@@ -1036,7 +1076,8 @@ pm_program *pm_build(const char *src, size_t len, const char *chunk, const pm_li
   }
   for (ast_decl *d = p->ast->decls; d; d = d->next)
     if (d->kind == DC_AGENT && d->model && lookup(c, d->name) == d) check_agent(c, d);
-  st_ctx top = { c, NULL, 0 };
+  st_ctx top = { c, NULL, 0, { 0 }, NULL, 0, 0 };
+  collect_vars(&top, p->ast->stmts, 0);
   check_stmts(&top, p->ast->stmts, 0);
   if (p->arena.failed) { pm_free(p); return NULL; }
   dg_sort(&p->diag);
