@@ -127,13 +127,15 @@ static int raise_diagnostics(lua_State *L, pm_program *p) {
     lua_rawseti(L, list, ++i);
   }
   lua_setfield(L, details, "diagnostics");
+  lua_pushinteger(L, p->diag.dropped);
+  lua_setfield(L, details, "more");
   luaL_buffinit(L, &b);
   for (const dg_item *it = p->diag.first; it; it = it->next) {
     if (it != p->diag.first) luaL_addchar(&b, '\n');
     luaL_addstring(&b, dg_format(&p->diag, it));
   }
   if (p->diag.dropped) {
-    lua_pushfstring(L, "\n(%d more errors not shown)", p->diag.dropped);
+    lua_pushfstring(L, "\n\xe2\x80\xa6 and %d more errors", p->diag.dropped);
     luaL_addvalue(&b);
   }
   luaL_pushresult(&b);

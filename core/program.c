@@ -77,6 +77,18 @@ static void collect_names(pm_ctx *c) {
 
 #define SUGGEST(c, word, kind) suggestion((c), (word), (c)->names[kind], (c)->nnames[kind])
 
+/* The names other languages give luma's built-in types. */
+static const char *type_suggestion(pm_ctx *c, const char *word) {
+  static const char *const aliases[][2] = {
+    { "integer", "int" }, { "long", "int" }, { "boolean", "bool" }, { "number", "float" }, { "double", "float" },
+    { "str", "string" }, { "text", "string" }, { "object", "any" }, { "dict", "any" }, { NULL, NULL }
+  };
+  if (c->d->count >= c->d->max) return "";
+  for (int i = 0; aliases[i][0]; i++)
+    if (strcmp(word, aliases[i][0]) == 0 && !lookup(c, word)) return ar_printf(c->a, " Did you mean '%s'?", aliases[i][1]);
+  return SUGGEST(c, word, NAMES_TYPES);
+}
+
 
 /* --------------------------------------------------------------- literals */
 
@@ -173,7 +185,7 @@ static pm_type *resolve_type(pm_ctx *c, const ast_type *t, int depth) {
     case TY_NAME: {
       ast_decl *d = lookup(c, t->name);
       if (!d) {
-        ERR(c, t->pos, "Unknown type '%s'.%s", t->name, SUGGEST(c, t->name, NAMES_TYPES));
+        ERR(c, t->pos, "Unknown type '%s'.%s", t->name, type_suggestion(c, t->name));
         return NULL;
       }
       if (d->kind != DC_SCHEMA && d->kind != DC_UNION) {
@@ -469,7 +481,7 @@ static void build_schemas(pm_ctx *c) {
           continue;
         }
         if (!md) {
-          ERR(c, m->pos, "Unknown type '%s'.%s", m->name, SUGGEST(c, m->name, NAMES_TYPES));
+          ERR(c, m->pos, "Unknown type '%s'.%s", m->name, type_suggestion(c, m->name));
           continue;
         }
         if (md->kind != DC_SCHEMA) {

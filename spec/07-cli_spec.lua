@@ -22,6 +22,16 @@ describe("luma-lua check", function()
       "2 errors\n", r.stderr)
   end)
 
+  it("ends with how many errors were not shown, past the cap of 50", function()
+    local lines = {}
+    for i = 1, 60 do lines[i] = "schema S" .. i .. " { x: nope }" end
+    local r = h.run { "check", h.program_file(table.concat(lines, "\n")) }
+    assert.are.equal(1, r.status)
+    local last = r.stderr:match("([^\n]*)\n$")
+    assert.are.equal("\226\128\166 and 10 more errors", last)
+    assert.are.equal(50, select(2, r.stderr:gsub("Unknown type 'nope'", "")))
+  end)
+
   it("takes a mistyped command for one, not for a program", function()
     local r = h.run { "chekc", "x.luma" }
     assert.are.equal(2, r.status)

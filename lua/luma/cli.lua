@@ -62,7 +62,10 @@ local function print_load_error(e)
   local diagnostics = e.details and e.details.diagnostics
   if diagnostics then
     for _, d in ipairs(diagnostics) do err(d.text) end
-    if #diagnostics > 1 then err(#diagnostics .. " errors") end
+    -- past the cap, the last line says how many were not shown
+    local more = e.details.more or 0
+    if more > 0 then err("\226\128\166 and " .. more .. " more errors")
+    elseif #diagnostics > 1 then err(#diagnostics .. " errors") end
   else
     err("Error: " .. e.message)
   end
