@@ -314,11 +314,23 @@ static pm_num read_number(lua_State *L, int idx) {
   return n;
 }
 
-/* Compares a number with a bound: <0, 0, >0. */
+/* An integer against a double, exactly: never through a conversion of the
+   integer to double, which rounds past 2^53. <0, 0, >0. */
+static int cmp_int_double(long long i, double d) {
+  if (d >= 9223372036854775808.0) return -1;
+  if (d < -9223372036854775808.0) return 1;
+  double f = floor(d);                /* an integer in [-2^63, 2^63): exact as long long */
+  long long k = (long long)f;
+  if (i != k) return i < k ? -1 : 1;
+  return d > f ? -1 : 0;
+}
+
+/* Compares a number with a bound, exactly: <0, 0, >0. */
 static int cmp_num(pm_num x, pm_num b) {
   if (x.is_int && b.is_int) return x.i < b.i ? -1 : x.i > b.i;
-  double y = b.is_int ? (double)b.i : b.d;
-  return x.d < y ? -1 : x.d > y;
+  if (x.is_int) return cmp_int_double(x.i, b.d);
+  if (b.is_int) return -cmp_int_double(b.i, x.d);
+  return x.d < b.d ? -1 : x.d > b.d;
 }
 
 static int check_range(lv_ctx *c, const pm_type *t, pm_num x) {
@@ -688,8 +700,9 @@ static int check_value(lv_ctx *c, const pm_type *t, int idx, int type, int paren
       if (type != LUA_TNUMBER) return report(c, 0, "type", "must be an integer");
       x = read_number(L, idx);
       if (!x.is_int) {
-        if (!(x.d == floor(x.d) && x.d >= -9223372036854775808.0 && x.d < 9223372036854775808.0))
-          return report(c, 0, "type", "must be an integer");
+        if (x.d != floor(x.d)) return report(c, 0, "type", "must be an integer");
+        if (!(x.d >= -9223372036854775808.0 && x.d < 9223372036854775808.0))
+          return report(c, 0, "type", "must be an integer that fits in 64 bits (from -2^63 to 2^63 - 1)");
         x.is_int = 1;
         x.i = (long long)x.d;
 #if LUA_VERSION_NUM >= 503

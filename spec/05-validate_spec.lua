@@ -130,6 +130,30 @@ describe("validation of types", function()
     if math.type then assert.are.equal("integer", math.type(value.id)) end
   end)
 
+  it("compares an integer with a float bound, and a float with an integer bound, exactly", function()
+    local p = luma.compile([[
+schema A { x: int @range(null, 9007199254740992.0) }
+schema B { x: int @range(0, 9007199254740993) }
+schema D { x: float @range(null, 9007199254740993) }]])
+    local cases = {
+      { "A", 9007199254740992, true }, { "A", 9007199254740993, false },
+      { "B", 9007199254740993, true }, { "B", 9007199254740994, false },
+      { "D", 9007199254740992.0, true }, { "D", 9007199254740994.0, false },
+    }
+    for _, c in ipairs(cases) do
+      assert.are.equal(c[3], p:validate(c[1], { x = c[2] }) == true, c[1] .. " " .. string.format("%.0f", c[2]))
+    end
+  end)
+
+  it("refuses an integral float beyond 64 bits for int, saying so", function()
+    local p = luma.compile("schema C { x: int }")
+    local ok, err = p:validate("C", { x = 1e19 })
+    assert.is_nil(ok)
+    assert.are.equal("C.x must be an integer that fits in 64 bits (from -2^63 to 2^63 - 1)", err.message)
+    ok, err = p:validate("C", { x = -2 ^ 63 })
+    assert.is_true(ok)
+  end)
+
   it("accepts an integer for float", function()
     assert.is_true(program:validate("Order", order { price = 3 }))
   end)
