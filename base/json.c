@@ -519,9 +519,15 @@ static const unsigned char *jp_key(jp_state *st, jp_frame *f, const unsigned cha
   int seen = jp_seen(st, f, key, len);
   if (seen < 0) return jp_nomem(st);
   if (seen) {
+    /* the one error a reader fixes by finding the other copy: say where */
     char shown[64];
     jp_quote(shown, sizeof shown, key, len);
-    return jp_fail(st, q, "duplicate key %s", shown);
+    long line = 1, col = 1;
+    for (const unsigned char *c = st->text; c < q; c++) {
+      if (*c == '\n') { line++; col = 1; }
+      else if ((*c & 0xC0) != 0x80) col++;
+    }
+    return jp_fail(st, q, "duplicate key %s (line %ld, column %ld)", shown, line, col);
   }
   p = jp_space(p, st->end);
   if (p == st->end || *p != ':') return jp_unexpected(st, p);

@@ -162,3 +162,12 @@ tool db_write(request_id: string, value: string) -> CalcResult {
     assert.are.equal("luma.Program (closed)", tostring(p))
   end)
 end)
+
+describe("luma.json.decode", function()
+  it("refuses a duplicate key, naming it with its line and column", function()
+    local ok, err = pcall(luma.json.decode, '{"a": 1,\n "a": 2}')
+    assert.is_false(ok)
+    assert.are.equal("JSON_INVALID", err.code)
+    assert.matches('duplicate key "a" %(line 2, column 2%) at offset 10', err.message)
+  end)
+end)

@@ -246,18 +246,18 @@ static const bad_case bad_cases[] = {
   /* object keys */
   BAD("{\"a\\u0000b\":1}", "object key contains NUL at offset 1"),
   BAD("{\"\\u0000\":1}", "object key contains NUL at offset 1"),
-  BAD("{\"a\":1,\"a\":2}", "duplicate key \"a\" at offset 7"),
-  BAD("{\"a\":1,\"\\u0061\":2}", "duplicate key \"a\" at offset 7"),
-  BAD("{\"\":1,\"\":2}", "duplicate key \"\" at offset 6"),
-  BAD("{\"a\\n\":1,\"a\\n\":2}", "duplicate key \"a\\u000a\" at offset 9"),
+  BAD("{\"a\":1,\"a\":2}", "duplicate key \"a\" (line 1, column 8) at offset 7"),
+  BAD("{\"a\":1,\"\\u0061\":2}", "duplicate key \"a\" (line 1, column 8) at offset 7"),
+  BAD("{\"\":1,\"\":2}", "duplicate key \"\" (line 1, column 7) at offset 6"),
+  BAD("{\"a\\n\":1,\"a\\n\":2}", "duplicate key \"a\\u000a\" (line 1, column 10) at offset 9"),
   BAD("{\"k1\":1,\"k2\":2,\"k3\":3,\"k4\":4,\"k5\":5,\"k6\":6,\"k7\":7,\"k8\":8,\"k9\":9,\"k1\":0}",
-      "duplicate key \"k1\" at offset 64"),
+      "duplicate key \"k1\" (line 1, column 65) at offset 64"),
   BAD("{\"k1\":1,\"k2\":2,\"k3\":3,\"k4\":4,\"k5\":5,\"k6\":6,\"k7\":7,\"k8\":8,\"k9\":9,\"k9\":0}",
-      "duplicate key \"k9\" at offset 64"),
-  BAD("{\"a\":{\"b\":1,\"b\":2}}", "duplicate key \"b\" at offset 12"),
+      "duplicate key \"k9\" (line 1, column 65) at offset 64"),
+  BAD("{\"a\":{\"b\":1,\"b\":2}}", "duplicate key \"b\" (line 1, column 13) at offset 12"),
   BAD("{\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\":1,"
       "\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\":2}",
-      "duplicate key \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...\" at offset 74"),
+      "duplicate key \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...\" (line 1, column 75) at offset 74"),
   BAD("{a:1}", "unexpected 'a' at offset 1"),
   BAD("{1:1}", "unexpected '1' at offset 1"),
   BAD("{'a':1}", "unexpected ''' at offset 1"),
@@ -477,8 +477,8 @@ static void test_big_object(void) {
   b.len = open;
   sb_adds(&b, ",\"k77777\":0}");
   CT_CHECK(json_parse(&a, b.data, b.len, DEPTH, err, sizeof err) == NULL, "a late duplicate is found");
-  char want[64];
-  snprintf(want, sizeof want, "duplicate key \"k77777\" at offset %zu", open + 1);
+  char want[96];
+  snprintf(want, sizeof want, "duplicate key \"k77777\" (line 1, column %zu) at offset %zu", open + 2, open + 1);
   CT_EQ_STR(want, err);
   sb_free(&w);
   sb_free(&b);
