@@ -61,6 +61,12 @@ CORE_SRC  = $(BASE) $(SANDBOX) $(ADAPTERS) $(CORE_PURE) $(CORE_LUA)
 CORE_OBJ  = $(CORE_SRC:%.c=$(BUILD)/obj/%.o)
 CTESTS    = $(patsubst spec/c/%.c,$(BUILD)/%,$(wildcard spec/c/test_*.c))
 
+# libluma: the C API (core/luma.h, core/embed.c) with the Lua half compiled
+# in as text and a private Lua 5.4 linked statically, exporting only luma_*.
+LIBLUMA   = $(BUILD)/libluma.so
+LUA_STATIC ?= $(firstword $(wildcard /usr/lib/*/liblua5.4.a /usr/lib/liblua5.4.a /usr/local/lib/liblua.a))
+LUA_FILES = $(sort $(wildcard lua/luma/*.lua))
+
 # Debian packages `make test` installs when run as root and one is missing.
 DEB_PACKAGES = lua5.4 liblua5.4-dev lua-cjson lua-busted lua-socket libcurl4-openssl-dev libmbedtls-dev luarocks python3 \
                luajit libluajit-5.1-dev
@@ -72,7 +78,7 @@ BUSTED    = $(LUA) /usr/bin/busted
 
 .PHONY: all test valgrind bench demo fuzz fuzz-pattern fuzz-adapters install clean help deps
 
-all: $(BUILD)/luma/core.so $(BUILD)/luma-lua
+all: $(BUILD)/luma/core.so $(BUILD)/luma-lua $(LIBLUMA)
 
 help:
 	@echo "make            build luma.core ($(BUILD)/luma/core.so) and $(BUILD)/luma-lua"
@@ -106,6 +112,29 @@ $(BUILD)/luma/core.so: $(CORE_OBJ) | $(BUILD)/luma
 
 $(BUILD)/luma-lua: $(CORE_OBJ) $(BUILD)/obj/core/host.o
 	$(CC) $(LDFLAGS) -o $@ $(BUILD)/obj/core/host.o $(CORE_OBJ) $(LUA_LIB) $(LIBS) -Wl,-E
+
+$(BUILD)/gen/luafiles.c: core/luafiles.lua $(LUA_FILES)
+	@mkdir -p $(dir $@)
+	$(LUA) core/luafiles.lua $@ $(LUA_FILES)
+
+$(BUILD)/obj/gen/luafiles.o: $(BUILD)/gen/luafiles.c core/luafiles.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Icore -c $< -o $@
+
+# Debian's liblua5.4.a is not position-independent only in how it reads
+# stdin, stdout and stderr: those become variables of libluma (core/embed.c).
+$(BUILD)/liblua-private.a: $(LUA_STATIC)
+	objcopy --redefine-sym stdin=luma_lua_stdin --redefine-sym stdout=luma_lua_stdout \
+	  --redefine-sym stderr=luma_lua_stderr $< $@
+
+$(LIBLUMA): $(CORE_OBJ) $(BUILD)/obj/core/embed.o $(BUILD)/obj/gen/luafiles.o $(BUILD)/liblua-private.a core/libluma.map
+	$(CC) -shared $(LDFLAGS) -Wl,--version-script=core/libluma.map -Wl,-soname,libluma.so.0 -Wl,-z,defs -o $@ \
+	  $(BUILD)/obj/core/embed.o $(BUILD)/obj/gen/luafiles.o $(CORE_OBJ) $(BUILD)/liblua-private.a $(LIBS) -ldl
+	ln -sf libluma.so $(BUILD)/libluma.so.0
+
+# The C API's test links libluma only, as a host does.
+$(BUILD)/test_libluma: spec/c/test_libluma.c spec/c/ctest.h $(LIBLUMA)
+	$(CC) $(CSTD) $(WARN) $(CFLAGS) $(SANFLAGS) -Icore -o $@ $< -L$(BUILD) -lluma -Wl,-rpath,$(abspath $(BUILD)) -lpthread
 
 # The C tests link the whole core (the sandbox's tests need Lua and libcurl).
 $(BUILD)/test_%: spec/c/test_%.c spec/c/ctest.h $(CORE_OBJ)

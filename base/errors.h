@@ -32,6 +32,7 @@
   X(HTTP_TOO_LARGE, 0, "a luma.http request or response body is over its limit", NULL) \
   X(IDEMPOTENCY_STORE_ERROR, 0, "the idempotency store cannot be opened, read or written", NULL) \
   X(INPUT_INVALID, 0, "the arguments of an agent method do not fit its parameters", NULL) \
+  X(INVALID_ARGUMENT, 0, "a C API function was given a NULL pointer, a handle in the wrong state, or a bad option", NULL) \
   X(IO_ERROR, 0, "a file cannot be read", NULL) \
   X(JSON_INVALID, 0, "text is not JSON, or a value cannot be written as JSON", NULL) \
   X(METHOD_NOT_FOUND, 0, "the agent has no method of that name", \

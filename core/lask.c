@@ -139,10 +139,15 @@ void la_open(lua_State *L) {
   static const luaL_Reg methods[] = {
     { "done", l_ask_done },
     { "poll", l_ask_poll },
+    { "ready", l_ask_poll },
     { "wait", l_ask_wait },
     { "result", l_ask_result },
     { "cancel", l_ask_cancel },
     { NULL, NULL }
   };
   lr_new_metatable(L, LA_ASK, ask_gc, methods);
+  luaL_getmetatable(L, LA_ASK);
+  lua_getfield(L, -1, "__index");
+  lua_setfield(L, -3, "Ask");
+  lua_pop(L, 1);
 }

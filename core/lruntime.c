@@ -560,6 +560,7 @@ void lr_open(lua_State *L) {
   static const luaL_Reg call_methods[] = {
     { "done", l_call_done },
     { "poll", l_call_poll },
+    { "ready", l_call_poll },
     { "wait", l_call_wait },
     { "result", l_call_result },
     { "cancel", l_call_cancel },
@@ -570,4 +571,9 @@ void lr_open(lua_State *L) {
   lr_new_metatable(L, LR_CALL, call_gc, call_methods);
   lua_pushcfunction(L, l_runtime);
   lua_setfield(L, -2, "runtime");
+  /* core.Call: the methods, so that the Lua side can add its own (await) */
+  luaL_getmetatable(L, LR_CALL);
+  lua_getfield(L, -1, "__index");
+  lua_setfield(L, -3, "Call");
+  lua_pop(L, 1);
 }

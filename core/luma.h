@@ -1,16 +1,47 @@
 /*
- * luma-lua: the public C interface for embedders.
+ * luma-lua: the public C interface.
  *
- * Open the runtime in a Lua state with luaopen_luma_core (it returns the
- * `luma.core` module table, as `require "luma.core"` does). Programs,
- * validation and errors are then used through that table from Lua, or from
- * C through the Lua API. A lua_State is single-threaded: use one state per
- * thread, as Lua requires; programs are read-only once compiled.
+ * Two ways in:
+ *
+ * 1. libluma (the luma_* functions below), for hosts that do not want to know
+ *    Lua, or that run a Lua of their own (LuaJIT in LÖVE and OpenResty). The
+ *    library carries a private Lua 5.4: it exports only luma_* symbols, so it
+ *    loads next to any other Lua, and tool handlers still run in enforced
+ *    Lua 5.4 sandboxes. Link with -lluma (pkg-config luma).
+ *
+ * 2. luaopen_luma_core, for a host that runs Lua 5.4 itself and links the
+ *    luma.core module in (as the luma-lua command does); programs are then
+ *    used through the `luma` Lua module.
+ *
+ * VALUES cross the API as JSON text: UTF-8, NUL-terminated.
+ *
+ * ERRORS: a function that can fail takes a `luma_error *` (which may be
+ * NULL) and fills it with a code of the catalogue (README, "Error codes") and
+ * a message that says what was wrong. Nothing here exits, longjmps into the
+ * host, or crashes on bad input: NULL pointers, invalid JSON and unknown names
+ * are INVALID_ARGUMENT, JSON_INVALID, TOOL_NOT_FOUND, ... errors.
+ *
+ * OWNERSHIP: every string the host passes in is copied before the function
+ * returns. Every string luma hands out is owned by luma and valid until the
+ * stated point (luma_result: until luma_call_free). Handles are freed by
+ * their own functions: luma_program_close, luma_call_free, luma_destroy.
+ * A call handle stays valid after its runtime is destroyed: a call that had
+ * not finished then ends with TOOL_CANCELLED (ASK_CANCELLED for an ask), and
+ * luma_result, luma_ready and luma_call_free keep working on it.
+ *
+ * THREADS: a runtime is locked inside; any thread may use it and its
+ * handles, and luma_cancel never waits for the lock. Callbacks (handlers,
+ * approve, lookup, on_event, the clock) run on the thread that called
+ * luma_poll or luma_wait, with the lock held: they may call luma functions of
+ * the same runtime, except luma_destroy. Tool modules' handlers run on the
+ * runtime's worker threads; C handlers (luma_register) run in the polling
+ * thread, so they should be short. Runtimes are independent of each other.
+ * luma_destroy must not race with other use of the same runtime.
  */
 #ifndef LUMA_H
 #define LUMA_H
 
-#include <lua.h>
+#include <stddef.h>
 
 #if defined(__GNUC__)
 #define LUMA_API __attribute__((visibility("default")))
@@ -20,7 +51,114 @@
 
 #define LUMA_VERSION "0.1.0"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct luma_runtime luma_runtime;
+typedef struct luma_program luma_program;
+typedef struct luma_call luma_call;   /* a tool call, an agent method or an ask in flight */
+
+/* What luma_result and the functions that start work return. */
+enum { LUMA_OK = 0, LUMA_PENDING = 1, LUMA_FAILED = -1 };
+
+typedef struct luma_error {
+  char code[32];        /* "" when there is no error */
+  char message[1024];   /* a longer message is cut, ending with "..." */
+} luma_error;
+
+typedef struct luma_options {
+  int workers;          /* threads that run tool modules' handlers; <= 0: one per CPU */
+  void *ud;             /* given to every callback */
+  /* The clock, in milliseconds (retry backoff, TTLs); NULL: the system's
+     monotonic clock. sleep_ms is how a blocking wait sleeps on it (NULL with
+     now_ms: a real sleep). */
+  long long (*now_ms)(void *ud);
+  void (*sleep_ms)(void *ud, long long ms);
+  /* tool_policy "approval": 1 lets `tool` run (agent may be NULL); NULL:
+     only the tools listed in LUMA_APPROVED_TOOLS run. */
+  int (*approve)(void *ud, const char *tool, const char *agent);
+  /* Credentials, needs and API keys by name: the value or NULL. The string
+     is copied at once; it may be overwritten by the next lookup. NULL:
+     getenv. */
+  const char *(*lookup)(void *ud, const char *name);
+  /* One telemetry event per tool call (and per ask), as JSON; the text is
+     valid during the callback. */
+  void (*on_event)(void *ud, const char *event_json, size_t len);
+} luma_options;
+
+/* The library's version, LUMA_VERSION. */
+LUMA_API const char *luma_version(void);
+
+/* A runtime: its worker pool, its programs and calls. o may be NULL (the
+   defaults). NULL with err filled when it cannot be made. */
+LUMA_API luma_runtime *luma_new(const luma_options *o, luma_error *err);
+/* Cancels every call in flight, waits for the handlers running on the pool
+   to stop, and frees the runtime and its programs. Call handles stay valid
+   (see OWNERSHIP). NULL is ignored. */
+LUMA_API void luma_destroy(luma_runtime *rt);
+
+/* Reads and compiles a .luma file, its config and its tool modules.
+   config: a luma.config.json path; NULL: the one next to the program, if
+   any; "": none. tool_modules: more module paths, NULL-terminated (or NULL).
+   NULL with err filled on failure (PROGRAM_INVALID lists every problem). */
+LUMA_API luma_program *luma_load(luma_runtime *rt, const char *path, const char *config,
+                                 const char *const *tool_modules, luma_error *err);
+/* Frees the program; its calls in flight finish or fail cleanly. */
+LUMA_API void luma_program_close(luma_program *p);
+
+/* A C tool handler. input_json is the validated input, needs_json the
+   tool's resolved needs ("null" without). Return LUMA_OK with *out the
+   result as JSON, or LUMA_FAILED with *out a ToolError as JSON
+   ({"code", "message", "retryable", "details"}) or NULL. *out is allocated
+   with malloc; luma frees it. Runs on the polling thread. */
+typedef int (*luma_handler)(void *ud, const char *input_json, const char *needs_json, char **out);
+/* Makes fn the handler of the declared tool. LUMA_OK, or LUMA_FAILED. */
+LUMA_API int luma_register(luma_program *p, const char *tool, luma_handler fn, void *ud, luma_error *err);
+
+/* Starts a tool call (input: JSON object; NULL: {}). It runs through the
+   whole pipeline without blocking: the host steps it with luma_poll or
+   luma_wait. NULL with err filled when it cannot start (TOOL_NOT_FOUND,
+   JSON_INVALID, ...); failures of the call itself come from luma_result. */
+LUMA_API luma_call *luma_start(luma_program *p, const char *tool, const char *input_json, luma_error *err);
+/* Starts an agent method (args: JSON object; NULL: {}). */
+LUMA_API luma_call *luma_start_method(luma_program *p, const char *agent, const char *method,
+                                      const char *args_json, luma_error *err);
+/* Starts an ask of an agent's model: the answer is a value of `schema`. */
+LUMA_API luma_call *luma_start_ask(luma_program *p, const char *agent, const char *prompt, const char *schema,
+                                   luma_error *err);
+
+/* Steps every call of the runtime that can move, without blocking. Returns
+   the number still in flight (or LUMA_FAILED for a NULL runtime); *wait_ms
+   (may be NULL) is how long the host may sleep before it polls again: -1
+   means until luma_fd turns readable. */
+LUMA_API int luma_poll(luma_runtime *rt, long long *wait_ms);
+/* A descriptor that turns readable when a handler or a transfer finished:
+   put it in the host's event loop. -1 for a NULL runtime. */
+LUMA_API int luma_fd(luma_runtime *rt);
+/* 1 when the call is done (luma_poll steps it), else 0. */
+LUMA_API int luma_ready(const luma_call *c);
+/* Steps the runtime until the call is done or timeout_ms passed (< 0: no
+   limit). 1 when done, 0 on timeout, LUMA_FAILED for a NULL call. */
+LUMA_API int luma_wait(luma_call *c, long long timeout_ms);
+/* LUMA_OK: *json is the result. LUMA_FAILED: *json is the error as a JSON
+   object and err is filled. LUMA_PENDING: not done yet. json and len may be
+   NULL; the text is valid until luma_call_free. */
+LUMA_API int luma_result(luma_call *c, const char **json, size_t *len, luma_error *err);
+/* Cancels the call: its handler's signal fires and it ends with
+   TOOL_CANCELLED (ASK_CANCELLED). Any thread; never blocks; no effect on a
+   call that is done. */
+LUMA_API void luma_cancel(luma_call *c);
+/* Frees the handle; a call still in flight is cancelled. NULL is ignored. */
+LUMA_API void luma_call_free(luma_call *c);
+
+/* ---- for hosts that run Lua 5.4 themselves ---- */
+struct lua_State;
 /* The luma.core module: compile(), error(), is_error(), null, version. */
-LUMA_API int luaopen_luma_core(lua_State *L);
+LUMA_API int luaopen_luma_core(struct lua_State *L);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -43,6 +43,7 @@ build = {
     ["luma.compile"] = "lua/luma/compile.lua",
     ["luma.config"] = "lua/luma/config.lua",
     ["luma.exec"] = "lua/luma/exec.lua",
+    ["luma.future"] = "lua/luma/future.lua",
     ["luma.loader"] = "lua/luma/loader.lua",
   },
 }

@@ -412,6 +412,32 @@ static int run_module(sx_module *m, sx_state *s, long long deadline_ns, char *er
   return 0;
 }
 
+static int c_libraries_forbidden;
+
+void sx_forbid_c_libraries(void) {
+  __atomic_store_n(&c_libraries_forbidden, 1, __ATOMIC_RELEASE);
+}
+
+static int refuse_loadlib(lua_State *L) {
+  return luaL_error(L, "C libraries cannot be loaded here: luma's Lua is private to libluma (%s)",
+                    luaL_optstring(L, 1, "?"));
+}
+
+/* package without its C searchers and loadlib: preload and Lua files only */
+static void no_c_libraries(lua_State *L) {
+  lua_getglobal(L, "package");
+  lua_pushliteral(L, "");
+  lua_setfield(L, -2, "cpath");
+  lua_pushcfunction(L, refuse_loadlib);
+  lua_setfield(L, -2, "loadlib");
+  lua_getfield(L, -1, "searchers");
+  lua_pushnil(L);
+  lua_rawseti(L, -2, 4);   /* the all-in-one C searcher */
+  lua_pushnil(L);
+  lua_rawseti(L, -2, 3);   /* the C searcher */
+  lua_pop(L, 2);
+}
+
 /* The libraries a state of m gets: the strict ones or the full ones, the
    bounded versions, print, the stop wrappers, the signal. */
 static int open_libs(lua_State *L) {
@@ -421,6 +447,7 @@ static int open_libs(lua_State *L) {
     sx_open_strict(L, &conf);
   } else {
     luaL_openlibs(L);
+    if (__atomic_load_n(&c_libraries_forbidden, __ATOMIC_ACQUIRE)) no_c_libraries(L);
     sx_open_luma(L);
   }
   sx_open_bounded(L);

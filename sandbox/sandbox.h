@@ -136,4 +136,10 @@ int sx_copy(lua_State *from, int idx, lua_State *to, const sx_limits *lim, char 
    luma.ToolError is the error object of base/lerror.h, made in that state. */
 void sx_open_luma(lua_State *L);
 
+/* From now on, modules without a policy cannot load C libraries either: the
+   Lua of this process is private (libluma), so a C library, built against
+   another Lua's symbols, would run against the wrong one. Any thread, before
+   the first module loads. */
+void sx_forbid_c_libraries(void);
+
 #endif

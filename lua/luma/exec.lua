@@ -5,6 +5,9 @@ local core = require "luma.core"
 
 local exec = {}
 
+-- The coroutines of methods started with agent:start, and their futures.
+exec.futures = setmetatable({}, { __mode = "k" })
+
 local NULL = core.null
 local RETURN = setmetatable({}, { __name = "luma.return" })
 
@@ -137,12 +140,20 @@ function exec.new(program)
   function R.gt(a, b, line, col) ordered(">", a, b, line, col) return a > b end
   function R.ge(a, b, line, col) ordered(">=", a, b, line, col) return a >= b end
 
+  -- In a method started with agent:start, a tool call or an ask starts
+  -- without blocking and the method's coroutine yields until it is done.
   function R.tool(scope, name, arg, line, col)
+    local future = exec.futures[coroutine.running()]
+    if future then
+      return (future:await_step(program:start(name, arg == nil and {} or arg, { scope = scope })))
+    end
     local result = program:invoke(scope, name, arg == nil and {} or arg)
     return result
   end
 
   function R.ask(scope, prompt, schema, using, line, col)
+    local future = exec.futures[coroutine.running()]
+    if future then return future:await_step(program:start_ask(scope, prompt, schema, using)) end
     return program:ask(scope, prompt, schema, using)
   end
 

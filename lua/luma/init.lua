@@ -6,6 +6,7 @@ local loader = require "luma.loader"
 local compile = require "luma.compile"
 local exec = require "luma.exec"
 local approval = require "luma.approval"
+local future = require "luma.future"
 
 local luma = {
   version = core.version,
@@ -201,6 +202,13 @@ end
 -- tool failures of this one call.
 function Agent:call(method, args)
   return self:prepare(method, args)()
+end
+
+-- agent:start(method, args) -> a luma.Future: the method runs without
+-- blocking, its tool calls and asks started and awaited in a coroutine
+-- (see luma.future). What agent:prepare refuses is raised here, at once.
+function Agent:start(method, args)
+  return future.start(self:prepare(method, args))
 end
 
 -- agent:ask(prompt, schema [, { using = tool }]) -> the model's answer, a

@@ -1,0 +1,164 @@
+-- Futures for Lua hosts: program:start, agent:start and agent:start_ask go on
+-- without blocking; ready(), wait(), result(), cancel(), and await() inside a
+-- coroutine.
+local luma = require "luma"
+local core = require "luma.core"
+local h = require "spec.helpers"
+
+local now = core.monotonic_ms
+
+local SOURCE = [[
+schema R { v?: string, n?: int }
+tool nap(ms: int, tag?: string) -> R { timeout: 5000 }
+tool spin(x?: int) -> R { timeout: 5000 }
+agent A {
+  tools: [nap, spin]
+  fn run(ms: int) -> string {
+    a = tool nap({ ms: ms, tag: "one" })
+    b = tool nap({ ms: ms, tag: "two" })
+    return "{a.v}+{b.v}"
+  }
+  fn stuck() -> string {
+    s = tool spin({})
+    return s.v
+  }
+  fn caught() -> string {
+    try {
+      s = tool spin({})
+      return "not cancelled"
+    } catch e {
+      return e.code
+    }
+  }
+  fn bad(n: int) -> int { return n / 0 }
+}
+]]
+
+local TOOLS = [[
+local socket = require "socket"
+return {
+  nap = function(input) socket.sleep(input.ms / 1000) return { v = input.tag } end,
+  spin = function(input, signal)
+    while not signal.aborted do socket.sleep(0.002) end
+    return { v = signal.reason }
+  end,
+}
+]]
+
+local function load(rt)
+  local dir = h.project {
+    ["program.luma"] = SOURCE,
+    ["tools.lua"] = TOOLS,
+    ["luma.config.json"] = '{ "tool_modules": ["tools.lua"], "tool_module_policy": { "max_concurrency": 8 } }',
+  }
+  return assert(h.load(dir, { runtime = rt }))
+end
+
+describe("a future of an agent method (agent:start)", function()
+  it("runs the method's tool calls without blocking the caller", function()
+    local rt = luma.runtime { workers = 2 }
+    local p = load(rt)
+    local t0 = now()
+    local f = p:agent("A"):start("run", { ms = 150 })
+    assert.is_true(now() - t0 < 100, "start blocked")
+    assert.is_false(f:done())
+    local frames = 0
+    while not f:ready() do
+      frames = frames + 1
+      rt:wait(5)
+    end
+    assert.is_true(frames > 10, "only " .. frames .. " frames while two 150 ms calls ran")
+    assert.are.equal("one+two", f:result())
+    rt:close()
+  end)
+
+  it("waits with a timeout, then to the end", function()
+    local p = load()
+    local f = p:agent("A"):start("run", { ms = 100 })
+    assert.is_false(f:wait(20))
+    assert.is_true(f:wait(5000))
+    assert.are.equal("one+two", f:result())
+  end)
+
+  it("refuses at once what the method cannot take, and raises the method's error from result()", function()
+    local p = load()
+    local err = h.raised(p:agent("A").start, p:agent("A"), "run", { ms = "x" })
+    assert.are.equal("INPUT_INVALID", err.code)
+    err = h.raised(p:agent("A").start, p:agent("A"), "nope", {})
+    assert.are.equal("METHOD_NOT_FOUND", err.code)
+    local f = p:agent("A"):start("bad", { n = 1 })
+    assert.is_true(f:wait(1000))
+    err = h.raised(f.result, f)
+    assert.are.equal("RUNTIME_ERROR", err.code)
+    assert.matches("division by zero", err.message)
+  end)
+
+  it("says it is not done when asked for its result early", function()
+    local p = load()
+    local f = p:agent("A"):start("run", { ms = 100 })
+    assert.matches("not done", tostring(h.raised(f.result, f)))
+    f:wait()
+  end)
+
+  it("is cancelled: the handler's signal fires and the method ends with TOOL_CANCELLED", function()
+    local p = load()
+    local f = p:agent("A"):start("stuck", {})
+    assert.is_false(f:wait(30))
+    f:cancel()
+    assert.is_true(f:wait(2000))
+    local err = h.raised(f.result, f)
+    assert.are.equal("TOOL_CANCELLED", err.code)
+  end)
+
+  it("lets the method catch the cancellation", function()
+    local p = load()
+    local f = p:agent("A"):start("caught", {})
+    f:cancel()
+    assert.is_true(f:wait(2000))
+    assert.are.equal("TOOL_CANCELLED", f:result())
+  end)
+end)
+
+describe("await inside a coroutine", function()
+  it("yields until the call is done, so one thread drives many coroutines", function()
+    local rt = luma.runtime { workers = 4 }
+    local p = load(rt)
+    local results, yields = {}, 0
+    local tasks = {}
+    for i = 1, 4 do
+      tasks[i] = coroutine.create(function()
+        local c = p:start("nap", { ms = 80, tag = "c" .. i })
+        local v = c:await()
+        local m = p:agent("A"):start("run", { ms = 20 }):await()
+        results[i] = v.v .. "/" .. m
+      end)
+    end
+    local t0 = now()
+    repeat
+      local alive = 0
+      for _, co in ipairs(tasks) do
+        if coroutine.status(co) ~= "dead" then
+          local ok, waiting = coroutine.resume(co)
+          assert(ok, waiting)
+          if coroutine.status(co) ~= "dead" then
+            alive = alive + 1
+            yields = yields + 1
+            assert.is_truthy(waiting.ready, "await yields the future")
+          end
+        end
+      end
+      if alive > 0 then rt:wait(2) end
+    until alive == 0 or now() - t0 > 5000
+    for i = 1, 4 do assert.are.equal("c" .. i .. "/one+two", results[i]) end
+    assert.is_true(yields > 4)
+    -- four 80 ms calls at once, then four methods of two 20 ms calls
+    assert.is_true(now() - t0 < 400, (now() - t0) .. " ms: the coroutines did not overlap")
+    rt:close()
+  end)
+
+  it("waits outside a coroutine", function()
+    local p = load()
+    assert.are.equal("x", p:start("nap", { ms = 10, tag = "x" }):await().v)
+    assert.are.equal("one+two", p:agent("A"):start("run", { ms = 10 }):await())
+  end)
+end)

@@ -1,0 +1,439 @@
+/*
+ * libluma through its C API only (core/luma.h), linked as a host links it:
+ * loading, calls, C handlers, methods, polling without blocking, cancelling
+ * (from another thread too), callbacks, a destroyed runtime's calls, bad
+ * input of every kind, and runtimes on several threads.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "luma.h"
+#include "ctest.h"
+
+static char dir[512];
+
+static void write_file(const char *name, const char *text) {
+  char path[600];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "w");
+  if (!f) { perror(path); exit(2); }
+  fputs(text, f);
+  fclose(f);
+}
+
+static const char *path_of(const char *name) {
+  static char path[4][600];
+  static int i;
+  i = (i + 1) % 4;
+  snprintf(path[i], sizeof path[i], "%s/%s", dir, name);
+  return path[i];
+}
+
+static void sleep_ms(long long ms) {
+  struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
+  nanosleep(&ts, NULL);
+}
+
+static long long now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static const char PROGRAM[] =
+  "schema Sum { total: int }\n"
+  "schema Text { v: string }\n"
+  "tool add(a: int, b: int) -> Sum { }\n"
+  "tool cadd(a: int, b: int) -> Sum { }\n"
+  "tool slow(ms: int) -> Text { timeout: 10000 }\n"
+  "tool spin() -> Text { timeout: 10000 }\n"
+  "tool secret() -> Text { credential: \"LIBLUMA_TEST_TOKEN\" }\n"
+  "tool sock() -> Text { }\n"
+  "agent A {\n"
+  "  tools: [add, slow]\n"
+  "  fn twice(x: int) -> int {\n"
+  "    s = tool add({ a: x, b: x })\n"
+  "    t = tool slow({ ms: 50 })\n"
+  "    return s.total\n"
+  "  }\n"
+  "}\n";
+
+/* pure Lua handlers: a module of libluma cannot load C libraries */
+static const char TOOLS[] =
+  "return {\n"
+  "  add = function(i) return { total = i.a + i.b } end,\n"
+  "  slow = function(i) local t = os.time() local c = os.clock()\n"
+  "    while os.clock() - c < i.ms / 1000 do end return { v = 'slept' } end,\n"
+  "  spin = function(i, signal) while not signal.aborted do end return { v = signal.reason } end,\n"
+  "  secret = function() return { v = 'ok' } end,\n"
+  "  sock = function() local ok, e = pcall(require, 'socket') return { v = tostring(e) } end,\n"
+  "}\n";
+
+/* ------------------------------------------------------------ helpers */
+
+/* Waits for c and returns its result (or error) JSON, a copy. */
+static char *outcome(luma_call *c, int *state, luma_error *err) {
+  CT_CHECK(luma_wait(c, 10000) == 1, "the call did not finish in 10 s");
+  const char *json;
+  size_t len;
+  *state = luma_result(c, &json, &len, err);
+  return json ? strdup(json) : NULL;
+}
+
+static int count_events;
+static char last_event[4096];
+
+static void on_event(void *ud, const char *json, size_t len) {
+  (void)ud;
+  count_events++;
+  snprintf(last_event, sizeof last_event, "%.*s", (int)len, json);
+}
+
+static const char *lookup(void *ud, const char *name) {
+  (void)ud;
+  if (strcmp(name, "LIBLUMA_TEST_TOKEN") == 0) return "t0k3n";
+  return NULL;
+}
+
+static int c_add(void *ud, const char *input, const char *needs, char **out) {
+  (void)needs;
+  int *calls = ud;
+  (*calls)++;
+  long long a = 0, b = 0;
+  const char *pa = strstr(input, "\"a\":"), *pb = strstr(input, "\"b\":");
+  if (pa) a = atoll(pa + 4);
+  if (pb) b = atoll(pb + 4);
+  if (a < 0) {
+    *out = strdup("{\"code\":\"NEGATIVE\",\"message\":\"a is negative\"}");
+    return LUMA_FAILED;
+  }
+  if (a == 99) { *out = strdup("{not json"); return LUMA_OK; }
+  *out = malloc(64);
+  snprintf(*out, 64, "{\"total\":%lld}", a + b);
+  return LUMA_OK;
+}
+
+static int shared_ccalls;
+
+/* program.luma with its C handler */
+static luma_program *load(luma_runtime *rt, int *ccalls, luma_error *err) {
+  char path[600];   /* threads load too: no shared buffer */
+  snprintf(path, sizeof path, "%s/program.luma", dir);
+  luma_program *p = luma_load(rt, path, NULL, NULL, err);
+  if (p && luma_register(p, "cadd", c_add, ccalls ? ccalls : &shared_ccalls, err) != LUMA_OK) {
+    luma_program_close(p);
+    return NULL;
+  }
+  return p;
+}
+
+/* -------------------------------------------------------------- tests */
+
+static void test_bad_input(void) {
+  luma_error err;
+  CT_EQ_STR(LUMA_VERSION, luma_version());
+  luma_options o = { 0 };
+  o.workers = 1000;
+  CT_CHECK(luma_new(&o, &err) == NULL, "workers 1000 accepted");
+  CT_EQ_STR("INVALID_ARGUMENT", err.code);
+  CT_CHECK(strstr(err.message, "workers") != NULL, "%s", err.message);
+  CT_CHECK(luma_load(NULL, "x.luma", NULL, NULL, &err) == NULL, "NULL runtime");
+  CT_EQ_STR("INVALID_ARGUMENT", err.code);
+  /* every function takes NULL without crashing */
+  long long wait = 5;
+  CT_CHECK(luma_poll(NULL, &wait) == LUMA_FAILED && wait == -1, "poll NULL");
+  CT_CHECK(luma_fd(NULL) == -1, "fd NULL");
+  CT_CHECK(luma_ready(NULL) == 0, "ready NULL");
+  CT_CHECK(luma_wait(NULL, 0) == LUMA_FAILED, "wait NULL");
+  CT_CHECK(luma_result(NULL, NULL, NULL, &err) == LUMA_FAILED, "result NULL");
+  CT_EQ_STR("INVALID_ARGUMENT", err.code);
+  CT_CHECK(luma_start(NULL, "add", "{}", &err) == NULL, "start NULL");
+  CT_CHECK(luma_start_method(NULL, "A", "m", "{}", &err) == NULL, "start_method NULL");
+  CT_CHECK(luma_start_ask(NULL, "A", "p", "S", &err) == NULL, "start_ask NULL");
+  CT_CHECK(luma_register(NULL, "add", c_add, NULL, &err) == LUMA_FAILED, "register NULL");
+  luma_cancel(NULL);
+  luma_call_free(NULL);
+  luma_program_close(NULL);
+  luma_destroy(NULL);
+
+  luma_runtime *rt = luma_new(NULL, &err);
+  CT_CHECK(rt != NULL, "luma_new: %s", err.message);
+  CT_CHECK(luma_load(rt, NULL, NULL, NULL, &err) == NULL, "NULL path");
+  CT_EQ_STR("INVALID_ARGUMENT", err.code);
+  CT_CHECK(luma_load(rt, path_of("missing.luma"), "", NULL, &err) == NULL, "missing file");
+  CT_EQ_STR("IO_ERROR", err.code);
+  write_file("bad.luma", "tool t(x: int) -> Nope { }\n");
+  CT_CHECK(luma_load(rt, path_of("bad.luma"), "", NULL, &err) == NULL, "bad program");
+  CT_EQ_STR("PROGRAM_INVALID", err.code);
+  CT_CHECK(strstr(err.message, "Nope") != NULL, "%s", err.message);
+  luma_program *p = load(rt, NULL, &err);
+  CT_CHECK(p != NULL, "load: %s %s", err.code, err.message);
+  CT_CHECK(luma_start(p, "add", "{\"a\": 1,", &err) == NULL, "bad JSON");
+  CT_EQ_STR("JSON_INVALID", err.code);
+  CT_CHECK(luma_start(p, "nope", "{}", &err) == NULL, "unknown tool");
+  CT_EQ_STR("TOOL_NOT_FOUND", err.code);
+  CT_CHECK(luma_start_method(p, "Nobody", "run", "{}", &err) == NULL, "unknown agent");
+  CT_EQ_STR("AGENT_NOT_FOUND", err.code);
+  CT_CHECK(luma_start_method(p, "A", "nope", "{}", &err) == NULL, "unknown method");
+  CT_EQ_STR("METHOD_NOT_FOUND", err.code);
+  CT_CHECK(luma_start_method(p, "A", "twice", "{\"x\": \"two\"}", &err) == NULL, "bad arguments");
+  CT_EQ_STR("INPUT_INVALID", err.code);
+  CT_CHECK(luma_register(p, "undeclared", c_add, NULL, &err) == LUMA_FAILED, "register undeclared");
+  CT_EQ_STR("TOOL_NOT_FOUND", err.code);
+  CT_CHECK(luma_register(p, "cadd", c_add, NULL, &err) == LUMA_FAILED, "register twice");
+  CT_EQ_STR("TOOL_REGISTRY_CONFLICT", err.code);
+
+  /* a call that fails: the error as JSON and as code and message */
+  luma_call *c = luma_start(p, "add", "{\"a\": \"one\", \"b\": 2}", &err);
+  CT_CHECK(c != NULL, "start: %s", err.message);
+  int state;
+  char *json = outcome(c, &state, &err);
+  CT_CHECK(state == LUMA_FAILED, "bad input succeeded");
+  CT_EQ_STR("TOOL_INPUT_INVALID", err.code);
+  CT_CHECK(json && strstr(json, "\"code\":\"TOOL_INPUT_INVALID\""), "%s", json ? json : "(null)");
+  free(json);
+  luma_call_free(c);
+  luma_destroy(rt);
+}
+
+static void test_calls(void) {
+  luma_error err;
+  luma_options o = { 0 };
+  o.workers = 2;
+  o.on_event = on_event;
+  o.lookup = lookup;
+  luma_runtime *rt = luma_new(&o, &err);
+  CT_CHECK(rt != NULL, "luma_new: %s", err.message);
+  int ccalls = 0;
+  luma_program *p = load(rt, &ccalls, &err);
+  CT_CHECK(p != NULL, "load: %s", err.message);
+
+  int state;
+  count_events = 0;
+  luma_call *c = luma_start(p, "add", "{\"a\": 2, \"b\": 40}", &err);
+  char *json = outcome(c, &state, &err);
+  CT_CHECK(state == LUMA_OK, "add: %s", err.message);
+  CT_EQ_STR("{\"total\":42}", json);
+  CT_CHECK(count_events == 1 && strstr(last_event, "\"tool\":\"add\""), "%d events, last %s", count_events, last_event);
+  free(json);
+  luma_call_free(c);
+
+  /* a C handler, its ToolError, and a result that is not JSON */
+  c = luma_start(p, "cadd", "{\"a\": 5, \"b\": 6}", &err);
+  json = outcome(c, &state, &err);
+  CT_CHECK(state == LUMA_OK && ccalls == 1, "cadd: %s", err.message);
+  CT_EQ_STR("{\"total\":11}", json);
+  free(json);
+  luma_call_free(c);
+  c = luma_start(p, "cadd", "{\"a\": -1, \"b\": 6}", &err);
+  json = outcome(c, &state, &err);
+  CT_CHECK(state == LUMA_FAILED, "a ToolError succeeded");
+  CT_CHECK(strcmp(err.code, "NEGATIVE") == 0 || strcmp(err.code, "TOOL_ERROR_INVALID") == 0, "%s", err.code);
+  free(json);
+  luma_call_free(c);
+  c = luma_start(p, "cadd", "{\"a\": 99, \"b\": 6}", &err);
+  json = outcome(c, &state, &err);
+  CT_CHECK(state == LUMA_FAILED, "a result that is not JSON succeeded");
+  CT_EQ_STR("TOOL_FAILED", err.code);
+  free(json);
+  luma_call_free(c);
+
+  /* the lookup callback gives the credential */
+  c = luma_start(p, "secret", NULL, &err);
+  json = outcome(c, &state, &err);
+  CT_CHECK(state == LUMA_OK, "secret: %s %s", err.code, err.message);
+  free(json);
+  luma_call_free(c);
+
+  /* a module cannot load a C library: the Lua is private */
+  c = luma_start(p, "sock", NULL, &err);
+  json = outcome(c, &state, &err);
+  CT_CHECK(state == LUMA_OK && json && strstr(json, "socket"), "%s", json ? json : err.message);
+  free(json);
+  luma_call_free(c);
+
+  /* an agent method, its tool calls started and awaited without blocking */
+  c = luma_start_method(p, "A", "twice", "{\"x\": 21}", &err);
+  CT_CHECK(c != NULL, "start_method: %s", err.message);
+  json = outcome(c, &state, &err);
+  CT_CHECK(state == LUMA_OK, "twice: %s", err.message);
+  CT_EQ_STR("42", json);
+  free(json);
+  luma_call_free(c);
+
+  /* polling never blocks while a 300 ms handler runs; the fd wakes the host */
+  long long t0 = now_ms(), worst = 0;
+  c = luma_start(p, "slow", "{\"ms\": 300}", &err);
+  int polls = 0;
+  while (!luma_ready(c)) {
+    long long a = now_ms(), wait;
+    luma_poll(rt, &wait);
+    long long took = now_ms() - a;
+    if (took > worst) worst = took;
+    polls++;
+    struct pollfd pfd = { luma_fd(rt), POLLIN, 0 };
+    poll(&pfd, 1, 16);
+    CT_CHECK(now_ms() - t0 < 10000, "slow did not finish");
+    if (now_ms() - t0 >= 10000) break;
+  }
+  CT_CHECK(worst < 20, "a poll took %lld ms", worst);
+  CT_CHECK(polls > 5, "only %d polls in 300 ms", polls);
+  CT_CHECK(luma_result(c, NULL, NULL, &err) == LUMA_OK, "slow: %s", err.message);
+  luma_call_free(c);
+
+  /* cancel: the signal fires and the call ends with TOOL_CANCELLED */
+  c = luma_start(p, "spin", NULL, &err);
+  CT_CHECK(luma_wait(c, 30) == 0, "spin finished on its own");
+  CT_CHECK(luma_result(c, NULL, NULL, &err) == LUMA_PENDING, "not pending");
+  luma_cancel(c);
+  json = outcome(c, &state, &err);
+  CT_CHECK(state == LUMA_FAILED, "a cancelled call succeeded");
+  CT_EQ_STR("TOOL_CANCELLED", err.code);
+  free(json);
+  luma_call_free(c);
+
+  /* freeing a call in flight cancels it */
+  c = luma_start(p, "spin", NULL, &err);
+  luma_call_free(c);
+  long long wait;
+  t0 = now_ms();
+  while (luma_poll(rt, &wait) > 0 && now_ms() - t0 < 5000) sleep_ms(1);
+  CT_CHECK(now_ms() - t0 < 5000, "the freed call kept running");
+
+  luma_program_close(p);
+  luma_destroy(rt);
+}
+
+/* ------------------------------------------------------------ threads */
+
+struct canceller {
+  luma_call *c;
+  int delay_ms;
+};
+
+static void *cancel_later(void *arg) {
+  struct canceller *k = arg;
+  sleep_ms(k->delay_ms);
+  luma_cancel(k->c);
+  return NULL;
+}
+
+static void test_cancel_from_thread(void) {
+  luma_error err;
+  luma_runtime *rt = luma_new(NULL, &err);
+  luma_program *p = load(rt, NULL, &err);
+  luma_call *c = luma_start(p, "spin", NULL, &err);
+  struct canceller k = { c, 50 };
+  pthread_t th;
+  pthread_create(&th, NULL, cancel_later, &k);
+  long long t0 = now_ms();
+  CT_CHECK(luma_wait(c, 5000) == 1, "the wait was not woken by the cancel");
+  CT_CHECK(now_ms() - t0 < 2000, "the cancel took %lld ms", now_ms() - t0);
+  pthread_join(th, NULL);
+  CT_CHECK(luma_result(c, NULL, NULL, &err) == LUMA_FAILED, "not cancelled");
+  CT_EQ_STR("TOOL_CANCELLED", err.code);
+  luma_call_free(c);
+  luma_destroy(rt);
+}
+
+struct worker {
+  luma_runtime *rt;     /* shared, or NULL: its own */
+  luma_program *p;
+  int ok;
+};
+
+static void *many_calls(void *arg) {
+  struct worker *w = arg;
+  luma_error err;
+  luma_runtime *rt = w->rt;
+  luma_program *p = w->p;
+  if (!rt) {
+    rt = luma_new(NULL, &err);
+    p = rt ? load(rt, NULL, &err) : NULL;
+    if (!p) return NULL;
+  }
+  for (int i = 0; i < 40; i++) {
+    char in[64];
+    snprintf(in, sizeof in, "{\"a\": %d, \"b\": 1}", i);
+    luma_call *c = luma_start(p, "add", in, &err);
+    if (!c) continue;
+    const char *json;
+    char want[64];
+    snprintf(want, sizeof want, "{\"total\":%d}", i + 1);
+    if (luma_wait(c, 10000) == 1 && luma_result(c, &json, NULL, &err) == LUMA_OK && strcmp(json, want) == 0) w->ok++;
+    luma_call_free(c);
+  }
+  if (!w->rt) luma_destroy(rt);
+  return NULL;
+}
+
+static void test_threads(void) {
+  /* runtimes of their own, on two threads at once */
+  struct worker ws[2] = { { NULL, NULL, 0 }, { NULL, NULL, 0 } };
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, many_calls, &ws[i]);
+  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+  CT_CHECK(ws[0].ok == 40 && ws[1].ok == 40, "own runtimes: %d and %d of 40", ws[0].ok, ws[1].ok);
+
+  /* one runtime, used by three threads at once (it is locked inside) */
+  luma_error err;
+  luma_runtime *rt = luma_new(NULL, &err);
+  luma_program *p = load(rt, NULL, &err);
+  struct worker shared[3] = { { rt, p, 0 }, { rt, p, 0 }, { rt, p, 0 } };
+  pthread_t ts[3];
+  for (int i = 0; i < 3; i++) pthread_create(&ts[i], NULL, many_calls, &shared[i]);
+  for (int i = 0; i < 3; i++) pthread_join(ts[i], NULL);
+  CT_CHECK(shared[0].ok + shared[1].ok + shared[2].ok == 120, "shared runtime: %d, %d, %d of 40", shared[0].ok,
+           shared[1].ok, shared[2].ok);
+  luma_destroy(rt);
+}
+
+/* A destroyed runtime's calls keep working: done ones keep their result,
+   the others end cancelled. */
+static void test_destroyed(void) {
+  luma_error err;
+  luma_runtime *rt = luma_new(NULL, &err);
+  luma_program *p = load(rt, NULL, &err);
+  luma_call *done = luma_start(p, "add", "{\"a\": 1, \"b\": 1}", &err);
+  luma_wait(done, 5000);
+  luma_call *running = luma_start(p, "spin", NULL, &err);
+  luma_call *method = luma_start_method(p, "A", "twice", "{\"x\": 1}", &err);
+  luma_destroy(rt);
+  const char *json;
+  CT_CHECK(luma_ready(done) && luma_result(done, &json, NULL, &err) == LUMA_OK, "the done call lost its result");
+  CT_EQ_STR("{\"total\":2}", json);
+  CT_CHECK(luma_ready(running), "a call of a destroyed runtime is not done");
+  CT_CHECK(luma_result(running, &json, NULL, &err) == LUMA_FAILED, "cancelled call succeeded");
+  CT_EQ_STR("TOOL_CANCELLED", err.code);
+  CT_CHECK(json && strstr(json, "TOOL_CANCELLED"), "%s", json ? json : "(null)");
+  CT_CHECK(luma_wait(method, 100) == 1, "wait on a destroyed runtime's call");
+  luma_cancel(running);
+  luma_call_free(done);
+  luma_call_free(running);
+  luma_call_free(method);
+}
+
+int main(void) {
+  const char *tmp = getenv("TMPDIR");
+  snprintf(dir, sizeof dir, "%s/libluma-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (!mkdtemp(dir)) { perror("mkdtemp"); return 2; }
+  write_file("program.luma", PROGRAM);
+  write_file("tools.lua", TOOLS);
+  write_file("luma.config.json", "{ \"tool_modules\": [\"tools.lua\"], \"tool_module_policy\": { \"max_concurrency\": 4 } }");
+  test_bad_input();
+  test_calls();
+  test_cancel_from_thread();
+  test_threads();
+  test_destroyed();
+  char cmd[700];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);
+  return ct_finish("libluma");
+}
