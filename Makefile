@@ -69,7 +69,7 @@ LUA_FILES = $(sort $(wildcard lua/luma/*.lua))
 
 # Debian packages `make test` installs when run as root and one is missing.
 DEB_PACKAGES = lua5.4 liblua5.4-dev lua-cjson lua-busted lua-socket libcurl4-openssl-dev libmbedtls-dev luarocks python3 \
-               luajit libluajit-5.1-dev
+               luajit2 libluajit2-5.1-dev
 BENCH_PACKAGES = node-ajv
 FUZZ_PACKAGES = clang libclang-rt-14-dev
 
@@ -81,7 +81,7 @@ BUSTED    = $(LUA) /usr/bin/busted
 all: $(BUILD)/luma/core.so $(BUILD)/luma-lua $(LIBLUMA)
 
 help:
-	@echo "make            build luma.core ($(BUILD)/luma/core.so) and $(BUILD)/luma-lua"
+	@echo "make            build luma.core ($(BUILD)/luma/core.so), $(BUILD)/luma-lua and libluma ($(LIBLUMA))"
 	@echo "make test       install missing Debian packages (as root), build, run every spec"
 	@echo "SANITIZE=1 make test   the same under AddressSanitizer and UBSan"
 	@echo "SANITIZE=thread make test   the same under ThreadSanitizer"
@@ -223,10 +223,14 @@ fuzz-adapters:
 	build/fuzz/adapter_fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 build/fuzz/adapter-corpus
 
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(LUADIR)/luma $(DESTDIR)$(CMODDIR)/luma
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(LUADIR)/luma $(DESTDIR)$(CMODDIR)/luma \
+	  $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include
 	install -m 755 $(BUILD)/luma-lua $(DESTDIR)$(PREFIX)/bin/luma-lua
 	install -m 644 lua/luma/*.lua $(DESTDIR)$(LUADIR)/luma/
 	install -m 755 $(BUILD)/luma/core.so $(DESTDIR)$(CMODDIR)/luma/core.so
+	install -m 755 $(LIBLUMA) $(DESTDIR)$(PREFIX)/lib/libluma.so.0
+	ln -sf libluma.so.0 $(DESTDIR)$(PREFIX)/lib/libluma.so
+	install -m 644 core/luma.h $(DESTDIR)$(PREFIX)/include/luma.h
 
 clean:
 	rm -rf build

@@ -156,7 +156,26 @@ static int l_signal_check(lua_State *L) {
   return 0;
 }
 
-/* signal.aborted, signal.reason, signal:check(), signal.remaining_ms */
+/* signal:sleep(ms) -> true after ms, or false as soon as the call is
+   cancelled or passes its deadline: a wait that holds no CPU (a worker
+   thread, though), in slices short enough to notice a cancel at once. */
+static int l_signal_sleep(lua_State *L) {
+  sx_state *m = sx_state_of(L);
+  lua_Number ms = luaL_checknumber(L, 2);
+  luaL_argcheck(L, ms >= 0 && ms <= 86400000, 2, "a number of milliseconds from 0 to 86400000 expected");
+  long long end = sx_now_ns() + (long long)(ms * 1e6);
+  for (;;) {
+    if (aborted(m)) { lua_pushboolean(L, 0); return 1; }
+    long long now = sx_now_ns(), left = end - now;
+    if (left <= 0) { lua_pushboolean(L, 1); return 1; }
+    if (m->deadline_ns && m->deadline_ns - now < left) left = m->deadline_ns - now;
+    if (left > 2000000) left = 2000000;
+    struct timespec ts = { 0, (long)left };
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* signal.aborted, signal.reason, signal:check(), signal:sleep(ms), signal.remaining_ms */
 static int l_signal_index(lua_State *L) {
   sx_state *m = sx_state_of(L);
   const char *key = lua_tostring(L, 2);
@@ -167,6 +186,8 @@ static int l_signal_index(lua_State *L) {
     if (aborted(m)) lua_pushstring(L, sx_cancelled(m) ? "cancelled" : "timeout"); else lua_pushnil(L);
   } else if (strcmp(key, "check") == 0) {
     lua_pushcfunction(L, l_signal_check);
+  } else if (strcmp(key, "sleep") == 0) {
+    lua_pushcfunction(L, l_signal_sleep);
   } else if (strcmp(key, "remaining_ms") == 0) {
     if (!m->deadline_ns) return 0;
     long long left = (m->deadline_ns - sx_now_ns()) / 1000000;

@@ -11,6 +11,7 @@ local SOURCE = [[
 schema R { v?: string, n?: int }
 tool nap(ms: int, tag?: string) -> R { timeout: 5000 }
 tool spin(x?: int) -> R { timeout: 5000 }
+tool doze(ms: int) -> R { timeout: 5000 }
 agent A {
   tools: [nap, spin]
   fn run(ms: int) -> string {
@@ -41,6 +42,11 @@ return {
   spin = function(input, signal)
     while not signal.aborted do socket.sleep(0.002) end
     return { v = signal.reason }
+  end,
+  doze = function(input, signal)
+    local cpu = os.clock()
+    local slept = signal:sleep(input.ms)
+    return { v = tostring(slept), n = math.floor((os.clock() - cpu) * 1000) }
   end,
 }
 ]]
@@ -160,5 +166,27 @@ describe("await inside a coroutine", function()
     local p = load()
     assert.are.equal("x", p:start("nap", { ms = 10, tag = "x" }):await().v)
     assert.are.equal("one+two", p:agent("A"):start("run", { ms = 10 }):await())
+  end)
+end)
+
+describe("signal:sleep(ms) in a handler", function()
+  it("waits without using the CPU", function()
+    local p = load()
+    local t0 = now()
+    local r = p:call("doze", { ms = 200 })
+    assert.is_true(now() - t0 >= 195)
+    assert.are.equal("true", r.v)
+    assert.is_true(r.n < 60, r.n .. " ms of CPU for a 200 ms sleep")
+  end)
+
+  it("wakes at once when the call is cancelled", function()
+    local p = load()
+    local c = p:start("doze", { ms = 4000 })
+    assert.is_false(c:wait(30))
+    local t0 = now()
+    c:cancel()
+    assert.is_true(c:wait(2000))
+    assert.is_true(now() - t0 < 500, (now() - t0) .. " ms to notice the cancel")
+    assert.are.equal("TOOL_CANCELLED", h.raised(c.result, c).code)
   end)
 end)

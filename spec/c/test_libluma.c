@@ -36,6 +36,17 @@ static const char *path_of(const char *name) {
   return path[i];
 }
 
+/* Timing checks mean nothing under valgrind, which runs code 20-50 times slower. */
+static int under_valgrind(void) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  if (!f) return 0;
+  char line[512];
+  int found = 0;
+  while (!found && fgets(line, sizeof line, f)) found = strstr(line, "vgpreload") != NULL;
+  fclose(f);
+  return found;
+}
+
 static void sleep_ms(long long ms) {
   struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
   nanosleep(&ts, NULL);
@@ -283,8 +294,10 @@ static void test_calls(void) {
     CT_CHECK(now_ms() - t0 < 10000, "slow did not finish");
     if (now_ms() - t0 >= 10000) break;
   }
-  CT_CHECK(worst < 20, "a poll took %lld ms", worst);
-  CT_CHECK(polls > 5, "only %d polls in 300 ms", polls);
+  if (!under_valgrind()) {
+    CT_CHECK(worst < 20, "a poll took %lld ms", worst);
+    CT_CHECK(polls > 5, "only %d polls in 300 ms", polls);
+  }
   CT_CHECK(luma_result(c, NULL, NULL, &err) == LUMA_OK, "slow: %s", err.message);
   luma_call_free(c);
 

@@ -1,0 +1,360 @@
+-- luma for LuaJIT hosts (LÖVE, OpenResty, any LuaJIT 2.1): libluma's C API
+-- through the FFI. The handlers still run in libluma's enforced Lua 5.4
+-- sandboxes; nothing here blocks unless asked to (wait).
+--
+--   local luma = require "luma.ffi"
+--   local rt = luma.runtime { workers = 2 }          -- luma.open(path) first to choose the library
+--   local program = rt:load("program.luma")          -- { config =, tool_modules = { ... } }
+--   local f = program:start("tool", { a = 1 })       -- or agent:start(method, args), agent:start_ask(prompt, schema)
+--   f:ready()   -- steps the runtime once, never blocks -> done?
+--   f:wait(ms)  -- blocks up to ms (nil: no limit) -> done?
+--   f:result()  -- the value; raises { code, message, retryable, details }
+--   f:cancel()
+--   f:await([sleep])  -- in a coroutine: yields the future until done; with
+--                     -- sleep (e.g. ngx.sleep), sleeps between polls instead
+--
+-- Values are Lua tables, encoded to JSON and decoded back here; luma.json is
+-- the codec (luma.null is JSON null; luma.array(t) marks an empty array).
+local ffi = require "ffi"
+
+ffi.cdef [[
+typedef struct luma_runtime luma_runtime;
+typedef struct luma_program luma_program;
+typedef struct luma_call luma_call;
+typedef struct luma_error { char code[32]; char message[1024]; } luma_error;
+typedef struct luma_options {
+  int workers;
+  void *ud;
+  long long (*now_ms)(void *ud);
+  void (*sleep_ms)(void *ud, long long ms);
+  int (*approve)(void *ud, const char *tool, const char *agent);
+  const char *(*lookup)(void *ud, const char *name);
+  void (*on_event)(void *ud, const char *event_json, size_t len);
+} luma_options;
+const char *luma_version(void);
+luma_runtime *luma_new(const luma_options *o, luma_error *err);
+void luma_destroy(luma_runtime *rt);
+luma_program *luma_load(luma_runtime *rt, const char *path, const char *config, const char *const *tool_modules, luma_error *err);
+void luma_program_close(luma_program *p);
+luma_call *luma_start(luma_program *p, const char *tool, const char *input_json, luma_error *err);
+luma_call *luma_start_method(luma_program *p, const char *agent, const char *method, const char *args_json, luma_error *err);
+luma_call *luma_start_ask(luma_program *p, const char *agent, const char *prompt, const char *schema, luma_error *err);
+int luma_poll(luma_runtime *rt, long long *wait_ms);
+int luma_fd(luma_runtime *rt);
+int luma_ready(const luma_call *c);
+int luma_wait(luma_call *c, long long timeout_ms);
+int luma_result(luma_call *c, const char **json, size_t *len, luma_error *err);
+void luma_cancel(luma_call *c);
+void luma_call_free(luma_call *c);
+]]
+
+local C_OK, C_FAILED = 0, -1
+
+local luma = {}
+local lib
+
+-- Loads libluma: a path, or $LUMA_LIBRARY, or the system's libluma.so.
+function luma.open(path)
+  lib = ffi.load(path or os.getenv("LUMA_LIBRARY") or "luma")
+  luma.version = ffi.string(lib.luma_version())
+  return luma
+end
+
+local function library()
+  if not lib then luma.open() end
+  return lib
+end
+
+-- ------------------------------------------------------------------ JSON
+
+local null = setmetatable({}, { __name = "luma.null", __tostring = function() return "null" end })
+local array_mt = { __name = "luma.array" }
+luma.null = null
+function luma.array(t) return setmetatable(t or {}, array_mt) end
+
+local escapes = { ['"'] = '\\"', ["\\"] = "\\\\", ["\b"] = "\\b", ["\f"] = "\\f", ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t" }
+
+local function encode_string(s)
+  return '"' .. s:gsub('[%c"\\]', function(c) return escapes[c] or string.format("\\u%04x", c:byte()) end) .. '"'
+end
+
+local function encode(v, out, depth)
+  if depth > 200 then error("luma.json: the value nests more than 200 levels", 0) end
+  local t = type(v)
+  if v == nil or v == null then out[#out + 1] = "null"
+  elseif t == "boolean" then out[#out + 1] = tostring(v)
+  elseif t == "number" then
+    if v ~= v or v == math.huge or v == -math.huge then error("luma.json: " .. tostring(v) .. " is not a JSON number", 0) end
+    out[#out + 1] = (math.floor(v) == v and math.abs(v) < 2 ^ 53) and string.format("%d", v) or string.format("%.17g", v)
+  elseif t == "string" then out[#out + 1] = encode_string(v)
+  elseif t == "table" then
+    local n = #v
+    if getmetatable(v) == array_mt or n > 0 then
+      out[#out + 1] = "["
+      for i = 1, n do
+        if i > 1 then out[#out + 1] = "," end
+        encode(v[i], out, depth + 1)
+      end
+      out[#out + 1] = "]"
+    else
+      local keys = {}
+      for k in pairs(v) do
+        if type(k) ~= "string" then error("luma.json: an object key must be a string, not a " .. type(k), 0) end
+        keys[#keys + 1] = k
+      end
+      table.sort(keys)
+      out[#out + 1] = "{"
+      for i, k in ipairs(keys) do
+        if i > 1 then out[#out + 1] = "," end
+        out[#out + 1] = encode_string(k)
+        out[#out + 1] = ":"
+        encode(v[k], out, depth + 1)
+      end
+      out[#out + 1] = "}"
+    end
+  else
+    error("luma.json: a " .. t .. " cannot be written as JSON", 0)
+  end
+end
+
+-- The JSON luma gives is valid and canonical: the decoder trusts its shape
+-- and reads it with string.find, fast on LuaJIT.
+local decode_value
+
+local function decode_string(s, i)
+  local parts, start = {}, i + 1
+  while true do
+    local j = s:find('["\\]', start)
+    if not j then error("luma.json: unterminated string", 0) end
+    parts[#parts + 1] = s:sub(start, j - 1)
+    if s:sub(j, j) == '"' then return table.concat(parts), j + 1 end
+    local c = s:sub(j + 1, j + 1)
+    if c == "u" then
+      local code = tonumber(s:sub(j + 2, j + 5), 16)
+      local nexti = j + 6
+      if code >= 0xD800 and code < 0xDC00 and s:sub(nexti, nexti + 1) == "\\u" then
+        local low = tonumber(s:sub(nexti + 2, nexti + 5), 16)
+        code = 0x10000 + (code - 0xD800) * 0x400 + (low - 0xDC00)
+        nexti = nexti + 6
+      end
+      if code < 0x80 then parts[#parts + 1] = string.char(code)
+      elseif code < 0x800 then parts[#parts + 1] = string.char(0xC0 + math.floor(code / 64), 0x80 + code % 64)
+      elseif code < 0x10000 then
+        parts[#parts + 1] = string.char(0xE0 + math.floor(code / 4096), 0x80 + math.floor(code / 64) % 64, 0x80 + code % 64)
+      else
+        parts[#parts + 1] = string.char(0xF0 + math.floor(code / 262144), 0x80 + math.floor(code / 4096) % 64,
+          0x80 + math.floor(code / 64) % 64, 0x80 + code % 64)
+      end
+      start = nexti
+    else
+      local map = { b = "\b", f = "\f", n = "\n", r = "\r", t = "\t" }
+      parts[#parts + 1] = map[c] or c
+      start = j + 2
+    end
+  end
+end
+
+decode_value = function(s, i)
+  i = s:find("%S", i)
+  local c = s:sub(i, i)
+  if c == "{" then
+    local obj = {}
+    i = s:find("%S", i + 1)
+    if s:sub(i, i) == "}" then return obj, i + 1 end
+    while true do
+      local key
+      key, i = decode_string(s, s:find('"', i))
+      i = s:find(":", i) + 1
+      obj[key], i = decode_value(s, i)
+      i = s:find("%S", i)
+      if s:sub(i, i) == "}" then return obj, i + 1 end
+      i = i + 1
+    end
+  elseif c == "[" then
+    local arr = luma.array {}
+    i = s:find("%S", i + 1)
+    if s:sub(i, i) == "]" then return arr, i + 1 end
+    local n = 0
+    while true do
+      n = n + 1
+      arr[n], i = decode_value(s, i)
+      i = s:find("%S", i)
+      if s:sub(i, i) == "]" then return arr, i + 1 end
+      i = i + 1
+    end
+  elseif c == '"' then
+    return decode_string(s, i)
+  elseif s:sub(i, i + 3) == "true" then return true, i + 4
+  elseif s:sub(i, i + 4) == "false" then return false, i + 5
+  elseif s:sub(i, i + 3) == "null" then return null, i + 4
+  end
+  local num = s:match("^-?%d+%.?%d*[eE]?[-+]?%d*", i)
+  if not num or num == "" then error("luma.json: unexpected '" .. c .. "' at offset " .. i, 0) end
+  return tonumber(num), i + #num
+end
+
+luma.json = {
+  encode = function(v) local out = {} encode(v, out, 0) return table.concat(out) end,
+  decode = function(s) return (decode_value(s, 1)) end,
+}
+
+local Error = { __name = "luma.Error", __tostring = function(e) return e.code .. ": " .. e.message end }
+
+local function to_json(v, what)
+  if v == nil then return "{}" end
+  if type(v) == "string" then return v end
+  local ok, json = pcall(luma.json.encode, v)
+  if not ok then error(setmetatable({ code = "JSON_INVALID", message = "the " .. what .. " cannot be written as JSON: " .. json }, Error), 3) end
+  return json
+end
+
+-- ---------------------------------------------------------------- errors
+
+local function raise(err, level)
+  error(setmetatable({ code = ffi.string(err.code), message = ffi.string(err.message) }, Error), level or 3)
+end
+
+-- ---------------------------------------------------------------- futures
+
+local Future = {}
+Future.__index = Future
+
+local jsonp, lenp = ffi.new("const char *[1]"), ffi.new("size_t[1]")
+
+local function new_future(rt, c)
+  return setmetatable({ rt = rt, c = ffi.gc(c, lib.luma_call_free) }, Future)
+end
+
+function Future:done() return lib.luma_ready(self.c) ~= 0 end
+
+function Future:ready()
+  if lib.luma_ready(self.c) ~= 0 then return true end
+  if self.rt.ptr ~= nil then lib.luma_poll(self.rt.ptr, nil) end
+  return lib.luma_ready(self.c) ~= 0
+end
+Future.poll = Future.ready
+
+function Future:wait(timeout_ms)
+  return lib.luma_wait(self.c, timeout_ms or -1) == 1
+end
+
+function Future:result()
+  local err = ffi.new("luma_error")
+  local state = lib.luma_result(self.c, jsonp, lenp, err)
+  if state == 1 then error("the call is not done: wait for it first", 2) end
+  local json = jsonp[0] ~= nil and ffi.string(jsonp[0], lenp[0]) or nil
+  if state == C_OK then return luma.json.decode(json) end
+  local e = json and luma.json.decode(json) or {}
+  e.code, e.message = ffi.string(err.code), ffi.string(err.message)
+  error(setmetatable(e, Error), 2)
+end
+
+function Future:cancel() lib.luma_cancel(self.c) end
+
+-- In a coroutine: yields the future until it is done (or, given sleep, sleeps
+-- between polls: ngx.sleep in OpenResty). Elsewhere: waits.
+local function in_coroutine()
+  if coroutine.isyieldable then return coroutine.isyieldable() end
+  local co, main = coroutine.running()
+  return co ~= nil and not main
+end
+
+function Future:await(sleep)
+  if sleep then
+    while not self:ready() do sleep(0.002) end
+  elseif in_coroutine() then
+    while not self:ready() do coroutine.yield(self) end
+  else
+    self:wait()
+  end
+  return self:result()
+end
+
+-- ------------------------------------------------------ runtimes, programs
+
+local Runtime, Program, Agent = {}, {}, {}
+Runtime.__index, Program.__index, Agent.__index = Runtime, Program, Agent
+
+-- luma.runtime{ workers = n }
+function luma.runtime(opts)
+  opts = opts or {}
+  local C = library()
+  local o = ffi.new("luma_options")
+  o.workers = opts.workers or 0
+  local err = ffi.new("luma_error")
+  local ptr = C.luma_new(o, err)
+  if ptr == nil then raise(err) end
+  return setmetatable({ ptr = ffi.gc(ptr, C.luma_destroy) }, Runtime)
+end
+
+-- rt:poll() -> calls in flight, ms the host may wait (nil: until rt:fd() is readable)
+function Runtime:poll()
+  if self.ptr == nil then return 0, nil end
+  local wait = ffi.new("long long[1]")
+  local n = lib.luma_poll(self.ptr, wait)
+  return n, wait[0] >= 0 and tonumber(wait[0]) or nil
+end
+
+function Runtime:fd() return self.ptr ~= nil and lib.luma_fd(self.ptr) or -1 end
+
+-- Destroys the runtime now: its programs go; its futures end cancelled.
+function Runtime:close()
+  if self.ptr ~= nil then
+    lib.luma_destroy(ffi.gc(self.ptr, nil))
+    self.ptr = nil
+  end
+end
+
+-- rt:load(path [, { config = path | false, tool_modules = { paths } }])
+function Runtime:load(path, opts)
+  if self.ptr == nil then error(setmetatable({ code = "INVALID_ARGUMENT", message = "the runtime is closed" }, Error), 2) end
+  opts = opts or {}
+  local mods = opts.tool_modules or {}
+  local list = ffi.new("const char *[?]", #mods + 1)
+  for i, m in ipairs(mods) do list[i - 1] = m end
+  local config = opts.config
+  if config == false then config = "" end
+  local err = ffi.new("luma_error")
+  local p = lib.luma_load(self.ptr, path, config, list, err)
+  if p == nil then raise(err) end
+  -- the runtime frees its programs: the program keeps the runtime alive
+  return setmetatable({ ptr = p, rt = self }, Program)
+end
+
+-- A program of a closed runtime is gone with it.
+local function live(program)
+  if program.rt.ptr == nil then
+    error(setmetatable({ code = "INVALID_ARGUMENT", message = "the program's runtime is closed" }, Error), 3)
+  end
+  return program.ptr
+end
+
+function Program:start(tool, input)
+  live(self)
+  local err = ffi.new("luma_error")
+  local c = lib.luma_start(self.ptr, tool, to_json(input, "input"), err)
+  if c == nil then raise(err) end
+  return new_future(self.rt, c)
+end
+
+function Program:agent(name)
+  return setmetatable({ program = self, name = name }, Agent)
+end
+
+function Agent:start(method, args)
+  live(self.program)
+  local err = ffi.new("luma_error")
+  local c = lib.luma_start_method(self.program.ptr, self.name, method, to_json(args, "arguments"), err)
+  if c == nil then raise(err) end
+  return new_future(self.program.rt, c)
+end
+
+function Agent:start_ask(prompt, schema)
+  live(self.program)
+  local err = ffi.new("luma_error")
+  local c = lib.luma_start_ask(self.program.ptr, self.name, prompt, schema, err)
+  if c == nil then raise(err) end
+  return new_future(self.program.rt, c)
+end
+
+return luma

@@ -1,0 +1,260 @@
+-- Embedding: libluma's exports, LuaJIT through the FFI binding, a C game loop
+-- that never blocks a frame, and a C program running its own lua_State.
+-- (The C API itself is tested by spec/c/test_libluma.c.)
+local luma = require "luma"
+local h = require "spec.helpers"
+local mock = require "spec.support.mock_provider"
+
+local build = h.root .. "/" .. (os.getenv("LUMA_BUILD") or "build")
+local libluma = build .. "/libluma.so"
+
+-- Runs a shell command; -> exit status, stdout and stderr
+local function sh(cmd)
+  local out, err = h.tmpname(".out"), h.tmpname(".err")
+  local ok, _, code = os.execute("(" .. cmd .. ") > " .. h.quote(out) .. " 2> " .. h.quote(err))
+  local status = ok == true and 0 or (type(code) == "number" and code or 1)
+  local o, e = h.read(out), h.read(err)
+  os.remove(out)
+  os.remove(err)
+  return status, o, e
+end
+
+-- A compiler run outside the sanitizer's preloaded runtime.
+local function cc(args)
+  local status, _, err = sh("env -u LD_PRELOAD -u ASAN_OPTIONS cc -std=c99 -Wall -Wextra -Werror " .. args)
+  assert(status == 0, err)
+end
+
+local function copy_example(name)
+  local dir = h.tmpname("-" .. name)
+  assert(os.execute("cp -r " .. h.quote(h.root .. "/examples/" .. name) .. " " .. h.quote(dir)))
+  return dir
+end
+
+describe("libluma", function()
+  it("exports only luma_* symbols, so it loads next to any other Lua", function()
+    local status, out = sh("nm -D --defined-only " .. h.quote(libluma))
+    assert.are.equal(0, status)
+    local names = {}
+    for name in out:gmatch("%x+ %a ([%w_@.]+)") do names[#names + 1] = name end
+    assert.is_true(#names >= 16, out)
+    for _, name in ipairs(names) do assert.matches("^luma_", name) end
+    -- and needs no Lua library of the system
+    local _, deps = sh("readelf -d " .. h.quote(libluma))
+    assert.is_nil(deps:match("liblua"), deps)
+  end)
+end)
+
+local PROGRAM = [[
+schema Sum { total: int }
+schema Text { v: string }
+schema Pick { number: int }
+tool add(a: int, b: int) -> Sum { }
+tool slow(ms: int) -> Text { timeout: 10000 }
+tool spin() -> Text { timeout: 10000 }
+tool hog() -> Text { timeout: 10000 }
+tool forever() -> Text { timeout: 300 }
+model M { provider: "openai"
+  name: "gpt-test"
+  base_url: "%s/v1/"
+  api_key_env: "LUMA_TEST_KEY" }
+agent A {
+  model: M
+  tools: [add]
+  fn twice(x: int) -> int {
+    s = tool add({ a: x, b: x })
+    return s.total
+  }
+}
+]]
+
+local TOOLS = [[
+return {
+  add = function(i) return { total = i.a + i.b } end,
+  slow = function(i, signal)
+    local c = os.clock()
+    while os.clock() - c < i.ms / 1000 and not signal.aborted do end
+    return { v = "slept" }
+  end,
+  spin = function(i, signal) while not signal.aborted do end return { v = signal.reason } end,
+  hog = function() local t = {} for i = 1, 1e8 do t[i] = ("x"):rep(64) .. i end return { v = "no" } end,
+  forever = function() while true do end end,
+}
+]]
+
+local CONFIG = [[
+{ "tool_modules": ["tools.lua"],
+  "tool_module_policy": { "sandbox": "strict", "allow_builtins": ["os"], "max_memory_mb": 32, "max_concurrency": 4 } }
+]]
+
+describe("LuaJIT through the FFI binding (luma.ffi)", function()
+  local server
+
+  setup(function() server = mock.start() end)
+  teardown(function() if server then server:stop() end end)
+
+  local function luajit(script)
+    local dir = h.project {
+      ["program.luma"] = PROGRAM:format(server.url),
+      ["tools.lua"] = TOOLS,
+      ["luma.config.json"] = CONFIG,
+      ["host.lua"] = "package.path = " .. string.format("%q", h.root .. "/lua/?.lua;") .. " .. package.path\n" ..
+        "local luma = require('luma.ffi').open(" .. string.format("%q", libluma) .. ")\n" ..
+        "local dir = " .. string.format("%q", "") .. "\n" .. script,
+    }
+    local status, out, err = sh("cd " .. h.quote(dir) .. " && LUMA_TEST_KEY=sk-test luajit host.lua")
+    os.execute("rm -rf " .. h.quote(dir))
+    assert(status == 0, out .. err)
+    return out
+  end
+
+  it("runs LuaJIT with libluma's private Lua 5.4: calls, methods, errors and futures", function()
+    local out = luajit [[
+      assert(jit and jit.version, "not LuaJIT")
+      local rt = luma.runtime { workers = 2 }
+      local p = rt:load("program.luma")
+      local f = p:start("add", { a = 1, b = 2 })
+      while not f:ready() do end
+      print("add", f:result().total)
+      local m = p:agent("A"):start("twice", { x = 21 })
+      assert(m:wait(5000))
+      print("twice", m:result())
+      local ok, e = pcall(p.start, p, "add", "{bad")
+      print("bad json", e.code)
+      ok, e = pcall(p.start, p, "nope", {})
+      print("unknown", e.code)
+      local bad = p:start("add", { a = "x", b = 1 })
+      bad:wait()
+      ok, e = pcall(bad.result, bad)
+      print("invalid", e.code)
+      local s = p:start("spin")
+      assert(not s:wait(20))
+      s:cancel()
+      assert(s:wait(2000))
+      ok, e = pcall(s.result, s)
+      print("cancel", e.code)
+      -- await in a coroutine yields the future; a scheduler resumes it
+      local co = coroutine.create(function() return p:start("add", { a = 2, b = 2 }):await().total end)
+      local yields, r = 0, { coroutine.resume(co) }
+      while coroutine.status(co) ~= "dead" do yields = yields + 1 r = { coroutine.resume(co) } end
+      print("await", r[2])
+      rt:close()
+      ok, e = pcall(p.start, p, "add", {})
+      print("closed", e.code)
+    ]]
+    assert.are.equal(table.concat({
+      "add\t3", "twice\t42", "bad json\tJSON_INVALID", "unknown\tTOOL_NOT_FOUND", "invalid\tTOOL_INPUT_INVALID",
+      "cancel\tTOOL_CANCELLED", "await\t4", "closed\tINVALID_ARGUMENT", "" }, "\n"), out)
+  end)
+
+  it("enforces the sandbox's limits there: memory and deadline fail the call, the host lives on", function()
+    local out = luajit [[
+      local rt = luma.runtime { workers = 2 }
+      local p = rt:load("program.luma")
+      for _, tool in ipairs { "hog", "forever", "add" } do
+        local f = p:start(tool, tool == "add" and { a = 1, b = 1 } or {})
+        assert(f:wait(10000))
+        local ok, e = pcall(f.result, f)
+        print(tool, ok and "ok" or e.code)
+      end
+    ]]
+    assert.are.equal("hog\tTOOL_MEMORY_LIMIT\nforever\tTOOL_TIMEOUT\nadd\tok\n", out)
+  end)
+
+  it("asks the model without blocking", function()
+    server:reset()
+    server:script { { delay_ms = 200, json = mock.chat('{"number":7}').json } }
+    local out = luajit [[
+      local rt = luma.runtime {}
+      local p = rt:load("program.luma")
+      local a = p:agent("A"):start_ask("Pick a number", "Pick")
+      local polls = 0
+      while not a:ready() do polls = polls + 1 rt:poll() local s = os.clock() while os.clock() - s < 0.001 do end end
+      print(a:result().number, polls > 20)
+    ]]
+    assert.are.equal("7\ttrue\n", out)
+  end)
+end)
+
+describe("a C game loop (examples/game-loop)", function()
+  it("keeps every frame under 5 ms while a 500 ms tool, calls, a method and an ask run", function()
+    local server = mock.start()
+    local ok, err = pcall(function()
+      server:script { { delay_ms = 300, json = mock.chat('{"number":42}').json } }
+      local dir = copy_example("game-loop")
+      local program = h.read(dir .. "/game.luma"):gsub("http://127.0.0.1:8080", server.url)
+      h.write(dir .. "/game.luma", program)
+      cc(h.quote(dir .. "/main.c") .. " -I" .. h.quote(h.root .. "/core") .. " -L" .. h.quote(build) ..
+        " -lluma -Wl,-rpath," .. h.quote(build) .. " -o " .. h.quote(dir .. "/game-loop"))
+      local status, out, stderr = sh("cd " .. h.quote(dir) .. " && GAME_API_KEY=sk-test ./game-loop game.luma 90 --ask")
+      os.execute("rm -rf " .. h.quote(dir))
+      assert(status == 0, out .. stderr)
+      assert.matches("think %(500 ms%) %-> {\"idea\":\"thought %d+ times\"}", out)
+      assert.matches("Helper.two_dice %-> 5", out)
+      assert.matches("ask %-> {\"number\":42}", out)
+      local think = tonumber(out:match("frame (%d+): think"))
+      assert.is_true(think >= 25, "the 500 ms tool finished at frame " .. think .. ": frames did not tick while it ran")
+      local worst = tonumber(out:match("worst frame: ([%d.]+) ms"))
+      assert.is_true(worst < 5, "worst frame " .. worst .. " ms\n" .. out)
+    end)
+    server:stop()
+    assert(ok, err)
+  end)
+end)
+
+describe("a C program with its own lua_State (examples/lua-host)", function()
+  it("calls tools from its scripts through require 'luma'", function()
+    local dir = copy_example("lua-host")
+    cc(h.quote(dir .. "/host.c") .. " -I/usr/include/lua5.4 -llua5.4 -o " .. h.quote(dir .. "/lua-host"))
+    local status, out, err = sh("cd " .. h.quote(dir) .. " && LUMA_LUADIR=" .. h.quote(h.root .. "/lua") ..
+      " LUMA_CPATH=" .. h.quote(build .. "/?.so") .. " ./lua-host game.lua")
+    os.execute("rm -rf " .. h.quote(dir))
+    assert(status == 0, out .. err)
+    assert.matches("frame %d+: greet %-> Hello, Ada!", out)
+    assert.matches("frames while the call ran: %d+", out)
+    local frames = tonumber(out:match("frames while the call ran: (%d+)"))
+    assert.is_true(frames > 5, out)
+  end)
+end)
+
+describe("the README's Embedding section", function()
+  local section = h.read(h.root .. "/README.md"):match("\n## Embedding\n(.-)\n## ")
+  local blocks = {}
+  for lang, code in section:gmatch("```(%w+)\n(.-)```") do blocks[#blocks + 1] = { lang = lang, code = code } end
+
+  local function in_example(fn)
+    local dir = copy_example("lua-host")
+    local ok, err = pcall(fn, dir)
+    os.execute("rm -rf " .. h.quote(dir))
+    assert(ok, err)
+  end
+
+  it("has a C snippet that compiles against luma.h and runs", function()
+    assert.are.equal("c", blocks[1].lang)
+    in_example(function(dir)
+      h.write(dir .. "/snippet.c", blocks[1].code)
+      cc(h.quote(dir .. "/snippet.c") .. " -I" .. h.quote(h.root .. "/core") .. " -L" .. h.quote(build) ..
+        " -lluma -Wl,-rpath," .. h.quote(build) .. " -o " .. h.quote(dir .. "/snippet"))
+      local status, out, err = sh("cd " .. h.quote(dir) .. " && ./snippet")
+      assert(status == 0, out .. err)
+      assert.are.equal('{"text":"Hello, Ada!"}\n', out)
+    end)
+  end)
+
+  it("has a Lua 5.4 snippet and a LuaJIT snippet that run", function()
+    assert.are.same({ "lua", "lua" }, { blocks[2].lang, blocks[3].lang })
+    in_example(function(dir)
+      h.write(dir .. "/host.lua", "package.path = " .. string.format("%q", h.root .. "/lua/?.lua;" .. h.root ..
+        "/lua/?/init.lua;") .. " .. package.path\npackage.cpath = " .. string.format("%q", build .. "/?.so;") ..
+        " .. package.cpath\n" .. blocks[2].code)
+      local status, out, err = sh("cd " .. h.quote(dir) .. " && lua5.4 host.lua")
+      assert(status == 0, out .. err)
+      assert.are.equal("Hello, Ada!\n", out)
+      h.write(dir .. "/jit.lua", "package.path = " .. string.format("%q", h.root .. "/lua/?.lua;") ..
+        " .. package.path\n" .. blocks[3].code)
+      status, out, err = sh("cd " .. h.quote(dir) .. " && LUMA_LIBRARY=" .. h.quote(libluma) .. " luajit jit.lua")
+      assert(status == 0, out .. err)
+      assert.are.equal("Hello, Ada!\n", out)
+    end)
+  end)
+end)
