@@ -108,7 +108,52 @@ static int run_host(lua_State *T, cl_call *c, long long timeout_ms) {
 
 void st_job_run(wp_job *job) {
   cl_call *c = (cl_call *)((char *)job - offsetof(cl_call, job));
+  if (c->making) {
+    c->made = sx_make(c->module, c->make_deadline_ns, c->make_why, sizeof c->make_why);
+    return;
+  }
   sx_execute(c->sx, &c->run, 1);
+}
+
+static void make_ready(cl_call *c);
+
+/* The handler's job becomes ready (or it runs here, for a lone blocking
+   call): c holds state s of module m. */
+static void run_on(lua_State *T, cl_call *c, sx_module *m, sx_state *s, long long left) {
+  const pm_tool *t = c->t;
+  pl_program *pg = c->pg;
+  sx_retain(m);
+  c->module = m;
+  c->sx = s;
+  memset(&c->run, 0, sizeof c->run);
+  c->run.name = t->name;
+  c->run.input = CV_INPUT;
+  c->run.needs = lua_isnil(T, CV_NEEDS) ? 0 : CV_NEEDS;
+  c->run.opts.tool = t->name;
+  c->run.opts.timeout_ms = left;
+  c->run.opts.limits = pg->limits;
+  sx_prepare(s, T, &c->run, 1);
+  if (c->inline_ok) {
+    /* the driver would only wait for it: it runs here */
+    sx_execute(s, &c->run, 1);
+    st_collect(T, c);
+    return;
+  }
+  make_ready(c);
+}
+
+static void make_ready(cl_call *c) {
+  c->job_ready = 1;
+  c->job_done = 0;
+  if (c->gate) (*c->gate)++;
+  c->state = CS_HANDLER;
+}
+
+/* No state for the call: its module was closed, or none was free in time. */
+static void no_state(lua_State *T, cl_call *c, sx_module *m, const char *why) {
+  if (sx_closed(m)) st_module_closed(T, c);
+  else st_fail(T, c, LE_TOOL_TIMEOUT, "Tool '%s' could not run: %s.", c->t->name, why);
+  c->state = CS_FINISH;
 }
 
 void st_attempt(lua_State *T, cl_call *c) {
@@ -134,47 +179,57 @@ void st_attempt(lua_State *T, cl_call *c) {
     left = c->deadline - now;
     c->queued_at = 0;
   }
-  if (!s && wait_room) s = sx_make(m, sx_now_ns() + left * 1000000LL, why, sizeof why);
+  if (!s && wait_room) {
+    if (!c->inline_ok) {
+      /* a job makes the state, off the driver's thread: loading a module's
+         code can take longer than a host's frame */
+      sx_retain(m);
+      c->module = m;
+      c->making = 1;
+      c->made = NULL;
+      c->make_deadline_ns = sx_now_ns() + left * 1000000LL;
+      make_ready(c);
+      return;
+    }
+    s = sx_make(m, sx_now_ns() + left * 1000000LL, why, sizeof why);
+  }
   if (!s) {
-    if (sx_closed(m)) {
-      st_module_closed(T, c);
-      c->state = CS_FINISH;
-      return;
+    if (!sx_closed(m)) {
+      if (!c->queued_at) c->queued_at = now;
+      if (!wait_room && now + ST_STATE_WAIT_MS < c->queued_at + c->timeout) {
+        /* every state is busy: not an attempt yet; it waits its turn at most
+           its timeout, and the time it waits does not count against it */
+        c->ev.attempts--;
+        c->wake_at = now + ST_STATE_WAIT_MS;
+        c->state = CS_STATE_WAIT;
+        return;
+      }
     }
-    if (!c->queued_at) c->queued_at = now;
-    if (!wait_room && now + ST_STATE_WAIT_MS < c->queued_at + c->timeout) {
-      /* every state is busy: not an attempt yet; it waits its turn at most
-         its timeout, and the time it waits does not count against it */
-      c->ev.attempts--;
-      c->wake_at = now + ST_STATE_WAIT_MS;
-      c->state = CS_STATE_WAIT;
-      return;
-    }
-    st_fail(T, c, LE_TOOL_TIMEOUT, "Tool '%s' could not run: %s.", t->name, why);
-    c->state = CS_FINISH;
+    no_state(T, c, m, why);
     return;
   }
-  sx_retain(m);
-  c->module = m;
-  c->sx = s;
-  memset(&c->run, 0, sizeof c->run);
-  c->run.name = t->name;
-  c->run.input = CV_INPUT;
-  c->run.needs = lua_isnil(T, CV_NEEDS) ? 0 : CV_NEEDS;
-  c->run.opts.tool = t->name;
-  c->run.opts.timeout_ms = left;
-  c->run.opts.limits = pg->limits;
-  sx_prepare(s, T, &c->run, 1);
-  if (c->inline_ok) {
-    /* the driver would only wait for it: it runs here */
-    sx_execute(s, &c->run, 1);
-    st_collect(T, c);
-    return;
-  }
-  c->job_ready = 1;
+  run_on(T, c, m, s, left);
+}
+
+/* The job that made a state is done: the handler's job follows. */
+static void made(lua_State *T, cl_call *c) {
+  sx_module *m = c->module;
+  sx_state *s = c->made;
+  c->making = 0;
+  c->made = NULL;
+  c->module = NULL;
   c->job_done = 0;
-  if (c->gate) (*c->gate)++;
-  c->state = CS_HANDLER;
+  long long left = c->deadline - pl_mono_ms(T, c->pg);
+  if (!s) {
+    no_state(T, c, m, c->make_why);
+  } else if (left <= 0) {
+    sx_release(s);
+    timed_out(T, c);
+    c->state = CS_FINISH;
+  } else {
+    run_on(T, c, m, s, left);
+  }
+  sx_unref(m);
 }
 
 static void give_back(cl_call *c) {
@@ -185,6 +240,16 @@ static void give_back(cl_call *c) {
 }
 
 void st_abandon(cl_call *c) {
+  if (c->making) {
+    /* its state was never made: the right to make it goes back */
+    c->making = 0;
+    c->job_ready = 0;
+    if (c->gate) (*c->gate)--;
+    sx_unmake(c->module);
+    sx_unref(c->module);
+    c->module = NULL;
+    return;
+  }
   if (!c->sx) return;
   c->job_ready = 0;
   if (c->gate) (*c->gate)--;
@@ -192,6 +257,7 @@ void st_abandon(cl_call *c) {
 }
 
 void st_collect(lua_State *T, cl_call *c) {
+  if (c->making) { made(T, c); return; }
   int status = sx_collect(c->sx, T, &c->run);
   give_back(c);
   c->job_done = 0;

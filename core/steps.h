@@ -83,8 +83,15 @@ struct cl_call {
   cl_call *leader;                /* CS_FOLLOW: counted */
   /* step 10: the handler's job */
   wp_job job;
-  sx_module *module;              /* counted while a state is held */
+  sx_module *module;              /* counted while a state is held, or being made */
   sx_state *sx;
+  /* a module's new state is made by a job too (its code may take a while to
+     load): the job writes `made` and `make_why`, the driver reads them once
+     the job is done */
+  int making;
+  long long make_deadline_ns;
+  sx_state *made;
+  char make_why[200];
   sx_run run;
   int job_ready, job_out, job_done;   /* job_out and job_done are guarded by the runtime's lock */
   int *gate;                      /* handlers of its batch running now (rt_drive), or NULL */

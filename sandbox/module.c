@@ -246,6 +246,13 @@ sx_state *sx_make(sx_module *m, long long deadline_ns, char *err, size_t errlen)
   return s;
 }
 
+void sx_unmake(sx_module *m) {
+  pthread_mutex_lock(&m->lock);
+  m->making--;
+  pthread_cond_signal(&m->freed);
+  pthread_mutex_unlock(&m->lock);
+}
+
 void sx_interrupt(sx_state *s) {
   __atomic_store_n(&s->cancelled, 1, __ATOMIC_RELEASE);
 }

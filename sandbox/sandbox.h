@@ -69,6 +69,8 @@ int sx_closed(const sx_module *m);
 /* A free state, or NULL; *may_make says the caller may make one (sx_make). */
 sx_state *sx_try_acquire(sx_module *m, int *may_make, char *err, size_t errlen);
 sx_state *sx_make(sx_module *m, long long deadline_ns, char *err, size_t errlen);
+/* Gives back the right to make a state that sx_try_acquire gave, unused. */
+void sx_unmake(sx_module *m);
 /* Stops the call running in s, as cancelled (any thread). */
 void sx_interrupt(sx_state *s);
 

@@ -190,3 +190,34 @@ describe("signal:sleep(ms) in a handler", function()
     assert.are.equal("TOOL_CANCELLED", h.raised(c.result, c).code)
   end)
 end)
+
+describe("a module's new state", function()
+  it("is made on a worker: starting a call never waits for a module's code to load", function()
+    local dir = h.project {
+      ["program.luma"] = "schema R { v: string }\ntool slow_load(ms: int) -> R { timeout: 5000 }\n",
+      -- the module's own code takes 150 ms to run, in every new state
+      ["tools.lua"] = [[
+        local socket = require "socket"
+        socket.sleep(0.15)
+        return { slow_load = function(i) socket.sleep(i.ms / 1000) return { v = "ok" } end }
+      ]],
+      ["luma.config.json"] = '{ "tool_modules": ["tools.lua"], "tool_module_policy": { "max_concurrency": 3 } }',
+    }
+    local rt = luma.runtime { workers = 3 }
+    local p = assert(h.load(dir, { runtime = rt }))   -- the first state is made here
+    local first = p:start("slow_load", { ms = 300 })
+    local worst = 0
+    local calls = { first }
+    for i = 2, 3 do
+      local t0 = now()
+      calls[i] = p:start("slow_load", { ms = 10 })   -- the first state is busy: a new one is needed
+      worst = math.max(worst, now() - t0)
+    end
+    assert.is_true(worst < 50, worst .. " ms to start a call that needs a new state")
+    for _, c in ipairs(calls) do
+      assert.is_true(c:wait(5000))
+      assert.are.equal("ok", c:result().v)
+    end
+    rt:close()
+  end)
+end)

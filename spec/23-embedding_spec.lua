@@ -8,16 +8,7 @@ local mock = require "spec.support.mock_provider"
 local build = h.root .. "/" .. (os.getenv("LUMA_BUILD") or "build")
 local libluma = build .. "/libluma.so"
 
--- Runs a shell command; -> exit status, stdout and stderr
-local function sh(cmd)
-  local out, err = h.tmpname(".out"), h.tmpname(".err")
-  local ok, _, code = os.execute("(" .. cmd .. ") > " .. h.quote(out) .. " 2> " .. h.quote(err))
-  local status = ok == true and 0 or (type(code) == "number" and code or 1)
-  local o, e = h.read(out), h.read(err)
-  os.remove(out)
-  os.remove(err)
-  return status, o, e
-end
+local sh = h.sh
 
 -- A compiler run outside the sanitizer's preloaded runtime.
 local function cc(args)
@@ -25,11 +16,7 @@ local function cc(args)
   assert(status == 0, err)
 end
 
-local function copy_example(name)
-  local dir = h.tmpname("-" .. name)
-  assert(os.execute("cp -r " .. h.quote(h.root .. "/examples/" .. name) .. " " .. h.quote(dir)))
-  return dir
-end
+local copy_example = h.copy_example
 
 describe("libluma", function()
   it("exports only luma_* symbols, so it loads next to any other Lua", function()
@@ -256,5 +243,15 @@ describe("the README's Embedding section", function()
       assert(status == 0, out .. err)
       assert.are.equal("Hello, Ada!\n", out)
     end)
+  end)
+end)
+
+describe("the README's OpenResty snippet", function()
+  it("is the location of examples/openresty, which spec/24 runs under nginx", function()
+    local section = h.read(h.root .. "/README.md"):match("\n## Embedding\n(.-)\n## ")
+    local snippet = select(2, section:match("%*%*OpenResty%*%*.-```(%w+)\n(.-)```"))
+    assert.is_truthy(snippet)
+    local app = h.read(h.root .. "/examples/openresty/app.lua")
+    assert.is_truthy(app:find(snippet, 1, true), "the snippet is not in examples/openresty/app.lua")
   end)
 end)

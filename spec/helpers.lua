@@ -130,6 +130,40 @@ function helpers.clock(start)
   return clock
 end
 
+-- Runs a shell command; -> exit status (0: success), stdout, stderr.
+function helpers.sh(cmd)
+  local out, err = helpers.tmpname(".out"), helpers.tmpname(".err")
+  local ok, _, code = os.execute("(" .. cmd .. ") > " .. shell_quote(out) .. " 2> " .. shell_quote(err))
+  local status = (ok == true or ok == 0) and 0 or (type(code) == "number" and code or 1)
+  local o, e = helpers.read(out), helpers.read(err)
+  os.remove(out)
+  os.remove(err)
+  return status, o, e
+end
+
+-- The Debian packages a spec needs (a real nginx, LÖVE): installed when
+-- missing and run as root; otherwise the spec fails saying what to install.
+function helpers.ensure_packages(packages)
+  local missing = {}
+  for _, p in ipairs(packages) do
+    if helpers.sh("dpkg-query -W -f='${Status}' " .. p .. " | grep -q 'ok installed'") ~= 0 then
+      missing[#missing + 1] = p
+    end
+  end
+  if #missing == 0 then return end
+  local list = table.concat(missing, " ")
+  local status, out, err = helpers.sh("[ \"$(id -u)\" = 0 ] && apt-get update -qq && " ..
+    "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq " .. list)
+  assert(status == 0, "cannot install " .. list .. " (run as root): " .. out .. err)
+end
+
+-- A copy of examples/NAME in a temporary folder; returns its path.
+function helpers.copy_example(name)
+  local dir = helpers.tmpname("-" .. name)
+  assert(os.execute("cp -r " .. shell_quote(root .. "/examples/" .. name) .. " " .. shell_quote(dir)))
+  return dir
+end
+
 helpers.calculate = [[
 schema CalcResult {
   result: float

@@ -10,6 +10,7 @@
 --   f:wait(ms)  -- blocks up to ms (nil: no limit) -> done?
 --   f:result()  -- the value; raises { code, message, retryable, details }
 --   f:cancel()
+--   f:json()    -- true, result JSON | false, error JSON, code, message (no decoding)
 --   f:await([sleep])  -- in a coroutine: yields the future until done; with
 --                     -- sleep (e.g. ngx.sleep), sleeps between polls instead
 --
@@ -247,6 +248,17 @@ function Future:result()
   local e = json and luma.json.decode(json) or {}
   e.code, e.message = ffi.string(err.code), ffi.string(err.message)
   error(setmetatable(e, Error), 2)
+end
+
+-- f:json() -> true, result_json | false, error_json, code, message; nil
+-- when not done. No decoding: what a server passes on as it is.
+function Future:json()
+  local err = ffi.new("luma_error")
+  local state = lib.luma_result(self.c, jsonp, lenp, err)
+  if state == 1 then return nil end
+  local json = jsonp[0] ~= nil and ffi.string(jsonp[0], lenp[0]) or "null"
+  if state == C_OK then return true, json end
+  return false, json, ffi.string(err.code), ffi.string(err.message)
 end
 
 function Future:cancel() lib.luma_cancel(self.c) end

@@ -1,0 +1,189 @@
+-- OpenResty: a real nginx with its Lua module (on LuaJIT) runs
+-- examples/openresty, which calls tools through libluma. One worker; the
+-- spec starts it on a free port in a temporary folder and stops it after.
+local luma = require "luma"
+local socket = require "socket"
+local h = require "spec.helpers"
+
+local build = h.root .. "/" .. (os.getenv("LUMA_BUILD") or "build")
+
+-- -> exit status, everything it printed
+local function sh(cmd)
+  local status, out, err = h.sh(cmd)
+  return status, out .. err
+end
+
+local function free_port()
+  local s = assert(socket.bind("127.0.0.1", 0))
+  local _, port = s:getsockname()
+  s:close()
+  return port
+end
+
+local Nginx = {}
+Nginx.__index = Nginx
+
+local function start_nginx()
+  h.ensure_packages { "nginx", "libnginx-mod-http-lua", "luajit2" }
+  local dir = h.copy_example("openresty")
+  local port = free_port()
+  local conf = h.read(dir .. "/nginx.conf"):gsub("127%.0%.0%.1:8080", "127.0.0.1:" .. port)
+  h.write(dir .. "/nginx.conf", conf)
+  local self = setmetatable({ dir = dir, url = "http://127.0.0.1:" .. port }, Nginx)
+  -- as root, the worker must run as root to read the run's private temporary folder
+  local user = sh("[ \"$(id -u)\" = 0 ]") == 0 and " -g 'user root;'" or ""
+  -- (under the sanitizers, nginx keeps the preloaded runtime libluma needs,
+  -- without leak detection: nginx's own allocations are not ours to judge)
+  self.cmd = "cd " .. h.quote(dir) .. " && env ASAN_OPTIONS=detect_leaks=0 LUMA_LIBRARY=" .. h.quote(build .. "/libluma.so") ..
+    " LUMA_LUADIR=" .. h.quote(h.root .. "/lua") .. " nginx -p " .. h.quote(dir .. "/") .. " -c nginx.conf -e " ..
+    h.quote(dir .. "/error.log") .. user
+  local status, out = sh(self.cmd)
+  if status ~= 0 then
+    local log = io.open(dir .. "/error.log") and h.read(dir .. "/error.log") or ""
+    os.execute("rm -rf " .. h.quote(dir))
+    error("nginx did not start: " .. out .. log)
+  end
+  for _ = 1, 100 do
+    local c = socket.tcp()
+    c:settimeout(0.1)
+    local ok = c:connect("127.0.0.1", port)
+    c:close()
+    if ok then break end
+    socket.sleep(0.05)
+  end
+  return self
+end
+
+function Nginx:signal(name)
+  return sh(self.cmd .. " -s " .. name)
+end
+
+function Nginx:stop()
+  if self.stopped then return end
+  self.stopped = true
+  local pid = io.open(self.dir .. "/nginx.pid") and h.read(self.dir .. "/nginx.pid"):match("%d+")
+  self:signal("stop")
+  for _ = 1, 100 do
+    if not pid or sh("kill -0 " .. pid .. " 2>/dev/null") ~= 0 then break end
+    socket.sleep(0.05)
+  end
+  if pid then os.execute("kill -9 " .. pid .. " 2>/dev/null") end
+  os.execute("rm -rf " .. h.quote(self.dir))
+end
+
+function Nginx:log()
+  local f = io.open(self.dir .. "/error.log")
+  if not f then return "" end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+-- POSTs to /tools/NAME -> status, decoded body
+function Nginx:post(tool, body)
+  local http = require "socket.http"
+  local ltn12 = require "ltn12"
+  local out = {}
+  local _, status = http.request {
+    url = self.url .. "/tools/" .. tool, method = "POST",
+    headers = { ["content-type"] = "application/json", ["content-length"] = #body },
+    source = ltn12.source.string(body), sink = ltn12.sink.table(out),
+  }
+  local text = table.concat(out)
+  local ok, value = pcall(luma.json.decode, text)
+  return status, ok and value or text
+end
+
+-- n requests at once -> { total_ms, results = { { status, body, ms } } }
+function Nginx:burst(tool, n, body, background)
+  local cmd = "env -u LD_PRELOAD python3 " .. h.quote(h.root .. "/spec/support/http_burst.py") .. " " ..
+    h.quote(self.url .. "/tools/" .. tool) .. " " .. n .. " " .. h.quote(body)
+  if background then
+    local file = h.tmpname(".burst")
+    os.execute(cmd .. " --out " .. h.quote(file) .. " > /dev/null 2>&1 &")
+    return file
+  end
+  local status, out, err = h.sh(cmd)
+  assert(status == 0, out .. err)
+  return luma.json.decode(out)
+end
+
+local function read_burst(file)
+  for _ = 1, 300 do
+    local f = io.open(file)
+    if f then
+      local s = f:read("*a")
+      f:close()
+      os.remove(file)
+      return luma.json.decode(s)
+    end
+    socket.sleep(0.05)
+  end
+  error("the requests did not finish")
+end
+
+describe("OpenResty under a real nginx (examples/openresty)", function()
+  local nginx
+
+  setup(function() nginx = start_nginx() end)
+  teardown(function() if nginx then nginx:stop() end end)
+
+  local function post(tool, body)
+    local status, value = nginx:post(tool, body)
+    return status, value
+  end
+
+  it("calls a tool and returns its result as JSON", function()
+    local status, body = post("greet", '{"name": "Ada"}')
+    assert.are.equal(200, status, nginx:log())
+    assert.are.same({ text = "Hello, Ada!" }, body)
+  end)
+
+  it("answers bad input with a 400 and the error as JSON, an unknown tool with a 404", function()
+    local status, body = post("greet", '{"name": 5}')
+    assert.are.equal(400, status)
+    assert.are.equal("TOOL_INPUT_INVALID", body.code)
+    assert.are.equal("greet.input.name must be a string", body.message)
+    status, body = post("greet", "{not json")
+    assert.are.equal(400, status)
+    assert.are.equal("JSON_INVALID", body.code)
+    status, body = post("nope", "{}")
+    assert.are.equal(404, status)
+    assert.are.equal("TOOL_NOT_FOUND", body.code)
+  end)
+
+  it("serves 20 requests at once, each waiting 300 ms in its tool, in under 1.5 s: the worker never blocks", function()
+    local r = nginx:burst("wait", 20, '{"ms": 300}')
+    for i, one in ipairs(r.results) do
+      assert.are.equal(200, one.status, "request " .. i .. ": " .. one.body)
+      assert.are.same({ ms = 300 }, luma.json.decode(one.body))
+    end
+    assert.is_true(r.total_ms < 1500, string.format("20 requests took %.0f ms", r.total_ms))
+  end)
+
+  it("survives a tool that hits its memory limit and one that hits its deadline", function()
+    local status, body = post("hog", "{}")
+    assert.are.equal(500, status)
+    assert.are.equal("TOOL_MEMORY_LIMIT", body.code)
+    status, body = post("forever", "{}")
+    assert.are.equal(500, status)
+    assert.are.equal("TOOL_TIMEOUT", body.code)
+    status, body = post("greet", '{"name": "Bo"}')
+    assert.are.equal(200, status)
+    assert.are.equal("Hello, Bo!", body.text)
+    assert.is_nil(nginx:log():match("signal %d+ %(SIG"), nginx:log())
+  end)
+
+  it("finishes the calls in flight across nginx -s reload, then serves from the new worker", function()
+    local file = nginx:burst("wait", 5, '{"ms": 800}', true)
+    socket.sleep(0.3)
+    local status, out = nginx:signal("reload")
+    assert.are.equal(0, status, out)
+    local r = read_burst(file)
+    for i, one in ipairs(r.results) do assert.are.equal(200, one.status, "request " .. i .. ": " .. one.body) end
+    local s, body = post("greet", '{"name": "Cy"}')
+    assert.are.equal(200, s)
+    assert.are.equal("Hello, Cy!", body.text)
+    assert.is_nil(nginx:log():match("signal %d+ %(SIG"), nginx:log())
+  end)
+end)

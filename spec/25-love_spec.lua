@@ -1,0 +1,26 @@
+-- LÖVE, a real game engine (Debian's love 11.4, on LuaJIT): examples/love
+-- runs headless (no window, no graphics: conf.lua) and polls luma calls
+-- through the FFI binding in love.update while a 500 ms tool runs.
+local h = require "spec.helpers"
+
+local build = h.root .. "/" .. (os.getenv("LUMA_BUILD") or "build")
+
+describe("a LÖVE game (examples/love)", function()
+  it("gets every tool result while its frames keep ticking, each update under 5 ms", function()
+    h.ensure_packages { "love" }
+    local dir = h.copy_example("love")
+    local status, out, err = h.sh("cd " .. h.quote(dir) .. " && env ASAN_OPTIONS=detect_leaks=0 LUMA_HEADLESS=1" ..
+      " XDG_RUNTIME_DIR=" .. h.quote(dir) .. " HOME=" .. h.quote(dir) ..
+      " LUMA_LIBRARY=" .. h.quote(build .. "/libluma.so") .. " LUMA_LUADIR=" .. h.quote(h.root .. "/lua") ..
+      " timeout 60 love .")
+    os.execute("rm -rf " .. h.quote(dir))
+    assert(status == 0, out .. err)
+    assert.matches("think: done thought %d+ times at frame %d+", out)
+    assert.matches("roll: done 4 at frame", out)
+    assert.matches("roll again: done 3 at frame", out)
+    local think = tonumber(out:match("think: done thought %d+ times at frame (%d+)"))
+    assert.is_true(think > 30, "the 500 ms tool finished at frame " .. think .. ": the frames did not tick")
+    local worst = tonumber(out:match("worst update: ([%d.]+) ms"))
+    assert.is_true(worst < 5, "worst update " .. worst .. " ms\n" .. out)
+  end)
+end)
