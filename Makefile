@@ -8,7 +8,11 @@ LUA_INCDIR ?= /usr/include/lua5.4
 LUA_LIB   ?= -llua5.4
 PREFIX    ?= /usr/local
 LUADIR    ?= $(PREFIX)/share/lua/5.4
-CMODDIR   ?= $(PREFIX)/lib/x86_64-linux-gnu/lua/5.4
+CMODDIR   ?= $(PREFIX)/lib/lua/5.4
+LIBDIR    ?= $(PREFIX)/lib
+INCDIR    ?= $(PREFIX)/include
+MANDIR    ?= $(PREFIX)/share/man/man1
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
 OPT       ?= -O2
 CSTD      = -std=c99 -D_POSIX_C_SOURCE=200809L
 WARN      = -Wall -Wextra -Wshadow -Wundef -Wwrite-strings -Wmissing-prototypes -Wstrict-prototypes
@@ -69,14 +73,14 @@ LUA_FILES = $(sort $(wildcard lua/luma/*.lua))
 
 # Debian packages `make test` installs when run as root and one is missing.
 DEB_PACKAGES = lua5.4 liblua5.4-dev lua-cjson lua-busted lua-socket libcurl4-openssl-dev libmbedtls-dev luarocks python3 \
-               luajit2 libluajit2-5.1-dev nginx libnginx-mod-http-lua love
+               luajit2 libluajit2-5.1-dev nginx libnginx-mod-http-lua love pkgconf
 BENCH_PACKAGES = node-ajv
 FUZZ_PACKAGES = clang libclang-rt-14-dev
 
 RESULTS   = $(BUILD)/test-results
 BUSTED    = $(LUA) /usr/bin/busted
 
-.PHONY: all test valgrind bench demo fuzz fuzz-pattern fuzz-adapters install clean help deps
+.PHONY: all test valgrind bench demo fuzz fuzz-pattern fuzz-adapters install uninstall clean help deps
 
 all: $(BUILD)/luma/core.so $(BUILD)/luma-lua $(LIBLUMA)
 
@@ -91,7 +95,9 @@ help:
 	@echo "make fuzz       fuzz the parser (FUZZ_SECONDS=600)"
 	@echo "make fuzz-pattern  fuzz the sandbox's pattern matcher against Lua's"
 	@echo "make fuzz-adapters fuzz the providers' response parsers"
-	@echo "make install    install into PREFIX=$(PREFIX)"
+	@echo "make install    install into PREFIX=$(PREFIX) (DESTDIR too): the command, the Lua module,"
+	@echo "                libluma, luma.h, luma.pc, the man page, the bash completion"
+	@echo "make uninstall  remove exactly what make install installed"
 	@echo "make clean      remove build/"
 
 HEADERS   = $(wildcard base/*.h sandbox/*.h adapters/*.h core/*.h)
@@ -222,15 +228,30 @@ fuzz-adapters:
 	  -lm -o build/fuzz/adapter_fuzz
 	build/fuzz/adapter_fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 build/fuzz/adapter-corpus
 
+# Where Debian's lua5.4 looks by default with PREFIX=/usr/local. Every file
+# installed is listed once, in INSTALLED; uninstall removes exactly those.
+INSTALLED = $(PREFIX)/bin/luma-lua $(addprefix $(LUADIR)/luma/,$(notdir $(LUA_FILES))) $(CMODDIR)/luma/core.so \
+            $(LIBDIR)/libluma.so.0 $(LIBDIR)/libluma.so $(INCDIR)/luma.h $(LIBDIR)/pkgconfig/luma.pc \
+            $(MANDIR)/luma-lua.1 $(BASHCOMPDIR)/luma-lua
+
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(LUADIR)/luma $(DESTDIR)$(CMODDIR)/luma \
-	  $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(LUADIR)/luma $(DESTDIR)$(CMODDIR)/luma $(DESTDIR)$(LIBDIR)/pkgconfig \
+	  $(DESTDIR)$(INCDIR) $(DESTDIR)$(MANDIR) $(DESTDIR)$(BASHCOMPDIR)
 	install -m 755 $(BUILD)/luma-lua $(DESTDIR)$(PREFIX)/bin/luma-lua
-	install -m 644 lua/luma/*.lua $(DESTDIR)$(LUADIR)/luma/
+	install -m 644 $(LUA_FILES) $(DESTDIR)$(LUADIR)/luma/
 	install -m 755 $(BUILD)/luma/core.so $(DESTDIR)$(CMODDIR)/luma/core.so
-	install -m 755 $(LIBLUMA) $(DESTDIR)$(PREFIX)/lib/libluma.so.0
-	ln -sf libluma.so.0 $(DESTDIR)$(PREFIX)/lib/libluma.so
-	install -m 644 core/luma.h $(DESTDIR)$(PREFIX)/include/luma.h
+	install -m 755 $(LIBLUMA) $(DESTDIR)$(LIBDIR)/libluma.so.0
+	ln -sf libluma.so.0 $(DESTDIR)$(LIBDIR)/libluma.so
+	install -m 644 core/luma.h $(DESTDIR)$(INCDIR)/luma.h
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCDIR@|$(INCDIR)|' \
+	  -e "s|@VERSION@|$$(sed -n 's/^#define LUMA_VERSION \"\(.*\)\"/\1/p' core/luma.h)|" dist/luma.pc.in \
+	  > $(DESTDIR)$(LIBDIR)/pkgconfig/luma.pc
+	install -m 644 dist/luma-lua.1 $(DESTDIR)$(MANDIR)/luma-lua.1
+	install -m 644 dist/luma-lua.bash-completion $(DESTDIR)$(BASHCOMPDIR)/luma-lua
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
+	-rmdir $(DESTDIR)$(LUADIR)/luma $(DESTDIR)$(CMODDIR)/luma 2>/dev/null
 
 clean:
 	rm -rf build

@@ -21,7 +21,9 @@
 #endif
 
 /* The directory holding luma/init.lua: $LUMA_LUADIR, ../lua next to a
-   development build, or the installed share directory. */
+   development build, ../share/lua/5.4 next to an installed command (so that
+   any PREFIX works, whatever the build was told), or the share directory
+   the build was told. */
 static void lua_dir(char *out, size_t n) {
   const char *env = getenv("LUMA_LUADIR");
   if (env && *env) { snprintf(out, n, "%s", env); return; }
@@ -33,8 +35,14 @@ static void lua_dir(char *out, size_t n) {
     if (slash) {
       *slash = '\0';
       char probe[PATH_MAX + 32];
-      snprintf(probe, sizeof probe, "%s/../lua/luma/init.lua", exe);
-      if (access(probe, R_OK) == 0 && strlen(exe) + 8 < n) { snprintf(out, n, "%.*s/../lua", (int)(n - 8), exe); return; }
+      static const char *const near[] = { "/../lua", "/../share/lua/5.4" };
+      for (int i = 0; i < 2; i++) {
+        snprintf(probe, sizeof probe, "%s%s/luma/init.lua", exe, near[i]);
+        if (access(probe, R_OK) == 0 && strlen(exe) + strlen(near[i]) < n) {
+          snprintf(out, n, "%s%s", exe, near[i]);
+          return;
+        }
+      }
     }
   }
   snprintf(out, n, "%s", LUMA_LUADIR);

@@ -48,4 +48,8 @@ build = {
     ["luma.future"] = "lua/luma/future.lua",
     ["luma.loader"] = "lua/luma/loader.lua",
   },
+  -- the command, as a Lua script (luarocks wraps it with the tree's paths)
+  install = {
+    bin = { ["luma-lua"] = "dist/luma-lua.lua" },
+  },
 }
