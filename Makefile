@@ -73,7 +73,7 @@ LUA_FILES = $(sort $(wildcard lua/luma/*.lua))
 
 # Debian packages `make test` installs when run as root and one is missing.
 DEB_PACKAGES = lua5.4 liblua5.4-dev lua-cjson lua-busted lua-socket libcurl4-openssl-dev libmbedtls-dev luarocks python3 \
-               luajit2 libluajit2-5.1-dev nginx libnginx-mod-http-lua love pkgconf
+               luajit2 libluajit2-5.1-dev nginx libnginx-mod-http-lua love pkgconf libedit-dev
 BENCH_PACKAGES = node-ajv
 FUZZ_PACKAGES = clang libclang-rt-14-dev
 
@@ -116,8 +116,10 @@ $(BUILD)/luma:
 $(BUILD)/luma/core.so: $(CORE_OBJ) | $(BUILD)/luma
 	$(CC) -shared $(LDFLAGS) -o $@ $(CORE_OBJ) $(LIBS)
 
-$(BUILD)/luma-lua: $(CORE_OBJ) $(BUILD)/obj/core/host.o
-	$(CC) $(LDFLAGS) -o $@ $(BUILD)/obj/core/host.o $(CORE_OBJ) $(LUA_LIB) $(LIBS) -Wl,-E
+# The command: a Lua 5.4 host with luma.core built in, and line editing for
+# its REPL (libedit; core/lineedit.c is the command's alone).
+$(BUILD)/luma-lua: $(CORE_OBJ) $(BUILD)/obj/core/host.o $(BUILD)/obj/core/lineedit.o
+	$(CC) $(LDFLAGS) -o $@ $(BUILD)/obj/core/host.o $(BUILD)/obj/core/lineedit.o $(CORE_OBJ) $(LUA_LIB) $(LIBS) -ledit -Wl,-E
 
 $(BUILD)/gen/luafiles.c: core/luafiles.lua $(LUA_FILES)
 	@mkdir -p $(dir $@)

@@ -14,6 +14,7 @@
 #include <lauxlib.h>
 #include <lualib.h>
 
+#include "lineedit.h"
 #include "luma.h"
 
 #ifndef LUMA_LUADIR
@@ -38,8 +39,10 @@ static void lua_dir(char *out, size_t n) {
       static const char *const near[] = { "/../lua", "/../share/lua/5.4" };
       for (int i = 0; i < 2; i++) {
         snprintf(probe, sizeof probe, "%s%s/luma/init.lua", exe, near[i]);
-        if (access(probe, R_OK) == 0 && strlen(exe) + strlen(near[i]) < n) {
-          snprintf(out, n, "%s%s", exe, near[i]);
+        size_t a = strlen(exe), b = strlen(near[i]);
+        if (access(probe, R_OK) == 0 && a + b < n) {
+          memcpy(out, exe, a);
+          memcpy(out + a, near[i], b + 1);
           return;
         }
       }
@@ -65,6 +68,8 @@ static int run(lua_State *L) {
   luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
   lua_pushcfunction(L, luaopen_luma_core);
   lua_setfield(L, -2, "luma.core");
+  lua_pushcfunction(L, luaopen_luma_lineedit);
+  lua_setfield(L, -2, "luma.lineedit");
   lua_pop(L, 1);
   char dir[PATH_MAX];
   lua_dir(dir, sizeof dir);

@@ -47,6 +47,7 @@ build = {
     ["luma.ffi"] = "lua/luma/ffi.lua",
     ["luma.future"] = "lua/luma/future.lua",
     ["luma.loader"] = "lua/luma/loader.lua",
+    ["luma.repl"] = "lua/luma/repl.lua",
   },
   -- the command, as a Lua script (luarocks wraps it with the tree's paths)
   install = {

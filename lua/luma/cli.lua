@@ -8,6 +8,8 @@ local USAGE = [[
 usage: luma-lua <command> [arguments]
 
 commands:
+  (none), repl [PROGRAM] [--config FILE] [--tool-module FILE]...
+                           the REPL: :help lists its commands; Lua for the rest
   [run] PROGRAM [options]  run a .luma program: its top-level statements, or
                            an agent method; print the result as JSON
   check PROGRAM            check a .luma program; print "ok", or every error
@@ -100,6 +102,28 @@ local function program_argument(args, command, failure_status, count)
 end
 
 local commands = {}
+
+-- repl [PROGRAM] [--config FILE] [--tool-module FILE]...
+function commands.repl(args)
+  local o = { tool_modules = {} }
+  local i = 1
+  while i <= #args do
+    local a = args[i]
+    if a == "--config" or a == "--tool-module" then
+      if not args[i + 1] then return usage_error(a .. " needs a value") end
+      if a == "--config" then o.config = args[i + 1] else o.tool_modules[#o.tool_modules + 1] = args[i + 1] end
+      i = i + 2
+    elseif a:sub(1, 1) == "-" then
+      return usage_error("unknown option '" .. a .. "' of repl")
+    elseif o.program then
+      return usage_error("repl takes one PROGRAM, not '" .. o.program .. "' and '" .. a .. "'")
+    else
+      o.program = a
+      i = i + 1
+    end
+  end
+  return require("luma.repl").main(o)
+end
 
 function commands.check(args)
   local program, status = program_argument(args, "check", 1)
@@ -248,10 +272,7 @@ end
 
 function cli.main(arg)
   local first = arg[1]
-  if first == nil then
-    io.stderr:write(USAGE)
-    return 2
-  end
+  if first == nil then return commands.repl({}) end
   if first == "--help" or first == "-h" or first == "help" then
     io.stdout:write(USAGE)
     return 0
