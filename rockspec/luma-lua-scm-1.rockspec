@@ -48,6 +48,7 @@ build = {
     ["luma.future"] = "lua/luma/future.lua",
     ["luma.loader"] = "lua/luma/loader.lua",
     ["luma.repl"] = "lua/luma/repl.lua",
+    ["luma.starter"] = "lua/luma/starter.lua",
   },
   -- the command, as a Lua script (luarocks wraps it with the tree's paths)
   install = {

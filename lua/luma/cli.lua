@@ -10,6 +10,8 @@ usage: luma-lua <command> [arguments]
 commands:
   (none), repl [PROGRAM] [--config FILE] [--tool-module FILE]...
                            the REPL: :help lists its commands; Lua for the rest
+  init [DIR]               write a starter project (a contract, its handlers, a
+                           config with the strict sandbox, a spec)
   [run] PROGRAM [options]  run a .luma program: its top-level statements, or
                            an agent method; print the result as JSON
   check PROGRAM            check a .luma program; print "ok", or every error
@@ -21,7 +23,7 @@ commands:
                            it with its defaults filled (exit 0), or every
                            violation (exit 1)
   --version, -v            print the version
-  --help, -h               print this help
+  --help, -h               print this help; CMD --help: one command's
 
 options of run:
   --tool-module FILE       load a Lua tool module (repeatable)
@@ -102,6 +104,98 @@ local function program_argument(args, command, failure_status, count)
 end
 
 local commands = {}
+
+-- Each command's own help (luma-lua CMD --help).
+local HELP = {
+  run = [[
+usage: luma-lua [run] PROGRAM [options]
+Runs a .luma program's top-level statements and prints their variables as one
+JSON object; with --agent, calls a method and prints what it returns.
+  --tool-module FILE   load a Lua tool module (repeatable)
+  --config FILE        use this luma.config.json (default: the one next to the program)
+  --agent NAME         call a method of this agent
+  --method NAME        the method (default: run)
+  --input JSON         its arguments, a JSON object (@file: from a file; -: standard input)
+  --trace FILE         append one telemetry event per tool call and ask (JSON lines)
+  --record FILE        append every exchange with a model provider (JSON lines, keys redacted)
+  --replay FILE        answer the model requests from a recording, without the network
+  --emit-lua           print the Lua the program compiles to, and stop
+Exit status: 0; 1 when the run fails; 2 when the program does not load.
+]],
+  check = [[
+usage: luma-lua check PROGRAM
+Checks a program (and its config and tool modules): prints "ok" (exit 0), or
+every error with its file:line:col on stderr (exit 1; 2 for a missing file).
+]],
+  tools = [[
+usage: luma-lua tools PROGRAM
+Prints the program's tool declarations as JSON: { name, description, parameters } each.
+]],
+  schema = [[
+usage: luma-lua schema PROGRAM NAME
+Prints the JSON Schema of one schema of the program.
+]],
+  validate = [[
+usage: luma-lua validate PROGRAM SCHEMA [JSON | @file | -]
+Validates a value (standard input when absent) against a schema: prints it
+with its defaults filled (exit 0), or every violation on stderr (exit 1).
+]],
+  repl = [[
+usage: luma-lua [repl [PROGRAM] [--config FILE] [--tool-module FILE]...]
+The REPL: :help lists its commands (:load, :call, :run, :ask, ...); anything
+else is Lua, with program and luma in scope. Ctrl-C cancels what runs, Ctrl-D
+leaves. Reading from a pipe, it runs commands line by line and exits 1 when
+one failed. History: $LUMA_HISTORY, else ~/.luma_history.
+]],
+  init = [[
+usage: luma-lua init [DIR]
+Writes a starter project into DIR (default: the current folder): program.luma,
+tools.lua, luma.config.json (the strict sandbox) and spec/greet_spec.lua. An
+existing file is never overwritten.
+]],
+}
+
+-- init [DIR]: the starter project (luma.starter)
+function commands.init(args)
+  if #args > 1 then return usage_error("init takes one DIR") end
+  local dir = args[1] or "."
+  local files = require "luma.starter"
+  for _, f in ipairs(files) do
+    local existing = io.open(dir .. "/" .. f[1], "r")
+    if existing then
+      existing:close()
+      err("Error: " .. dir .. "/" .. f[1] .. " exists; init writes only into a folder without its files")
+      return 1
+    end
+  end
+  local function mkdir(path)
+    local ok = os.execute("mkdir -p '" .. path:gsub("'", "'\\''") .. "'")
+    return ok == true or ok == 0
+  end
+  for _, f in ipairs(files) do
+    local sub = (dir .. "/" .. f[1]):match("^(.*)/[^/]*$")
+    if not mkdir(sub) then
+      err("Error: cannot make the folder " .. sub)
+      return 1
+    end
+    local h, why = io.open(dir .. "/" .. f[1], "w")
+    if not h then
+      err("Error: cannot write " .. dir .. "/" .. f[1] .. ": " .. tostring(why))
+      return 1
+    end
+    h:write(f[2])
+    h:close()
+    out("wrote " .. dir .. "/" .. f[1])
+  end
+  out("")
+  out("Next, in " .. dir .. ":")
+  out("  luma-lua check program.luma")
+  out("  luma-lua program.luma")
+  out("  luma-lua program.luma --agent Greeter --input '{\"name\": \"Ada\"}'")
+  out("  luma-lua repl program.luma")
+  out("  busted --lua=lua5.4 spec")
+  return 0
+end
 
 -- repl [PROGRAM] [--config FILE] [--tool-module FILE]...
 function commands.repl(args)
@@ -283,6 +377,10 @@ function cli.main(arg)
   end
   local args = {}
   local command = commands[first]
+  if command and (arg[2] == "--help" or arg[2] == "-h") then
+    io.stdout:write(HELP[first])
+    return 0
+  end
   if command then
     for i = 2, #arg do args[#args + 1] = arg[i] end
   elseif first:sub(1, 1) ~= "-" then
