@@ -49,6 +49,7 @@ build = {
     ["luma.loader"] = "lua/luma/loader.lua",
     ["luma.repl"] = "lua/luma/repl.lua",
     ["luma.starter"] = "lua/luma/starter.lua",
+    ["luma.types"] = "lua/luma/types.lua",
   },
   -- the command, as a Lua script (luarocks wraps it with the tree's paths)
   install = {

@@ -88,8 +88,9 @@ describe("the catalogue of error codes", function()
   end)
 
   it("holds every code string of lua/luma/*.lua (environment variables aside)", function()
+    local environment = { NO_COLOR = true }
     for code, where in pairs(quoted_codes("lua/luma/*.lua")) do
-      if not code:match("^LUMA_") then assert(luma.errors[code], where .. ": " .. code .. " is not in the catalogue (base/errors.h)") end
+      if not code:match("^LUMA_") and not environment[code] then assert(luma.errors[code], where .. ": " .. code .. " is not in the catalogue (base/errors.h)") end
     end
   end)
 

@@ -39,6 +39,8 @@ options of run:
   --replay FILE            answer the model requests from a recording, without the
                            network; the first request that differs is an error
   --emit-lua               print the Lua the program compiles to, and stop
+  --generate-tool-types OUT  write the handlers' types and stop: OUT.d.ts
+                           (TypeScript) or OUT.lua (LuaCATS annotations)
 
 Exit status: 0 on success; 1 when check finds errors or a run fails
 ("Error: [CODE] message"); 2 for a program that does not load ("Error: message")
@@ -120,6 +122,9 @@ JSON object; with --agent, calls a method and prints what it returns.
   --record FILE        append every exchange with a model provider (JSON lines, keys redacted)
   --replay FILE        answer the model requests from a recording, without the network
   --emit-lua           print the Lua the program compiles to, and stop
+  --generate-tool-types OUT
+                       write the types of the program's schemas and handlers to OUT and
+                       stop: TypeScript for a .d.ts, LuaCATS annotations for a .lua
 Exit status: 0; 1 when the run fails; 2 when the program does not load.
 ]],
   check = [[
@@ -300,6 +305,7 @@ local function parse_run_args(args)
     elseif a == "--record" then o.record = value(a)
     elseif a == "--replay" then o.replay = value(a)
     elseif a == "--emit-lua" then o.emit_lua = true
+    elseif a == "--generate-tool-types" then o.types = value(a)
     elseif a:sub(1, 2) == "--" then error({ usage = "unknown option '" .. a .. "'" })
     elseif o.program then error({ usage = "more than one PROGRAM: '" .. o.program .. "' and '" .. a .. "'" })
     else o.program = a end
@@ -331,6 +337,19 @@ function commands.run(args)
   if not ok then
     if type(o) == "table" and o.usage then return usage_error(o.usage) end
     error(o, 0)
+  end
+  if o.types then
+    -- the contracts only: no config, no module, nothing runs
+    local compiled, program = pcall(luma.load, o.program, { config = false })
+    if not compiled then return report(program, true) end
+    local text, why = require("luma.types").for_file(program, o.types)
+    if not text then return usage_error(why) end
+    local f, ferr = io.open(o.types, "wb")
+    if not f then return report(luma.error { code = "IO_ERROR", message = "cannot write '" .. o.types .. "': " ..
+      tostring(ferr):gsub("^[^:]*: ", "") }, true) end
+    f:write(text)
+    f:close()
+    return 0
   end
   local loaded, program = pcall(luma.load, o.program, {
     tool_modules = o.tool_modules, config = o.config, trace = o.trace, record = o.record, replay = o.replay,
