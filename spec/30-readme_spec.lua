@@ -1,0 +1,128 @@
+-- The README cannot rot: every fenced code block in it is compiled, run or
+-- checked here (the Embedding section's blocks by spec/23).
+local luma = require "luma"
+local core = require "luma.core"
+local config = require "luma.config"
+local h = require "spec.helpers"
+
+local README = h.read(h.root .. "/README.md")
+
+-- { { lang, code, line, section } } for every fenced block
+local function blocks()
+  local list, line, section, open = {}, 0, nil, nil
+  for text in (README .. "\n"):gmatch("(.-)\n") do
+    line = line + 1
+    if not open and text:match("^## ") then section = text:sub(4) end
+    local lang = text:match("^```(%w*)$")
+    if lang then
+      if open then
+        list[#list + 1] = open
+        open = nil
+      else
+        open = { lang = lang, code = "", line = line, section = section }
+      end
+    elseif open then
+      open.code = open.code .. text .. "\n"
+    end
+  end
+  return list
+end
+
+local BLOCKS = blocks()
+
+local function of(lang, section)
+  local list = {}
+  for _, b in ipairs(BLOCKS) do
+    if b.lang == lang and (section == nil or b.section == section) then list[#list + 1] = b end
+  end
+  return list
+end
+
+-- What the examples refer to without declaring it themselves.
+local PRELUDE = [[
+schema DbResult { ok: bool }
+schema ToolError { code: string, message: string }
+schema Database { url: string }
+schema Answer { summary: string }
+schema Stats { words: int }
+tool text_stats(text: string) -> Stats { }
+]]
+
+describe("the README's code blocks", function()
+  it("are all checked: luma, lua, json and c, and no other kind", function()
+    local kinds = {}
+    for _, b in ipairs(BLOCKS) do kinds[b.lang] = (kinds[b.lang] or 0) + 1 end
+    for lang in pairs(kinds) do
+      assert.is_truthy(({ luma = true, lua = true, json = true, c = true })[lang],
+        "a ```" .. lang .. " block is not checked by any spec")
+    end
+    assert.is_true(#of("luma") >= 5)
+  end)
+
+  it("compile, every luma block together, as one program", function()
+    local source = PRELUDE
+    for _, b in ipairs(of("luma")) do source = source .. "\n# README line " .. b.line .. "\n" .. b.code end
+    local ok, err = pcall(luma.compile, source, "README.md")
+    assert(ok, tostring(err) .. "\n" .. (type(err) == "table" and err.details and
+      core.json_encode(err.details.diagnostics) or ""))
+  end)
+
+  it("run the handler module against the first contract", function()
+    local contract, module
+    for _, b in ipairs(of("luma")) do contract = contract or (b.code:find("tool calculate", 1, true) and b.code) end
+    for _, b in ipairs(of("lua")) do module = module or (b.code:match("^%-%- tools%.lua") and b.code) end
+    assert.is_truthy(contract and module)
+    local dir = h.project { ["program.luma"] = contract, ["tools.lua"] = module }
+    local p = luma.load(dir .. "/program.luma", { tool_modules = { dir .. "/tools.lua" } })
+    assert.are.same({ result = 5 }, (p:call("calculate", { a = 2, b = 3, operation = "add" })))
+    assert.are.same({ result = 6 }, (p:call("calculate", { a = 2, b = 3, operation = "multiply" })))
+    os.execute("rm -rf " .. h.quote(dir))
+  end)
+
+  it("name only methods that exist, in the Lua API listing", function()
+    local listing
+    for _, b in ipairs(of("lua", "The Lua API")) do listing = listing or b.code end
+    assert.is_truthy(listing)
+    local program = luma.compile("schema S { x: int }\nagent A { fn run() -> int { return 1 } }")
+    local objects = {
+      program = program,
+      c = program.start and luma.runtime and core.Call,
+      a = core.Ask,
+      rt = luma.runtime(),
+      f = getmetatable(program:agent("A"):start("run", {})),
+      luma = luma,
+    }
+    local checked = 0
+    for object, sep, method in listing:gmatch("%f[%w_]([%a_]+)([:%.])([%a_]+)%(") do
+      local target = objects[object]
+      if target then
+        local found = target[method]
+        if object == "f" then found = target.__index[method] end
+        if object == "program" and not found then found = program:agent("A")[method] end
+        assert.is_truthy(found, "the README names " .. object .. sep .. method .. ", which does not exist")
+        checked = checked + 1
+      end
+    end
+    assert.is_true(checked >= 30, checked .. " names checked")
+    objects.rt:close()
+  end)
+
+  it("have a config that the config reader accepts", function()
+    local list = of("json")
+    assert.is_true(#list >= 1)
+    for _, b in ipairs(list) do
+      local dir = h.project { ["luma.config.json"] = b.code }
+      local ok, err = pcall(config.read, dir .. "/luma.config.json")
+      assert(ok, "README line " .. b.line .. ": " .. tostring(err))
+      os.execute("rm -rf " .. h.quote(dir))
+    end
+  end)
+
+  it("have their C and Lua embedding snippets run by spec/23", function()
+    local embedding = h.read(h.root .. "/spec/23-embedding_spec.lua")
+    assert.matches("README's Embedding section", embedding)
+    for _, b in ipairs(BLOCKS) do
+      if b.lang == "c" then assert.are.equal("Embedding", b.section, "a C block outside Embedding: line " .. b.line) end
+    end
+  end)
+end)
