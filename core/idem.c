@@ -1,6 +1,7 @@
 #define _DEFAULT_SOURCE
 
 #include "idem.h"
+#include "idemint.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -50,6 +51,8 @@ typedef struct id_table {
 } id_table;
 
 struct id_store {
+  const id_ops *ops;          /* another back end (idemint.h), or NULL */
+  void *impl;
   pthread_mutex_t lock;       /* guards every field below */
   id_table t;                 /* memory: the records; file: the file's records as of the last load */
   int file;
@@ -203,8 +206,7 @@ static int hex_ok(const char *s, size_t len) {
   return 1;
 }
 
-static int check_args(const char *tool, const char *key, size_t keylen, const char *hash, char *err,
-                      size_t errlen) {
+int id_check_args(const char *tool, const char *key, size_t keylen, const char *hash, char *err, size_t errlen) {
   if (!tool || !*tool || !u8_valid(tool, strlen(tool))) {
     seterr(err, errlen, "idempotency: the tool name must be non-empty UTF-8");
     return -1;
@@ -255,7 +257,7 @@ static int proc_stat(long long pid, long long *start, char *state) {
   return 0;
 }
 
-static long long self_start(void) {
+long long id_self_start(void) {
   long long start = 0;
   char state;
   if (proc_stat((long long)getpid(), &start, &state) != 0) return 0;
@@ -265,22 +267,26 @@ static long long self_start(void) {
 /* Whether the process that made a claim still runs: a pid that is gone, a
    zombie, or a pid reused by a process that started at another time cannot
    finish the call. Without /proc (s->start is 0), kill() alone decides. */
-static int owner_alive(const id_store *s, const id_rec *r) {
-  if (r->pid <= 0 || r->pid > INT_MAX) return 0;
-  if (kill((pid_t)r->pid, 0) == -1 && errno == ESRCH) return 0;
-  if (!s->start) return 1;
+int id_pid_alive(long long pid, long long want_start) {
+  if (pid <= 0 || pid > INT_MAX) return 0;
+  if (kill((pid_t)pid, 0) == -1 && errno == ESRCH) return 0;
   long long start;
   char state;
-  if (proc_stat(r->pid, &start, &state) != 0) return errno != ENOENT;
+  if (proc_stat(pid, &start, &state) != 0) return errno != ENOENT;
   if (state == 'Z' || state == 'X') return 0;
-  return r->start == 0 || start == r->start;
+  return want_start == 0 || start == want_start;
+}
+
+static int owner_alive(const id_store *s, const id_rec *r) {
+  if (!s->start) return r->pid > 0 && r->pid <= INT_MAX && !(kill((pid_t)r->pid, 0) == -1 && errno == ESRCH);
+  return id_pid_alive(r->pid, r->start);
 }
 
 static int owned_here(const id_store *s, const id_rec *r) {
   return !s->file || (r->pid == (long long)s->pid && r->start == s->start && strcmp(r->token, s->token) == 0);
 }
 
-static long long add_ttl(long long now, long long ttl) {
+long long id_add_ttl(long long now, long long ttl) {
   return now > LLONG_MAX - ttl ? LLONG_MAX : now + ttl;
 }
 
@@ -340,7 +346,7 @@ static int decide_commit(id_store *s, const char *tool, const char *k, size_t kl
   }
   r->pending = 0;
   r->at = now;
-  r->expires_at = add_ttl(now, ttl);
+  r->expires_at = id_add_ttl(now, ttl);
   r->result = text;
   r->result_len = len;
   r->pid = r->start = 0;
@@ -686,7 +692,7 @@ static int fs_lock(id_store *s, char *err, size_t errlen) {
     close(s->lockfd);
     s->lockfd = fd;
     s->pid = pid;
-    s->start = self_start();
+    s->start = id_self_start();
     s->cached = 0;
   }
   while (flock(s->lockfd, LOCK_EX) == -1)
@@ -982,7 +988,7 @@ id_store *id_open_file_kdf(const char *path, const char *passphrase, unsigned it
   s->passlen = passphrase ? strlen(passphrase) : 0;
   s->iterations = iterations;
   s->pid = getpid();
-  s->start = self_start();
+  s->start = id_self_start();
   if (cr_random(token, sizeof token) != 0) {
     seterr(err, errlen, "idempotency: no random bytes");
     store_free(s);
@@ -1013,8 +1019,24 @@ id_store *id_open_file(const char *path, const char *passphrase, long long now_m
   return id_open_file_kdf(path, passphrase, ID_KDF_ITERATIONS, now_ms, err, errlen);
 }
 
+id_store *id_wrap(const id_ops *ops, void *impl) {
+  id_store *s = store_new(0);
+  if (!s) {
+    ops->close(impl);
+    return NULL;
+  }
+  s->ops = ops;
+  s->impl = impl;
+  return s;
+}
+
 void id_close(id_store *s) {
   if (!s) return;
+  if (s->ops) {
+    s->ops->close(s->impl);
+    store_free(s);
+    return;
+  }
   if (s->file && enter(s, LLONG_MIN, NULL, 0) == 0) {
     int dropped = 0;
     for (size_t i = 0; i < s->t.cap; i++) {
@@ -1042,7 +1064,8 @@ id_status id_begin(id_store *s, const char *tool, const char *key, size_t keylen
     seterr(err, errlen, "idempotency: id_begin needs a result pointer");
     return ID_ERROR;
   }
-  if (check_args(tool, key, keylen, input_hash, err, errlen) != 0) return ID_ERROR;
+  if (id_check_args(tool, key, keylen, input_hash, err, errlen) != 0) return ID_ERROR;
+  if (s->ops) return s->ops->begin(s->impl, tool, key, keylen, input_hash, now_ms, result, err, errlen);
   if (!(k = ck_make(tool, key, keylen, &klen))) {
     seterr(err, errlen, "idempotency: out of memory");
     return ID_ERROR;
@@ -1082,13 +1105,18 @@ int id_commit(id_store *s, const char *tool, const char *key, size_t keylen, con
               size_t errlen) {
   size_t klen, tlen;
   if (err && errlen) err[0] = '\0';
-  if (check_args(tool, key, keylen, input_hash, err, errlen) != 0) return -1;
+  if (id_check_args(tool, key, keylen, input_hash, err, errlen) != 0) return -1;
   if (ttl_ms <= 0) {
     seterr(err, errlen, "idempotency: tool '%s': ttl_ms must be greater than zero", tool);
     return -1;
   }
   char *text = normalize(result_json, result_len, &tlen, err, errlen);
   if (!text) return -1;
+  if (s->ops) {
+    int r = s->ops->commit(s->impl, tool, key, keylen, input_hash, text, tlen, now_ms, ttl_ms, err, errlen);
+    free(text);
+    return r;
+  }
   char *k = ck_make(tool, key, keylen, &klen);
   if (!k) {
     free(text);
@@ -1111,6 +1139,10 @@ int id_commit(id_store *s, const char *tool, const char *key, size_t keylen, con
 void id_abort(id_store *s, const char *tool, const char *key, size_t keylen) {
   size_t klen;
   if (!tool || (!key && keylen)) return;
+  if (s->ops) {
+    s->ops->abort(s->impl, tool, key, keylen);
+    return;
+  }
   char *k = ck_make(tool, key, keylen, &klen);
   if (!k) return;
   if (enter(s, LLONG_MIN, NULL, 0) == 0) {

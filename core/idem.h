@@ -58,6 +58,17 @@ id_store *id_open_file(const char *path, const char *passphrase, long long now_m
 id_store *id_open_file_kdf(const char *path, const char *passphrase, unsigned iterations, long long now_ms,
                            char *err, size_t errlen);
 
+/*
+ * Opens the SQLite store at path (idem_sqlite.c), creating it when absent:
+ * WAL mode, one transaction per reserve or complete, safe across the
+ * processes of a machine; a claim whose process died is taken over. With a
+ * passphrase, each stored result is sealed with AES-256-GCM. Errors (NULL,
+ * err names the file): not a SQLite database or corrupt (never recreated),
+ * a database of something else, a wrong passphrase, encryption that differs
+ * from what was asked, I/O.
+ */
+id_store *id_open_sqlite(const char *path, const char *passphrase, char *err, size_t errlen);
+
 /* Releases the pending claims this store still holds, then frees it. NULL is
    fine. */
 void id_close(id_store *s);

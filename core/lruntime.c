@@ -414,8 +414,10 @@ static int configure_store(lua_State *L, pl_program *pg, int spec) {
   lua_getfield(L, spec, "encryption");
   int encrypt = !lua_isnil(L, -1);
   if (strcmp(backend, "memory") == 0) return 0;
-  if (strcmp(backend, "file") != 0) return luaL_error(L, "configure: unknown idempotency backend '%s'", backend);
-  if (!path) return luaL_error(L, "configure: the file idempotency store needs a path");
+  int sqlite = strcmp(backend, "sqlite") == 0;
+  if (!sqlite && strcmp(backend, "file") != 0)
+    return luaL_error(L, "configure: unknown idempotency backend '%s' (memory, file or sqlite)", backend);
+  if (!path) return luaL_error(L, "configure: the %s idempotency store needs a path", backend);
   const char *pass = NULL;
   if (encrypt) {
     pass = pl_lookup(L, pg, "LUMA_IDEMPOTENCY_KEY");
@@ -424,7 +426,7 @@ static int configure_store(lua_State *L, pl_program *pg, int spec) {
                       "The idempotency store is encrypted (aes-256-gcm), but LUMA_IDEMPOTENCY_KEY is not set.", 0);
   }
   char err[512];
-  id_store *st = id_open_file(path, pass, pl_wall_ms(L, pg), err, sizeof err);
+  id_store *st = sqlite ? id_open_sqlite(path, pass, err, sizeof err) : id_open_file(path, pass, pl_wall_ms(L, pg), err, sizeof err);
   if (!st) {
     lua_pushfstring(L, "Cannot open the idempotency store '%s': %s", path, err);
     return le_raise(L, "IDEMPOTENCY_STORE_ERROR", lua_tostring(L, -1), 0);

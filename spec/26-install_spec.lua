@@ -10,9 +10,10 @@ local sanitize = build:match("asan") and " SANITIZE=1" or ""
 -- A copy of the calculate example, to check and run from the install.
 local function example()
   local dir = h.tmpname("-example")
-  assert(os.execute("mkdir -p " .. h.quote(dir) .. " && cp " .. h.quote(h.root .. "/examples/calculate.luma") .. " " ..
-    h.quote(h.root .. "/examples/tools.lua") .. " " .. h.quote(h.root .. "/examples/luma.config.json") .. " " ..
-    h.quote(dir)))
+  local status, out, err = h.sh("mkdir -p " .. h.quote(dir) .. " && cp " .. h.quote(h.root .. "/examples/calculate.luma") ..
+    " " .. h.quote(h.root .. "/examples/tools.lua") .. " " .. h.quote(h.root .. "/examples/luma.config.json") .. " " ..
+    h.quote(dir))
+  assert(status == 0, "cannot copy the example (" .. status .. "): " .. out .. err)
   return dir
 end
 

@@ -109,7 +109,7 @@ describe("the REPL at a terminal", function()
       send("not this line"), pause(0.2), send("\3"), expect("luma> $"),
       send("function twice(x)\r"), expect(">> $"), send("return 2 * x end\r"), expect("luma> $"),
       send("twice(21)\r"), expect("42"), expect("luma> $"),
-      send(':validate Sum {"total":\r'), expect(">> $"), send('3}\r'), expect('"total".*?3'), expect("luma> $"),
+      send(':validate Sum {"total":\r'), expect(">> $"), send('3}\r'), expect('"total".*?3'), expect("luma> $"), pause(0.2),
       send("\4"),
     })
     assert(r.ok, "step " .. tostring(r.step) .. ":\n" .. r.output)
@@ -119,26 +119,26 @@ describe("the REPL at a terminal", function()
   end)
 
   it("keeps its history in LUMA_HISTORY: the up arrow brings back the last session's line", function()
-    local r = typed(dir, { expect("luma> "), send("6 * 7\r"), expect("42"), expect("luma> $"), send("\4") })
+    local r = typed(dir, { expect("luma> "), send("6 * 7\r"), expect("42"), expect("luma> $"), pause(0.2), send("\4") })
     assert(r.ok, r.output)
     assert.matches("6", h.read(dir .. "/history"))
-    r = typed(dir, { expect("luma> "), send("\27[A\r"), expect("42"), expect("luma> $"), send("\4") })
+    r = typed(dir, { expect("luma> "), send("\27[A\r"), expect("42"), expect("luma> $"), pause(0.2), send("\4") })
     assert(r.ok, "step " .. tostring(r.step) .. ":\n" .. r.output)
   end)
 
   it("colours its output at a terminal, and not with NO_COLOR", function()
     local r = typed(dir, { expect("luma> "), send(":tools\r"), expect("add"), send(":nope\r"), expect("unknown"),
-      expect("luma> $"), send("\4") })
+      expect("luma> $"), pause(0.2), send("\4") })
     assert(r.ok, r.output)
     assert.matches("\27%[", r.output)
     r = typed(dir, { expect("luma> "), send(":tools\r"), expect("add"), send(":nope\r"), expect("unknown"),
-      expect("luma> $"), send("\4") }, { NO_COLOR = "1" })
+      expect("luma> $"), pause(0.2), send("\4") }, { NO_COLOR = "1" })
     assert(r.ok, r.output)
     assert.is_nil(r.output:find("\27[3", 1, true), r.output)
   end)
 
   it("starts with no arguments", function()
-    local r = typed(dir, { expect("luma> "), send(":help\r"), expect(":call TOOL"), expect("luma> $"), send("\4") },
+    local r = typed(dir, { expect("luma> "), send(":help\r"), expect(":call TOOL"), expect("luma> $"), pause(0.2), send("\4") },
       nil, {})
     assert(r.ok, "step " .. tostring(r.step) .. ":\n" .. r.output)
   end)

@@ -125,22 +125,32 @@ local function read_contexts(file, contexts)
   return out
 end
 
+-- idempotency_store: { type = "memory" | "file" | "sqlite", path =, encryption = }
+-- ("backend" is the older name of "type")
+local STORES = { memory = true, file = true, sqlite = true }
+local STORE_PATHS = { file = ".luma-idempotency.json", sqlite = ".luma-idempotency.db" }
+
 local function read_store(file, dir, store)
   expect(file, "idempotency_store", store, "object")
-  check_keys(file, "idempotency_store", store, { "backend", "path", "encryption" })
-  local backend = store.backend or "memory"
-  if backend ~= "memory" and backend ~= "file" then
-    fail(file, 'idempotency_store.backend must be "memory" or "file"')
+  check_keys(file, "idempotency_store", store, { "type", "backend", "path", "encryption" })
+  if store.type ~= nil and store.backend ~= nil then
+    fail(file, "idempotency_store: give type or backend (its older name), not both")
   end
-  local out = { backend = backend }
-  if backend == "file" then
-    out.path = join(dir, expect(file, "idempotency_store.path", store.path or ".luma-idempotency.json", "string"))
+  local kind = store.type or store.backend or "memory"
+  local key = store.backend ~= nil and "backend" or "type"
+  if type(kind) ~= "string" or not STORES[kind] then
+    fail(file, "idempotency_store." .. key .. ' must be "memory", "file" or "sqlite", not ' ..
+      (type(kind) == "string" and ('"' .. kind .. '"') or "a " .. type(kind)))
+  end
+  local out = { backend = kind }
+  if STORE_PATHS[kind] then
+    out.path = join(dir, expect(file, "idempotency_store.path", store.path or STORE_PATHS[kind], "string"))
   elseif store.path ~= nil then
-    fail(file, "idempotency_store.path is only for the file backend")
+    fail(file, "idempotency_store.path is only for the file and sqlite stores")
   end
   if store.encryption ~= nil then
     if store.encryption ~= "aes-256-gcm" then fail(file, 'idempotency_store.encryption must be "aes-256-gcm"') end
-    if backend ~= "file" then fail(file, "idempotency_store.encryption is only for the file backend") end
+    if not STORE_PATHS[kind] then fail(file, "idempotency_store.encryption is only for the file and sqlite stores") end
     out.encryption = store.encryption
   end
   return out

@@ -67,7 +67,7 @@ def main():
                 break
     # the command should end by itself; else it is stopped
     status = None
-    end = time.monotonic() + script.get("exit_timeout", 5)
+    end = time.monotonic() + script.get("exit_timeout", 15)
     while time.monotonic() < end:
         done, st = os.waitpid(pid, os.WNOHANG)
         if done:

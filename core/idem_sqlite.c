@@ -1,0 +1,518 @@
+/*
+ * The SQLite idempotency store (idem.h): durable, shared by the processes of
+ * one machine, with a cost that stays flat as the records grow.
+ *
+ * One table keyed by (tool, key). WAL mode; every reserve and every complete
+ * is one IMMEDIATE transaction, so two processes never both reserve a key. A
+ * pending claim names its owner (pid, start time, store token): a claim
+ * whose process died is taken over by the next caller. Completing purges a
+ * few expired rows, so that expiry costs no sweep. With a passphrase, each
+ * result is sealed with AES-256-GCM (a fresh nonce per record, the record's
+ * tool, key and input hash as associated data) under a key derived with
+ * PBKDF2 from the passphrase and the database's salt; a check value in the
+ * meta table tells a wrong passphrase at open.
+ *
+ * A file that is not a SQLite database, or not one of ours, is an error
+ * naming it: it is never recreated over the data.
+ */
+#define _DEFAULT_SOURCE   /* explicit_bzero */
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include "crypto.h"
+#include "idem.h"
+#include "idemint.h"
+
+#define SQ_FORMAT "luma-idempotency"
+#define SQ_VERSION 1
+#define SQ_BUSY_MS 2000
+
+typedef struct sq_store {
+  pthread_mutex_t lock;           /* one connection: one caller at a time */
+  sqlite3 *db;
+  char *path;
+  long long pid, start;
+  char token[17];
+  int encrypted;
+  unsigned char key[32];
+  sqlite3_stmt *get, *put, *drop, *purge, *release;
+} sq_store;
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...) {
+  if (!err || !errlen) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+static const char *why(sq_store *s) { return sqlite3_errmsg(s->db); }
+
+static int exec(sq_store *s, const char *sql) {
+  return sqlite3_exec(s->db, sql, NULL, NULL, NULL);
+}
+
+/* ---------------------------------------------------------- sealing */
+
+/* nonce(12) || tag(16) || cipher: malloc'd */
+static unsigned char *seal(sq_store *s, const char *aad, size_t aadlen, const char *text, size_t len, size_t *outlen) {
+  unsigned char *out = malloc(28 + len + 1);
+  if (!out) return NULL;
+  if (cr_random(out, 12) != 0 ||
+      cr_aes256gcm_encrypt(s->key, out, aad, aadlen, text, len, out + 28, out + 12) != 0) {
+    free(out);
+    return NULL;
+  }
+  *outlen = 28 + len;
+  return out;
+}
+
+/* the text, malloc'd and NUL-terminated, or NULL when it does not open */
+static char *unseal(sq_store *s, const char *aad, size_t aadlen, const unsigned char *blob, size_t len) {
+  if (len < 28) return NULL;
+  char *plain = malloc(len - 28 + 1);
+  if (!plain) return NULL;
+  if (cr_aes256gcm_decrypt(s->key, blob, aad, aadlen, blob + 28, len - 28, blob + 12, plain) != 0) {
+    free(plain);
+    return NULL;
+  }
+  plain[len - 28] = '\0';
+  return plain;
+}
+
+/* "tool NUL key NUL hash": what a sealed result is bound to */
+static char *aad_of(const char *tool, const char *key, size_t keylen, const char *hash, size_t *len) {
+  size_t tl = strlen(tool);
+  char *a = malloc(tl + keylen + 66);
+  if (!a) return NULL;
+  memcpy(a, tool, tl + 1);
+  if (keylen) memcpy(a + tl + 1, key, keylen);
+  a[tl + 1 + keylen] = '\0';
+  memcpy(a + tl + 2 + keylen, hash, 64);
+  *len = tl + 2 + keylen + 64;
+  return a;
+}
+
+/* ------------------------------------------------------------ meta */
+
+static int meta_get(sq_store *s, const char *name, const void **value, int *len, sqlite3_stmt **st) {
+  *value = NULL;
+  *len = 0;
+  if (sqlite3_prepare_v2(s->db, "SELECT value FROM luma_meta WHERE name = ?", -1, st, NULL) != SQLITE_OK) return -1;
+  sqlite3_bind_text(*st, 1, name, -1, SQLITE_STATIC);
+  int rc = sqlite3_step(*st);
+  if (rc == SQLITE_ROW) {
+    *value = sqlite3_column_blob(*st, 0);
+    *len = sqlite3_column_bytes(*st, 0);
+    return 1;
+  }
+  return rc == SQLITE_DONE ? 0 : -1;
+}
+
+static int meta_put(sq_store *s, const char *name, const void *value, int len) {
+  sqlite3_stmt *st;
+  if (sqlite3_prepare_v2(s->db, "INSERT INTO luma_meta (name, value) VALUES (?, ?)", -1, &st, NULL) != SQLITE_OK)
+    return -1;
+  sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+  sqlite3_bind_blob(st, 2, value, len, SQLITE_TRANSIENT);
+  int rc = sqlite3_step(st);
+  sqlite3_finalize(st);
+  return rc == SQLITE_DONE ? 0 : -1;
+}
+
+static const char CHECK[] = "luma idempotency key check";
+
+/* A new database gets its format, and its salt and check value when it is
+   encrypted; an existing one must be ours and match the passphrase. */
+static int setup(sq_store *s, const char *pass, char *err, size_t errlen) {
+  const void *v;
+  int len;
+  sqlite3_stmt *st = NULL;
+  int have = meta_get(s, "format", &v, &len, &st);
+  int ours = have == 1 && len == (int)strlen(SQ_FORMAT) && memcmp(v, SQ_FORMAT, (size_t)len) == 0;
+  sqlite3_finalize(st);
+  if (have < 0) { seterr(err, errlen, "%s", why(s)); return -1; }
+  if (have == 1 && !ours) {
+    seterr(err, errlen, "it is a SQLite database of something else (its luma_meta format is not '" SQ_FORMAT "')");
+    return -1;
+  }
+  if (have == 0) {
+    /* a new store: its format, its version, and how it is sealed */
+    char version[16];
+    snprintf(version, sizeof version, "%d", SQ_VERSION);
+    if (meta_put(s, "format", SQ_FORMAT, (int)strlen(SQ_FORMAT)) != 0 ||
+        meta_put(s, "version", version, (int)strlen(version)) != 0) {
+      seterr(err, errlen, "%s", why(s));
+      return -1;
+    }
+    if (pass) {
+      unsigned char salt[16], sealed[28 + sizeof CHECK];
+      unsigned iterations = ID_KDF_ITERATIONS;
+      if (cr_random(salt, sizeof salt) != 0 ||
+          cr_pbkdf2_sha256(pass, strlen(pass), salt, sizeof salt, iterations, s->key) != 0 ||
+          cr_random(sealed, 12) != 0 ||
+          cr_aes256gcm_encrypt(s->key, sealed, NULL, 0, CHECK, sizeof CHECK, sealed + 28, sealed + 12) != 0) {
+        seterr(err, errlen, "cannot derive the encryption key");
+        return -1;
+      }
+      char it[16];
+      snprintf(it, sizeof it, "%u", iterations);
+      if (meta_put(s, "encryption", "aes-256-gcm", 11) != 0 || meta_put(s, "salt", salt, sizeof salt) != 0 ||
+          meta_put(s, "iterations", it, (int)strlen(it)) != 0 || meta_put(s, "check", sealed, sizeof sealed) != 0) {
+        seterr(err, errlen, "%s", why(s));
+        return -1;
+      }
+      s->encrypted = 1;
+    } else if (meta_put(s, "encryption", "none", 4) != 0) {
+      seterr(err, errlen, "%s", why(s));
+      return -1;
+    }
+    return 0;
+  }
+  have = meta_get(s, "version", &v, &len, &st);
+  int version = have == 1 && len < 16 ? atoi((const char *)v) : 0;
+  sqlite3_finalize(st);
+  if (version != SQ_VERSION) {
+    seterr(err, errlen, "its format version is %d; this luma reads version %d", version, SQ_VERSION);
+    return -1;
+  }
+  have = meta_get(s, "encryption", &v, &len, &st);
+  int encrypted = have == 1 && len == 11 && memcmp(v, "aes-256-gcm", 11) == 0;
+  sqlite3_finalize(st);
+  if (encrypted && !pass) {
+    seterr(err, errlen, "it is encrypted (aes-256-gcm), but no key was given (LUMA_IDEMPOTENCY_KEY)");
+    return -1;
+  }
+  if (!encrypted && pass) {
+    seterr(err, errlen, "it is not encrypted, but the config asks for aes-256-gcm");
+    return -1;
+  }
+  if (!encrypted) return 0;
+  unsigned char salt[16];
+  unsigned iterations = 0;
+  have = meta_get(s, "salt", &v, &len, &st);
+  if (have == 1 && len == 16) memcpy(salt, v, 16);
+  sqlite3_finalize(st);
+  if (have != 1 || len != 16) { seterr(err, errlen, "its salt is missing"); return -1; }
+  have = meta_get(s, "iterations", &v, &len, &st);
+  if (have == 1 && len < 16) {
+    char it[16];
+    memcpy(it, v, (size_t)len);
+    it[len] = '\0';
+    iterations = (unsigned)strtoul(it, NULL, 10);
+  }
+  sqlite3_finalize(st);
+  if (iterations < 1 || iterations > LIM_IDEM_KDF_MAX_ITERATIONS) {
+    seterr(err, errlen, "its key derivation iteration count is out of range");
+    return -1;
+  }
+  if (cr_pbkdf2_sha256(pass, strlen(pass), salt, 16, iterations, s->key) != 0) {
+    seterr(err, errlen, "cannot derive the encryption key");
+    return -1;
+  }
+  have = meta_get(s, "check", &v, &len, &st);
+  unsigned char plain[sizeof CHECK];
+  int good = have == 1 && len == (int)(28 + sizeof CHECK) &&
+             cr_aes256gcm_decrypt(s->key, v, NULL, 0, (const unsigned char *)v + 28, sizeof CHECK,
+                                  (const unsigned char *)v + 12, plain) == 0 &&
+             memcmp(plain, CHECK, sizeof CHECK) == 0;
+  sqlite3_finalize(st);
+  if (!good) {
+    seterr(err, errlen, "the key does not open it (a wrong LUMA_IDEMPOTENCY_KEY?)");
+    return -1;
+  }
+  s->encrypted = 1;
+  return 0;
+}
+
+/* -------------------------------------------------------- the store */
+
+static void sq_free(sq_store *s) {
+  sqlite3_finalize(s->get);
+  sqlite3_finalize(s->put);
+  sqlite3_finalize(s->drop);
+  sqlite3_finalize(s->purge);
+  sqlite3_finalize(s->release);
+  if (s->db) sqlite3_close(s->db);
+  explicit_bzero(s->key, sizeof s->key);
+  free(s->path);
+  pthread_mutex_destroy(&s->lock);
+  free(s);
+}
+
+static int bind_key(sqlite3_stmt *st, const char *tool, const char *key, size_t keylen) {
+  sqlite3_bind_text(st, 1, tool, -1, SQLITE_STATIC);
+  return sqlite3_bind_blob(st, 2, keylen ? key : "", (int)keylen, SQLITE_STATIC);
+}
+
+/* The live row of (tool, key): 1 with the statement on it (reset by the
+   caller), 0 when none is live (dead claims and expired records count as
+   none), -1 on an error. */
+static int live_row(sq_store *s, const char *tool, const char *key, size_t keylen, long long now) {
+  sqlite3_reset(s->get);
+  bind_key(s->get, tool, key, keylen);
+  int rc = sqlite3_step(s->get);
+  if (rc == SQLITE_DONE) return 0;
+  if (rc != SQLITE_ROW) return -1;
+  int pending = sqlite3_column_int(s->get, 1);
+  if (pending) return id_pid_alive(sqlite3_column_int64(s->get, 2), sqlite3_column_int64(s->get, 3)) ? 1 : 0;
+  return sqlite3_column_int64(s->get, 5) > now ? 1 : 0;
+}
+
+static int begin_immediate(sq_store *s) {
+  return exec(s, "BEGIN IMMEDIATE");
+}
+
+static void rollback(sq_store *s) {
+  exec(s, "ROLLBACK");
+}
+
+/* put: tool, key, hash, pending, pid, start, token, expires, result */
+static int put(sq_store *s, const char *tool, const char *key, size_t keylen, const char *hash, int pending,
+               long long expires, const void *result, size_t rlen) {
+  sqlite3_reset(s->put);
+  sqlite3_clear_bindings(s->put);
+  bind_key(s->put, tool, key, keylen);
+  sqlite3_bind_text(s->put, 3, hash, 64, SQLITE_STATIC);
+  sqlite3_bind_int(s->put, 4, pending);
+  if (pending) {
+    sqlite3_bind_int64(s->put, 5, s->pid);
+    sqlite3_bind_int64(s->put, 6, s->start);
+    sqlite3_bind_text(s->put, 7, s->token, -1, SQLITE_STATIC);
+  } else {
+    sqlite3_bind_int64(s->put, 8, expires);
+    sqlite3_bind_blob(s->put, 9, result, (int)rlen, SQLITE_STATIC);
+  }
+  int rc = sqlite3_step(s->put);
+  sqlite3_reset(s->put);
+  return rc == SQLITE_DONE ? 0 : -1;
+}
+
+static id_status sq_begin(void *impl, const char *tool, const char *key, size_t keylen, const char *hash,
+                          long long now, char **result, char *err, size_t errlen) {
+  sq_store *s = impl;
+  id_status st = ID_ERROR;
+  pthread_mutex_lock(&s->lock);
+  int rc = begin_immediate(s);
+  if (rc == SQLITE_BUSY) { st = ID_WAIT; goto out; }
+  if (rc != SQLITE_OK) { seterr(err, errlen, "idempotency store %s: %s", s->path, why(s)); goto out; }
+  int live = live_row(s, tool, key, keylen, now);
+  if (live < 0) {
+    seterr(err, errlen, "idempotency store %s: %s", s->path, why(s));
+    sqlite3_reset(s->get);
+    rollback(s);
+    goto out;
+  }
+  if (live) {
+    const char *h = (const char *)sqlite3_column_text(s->get, 0);
+    if (!h || strlen(h) != 64 || memcmp(h, hash, 64) != 0) st = ID_CONFLICT;
+    else if (sqlite3_column_int(s->get, 1)) st = ID_WAIT;
+    else {
+      const void *blob = sqlite3_column_blob(s->get, 6);
+      size_t len = (size_t)sqlite3_column_bytes(s->get, 6);
+      char *text = NULL;
+      if (s->encrypted) {
+        size_t alen;
+        char *aad = aad_of(tool, key, keylen, hash, &alen);
+        text = aad ? unseal(s, aad, alen, blob, len) : NULL;
+        free(aad);
+        if (!text) seterr(err, errlen, "idempotency store %s: a stored result does not open (tampered with?)", s->path);
+      } else if ((text = malloc(len + 1)) != NULL) {
+        if (len) memcpy(text, blob, len);
+        text[len] = '\0';
+      } else {
+        seterr(err, errlen, "idempotency: out of memory");
+      }
+      if (text) {
+        *result = text;
+        st = ID_REPLAY;
+      }
+    }
+    sqlite3_reset(s->get);
+    rollback(s);
+    goto out;
+  }
+  sqlite3_reset(s->get);
+  if (put(s, tool, key, keylen, hash, 1, 0, NULL, 0) != 0 || exec(s, "COMMIT") != SQLITE_OK) {
+    seterr(err, errlen, "idempotency store %s: %s", s->path, why(s));
+    rollback(s);
+    goto out;
+  }
+  st = ID_RUN;
+out:
+  pthread_mutex_unlock(&s->lock);
+  return st;
+}
+
+static int sq_commit(void *impl, const char *tool, const char *key, size_t keylen, const char *hash,
+                     const char *text, size_t len, long long now, long long ttl, char *err, size_t errlen) {
+  sq_store *s = impl;
+  int r = -1;
+  unsigned char *sealed = NULL;
+  size_t slen = len;
+  const void *value = text;
+  if (s->encrypted) {
+    size_t alen;
+    char *aad = aad_of(tool, key, keylen, hash, &alen);
+    sealed = aad ? seal(s, aad, alen, text, len, &slen) : NULL;
+    free(aad);
+    if (!sealed) {
+      seterr(err, errlen, "idempotency store %s: cannot encrypt the result", s->path);
+      return -1;
+    }
+    value = sealed;
+  }
+  pthread_mutex_lock(&s->lock);
+  if (begin_immediate(s) != SQLITE_OK) {
+    seterr(err, errlen, "idempotency store %s: %s", s->path, why(s));
+    goto out;
+  }
+  int live = live_row(s, tool, key, keylen, now);
+  if (live > 0) {
+    const char *h = (const char *)sqlite3_column_text(s->get, 0);
+    int pending = sqlite3_column_int(s->get, 1);
+    int same = h && strlen(h) == 64 && memcmp(h, hash, 64) == 0;
+    sqlite3_reset(s->get);
+    if (!same) {
+      seterr(err, errlen, "idempotency: tool '%s': the key is %s with another input", tool, pending ? "claimed" : "stored");
+      rollback(s);
+      goto out;
+    }
+    if (!pending) {   /* stored already, with the same input: it stays */
+      rollback(s);
+      r = 0;
+      goto out;
+    }
+  }
+  sqlite3_reset(s->get);
+  if (live < 0 || put(s, tool, key, keylen, hash, 0, id_add_ttl(now, ttl), value, slen) != 0) {
+    seterr(err, errlen, "idempotency store %s: %s", s->path, why(s));
+    rollback(s);
+    goto out;
+  }
+  /* a few expired records go with each write */
+  sqlite3_reset(s->purge);
+  sqlite3_bind_int64(s->purge, 1, now);
+  sqlite3_step(s->purge);
+  sqlite3_reset(s->purge);
+  if (exec(s, "COMMIT") != SQLITE_OK) {
+    seterr(err, errlen, "idempotency store %s: %s", s->path, why(s));
+    rollback(s);
+    goto out;
+  }
+  r = 0;
+out:
+  pthread_mutex_unlock(&s->lock);
+  free(sealed);
+  return r;
+}
+
+static void sq_abort(void *impl, const char *tool, const char *key, size_t keylen) {
+  sq_store *s = impl;
+  pthread_mutex_lock(&s->lock);
+  sqlite3_reset(s->drop);
+  bind_key(s->drop, tool, key, keylen);
+  sqlite3_bind_int64(s->drop, 3, s->pid);
+  sqlite3_bind_int64(s->drop, 4, s->start);
+  sqlite3_bind_text(s->drop, 5, s->token, -1, SQLITE_STATIC);
+  sqlite3_step(s->drop);
+  sqlite3_reset(s->drop);
+  pthread_mutex_unlock(&s->lock);
+}
+
+/* Releases the claims this store still holds, then closes it. */
+static void sq_close(void *impl) {
+  sq_store *s = impl;
+  if (s->release) {
+    sqlite3_bind_int64(s->release, 1, s->pid);
+    sqlite3_bind_int64(s->release, 2, s->start);
+    sqlite3_bind_text(s->release, 3, s->token, -1, SQLITE_STATIC);
+    sqlite3_step(s->release);
+  }
+  sq_free(s);
+}
+
+static const id_ops SQ_OPS = { sq_begin, sq_commit, sq_abort, sq_close };
+
+static const char SCHEMA[] =
+  "CREATE TABLE IF NOT EXISTS luma_meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);"
+  "CREATE TABLE IF NOT EXISTS luma_idem ("
+  "  tool TEXT NOT NULL, key BLOB NOT NULL, hash TEXT NOT NULL, pending INTEGER NOT NULL,"
+  "  pid INTEGER, start INTEGER, token TEXT, expires INTEGER, result BLOB,"
+  "  PRIMARY KEY (tool, key));"
+  "CREATE INDEX IF NOT EXISTS luma_idem_expiry ON luma_idem (expires) WHERE pending = 0;";
+
+id_store *id_open_sqlite(const char *path, const char *passphrase, char *err, size_t errlen) {
+  if (err && errlen) err[0] = '\0';
+  if (!path || !*path) {
+    seterr(err, errlen, "idempotency: the sqlite store needs a file path");
+    return NULL;
+  }
+  if (passphrase && !*passphrase) {
+    seterr(err, errlen, "idempotency: the passphrase is empty");
+    return NULL;
+  }
+  sq_store *s = calloc(1, sizeof *s);
+  if (!s || !(s->path = strdup(path)) || pthread_mutex_init(&s->lock, NULL) != 0) {
+    if (s) { free(s->path); free(s); }
+    seterr(err, errlen, "idempotency: out of memory");
+    return NULL;
+  }
+  s->pid = (long long)getpid();
+  s->start = id_self_start();
+  unsigned char token[8];
+  if (cr_random(token, sizeof token) != 0) {
+    seterr(err, errlen, "idempotency: no random bytes");
+    sq_free(s);
+    return NULL;
+  }
+  for (int i = 0; i < 8; i++) snprintf(s->token + 2 * i, 3, "%02x", token[i]);
+  char reason[300] = "";
+  int rc = sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+  if (rc == SQLITE_OK) {
+    sqlite3_busy_timeout(s->db, SQ_BUSY_MS);
+    sqlite3_extended_result_codes(s->db, 0);
+    /* the first statement that reads the file tells a file that is no database */
+    rc = exec(s, "PRAGMA journal_mode = WAL");
+  }
+  if (rc == SQLITE_OK) rc = exec(s, "PRAGMA synchronous = NORMAL");
+  if (rc == SQLITE_OK) rc = begin_immediate(s);
+  if (rc == SQLITE_OK) {
+    rc = exec(s, SCHEMA);
+    if (rc == SQLITE_OK && setup(s, passphrase, reason, sizeof reason) != 0) rc = SQLITE_ERROR;
+    if (rc == SQLITE_OK) rc = exec(s, "COMMIT");
+    if (rc != SQLITE_OK) rollback(s);
+  }
+  if (rc == SQLITE_OK) {
+    const char *sql[] = {
+      "SELECT hash, pending, pid, start, token, expires, result FROM luma_idem WHERE tool = ? AND key = ?",
+      "INSERT OR REPLACE INTO luma_idem (tool, key, hash, pending, pid, start, token, expires, result) "
+      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+      "DELETE FROM luma_idem WHERE tool = ? AND key = ? AND pending = 1 AND pid = ? AND start = ? AND token = ?",
+      "DELETE FROM luma_idem WHERE rowid IN (SELECT rowid FROM luma_idem WHERE pending = 0 AND expires <= ? LIMIT "
+      "64)",
+      "DELETE FROM luma_idem WHERE pending = 1 AND pid = ? AND start = ? AND token = ?",
+    };
+    sqlite3_stmt **st[] = { &s->get, &s->put, &s->drop, &s->purge, &s->release };
+    for (int i = 0; i < 5 && rc == SQLITE_OK; i++) rc = sqlite3_prepare_v3(s->db, sql[i], -1, SQLITE_PREPARE_PERSISTENT, st[i], NULL);
+  }
+  if (rc != SQLITE_OK) {
+    if (rc == SQLITE_NOTADB || rc == SQLITE_CORRUPT)
+      seterr(err, errlen, "'%s' is not a SQLite database, or it is corrupt (%s); it was left as it is", path,
+             s->db ? why(s) : "cannot open");
+    else if (reason[0])
+      seterr(err, errlen, "'%s': %s", path, reason);
+    else
+      seterr(err, errlen, "'%s': %s", path, s->db ? why(s) : "cannot open");
+    sq_free(s);
+    return NULL;
+  }
+  return id_wrap(&SQ_OPS, s);
+}

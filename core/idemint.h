@@ -1,0 +1,36 @@
+/*
+ * Inside the idempotency stores (idem.h): what the back ends share. idem.c
+ * holds the memory and file stores and dispatches every call of a store
+ * with ops (idem_sqlite.c) to it.
+ */
+#ifndef LUMA_IDEMINT_H
+#define LUMA_IDEMINT_H
+
+#include <stddef.h>
+
+#include "idem.h"
+
+typedef struct id_ops {
+  id_status (*begin)(void *impl, const char *tool, const char *key, size_t keylen, const char *input_hash,
+                     long long now_ms, char **result, char *err, size_t errlen);
+  /* text: compact JSON (id_normalize), owned by the caller */
+  int (*commit)(void *impl, const char *tool, const char *key, size_t keylen, const char *input_hash,
+                const char *text, size_t len, long long now_ms, long long ttl_ms, char *err, size_t errlen);
+  void (*abort)(void *impl, const char *tool, const char *key, size_t keylen);
+  void (*close)(void *impl);
+} id_ops;
+
+/* A store whose calls go to ops; NULL when memory runs out (impl is then
+   closed with ops->close). */
+id_store *id_wrap(const id_ops *ops, void *impl);
+
+/* The checks of every call: 0, or -1 with err. */
+int id_check_args(const char *tool, const char *key, size_t keylen, const char *hash, char *err, size_t errlen);
+/* This process's start time (from /proc; 0 when unreadable). */
+long long id_self_start(void);
+/* Whether the process pid, started at start (0: unknown), still runs. */
+int id_pid_alive(long long pid, long long start);
+/* now + ttl, saturated. */
+long long id_add_ttl(long long now, long long ttl);
+
+#endif

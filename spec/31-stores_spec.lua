@@ -1,0 +1,277 @@
+-- One contract for every idempotency store (memory, file, sqlite), through
+-- the public surfaces; then what only the shared stores promise: many
+-- processes, kill -9, and (sqlite) corrupt files and encryption.
+local luma = require "luma"
+local h = require "spec.helpers"
+
+local SOURCE = [[
+schema DbResult { ok: bool, run: int, key: string }
+tool db_write(request_id: string, value: string) -> DbResult {
+  side_effects: "write"
+  idempotent: true
+  idempotency_key: input.request_id
+  idempotency_ttl_ms: 60000
+  timeout: 20000
+}
+]]
+
+-- db_write appends its key to $LUMA_SPEC_LOG (a side channel luma does not
+-- see), sleeps $LUMA_SPEC_SLEEP seconds, and fails for values "fail".
+local TOOLS = [[
+local runs = 0
+return { db_write = function(input, signal)
+  local f = assert(io.open(os.getenv("LUMA_SPEC_LOG"), "a"))
+  f:write(input.request_id, "\n")
+  f:close()
+  local nap = tonumber(os.getenv("LUMA_SPEC_SLEEP") or "0")
+  if nap > 0 then signal:sleep(nap * 1000) end
+  if input.value == "fail" then error(luma.ToolError { code = "BOOM", message = "failed", retryable = false }) end
+  runs = runs + 1
+  return { ok = true, run = runs, key = input.request_id }
+end }]]
+
+local STORES = {
+  memory = '{ "type": "memory" }',
+  file = '{ "type": "file", "path": "store.json" }',
+  sqlite = '{ "type": "sqlite", "path": "store.db" }',
+}
+
+local function project(store)
+  return h.project {
+    ["program.luma"] = SOURCE .. 'a = tool db_write({ request_id: "r1", value: "x" })\n',
+    ["tools.lua"] = TOOLS,
+    ["luma.config.json"] = '{ "tool_modules": ["tools.lua"], "idempotency_store": ' .. store .. ' }',
+  }
+end
+
+local function lines(path)
+  local out = {}
+  local f = io.open(path, "r")
+  if not f then return out end
+  for line in f:lines() do out[#out + 1] = line end
+  f:close()
+  return out
+end
+
+for name, store in pairs(STORES) do
+  describe("the " .. name .. " store's contract", function()
+    local dir, log, p, clock
+
+    before_each(function()
+      dir = project(store)
+      log = dir .. "/run.log"
+      clock = h.clock(os.time() * 1000)
+      -- the handler's side channel is this process's LUMA_SPEC_LOG: a
+      -- lookup cannot reach a module's os.getenv, so the module is
+      -- rewritten with the path
+      h.write(dir .. "/tools.lua", TOOLS:gsub('os%.getenv%("LUMA_SPEC_LOG"%)', string.format("%q", log))
+        :gsub('os%.getenv%("LUMA_SPEC_SLEEP"%) or ', ""))
+      p = assert(luma.load(dir .. "/program.luma", { clock = clock }))
+    end)
+    after_each(function()
+      p:close()
+      os.execute("rm -rf " .. h.quote(dir))
+    end)
+
+    it("runs the handler once per key and replays its result", function()
+      local r1, m1 = p:call("db_write", { request_id = "k1", value = "v" })
+      local r2, m2 = p:call("db_write", { request_id = "k1", value = "v" })
+      assert.are.same(r1, r2)
+      assert.is_false(m1.idempotent_replay)
+      assert.is_true(m2.idempotent_replay)
+      p:call("db_write", { request_id = "k2", value = "v" })
+      assert.are.same({ "k1", "k2" }, lines(log))
+    end)
+
+    it("refuses the same key with another input", function()
+      p:call("db_write", { request_id = "k1", value = "a" })
+      local err = h.raised(p.call, p, "db_write", { request_id = "k1", value = "b" })
+      assert.are.equal("TOOL_IDEMPOTENCY_CONFLICT", err.code)
+      assert.are.equal(1, #lines(log))
+    end)
+
+    it("runs again after the TTL", function()
+      p:call("db_write", { request_id = "k1", value = "v" })
+      clock.sleep(59000)
+      p:call("db_write", { request_id = "k1", value = "v" })
+      assert.are.equal(1, #lines(log))
+      clock.sleep(2000)
+      local _, meta = p:call("db_write", { request_id = "k1", value = "v" })
+      assert.is_false(meta.idempotent_replay)
+      assert.are.equal(2, #lines(log))
+    end)
+
+    it("keeps nothing of a failed call: the next one runs", function()
+      assert.are.equal("BOOM", h.raised(p.call, p, "db_write", { request_id = "k1", value = "fail" }).code)
+      local r = p:call("db_write", { request_id = "k1", value = "fail2" })
+      assert.are.equal("k1", r.key)
+      assert.are.equal(2, #lines(log))
+    end)
+
+    it("keys by tool and key bytes, NUL and all", function()
+      p:call("db_write", { request_id = "a\0b", value = "v" })
+      p:call("db_write", { request_id = "a\0c", value = "v" })
+      p:call("db_write", { request_id = "a\0b", value = "v" })
+      assert.are.equal(2, #lines(log))
+    end)
+  end)
+end
+
+-- ------------------------------------------------------- across processes
+
+local build = h.root .. "/" .. (os.getenv("LUMA_BUILD") or "build")
+
+local WORKER = [[
+package.path = arg[1] .. "/lua/?.lua;" .. arg[1] .. "/lua/?/init.lua;" .. package.path
+package.cpath = arg[2] .. "/?.so;" .. package.cpath
+local luma = require "luma"
+local p = luma.load("program.luma")
+local mode = arg[3]
+if mode == "burst" then
+  for i = 1, 200 do
+    local key = "k" .. ((i * 7 + tonumber(arg[4])) % 50)
+    local r = p:call("db_write", { request_id = key, value = "same" })
+    assert(r.key == key)
+  end
+elseif mode == "one" then
+  local r, meta = p:call("db_write", { request_id = arg[4], value = "same" })
+  io.write(r.key, " ", tostring(meta.idempotent_replay), "\n")
+end
+]]
+
+local function spawn(dir, args, env)
+  local vars = ""
+  for k, v in pairs(env or {}) do vars = vars .. k .. "=" .. h.quote(v) .. " " end
+  return string.format("(cd %s && env %s lua5.4 worker.lua %s %s %s)", h.quote(dir), vars, h.quote(h.root),
+    h.quote(build), args)
+end
+
+for _, name in ipairs { "file", "sqlite" } do
+  describe("the " .. name .. " store across processes", function()
+    it("runs the handler exactly once per key for 8 processes of 200 calls over 50 keys", function()
+      local dir = project(STORES[name])
+      h.write(dir .. "/worker.lua", WORKER)
+      local cmd = {}
+      for w = 1, 8 do cmd[#cmd + 1] = spawn(dir, "burst " .. w, { LUMA_SPEC_LOG = dir .. "/run.log" }) .. " &" end
+      assert.is_truthy(os.execute(table.concat(cmd, " ") .. " wait"))
+      local keys = lines(dir .. "/run.log")
+      local seen = {}
+      for _, k in ipairs(keys) do
+        assert.is_nil(seen[k], "ran twice: " .. k)
+        seen[k] = true
+      end
+      assert.are.equal(50, #keys)
+      os.execute("rm -rf " .. h.quote(dir))
+    end)
+
+    it("lets the next process take over a key whose holder was killed mid-handler, and run it once", function()
+      local dir = project(STORES[name])
+      h.write(dir .. "/worker.lua", WORKER)
+      local log = dir .. "/run.log"
+      -- the holder starts the handler, which sleeps: kill -9 it then
+      os.execute(spawn(dir, "one held", { LUMA_SPEC_LOG = log, LUMA_SPEC_SLEEP = "30" }) ..
+        " > /dev/null 2>&1 & echo $! > " .. h.quote(dir .. "/pid"))
+      for _ = 1, 100 do
+        if #lines(log) > 0 then break end
+        os.execute("sleep 0.05")
+      end
+      assert.are.equal(1, #lines(log), "the holder did not start its handler")
+      -- a second process waits for the holder while it lives
+      local status, out = h.sh(spawn(dir, "one held", { LUMA_SPEC_LOG = log }) .. " & sleep 0.3; kill -9 $(cat " ..
+        h.quote(dir .. "/pid") .. ") $(pgrep -P $(cat " .. h.quote(dir .. "/pid") .. ")) 2>/dev/null; wait")
+      assert.are.equal(0, status, out)
+      assert.are.equal("held false\n", out)
+      assert.are.same({ "held", "held" }, lines(log))
+      -- and its result is kept: a third process replays it
+      status, out = h.sh(spawn(dir, "one held", { LUMA_SPEC_LOG = log }))
+      assert.are.equal("held true\n", out)
+      assert.are.equal(2, #lines(log))
+      os.execute("rm -rf " .. h.quote(dir))
+    end)
+  end)
+end
+
+-- ----------------------------------------------------------------- sqlite
+
+describe("the sqlite store", function()
+  local function run(dir, env)
+    env = env or {}
+    env.LUMA_SPEC_LOG = env.LUMA_SPEC_LOG or "/dev/null"
+    return h.run({ "program.luma" }, { cwd = dir, env = env, unset = env.LUMA_IDEMPOTENCY_KEY and {} or { "LUMA_IDEMPOTENCY_KEY" } })
+  end
+
+  it("is one file that survives kill -9 in the middle of its transactions", function()
+    local dir = project(STORES.sqlite)
+    h.write(dir .. "/writer.lua", [[
+package.path = arg[1] .. "/lua/?.lua;" .. arg[1] .. "/lua/?/init.lua;" .. package.path
+package.cpath = arg[2] .. "/?.so;" .. package.cpath
+local p = require("luma").load("program.luma")
+local i = 0
+while true do
+  i = i + 1
+  p:call("db_write", { request_id = "w" .. i, value = "v" })
+end
+]])
+    for round = 1, 3 do
+      os.execute(string.format("cd %s && (LUMA_SPEC_LOG=/dev/null lua5.4 writer.lua %s %s & echo $! > pid)",
+        h.quote(dir), h.quote(h.root), h.quote(build)))
+      os.execute("sleep 0.3" .. round)
+      os.execute("kill -9 $(cat " .. h.quote(dir .. "/pid") .. ") 2>/dev/null; sleep 0.05")
+      local r = run(dir)
+      assert.are.equal(0, r.status, r.stderr)
+      assert.are.equal("", r.stderr)
+    end
+    local status, out = h.sh("cd " .. h.quote(dir) .. " && lua5.4 -e 'io.write(1)'")
+    assert.are.equal(0, status, out)
+    os.execute("rm -rf " .. h.quote(dir))
+  end)
+
+  it("refuses a file that is not a database, naming it, and leaves it as it was", function()
+    local dir = project(STORES.sqlite)
+    h.write(dir .. "/store.db", "these are my notes, not a database\n")
+    local r = run(dir)
+    assert.are.equal(2, r.status)
+    assert.matches("Cannot open the idempotency store '.*store%.db': '.*store%.db' is not a SQLite database, or it is corrupt", r.stderr)
+    assert.are.equal("these are my notes, not a database\n", h.read(dir .. "/store.db"))
+    os.execute("rm -rf " .. h.quote(dir))
+  end)
+
+  it("seals each result with LUMA_IDEMPOTENCY_KEY, and tells a wrong key", function()
+    local dir = project('{ "type": "sqlite", "path": "store.db", "encryption": "aes-256-gcm" }')
+    local log = dir .. "/run.log"
+    local r = run(dir, { LUMA_IDEMPOTENCY_KEY = "right", LUMA_SPEC_LOG = log })
+    assert.are.equal(0, r.status, r.stderr)
+    r = run(dir, { LUMA_IDEMPOTENCY_KEY = "right", LUMA_SPEC_LOG = log })
+    assert.are.equal(0, r.status, r.stderr)
+    assert.are.equal(1, #lines(log))
+    -- the result ({"key":"r1",...}) is not in the file in clear
+    assert.is_nil(h.read(dir .. "/store.db"):find('"key":"r1"', 1, true))
+    r = run(dir, { LUMA_IDEMPOTENCY_KEY = "wrong" })
+    assert.are.equal(2, r.status)
+    assert.matches("a wrong LUMA_IDEMPOTENCY_KEY", r.stderr)
+    r = run(dir)
+    assert.are.equal(2, r.status)
+    assert.matches("LUMA_IDEMPOTENCY_KEY is not set", r.stderr)
+    os.execute("rm -rf " .. h.quote(dir))
+  end)
+
+  it("keeps results in clear without encryption, and refuses to be opened as encrypted then", function()
+    local dir = project(STORES.sqlite)
+    assert.are.equal(0, run(dir).status)
+    assert.is_truthy(h.read(dir .. "/store.db"):find('"key":"r1"', 1, true))
+    h.write(dir .. "/luma.config.json", '{ "tool_modules": ["tools.lua"], "idempotency_store": ' ..
+      '{ "type": "sqlite", "path": "store.db", "encryption": "aes-256-gcm" } }')
+    local r = run(dir, { LUMA_IDEMPOTENCY_KEY = "k" })
+    assert.are.equal(2, r.status)
+    assert.matches("it is not encrypted, but the config asks for aes%-256%-gcm", r.stderr)
+    os.execute("rm -rf " .. h.quote(dir))
+  end)
+
+  it("has config errors that say what was expected", function()
+    local dir = project('{ "type": "redis2" }')
+    local r = run(dir)
+    assert.are.equal(2, r.status)
+    assert.matches('idempotency_store.type must be "memory", "file" or "sqlite", not "redis2"', r.stderr)
+    os.execute("rm -rf " .. h.quote(dir))
+  end)
+end)
