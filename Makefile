@@ -25,7 +25,7 @@ INC_base     = -Ibase
 INC_sandbox  = -Ibase -Isandbox
 INC_adapters = -Ibase -Iadapters
 INC_core     = -Ibase -Isandbox -Iadapters -Icore
-LIBS      = -lmbedcrypto -lcurl -lsqlite3 -lpthread -lm
+LIBS      = -lmbedcrypto -lcurl -lsqlite3 -lhiredis -lpthread -lm
 
 ifeq ($(SANITIZE),1)
 BUILD     ?= build/asan
@@ -56,7 +56,7 @@ SANDBOX   = sandbox/copy.c sandbox/state.c sandbox/bounded.c sandbox/pattern.c s
 ADAPTERS  = adapters/adapter.c adapters/openai.c adapters/responses.c adapters/anthropic.c adapters/gemini.c \
             adapters/schema.c
 CORE_PURE = core/diag.c core/lex.c core/parse.c core/program.c core/regex.c core/jsonschema.c core/idem.c core/pool.c \
-            core/record.c core/idem_sqlite.c
+            core/record.c core/idem_sqlite.c core/idem_redis.c
 CORE_LUA  = core/validate.c core/pipeline.c core/call.c core/policy.c core/needs.c core/cache.c \
             core/idempotent.c core/attempt.c core/output.c core/breaker.c core/telemetry.c core/runtime.c \
             core/ask.c core/asktools.c \
@@ -73,7 +73,7 @@ LUA_FILES = $(sort $(wildcard lua/luma/*.lua))
 
 # Debian packages `make test` installs when run as root and one is missing.
 DEB_PACKAGES = lua5.4 liblua5.4-dev lua-cjson lua-busted lua-socket libcurl4-openssl-dev libmbedtls-dev luarocks python3 \
-               luajit2 libluajit2-5.1-dev nginx libnginx-mod-http-lua love pkgconf libedit-dev node-typescript libsqlite3-dev
+               luajit2 libluajit2-5.1-dev nginx libnginx-mod-http-lua love pkgconf libedit-dev node-typescript libsqlite3-dev libhiredis-dev redis-server
 BENCH_PACKAGES = node-ajv
 FUZZ_PACKAGES = clang libclang-rt-14-dev
 

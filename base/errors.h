@@ -47,6 +47,7 @@
   X(TOOL_ERROR_INVALID, 0, "the handler's error does not fit the tool's error schema", NULL) \
   X(TOOL_FAILED, 0, "the handler raised something other than a luma.ToolError", NULL) \
   X(TOOL_IDEMPOTENCY_CONFLICT, 0, "the idempotency key was used before with another input", NULL) \
+  X(TOOL_IDEMPOTENCY_UNAVAILABLE, 1, "the idempotency store cannot be reached: the handler did not run", NULL) \
   X(TOOL_INPUT_INVALID, 0, "the tool's input does not fit its parameters", NULL) \
   X(TOOL_MEMORY_LIMIT, 0, "the handler went past the module's max_memory_mb", NULL) \
   X(TOOL_NOT_FOUND, 0, "the tool is not declared, or a declared tool has no handler", \

@@ -33,7 +33,10 @@
 
 typedef struct id_store id_store;
 
-typedef enum { ID_RUN, ID_REPLAY, ID_CONFLICT, ID_WAIT, ID_ERROR } id_status;
+/* ID_UNAVAILABLE: the store cannot be reached now (retryable);
+   ID_RUN_UNGUARDED: it cannot, and it was told to run the handler anyway
+   (without a claim: no commit or abort follows). */
+typedef enum { ID_RUN, ID_REPLAY, ID_CONFLICT, ID_WAIT, ID_ERROR, ID_UNAVAILABLE, ID_RUN_UNGUARDED } id_status;
 
 /* A new empty process-local store, or NULL when memory runs out. */
 id_store *id_open_memory(void);
@@ -68,6 +71,20 @@ id_store *id_open_file_kdf(const char *path, const char *passphrase, unsigned it
  * from what was asked, I/O.
  */
 id_store *id_open_sqlite(const char *path, const char *passphrase, char *err, size_t errlen);
+
+/* The Redis store (idem_redis.c): shared by processes and machines. */
+typedef struct id_redis_options {
+  const char *url;                /* redis://[user:password@]host:port/db */
+  const char *password;           /* overrides the url's, or NULL */
+  const char *prefix;             /* of every key; NULL: "luma:" */
+  long long lease_ms;             /* how long a claim lives without its result; <= 0: 60000 */
+  int run_when_unavailable;       /* 1: ID_RUN_UNGUARDED instead of ID_UNAVAILABLE */
+} id_redis_options;
+
+/* NULL with err for a bad url, rediss:// (this hiredis has no TLS), or
+   credentials the server refuses. A server that is down is not an error
+   here: its calls are unavailable until it is back. */
+id_store *id_open_redis(const id_redis_options *o, char *err, size_t errlen);
 
 /* Releases the pending claims this store still holds, then frees it. NULL is
    fine. */

@@ -111,6 +111,10 @@ int st_idem_begin(lua_State *T, cl_call *c) {
     }
     case ID_CONFLICT:
       return conflict(T, c);
+    case ID_RUN_UNGUARDED:
+      return 0;   /* the store said so: the handler runs without the guarantee */
+    case ID_UNAVAILABLE:
+      return st_fail(T, c, LE_TOOL_IDEMPOTENCY_UNAVAILABLE, "Tool '%s' did not run: %s.", t->name, err);
     case ID_WAIT: {
       /* another process, or another call, runs it: look again later */
       long long now = pl_mono_ms(T, pg);

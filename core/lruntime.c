@@ -405,6 +405,37 @@ int lr_missing(lua_State *L, pl_program *pg) {
   return 1;
 }
 
+/* configure's `idempotency` for redis: { url, prefix, lease_ms, password_env, on_unavailable } */
+static int configure_redis(lua_State *L, pl_program *pg, int spec) {
+  id_redis_options o = { 0 };
+  lua_getfield(L, spec, "url");
+  o.url = luaL_checkstring(L, -1);
+  lua_getfield(L, spec, "prefix");
+  o.prefix = lua_tostring(L, -1);
+  lua_getfield(L, spec, "lease_ms");
+  o.lease_ms = lc_isinteger(L, -1) ? (long long)lua_tointeger(L, -1) : 0;
+  lua_getfield(L, spec, "on_unavailable");
+  o.run_when_unavailable = lua_isstring(L, -1) && strcmp(lua_tostring(L, -1), "run") == 0;
+  lua_getfield(L, spec, "password_env");
+  if (lua_isstring(L, -1)) {
+    const char *name = lua_tostring(L, -1);
+    o.password = pl_lookup(L, pg, name);
+    if (!o.password || !*o.password) {
+      lua_pushfstring(L, "The redis idempotency store takes its password from %s, which is not set.", name);
+      return le_raise(L, "IDEMPOTENCY_STORE_ERROR", lua_tostring(L, -1), 0);
+    }
+  }
+  char err[512];
+  id_store *st = id_open_redis(&o, err, sizeof err);
+  if (!st) {
+    lua_pushfstring(L, "Cannot open the idempotency store: %s", err);
+    return le_raise(L, "IDEMPOTENCY_STORE_ERROR", lua_tostring(L, -1), 0);
+  }
+  id_close(pg->idem);
+  pg->idem = st;
+  return 0;
+}
+
 /* configure's `idempotency` = { backend, path, encryption } */
 static int configure_store(lua_State *L, pl_program *pg, int spec) {
   lua_getfield(L, spec, "backend");
@@ -414,6 +445,7 @@ static int configure_store(lua_State *L, pl_program *pg, int spec) {
   lua_getfield(L, spec, "encryption");
   int encrypt = !lua_isnil(L, -1);
   if (strcmp(backend, "memory") == 0) return 0;
+  if (strcmp(backend, "redis") == 0) return configure_redis(L, pg, spec);
   int sqlite = strcmp(backend, "sqlite") == 0;
   if (!sqlite && strcmp(backend, "file") != 0)
     return luaL_error(L, "configure: unknown idempotency backend '%s' (memory, file or sqlite)", backend);

@@ -70,7 +70,7 @@ io.write("ok")
 ]])
     local cmd = string.format(
       "mkdir -p %s/luma && cd %s && " .. "cc -std=c99 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Werror -O1 -fPIC -shared " ..
-      "-I/usr/include/luajit-2.1 -Ibase -Isandbox -Iadapters -Icore %s -lmbedcrypto -lcurl -lsqlite3 -lpthread -lm -o %s/luma/core.so && " .. "luajit %s %s > %s/out.txt",
+      "-I/usr/include/luajit-2.1 -Ibase -Isandbox -Iadapters -Icore %s -lmbedcrypto -lcurl -lsqlite3 -lhiredis -lpthread -lm -o %s/luma/core.so && " .. "luajit %s %s > %s/out.txt",
       dir, h.root, sources, dir, script, dir, dir)
     assert.is_true(build(cmd))
     assert.are.equal("ok", h.read(dir .. "/out.txt"))

@@ -1,8 +1,10 @@
--- One contract for every idempotency store (memory, file, sqlite), through
--- the public surfaces; then what only the shared stores promise: many
--- processes, kill -9, and (sqlite) corrupt files and encryption.
+-- One contract for every idempotency store (memory, file, sqlite, redis),
+-- through the public surfaces; then what only the shared stores promise:
+-- many processes, kill -9, (sqlite) corrupt files and encryption, (redis)
+-- a server that goes away and comes back.
 local luma = require "luma"
 local h = require "spec.helpers"
+local redis_server = require "spec.support.redis_server"
 
 local SOURCE = [[
 schema DbResult { ok: bool, run: int, key: string }
@@ -12,6 +14,12 @@ tool db_write(request_id: string, value: string) -> DbResult {
   idempotency_key: input.request_id
   idempotency_ttl_ms: 60000
   timeout: 20000
+}
+tool short_write(request_id: string) -> DbResult {
+  side_effects: "write"
+  idempotent: true
+  idempotency_key: request_id
+  idempotency_ttl_ms: 300
 }
 ]]
 
@@ -28,12 +36,29 @@ return { db_write = function(input, signal)
   if input.value == "fail" then error(luma.ToolError { code = "BOOM", message = "failed", retryable = false }) end
   runs = runs + 1
   return { ok = true, run = runs, key = input.request_id }
+end,
+short_write = function(input)
+  local f = assert(io.open(os.getenv("LUMA_SPEC_LOG"), "a"))
+  f:write(input.request_id, "\n")
+  f:close()
+  return { ok = true, run = 1, key = input.request_id }
 end }]]
 
+-- The redis-server of this file's specs, started at the first use.
+local redis
+local function redis_url()
+  redis = redis or redis_server.start()
+  return redis.url
+end
+
 local STORES = {
-  memory = '{ "type": "memory" }',
-  file = '{ "type": "file", "path": "store.json" }',
-  sqlite = '{ "type": "sqlite", "path": "store.db" }',
+  memory = function() return '{ "type": "memory" }' end,
+  file = function() return '{ "type": "file", "path": "store.json" }' end,
+  sqlite = function() return '{ "type": "sqlite", "path": "store.db" }' end,
+  -- a short lease: a killed holder's key is taken over after it
+  redis = function()
+    return '{ "type": "redis", "url": "' .. redis_url() .. '", "prefix": "' .. h.tmpname(":") .. '", "lease_ms": 1500 }'
+  end,
 }
 
 local function project(store)
@@ -53,20 +78,19 @@ local function lines(path)
   return out
 end
 
-for name, store in pairs(STORES) do
+for _, name in ipairs { "memory", "file", "sqlite", "redis" } do
   describe("the " .. name .. " store's contract", function()
-    local dir, log, p, clock
+    local dir, log, p
 
     before_each(function()
-      dir = project(store)
+      dir = project(STORES[name]())
       log = dir .. "/run.log"
-      clock = h.clock(os.time() * 1000)
       -- the handler's side channel is this process's LUMA_SPEC_LOG: a
       -- lookup cannot reach a module's os.getenv, so the module is
       -- rewritten with the path
       h.write(dir .. "/tools.lua", TOOLS:gsub('os%.getenv%("LUMA_SPEC_LOG"%)', string.format("%q", log))
         :gsub('os%.getenv%("LUMA_SPEC_SLEEP"%) or ', ""))
-      p = assert(luma.load(dir .. "/program.luma", { clock = clock }))
+      p = assert(luma.load(dir .. "/program.luma"))
     end)
     after_each(function()
       p:close()
@@ -91,12 +115,12 @@ for name, store in pairs(STORES) do
     end)
 
     it("runs again after the TTL", function()
-      p:call("db_write", { request_id = "k1", value = "v" })
-      clock.sleep(59000)
-      p:call("db_write", { request_id = "k1", value = "v" })
+      p:call("short_write", { request_id = "k1" })
+      local _, meta = p:call("short_write", { request_id = "k1" })
+      assert.is_true(meta.idempotent_replay)
       assert.are.equal(1, #lines(log))
-      clock.sleep(2000)
-      local _, meta = p:call("db_write", { request_id = "k1", value = "v" })
+      os.execute("sleep 0.4")
+      _, meta = p:call("short_write", { request_id = "k1" })
       assert.is_false(meta.idempotent_replay)
       assert.are.equal(2, #lines(log))
     end)
@@ -146,10 +170,10 @@ local function spawn(dir, args, env)
     h.quote(build), args)
 end
 
-for _, name in ipairs { "file", "sqlite" } do
+for _, name in ipairs { "file", "sqlite", "redis" } do
   describe("the " .. name .. " store across processes", function()
     it("runs the handler exactly once per key for 8 processes of 200 calls over 50 keys", function()
-      local dir = project(STORES[name])
+      local dir = project(STORES[name]())
       h.write(dir .. "/worker.lua", WORKER)
       local cmd = {}
       for w = 1, 8 do cmd[#cmd + 1] = spawn(dir, "burst " .. w, { LUMA_SPEC_LOG = dir .. "/run.log" }) .. " &" end
@@ -165,7 +189,7 @@ for _, name in ipairs { "file", "sqlite" } do
     end)
 
     it("lets the next process take over a key whose holder was killed mid-handler, and run it once", function()
-      local dir = project(STORES[name])
+      local dir = project(STORES[name]())
       h.write(dir .. "/worker.lua", WORKER)
       local log = dir .. "/run.log"
       -- the holder starts the handler, which sleeps: kill -9 it then
@@ -201,7 +225,7 @@ describe("the sqlite store", function()
   end
 
   it("is one file that survives kill -9 in the middle of its transactions", function()
-    local dir = project(STORES.sqlite)
+    local dir = project(STORES.sqlite())
     h.write(dir .. "/writer.lua", [[
 package.path = arg[1] .. "/lua/?.lua;" .. arg[1] .. "/lua/?/init.lua;" .. package.path
 package.cpath = arg[2] .. "/?.so;" .. package.cpath
@@ -227,7 +251,7 @@ end
   end)
 
   it("refuses a file that is not a database, naming it, and leaves it as it was", function()
-    local dir = project(STORES.sqlite)
+    local dir = project(STORES.sqlite())
     h.write(dir .. "/store.db", "these are my notes, not a database\n")
     local r = run(dir)
     assert.are.equal(2, r.status)
@@ -256,7 +280,7 @@ end
   end)
 
   it("keeps results in clear without encryption, and refuses to be opened as encrypted then", function()
-    local dir = project(STORES.sqlite)
+    local dir = project(STORES.sqlite())
     assert.are.equal(0, run(dir).status)
     assert.is_truthy(h.read(dir .. "/store.db"):find('"key":"r1"', 1, true))
     h.write(dir .. "/luma.config.json", '{ "tool_modules": ["tools.lua"], "idempotency_store": ' ..
@@ -271,7 +295,106 @@ end
     local dir = project('{ "type": "redis2" }')
     local r = run(dir)
     assert.are.equal(2, r.status)
-    assert.matches('idempotency_store.type must be "memory", "file" or "sqlite", not "redis2"', r.stderr)
+    assert.matches('idempotency_store.type must be "memory", "file", "sqlite" or "redis", not "redis2"', r.stderr)
     os.execute("rm -rf " .. h.quote(dir))
   end)
 end)
+
+-- ------------------------------------------------------------------ redis
+
+describe("the redis store", function()
+  local function load(dir, opts)
+    return luma.load(dir .. "/program.luma", opts)
+  end
+
+  local function logged(dir)
+    h.write(dir .. "/tools.lua", TOOLS:gsub('os%.getenv%("LUMA_SPEC_LOG"%)', string.format("%q", dir .. "/run.log"))
+      :gsub('os%.getenv%("LUMA_SPEC_SLEEP"%) or ', ""))
+  end
+
+  it("fails calls with TOOL_IDEMPOTENCY_UNAVAILABLE while the server is down, and runs no key twice across a restart", function()
+    local server = redis_server.start()
+    local ok, e = pcall(function()
+      local dir = project('{ "type": "redis", "url": "' .. server.url .. '" }')
+      logged(dir)
+      local p = load(dir)
+      for i = 1, 5 do p:call("db_write", { request_id = "k" .. i, value = "v" }) end
+      server:stop()
+      local err = h.raised(p.call, p, "db_write", { request_id = "k6", value = "v" })
+      assert.are.equal("TOOL_IDEMPOTENCY_UNAVAILABLE", err.code)
+      assert.is_true(err.retryable)
+      assert.matches("Redis at 127%.0%.0%.1:%d+/0 cannot be reached", err.message)
+      server:start_again()
+      -- the store reconnects, after a backoff of at most 5 s
+      local done
+      for _ = 1, 80 do
+        local fine, r = pcall(p.call, p, "db_write", { request_id = "k6", value = "v" })
+        if fine then done = r break end
+        assert.are.equal("TOOL_IDEMPOTENCY_UNAVAILABLE", r.code)
+        os.execute("sleep 0.1")
+      end
+      assert.is_truthy(done, "the store did not reconnect")
+      for i = 1, 6 do
+        local _, meta = p:call("db_write", { request_id = "k" .. i, value = "v" })
+        assert.is_true(meta.idempotent_replay, "k" .. i .. " ran again")
+      end
+      assert.are.same({ "k1", "k2", "k3", "k4", "k5", "k6" }, lines(dir .. "/run.log"))
+      p:close()
+      os.execute("rm -rf " .. h.quote(dir))
+    end)
+    server:remove()
+    assert(ok, e)
+  end)
+
+  it("runs the handler without the guarantee when told to (on_unavailable: run)", function()
+    local port
+    do
+      local s = assert(require("socket").bind("127.0.0.1", 0))
+      port = select(2, s:getsockname())
+      s:close()
+    end
+    local dir = project('{ "type": "redis", "url": "redis://127.0.0.1:' .. port .. '", "on_unavailable": "run" }')
+    logged(dir)
+    local p = load(dir)
+    p:call("db_write", { request_id = "k1", value = "v" })
+    p:call("db_write", { request_id = "k1", value = "v" })
+    assert.are.same({ "k1", "k1" }, lines(dir .. "/run.log"))
+    p:close()
+    os.execute("rm -rf " .. h.quote(dir))
+  end)
+
+  it("takes its password from password_env, and never shows it", function()
+    local server = redis_server.start { password = "s3cret-pw" }
+    local ok, e = pcall(function()
+      local dir = project('{ "type": "redis", "url": "' .. server.url .. '", "password_env": "LUMA_SPEC_REDIS_PW" }')
+      logged(dir)
+      local p = load(dir, { lookup = function(n) return n == "LUMA_SPEC_REDIS_PW" and "s3cret-pw" or nil end })
+      assert.are.equal("k1", p:call("db_write", { request_id = "k1", value = "v" }).key)
+      p:close()
+      local err = h.raised(load, dir, { lookup = function(n) return n == "LUMA_SPEC_REDIS_PW" and "wrong-pw" or nil end })
+      assert.are.equal("IDEMPOTENCY_STORE_ERROR", err.code)
+      assert.matches("refused the credentials", err.message)
+      assert.is_nil(err.message:find("wrong-pw", 1, true))
+      err = h.raised(load, dir, { lookup = function() return nil end })
+      assert.matches("takes its password from LUMA_SPEC_REDIS_PW, which is not set", err.message)
+      -- a password in the url stays out of messages too
+      h.write(dir .. "/luma.config.json", '{ "tool_modules": ["tools.lua"], "idempotency_store": ' ..
+        '{ "type": "redis", "url": "redis://:url-pw-9@127.0.0.1:' .. server.port .. '/0" } }')
+      err = h.raised(load, dir)
+      assert.is_nil(err.message:find("url-pw-9", 1, true), err.message)
+      os.execute("rm -rf " .. h.quote(dir))
+    end)
+    server:remove()
+    assert(ok, e)
+  end)
+
+  it("refuses rediss:// with a clear message, as this hiredis has no TLS", function()
+    local dir = project('{ "type": "redis", "url": "rediss://127.0.0.1:6380/0" }')
+    local err = h.raised(load, dir)
+    assert.are.equal("IDEMPOTENCY_STORE_ERROR", err.code)
+    assert.matches("rediss:// %(Redis over TLS%) needs a hiredis with TLS", err.message)
+    os.execute("rm -rf " .. h.quote(dir))
+  end)
+end)
+
+teardown(function() if redis then redis:remove() end end)

@@ -125,21 +125,30 @@ local function read_contexts(file, contexts)
   return out
 end
 
--- idempotency_store: { type = "memory" | "file" | "sqlite", path =, encryption = }
+local function integer_at_least(file, where, value, min)
+  if math.type(value) ~= "integer" and not (type(value) == "number" and value == math.floor(value) and value < 2^53) then
+    fail(file, where .. " must be an integer")
+  end
+  if value < min then fail(file, where .. " must be at least " .. min) end
+  return math.tointeger(value)
+end
+
+-- idempotency_store: { type = "memory" | "file" | "sqlite" | "redis", path =, encryption =, url =, ... }
 -- ("backend" is the older name of "type")
-local STORES = { memory = true, file = true, sqlite = true }
+local STORES = { memory = true, file = true, sqlite = true, redis = true }
 local STORE_PATHS = { file = ".luma-idempotency.json", sqlite = ".luma-idempotency.db" }
 
 local function read_store(file, dir, store)
   expect(file, "idempotency_store", store, "object")
-  check_keys(file, "idempotency_store", store, { "type", "backend", "path", "encryption" })
+  check_keys(file, "idempotency_store", store, { "type", "backend", "path", "encryption", "url", "prefix",
+    "lease_ms", "password_env", "on_unavailable" })
   if store.type ~= nil and store.backend ~= nil then
     fail(file, "idempotency_store: give type or backend (its older name), not both")
   end
   local kind = store.type or store.backend or "memory"
   local key = store.backend ~= nil and "backend" or "type"
   if type(kind) ~= "string" or not STORES[kind] then
-    fail(file, "idempotency_store." .. key .. ' must be "memory", "file" or "sqlite", not ' ..
+    fail(file, "idempotency_store." .. key .. ' must be "memory", "file", "sqlite" or "redis", not ' ..
       (type(kind) == "string" and ('"' .. kind .. '"') or "a " .. type(kind)))
   end
   local out = { backend = kind }
@@ -153,19 +162,34 @@ local function read_store(file, dir, store)
     if not STORE_PATHS[kind] then fail(file, "idempotency_store.encryption is only for the file and sqlite stores") end
     out.encryption = store.encryption
   end
+  local redis_only = { "url", "prefix", "lease_ms", "password_env", "on_unavailable" }
+  if kind ~= "redis" then
+    for _, k in ipairs(redis_only) do
+      if store[k] ~= nil then fail(file, "idempotency_store." .. k .. " is only for the redis store") end
+    end
+    return out
+  end
+  out.url = expect(file, "idempotency_store.url", store.url, "string")
+  if not out.url:match("^rediss?://") then
+    fail(file, "idempotency_store.url must be redis://[user:password@]host:port/db")
+  end
+  if store.prefix ~= nil then out.prefix = expect(file, "idempotency_store.prefix", store.prefix, "string") end
+  if store.lease_ms ~= nil then out.lease_ms = integer_at_least(file, "idempotency_store.lease_ms", store.lease_ms, 100) end
+  if store.password_env ~= nil then
+    out.password_env = expect(file, "idempotency_store.password_env", store.password_env, "string")
+  end
+  if store.on_unavailable ~= nil then
+    if store.on_unavailable ~= "fail" and store.on_unavailable ~= "run" then
+      fail(file, 'idempotency_store.on_unavailable must be "fail" (the default) or "run"')
+    end
+    out.on_unavailable = store.on_unavailable
+  end
   return out
 end
 
 local BUILTINS = { "os", "io", "json", "crypto" }
 local POLICY_KEYS = { "sandbox", "allow_builtins", "allow_env", "allow_network", "max_memory_mb", "max_concurrency" }
 
-local function integer_at_least(file, where, value, min)
-  if math.type(value) ~= "integer" and not (type(value) == "number" and value == math.floor(value) and value < 2^53) then
-    fail(file, where .. " must be an integer")
-  end
-  if value < min then fail(file, where .. " must be at least " .. min) end
-  return math.tointeger(value)
-end
 
 -- tool_module_policy: what every tool module's state may use. With
 -- "sandbox": "none" the state has the whole standard library, so the

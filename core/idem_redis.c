@@ -1,0 +1,384 @@
+/*
+ * The Redis idempotency store (idem.h), for many processes and machines.
+ *
+ * The protocol follows what the trusted implementations do (AWS Powertools'
+ * idempotency, Stripe's keys, the IETF Idempotency-Key draft):
+ *   - reserve: one script that, when the key is absent, sets it to
+ *     "P|<owner token>|<input hash>" with a lease (PX lease_ms); a pending
+ *     key with the same input answers "wait", with another "conflict"; a
+ *     completed one with the same input replays its result;
+ *   - complete and release: scripts that check the owner token, so that a
+ *     process whose lease ran out cannot overwrite its successor; complete
+ *     sets "C|<input hash>|<result>" with the record's TTL;
+ *   - a holder that died leaves a key that expires with its lease: the next
+ *     caller takes it over.
+ * The connection has timeouts; when Redis cannot be reached the call is
+ * ID_UNAVAILABLE (or ID_RUN_UNGUARDED with on_unavailable "run"), and the
+ * store reconnects with a backoff that doubles up to 5 s. The password is
+ * never in an error.
+ *
+ * Calls are round trips on the caller's thread (a loopback one is about
+ * 0.1 ms); one connection per store, behind a lock.
+ */
+#define _DEFAULT_SOURCE   /* explicit_bzero */
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <hiredis/hiredis.h>
+
+#include "crypto.h"
+#include "idem.h"
+#include "idemint.h"
+
+#define RD_TIMEOUT_MS 1000
+#define RD_BACKOFF_MIN_MS 100
+#define RD_BACKOFF_MAX_MS 5000
+
+typedef struct rd_store {
+  pthread_mutex_t lock;
+  redisContext *c;
+  char *host, *user, *password, *prefix;
+  int port, db;
+  long long lease_ms;
+  int run_unavailable;
+  char token[17];
+  long long retry_at, backoff;    /* monotonic ms: no connection attempt before retry_at */
+  char where[300];                /* host:port/db, for messages (no password) */
+} rd_store;
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...) {
+  if (!err || !errlen) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+static long long mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void disconnect(rd_store *s) {
+  if (s->c) redisFree(s->c);
+  s->c = NULL;
+  long long now = mono_ms();
+  s->backoff = s->backoff ? (s->backoff * 2 > RD_BACKOFF_MAX_MS ? RD_BACKOFF_MAX_MS : s->backoff * 2) : RD_BACKOFF_MIN_MS;
+  s->retry_at = now + s->backoff;
+}
+
+/* A reply that is an error or missing; the connection is dropped when it broke. */
+static int failed(rd_store *s, redisReply *r, char *err, size_t errlen) {
+  if (r && r->type != REDIS_REPLY_ERROR) return 0;
+  if (r) {
+    seterr(err, errlen, "Redis at %s answered: %.200s", s->where, r->str);
+    freeReplyObject(r);
+  } else {
+    seterr(err, errlen, "Redis at %s cannot be reached: %s", s->where, s->c ? s->c->errstr : "no connection");
+    disconnect(s);
+  }
+  return 1;
+}
+
+/* A connection, made when there is none and the backoff allows; 0 or -1. */
+static int connect_now(rd_store *s, char *err, size_t errlen) {
+  if (s->c) return 0;
+  if (mono_ms() < s->retry_at) {
+    seterr(err, errlen, "Redis at %s cannot be reached (retrying in %lld ms)", s->where, s->retry_at - mono_ms());
+    return -1;
+  }
+  struct timeval tv = { RD_TIMEOUT_MS / 1000, (RD_TIMEOUT_MS % 1000) * 1000 };
+  s->c = redisConnectWithTimeout(s->host, s->port, tv);
+  if (!s->c || s->c->err) {
+    seterr(err, errlen, "Redis at %s cannot be reached: %s", s->where, s->c ? s->c->errstr : "out of memory");
+    disconnect(s);
+    return -1;
+  }
+  redisSetTimeout(s->c, tv);
+  redisReply *r;
+  if (s->password) {
+    r = s->user ? redisCommand(s->c, "AUTH %s %s", s->user, s->password) : redisCommand(s->c, "AUTH %s", s->password);
+    if (r && r->type == REDIS_REPLY_ERROR) {
+      /* the server's words may not name the password: they are kept */
+      seterr(err, errlen, "Redis at %s refused the credentials: %.200s", s->where, r->str);
+      freeReplyObject(r);
+      disconnect(s);
+      return -1;
+    }
+    if (failed(s, r, err, errlen)) return -1;
+    freeReplyObject(r);
+  }
+  if (s->db) {
+    r = redisCommand(s->c, "SELECT %d", s->db);
+    if (failed(s, r, err, errlen)) { disconnect(s); return -1; }
+    freeReplyObject(r);
+  }
+  s->backoff = 0;
+  return 0;
+}
+
+/* prefix + "idem:" + tool + NUL + key */
+static char *key_of(rd_store *s, const char *tool, const char *key, size_t keylen, size_t *len) {
+  size_t pl = strlen(s->prefix), tl = strlen(tool);
+  char *k = malloc(pl + 5 + tl + 1 + keylen + 1);
+  if (!k) return NULL;
+  memcpy(k, s->prefix, pl);
+  memcpy(k + pl, "idem:", 5);
+  memcpy(k + pl + 5, tool, tl + 1);
+  if (keylen) memcpy(k + pl + 5 + tl + 1, key, keylen);
+  *len = pl + 5 + tl + 1 + keylen;
+  return k;
+}
+
+/* KEYS[1]; ARGV: token, hash, lease_ms -> { "RUN" } | { "WAIT" } | { "CONFLICT" } | { "REPLAY", result } */
+static const char RESERVE[] =
+  "local v = redis.call('GET', KEYS[1])\n"
+  "if not v then\n"
+  "  redis.call('SET', KEYS[1], 'P|' .. ARGV[1] .. '|' .. ARGV[2], 'PX', ARGV[3])\n"
+  "  return {'RUN'}\n"
+  "end\n"
+  "if string.sub(v, 1, 2) == 'P|' then\n"
+  "  if string.sub(v, 20, 83) ~= ARGV[2] then return {'CONFLICT'} end\n"
+  "  return {'WAIT'}\n"
+  "end\n"
+  "if string.sub(v, 3, 66) ~= ARGV[2] then return {'CONFLICT'} end\n"
+  "return {'REPLAY', string.sub(v, 68)}\n";
+
+/* KEYS[1]; ARGV: token, hash, result, ttl_ms -> 1 stored, 0 kept (same input), -1 lost to a successor */
+static const char COMPLETE[] =
+  "local v = redis.call('GET', KEYS[1])\n"
+  "local record = 'C|' .. ARGV[2] .. '|' .. ARGV[3]\n"
+  "if v and string.sub(v, 1, 19) == 'P|' .. ARGV[1] .. '|' then\n"
+  "  redis.call('SET', KEYS[1], record, 'PX', ARGV[4])\n"
+  "  return 1\n"
+  "end\n"
+  "if v and string.sub(v, 1, 2) == 'C|' and string.sub(v, 3, 66) == ARGV[2] then return 0 end\n"
+  "if not v then\n"
+  "  redis.call('SET', KEYS[1], record, 'PX', ARGV[4], 'NX')\n"
+  "  return 1\n"
+  "end\n"
+  "return -1\n";
+
+/* KEYS[1]; ARGV: token -> deletes the claim when it is ours */
+static const char RELEASE[] =
+  "local v = redis.call('GET', KEYS[1])\n"
+  "if v and string.sub(v, 1, 19) == 'P|' .. ARGV[1] .. '|' then return redis.call('DEL', KEYS[1]) end\n"
+  "return 0\n";
+
+static id_status rd_begin(void *impl, const char *tool, const char *key, size_t keylen, const char *hash,
+                          long long now, char **result, char *err, size_t errlen) {
+  (void)now;
+  rd_store *s = impl;
+  size_t klen;
+  char *k = key_of(s, tool, key, keylen, &klen);
+  if (!k) { seterr(err, errlen, "idempotency: out of memory"); return ID_ERROR; }
+  char lease[24];
+  snprintf(lease, sizeof lease, "%lld", s->lease_ms);
+  id_status st = ID_ERROR;
+  pthread_mutex_lock(&s->lock);
+  if (connect_now(s, err, errlen) != 0) {
+    st = s->run_unavailable ? ID_RUN_UNGUARDED : ID_UNAVAILABLE;
+    goto out;
+  }
+  redisReply *r = redisCommand(s->c, "EVAL %s 1 %b %s %s %s", RESERVE, k, klen, s->token, hash, lease);
+  if (!r) {
+    failed(s, r, err, errlen);
+    st = s->run_unavailable ? ID_RUN_UNGUARDED : ID_UNAVAILABLE;
+    goto out;
+  }
+  if (failed(s, r, err, errlen)) goto out;
+  if (r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && r->element[0]->type == REDIS_REPLY_STRING) {
+    const char *what = r->element[0]->str;
+    if (strcmp(what, "RUN") == 0) st = ID_RUN;
+    else if (strcmp(what, "WAIT") == 0) st = ID_WAIT;
+    else if (strcmp(what, "CONFLICT") == 0) st = ID_CONFLICT;
+    else if (strcmp(what, "REPLAY") == 0 && r->elements == 2 && r->element[1]->type == REDIS_REPLY_STRING) {
+      char *text = malloc(r->element[1]->len + 1);
+      if (text) {
+        memcpy(text, r->element[1]->str, r->element[1]->len);
+        text[r->element[1]->len] = '\0';
+        *result = text;
+        st = ID_REPLAY;
+      } else {
+        seterr(err, errlen, "idempotency: out of memory");
+      }
+    }
+  }
+  if (st == ID_ERROR && !(err && err[0])) seterr(err, errlen, "Redis at %s gave an unexpected answer", s->where);
+  freeReplyObject(r);
+out:
+  pthread_mutex_unlock(&s->lock);
+  free(k);
+  return st;
+}
+
+static int rd_commit(void *impl, const char *tool, const char *key, size_t keylen, const char *hash, const char *text,
+                     size_t len, long long now, long long ttl, char *err, size_t errlen) {
+  (void)now;
+  rd_store *s = impl;
+  size_t klen;
+  char *k = key_of(s, tool, key, keylen, &klen);
+  if (!k) { seterr(err, errlen, "idempotency: out of memory"); return -1; }
+  char ttls[24];
+  snprintf(ttls, sizeof ttls, "%lld", ttl);
+  int rc = -1;
+  pthread_mutex_lock(&s->lock);
+  if (connect_now(s, err, errlen) != 0) goto out;
+  redisReply *r = redisCommand(s->c, "EVAL %s 1 %b %s %s %b %s", COMPLETE, k, klen, s->token, hash, text, len, ttls);
+  if (failed(s, r, err, errlen)) goto out;
+  if (r->type == REDIS_REPLY_INTEGER && r->integer >= 0) rc = 0;
+  else seterr(err, errlen, "idempotency: tool '%s': the lease ran out and another call holds the key now", tool);
+  freeReplyObject(r);
+out:
+  pthread_mutex_unlock(&s->lock);
+  free(k);
+  return rc;
+}
+
+static void rd_abort(void *impl, const char *tool, const char *key, size_t keylen) {
+  rd_store *s = impl;
+  size_t klen;
+  char *k = key_of(s, tool, key, keylen, &klen);
+  if (!k) return;
+  pthread_mutex_lock(&s->lock);
+  if (connect_now(s, NULL, 0) == 0) {
+    redisReply *r = redisCommand(s->c, "EVAL %s 1 %b %s", RELEASE, k, klen, s->token);
+    if (!failed(s, r, NULL, 0)) freeReplyObject(r);
+  }
+  pthread_mutex_unlock(&s->lock);
+  free(k);
+}
+
+static void rd_close(void *impl) {
+  rd_store *s = impl;
+  if (s->c) redisFree(s->c);
+  if (s->password) explicit_bzero(s->password, strlen(s->password));
+  free(s->host);
+  free(s->user);
+  free(s->password);
+  free(s->prefix);
+  pthread_mutex_destroy(&s->lock);
+  free(s);
+}
+
+static const id_ops RD_OPS = { rd_begin, rd_commit, rd_abort, rd_close };
+
+/* %XX in the user and password of a URL */
+static char *unescape(const char *p, size_t n) {
+  char *out = malloc(n + 1), *o = out;
+  if (!out) return NULL;
+  for (size_t i = 0; i < n; i++) {
+    if (p[i] == '%' && i + 2 < n) {
+      char hex[3] = { p[i + 1], p[i + 2], 0 };
+      char *end;
+      long v = strtol(hex, &end, 16);
+      if (*end == '\0' && v > 0) { *o++ = (char)v; i += 2; continue; }
+    }
+    *o++ = p[i];
+  }
+  *o = '\0';
+  return out;
+}
+
+/* redis://[user:password@]host[:port][/db] */
+static int parse_url(rd_store *s, const char *url, char *err, size_t errlen) {
+  if (strncmp(url, "rediss://", 9) == 0) {
+    seterr(err, errlen, "rediss:// (Redis over TLS) needs a hiredis with TLS, and the one this luma is built "
+                        "with (%d.%d.%d) has none; use redis:// through a TLS tunnel", HIREDIS_MAJOR, HIREDIS_MINOR,
+           HIREDIS_PATCH);
+    return -1;
+  }
+  if (strncmp(url, "redis://", 8) != 0) {
+    seterr(err, errlen, "the url must start with redis:// (redis://[user:password@]host:port/db)");
+    return -1;
+  }
+  const char *p = url + 8, *at = strrchr(p, '@');
+  if (at) {
+    const char *colon = memchr(p, ':', (size_t)(at - p));
+    if (colon) {
+      if (colon > p) s->user = unescape(p, (size_t)(colon - p));
+      s->password = unescape(colon + 1, (size_t)(at - colon - 1));
+    } else {
+      s->password = unescape(p, (size_t)(at - p));
+    }
+    p = at + 1;
+  }
+  const char *end = p + strcspn(p, ":/");
+  if (end == p) { seterr(err, errlen, "the url names no host (redis://host:port/db)"); return -1; }
+  s->host = malloc((size_t)(end - p) + 1);
+  if (!s->host) { seterr(err, errlen, "out of memory"); return -1; }
+  memcpy(s->host, p, (size_t)(end - p));
+  s->host[end - p] = '\0';
+  s->port = 6379;
+  p = end;
+  if (*p == ':') {
+    char *e;
+    long port = strtol(p + 1, &e, 10);
+    if (e == p + 1 || port < 1 || port > 65535 || (*e && *e != '/')) {
+      seterr(err, errlen, "the url's port must be a number from 1 to 65535");
+      return -1;
+    }
+    s->port = (int)port;
+    p = e;
+  }
+  if (*p == '/' && p[1]) {
+    char *e;
+    long db = strtol(p + 1, &e, 10);
+    if (e == p + 1 || *e || db < 0 || db > 100000) {
+      seterr(err, errlen, "the url's database must be a number (redis://host:port/0)");
+      return -1;
+    }
+    s->db = (int)db;
+  }
+  snprintf(s->where, sizeof s->where, "%s:%d/%d", s->host, s->port, s->db);
+  return 0;
+}
+
+id_store *id_open_redis(const id_redis_options *o, char *err, size_t errlen) {
+  if (err && errlen) err[0] = '\0';
+  if (!o || !o->url) { seterr(err, errlen, "idempotency: the redis store needs a url"); return NULL; }
+  rd_store *s = calloc(1, sizeof *s);
+  if (!s || pthread_mutex_init(&s->lock, NULL) != 0) {
+    free(s);
+    seterr(err, errlen, "idempotency: out of memory");
+    return NULL;
+  }
+  char why[400];
+  if (parse_url(s, o->url, why, sizeof why) != 0) {
+    seterr(err, errlen, "idempotency store redis: %s", why);
+    rd_close(s);
+    return NULL;
+  }
+  if (o->password) {
+    free(s->password);
+    s->password = strdup(o->password);
+  }
+  s->prefix = strdup(o->prefix ? o->prefix : "luma:");
+  s->lease_ms = o->lease_ms > 0 ? o->lease_ms : 60000;
+  s->run_unavailable = o->run_when_unavailable;
+  unsigned char token[8];
+  if (!s->prefix || cr_random(token, sizeof token) != 0) {
+    seterr(err, errlen, "idempotency: out of memory");
+    rd_close(s);
+    return NULL;
+  }
+  for (int i = 0; i < 8; i++) snprintf(s->token + 2 * i, 3, "%02x", token[i]);
+  /* a first connection tells a wrong address or password at load; a server
+     that is down only makes the calls unavailable until it is back */
+  char cerr[400] = "";
+  pthread_mutex_lock(&s->lock);
+  int down = connect_now(s, cerr, sizeof cerr);
+  pthread_mutex_unlock(&s->lock);
+  if (down && strstr(cerr, "refused the credentials")) {
+    seterr(err, errlen, "idempotency store %s", cerr);
+    rd_close(s);
+    return NULL;
+  }
+  return id_wrap(&RD_OPS, s);
+}
