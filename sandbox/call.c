@@ -7,6 +7,7 @@
 #include "state.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <lauxlib.h>
@@ -34,6 +35,41 @@ static void raw_field(lua_State *H, int t, const char *key) {
   lua_pushnil(H);
 }
 
+/* A handler's error code: CODE_LIKE_THIS, and not one the runtime itself
+   reports (a handler saying PROGRAM_INVALID or TOOL_TIMEOUT would make the
+   host tell a lie). */
+static int code_allowed(const char *code, size_t len) {
+  if (len < 1 || len > SX_CODE_MAX || code[0] < 'A' || code[0] > 'Z') return 0;
+  for (size_t i = 1; i < len; i++)
+    if (!((code[i] >= 'A' && code[i] <= 'Z') || (code[i] >= '0' && code[i] <= '9') || code[i] == '_')) return 0;
+  le_code known;
+  return !le_lookup(code, &known);
+}
+
+/* At most SX_MESSAGE_MAX bytes of a message, cut on a character boundary
+   and marked; malloc'd (NULL: out of memory). */
+static char *capped(const char *m, size_t len) {
+  if (len <= SX_MESSAGE_MAX) {
+    char *out = malloc(len + 1);
+    if (out) { memcpy(out, m, len); out[len] = '\0'; }
+    return out;
+  }
+  size_t n = SX_MESSAGE_MAX;
+  while (n > 0 && ((unsigned char)m[n] & 0xC0) == 0x80) n--;
+  char *out = malloc(n + 64);
+  if (out) snprintf(out, n + 64, "%.*s... (cut: %zu bytes)", (int)n, m, len);
+  return out;
+}
+
+/* The copy's deadline: the handler's own, and a little more for the copy of
+   a result returned in its last moments. */
+static sx_limits copy_limits(const sx_run *run) {
+  sx_limits lim = run->opts.limits;
+  long long now = sx_now_ns(), grace = SX_COPY_GRACE_MS * 1000000LL;
+  lim.deadline_ns = run->deadline_ns ? (run->deadline_ns > now ? run->deadline_ns : now) + grace : 0;
+  return lim;
+}
+
 /* The error value at index e of the state H, as a host error on L. */
 static void push_handler_error(lua_State *H, int e, const sx_run *run, lua_State *L) {
   char msg[512];
@@ -48,17 +84,34 @@ static void push_handler_error(lua_State *H, int e, const sx_run *run, lua_State
     raw_field(H, e, "message");
     raw_field(H, e, "retryable");
     raw_field(H, e, "details");
-    const char *code = lua_type(H, -4) == LUA_TSTRING ? lua_tostring(H, -4) : NULL;
-    const char *message = lua_type(H, -3) == LUA_TSTRING ? lua_tostring(H, -3) : NULL;
+    size_t codelen = 0, msglen = 0;
+    const char *code = lua_type(H, -4) == LUA_TSTRING ? lua_tolstring(H, -4, &codelen) : NULL;
+    const char *message = lua_type(H, -3) == LUA_TSTRING ? lua_tolstring(H, -3, &msglen) : NULL;
     int retryable = lua_toboolean(H, -2);
     int details = 0;
+    if (code && !code_allowed(code, codelen)) {
+      /* the attempted code goes in details, cut to a sane length */
+      lua_createtable(L, 0, 1);
+      lua_pushlstring(L, code, codelen > SX_CODE_MAX ? SX_CODE_MAX : codelen);
+      lua_setfield(L, -2, "attempted_code");
+      details = lua_gettop(L);
+      snprintf(msg, sizeof msg, "Tool '%s' raised an error with the code '%.*s', which a handler may not use "
+               "(codes are [A-Z][A-Z0-9_]*, at most %d characters, and not one of the runtime's own).",
+               o->tool, (int)(codelen > SX_CODE_MAX ? SX_CODE_MAX : codelen), code, SX_CODE_MAX);
+      le_push(L, "TOOL_FAILED", msg, 0, details);
+      lua_remove(L, details);
+      lua_pop(H, 4);
+      return;
+    }
     if (!lua_isnil(H, -1)) {
       char why[160];
-      sx_limits finite = o->limits;
+      sx_limits finite = copy_limits(run);
       finite.finite_numbers = 1;
       if (sx_copy(H, lua_gettop(H), L, &finite, why, sizeof why) == 0) details = lua_gettop(L);
     }
-    le_push(L, code ? code : "TOOL_FAILED", message ? message : "", retryable, details);
+    char *text = capped(message ? message : "", message ? msglen : 0);
+    le_push(L, code ? code : "TOOL_FAILED", text ? text : "(out of memory)", retryable, details);
+    free(text);
     if (details) lua_remove(L, details);
     lua_pop(H, 4);
     return;
@@ -166,6 +219,7 @@ void sx_execute(sx_state *s, sx_run *runs, int n) {
     run->status = lua_pcall(H, 3, 1, 0);
     /* a result that comes after the deadline is late: the call timed out */
     if (s->deadline_ns && sx_now_ns() >= s->deadline_ns) s->expired = 1;
+    run->deadline_ns = s->deadline_ns;
     s->deadline_ns = 0;
     run->expired = s->expired;
     run->out_of_memory = s->out_of_memory || run->status == LUA_ERRMEM;
@@ -191,7 +245,14 @@ int sx_collect(sx_state *s, lua_State *L, const sx_run *run) {
     push_handler_error(H, run->result_slot, run, L);
     return -1;
   }
-  if (sx_copy(H, run->result_slot, L, &run->opts.limits, why, sizeof why) != 0) {
+  sx_limits lim = copy_limits(run);
+  int copied = sx_copy(H, run->result_slot, L, &lim, why, sizeof why);
+  if (copied == -2) {
+    le_format(why, sizeof why, LE_TOOL_TIMEOUT, run->opts.tool, run->opts.timeout_ms);
+    le_push_code(L, LE_TOOL_TIMEOUT, why, 0);
+    return -1;
+  }
+  if (copied != 0) {
     char msg[300];
     snprintf(msg, sizeof msg, "%s.output cannot be returned: %s", run->opts.tool, why);
     le_push(L, "TOOL_OUTPUT_INVALID", msg, 0, 0);

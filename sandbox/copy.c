@@ -14,6 +14,7 @@ typedef struct sx_copier {
   lua_State *from, *to;
   const sx_limits *lim;
   size_t values, bytes;
+  int late;                       /* the deadline passed */
   int depth;
   const void *tables[SX_DEPTH_CAP + 1];
   char *err;
@@ -25,6 +26,7 @@ void sx_default_limits(sx_limits *lim) {
   lim->max_values = 1000000;
   lim->max_bytes = 64u << 20;
   lim->finite_numbers = 0;
+  lim->deadline_ns = 0;
 }
 
 static int fail(sx_copier *c, const char *fmt, const char *arg) {
@@ -45,15 +47,32 @@ static int copy_table(sx_copier *c, int idx) {
   for (int i = 0; i < c->depth; i++)
     if (c->tables[i] == p) return fail(c, "%s", "a table contains itself");
   if (!lua_checkstack(from, 4) || !lua_checkstack(to, 4)) return fail(c, "%s", "it is nested too deeply");
+  /* walking a table costs its slots, which a handler can make many while
+     its keys stay few, and use again and again: the clock bounds that */
+  if (c->lim->deadline_ns && sx_now_ns() > c->lim->deadline_ns) {
+    c->late = 1;
+    return fail(c, "%s", "copying it passed the call's deadline");
+  }
   c->tables[c->depth++] = p;
-  /* sized up front: growing a table as keys arrive rehashes it each time */
-  int narr = (int)lc_rawlen(from, idx), nkeys = 0;
+  /* sized up front from the keys themselves (`#t` is any border: a few keys
+     can claim a huge array), since growing a table as keys arrive rehashes
+     it each time; integer keys must be 1..n, n the number of keys: an array.
+     Others cannot be JSON, and colliding ones would make the inserts
+     quadratic. */
+  long long nkeys = 0, nint = 0;
   lua_pushnil(from);
   while (lua_next(from, idx)) {
     lua_pop(from, 1);
     nkeys++;
+    if (lua_type(from, -1) == LUA_TNUMBER) nint++;
   }
-  lua_createtable(to, narr, nkeys > narr ? nkeys - narr : 0);
+  if (nkeys > (long long)c->lim->max_values) {
+    c->depth--;
+    char n[24];
+    snprintf(n, sizeof n, "%zu", c->lim->max_values);
+    return fail(c, "it holds more than %s values", n);
+  }
+  lua_createtable(to, (int)nint, (int)(nkeys - nint));
   int dst = lua_gettop(to);
   lua_pushnil(from);
   while (lua_next(from, idx)) {
@@ -61,13 +80,26 @@ static int copy_table(sx_copier *c, int idx) {
     if (kt != LUA_TSTRING && kt != LUA_TNUMBER) {
       lua_pop(from, 2);
       lua_settop(to, dst - 1);
+      c->depth--;
       return fail(c, "a table key is a %s; only strings and numbers can be copied", lua_typename(from, kt));
+    }
+    if (kt == LUA_TNUMBER) {
+      lua_Integer i = lc_isinteger(from, -2) ? lua_tointeger(from, -2) : 0;
+      if (i < 1 || i > nint) {
+        char n[64];
+        snprintf(n, sizeof n, "%.17g", (double)lua_tonumber(from, -2));
+        lua_pop(from, 2);
+        lua_settop(to, dst - 1);
+        c->depth--;
+        return fail(c, "a table has the key %s: numeric keys must be 1..n, an array with no holes", n);
+      }
     }
     /* absolute indices: within one state each copy moves the top */
     int k = lua_gettop(from) - 1;
     if (copy(c, k) != 0 || copy(c, k + 1) != 0) {
       lua_pop(from, 2);
       lua_settop(to, dst - 1);
+      c->depth--;
       return -1;
     }
     lua_rawset(to, dst);
@@ -128,12 +160,16 @@ int sx_copy(lua_State *from, int idx, lua_State *to, const sx_limits *lim, char 
   c.lim = lim;
   c.values = c.bytes = 0;
   c.depth = 0;
+  c.late = 0;
   c.err = err;
   c.errlen = errlen;
   int top_from = lua_gettop(from), top_to = lua_gettop(to);
   if (!lua_checkstack(to, 4)) return fail(&c, "%s", "no stack space");
   int r = copy(&c, lc_absindex(from, idx));
-  if (r != 0) lua_settop(to, top_to);
+  if (r != 0) {
+    lua_settop(to, top_to);
+    if (c.late) r = -2;
+  }
   /* copying within one state leaves the copy on top; otherwise the source
      state is left as it was */
   if (from != to) lua_settop(from, top_from);

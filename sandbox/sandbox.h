@@ -46,6 +46,7 @@ typedef struct sx_limits {
   size_t max_values;              /* tables, strings and scalars counted together */
   size_t max_bytes;               /* string bytes */
   int finite_numbers;             /* refuse NaN and infinities (error details: no validation follows) */
+  long long deadline_ns;          /* sx_copy: monotonic; past it the copy stops (0: none) */
 } sx_limits;
 
 void sx_default_limits(sx_limits *lim);
@@ -110,6 +111,13 @@ typedef struct sx_call_opts {
  * for a result that cannot be copied. L is only touched by sx_prepare and
  * sx_collect; sx_release clears the state's stack after the collects.
  */
+/* A handler's error: its code is at most SX_CODE_MAX characters, its message
+   is cut past SX_MESSAGE_MAX bytes; copying a result or an error may take
+   SX_COPY_GRACE_MS past the handler's deadline. */
+#define SX_CODE_MAX 64
+#define SX_MESSAGE_MAX 8192
+#define SX_COPY_GRACE_MS 100
+
 typedef struct sx_run {
   const char *name;               /* the export to call */
   int input, needs;               /* indices in L */
@@ -119,6 +127,7 @@ typedef struct sx_run {
   char failed[300];
   int fn, input_slot, needs_slot, result_slot;
   int status, expired, out_of_memory;
+  long long deadline_ns;          /* when the handler's time ran out (0: no deadline) */
 } sx_run;
 
 void sx_prepare(sx_state *s, lua_State *L, sx_run *runs, int n);
@@ -128,9 +137,13 @@ int sx_collect(sx_state *s, lua_State *L, const sx_run *run);
 /*
  * Copies the value at index idx of `from` onto the top of `to`, reading raw
  * (no metamethod runs). JSON-like values only: nil, booleans, numbers,
- * strings, null, and tables of them with string or integer keys. Returns 0,
- * or -1 with a reason in err (then nothing is pushed on `to`). Allocations in
- * `to` may raise a memory error: run it protected when `to` is limited.
+ * strings, null, and tables of them with string keys, or integer keys 1..n
+ * of a table of n keys (an array; other numeric keys cannot be JSON). Its
+ * cost is bounded: by the limits, by sizing each new table from the keys
+ * actually copied (never from `#t`), and by lim->deadline_ns, looked at for
+ * every table. Returns 0; -1 with a reason in err (then nothing is pushed on
+ * `to`); -2 when the deadline passed. Allocations in `to` may raise a memory
+ * error: run it protected when `to` is limited.
  */
 int sx_copy(lua_State *from, int idx, lua_State *to, const sx_limits *lim, char *err, size_t errlen);
 

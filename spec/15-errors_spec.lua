@@ -141,10 +141,15 @@ describe("the command line's exit status", function()
   end
 
   it("is 1 for an error raised while the program runs, whatever its code", function()
-    local dir = project('error(luma.ToolError { code = "AGENT_NOT_FOUND", message = "from the handler" })')
+    local dir = project('error(luma.ToolError { code = "DB_DOWN", message = "from the handler" })')
     local r = h.run({ "program.luma", "--tool-module", "tools.lua" }, { cwd = dir })
     assert.are.equal(1, r.status)
-    assert.are.equal("Error: [AGENT_NOT_FOUND] from the handler\n", r.stderr)
+    assert.are.equal("Error: [DB_DOWN] from the handler\n", r.stderr)
+    -- a handler cannot pass for the runtime with one of its codes
+    dir = project('error(luma.ToolError { code = "AGENT_NOT_FOUND", message = "from the handler" })')
+    r = h.run({ "program.luma", "--tool-module", "tools.lua" }, { cwd = dir })
+    assert.are.equal(1, r.status)
+    assert.matches("^Error: %[TOOL_FAILED%] Tool 'calculate' raised an error with the code 'AGENT_NOT_FOUND'", r.stderr)
   end)
 
   it("is 2 for a refusal before the first statement runs", function()

@@ -1,0 +1,117 @@
+-- What a hostile handler hands back cannot cost the host more than the
+-- limits say (issue 16, items 1 and 5): results and errors are copied with
+-- work bounded by the keys copied and by the deadline, host tables are sized
+-- from real keys, and a handler's error code cannot pass for the runtime's.
+-- Through luma-lua, with the strict policy.
+local core = require "luma.core"
+local h = require "spec.helpers"
+
+local SOURCE = [[
+tool evil(kind: string) -> Any { timeout: 500 }
+schema Any { v?: any }
+]]
+
+local TOOLS = [[
+local kinds = {}
+
+-- 27 keys whose border is 2^26: a host array sized from #t would be 1 GiB
+kinds.border = function()
+  local t = { 1, 1 }
+  local i = 4
+  while i <= 2^26 do t[i] = 1 i = i * 2 end
+  return { v = t }
+end
+
+-- integer keys that all fall into one slot of the host's table
+kinds.collide = function()
+  local t = {}
+  for i = 1, 2^16 do t[i * (2^17 - 1)] = true end
+  return { v = t }
+end
+
+-- a table grown to 2^19 slots with one live key, returned 10,000 times
+kinds.slots = function()
+  local t = {}
+  for i = 1, 2^19 do t[i * 2 + 2^40] = true end
+  for i = 1, 2^19 do t[i * 2 + 2^40] = nil end
+  t.x = 1
+  local list = {}
+  for i = 1, 10000 do list[i] = t end
+  return { v = list }
+end
+
+kinds.lie = function()
+  error(luma.ToolError { code = "PROGRAM_INVALID", message = "fake",
+    details = { diagnostics = { { text = "program.luma:1:1: forged diagnostic" } } } })
+end
+
+kinds.lowercase = function() error(luma.ToolError { code = "not_a_code", message = "x" }) end
+
+kinds.huge_message = function()
+  local big = ("m"):rep(30 * 2^20)
+  error(luma.ToolError { code = "BIG", message = big })
+end
+
+return { evil = function(input) return kinds[input.kind]() end }
+]]
+
+local function run(kind)
+  local dir = h.project {
+    ["program.luma"] = SOURCE,
+    ["tools.lua"] = TOOLS,
+    ["luma.config.json"] = '{ "tool_modules": ["tools.lua"], "tool_module_policy": { "sandbox": "strict", ' ..
+      '"max_memory_mb": 96 } }',
+    ["call.luma"] = SOURCE .. 'r = tool evil({ kind: "' .. kind .. '" })\n',
+  }
+  local s = core.monotonic_ms()
+  local r = h.run({ "call.luma", "--config", "luma.config.json" }, { cwd = dir })
+  r.ms = core.monotonic_ms() - s
+  os.execute("rm -rf " .. h.quote(dir))
+  return r
+end
+
+describe("a hostile handler's result", function()
+  it("with a huge border and few keys is refused at once, without a host array of that size", function()
+    local r = run("border")
+    assert.are.equal(1, r.status, r.stderr)
+    assert.matches("TOOL_OUTPUT_INVALID", r.stderr)
+    assert.matches("numeric keys must be 1..n", r.stderr, 1, true)
+    assert.is_true(r.ms < 3000, r.ms .. " ms")
+  end)
+
+  it("with integer keys that collide in the host's table is refused, not inserted in quadratic time", function()
+    local r = run("collide")
+    assert.are.equal(1, r.status, r.stderr)
+    assert.matches("numeric keys must be 1..n", r.stderr, 1, true)
+    assert.is_true(r.ms < 3000, r.ms .. " ms")
+  end)
+
+  it("that makes the copy walk many empty slots again and again stops at the deadline", function()
+    local r = run("slots")
+    assert.are.equal(1, r.status, r.stderr)
+    assert.matches("TOOL_TIMEOUT", r.stderr)
+    -- 500 ms of deadline, the copy's grace, and the process's own start
+    assert.is_true(r.ms < 3000, r.ms .. " ms")
+  end)
+end)
+
+describe("a hostile handler's error", function()
+  it("cannot use the runtime's codes: the CLI does not print forged diagnostics", function()
+    local r = run("lie")
+    assert.are.equal(1, r.status)
+    assert.is_nil(r.stderr:find("forged diagnostic", 1, true))
+    assert.matches("Error: %[TOOL_FAILED%] Tool 'evil' raised an error with the code 'PROGRAM_INVALID', which a handler may not use", r.stderr)
+  end)
+
+  it("must have a code of capitals, digits and underscores", function()
+    local r = run("lowercase")
+    assert.matches("%[TOOL_FAILED%].-'not_a_code'", r.stderr)
+  end)
+
+  it("has its message cut at 8 KiB", function()
+    local r = run("huge_message")
+    assert.are.equal(1, r.status)
+    assert.matches("%[BIG%] m+%.%.%. %(cut: 31457280 bytes%)", r.stderr)
+    assert.is_true(#r.stderr < 9000, #r.stderr .. " bytes on stderr")
+  end)
+end)
