@@ -76,8 +76,16 @@ void sx_push_timeout(lua_State *L) {
   le_push_code(L, LE_TOOL_TIMEOUT, msg, 0);
 }
 
+static void deadline_hook(lua_State *L, lua_Debug *ar);
+
 int sx_raise_timeout(lua_State *L) {
   sx_push_timeout(L);
+  /* whatever runs while the stop unwinds (pending __close handlers) is
+     looked at after every instruction, and stopped again at once: the check
+     is sticky. The hook raised here would otherwise leave its long interval
+     behind, and those handlers would run free for up to SX_HOOK_MAX
+     instructions each. */
+  lua_sethook(L, deadline_hook, LUA_MASKCOUNT, 1);
   return lua_error(L);
 }
 
@@ -238,8 +246,9 @@ static int l_check_stop(lua_State *L) {
    a coroutine the stop killed are never run (coroutine.close and the
    function coroutine.wrap returns both raise the stop instead). */
 static const char rethrow_chunk[] =
-  "local check, pcall, xpcall, error, co = ...\n"
+  "local check, pcall, xpcall, error, co, fresh = ...\n"
   "local resume, create, close, status = co.resume, co.create, co.close, co.status\n"
+  "local closing = 0\n"
   "local function pass(ok, ...)\n"
   "  if not ok then check() end\n"
   "  return ok, ...\n"
@@ -249,8 +258,19 @@ static const char rethrow_chunk[] =
   "  local function handler(...) check() return h(...) end\n"
   "  return pass(xpcall(f, handler, ...))\n"
   "end\n"
-  "co.resume = function(c, ...) return pass(resume(c, ...)) end\n"
-  "co.close = function(c) check() return close(c) end\n"
+  "co.create = function(f) local c = create(f) fresh(c) return c end\n"
+  "co.resume = function(c, ...) fresh(c) return pass(resume(c, ...)) end\n"
+  "local function closed(ok, ...)\n"
+  "  closing = closing - 1\n"
+  "  if not ok then error((...), 0) end\n"
+  "  return ...\n"
+  "end\n"
+  "co.close = function(c)\n"
+  "  check()\n"
+  "  if closing >= 100 then error('coroutine.close is nested more than 100 deep', 2) end\n"
+  "  closing = closing + 1\n"
+  "  return closed(pcall(close, c))\n"
+  "end\n"
   "local function unwrap(c, ok, ...)\n"
   "  if ok then return ... end\n"
   "  check()\n"
@@ -263,8 +283,18 @@ static const char rethrow_chunk[] =
   "end\n"
   "co.wrap = function(f)\n"
   "  local c = create(f)\n"
-  "  return function(...) return unwrap(c, resume(c, ...)) end\n"
+  "  return function(...) fresh(c) return unwrap(c, resume(c, ...)) end\n"
   "end\n";
+
+/* A coroutine starts (and resumes) with the shortest interval between
+   looks: one made after fast code would otherwise inherit a long one, and a
+   few slow instructions in it would run far past the deadline. */
+static int l_fresh_hook(lua_State *L) {
+  lua_State *co = lua_tothread(L, 1);
+  if (co && lua_gethook(co) == deadline_hook && lua_gethookcount(co) > SX_HOOK_MIN)
+    lua_sethook(co, deadline_hook, LUA_MASKCOUNT, SX_HOOK_MIN);
+  return 0;
+}
 
 static void wrap_protected_calls(lua_State *L) {
   if (luaL_loadbufferx(L, rethrow_chunk, sizeof rethrow_chunk - 1, "=luma", "t") != LUA_OK) lua_error(L);
@@ -273,7 +303,8 @@ static void wrap_protected_calls(lua_State *L) {
   lua_getglobal(L, "xpcall");
   lua_getglobal(L, "error");
   lua_getglobal(L, "coroutine");
-  lua_call(L, 5, 0);
+  lua_pushcfunction(L, l_fresh_hook);
+  lua_call(L, 6, 0);
 }
 
 void sx_open_print(lua_State *L) {

@@ -8,6 +8,7 @@ local h = require "spec.helpers"
 
 local SOURCE = [[
 tool evil(kind: string) -> Any { timeout: 500 }
+tool roomy(kind: string) -> Any { timeout: 10000 }
 schema Any { v?: any }
 ]]
 
@@ -52,16 +53,59 @@ kinds.huge_message = function()
   error(luma.ToolError { code = "BIG", message = big })
 end
 
-return { evil = function(input) return kinds[input.kind]() end }
+-- after the stop: 300 pending <close> handlers, each with slow C work
+kinds.closers = function()
+  local big = ("\u{e9}"):rep(8 * 2^20)
+  local function nest(n)
+    if n == 0 then while true do end end
+    local x <close> = setmetatable({}, { __close = function() utf8.len(big) end })
+    return nest(n - 1)
+  end
+  nest(300)
+end
+
+-- a coroutine made after fast code, running slow C calls
+kinds.coroutine = function()
+  local big = ("\u{e9}"):rep(12 * 2^20)
+  for i = 1, 3e6 do local _ = i end
+  local co = coroutine.create(function() for _ = 1, 250 do utf8.len(big) end end)
+  coroutine.resume(co)
+  return { v = "done" }
+end
+
+-- 30,000 coroutines, each closing the one before it when it is closed
+kinds.deep_close = function()
+  local prev
+  for _ = 1, 30000 do
+    local p = prev
+    local co = coroutine.create(function()
+      local x <close> = setmetatable({}, { __close = function()
+        if p then
+          local ok, e = coroutine.close(p)
+          if not ok then error(e, 0) end
+        end
+      end })
+      coroutine.yield()
+    end)
+    coroutine.resume(co)
+    prev = co
+  end
+  local ok, why = coroutine.close(prev)
+  return { v = tostring(ok) .. " " .. tostring(why) }
+end
+
+local function any(input) return kinds[input.kind]() end
+return { evil = any, roomy = any }
 ]]
 
-local function run(kind)
+-- kind through the tool `evil` (a 500 ms deadline), or `roomy` (10 s)
+local function run(kind, tool)
   local dir = h.project {
     ["program.luma"] = SOURCE,
     ["tools.lua"] = TOOLS,
     ["luma.config.json"] = '{ "tool_modules": ["tools.lua"], "tool_module_policy": { "sandbox": "strict", ' ..
       '"max_memory_mb": 96 } }',
-    ["call.luma"] = SOURCE .. 'r = tool evil({ kind: "' .. kind .. '" })\n',
+    ["call.luma"] = SOURCE .. 'r = tool ' .. (tool or "evil") .. '({ kind: "' .. kind .. '" })\n',
   }
   local s = core.monotonic_ms()
   local r = h.run({ "call.luma", "--config", "luma.config.json" }, { cwd = dir })
@@ -109,9 +153,32 @@ describe("a hostile handler's error", function()
   end)
 
   it("has its message cut at 8 KiB", function()
-    local r = run("huge_message")
+    local r = run("huge_message", "roomy")
     assert.are.equal(1, r.status)
     assert.matches("%[BIG%] m+%.%.%. %(cut: 31457280 bytes%)", r.stderr)
     assert.is_true(#r.stderr < 9000, #r.stderr .. " bytes on stderr")
+  end)
+end)
+
+describe("a stopped handler", function()
+  it("gets no time for its pending <close> handlers", function()
+    local r = run("closers")
+    assert.are.equal(1, r.status, r.stderr)
+    assert.matches("TOOL_TIMEOUT", r.stderr)
+    assert.is_true(r.ms < 2500, r.ms .. " ms for a 500 ms deadline")
+  end)
+
+  it("is looked at soon in a coroutine made after fast code", function()
+    local r = run("coroutine")
+    assert.are.equal(1, r.status, r.stderr)
+    assert.matches("TOOL_TIMEOUT", r.stderr)
+    assert.is_true(r.ms < 2500, r.ms .. " ms for a 500 ms deadline")
+  end)
+
+  it("cannot crash the host with coroutine.close nested 30,000 deep (a Lua 5.4.4 bug)", function()
+    local r = run("deep_close", "roomy")
+    assert.is_true(r.status == 0 or r.status == 1, "status " .. tostring(r.status) .. ": " .. r.stderr)
+    assert.is_nil(r.stderr:find("internal error", 1, true))
+    assert.matches("nested more than 100 deep", r.stdout .. r.stderr)
   end)
 end)
