@@ -77,12 +77,25 @@ static int s_setmetatable(lua_State *L) {
 }
 
 /* rawset on anything but the globals, which stay locked */
+static int refuse_write(lua_State *L);
+
+/* A library table of the module: a proxy whose writes are refused. */
+static int is_library(lua_State *L, int idx) {
+  if (!lua_getmetatable(L, idx)) return 0;
+  lua_pushliteral(L, "__newindex");
+  lua_rawget(L, -2);
+  int library = lua_tocfunction(L, -1) == refuse_write;
+  lua_pop(L, 2);
+  return library;
+}
+
 static int s_rawset(lua_State *L) {
   lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
   if (lua_rawequal(L, 1, -1)) return luaL_error(L, "rawset on the globals is not available in a strict tool module");
   lua_pop(L, 1);
   luaL_checktype(L, 1, LUA_TTABLE);
   if (is_locked(L, 1)) return refuse_metatable_write(L);
+  if (is_library(L, 1)) return refuse_write(L);   /* rawset would bypass the proxy's __newindex */
   luaL_checkany(L, 2);
   luaL_checkany(L, 3);
   lua_settop(L, 3);

@@ -94,6 +94,11 @@ kinds.deep_close = function()
   return { v = tostring(ok) .. " " .. tostring(why) }
 end
 
+kinds.rawset = function()
+  local ok, why = pcall(rawset, string, "format", function() return "forged" end)
+  return { v = tostring(ok) .. ": " .. tostring(why) .. " / " .. string.format("%d", 7) }
+end
+
 local function any(input) return kinds[input.kind]() end
 return { evil = any, roomy = any }
 ]]
@@ -180,5 +185,13 @@ describe("a stopped handler", function()
     assert.is_true(r.status == 0 or r.status == 1, "status " .. tostring(r.status) .. ": " .. r.stderr)
     assert.is_nil(r.stderr:find("internal error", 1, true))
     assert.matches("nested more than 100 deep", r.stdout .. r.stderr)
+  end)
+end)
+
+describe("a strict module's library tables", function()
+  it("are read-only to rawset too", function()
+    local r = run("rawset", "roomy")
+    assert.are.equal(0, r.status, r.stderr)
+    assert.matches("false: .-the library tables of a strict tool module are read%-only / 7", r.stdout)
   end)
 end)
