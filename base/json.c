@@ -65,17 +65,23 @@ jv *jv_push(jv *arr, jv *v) {
   return arr;
 }
 
-jv *jv_set(jv *obj, const char *key, jv *v) {
+jv *jv_setn(jv *obj, const char *key, size_t keylen, jv *v) {
   if (obj && v) {
     v->key = key;
+    v->keylen = keylen;
     append(obj, v);
   }
   return obj;
 }
 
+jv *jv_set(jv *obj, const char *key, jv *v) {
+  return jv_setn(obj, key, key ? strlen(key) : 0, v);
+}
+
 jv *jv_get(const jv *obj, const char *key) {
+  size_t len = strlen(key);
   for (jv *m = obj ? obj->first : NULL; m; m = m->next)
-    if (strcmp(m->key, key) == 0) return m;
+    if (m->keylen == len && memcmp(m->key, key, len) == 0) return m;
   return NULL;
 }
 
@@ -164,7 +170,7 @@ static void write_value(sb_buf *b, const jv *v, int indent, int level) {
       for (const jv *m = v->first; m; m = m->next) {
         newline(b, indent, level + 1);
         if (obj) {
-          json_write_string(b, m->key, strlen(m->key));
+          json_write_string(b, m->key, m->keylen);
           sb_adds(b, indent > 0 ? ": " : ":");
         }
         write_value(b, m, indent, level + 1);
@@ -189,6 +195,7 @@ void jv_write(sb_buf *b, const jv *v, int indent) {
 typedef struct jp_frame {
   jv *c;
   const char *key;            /* JV_OBJ: key of the member being parsed */
+  size_t keylen;
   mp_map *keys;               /* JV_OBJ: its keys, once it has JP_SCAN_MAX members */
 } jp_frame;
 
@@ -470,13 +477,13 @@ static int jp_seen(jp_state *st, jp_frame *f, const char *key, size_t len) {
   if (!f->keys) {
     if (f->c->count < JP_SCAN_MAX) {
       for (const jv *m = f->c->first; m; m = m->next)
-        if (strcmp(m->key, key) == 0) return 1;
+        if (m->keylen == len && memcmp(m->key, key, len) == 0) return 1;
       return 0;
     }
     f->keys = ar_alloc(st->a, sizeof *f->keys);
     if (!f->keys) return -1;
     for (const jv *m = f->c->first; m; m = m->next)
-      if (!mp_put(st->a, f->keys, m->key, strlen(m->key), f->c)) return -1;
+      if (!mp_put(st->a, f->keys, m->key, m->keylen, f->c)) return -1;
   }
   if (mp_get(f->keys, key, len)) return 1;
   return mp_put(st->a, f->keys, key, len, f->c) ? 0 : -1;
@@ -515,7 +522,6 @@ static const unsigned char *jp_key(jp_state *st, jp_frame *f, const unsigned cha
   if (q == st->end || *q != '"') return jp_unexpected(st, q);
   const unsigned char *p = jp_string(st, q, &key, &len);
   if (!p) return NULL;
-  if (memchr(key, 0, len)) return jp_fail(st, q, "object key contains NUL");
   int seen = jp_seen(st, f, key, len);
   if (seen < 0) return jp_nomem(st);
   if (seen) {
@@ -532,6 +538,7 @@ static const unsigned char *jp_key(jp_state *st, jp_frame *f, const unsigned cha
   p = jp_space(p, st->end);
   if (p == st->end || *p != ':') return jp_unexpected(st, p);
   f->key = key;
+  f->keylen = len;
   return jp_space(p + 1, st->end);
 }
 
@@ -612,7 +619,7 @@ jv *json_parse(ar_arena *a, const char *text, size_t len, int max_depth, char *e
       if (depth == 0) return p == end ? v : jp_unexpected(&st, p);
       jp_frame *f = &stack[depth - 1];
       int obj = f->c->type == JV_OBJ, closer = obj ? '}' : ']';
-      if (obj) jv_set(f->c, f->key, v); else jv_push(f->c, v);
+      if (obj) jv_setn(f->c, f->key, f->keylen, v); else jv_push(f->c, v);
       if (p < end && *p == ',') {
         const unsigned char *comma = p;
         p = jp_space(p + 1, end);

@@ -20,7 +20,8 @@ typedef struct jv {
   double n;
   const char *s;              /* JV_STR (may hold NUL bytes) */
   size_t len;
-  const char *key;            /* set when the node is an object member */
+  const char *key;            /* set when the node is an object member; NUL-terminated, */
+  size_t keylen;              /* and may hold NUL bytes (a parsed "\u0000"): keylen says */
   struct jv *first, *last;    /* JV_ARR items, JV_OBJ members */
   int count;
   struct jv *next;
@@ -40,6 +41,9 @@ jv *jv_obj(ar_arena *a);
 /* Appends; both return the container, and ignore a NULL value or container. */
 jv *jv_push(jv *arr, jv *v);
 jv *jv_set(jv *obj, const char *key, jv *v);
+/* jv_set with a key of keylen bytes, which may hold NUL. */
+jv *jv_setn(jv *obj, const char *key, size_t keylen, jv *v);
+/* The member whose key is exactly key (a C string). */
 jv *jv_get(const jv *obj, const char *key);
 
 /*
@@ -47,8 +51,8 @@ jv *jv_get(const jv *obj, const char *key);
  * Infinity, no bytes after the value but whitespace) into a tree in the
  * arena. Integers that fit in 64 bits become JV_INT (exactly), other numbers
  * JV_NUM (finite; 1e400 is an error); strings are valid UTF-8 with escapes
- * decoded and surrogate pairs joined; a duplicate key in an object is an
- * error. Nesting deeper than max_depth is an error, never a stack overflow.
+ * decoded and surrogate pairs joined, in keys too (an escaped NUL is kept:
+ * see keylen); a duplicate key in an object is an error. Nesting deeper than max_depth is an error, never a stack overflow.
  * On failure returns NULL and writes a one-line reason with the byte offset
  * into err, e.g. "unexpected ',' at offset 17".
  */

@@ -235,7 +235,7 @@ void lj_push(lua_State *L, const jv *v, int depth) {
     case JV_OBJ:
       lua_createtable(L, 0, v->count);
       for (const jv *m = v->first; m && depth < LIM_JSON_DEPTH_CAP; m = m->next) {
-        lua_pushstring(L, m->key);
+        lua_pushlstring(L, m->key, m->keylen);
         lj_push(L, m, depth + 1);
         lua_rawset(L, -3);
       }
