@@ -78,7 +78,7 @@ static jv *type_schema(js_ctx *c, const pm_type *t, const char *desc) {
   if (t->rules & PR_MAX) jv_set(o, "maximum", num(c, t->max));
   if (t->rules & PR_MINLEN) jv_set(o, "minLength", jv_int(c->a, t->minlen));
   if (t->rules & PR_MAXLEN) jv_set(o, "maxLength", jv_int(c->a, t->maxlen));
-  if (t->rules & PR_PATTERN) jv_set(o, "pattern", jv_cstr(c->a, t->pattern));
+  if (t->rules & PR_PATTERN) jv_set(o, "pattern", jv_str(c->a, t->pattern, t->pattern_len));
   if (t->kind == PT_ARRAY) {
     jv_set(o, "items", type_schema(c, t->elem, NULL));
     if (t->rules & PR_MINITEMS) jv_set(o, "minItems", jv_int(c->a, t->minitems));

@@ -231,7 +231,10 @@ static void push_type(lua_State *L, const pm_type *t, int depth) {
   if (t->rules & PR_MAXLEN) set_int(L, "max_length", t->maxlen);
   if (t->rules & PR_MINITEMS) set_int(L, "min_items", t->minitems);
   if (t->rules & PR_MAXITEMS) set_int(L, "max_items", t->maxitems);
-  if (t->rules & PR_PATTERN) set_str(L, "pattern", t->pattern);
+  if (t->rules & PR_PATTERN) {
+    lua_pushlstring(L, t->pattern, t->pattern_len);   /* it may hold NUL */
+    lua_setfield(L, -2, "pattern");
+  }
   if (t->soft) set_bool(L, "soft", 1);
 }
 

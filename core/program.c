@@ -266,6 +266,7 @@ static void apply_annotations(pm_ctx *c, pm_field *f, const ast_field *af) {
     switch (which) {
       case 0: /* desc */
         if (an->nargs != 1 || arg->kind != EX_STRING) { ERR(c, an->pos, "@desc takes one string"); break; }
+        if (strlen(arg->str.s) != arg->str.len) { ERR(c, arg->pos, "@desc cannot contain a NUL character (\\u0000)"); break; }
         f->desc = arg->str.s;
         break;
       case 1: { /* range */
@@ -309,6 +310,7 @@ static void apply_annotations(pm_ctx *c, pm_field *f, const ast_field *af) {
         p->regexes[p->nregexes++] = re;
         leaf->re = re;
         leaf->pattern = arg->str.s;
+        leaf->pattern_len = arg->str.len;
         leaf->rules |= PR_PATTERN;
         break;
       }
@@ -638,7 +640,8 @@ static void read_entry(pm_ctx *c, const char *owner, const ck_key *k, const ast_
       *(pm_num *)slot = num;
       break;
     case CK_STRING: case CK_ENVNAME:
-      if (v->kind != EX_STRING || strlen(v->str.s) != v->str.len) { ERR(c, v->pos, "%s must be a string.", prefix); return; }
+      if (v->kind != EX_STRING) { ERR(c, v->pos, "%s must be a string.", prefix); return; }
+      if (strlen(v->str.s) != v->str.len) { ERR(c, v->pos, "%s cannot contain a NUL character (\\u0000).", prefix); return; }
       if (k->kind == CK_ENVNAME && !is_env_name(v->str.s)) {
         ERR(c, v->pos, "%s must be an environment variable name.", prefix);
         return;
@@ -733,7 +736,8 @@ static void read_entry(pm_ctx *c, const char *owner, const ck_key *k, const ast_
       list->items = ar_alloc(c->a, sizeof *list->items * (size_t)(v->nitems ? v->nitems : 1));
       if (!list->items) return;
       for (const ast_expr *i = v->items; i; i = i->next) {
-        if (i->kind != EX_STRING || strlen(i->str.s) != i->str.len) { ERR(c, i->pos, "%s must be a list of strings.", prefix); continue; }
+        if (i->kind != EX_STRING) { ERR(c, i->pos, "%s must be a list of strings.", prefix); continue; }
+        if (strlen(i->str.s) != i->str.len) { ERR(c, i->pos, "%s cannot contain a NUL character (\\u0000).", prefix); continue; }
         list->items[list->n++] = i->str.s;
       }
       break;

@@ -47,7 +47,8 @@ typedef struct pm_type {
   unsigned rules;
   pm_num min, max;
   long long minlen, maxlen, minitems, maxitems;
-  const char *pattern;
+  const char *pattern;         /* may hold NUL: pattern_len bytes */
+  size_t pattern_len;
   struct lre *re;
   int soft;                   /* @severity("soft"): a broken rule on output is a warning */
 } pm_type;

@@ -369,7 +369,7 @@ static int check_string(lv_ctx *c, const pm_type *t, int idx) {
     else if (m == 0) {
       sb_buf b;
       sb_init(&b);
-      json_write_string(&b, t->pattern, strlen(t->pattern) > 200 ? 200 : strlen(t->pattern));
+      json_write_string(&b, t->pattern, t->pattern_len > 200 ? 200 : t->pattern_len);
       ok = report(c, t->soft, "pattern", "must match the pattern %s", sb_str(&b)) && ok;
       sb_free(&b);
     }

@@ -323,3 +323,31 @@ describe("program:validate", function()
     assert.has_error(function() program:validate("Nope", {}) end)
   end)
 end)
+
+describe("strings that hold NUL (\\u0000) in a program", function()
+  local luma = require "luma"
+
+  it("keep it in @pattern: emitted, matched and named whole", function()
+    local p = luma.compile('schema A { s: string @pattern("^a\\u0000b$") }')
+    assert.are.equal("^a\0b$", p:json_schema("A").properties.s.pattern)
+    assert.is_true(p:validate("A", { s = "a\0b" }))
+    local ok, err = p:validate("A", { s = "ab" })
+    assert.is_nil(ok)
+    assert.are.equal('A.s must match the pattern "^a\\u0000b$"', err.message)
+    assert.are.equal("^a\0b$", p:schema("A").fields[1].type.pattern)
+  end)
+
+  it("keep it in enum values and defaults", function()
+    local p = luma.compile('schema A { e: enum["x\\u0000y", "z"], d?: string @default("q\\u0000r") }')
+    local v = { e = "x\0y" }
+    assert.is_true(p:validate("A", v))
+    assert.are.equal("q\0r", v.d)
+    assert.is_nil(p:validate("A", { e = "x" }))
+  end)
+
+  it("refuse it where C needs a plain string, saying so", function()
+    local err = h.raised(luma.compile, 'schema B { s: string @desc("w\\u0000v") }\ntool t() -> B { description: "x\\u0000y" }')
+    assert.matches("@desc cannot contain a NUL character", err.message, 1, true)
+    assert.matches("'description' cannot contain a NUL character", err.message, 1, true)
+  end)
+end)
