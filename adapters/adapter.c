@@ -61,11 +61,6 @@ void ad_item_json(ad_conv *c, const jv *v) {
   jv_write(&c->items, v, 0);
 }
 
-void ad_item_text(ad_conv *c, const char *json_text) {
-  ad_item_begin(c);
-  sb_adds(&c->items, json_text);
-}
-
 void ad_item_user(ad_conv *c, const char *text, size_t len) {
   ad_item_begin(c);
   sb_adds(&c->items, "{\"role\":\"user\",\"content\":");

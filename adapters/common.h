@@ -25,7 +25,6 @@ extern const ad_family ad_openai_chat, ad_openai_responses, ad_anthropic_family,
 /* Appends the JSON text of one item to the conversation. */
 void ad_item_begin(ad_conv *c);
 void ad_item_json(ad_conv *c, const jv *v);
-void ad_item_text(ad_conv *c, const char *json_text);
 
 /* {"role":"user","content":"text"}: chat, responses and anthropic alike. */
 void ad_item_user(ad_conv *c, const char *text, size_t len);

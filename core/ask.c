@@ -99,7 +99,6 @@ ak_ask *ak_new(pl_program *pg, pl_scope *scope, const ak_params *p, char *err, s
 
 void ak_start(ak_ask *a) {
   a->refs++;
-  a->in_runtime = 1;
   rt_add_task(a->rt, &a->task);
   rt_notify(a->rt);
 }
@@ -142,7 +141,6 @@ static void cancel_task(rt_task *t) {
 
 static void release_task(rt_task *t) {
   ak_ask *a = (ak_ask *)t;
-  a->in_runtime = 0;
   unref(a);
 }
 

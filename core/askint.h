@@ -37,7 +37,6 @@ typedef struct ak_slot {
 struct ak_ask {
   rt_task task;               /* first: the runtime's handle */
   int refs;                   /* the caller's, the runtime's while it is a task */
-  int in_runtime;
   rt_runtime *rt;
   pl_program *pg;             /* counted */
   pl_scope *scope;            /* counted */
