@@ -481,13 +481,9 @@ static int step_task(rt_task *t, long long *wait_ms) {
   lua_pushvalue(T, AK_VALUE);
   lua_pushlightuserdata(T, a);
   if (lua_pcall(T, 2, AK_NVALUES, 0) != LUA_OK) {
-    const char *msg = lua_type(T, -1) == LUA_TSTRING ? lua_tostring(T, -1) : "out of memory";
-    char why[300];
-    snprintf(why, sizeof why, "Agent '%s' could not ask its model: %s", a->agent->name, msg);
-    lua_settop(T, 0);
-    lua_settop(T, AK_NVALUES);
-    le_push_code(T, LE_ASK_PROVIDER_ERROR, why, 0);
-    lua_replace(T, AK_VALUE);
+    char what[200];
+    snprintf(what, sizeof what, "Agent '%s' could not ask its model", a->agent->name);
+    pl_lost_values(T, AK_NVALUES, AK_VALUE, LE_ASK_PROVIDER_ERROR, what);
     a->ok = 0;
     if (a->tp) { tp_release(a->tp); a->tp = NULL; }
     ak_cancel_tools(a);

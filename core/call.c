@@ -327,13 +327,9 @@ cl_status cl_step(cl_call *c, long long *wait_ms) {
   lua_pushlightuserdata(T, c);
   if (lua_pcall(T, CV_COUNT + 1, CV_COUNT, 0) != LUA_OK) {
     /* only a memory error gets here: the call's values are lost with it */
-    const char *msg = lua_type(T, -1) == LUA_TSTRING ? lua_tostring(T, -1) : "out of memory";
-    char why[300];
-    snprintf(why, sizeof why, "Tool '%s' could not be called: %s", c->t->name, msg);
-    lua_settop(T, 0);
-    lua_settop(T, CV_COUNT);
-    le_push_code(T, LE_TOOL_FAILED, why, 0);
-    lua_replace(T, CV_VALUE);
+    char what[200];
+    snprintf(what, sizeof what, "Tool '%s' could not be called", c->t->name);
+    pl_lost_values(T, CV_COUNT, CV_VALUE, LE_TOOL_FAILED, what);
     c->ok = 0;
     if (c->held) { id_abort(c->pg->idem, c->t->name, c->ikey, c->ikeylen); c->held = 0; }
     c->state = CS_DONE;

@@ -2,6 +2,7 @@
 #include "pipeline.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -10,6 +11,7 @@
 
 #include "compat.h"
 #include "idem.h"
+#include "lerror.h"
 #include "record.h"
 #include "runtime.h"
 #include "steps.h"
@@ -169,4 +171,14 @@ const char *pl_lookup(lua_State *L, pl_program *pg, const char *name) {
     lua_pushnil(L);
   }
   return lua_tostring(L, -1);
+}
+
+void pl_lost_values(lua_State *T, int nvalues, int slot, le_code code, const char *what) {
+  const char *msg = lua_type(T, -1) == LUA_TSTRING ? lua_tostring(T, -1) : "out of memory";
+  char why[300];
+  snprintf(why, sizeof why, "%s: %s", what, msg);
+  lua_settop(T, 0);
+  lua_settop(T, nvalues);
+  le_push_code(T, code, why, 0);
+  lua_replace(T, slot);
 }

@@ -16,6 +16,7 @@
 
 #include <lua.h>
 
+#include "errors.h"
 #include "program.h"
 #include "sandbox.h"
 #include "validate.h"
@@ -94,5 +95,10 @@ void pl_sleep_ms(lua_State *L, pl_program *pg, long long ms);
 /* The host's lookup (credentials, needs): pushes the value of `name` as a
    string, or nil, and returns it (valid while it is on the stack). */
 const char *pl_lookup(lua_State *L, pl_program *pg, const char *name);
+
+/* After a memory error in the protected step of a call or an ask, whose
+   values on T (nvalues of them) are lost with it: T gets nvalues again, the
+   one at `slot` an error of `code` saying "<what>: <the error>". */
+void pl_lost_values(lua_State *T, int nvalues, int slot, le_code code, const char *what);
 
 #endif
