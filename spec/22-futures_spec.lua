@@ -7,6 +7,14 @@ local h = require "spec.helpers"
 
 local now = core.monotonic_ms
 
+-- Instrumented runs are slower at everything: time bounds are scaled.
+local SLOW = 1
+if os.getenv("LUMA_VALGRIND") then
+  SLOW = 25
+elseif (os.getenv("LD_PRELOAD") or ""):find("asan", 1, true) then
+  SLOW = 3
+end
+
 local SOURCE = [[
 schema R { v?: string, n?: int }
 tool nap(ms: int, tag?: string) -> R { timeout: 5000 }
@@ -66,7 +74,7 @@ describe("a future of an agent method (agent:start)", function()
     local p = load(rt)
     local t0 = now()
     local f = p:agent("A"):start("run", { ms = 150 })
-    assert.is_true(now() - t0 < 100, "start blocked")
+    assert.is_true(now() - t0 < 100 * SLOW, "start blocked")
     assert.is_false(f:done())
     local frames = 0
     while not f:ready() do
@@ -154,11 +162,11 @@ describe("await inside a coroutine", function()
         end
       end
       if alive > 0 then rt:wait(2) end
-    until alive == 0 or now() - t0 > 5000
+    until alive == 0 or now() - t0 > 5000 * SLOW
     for i = 1, 4 do assert.are.equal("c" .. i .. "/one+two", results[i]) end
     assert.is_true(yields > 4)
     -- four 80 ms calls at once, then four methods of two 20 ms calls
-    assert.is_true(now() - t0 < 400, (now() - t0) .. " ms: the coroutines did not overlap")
+    assert.is_true(now() - t0 < 400 * SLOW, (now() - t0) .. " ms: the coroutines did not overlap")
     rt:close()
   end)
 
@@ -176,7 +184,9 @@ describe("signal:sleep(ms) in a handler", function()
     local r = p:call("doze", { ms = 200 })
     assert.is_true(now() - t0 >= 195)
     assert.are.equal("true", r.v)
-    assert.is_true(r.n < 60, r.n .. " ms of CPU for a 200 ms sleep")
+    if SLOW == 1 then   -- os.clock counts the whole process: under valgrind, the busy host too
+      assert.is_true(r.n < 60, r.n .. " ms of CPU for a 200 ms sleep")
+    end
   end)
 
   it("wakes at once when the call is cancelled", function()
@@ -186,7 +196,7 @@ describe("signal:sleep(ms) in a handler", function()
     local t0 = now()
     c:cancel()
     assert.is_true(c:wait(2000))
-    assert.is_true(now() - t0 < 500, (now() - t0) .. " ms to notice the cancel")
+    assert.is_true(now() - t0 < 500 * SLOW, (now() - t0) .. " ms to notice the cancel")
     assert.are.equal("TOOL_CANCELLED", h.raised(c.result, c).code)
   end)
 end)
@@ -213,7 +223,7 @@ describe("a module's new state", function()
       calls[i] = p:start("slow_load", { ms = 10 })   -- the first state is busy: a new one is needed
       worst = math.max(worst, now() - t0)
     end
-    assert.is_true(worst < 50, worst .. " ms to start a call that needs a new state")
+    assert.is_true(worst < 50 * SLOW, worst .. " ms to start a call that needs a new state")
     for _, c in ipairs(calls) do
       assert.is_true(c:wait(5000))
       assert.are.equal("ok", c:result().v)

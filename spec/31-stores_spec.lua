@@ -19,7 +19,7 @@ tool short_write(request_id: string) -> DbResult {
   side_effects: "write"
   idempotent: true
   idempotency_key: request_id
-  idempotency_ttl_ms: 300
+  idempotency_ttl_ms: 1000
 }
 ]]
 
@@ -119,7 +119,7 @@ for _, name in ipairs { "memory", "file", "sqlite", "redis" } do
       local _, meta = p:call("short_write", { request_id = "k1" })
       assert.is_true(meta.idempotent_replay)
       assert.are.equal(1, #lines(log))
-      os.execute("sleep 0.4")
+      os.execute("sleep 1.1")
       _, meta = p:call("short_write", { request_id = "k1" })
       assert.is_false(meta.idempotent_replay)
       assert.are.equal(2, #lines(log))

@@ -348,7 +348,7 @@ static void test_cancel_from_thread(void) {
   pthread_create(&th, NULL, cancel_later, &k);
   long long t0 = now_ms();
   CT_CHECK(luma_wait(c, 5000) == 1, "the wait was not woken by the cancel");
-  CT_CHECK(now_ms() - t0 < 2000, "the cancel took %lld ms", now_ms() - t0);
+  CT_CHECK(now_ms() - t0 < (under_valgrind() ? 30000 : 2000), "the cancel took %lld ms", now_ms() - t0);
   pthread_join(th, NULL);
   CT_CHECK(luma_result(c, NULL, NULL, &err) == LUMA_FAILED, "not cancelled");
   CT_EQ_STR("TOOL_CANCELLED", err.code);
