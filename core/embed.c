@@ -554,6 +554,9 @@ static int poll_locked(luma_runtime *rt, long long *wait_ms) {
     lua_settop(L, 0);
     if (done) settle(c, LUMA_OK);
   }
+  /* a cancel that came during this poll (its wake-up may have been drained
+     with the others): the host polls again at once */
+  if (__atomic_load_n(&rt->cancels, __ATOMIC_ACQUIRE)) wait = 0;
   if (wait_ms) *wait_ms = wait;
   return n;
 }
@@ -589,6 +592,9 @@ int luma_wait(luma_call *c, long long timeout_ms) {
     long long now = mono_ms();
     if (end >= 0 && now >= end) return 0;
     if (end >= 0 && (wait < 0 || wait > end - now)) wait = end - now;
+    /* a cancel that came after this poll's run_cancels may have had its
+       wake-up eaten by the poll's drain: look again instead of sleeping */
+    if (__atomic_load_n(&rt->cancels, __ATOMIC_ACQUIRE)) continue;
     if (wait >= 0 && rt->o.sleep_ms) {
       rt->o.sleep_ms(rt->o.ud, wait);
       continue;
