@@ -80,18 +80,21 @@ struct id_store {
   char *quarantine;
 };
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-#if defined(__GNUC__)
-  __attribute__((format(printf, 3, 4)))
-#endif
-  ;
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
+void id_seterr(char *err, size_t errlen, const char *fmt, ...) {
   va_list ap;
   if (!err || !errlen) return;
   va_start(ap, fmt);
   vsnprintf(err, errlen, fmt, ap);
   va_end(ap);
+}
+
+#define seterr id_seterr
+
+int id_new_token(char token[17]) {
+  unsigned char bytes[8];
+  if (cr_random(bytes, sizeof bytes) != 0) return -1;
+  for (int i = 0; i < 8; i++) snprintf(token + 2 * i, 3, "%02x", bytes[i]);
+  return 0;
 }
 
 static int syserr(const id_store *s, char *err, size_t errlen, const char *what) {
@@ -965,7 +968,6 @@ static int purge_dead(id_store *s) {
 
 id_store *id_open_file_kdf(const char *path, const char *passphrase, unsigned iterations, long long now_ms,
                            char *err, size_t errlen) {
-  unsigned char token[8];
   if (err && errlen) err[0] = '\0';
   if (!path || !*path || path[strlen(path) - 1] == '/') {
     seterr(err, errlen, "idempotency: the file store needs a file path");
@@ -989,12 +991,11 @@ id_store *id_open_file_kdf(const char *path, const char *passphrase, unsigned it
   s->iterations = iterations;
   s->pid = getpid();
   s->start = id_self_start();
-  if (cr_random(token, sizeof token) != 0) {
+  if (id_new_token(s->token) != 0) {
     seterr(err, errlen, "idempotency: no random bytes");
     store_free(s);
     return NULL;
   }
-  for (int i = 0; i < 8; i++) snprintf(s->token + 2 * i, 3, "%02x", token[i]);
   s->lockfd = open(s->lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (s->lockfd < 0) {
     syserr(s, err, errlen, "open lock file");

@@ -23,7 +23,6 @@
 #define _DEFAULT_SOURCE   /* explicit_bzero */
 
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +30,6 @@
 
 #include <hiredis/hiredis.h>
 
-#include "crypto.h"
 #include "idem.h"
 #include "idemint.h"
 
@@ -51,13 +49,7 @@ typedef struct rd_store {
   char where[300];                /* host:port/db, for messages (no password) */
 } rd_store;
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || !errlen) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
+#define seterr id_seterr
 
 static long long mono_ms(void) {
   struct timespec ts;
@@ -362,13 +354,16 @@ id_store *id_open_redis(const id_redis_options *o, char *err, size_t errlen) {
   s->prefix = strdup(o->prefix ? o->prefix : "luma:");
   s->lease_ms = o->lease_ms > 0 ? o->lease_ms : 60000;
   s->run_unavailable = o->run_when_unavailable;
-  unsigned char token[8];
-  if (!s->prefix || cr_random(token, sizeof token) != 0) {
+  if (!s->prefix) {
     seterr(err, errlen, "idempotency: out of memory");
     rd_close(s);
     return NULL;
   }
-  for (int i = 0; i < 8; i++) snprintf(s->token + 2 * i, 3, "%02x", token[i]);
+  if (id_new_token(s->token) != 0) {
+    seterr(err, errlen, "idempotency: no random bytes");
+    rd_close(s);
+    return NULL;
+  }
   /* a first connection tells a wrong address or password at load; a server
      that is down only makes the calls unavailable until it is back */
   char cerr[400] = "";

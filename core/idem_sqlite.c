@@ -18,7 +18,6 @@
 #define _DEFAULT_SOURCE   /* explicit_bzero */
 
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,13 +44,7 @@ typedef struct sq_store {
   sqlite3_stmt *get, *put, *drop, *purge, *release;
 } sq_store;
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || !errlen) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
+#define seterr id_seterr
 
 static const char *why(sq_store *s) { return sqlite3_errmsg(s->db); }
 
@@ -467,13 +460,11 @@ id_store *id_open_sqlite(const char *path, const char *passphrase, char *err, si
   }
   s->pid = (long long)getpid();
   s->start = id_self_start();
-  unsigned char token[8];
-  if (cr_random(token, sizeof token) != 0) {
+  if (id_new_token(s->token) != 0) {
     seterr(err, errlen, "idempotency: no random bytes");
     sq_free(s);
     return NULL;
   }
-  for (int i = 0; i < 8; i++) snprintf(s->token + 2 * i, 3, "%02x", token[i]);
   char reason[300] = "";
   int rc = sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
   if (rc == SQLITE_OK) {

@@ -32,5 +32,14 @@ long long id_self_start(void);
 int id_pid_alive(long long pid, long long start);
 /* now + ttl, saturated. */
 long long id_add_ttl(long long now, long long ttl);
+/* A one-line reason into err (NULL or errlen 0: nothing). */
+void id_seterr(char *err, size_t errlen, const char *fmt, ...)
+#if defined(__GNUC__)
+  __attribute__((format(printf, 3, 4)))
+#endif
+  ;
+/* A random owner token of a store handle: 16 hex digits. 0, or -1 when the
+   system gives no random bytes. */
+int id_new_token(char token[17]);
 
 #endif
