@@ -125,14 +125,7 @@ local function file_project(store)
   return dir
 end
 
-local function lines(path)
-  local out = {}
-  local f = io.open(path, "r")
-  if not f then return out end
-  for line in f:lines() do out[#out + 1] = line end
-  f:close()
-  return out
-end
+local lines = h.lines
 
 describe("idempotency (the file store)", function()
   it("keeps results between processes", function()

@@ -7,12 +7,7 @@ local h = require "spec.helpers"
 
 -- How late the host may get control back after a deadline. Instrumented
 -- runs are slower at everything, the clock checks included.
-local SLACK_MS = 50
-if os.getenv("LUMA_VALGRIND") then
-  SLACK_MS = 3000
-elseif (os.getenv("LD_PRELOAD") or ""):find("asan", 1, true) then
-  SLACK_MS = 400
-end
+local SLACK_MS = h.by_instrumentation(50, 400, 3000)
 
 local TIMEOUT_MS = 200
 -- The timeout of a handler that must do real work before it meets the limit

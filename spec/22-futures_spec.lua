@@ -8,12 +8,7 @@ local h = require "spec.helpers"
 local now = core.monotonic_ms
 
 -- Instrumented runs are slower at everything: time bounds are scaled.
-local SLOW = 1
-if os.getenv("LUMA_VALGRIND") then
-  SLOW = 25
-elseif (os.getenv("LD_PRELOAD") or ""):find("asan", 1, true) then
-  SLOW = 3
-end
+local SLOW = h.by_instrumentation(1, 3, 25)
 
 local SOURCE = [[
 schema R { v?: string, n?: int }

@@ -69,14 +69,7 @@ local function project(store)
   }
 end
 
-local function lines(path)
-  local out = {}
-  local f = io.open(path, "r")
-  if not f then return out end
-  for line in f:lines() do out[#out + 1] = line end
-  f:close()
-  return out
-end
+local lines = h.lines
 
 for _, name in ipairs { "memory", "file", "sqlite", "redis" } do
   describe("the " .. name .. " store's contract", function()

@@ -8,12 +8,7 @@ local h = require "spec.helpers"
 
 -- Instrumented runs are slower at everything (under valgrind the command
 -- itself starts in seconds): the bounds get this much more.
-local SLACK_MS = 0
-if os.getenv("LUMA_VALGRIND") then
-  SLACK_MS = 30000
-elseif (os.getenv("LD_PRELOAD") or ""):find("asan", 1, true) then
-  SLACK_MS = 1500
-end
+local SLACK_MS = h.by_instrumentation(0, 1500, 30000)
 
 local SOURCE = [[
 tool evil(kind: string) -> Any { timeout: 500 }

@@ -130,6 +130,25 @@ function helpers.clock(start)
   return clock
 end
 
+-- One of three values for the run at hand: plain, under AddressSanitizer
+-- (SANITIZE=1 make test preloads its runtime), or under valgrind (make
+-- valgrind): instrumented runs are slower at everything, so time bounds differ.
+function helpers.by_instrumentation(plain, asan, valgrind)
+  if os.getenv("LUMA_VALGRIND") then return valgrind end
+  if (os.getenv("LD_PRELOAD") or ""):find("asan", 1, true) then return asan end
+  return plain
+end
+
+-- The lines of a file ({} when there is no file).
+function helpers.lines(path)
+  local out = {}
+  local f = io.open(path, "r")
+  if not f then return out end
+  for line in f:lines() do out[#out + 1] = line end
+  f:close()
+  return out
+end
+
 -- Runs a shell command; -> exit status (0: success), stdout, stderr.
 function helpers.sh(cmd)
   local out, err = helpers.tmpname(".out"), helpers.tmpname(".err")
