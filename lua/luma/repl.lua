@@ -99,10 +99,10 @@ local function load_program(path)
   if S.program then S.program:close() end
   S.program, S.path = p, path
   S.env.program = p
-  local agents = p:declarations().agents
-  if not (S.agent and p:declaration(S.agent)) then S.agent = agents[1] end
-  say(("loaded %s: %d tools, %d schemas, %d agents%s"):format(path, #p:declarations().tools,
-    #p:declarations().schemas, #agents, S.agent and (" (agent " .. S.agent .. ")") or ""))
+  local d = p:declarations()
+  if not (S.agent and p:declaration(S.agent)) then S.agent = d.agents[1] end
+  say(("loaded %s: %d tools, %d schemas, %d agents%s"):format(path, #d.tools, #d.schemas, #d.agents,
+    S.agent and (" (agent " .. S.agent .. ")") or ""))
   return true
 end
 
@@ -129,6 +129,14 @@ local function drive(f)
     end
   end
   return pcall(f.result, f)
+end
+
+-- What a start (pcall of it) gave: its future waited for, then its result
+-- shown, or the error of either.
+local function show_future(started, f)
+  if not started then return fail_error(f) end
+  local ok, result = drive(f)
+  if ok then say(json(result)) else fail_error(result) end
 end
 
 -- "NAME rest" -> NAME, rest
@@ -224,10 +232,7 @@ function run_command.call(rest)
   local input = decode(text, "input")
   if input == nil then return end
   S.events = {}
-  local started, f = pcall(p.start, p, tool, input)
-  if not started then return fail_error(f) end
-  local ok, result = drive(f)
-  if ok then say(json(result)) else fail_error(result) end
+  show_future(pcall(p.start, p, tool, input))
   for _, e in ipairs(S.events) do say(paint("2", "event: " .. core.json_encode(e))) end
 end
 
@@ -249,10 +254,7 @@ function run_command.run(rest)
   local method, text = word(rest)
   local args = decode(text, "arguments")
   if args == nil then return end
-  local started, f = pcall(function() return p:agent(S.agent):start(method or "run", args) end)
-  if not started then return fail_error(f) end
-  local ok, result = drive(f)
-  if ok then say(json(result)) else fail_error(result) end
+  show_future(pcall(function() return p:agent(S.agent):start(method or "run", args) end))
 end
 
 function run_command.ask(rest)
@@ -262,10 +264,7 @@ function run_command.ask(rest)
   local prompt, schema = rest:match('^%s*"(.-)"%s*%->%s*([%w_]+)%s*$')
   if not prompt then return fail(':ask needs "prompt" -> Schema') end
   prompt = prompt:gsub('\\"', '"')
-  local started, f = pcall(function() return p:agent(S.agent):start_ask(prompt, schema) end)
-  if not started then return fail_error(f) end
-  local ok, result = drive(f)
-  if ok then say(json(result)) else fail_error(result) end
+  show_future(pcall(function() return p:agent(S.agent):start_ask(prompt, schema) end))
 end
 
 function run_command.trace(rest)

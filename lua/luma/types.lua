@@ -26,25 +26,28 @@ end
 
 -- ------------------------------------------------------------ TypeScript
 
-local function ts_type(t)
+-- A type in a dialect: { scalar names by kind, enum_sep }
+local function type_text(t, dialect)
   local k = t.kind
-  if k == "string" then return "string" end
-  if k == "int" or k == "float" then return "number" end
-  if k == "bool" then return "boolean" end
-  if k == "any" then return "unknown" end
+  if dialect[k] then return dialect[k] end
   if k == "enum" then
     local values = {}
     for i, v in ipairs(t.values) do values[i] = quote(v) end
-    return table.concat(values, " | ")
+    return table.concat(values, dialect.enum_sep)
   end
   if k == "schema" then return t.name end
   if k == "array" then
-    local inner = ts_type(t.items)
+    local inner = type_text(t.items, dialect)
     if t.items.kind == "enum" then inner = "(" .. inner .. ")" end
     return inner .. "[]"
   end
   error("luma.types: unknown type kind '" .. tostring(k) .. "'")
 end
+
+local TS = { string = "string", int = "number", float = "number", bool = "boolean", any = "unknown", enum_sep = " | " }
+local LUACATS = { string = "string", int = "integer", float = "number", bool = "boolean", any = "any", enum_sep = "|" }
+
+local function ts_type(t) return type_text(t, TS) end
 
 local function ts_doc(out, indent, text)
   if text and text ~= "" then
@@ -114,26 +117,7 @@ end
 
 -- --------------------------------------------------------------- LuaCATS
 
-local function lua_type(t)
-  local k = t.kind
-  if k == "string" then return "string" end
-  if k == "int" then return "integer" end
-  if k == "float" then return "number" end
-  if k == "bool" then return "boolean" end
-  if k == "any" then return "any" end
-  if k == "enum" then
-    local values = {}
-    for i, v in ipairs(t.values) do values[i] = quote(v) end
-    return table.concat(values, "|")
-  end
-  if k == "schema" then return t.name end
-  if k == "array" then
-    local inner = lua_type(t.items)
-    if t.items.kind == "enum" then inner = "(" .. inner .. ")" end
-    return inner .. "[]"
-  end
-  error("luma.types: unknown type kind '" .. tostring(k) .. "'")
-end
+local function lua_type(t) return type_text(t, LUACATS) end
 
 local function lua_fields(out, fields, filled)
   for _, f in ipairs(fields) do
