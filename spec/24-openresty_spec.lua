@@ -13,12 +13,7 @@ local function sh(cmd)
   return status, out .. err
 end
 
-local function free_port()
-  local s = assert(socket.bind("127.0.0.1", 0))
-  local _, port = s:getsockname()
-  s:close()
-  return port
-end
+local free_port = h.free_port
 
 local Nginx = {}
 Nginx.__index = Nginx

@@ -350,12 +350,7 @@ describe("the redis store", function()
   end)
 
   it("runs the handler without the guarantee when told to (on_unavailable: run)", function()
-    local port
-    do
-      local s = assert(require("socket").bind("127.0.0.1", 0))
-      port = select(2, s:getsockname())
-      s:close()
-    end
+    local port = h.free_port()
     local dir = project('{ "type": "redis", "url": "redis://127.0.0.1:' .. port .. '", "on_unavailable": "run" }')
     logged(dir)
     local p = load(dir)

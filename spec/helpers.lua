@@ -139,6 +139,14 @@ function helpers.by_instrumentation(plain, asan, valgrind)
   return plain
 end
 
+-- A port of 127.0.0.1 free now, for a server a spec starts.
+function helpers.free_port()
+  local s = assert(require("socket").bind("127.0.0.1", 0))
+  local _, port = s:getsockname()
+  s:close()
+  return port
+end
+
 -- The lines of a file ({} when there is no file).
 function helpers.lines(path)
   local out = {}

@@ -11,12 +11,7 @@ local M = {}
 local Server = {}
 Server.__index = Server
 
-local function free_port()
-  local s = assert(socket.bind("127.0.0.1", 0))
-  local _, port = s:getsockname()
-  s:close()
-  return port
-end
+local free_port = h.free_port
 
 local function up(port)
   local c = socket.tcp()
