@@ -3,6 +3,10 @@
 -- through the FFI binding in love.update while a 500 ms tool runs.
 local h = require "spec.helpers"
 
+-- The frame bound: 5 ms; under ASan libluma itself is instrumented, slower at
+-- everything (the child processes are never under valgrind).
+local FRAME_MS = h.by_instrumentation(5, 15, 5)
+
 local build = h.root .. "/" .. (os.getenv("LUMA_BUILD") or "build")
 
 describe("a LÖVE game (examples/love)", function()
@@ -21,6 +25,6 @@ describe("a LÖVE game (examples/love)", function()
     local think = tonumber(out:match("think: done thought for 500 ms at frame (%d+)"))
     assert.is_true(think > 30, "the 500 ms tool finished at frame " .. think .. ": the frames did not tick")
     local worst = tonumber(out:match("worst update: ([%d.]+) ms"))
-    assert.is_true(worst < 5, "worst update " .. worst .. " ms\n" .. out)
+    assert.is_true(worst < FRAME_MS, "worst update " .. worst .. " ms\n" .. out)
   end)
 end)
