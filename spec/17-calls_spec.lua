@@ -106,18 +106,22 @@ describe("a call as an object (program:start)", function()
     c:wait(5000)
   end)
 
-  it("overlaps 200 calls on a pool of 8, driven by one thread", function()
+  it("overlaps 200 calls on a pool of 8, driven by one thread (64 under valgrind)", function()
+    -- under valgrind, which runs one thread at a time, the pipeline's own CPU
+    -- time for 200 calls passes the tail calls' 5 s deadline while they wait
+    -- for a state; the overlap is what is measured, so fewer calls show it
+    local n = h.by_instrumentation(200, 200, 64)
     local rt = luma.runtime { workers = 8 }
     local p = load({ runtime = rt }, 8)
     local t0 = now()
     local calls = {}
-    for i = 1, 200 do calls[i] = p:start("nap", { ms = 100, tag = tostring(i) }) end
+    for i = 1, n do calls[i] = p:start("nap", { ms = 100, tag = tostring(i) }) end
     assert.is_true(rt:wait(60000))
     local took = now() - t0
-    for i = 1, 200 do assert.are.equal(tostring(i), calls[i]:result().v) end
-    local sequential = 200 * 100
-    -- 8 at a time: about 2.5 s; one at a time: 20 s
-    assert.is_true(took / sequential < 0.4, string.format("%.0f ms for 200 calls (ratio %.2f)", took, took / sequential))
+    for i = 1, n do assert.are.equal(tostring(i), calls[i]:result().v) end
+    local sequential = n * 100
+    -- 8 at a time: about an eighth; one at a time: all of it
+    assert.is_true(took / sequential < 0.4, string.format("%.0f ms for %d calls (ratio %.2f)", took, n, took / sequential))
     rt:close()
   end)
 
