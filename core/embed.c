@@ -238,6 +238,12 @@ static int pcall(lua_State *L, int nargs, int nresults, luma_error *err) {
 
 const char *luma_version(void) { return LUMA_VERSION; }
 
+int luma_set_deadline_signal(int signo) {
+  return signo < 0 || sx_set_deadline_signal(signo) != 0 ? LUMA_FAILED : LUMA_OK;
+}
+
+int luma_deadline_signal(void) { return sx_deadline_signal(); }
+
 luma_runtime *luma_new(const luma_options *o, luma_error *err) {
   clear_error(err);
   if (o && ((o->now_ms == NULL) != (o->sleep_ms == NULL) && o->sleep_ms)) {

@@ -58,6 +58,30 @@ static int l_monotonic_ms(lua_State *L) {
   return 1;
 }
 
+/* core.deadline_signal() -> the signal that stops handlers, or false (the
+   count hook); core.deadline_signal(n | false) chooses: true, or nil and why */
+static int l_deadline_signal(lua_State *L) {
+  if (lua_gettop(L) == 0) {
+    int signo = sx_deadline_signal();
+    if (signo) lua_pushinteger(L, signo); else lua_pushboolean(L, 0);
+    return 1;
+  }
+  int signo = 0;
+  if (lua_type(L, 1) != LUA_TBOOLEAN || lua_toboolean(L, 1)) {
+    lua_Integer n = luaL_checkinteger(L, 1);
+    luaL_argcheck(L, n > 0 && n < 128, 1, "a signal number, or false for the count hook, expected");
+    signo = (int)n;
+  }
+  if (sx_set_deadline_signal(signo) != 0) {
+    lua_pushnil(L);
+    lua_pushfstring(L, "signal %d cannot stop handlers: the process handles it already, or this build "
+                    "cannot use signals (ThreadSanitizer); handlers get the count hook", signo);
+    return 2;
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
 /* core.isatty(fd) */
 static int l_isatty(lua_State *L) {
   lua_pushboolean(L, isatty((int)luaL_checkinteger(L, 1)));
@@ -96,6 +120,7 @@ LUMA_API int luaopen_luma_core(lua_State *L) {
     { "suggest", l_suggest },
     { "isatty", l_isatty },
     { "monotonic_ms", l_monotonic_ms },
+    { "deadline_signal", l_deadline_signal },
     { NULL, NULL }
   };
   lua_newtable(L);
@@ -114,5 +139,11 @@ LUMA_API int luaopen_luma_core(lua_State *L) {
   lua_setfield(L, -2, "version");
   lua_pushstring(L, LUA_RELEASE);
   lua_setfield(L, -2, "lua_release");
+#ifdef __SANITIZE_THREAD__
+  lua_pushboolean(L, 1);   /* no deadline signal there: specs expect the count hook */
+#else
+  lua_pushboolean(L, 0);
+#endif
+  lua_setfield(L, -2, "thread_sanitizer");
   return 1;
 }

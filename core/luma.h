@@ -90,6 +90,22 @@ typedef struct luma_options {
 /* The library's version, LUMA_VERSION. */
 LUMA_API const char *luma_version(void);
 
+/* DEADLINES. How a tool module's handler is stopped at its deadline or when
+   it is cancelled; one choice for the whole process. signo > 0 (the default
+   is SIGRTMIN + 4): handlers run with no hook, at the speed of plain Lua; a
+   thread of luma sends signal signo to the thread running a handler whose
+   deadline passed (at once when it is cancelled), and luma's handler for
+   that signal stops it. luma takes the signal only if nothing in the
+   process handles it, and lets it through on its own worker threads. 0: a
+   count hook looks at the clock every few instructions instead, about half
+   the speed of plain Lua for CPU-bound handlers. A host that uses the
+   signal itself, or blocks it in a thread that runs handlers, chooses
+   another or 0 before its first call. Returns LUMA_OK, or LUMA_FAILED when
+   signo is handled already or cannot be used (then the count hook). */
+LUMA_API int luma_set_deadline_signal(int signo);
+/* The signal in use, or 0: the count hook. */
+LUMA_API int luma_deadline_signal(void);
+
 /* A runtime: its worker pool, its programs and calls. o may be NULL (the
    defaults). NULL with err filled when it cannot be made. */
 LUMA_API luma_runtime *luma_new(const luma_options *o, luma_error *err);

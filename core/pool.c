@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "sandbox.h"
+
 struct wp_pool {
   pthread_mutex_t lock;
   pthread_cond_t work;            /* a job was queued, or the pool stops */
@@ -24,6 +26,7 @@ int wp_cpus(void) {
 
 static void *worker(void *arg) {
   wp_pool *p = arg;
+  sx_own_thread();
   pthread_mutex_lock(&p->lock);
   for (;;) {
     while (!p->head && !p->stopping) pthread_cond_wait(&p->work, &p->lock);

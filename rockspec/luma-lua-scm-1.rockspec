@@ -23,7 +23,7 @@ build = {
         "base/ljson.c", "base/transport.c", "base/tpmsg.c",
         "sandbox/copy.c", "sandbox/state.c", "sandbox/bounded.c", "sandbox/pattern.c", "sandbox/require.c",
         "sandbox/strict.c", "sandbox/strict_io.c", "sandbox/strict_json.c", "sandbox/strict_crypto.c",
-        "sandbox/http.c", "sandbox/call.c", "sandbox/module.c",
+        "sandbox/http.c", "sandbox/call.c", "sandbox/module.c", "sandbox/watch.c",
         "adapters/adapter.c", "adapters/openai.c", "adapters/responses.c", "adapters/anthropic.c", "adapters/gemini.c",
         "adapters/schema.c",
         "core/diag.c", "core/lex.c", "core/parse.c", "core/program.c", "core/regex.c", "core/jsonschema.c", "core/idem.c",

@@ -15,6 +15,7 @@
 #include "compat.h"
 #include "errors.h"
 #include "lerror.h"
+#include "watch.h"
 
 /* Pushes t[key] found by walking the table raw, without allocating in the
    state (no new string is made for the key). Pushes nil when absent. */
@@ -215,8 +216,17 @@ void sx_execute(sx_state *s, sx_run *runs, int n) {
     s->expired = 0;
     s->out_of_memory = 0;
     s->deadline_ns = run->opts.timeout_ms > 0 ? sx_now_ns() + run->opts.timeout_ms * 1000000LL : 0;
-    sx_start_hook(s);
+    s->current = H;
+    s->stopping = 0;
+    /* with the watch the handler runs with no hook, at the speed of plain
+       Lua, until a signal sets one (watch.c); else the count hook */
+    s->watched = sx_watch_arm(s);
+    if (s->watched) lua_sethook(H, NULL, 0, 0); else sx_start_hook(s);
     run->status = lua_pcall(H, 3, 1, 0);
+    if (s->watched) {
+      sx_watch_disarm(s);
+      s->watched = 0;
+    }
     /* a result that comes after the deadline is late: the call timed out */
     if (s->deadline_ns && sx_now_ns() >= s->deadline_ns) s->expired = 1;
     run->deadline_ns = s->deadline_ns;

@@ -14,6 +14,7 @@
 #include "compat.h"
 #include "crypto.h"
 #include "require.h"
+#include "watch.h"
 #include "state.h"
 #include "strict.h"
 
@@ -255,6 +256,7 @@ void sx_unmake(sx_module *m) {
 
 void sx_interrupt(sx_state *s) {
   __atomic_store_n(&s->cancelled, 1, __ATOMIC_RELEASE);
+  sx_watch_poke(s);
 }
 
 void sx_free(sx_module *m) {

@@ -157,4 +157,20 @@ void sx_open_luma(lua_State *L);
    the first module loads. */
 void sx_forbid_c_libraries(void);
 
+/* How a running handler is stopped at its deadline or when cancelled (the
+   whole process; any thread, any time: it counts from the next call).
+   signo > 0: the handler runs with no hook at full speed, and the watch
+   thread sends signal signo to its thread, whose handler sets the hook that
+   stops it (watch.c). The default is SIGRTMIN + 4. 0: a count hook looks at
+   the clock every few instructions (about half the speed of plain Lua for
+   CPU-bound code). Returns 0; -1 when signo cannot be used (the process
+   already handles it, or a ThreadSanitizer build): then the count hook. */
+int sx_set_deadline_signal(int signo);
+/* The signal in use, or 0: the count hook. */
+int sx_deadline_signal(void);
+/* Called by a thread the runtime made to run handlers (a pool worker): it
+   lets the deadline signal through, even if the host's thread that made it
+   blocked every signal. */
+void sx_own_thread(void);
+
 #endif

@@ -101,6 +101,12 @@ static void deadline_hook(lua_State *L, lua_Debug *ar) {
   sx_state *m = sx_state_of(L);
   long long now = sx_now_ns();
   if ((m->deadline_ns && now >= m->deadline_ns) || sx_cancelled(m)) sx_raise_timeout(L);
+  if (m->watched) {
+    /* a hook left on a coroutine from the module's load: the watch stops
+       this call, and the hook only slows it */
+    lua_sethook(L, NULL, 0, 0);
+    return;
+  }
   long long gap = now - m->hook_ns;
   m->hook_ns = now;
   int was = lua_gethookcount(L);   /* each thread (coroutine) has its own */
@@ -113,6 +119,14 @@ static void deadline_hook(lua_State *L, lua_Debug *ar) {
     m->hook_ns += walk;   /* the walk is not the handler's slowness */
     if (walk > SX_HOOK_WALK_NS) m->hook_pinned = 1;
   }
+}
+
+void sx_stop_now(sx_state *s) {
+  if (!aborted(s)) return;   /* a signal that came late, for a call already ended */
+  lua_State *cur = __atomic_load_n(&s->current, __ATOMIC_ACQUIRE);
+  __atomic_store_n(&s->stopping, 1, __ATOMIC_RELEASE);
+  if (cur) lua_sethook(cur, deadline_hook, LUA_MASKCOUNT, 1);
+  if (cur != s->L) lua_sethook(s->L, deadline_hook, LUA_MASKCOUNT, 1);
 }
 
 void sx_start_hook(sx_state *s) {
@@ -246,10 +260,15 @@ static int l_check_stop(lua_State *L) {
    a coroutine the stop killed are never run (coroutine.close and the
    function coroutine.wrap returns both raise the stop instead). */
 static const char rethrow_chunk[] =
-  "local check, pcall, xpcall, error, co, fresh = ...\n"
+  "local check, pcall, xpcall, error, co, enter, back = ...\n"
   "local resume, create, close, status = co.resume, co.create, co.close, co.status\n"
   "local closing = 0\n"
   "local function pass(ok, ...)\n"
+  "  if not ok then check() end\n"
+  "  return ok, ...\n"
+  "end\n"
+  "local function returned(c, ok, ...)\n"   /* c stays referenced until back ran */
+  "  back(c)\n"
   "  if not ok then check() end\n"
   "  return ok, ...\n"
   "end\n"
@@ -258,9 +277,10 @@ static const char rethrow_chunk[] =
   "  local function handler(...) check() return h(...) end\n"
   "  return pass(xpcall(f, handler, ...))\n"
   "end\n"
-  "co.create = function(f) local c = create(f) fresh(c) return c end\n"
-  "co.resume = function(c, ...) fresh(c) return pass(resume(c, ...)) end\n"
-  "local function closed(ok, ...)\n"
+  "co.create = function(f) local c = create(f) enter(c) back(c) return c end\n"
+  "co.resume = function(c, ...) enter(c) return returned(c, resume(c, ...)) end\n"
+  "local function closed(c, ok, ...)\n"
+  "  back(c)\n"
   "  closing = closing - 1\n"
   "  if not ok then error((...), 0) end\n"
   "  return ...\n"
@@ -269,9 +289,11 @@ static const char rethrow_chunk[] =
   "  check()\n"
   "  if closing >= 100 then error('coroutine.close is nested more than 100 deep', 2) end\n"
   "  closing = closing + 1\n"
-  "  return closed(pcall(close, c))\n"
+  "  enter(c)\n"
+  "  return closed(c, pcall(close, c))\n"
   "end\n"
   "local function unwrap(c, ok, ...)\n"
+  "  back(c)\n"
   "  if ok then return ... end\n"
   "  check()\n"
   "  local e = ...\n"
@@ -283,16 +305,37 @@ static const char rethrow_chunk[] =
   "end\n"
   "co.wrap = function(f)\n"
   "  local c = create(f)\n"
-  "  return function(...) fresh(c) return unwrap(c, resume(c, ...)) end\n"
+  "  enter(c) back(c)\n"
+  "  return function(...) enter(c) return unwrap(c, resume(c, ...)) end\n"
   "end\n";
 
-/* A coroutine starts (and resumes) with the shortest interval between
-   looks: one made after fast code would otherwise inherit a long one, and a
-   few slow instructions in it would run far past the deadline. */
-static int l_fresh_hook(lua_State *L) {
+/* enter(c), before a coroutine runs (resumed, closed) and when it is made.
+   With the count hook: the coroutine gets the shortest interval between
+   looks (one made after fast code would otherwise inherit a long one, and a
+   few slow instructions in it would run far past the deadline). With the
+   watch: the coroutine is the Lua thread the signal handler stops, and a
+   stop already set raises now. */
+static int l_enter(lua_State *L) {
+  sx_state *s = sx_state_of(L);
   lua_State *co = lua_tothread(L, 1);
-  if (co && lua_gethook(co) == deadline_hook && lua_gethookcount(co) > SX_HOOK_MIN)
+  if (!co) return 0;
+  if (s->watched) {
+    if (__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) return sx_raise_timeout(L);
+    __atomic_store_n(&s->current, co, __ATOMIC_RELEASE);
+  } else if (lua_gethook(co) == deadline_hook && lua_gethookcount(co) > SX_HOOK_MIN) {
     lua_sethook(co, deadline_hook, LUA_MASKCOUNT, SX_HOOK_MIN);
+  }
+  return 0;
+}
+
+/* back(c), once the coroutine gave control back: the Lua thread running is
+   again the one that calls back (a stop set meanwhile raises here). */
+static int l_back(lua_State *L) {
+  sx_state *s = sx_state_of(L);
+  if (s->watched) {
+    __atomic_store_n(&s->current, L, __ATOMIC_RELEASE);
+    if (__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) return sx_raise_timeout(L);
+  }
   return 0;
 }
 
@@ -303,8 +346,9 @@ static void wrap_protected_calls(lua_State *L) {
   lua_getglobal(L, "xpcall");
   lua_getglobal(L, "error");
   lua_getglobal(L, "coroutine");
-  lua_pushcfunction(L, l_fresh_hook);
-  lua_call(L, 6, 0);
+  lua_pushcfunction(L, l_enter);
+  lua_pushcfunction(L, l_back);
+  lua_call(L, 7, 0);
 }
 
 void sx_open_print(lua_State *L) {
@@ -335,6 +379,7 @@ sx_state *sx_state_new(size_t memory_limit, char *err, size_t errlen) {
   if (!s) { snprintf(err, errlen, "out of memory"); return NULL; }
   s->memory_limit = memory_limit;
   s->exports_ref = s->signal_ref = LUA_NOREF;
+  s->watch_slot = -1;
   s->L = lua_newstate(sx_alloc, s);
   if (!s->L) { snprintf(err, errlen, "out of memory"); free(s); return NULL; }
   return s;
@@ -349,6 +394,7 @@ void sx_state_free(sx_state *s) {
     s->tool = "(closing the state)";
     s->timeout_ms = SX_CLOSE_TIMEOUT_MS;
     s->deadline_ns = sx_now_ns() + SX_CLOSE_TIMEOUT_MS * 1000000LL;
+    sx_start_hook(s);
     lua_close(s->L);
   }
   free(s);

@@ -28,6 +28,11 @@ struct sx_state {
   int exports_ref;                /* registry ref of the handler table (module.c) */
   int signal_ref;                 /* registry ref of the signal object */
   int base;                       /* stack top before the prepared calls */
+  /* the deadline watch (watch.c), while a handler runs without a hook */
+  int watched;                    /* armed: no hook until a stop is due */
+  int watch_slot;                 /* its slot (guarded by the watch's lock), -1: none */
+  lua_State *current;             /* the Lua thread running now (atomic: the signal handler reads it) */
+  int stopping;                   /* the signal handler set the stop's hook (atomic) */
 };
 
 /* Whether the state's call was interrupted (sx_interrupt). */
@@ -49,6 +54,12 @@ void sx_tick(lua_State *L);
 /* (Re)starts the deadline hook of the state's main thread at its shortest
    interval: when the state is made and at the start of each call. */
 void sx_start_hook(sx_state *s);
+
+/* In the signal handler, on the thread running s: when s's call passed its
+   deadline or was cancelled, sets the hook that raises the stop on the Lua
+   thread running now (and on the state's main thread). Async-signal-safe as
+   lua.c's use of lua_sethook is. */
+void sx_stop_now(sx_state *s);
 
 /* Marks the call as stopped at its deadline and pushes its TOOL_TIMEOUT
    error; sx_raise_timeout raises it. */

@@ -554,7 +554,12 @@ for _, case in pairs(CORPUS) do
   if case.code == "TOOL_MEMORY_LIMIT" then case.timeout = WORK_MS end
 end
 
-describe("a hostile corpus of handlers, each ending cleanly", function()
+-- Both ways a handler is stopped (luma.deadline_signal): the watch's signal,
+-- the default, and the count hook, which hosts that own the signal get.
+local DEFAULT_SIGNAL = luma.deadline_signal()
+
+for _, mechanism in ipairs { "the deadline signal", "the count hook" } do
+describe("a hostile corpus of handlers, each ending cleanly, stopped by " .. mechanism, function()
   local handlers, names, timeouts = {}, {}, {}
   for name, case in pairs(CORPUS) do
     handlers[name] = case[1]
@@ -567,6 +572,7 @@ describe("a hostile corpus of handlers, each ending cleanly", function()
   h.write(outside .. "/mod.lua", "return { v = 'escaped' }")
   local p, dir
   setup(function()
+    assert.is_true(luma.deadline_signal(mechanism == "the count hook" and false or DEFAULT_SIGNAL))
     p, dir = sandboxed(STRICT, handlers, { ["lib/keep.lua"] = "return {}", ["sub/keep.txt"] = "",
       ["lib/slow.lua"] = "return a" .. (" or a"):rep(3e5) }, timeouts)
     assert(os.execute(string.format("ln -s /proc/self/environ %s/env_link && ln -s /etc/passwd %s/link_out && " ..
@@ -605,7 +611,12 @@ describe("a hostile corpus of handlers, each ending cleanly", function()
     assert.is_false(exists("/tmp/luma-escape.txt"))
     assert.is_true(exists(dir .. "/probe.txt"))
   end)
+
+  teardown(function()
+    assert.is_true(luma.deadline_signal(DEFAULT_SIGNAL))
+  end)
 end)
+end
 
 describe("a hostile module", function()
   it("that is bytecode is refused at load", function()

@@ -18,6 +18,7 @@ local slurp, write, shell_quote = common.slurp, common.write, common.shell_quote
 local sig3, rate3 = common.sig3, common.rate3
 
 local OVERHEAD_TARGET = 1.10    -- strict call time / none call time, at most
+local FULL_SPEED_TARGET = 1.10  -- a CPU-bound handler in a strict state / the same function in plain Lua, at most
 local SPEEDUP_TARGET = 1.7      -- one at a time / two at once, at least
 local PARALLEL_RUNS = 9
 
@@ -228,6 +229,43 @@ for _, way in ipairs(WAYS) do
   speedup[way] = median(r.speedup)
 end
 
+-- ------------------------------------------------- handlers at full speed
+
+-- The spin handler's loop as a call of a strict state, against the same
+-- function run here, in the bench's own lua5.4 state with no hook: CPU time.
+-- The strict call runs once with the deadline signal (the default: no hook
+-- until the deadline) and once with the count hook (luma.deadline_signal
+-- (false)), each round timing the three in turn; the ratios are the medians
+-- of the rounds' ratios.
+local DEFAULT_SIGNAL = luma.deadline_signal()
+local function spin_here(n)
+  local x = 0
+  for i = 1, n do x = x + i % 7 end
+  return x
+end
+local function cpu(f)
+  local t0 = os.clock()
+  local v = f()
+  return os.clock() - t0, v
+end
+local speed = { plain = {}, signal = {}, hook = {}, signal_ratio = {}, hook_ratio = {} }
+local SPEED_RUNS = 9
+for i = 1, SPEED_RUNS do
+  local t, v = cpu(function() return spin_here(SPIN_N) end)
+  if v ~= SPIN_V then fail("the plain spin is wrong") end
+  speed.plain[i] = t
+  for _, way in ipairs { "signal", "hook" } do
+    if not luma.deadline_signal(way == "signal" and DEFAULT_SIGNAL or false) then fail("cannot choose %s", way) end
+    t, v = cpu(function() return programs.strict:call("spin", { n = SPIN_N }).v end)
+    if v ~= SPIN_V then fail("the strict spin (%s) is wrong", way) end
+    speed[way][i] = t
+    speed[way .. "_ratio"][i] = t / speed.plain[i]
+  end
+end
+luma.deadline_signal(DEFAULT_SIGNAL)
+local full_speed = {}
+for k, v in pairs(speed) do full_speed[k] = median(v) end
+
 os.execute("rm -rf " .. shell_quote(dir))
 
 -- ----------------------------------------------------------------- report
@@ -255,6 +293,12 @@ row("2 spins one at a time (ms)", sig3(parallel.none.one), sig3(parallel.strict.
 row("2 spins at once (ms)", sig3(parallel.none.two), sig3(parallel.strict.two), sig3(parallel.processes.two))
 row("speed-up", sig3(speedup.none), sig3(speedup.strict), sig3(speedup.processes))
 
+io.write("\n")
+row("", "plain Lua", "strict", "strict/Lua")
+row("spin, deadline signal (ms)", sig3(full_speed.plain * 1000), sig3(full_speed.signal * 1000),
+  sig3(full_speed.signal_ratio))
+row("spin, count hook (ms)", sig3(full_speed.plain * 1000), sig3(full_speed.hook * 1000), sig3(full_speed.hook_ratio))
+
 local overhead, text_overhead = rates.echo.ratio, rates.text.ratio
 io.write("\n")
 local function target(what, value, ok, goal)
@@ -264,5 +308,7 @@ target("strict call time / none (echo)", overhead, overhead <= OVERHEAD_TARGET, 
 target("strict call time / none (text)", text_overhead, text_overhead <= OVERHEAD_TARGET, "<= " .. sig3(OVERHEAD_TARGET))
 target("strict parallel speed-up, 2 states, 2 cores", speedup.strict, speedup.strict >= SPEEDUP_TARGET,
   ">= " .. sig3(SPEEDUP_TARGET))
+target("strict CPU-bound handler / plain Lua", full_speed.signal_ratio, full_speed.signal_ratio <= FULL_SPEED_TARGET,
+  "<= " .. sig3(FULL_SPEED_TARGET))
 io.write(string.format("(two lua5.4 processes on this machine, in the same run: %s; strict reaches %s of it)\n",
   sig3(speedup.processes), sig3(speedup.strict / speedup.processes)))

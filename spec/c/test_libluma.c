@@ -8,6 +8,7 @@
 
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,8 @@ static const char PROGRAM[] =
   "tool cadd(a: int, b: int) -> Sum { }\n"
   "tool slow(ms: int) -> Text { timeout: 10000 }\n"
   "tool spin() -> Text { timeout: 10000 }\n"
+  "tool brief() -> Text { timeout: 200 }\n"
+  "tool hooked() -> Text { }\n"
   "tool secret() -> Text { credential: \"LIBLUMA_TEST_TOKEN\" }\n"
   "tool sock() -> Text { }\n"
   "agent A {\n"
@@ -83,6 +86,8 @@ static const char TOOLS[] =
   "  slow = function(i) local t = os.time() local c = os.clock()\n"
   "    while os.clock() - c < i.ms / 1000 do end return { v = 'slept' } end,\n"
   "  spin = function(i, signal) while not signal.aborted do end return { v = signal.reason } end,\n"
+  "  brief = function() while true do end end,\n"
+  "  hooked = function() return { v = debug and tostring(debug.gethook() ~= nil) or 'no debug' } end,\n"
   "  secret = function() return { v = 'ok' } end,\n"
   "  sock = function() local ok, e = pcall(require, 'socket') return { v = tostring(e) } end,\n"
   "}\n";
@@ -433,6 +438,74 @@ static void test_destroyed(void) {
   luma_call_free(method);
 }
 
+/* ---------------------------------------------------------- deadlines */
+
+static void host_handler(int sig) { (void)sig; }
+
+/* A handler that ignores its signal is stopped at its deadline, and one
+   that is cancelled at once, on a runtime made now. */
+static void handlers_stop(const char *how, const char *hooked) {
+  luma_error err;
+  int state;
+  luma_runtime *rt = luma_new(NULL, &err);
+  luma_program *p = load(rt, NULL, &err);
+  CT_CHECK(p != NULL, "%s: load: %s", how, err.message);
+  if (!p) { luma_destroy(rt); return; }
+  luma_call *h = luma_start(p, "hooked", NULL, &err);
+  char *seen = outcome(h, &state, &err);
+  CT_CHECK(seen && strstr(seen, hooked), "%s: the handler saw %s, not %s", how, seen ? seen : err.message, hooked);
+  free(seen);
+  luma_call_free(h);
+  long long t0 = now_ms();
+  luma_call *c = luma_start(p, "brief", NULL, &err);
+  char *json = outcome(c, &state, &err);
+  CT_CHECK(state == LUMA_FAILED, "%s: brief returned", how);
+  CT_EQ_STR("TOOL_TIMEOUT", err.code);
+  if (!under_valgrind()) CT_CHECK(now_ms() - t0 < 1000, "%s: brief took %lld ms", how, now_ms() - t0);
+  free(json);
+  luma_call_free(c);
+  c = luma_start(p, "spin", NULL, &err);
+  CT_CHECK(luma_wait(c, 30) == 0, "%s: spin finished on its own", how);
+  luma_cancel(c);
+  json = outcome(c, &state, &err);
+  CT_EQ_STR("TOOL_CANCELLED", err.code);
+  free(json);
+  luma_call_free(c);
+  luma_program_close(p);
+  luma_destroy(rt);
+}
+
+/* The deadline signal: taken by default; refused when the host handles it
+   (then the count hook); let through on the runtime's workers even when the
+   host's thread that made them blocks every signal. */
+static void test_deadlines(void) {
+  int signo = luma_deadline_signal();
+#ifdef __SANITIZE_THREAD__
+  /* ThreadSanitizer holds signals back: the count hook, always */
+  CT_CHECK(signo == 0, "a deadline signal (%d) under ThreadSanitizer", signo);
+  handlers_stop("the count hook under ThreadSanitizer", "\"true\"");
+  return;
+#endif
+  CT_CHECK(signo >= SIGRTMIN && signo <= SIGRTMAX, "the default deadline signal is %d", signo);
+  handlers_stop("the deadline signal", "\"false\"");
+
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = host_handler;
+  sigaction(SIGRTMIN + 5, &sa, NULL);
+  CT_CHECK(luma_set_deadline_signal(SIGRTMIN + 5) == LUMA_FAILED, "a signal the host handles was taken");
+  CT_CHECK(luma_deadline_signal() == 0, "refused, the count hook is not in use");
+  handlers_stop("the count hook", "\"true\"");
+  CT_CHECK(luma_set_deadline_signal(-1) == LUMA_FAILED, "a negative signal was taken");
+
+  CT_CHECK(luma_set_deadline_signal(signo) == LUMA_OK, "the default signal cannot be chosen again");
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  handlers_stop("every signal blocked in the host's thread", "\"false\"");
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
 int main(void) {
   const char *tmp = getenv("TMPDIR");
   snprintf(dir, sizeof dir, "%s/libluma-XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -445,6 +518,7 @@ int main(void) {
   test_cancel_from_thread();
   test_threads();
   test_destroyed();
+  test_deadlines();
   char cmd[700];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);

@@ -1,0 +1,175 @@
+-- How a running handler is stopped (issue 15, handlers at full speed): by
+-- default it runs with no hook, and a signal sent to its thread when its
+-- deadline passes, or when it is cancelled, sets the hook that stops it
+-- (sandbox/watch.c). luma.deadline_signal chooses the signal, or the count
+-- hook of before. The hostile corpus of spec/14 runs both ways; this spec
+-- covers what is particular to the signal: the Lua thread it must stop is a
+-- coroutine as often as the handler's own.
+local luma = require "luma"
+local core = require "luma.core"
+local h = require "spec.helpers"
+
+local SLACK_MS = h.by_instrumentation(100, 400, 3000)
+local TIMEOUT_MS = 200
+local DEFAULT_SIGNAL = luma.deadline_signal()
+-- ThreadSanitizer holds signals back until a thread calls into libc, which a
+-- Lua loop may never do: such a build uses the count hook, always
+local TSAN = core.thread_sanitizer
+local NO_HOOK = TSAN and "true" or "false"
+
+local CONTRACT = [[
+schema Out { v?: string }
+tool hook() -> Out {}
+tool spin() -> Out { timeout: 200 }
+tool spin_in_coroutine() -> Out { timeout: 200 }
+tool spin_three_deep() -> Out { timeout: 200 }
+tool ping_pong() -> Out { timeout: 200 }
+tool spin_in_kept_coroutine() -> Out { timeout: 200 }
+tool spin_in_close() -> Out { timeout: 200 }
+tool spin_after_yield() -> Out { timeout: 200 }
+tool spin_in_wrapped_pcall() -> Out { timeout: 200 }
+tool endless() -> Out { timeout: 60000 }
+]]
+
+local HANDLERS = [[
+-- made while the module loads, kept across calls
+local kept = coroutine.create(function() coroutine.yield() while true do end end)
+coroutine.resume(kept)
+
+local function gethook()
+  return debug and debug.gethook and tostring(debug.gethook() ~= nil) or "no debug"
+end
+
+return {
+  hook = function() return { v = gethook() } end,
+  spin = function() while true do end end,
+  spin_in_coroutine = function() coroutine.wrap(function() while true do end end)() end,
+  spin_three_deep = function()
+    coroutine.wrap(function()
+      coroutine.wrap(function()
+        coroutine.wrap(function() while true do end end)()
+      end)()
+    end)()
+  end,
+  ping_pong = function()
+    local co = coroutine.wrap(function() while true do local x = 0 for i = 1, 100 do x = x + i end coroutine.yield(x) end end)
+    while true do co() end
+  end,
+  spin_in_kept_coroutine = function() coroutine.resume(kept) end,
+  spin_in_close = function()
+    local co = coroutine.create(function()
+      local x <close> = setmetatable({}, { __close = function() while true do end end })
+      coroutine.yield()
+    end)
+    coroutine.resume(co)
+    coroutine.close(co)
+  end,
+  spin_after_yield = function()
+    local co = coroutine.wrap(function() coroutine.yield() while true do end end)
+    co()
+    local x = 0
+    for i = 1, 1000 do x = x + i end
+    co()
+  end,
+  spin_in_wrapped_pcall = function()
+    coroutine.wrap(function() while true do pcall(function() while true do end end) end end)()
+  end,
+  endless = function() while true do end end,
+}
+]]
+
+local function project(sandbox)
+  local dir = h.project {
+    ["program.luma"] = CONTRACT,
+    ["tools.lua"] = HANDLERS,
+    ["luma.config.json"] = core.json_encode {
+      tool_modules = { "tools.lua" },
+      tool_module_policy = { sandbox = sandbox, max_concurrency = 2 },
+    },
+  }
+  local p, err = h.load(dir)
+  assert(p, err and tostring(err))
+  return p
+end
+
+-- Started and waited for with a bound, so that a handler the signal fails
+-- to stop is reported as a failure (the process may then hang as it exits).
+local function timed_call(p, name)
+  local t0 = core.monotonic_ms()
+  local c = p:start(name, {})
+  assert(c:wait(TIMEOUT_MS + SLACK_MS + 5000), name .. " was not stopped")
+  local ok, res = pcall(c.result, c)
+  return ok, res, core.monotonic_ms() - t0
+end
+
+describe("luma.deadline_signal", function()
+  after_each(function()
+    assert.is_true(TSAN or luma.deadline_signal(DEFAULT_SIGNAL))
+  end)
+
+  it("is a signal by default: handlers run with no hook at all", function()
+    assert.are.equal(TSAN and "boolean" or "number", type(DEFAULT_SIGNAL))
+    local p = project("none")   -- its handlers can see the debug library
+    assert.are.equal(NO_HOOK, p:call("hook", {}).v)
+  end)
+
+  if not TSAN then it("can choose the count hook instead, and a signal again", function()
+    local p = project("none")
+    assert.is_true(luma.deadline_signal(false))
+    assert.is_false(luma.deadline_signal())
+    assert.are.equal("true", p:call("hook", {}).v)
+    assert.is_true(luma.deadline_signal(DEFAULT_SIGNAL + 1))
+    assert.are.equal(DEFAULT_SIGNAL + 1, luma.deadline_signal())
+    assert.are.equal("false", p:call("hook", {}).v)
+    local ok, err = timed_call(p, "spin")
+    assert.is_false(ok)
+    assert.are.equal("TOOL_TIMEOUT", err.code)
+  end) end
+
+  it("refuses a signal it cannot use, and says why; handlers then get the count hook", function()
+    local ok, why = luma.deadline_signal(9)   -- SIGKILL
+    assert.is_nil(ok)
+    assert.matches("signal 9 cannot stop handlers", why, 1, true)
+    assert.is_false(luma.deadline_signal())
+    local p = project("none")
+    assert.are.equal("true", p:call("hook", {}).v)
+  end)
+
+  it("refuses what is not a signal number", function()
+    assert.matches("a signal number, or false", h.raised(luma.deadline_signal, 0), 1, true)
+    assert.matches("a signal number, or false", h.raised(luma.deadline_signal, 1000), 1, true)
+    assert.matches("number expected", h.raised(luma.deadline_signal, "SIGUSR1"), 1, true)
+  end)
+end)
+
+for _, sandbox in ipairs { "strict", "none" } do
+  describe("a handler stopped by the deadline signal (sandbox " .. sandbox .. ")", function()
+    local p
+    setup(function() p = project(sandbox) end)
+
+    for _, name in ipairs { "spin", "spin_in_coroutine", "spin_three_deep", "ping_pong", "spin_in_kept_coroutine",
+                            "spin_in_close", "spin_after_yield", "spin_in_wrapped_pcall" } do
+      it("in " .. name:gsub("_", " "), function()
+        local ok, err, ms = timed_call(p, name)
+        assert.is_false(ok, name .. " returned")
+        assert.are.equal("TOOL_TIMEOUT", err.code, err.message)
+        assert.is_true(ms < TIMEOUT_MS + SLACK_MS, string.format("%s took %.0f ms", name, ms))
+        -- the next call on the module runs hook-free again
+        assert.are.equal(sandbox == "none" and NO_HOOK or "no debug", p:call("hook", {}).v)
+      end)
+    end
+
+    it("when it is cancelled, at once, whatever its deadline", function()
+      local c = p:start("endless", {})
+      assert.is_false(c:wait(100))
+      local t0 = core.monotonic_ms()
+      c:cancel()
+      assert.is_true(c:wait(5000))
+      local ms = core.monotonic_ms() - t0
+      local ok, err = pcall(c.result, c)
+      assert.is_false(ok)
+      assert.are.equal("TOOL_CANCELLED", err.code, err.message)
+      assert.is_true(ms < SLACK_MS, string.format("the cancel took %.0f ms", ms))
+    end)
+  end)
+end
