@@ -18,6 +18,7 @@ local slurp, write, shell_quote = common.slurp, common.write, common.shell_quote
 local sig3, rate3 = common.sig3, common.rate3
 
 local OVERHEAD_TARGET = 1.10    -- strict call time / none call time, at most
+local IDLE_KIB_TARGET = 24       -- an idle strict state's memory, at most (issue 15)
 local FULL_SPEED_TARGET = 1.10  -- a CPU-bound handler in a strict state / the same function in plain Lua, at most
 local SPEEDUP_TARGET = 1.7      -- one at a time / two at once, at least
 local PARALLEL_RUNS = 9
@@ -308,6 +309,8 @@ target("strict call time / none (echo)", overhead, overhead <= OVERHEAD_TARGET, 
 target("strict call time / none (text)", text_overhead, text_overhead <= OVERHEAD_TARGET, "<= " .. sig3(OVERHEAD_TARGET))
 target("strict parallel speed-up, 2 states, 2 cores", speedup.strict, speedup.strict >= SPEEDUP_TARGET,
   ">= " .. sig3(SPEEDUP_TARGET))
+target("idle strict state memory (KiB)", idle_memory.strict / 1024, idle_memory.strict <= IDLE_KIB_TARGET * 1024,
+  "<= " .. IDLE_KIB_TARGET)
 target("strict CPU-bound handler / plain Lua", full_speed.signal_ratio, full_speed.signal_ratio <= FULL_SPEED_TARGET,
   "<= " .. sig3(FULL_SPEED_TARGET))
 io.write(string.format("(two lua5.4 processes on this machine, in the same run: %s; strict reaches %s of it)\n",
