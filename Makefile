@@ -80,7 +80,7 @@ FUZZ_PACKAGES = clang libclang-rt-14-dev
 RESULTS   = $(BUILD)/test-results
 BUSTED    = $(LUA) /usr/bin/busted
 
-.PHONY: all test valgrind bench demo fuzz fuzz-pattern fuzz-adapters install uninstall clean help deps
+.PHONY: all test valgrind bench profile demo fuzz fuzz-pattern fuzz-adapters install uninstall clean help deps
 
 all: $(BUILD)/luma/core.so $(BUILD)/luma-lua $(LIBLUMA)
 
@@ -92,6 +92,7 @@ help:
 	@echo "make valgrind   the specs and C tests under valgrind"
 	@echo "make demo       run the example program"
 	@echo "make bench      run the benchmarks under bench/"
+	@echo "make profile    the direct call under callgrind: instructions per call, top functions"
 	@echo "make fuzz       fuzz the parser (FUZZ_SECONDS=600)"
 	@echo "make fuzz-pattern  fuzz the sandbox's pattern matcher against Lua's"
 	@echo "make fuzz-adapters fuzz the providers' response parsers"
@@ -208,6 +209,13 @@ bench: all $(BUILD)/bench_stores
 	LUMA_BUILD=$(BUILD) $(LUA) bench/pipeline/run.lua
 	LUMA_BUILD=$(BUILD) $(LUA) bench/sandbox/run.lua
 	LUMA_BUILD=$(BUILD) $(LUA) bench/agent/run.lua
+
+# The direct call of bench/pipeline under callgrind: instructions per call,
+# and the functions that run the most of them (bench/pipeline/callgrind.lua).
+PROFILE_CALLS ?= 20000
+profile: all
+	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES=valgrind
+	LUMA_BUILD=$(BUILD) $(LUA) bench/pipeline/callgrind.lua $(PROFILE_CALLS)
 
 FUZZ_SECONDS ?= 600
 fuzz:
