@@ -202,9 +202,13 @@ demo: deps all
 $(BUILD)/bench_stores: bench/stores/run.c $(CORE_OBJ)
 	$(CC) $(ALL_CFLAGS) $(INC_core) $(LDFLAGS) -o $@ $< $(CORE_OBJ) $(LUA_LIB) $(LIBS)
 
-bench: all $(BUILD)/bench_stores
+$(BUILD)/bench_scale: bench/scale/run.c $(LIBLUMA)
+	$(CC) $(CSTD) $(WARN) $(CFLAGS) $(SANFLAGS) -Icore -o $@ $< -L$(BUILD) -lluma -Wl,-rpath,$(abspath $(BUILD))
+
+bench: all $(BUILD)/bench_stores $(BUILD)/bench_scale
 	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES="$(BENCH_PACKAGES)"
 	@tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/luma-bench-XXXXXX") && $(BUILD)/bench_stores "$$tmp"; status=$$?; rm -rf "$$tmp"; exit $$status
+	@tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/luma-bench-XXXXXX") && $(BUILD)/bench_scale "$$tmp"; status=$$?; rm -rf "$$tmp"; exit $$status
 	LUMA_BUILD=$(BUILD) $(LUA) bench/validate/run.lua
 	LUMA_BUILD=$(BUILD) $(LUA) bench/pipeline/run.lua
 	LUMA_BUILD=$(BUILD) $(LUA) bench/sandbox/run.lua
