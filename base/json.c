@@ -235,7 +235,18 @@ static void *jp_fail(jp_state *st, const unsigned char *at, const char *fmt, ...
 #endif
   ;
 
-/* Writes "<reason> at offset N" into err; returns NULL for the caller to pass on. */
+/* Where `at` is in the text: line and column (in characters), from 1. */
+static void jp_where(const jp_state *st, const unsigned char *at, long *line, long *col) {
+  *line = *col = 1;
+  for (const unsigned char *c = st->text; c < at; c++) {
+    if (*c == '\n') { ++*line; *col = 1; }
+    else if ((*c & 0xC0) != 0x80) ++*col;
+  }
+}
+
+/* Writes "<reason> at offset N" into err, and the line and column when the
+   text has more than one line (a config file); returns NULL for the caller
+   to pass on. */
 static void *jp_fail(jp_state *st, const unsigned char *at, const char *fmt, ...) {
   if (st->err && st->errlen) {
     char msg[160];
@@ -243,7 +254,14 @@ static void *jp_fail(jp_state *st, const unsigned char *at, const char *fmt, ...
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    snprintf(st->err, st->errlen, "%s at offset %zu", msg, (size_t)(at - st->text));
+    size_t offset = (size_t)(at - st->text);
+    long line, col;
+    if (!strstr(msg, "(line ") && memchr(st->text, '\n', (size_t)(st->end - st->text))) {
+      jp_where(st, at, &line, &col);
+      snprintf(st->err, st->errlen, "%s at offset %zu (line %ld, column %ld)", msg, offset, line, col);
+    } else {
+      snprintf(st->err, st->errlen, "%s at offset %zu", msg, offset);
+    }
   }
   return NULL;
 }
@@ -528,11 +546,8 @@ static const unsigned char *jp_key(jp_state *st, jp_frame *f, const unsigned cha
     /* the one error a reader fixes by finding the other copy: say where */
     char shown[64];
     jp_quote(shown, sizeof shown, key, len);
-    long line = 1, col = 1;
-    for (const unsigned char *c = st->text; c < q; c++) {
-      if (*c == '\n') { line++; col = 1; }
-      else if ((*c & 0xC0) != 0x80) col++;
-    }
+    long line, col;
+    jp_where(st, q, &line, &col);
     return jp_fail(st, q, "duplicate key %s (line %ld, column %ld)", shown, line, col);
   }
   p = jp_space(p, st->end);

@@ -45,6 +45,81 @@ describe("luma-lua check", function()
   end)
 end)
 
+describe("luma-lua check, with the config and tool modules a run would load", function()
+  local CONTRACTS = "schema R { v: int }\ntool lookup() -> R {}\ntool store() -> R {}\n"
+  local BOTH = "return { lookup = function() return { v = 1 } end, store = function() return { v = 2 } end }\n"
+
+  local function project(tools, config)
+    return h.project { ["program.luma"] = CONTRACTS, ["tools.lua"] = tools,
+      ["luma.config.json"] = config or '{ "tool_modules": ["tools.lua"] }' }
+  end
+
+  it("is ok when every tool has a handler", function()
+    local r = h.run { "check", project(BOTH) .. "/program.luma" }
+    assert.are.equal(0, r.status, r.stderr)
+    assert.are.equal("ok\n", r.stdout)
+    assert.are.equal("", r.stderr)
+  end)
+
+  it("reports a tool without a handler, with the modules loaded and the closest export", function()
+    local dir = project("return { lookup = function() end, stor = function() end }\n")
+    local r = h.run { "check", dir .. "/program.luma" }
+    assert.are.equal(1, r.status)
+    assert.are.equal("", r.stdout)
+    assert.matches("program.luma: tool 'store' has no handler: no tool module exports it (loaded: tools.lua). " ..
+      "Did you mean 'stor'?", r.stderr, 1, true)
+  end)
+
+  it("warns about a handler that no tool declares, and is ok", function()
+    local dir = project("return { lookup = function() end, store = function() end, stroe = function() end }\n")
+    local r = h.run { "check", dir .. "/program.luma" }
+    assert.are.equal(0, r.status, r.stderr)
+    assert.are.equal("ok\n", r.stdout)
+    assert.matches("warning: tools.lua exports 'stroe', which no tool of .*program.luma declares %(did you mean 'store'%?%)",
+      r.stderr)
+  end)
+
+  it("takes --tool-module and --config as a run does", function()
+    local dir = h.project { ["program.luma"] = CONTRACTS, ["tools.lua"] = BOTH,
+      ["other.json"] = '{ "tool_modules": ["tools.lua"] }' }
+    local r = h.run { "check", dir .. "/program.luma", "--tool-module", dir .. "/tools.lua" }
+    assert.are.equal(0, r.status, r.stderr)
+    r = h.run { "check", dir .. "/program.luma", "--config", dir .. "/other.json" }
+    assert.are.equal(0, r.status, r.stderr)
+    r = h.run { "check", dir .. "/program.luma", "--config", dir .. "/missing.json" }
+    assert.are.equal(1, r.status)
+    assert.matches("cannot read '.*missing.json'", r.stderr)
+    r = h.run { "check", dir .. "/program.luma", "--frobnicate" }
+    assert.are.equal(2, r.status)
+    assert.matches("unknown option '--frobnicate' of check", r.stderr, 1, true)
+  end)
+
+  it("reports config errors with the file and the key path", function()
+    local r = h.run { "check", project(BOTH, '{ "tool_modules": "tools.lua" }') .. "/program.luma" }
+    assert.are.equal(1, r.status)
+    assert.matches("luma.config.json: tool_modules must be an array", r.stderr, 1, true)
+    r = h.run { "check", project(BOTH, '{ "tool_modules": [{ "path": "tools.lua", "integrity": 5 }] }') .. "/program.luma" }
+    assert.are.equal(1, r.status)
+    assert.matches("luma.config.json: tool_modules[1].integrity must be a string", r.stderr, 1, true)
+    r = h.run { "check", project(BOTH, '{ "tool_modulez": [] }') .. "/program.luma" }
+    assert.are.equal(1, r.status)
+    assert.matches("no key 'tool_modulez'. Did you mean 'tool_modules'?", r.stderr, 1, true)
+  end)
+
+  it("gives a config's JSON syntax error its line and column", function()
+    local r = h.run { "check", project(BOTH, '{\n  "tool_modules": ["tools.lua"],\n}\n') .. "/program.luma" }
+    assert.are.equal(1, r.status)
+    assert.matches("not valid JSON: trailing comma at offset 33 (line 2, column 32)", r.stderr, 1, true)
+  end)
+
+  it("reports a module whose integrity does not match", function()
+    local config = '{ "tool_modules": [{ "path": "tools.lua", "integrity": "sha256-AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=" }] }'
+    local r = h.run { "check", project(BOTH, config) .. "/program.luma" }
+    assert.are.equal(1, r.status)
+    assert.matches("integrity check failed for '.*tools.lua'", r.stderr)
+  end)
+end)
+
 describe("luma-lua tools", function()
   it("prints the tool declarations as a JSON array", function()
     local r = h.run { "tools", h.program_file(h.calculate) }

@@ -14,7 +14,7 @@ commands:
                            config with the strict sandbox, a spec)
   [run] PROGRAM [options]  run a .luma program: its top-level statements, or
                            an agent method; print the result as JSON
-  check PROGRAM            check a .luma program; print "ok", or every error
+  check PROGRAM            check a program, its config and tool modules; print "ok", or every error
   tools PROGRAM            print the program's tool declarations as JSON
                            ({ name, description, parameters } for each tool)
   schema PROGRAM NAME      print the JSON Schema of one schema
@@ -128,9 +128,12 @@ JSON object; with --agent, calls a method and prints what it returns.
 Exit status: 0; 1 when the run fails; 2 when the program does not load.
 ]],
   check = [[
-usage: luma-lua check PROGRAM
-Checks a program (and its config and tool modules): prints "ok" (exit 0), or
-every error with its file:line:col on stderr (exit 1; 2 for a missing file).
+usage: luma-lua check PROGRAM [--config FILE] [--tool-module FILE]...
+Checks what a run would load: the program, its config (the one next to it, or
+--config) and its tool modules (the config's and --tool-module's), and that
+every tool has a handler when modules are loaded. Prints "ok" (exit 0, with
+warnings on stderr: a handler that no tool declares), or every error with
+where it is on stderr (exit 1; 2 for a usage error).
 ]],
   tools = [[
 usage: luma-lua tools PROGRAM
@@ -224,9 +227,64 @@ function commands.repl(args)
   return require("luma.repl").main(o)
 end
 
+-- check PROGRAM [--config FILE] [--tool-module FILE]...: what a run would
+-- load (the program, its config, its tool modules), and whether every tool
+-- has a handler; a handler no tool declares is a warning.
 function commands.check(args)
-  local program, status = program_argument(args, "check", 1)
-  if not program then return status end
+  local o = { tool_modules = {} }
+  local i = 1
+  while i <= #args do
+    local a = args[i]
+    if a == "--config" or a == "--tool-module" then
+      if not args[i + 1] then return usage_error(a .. " needs a value") end
+      if a == "--config" then o.config = args[i + 1] else o.tool_modules[#o.tool_modules + 1] = args[i + 1] end
+      i = i + 2
+    elseif a:sub(1, 1) == "-" and a ~= "-" then
+      return usage_error("unknown option '" .. a .. "' of check")
+    elseif o.program then
+      return usage_error("check needs one PROGRAM, not '" .. o.program .. "' and '" .. a .. "'")
+    else
+      o.program = a
+      i = i + 1
+    end
+  end
+  if not o.program then return usage_error("check needs one PROGRAM") end
+  local program, e = load_program(o.program, { config = o.config, tool_modules = o.tool_modules })
+  if not program then
+    print_load_error(e)
+    return 1
+  end
+  local modules = program:modules()
+  local errors = 0
+  if #modules > 0 then
+    local paths, exported = {}, {}
+    for _, m in ipairs(modules) do
+      paths[#paths + 1] = m.path
+      for _, name in ipairs(m.exports) do exported[#exported + 1] = name end
+    end
+    for _, name in ipairs(program:missing_handlers()) do
+      local near = core.suggest(name, exported)
+      err(string.format("%s: tool '%s' has no handler: no tool module exports it (loaded: %s)%s",
+        o.program, name, table.concat(paths, ", "), near and (". Did you mean '" .. near .. "'?") or ""))
+      errors = errors + 1
+    end
+    local tools = program:declarations().tools
+    local declared = {}
+    for _, name in ipairs(tools) do declared[name] = true end
+    for _, m in ipairs(modules) do
+      for _, name in ipairs(m.exports) do
+        if not declared[name] then
+          local near = core.suggest(name, tools)
+          err(string.format("warning: %s exports '%s', which no tool of %s declares%s", m.path, name, o.program,
+            near and (" (did you mean '" .. near .. "'?)") or ""))
+        end
+      end
+    end
+  end
+  if errors > 0 then
+    if errors > 1 then err(errors .. " errors") end
+    return 1
+  end
   out("ok")
   return 0
 end

@@ -86,6 +86,8 @@ local OPTIONS = {
   opts.record        a file to append every exchange with a model to (JSON lines, keys redacted)
   opts.replay        a recording to answer the model requests from, without the network
   opts.limits        see the README ]]
+local modules_of = setmetatable({}, { __mode = "k" })
+
 function luma.load(path, opts)
   if type(path) ~= "string" then
     error("bad argument #1 to 'load' (string expected, got " .. type(path) .. ")", 2)
@@ -105,7 +107,7 @@ function luma.load(path, opts)
   for _, m in ipairs(cfg and cfg.tool_modules or {}) do specs[#specs + 1] = m end
   local policy = cfg and cfg.tool_module_policy
   if opts.tool_module_policy ~= nil then policy = config.policy("luma.load", opts.tool_module_policy) end
-  loader.load(program, specs, cfg and cfg.dir or config.dirname(path), policy)
+  modules_of[program] = loader.load(program, specs, cfg and cfg.dir or config.dirname(path), policy)
   program:configure {
     contexts = cfg and cfg.tool_contexts,
     on_event = opts.on_event,
@@ -144,6 +146,17 @@ local function compiled_of(program)
   c = chunk(exec.new(program))
   compiled[program] = c
   return c
+end
+
+-- The tool modules luma.load loaded: { { path = as given, exports = { name, ... } }, ... }.
+function Program:modules()
+  local list = {}
+  for i, m in ipairs(modules_of[self] or {}) do
+    local exports = {}
+    for j, name in ipairs(m.exports) do exports[j] = name end
+    list[i] = { path = m.path, exports = exports }
+  end
+  return list
 end
 
 -- Before anything runs, every contract needs its handler.

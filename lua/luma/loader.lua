@@ -33,7 +33,8 @@ end
 -- specs: { path = absolute or relative to the cwd, version, integrity,
 -- dependencies, dependency_root }; project_root bounds dependency roots and
 -- the files a strict module may open; policy (checked by config.policy) is
--- the tool_module_policy every module runs under, or nil.
+-- the tool_module_policy every module runs under, or nil. Returns the
+-- modules loaded: { { path = as given, exports = { name, ... } }, ... }.
 function loader.load(program, specs, project_root, policy)
   local root = core.realpath(project_root) or project_root
   local seen = {}
@@ -69,11 +70,14 @@ function loader.load(program, specs, project_root, policy)
       modules[#modules + 1] = resolved
     end
   end
+  local loaded = {}
   for _, m in ipairs(modules) do
     m.project_root, m.policy = root, policy
     local module = core.load_module(m)
     program:attach(module)
+    loaded[#loaded + 1] = { path = m.given, exports = module:exports() }
   end
+  return loaded
 end
 
 return loader

@@ -119,7 +119,7 @@ static const ok_case ok_cases[] = {
 static const bad_case bad_cases[] = {
   /* nothing, or more than one value */
   BAD("", "empty input at offset 0"),
-  BAD("   \n\t ", "empty input at offset 6"),
+  BAD("   \n\t ", "empty input at offset 6 (line 2, column 3)"),
   BAD("1 2", "unexpected '2' at offset 2"),
   BAD("{} {}", "unexpected '{' at offset 3"),
   BAD("[]]", "unexpected ']' at offset 2"),
@@ -133,7 +133,7 @@ static const bad_case bad_cases[] = {
   BAD("/* c */ 1", "unexpected '/' at offset 0"),
   BAD("[1] // c", "unexpected '/' at offset 4"),
   BAD("[1, /* c */ 2]", "unexpected '/' at offset 4"),
-  BAD("# c\n1", "unexpected '#' at offset 0"),
+  BAD("# c\n1", "unexpected '#' at offset 0 (line 1, column 1)"),
   /* trailing and missing commas */
   BAD("[1,2,]", "trailing comma at offset 4"),
   BAD("[1 , ]", "trailing comma at offset 3"),
@@ -175,7 +175,7 @@ static const bad_case bad_cases[] = {
   BAD("{\"a\":1.8e308}", "number out of range at offset 5"),
   /* control characters in strings */
   BAD("\"a\tb\"", "control character 0x09 in string at offset 2"),
-  BAD("\"a\nb\"", "control character 0x0A in string at offset 2"),
+  BAD("\"a\nb\"", "control character 0x0A in string at offset 2 (line 1, column 3)"),
   BAD("\"\x01\"", "control character 0x01 in string at offset 1"),
   BAD("\"\x1F\"", "control character 0x1F in string at offset 1"),
   BAD("\"a\0b\"", "control character 0x00 in string at offset 2"),
@@ -501,7 +501,7 @@ static void test_depth(void) {
     for (int obj = 0; obj <= 1; obj++) {
       ar_arena a;
       sb_buf b;
-      char err[200], want[80];
+      char err[200], want[120];
       ar_init(&a);
       sb_init(&b);
       nested(&b, max, obj);
@@ -547,7 +547,7 @@ static void test_truncation(void) {
     " \"nums\": [0, -0, 12, -3.25, 6.02e+23, 1E-9, 9223372036854775807],"
     " \"lit\": [true, false, null], \"nest\": {\"a\": [[], {}, [{\"b\": \"\"}]]},\r\n\t\"k\": \"v\"}";
   const size_t len = sizeof doc - 1;
-  char err[200], want[80];
+  char err[200], want[120];
   int bad = 0;
   for (size_t k = 0; k < len; k++) {
     char *buf = malloc(k ? k : 1);
@@ -555,7 +555,16 @@ static void test_truncation(void) {
     memcpy(buf, doc, k);
     char *out = reserialize(buf, k, DEPTH, err, sizeof err);
     if (k == 0) snprintf(want, sizeof want, "empty input at offset 0");
-    else snprintf(want, sizeof want, "unexpected end of input at offset %zu", k);
+    else if (!memchr(doc, '\n', k)) snprintf(want, sizeof want, "unexpected end of input at offset %zu", k);
+    else {
+      /* text of more than one line: the line and column (in characters) too */
+      long line = 1, col = 1;
+      for (size_t i = 0; i < k; i++) {
+        if (doc[i] == '\n') { line++; col = 1; }
+        else if ((doc[i] & 0xC0) != 0x80) col++;
+      }
+      snprintf(want, sizeof want, "unexpected end of input at offset %zu (line %ld, column %ld)", k, line, col);
+    }
     if (out || strcmp(err, want) != 0) {
       bad++;
       CT_CHECK(0, "prefix of %zu bytes: expected <%s>, got <%s>", k, want, out ? out : err);
