@@ -181,6 +181,8 @@ typedef struct lv_ctx {
   int write;
   int trial;                  /* > 0: stop at the first error and record nothing */
   int failed;                 /* an error happened (trial) or the error cap was hit */
+  char *why;                  /* in a trial, when set: gets the first error, with its path */
+  size_t whylen;
   lv_result *r;
   int depth;
   lv_seg path[LIM_MAX_DEPTH_CAP + 2];
@@ -262,6 +264,17 @@ static int report(lv_ctx *c, int soft, const char *rule, const char *fmt, ...) {
   int warn = soft && c->output;
   if (c->trial) {
     if (warn) return 1;
+    if (c->why && !c->why[0]) {
+      /* explaining why a union member did not fit: only then is it formatted */
+      char buf[300];
+      va_list ap;
+      va_start(ap, fmt);
+      vsnprintf(buf, sizeof buf, fmt, ap);
+      va_end(ap);
+      char *path = render_path(c);
+      snprintf(c->why, c->whylen, "%s %s", path ? path : "?", buf);
+      free(path);
+    }
     c->failed = 1;
     return 0;
   }
@@ -269,7 +282,7 @@ static int report(lv_ctx *c, int soft, const char *rule, const char *fmt, ...) {
     c->failed = 1;
     return 0;
   }
-  char buf[512];
+  char buf[1024];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(buf, sizeof buf, fmt, ap);
@@ -384,7 +397,7 @@ static int check_enum(lv_ctx *c, const pm_type *t, int idx) {
     for (int i = 0; i < t->nvalues; i++)
       if (t->values[i].len == len && memcmp(t->values[i].s, s, len) == 0) return 1;
   }
-  if (c->trial) { c->failed = 1; return 0; }
+  if (c->trial && !c->why) { c->failed = 1; return 0; }
   sb_buf b;
   sb_init(&b);
   for (int i = 0; i < t->nvalues && b.len < 300; i++) {
@@ -645,8 +658,29 @@ static int check_union(lv_ctx *c, const pm_schema *u, int idx) {
       lua_pushstring(L, u->members[found]->name);
       lua_rawset(L, idx);
     }
-  } else if (matches == 0) {
+  } else if (matches == 0 && c->trial) {
     ok = report(c, 0, "anyOf", "must match a member of %s (%s)", u->name, sb_str(&names));
+  } else if (matches == 0) {
+    /* the error path: each member again, to say the first reason it did not fit */
+    sb_buf why;
+    sb_init(&why);
+    char first[300];
+    c->write = 0;
+    c->trial++;
+    c->why = first;
+    c->whylen = sizeof first;
+    for (int i = 0; i < u->nmembers && why.len < 800; i++) {
+      first[0] = '\0';
+      c->failed = 0;
+      check_record(c, u->members[i], idx, tag);
+      sb_printf(&why, "%s as %s, %s", i ? ";" : ":", u->members[i]->name, first[0] ? first : "it does not fit");
+    }
+    c->why = NULL;
+    c->trial--;
+    c->write = write;
+    c->failed = 0;
+    ok = report(c, 0, "anyOf", "must match a member of %s%s", u->name, sb_str(&why));
+    sb_free(&why);
   } else {
     ok = report(c, 0, "anyOf", "matches more than one member of %s (%s); set '%s' to choose", u->name,
                 sb_str(&names), u->tag);

@@ -216,9 +216,18 @@ describe("validation of tagged unions", function()
     assert.are.equal("file_doc.input.doc.kind must identify a tagged union member.", message)
   end)
 
-  it("rejects an input that fits no member", function()
+  it("rejects an input that fits no member, saying for each member the first reason it did not fit", function()
     local message = first_error("__tool_file_doc_input", { doc = { title = "x" } })
-    assert.are.equal("file_doc.input.doc must match a member of Document (Invoice, Receipt)", message)
+    assert.are.equal("file_doc.input.doc must match a member of Document: " ..
+      "as Invoice, file_doc.input.doc.title is not allowed; as Receipt, file_doc.input.doc.title is not allowed", message)
+    message = first_error("__tool_file_doc_input", { doc = {} })
+    assert.are.equal("file_doc.input.doc must match a member of Document: " ..
+      "as Invoice, file_doc.input.doc.invoice_number is required; as Receipt, file_doc.input.doc.reference is required",
+      message)
+    message = first_error("__tool_file_doc_input", { doc = { reference = 5 } })
+    assert.are.equal("file_doc.input.doc must match a member of Document: " ..
+      "as Invoice, file_doc.input.doc.reference is not allowed; as Receipt, file_doc.input.doc.reference must be a string",
+      message)
   end)
 
   it("requires the tag on output: nobody writes it for the handler", function()
