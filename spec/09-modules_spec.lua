@@ -95,8 +95,24 @@ describe("tool modules", function()
     local dir = h.project { ["program.luma"] = h.calculate .. 'x = tool calculate({ a: 1, b: 2, operation: "add" })' }
     local r = h.run({ "program.luma" }, { cwd = dir })
     assert.are.equal(2, r.status)
-    assert.are.equal("Error: 'calculate' is not registered in the tool registry.\n", r.stderr)
+    -- SPEC.md's message, then where handlers were looked for
+    assert.are.equal("Error: 'calculate' is not registered in the tool registry.\n" ..
+      "No tool module is loaded: list one in luma.config.json's tool_modules (or pass --tool-module), " ..
+      "or register a handler with program:register.\n", r.stderr)
     assert.are.equal("", r.stdout)
+  end)
+
+  it("say which modules were loaded, and the closest export, when none has a contract's handler", function()
+    local dir = h.project { ["program.luma"] = h.calculate .. 'x = tool calculate({ a: 1, b: 2, operation: "add" })',
+      ["tools.lua"] = "return { calculat = function() end }" }
+    local r = h.run({ "program.luma", "--tool-module", "tools.lua" }, { cwd = dir })
+    assert.are.equal(2, r.status)
+    assert.are.equal("Error: 'calculate' is not registered in the tool registry.\n" ..
+      "Tool modules loaded: tools.lua; none exports 'calculate'. Did you mean 'calculat'?\n", r.stderr)
+    local p = luma.load(dir .. "/program.luma", { tool_modules = { dir .. "/tools.lua" } })
+    local err = h.raised(p.run, p)
+    assert.are.equal("'calculate' is not registered in the tool registry.", err.message)
+    assert.are.same({ dir .. "/tools.lua" }, err.details.modules)
   end)
 
   it("run in a Lua state of their own", function()

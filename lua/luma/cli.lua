@@ -74,6 +74,7 @@ local function print_load_error(e)
     elseif #diagnostics > 1 then err(#diagnostics .. " errors") end
   else
     err("Error: " .. e.message)
+    if type(e.details) == "table" and type(e.details.hint) == "string" then err(e.details.hint) end
   end
 end
 

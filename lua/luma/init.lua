@@ -160,11 +160,27 @@ function Program:modules()
 end
 
 -- Before anything runs, every contract needs its handler.
+-- The error says where handlers were looked for (details.hint, which the
+-- command prints under it): the modules loaded and the closest export.
 function Program:check_registry()
   local missing = self:missing_handlers()
-  if #missing > 0 then
-    raise_fixed("TOOL_NOT_FOUND", missing[1])
+  if #missing == 0 then return end
+  local name, paths, exported = missing[1], {}, {}
+  for _, m in ipairs(modules_of[self] or {}) do
+    paths[#paths + 1] = m.path
+    for _, export in ipairs(m.exports) do exported[#exported + 1] = export end
   end
+  local hint
+  if #paths == 0 then
+    hint = "No tool module is loaded: list one in luma.config.json's tool_modules (or pass --tool-module), " ..
+      "or register a handler with program:register."
+  else
+    local near = core.suggest(name, exported)
+    hint = "Tool modules loaded: " .. table.concat(paths, ", ") .. "; none exports '" .. name .. "'" ..
+      (near and (". Did you mean '" .. near .. "'?") or ".")
+  end
+  error(core.error { code = "TOOL_NOT_FOUND", message = core.errors.TOOL_NOT_FOUND.template:format(name),
+    details = { missing = missing, modules = paths, hint = hint } }, 0)
 end
 
 -- Runs the top-level statements; returns their variables as a table (and the
