@@ -3,6 +3,7 @@
 #include "luma.h"
 
 #include <ctype.h>
+#include <signal.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -74,8 +75,9 @@ static int l_deadline_signal(lua_State *L) {
   }
   if (sx_set_deadline_signal(signo) != 0) {
     lua_pushnil(L);
-    lua_pushfstring(L, "signal %d cannot stop handlers: the process handles it already, or this build "
-                    "cannot use signals (ThreadSanitizer); handlers get the count hook", signo);
+    lua_pushfstring(L, "signal %d cannot stop handlers: a real-time signal (%d to %d) that the process does not "
+                    "handle already is needed, and a build without ThreadSanitizer; handlers get the count hook",
+                    signo, (int)SIGRTMIN, (int)SIGRTMAX);
     return 2;
   }
   lua_pushboolean(L, 1);

@@ -95,8 +95,9 @@ LUMA_API const char *luma_version(void);
    is SIGRTMIN + 4): handlers run with no hook, at the speed of plain Lua; a
    thread of luma sends signal signo to the thread running a handler whose
    deadline passed (at once when it is cancelled), and luma's handler for
-   that signal stops it. luma takes the signal only if nothing in the
-   process handles it, and lets it through on its own worker threads. 0: a
+   that signal stops it. luma takes only a real-time signal (SIGRTMIN to
+   SIGRTMAX) that nothing in the process handles, restores it when the
+   library is unloaded, and lets it through on its own worker threads. 0: a
    count hook looks at the clock every few instructions instead, about half
    the speed of plain Lua for CPU-bound handlers. A host that uses the
    signal itself, or blocks it in a thread that runs handlers, chooses

@@ -220,10 +220,12 @@ void sx_execute(sx_state *s, sx_run *runs, int n) {
     s->stopping = 0;
     /* with the watch the handler runs with no hook, at the speed of plain
        Lua, until a signal sets one (watch.c); else the count hook */
+    lua_sethook(H, NULL, 0, 0);   /* before arming: a stop set at once must stay */
     s->watched = sx_watch_arm(s);
-    if (s->watched) lua_sethook(H, NULL, 0, 0); else sx_start_hook(s);
+    if (!s->watched) sx_start_hook(s);
     run->status = lua_pcall(H, 3, 1, 0);
     if (s->watched) {
+      __atomic_store_n(&s->current, H, __ATOMIC_RELEASE);
       sx_watch_disarm(s);
       s->watched = 0;
     }

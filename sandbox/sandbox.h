@@ -163,8 +163,9 @@ void sx_forbid_c_libraries(void);
    thread sends signal signo to its thread, whose handler sets the hook that
    stops it (watch.c). The default is SIGRTMIN + 4. 0: a count hook looks at
    the clock every few instructions (about half the speed of plain Lua for
-   CPU-bound code). Returns 0; -1 when signo cannot be used (the process
-   already handles it, or a ThreadSanitizer build): then the count hook. */
+   CPU-bound code). Returns 0; -1 when signo cannot be used (not a
+   real-time signal, the process already handles it, or a ThreadSanitizer
+   build): then the count hook. A call keeps the choice made when it began. */
 int sx_set_deadline_signal(int signo);
 /* The signal in use, or 0: the count hook. */
 int sx_deadline_signal(void);

@@ -80,6 +80,10 @@ void sx_push_timeout(lua_State *L) {
 static void deadline_hook(lua_State *L, lua_Debug *ar);
 
 int sx_raise_timeout(lua_State *L) {
+  sx_state *s = sx_state_of(L);
+  /* under the watch, the thread that raises is the one that runs (and the
+     one a resent signal hooks while the stop unwinds) */
+  if (s->watched) __atomic_store_n(&s->current, L, __ATOMIC_RELEASE);
   sx_push_timeout(L);
   /* whatever runs while the stop unwinds (pending __close handlers) is
      looked at after every instruction, and stopped again at once: the check
@@ -261,15 +265,10 @@ static int l_check_stop(lua_State *L) {
    a coroutine the stop killed are never run (coroutine.close and the
    function coroutine.wrap returns both raise the stop instead). */
 static const char rethrow_chunk[] =
-  "local check, pcall, xpcall, error, co, enter, back = ...\n"
+  "local check, pcall, xpcall, error, co, run_in, fresh = ...\n"
   "local resume, create, close, status = co.resume, co.create, co.close, co.status\n"
   "local closing = 0\n"
   "local function pass(ok, ...)\n"
-  "  if not ok then check() end\n"
-  "  return ok, ...\n"
-  "end\n"
-  "local function returned(c, ok, ...)\n"   /* c stays referenced until back ran */
-  "  back(c)\n"
   "  if not ok then check() end\n"
   "  return ok, ...\n"
   "end\n"
@@ -278,10 +277,9 @@ static const char rethrow_chunk[] =
   "  local function handler(...) check() return h(...) end\n"
   "  return pass(xpcall(f, handler, ...))\n"
   "end\n"
-  "co.create = function(f) local c = create(f) enter(c) back(c) return c end\n"
-  "co.resume = function(c, ...) enter(c) return returned(c, resume(c, ...)) end\n"
-  "local function closed(c, ok, ...)\n"
-  "  back(c)\n"
+  "co.create = function(f) local c = create(f) fresh(c) return c end\n"
+  "co.resume = function(c, ...) return pass(run_in(c, resume, c, ...)) end\n"
+  "local function closed(ok, ...)\n"
   "  closing = closing - 1\n"
   "  if not ok then error((...), 0) end\n"
   "  return ...\n"
@@ -290,54 +288,66 @@ static const char rethrow_chunk[] =
   "  check()\n"
   "  if closing >= 100 then error('coroutine.close is nested more than 100 deep', 2) end\n"
   "  closing = closing + 1\n"
-  "  enter(c)\n"
-  "  return closed(c, pcall(close, c))\n"
+  "  return closed(pcall(run_in, c, close, c))\n"
   "end\n"
   "local function unwrap(c, ok, ...)\n"
-  "  back(c)\n"
   "  if ok then return ... end\n"
   "  check()\n"
   "  local e = ...\n"
   "  if status(c) == 'dead' then\n"
-  "    local closed, why = close(c)\n"
+  "    local closed, why = run_in(c, close, c)\n"
   "    if not closed then e = why end\n"
   "  end\n"
   "  error(e, 2)\n"
   "end\n"
   "co.wrap = function(f)\n"
   "  local c = create(f)\n"
-  "  enter(c) back(c)\n"
-  "  return function(...) enter(c) return unwrap(c, resume(c, ...)) end\n"
+  "  fresh(c)\n"
+  "  return function(...) return unwrap(c, run_in(c, resume, c, ...)) end\n"
   "end\n";
 
-/* enter(c), before a coroutine runs (resumed, closed) and when it is made.
-   With the count hook: the coroutine gets the shortest interval between
-   looks (one made after fast code would otherwise inherit a long one, and a
-   few slow instructions in it would run far past the deadline). With the
-   watch: the coroutine is the Lua thread the signal handler stops, and a
-   stop already set raises now. */
-static int l_enter(lua_State *L) {
-  sx_state *s = sx_state_of(L);
-  lua_State *co = lua_tothread(L, 1);
-  if (!co) return 0;
-  if (s->watched) {
-    if (__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) return sx_raise_timeout(L);
-    __atomic_store_n(&s->current, co, __ATOMIC_RELEASE);
-  } else if (lua_gethook(co) == deadline_hook && lua_gethookcount(co) > SX_HOOK_MIN) {
+/* With the count hook, a coroutine gets it at the shortest interval when
+   made and whenever it runs: one made after fast code would otherwise
+   inherit a long interval (and a few slow instructions in it would run far
+   past the deadline), and one made during a call under the watch has none. */
+static void fresh_hook(lua_State *co) {
+  if (lua_gethook(co) != deadline_hook || lua_gethookcount(co) > SX_HOOK_MIN)
     lua_sethook(co, deadline_hook, LUA_MASKCOUNT, SX_HOOK_MIN);
-  }
+}
+
+/* fresh(c), when a coroutine is made. */
+static int l_fresh(lua_State *L) {
+  lua_State *co = lua_tothread(L, 1);
+  if (co && !sx_state_of(L)->watched) fresh_hook(co);
   return 0;
 }
 
-/* back(c), once the coroutine gave control back: the Lua thread running is
-   again the one that calls back (a stop set meanwhile raises here). */
-static int l_back(lua_State *L) {
+/* run_in(c, f, ...) -> f(...): runs f (the raw resume or close) with c as the
+   Lua thread that runs, which is the one the watch's signal handler stops.
+   Both switches happen here, in C, around a protected call, so that no
+   error can come between them (a stack overflow or a memory error in the
+   call is raised again after the switch back); c stays referenced by this
+   frame while it is the thread that runs. With the count hook, c gets it. */
+static int l_run_in(lua_State *L) {
   sx_state *s = sx_state_of(L);
+  int n = lua_gettop(L);
+  luaL_checkany(L, 2);
+  lua_State *co = lua_tothread(L, 1);
+  luaL_checkstack(L, n, "resuming a coroutine");
+  for (int i = 2; i <= n; i++) lua_pushvalue(L, i);
+  if (s->watched) {
+    if (__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) return sx_raise_timeout(L);
+    if (co) __atomic_store_n(&s->current, co, __ATOMIC_RELEASE);
+  } else if (co) {
+    fresh_hook(co);
+  }
+  int status = lua_pcall(L, n - 2, LUA_MULTRET, 0);
   if (s->watched) {
     __atomic_store_n(&s->current, L, __ATOMIC_RELEASE);
     if (__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) return sx_raise_timeout(L);
   }
-  return 0;
+  if (status != LUA_OK) return lua_error(L);
+  return lua_gettop(L) - n;
 }
 
 /* The chunk compiled once for the process, without its debug information:
@@ -374,6 +384,13 @@ static void strip_chunk(void) {
   lua_close(L);
 }
 
+/* The library may be unloaded (a Lua state closing unloads its C modules):
+   the copy goes with it. */
+__attribute__((destructor)) static void free_stripped(void) {
+  free(stripped.code);
+  stripped.code = NULL;
+}
+
 static void wrap_protected_calls(lua_State *L) {
   pthread_once(&stripped_once, strip_chunk);
   int loaded = stripped.code
@@ -385,8 +402,8 @@ static void wrap_protected_calls(lua_State *L) {
   lua_getglobal(L, "xpcall");
   lua_getglobal(L, "error");
   lua_getglobal(L, "coroutine");
-  lua_pushcfunction(L, l_enter);
-  lua_pushcfunction(L, l_back);
+  lua_pushcfunction(L, l_run_in);
+  lua_pushcfunction(L, l_fresh);
   lua_call(L, 7, 0);
 }
 

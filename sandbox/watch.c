@@ -43,12 +43,17 @@
 /* A signal that found nothing to stop yet (it came between two Lua
    instructions that then ran in C for a while) is sent again this often. */
 #define RESEND_NS 10000000LL
+/* ... at most this many times (2 s): a thread that blocked the signal after
+   it was armed would otherwise queue real-time signals without end. */
+#define RESENDS_MAX 200
 
 struct slot {
   sx_state *state;                /* read by the signal handler (atomic); NULL: free */
   pthread_t thread;               /* likewise */
   long long deadline_ns;          /* 0: none */
   int poked;                      /* cancelled: due now */
+  int signo;                      /* the signal chosen when it was armed */
+  int sent;                       /* how many times */
   long long next_send;            /* 0: not sent yet */
 };
 
@@ -59,7 +64,8 @@ static struct {
   int started, quit;
   int configured;                 /* the signal was chosen (or the hook) */
   int signo;                      /* 0: the count hook for every handler */
-  int installed;                  /* our handler is installed for `installed` */
+  unsigned char ours[_NSIG];      /* our handler is installed for these */
+  struct sigaction before[_NSIG]; /* what they had before it */
   int top;                        /* every slot in use is below top */
   long long wake_at;              /* when the watch thread wakes on its own */
   struct slot slots[SX_WATCH_SLOTS];
@@ -81,10 +87,14 @@ static void on_signal(int sig, siginfo_t *si, void *ctx) {
   errno = saved;
 }
 
-static void send_to(int i) {
+static void send_to(int i, long long now) {
+  struct slot *sl = &w.slots[i];
+  sl->next_send = now + RESEND_NS;
+  if (sl->sent >= RESENDS_MAX) return;
+  sl->sent++;
   union sigval v;
   v.sival_int = i;
-  pthread_sigqueue(w.slots[i].thread, w.signo, v);
+  pthread_sigqueue(sl->thread, sl->signo, v);
 }
 
 static long long deadline_of(const struct slot *sl) {
@@ -105,10 +115,7 @@ static void *watch_main(void *arg) {
       if (!sl->state) continue;
       long long due = deadline_of(sl);
       if (due <= now) {
-        if (now >= sl->next_send) {
-          send_to(i);
-          sl->next_send = now + RESEND_NS;
-        }
+        if (now >= sl->next_send) send_to(i, now);
         due = sl->next_send;
       }
       if (due < next) next = due;
@@ -160,11 +167,13 @@ __attribute__((destructor)) static void stop_watch(void) {
   if (started) pthread_cond_signal(&w.wake);
   pthread_mutex_unlock(&w.lock);
   if (started) pthread_join(w.thread, NULL);
-  if (w.installed) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = SIG_IGN;
-    sigaction(w.installed, &sa, NULL);
+  /* what the signal did before; a late one of ours is then ignored, as
+     the default of a real-time signal would end the process */
+  for (int signo = 1; signo < _NSIG; signo++) {
+    if (!w.ours[signo]) continue;
+    struct sigaction sa = w.before[signo];
+    if (!(sa.sa_flags & SA_SIGINFO) && sa.sa_handler == SIG_DFL) sa.sa_handler = SIG_IGN;
+    sigaction(signo, &sa, NULL);
   }
 }
 
@@ -173,8 +182,9 @@ static int use_signal(int signo) {
   w.configured = 1;
   w.signo = 0;
   if (signo <= 0) return 0;
-  if (!SIGNALS_USABLE || signo == SIGKILL || signo == SIGSTOP || signo > SIGRTMAX) return -1;
-  if (signo != w.installed) {
+  /* a real-time signal: no other has a meaning of its own to lose */
+  if (!SIGNALS_USABLE || signo < SIGRTMIN || signo > SIGRTMAX) return -1;
+  if (!w.ours[signo]) {
     struct sigaction old, sa;
     if (sigaction(signo, NULL, &old) != 0) return -1;
     int ours = (old.sa_flags & SA_SIGINFO) && old.sa_sigaction == on_signal;
@@ -185,7 +195,8 @@ static int use_signal(int signo) {
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
     sigemptyset(&sa.sa_mask);
     if (sigaction(signo, &sa, NULL) != 0) return -1;
-    w.installed = signo;
+    w.before[signo] = old;
+    w.ours[signo] = 1;
   }
   w.signo = signo;
   return 0;
@@ -250,6 +261,8 @@ int sx_watch_arm(sx_state *s) {
   __atomic_store_n(&sl->thread, pthread_self(), __ATOMIC_RELEASE);
   sl->deadline_ns = s->deadline_ns;
   sl->poked = sx_cancelled(s);
+  sl->signo = w.signo;
+  sl->sent = 0;
   sl->next_send = 0;
   __atomic_store_n(&sl->state, s, __ATOMIC_RELEASE);
   s->watch_slot = i;
@@ -275,8 +288,7 @@ void sx_watch_poke(sx_state *s) {
   if (i >= 0 && w.slots[i].state == s) {
     struct slot *sl = &w.slots[i];
     sl->poked = 1;
-    send_to(i);
-    sl->next_send = sx_now_ns() + RESEND_NS;
+    send_to(i, sx_now_ns());
     pthread_cond_signal(&w.wake);
   }
   pthread_mutex_unlock(&w.lock);

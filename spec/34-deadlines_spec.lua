@@ -28,10 +28,14 @@ tool spin_in_kept_coroutine() -> Out { timeout: 200 }
 tool spin_in_close() -> Out { timeout: 200 }
 tool spin_after_yield() -> Out { timeout: 200 }
 tool spin_in_wrapped_pcall() -> Out { timeout: 200 }
+tool spin_in_wrapped_close() -> Out { timeout: 200 }
+tool make_kept() -> Out { timeout: 200 }
+tool run_kept() -> Out { timeout: 200 }
 tool endless() -> Out { timeout: 60000 }
 ]]
 
 local HANDLERS = [[
+local made   -- by make_kept, for run_kept
 -- made while the module loads, kept across calls
 local kept = coroutine.create(function() coroutine.yield() while true do end end)
 coroutine.resume(kept)
@@ -74,17 +78,27 @@ return {
   spin_in_wrapped_pcall = function()
     coroutine.wrap(function() while true do pcall(function() while true do end end) end end)()
   end,
+  -- the error path of coroutine.wrap closes the dead coroutine: its __close runs in it
+  spin_in_wrapped_close = function()
+    coroutine.wrap(function()
+      local x <close> = setmetatable({}, { __close = function() while true do end end })
+      error("boom")
+    end)()
+  end,
+  -- a coroutine made in one call (with no hook under the signal) and run in a later one
+  make_kept = function() made = coroutine.create(function() while true do end end) return { v = "made" } end,
+  run_kept = function() coroutine.resume(made) end,
   endless = function() while true do end end,
 }
 ]]
 
-local function project(sandbox)
+local function project(sandbox, concurrency)
   local dir = h.project {
     ["program.luma"] = CONTRACT,
     ["tools.lua"] = HANDLERS,
     ["luma.config.json"] = core.json_encode {
       tool_modules = { "tools.lua" },
-      tool_module_policy = { sandbox = sandbox, max_concurrency = 2 },
+      tool_module_policy = { sandbox = sandbox, max_concurrency = concurrency or 2 },
     },
   }
   local p, err = h.load(dir)
@@ -135,6 +149,36 @@ describe("luma.deadline_signal", function()
     assert.are.equal("true", p:call("hook", {}).v)
   end)
 
+  if not TSAN then it("stops a coroutine made under the signal and run under the count hook", function()
+    local p = project("strict", 1)   -- one state: both calls run in it
+    assert.are.equal("made", p:call("make_kept", {}).v)
+    assert.is_true(luma.deadline_signal(false))
+    local ok, err, ms = timed_call(p, "run_kept")
+    assert.is_false(ok)
+    assert.are.equal("TOOL_TIMEOUT", err.code, err.message)
+    assert.is_true(ms < TIMEOUT_MS + SLACK_MS, string.format("run_kept took %.0f ms", ms))
+  end) end
+
+  it("stops a call that was running when the choice changed", function()
+    local p = project("strict")
+    for _, choice in ipairs { false, DEFAULT_SIGNAL } do
+      local c = p:start("spin", {})
+      luma.deadline_signal(choice)
+      assert(c:wait(TIMEOUT_MS + SLACK_MS + 5000), "spin was not stopped")
+      local ok, err = pcall(c.result, c)
+      assert.is_false(ok)
+      assert.are.equal("TOOL_TIMEOUT", err.code, err.message)
+    end
+  end)
+
+  it("takes real-time signals only", function()
+    for _, n in ipairs { 2, 10, 15 } do   -- SIGINT, SIGUSR1, SIGTERM
+      local ok, why = luma.deadline_signal(n)
+      assert.is_nil(ok)
+      assert.matches("signal " .. n .. " cannot stop handlers", why, 1, true)
+    end
+  end)
+
   it("refuses what is not a signal number", function()
     assert.matches("a signal number, or false", h.raised(luma.deadline_signal, 0), 1, true)
     assert.matches("a signal number, or false", h.raised(luma.deadline_signal, 1000), 1, true)
@@ -148,7 +192,7 @@ for _, sandbox in ipairs { "strict", "none" } do
     setup(function() p = project(sandbox) end)
 
     for _, name in ipairs { "spin", "spin_in_coroutine", "spin_three_deep", "ping_pong", "spin_in_kept_coroutine",
-                            "spin_in_close", "spin_after_yield", "spin_in_wrapped_pcall" } do
+                            "spin_in_close", "spin_after_yield", "spin_in_wrapped_pcall", "spin_in_wrapped_close" } do
       it("in " .. name:gsub("_", " "), function()
         local ok, err, ms = timed_call(p, name)
         assert.is_false(ok, name .. " returned")
