@@ -204,14 +204,15 @@ for _, name in ipairs { "file", "sqlite", "redis" } do
       end
       assert.are.equal(1, #lines(log), "the holder did not start its handler")
       -- a second process waits for the holder while it lives
-      local status, out = h.sh(spawn(dir, "one held", { LUMA_SPEC_LOG = log }) .. " & sleep 0.3; kill -9 $(cat " ..
+      local status, out, errout = h.sh(spawn(dir, "one held", { LUMA_SPEC_LOG = log }) .. " & sleep 0.3; kill -9 $(cat " ..
         h.quote(pidfile) .. "); wait")
-      assert.are.equal(0, status, out)
+      assert.are.equal(0, status, out .. errout)
       assert.are.equal("held false\n", out)
       assert.are.same({ "held", "held" }, lines(log))
       -- and its result is kept: a third process replays it
-      status, out = h.sh(spawn(dir, "one held", { LUMA_SPEC_LOG = log }))
-      assert.are.equal("held true\n", out)
+      local errout
+      status, out, errout = h.sh(spawn(dir, "one held", { LUMA_SPEC_LOG = log }))
+      assert.are.equal("held true\n", out, "status " .. status .. ", stderr: " .. errout)
       assert.are.equal(2, #lines(log))
       os.execute("rm -rf " .. h.quote(dir))
     end)
