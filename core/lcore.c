@@ -1,8 +1,9 @@
 /* luaopen_luma_core: one entry that opens each concern's binding. */
-#define _XOPEN_SOURCE 700
+#define _GNU_SOURCE   /* dladdr, RTLD_NODELETE */
 #include "luma.h"
 
 #include <ctype.h>
+#include <dlfcn.h>
 #include <signal.h>
 #include <errno.h>
 #include <limits.h>
@@ -111,7 +112,18 @@ static void push_limits(lua_State *L) {
   }
 }
 
+/* The module stays loaded once loaded: it runs threads of its own (the
+   runtime's pool, the transport's, the deadline watch), and a Lua state
+   that closes unloads its C modules, which would unmap their code, and
+   leave stale thread-local slots of the libraries it brought in. */
+static void stay_loaded(void) {
+  Dl_info self;
+  if (dladdr((void *)stay_loaded, &self) && self.dli_fname)
+    dlopen(self.dli_fname, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
+}
+
 LUMA_API int luaopen_luma_core(lua_State *L) {
+  stay_loaded();
 #ifdef __SANITIZE_THREAD__
   /* a ThreadSanitizer build is preloaded into lua5.4: the shells and tools
      the specs start must not get it (uninstrumented, they crash with it) */

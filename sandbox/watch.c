@@ -217,30 +217,24 @@ int sx_deadline_signal(void) {
   return signo;
 }
 
-static __thread int own_thread;
-
+/* A worker of the runtime lets the signal in use through, even when the
+   host's thread that made it blocked every signal. (No thread-local
+   variable here: LeakSanitizer misreads those of an unloaded library.) */
 void sx_own_thread(void) {
-  own_thread = 1;
+  int signo = sx_deadline_signal();
+  if (signo) {
+    sigset_t one;
+    sigemptyset(&one);
+    sigaddset(&one, signo);
+    pthread_sigmask(SIG_UNBLOCK, &one, NULL);
+  }
 }
 
-/* Whether this thread lets the signal through; asked once per thread and
-   signal. A thread of the runtime's own unblocks it; a thread of the host
-   that blocks it gets the count hook (and one that blocks it after its
-   first call must not: it would keep its handlers from being stopped). */
+/* Whether the calling thread lets the signal through now: a host thread
+   that blocks it gets the count hook. */
 static int thread_takes(int signo) {
-  static __thread int asked_for, takes;
-  if (asked_for != signo) {
-    sigset_t cur;
-    takes = pthread_sigmask(SIG_SETMASK, NULL, &cur) == 0 && !sigismember(&cur, signo);
-    if (!takes && own_thread) {
-      sigset_t one;
-      sigemptyset(&one);
-      sigaddset(&one, signo);
-      takes = pthread_sigmask(SIG_UNBLOCK, &one, NULL) == 0;
-    }
-    asked_for = signo;
-  }
-  return takes;
+  sigset_t cur;
+  return pthread_sigmask(SIG_SETMASK, NULL, &cur) == 0 && !sigismember(&cur, signo);
 }
 
 int sx_watch_arm(sx_state *s) {
