@@ -786,6 +786,8 @@ static void init_ctx(lv_ctx *c, lv_program *v, lua_State *L, const char *root, i
   c->write = write;
   c->trial = 0;
   c->failed = 0;
+  c->why = NULL;
+  c->whylen = 0;
   c->r = r;
   c->depth = 0;
   c->npath = 0;
