@@ -206,25 +206,34 @@ function commands.init(args)
   return 0
 end
 
--- repl [PROGRAM] [--config FILE] [--tool-module FILE]...
-function commands.repl(args)
+-- PROGRAM [--config FILE] [--tool-module FILE]..., the arguments of repl
+-- and check: { program, config, tool_modules }, or nil and the exit status
+-- of a usage error.
+local function program_options(args, command)
   local o = { tool_modules = {} }
   local i = 1
   while i <= #args do
     local a = args[i]
     if a == "--config" or a == "--tool-module" then
-      if not args[i + 1] then return usage_error(a .. " needs a value") end
+      if not args[i + 1] then return nil, usage_error(a .. " needs a value") end
       if a == "--config" then o.config = args[i + 1] else o.tool_modules[#o.tool_modules + 1] = args[i + 1] end
       i = i + 2
     elseif a:sub(1, 1) == "-" then
-      return usage_error("unknown option '" .. a .. "' of repl")
+      return nil, usage_error("unknown option '" .. a .. "' of " .. command)
     elseif o.program then
-      return usage_error("repl takes one PROGRAM, not '" .. o.program .. "' and '" .. a .. "'")
+      return nil, usage_error(command .. " takes one PROGRAM, not '" .. o.program .. "' and '" .. a .. "'")
     else
       o.program = a
       i = i + 1
     end
   end
+  return o
+end
+
+-- repl [PROGRAM] [--config FILE] [--tool-module FILE]...
+function commands.repl(args)
+  local o, status = program_options(args, "repl")
+  if not o then return status end
   return require("luma.repl").main(o)
 end
 
@@ -232,23 +241,8 @@ end
 -- load (the program, its config, its tool modules), and whether every tool
 -- has a handler; a handler no tool declares is a warning.
 function commands.check(args)
-  local o = { tool_modules = {} }
-  local i = 1
-  while i <= #args do
-    local a = args[i]
-    if a == "--config" or a == "--tool-module" then
-      if not args[i + 1] then return usage_error(a .. " needs a value") end
-      if a == "--config" then o.config = args[i + 1] else o.tool_modules[#o.tool_modules + 1] = args[i + 1] end
-      i = i + 2
-    elseif a:sub(1, 1) == "-" and a ~= "-" then
-      return usage_error("unknown option '" .. a .. "' of check")
-    elseif o.program then
-      return usage_error("check needs one PROGRAM, not '" .. o.program .. "' and '" .. a .. "'")
-    else
-      o.program = a
-      i = i + 1
-    end
-  end
+  local o, status = program_options(args, "check")
+  if not o then return status end
   if not o.program then return usage_error("check needs one PROGRAM") end
   local program, e = load_program(o.program, { config = o.config, tool_modules = o.tool_modules })
   if not program then
