@@ -1,84 +1,29 @@
+/*
+ * The idempotency stores (idem.h): the store handle and its dispatch to a
+ * back end, the records and their table, the decisions of a begin and a
+ * commit, and the memory store. The file store's format and locking are in
+ * idem_file.c; sqlite and redis are back ends with ops (idemint.h).
+ */
 #define _DEFAULT_SOURCE
 
 #include "idem.h"
-#include "idemint.h"
+#include "idem_store.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "arena.h"
 #include "crypto.h"
 #include "json.h"
-#include "utf8.h"
 #include "strbuf.h"
-
-#define ID_FORMAT "luma-idempotency"
-#define ID_VERSION 1
-#define ID_CIPHER "aes-256-gcm"
-#define ID_KDF "pbkdf2-sha256"
-
-/* One record, keyed by "tool NUL key" (a tool name holds no NUL). A done
-   record has a result and an expiry; a pending one (a claim) has an owner. */
-typedef struct id_rec {
-  char *k;
-  size_t klen;
-  char hash[65];
-  int pending;
-  long long at;               /* created_at when done, claimed_at when pending */
-  long long expires_at;       /* done */
-  char *result;               /* done: compact JSON text, NUL-terminated */
-  size_t result_len;
-  long long pid, start;       /* pending, file store: owner process and its start time */
-  char token[17];             /* pending, file store: the owner's store handle */
-  struct id_rec *next;
-} id_rec;
-
-/* Chained hash table; cap is a power of two, or 0 when empty. */
-typedef struct id_table {
-  id_rec **slots;
-  size_t cap, n;
-} id_table;
-
-struct id_store {
-  const id_ops *ops;          /* another back end (idemint.h), or NULL */
-  void *impl;
-  pthread_mutex_t lock;       /* guards every field below */
-  id_table t;                 /* memory: the records; file: the file's records as of the last load */
-  int file;
-  char *path, *lockpath, *dir, *base;
-  int lockfd;
-  pid_t pid;                  /* the process that lockfd and our claims belong to */
-  long long start;            /* its start time, 0 when /proc is unreadable */
-  char token[17];
-  char *pass;                 /* NULL: plain file */
-  size_t passlen;
-  unsigned iterations;        /* of the key below, or for a new file when there is none */
-  unsigned char salt[16], key[32];
-  int have_key;
-  /* t is the file with this identity and lock generation; the generation
-     catches a rewrite that reused inode, size and mtime */
-  int cached;
-  dev_t dev;
-  ino_t ino;
-  off_t size;
-  struct timespec mtime;
-  unsigned long long gen;
-  unsigned long long lockgen; /* read from the lock file when it was taken */
-  size_t expired;             /* records the last read of the file left out */
-  int quarantines;
-  char *quarantine;
-};
+#include "utf8.h"
 
 void id_seterr(char *err, size_t errlen, const char *fmt, ...) {
   va_list ap;
@@ -97,38 +42,15 @@ int id_new_token(char token[17]) {
   return 0;
 }
 
-static int syserr(const id_store *s, char *err, size_t errlen, const char *what) {
-  seterr(err, errlen, "idempotency store %s: %s: %s", s->path, what, strerror(errno));
-  return -1;
-}
 
-static char *str_printf(const char *fmt, ...)
-#if defined(__GNUC__)
-  __attribute__((format(printf, 1, 2)))
-#endif
-  ;
-
-static char *str_printf(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(NULL, 0, fmt, ap);
-  va_end(ap);
-  char *p = n < 0 ? NULL : malloc((size_t)n + 1);
-  if (!p) return NULL;
-  va_start(ap, fmt);
-  vsnprintf(p, (size_t)n + 1, fmt, ap);
-  va_end(ap);
-  return p;
-}
-
-static void rec_free(id_rec *r) {
+void id_rec_free(id_rec *r) {
   if (!r) return;
   free(r->k);
   free(r->result);
   free(r);
 }
 
-static id_rec *rec_new(const char *k, size_t klen, const char *hash) {
+id_rec *id_rec_new(const char *k, size_t klen, const char *hash) {
   id_rec *r = calloc(1, sizeof *r);
   if (!r) return NULL;
   r->k = malloc(klen ? klen : 1);
@@ -152,7 +74,7 @@ static id_rec **tb_link(id_table *t, const char *k, size_t len) {
   return p;
 }
 
-static id_rec *tb_find(id_table *t, const char *k, size_t len) {
+id_rec *id_tb_find(id_table *t, const char *k, size_t len) {
   return t->cap ? *tb_link(t, k, len) : NULL;
 }
 
@@ -175,7 +97,7 @@ static int tb_grow(id_table *t) {
 }
 
 /* Adds r, whose key must not be present; returns 0 when memory runs out. */
-static int tb_add(id_table *t, id_rec *r) {
+int id_tb_add(id_table *t, id_rec *r) {
   if (t->n >= t->cap && !tb_grow(t)) return 0;
   id_rec **p = tb_link(t, r->k, r->klen);
   r->next = NULL;
@@ -184,18 +106,18 @@ static int tb_add(id_table *t, id_rec *r) {
   return 1;
 }
 
-static void tb_drop(id_table *t, id_rec *r) {
+void id_tb_drop(id_table *t, id_rec *r) {
   id_rec **p = tb_link(t, r->k, r->klen);
   *p = r->next;
-  rec_free(r);
+  id_rec_free(r);
   t->n--;
 }
 
-static void tb_free(id_table *t) {
+void id_tb_free(id_table *t) {
   for (size_t i = 0; i < t->cap; i++) {
     for (id_rec *r = t->slots[i], *next; r; r = next) {
       next = r->next;
-      rec_free(r);
+      id_rec_free(r);
     }
   }
   free(t->slots);
@@ -203,7 +125,7 @@ static void tb_free(id_table *t) {
   t->cap = t->n = 0;
 }
 
-static int hex_ok(const char *s, size_t len) {
+int id_hex_ok(const char *s, size_t len) {
   for (size_t i = 0; i < len; i++)
     if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
   return 1;
@@ -218,7 +140,7 @@ int id_check_args(const char *tool, const char *key, size_t keylen, const char *
     seterr(err, errlen, "idempotency: tool '%s': no key", tool);
     return -1;
   }
-  if (!hash || strlen(hash) != 64 || !hex_ok(hash, 64)) {
+  if (!hash || strlen(hash) != 64 || !id_hex_ok(hash, 64)) {
     seterr(err, errlen, "idempotency: tool '%s': input_hash must be 64 lowercase hex digits", tool);
     return -1;
   }
@@ -280,7 +202,7 @@ int id_pid_alive(long long pid, long long want_start) {
   return want_start == 0 || start == want_start;
 }
 
-static int owner_alive(const id_store *s, const id_rec *r) {
+int id_owner_alive(const id_store *s, const id_rec *r) {
   if (!s->start) return r->pid > 0 && r->pid <= INT_MAX && !(kill((pid_t)r->pid, 0) == -1 && errno == ESRCH);
   return id_pid_alive(r->pid, r->start);
 }
@@ -296,9 +218,9 @@ long long id_add_ttl(long long now, long long ttl) {
 /* A record that can no longer answer is absent: expired, or claimed by a
    process that died. */
 static id_rec *live_find(id_store *s, const char *k, size_t klen, long long now) {
-  id_rec *r = tb_find(&s->t, k, klen);
-  if (r && !r->pending && r->expires_at <= now) { tb_drop(&s->t, r); r = NULL; }
-  if (r && r->pending && s->file && !owner_alive(s, r)) { tb_drop(&s->t, r); r = NULL; }
+  id_rec *r = id_tb_find(&s->t, k, klen);
+  if (r && !r->pending && r->expires_at <= now) { id_tb_drop(&s->t, r); r = NULL; }
+  if (r && r->pending && s->file && !id_owner_alive(s, r)) { id_tb_drop(&s->t, r); r = NULL; }
   return r;
 }
 
@@ -314,14 +236,14 @@ static id_status decide_begin(id_store *s, const char *k, size_t klen, const cha
     *result = copy;
     return ID_REPLAY;
   }
-  r = rec_new(k, klen, hash);
+  r = id_rec_new(k, klen, hash);
   if (!r) goto nomem;
   r->pending = 1;
   r->at = now;
   r->pid = (long long)s->pid;
   r->start = s->start;
   memcpy(r->token, s->token, sizeof r->token);
-  if (!tb_add(&s->t, r)) { rec_free(r); goto nomem; }
+  if (!id_tb_add(&s->t, r)) { id_rec_free(r); goto nomem; }
   return ID_RUN;
 nomem:
   seterr(err, errlen, "idempotency: out of memory");
@@ -340,9 +262,9 @@ static int decide_commit(id_store *s, const char *tool, const char *k, size_t kl
   }
   if (r && !r->pending) return 0;
   if (!r) {
-    r = rec_new(k, klen, hash);
-    if (!r || !tb_add(&s->t, r)) {
-      rec_free(r);
+    r = id_rec_new(k, klen, hash);
+    if (!r || !id_tb_add(&s->t, r)) {
+      id_rec_free(r);
       seterr(err, errlen, "idempotency: out of memory");
       return -1;
     }
@@ -357,558 +279,19 @@ static int decide_commit(id_store *s, const char *tool, const char *k, size_t kl
   return 1;
 }
 
-static void put_key(sb_buf *b, const id_rec *r) {
-  size_t tl = strlen(r->k);
-  const char *key = r->k + tl + 1;
-  size_t keylen = r->klen - tl - 1;
-  sb_adds(b, "{\"tool\":");
-  json_write_string(b, r->k, tl);
-  if (u8_valid(key, keylen)) {
-    sb_adds(b, ",\"key\":");
-    json_write_string(b, key, keylen);
-    return;
-  }
-  /* JSON text cannot carry bytes that are not UTF-8 */
-  size_t cap = 4 * ((keylen + 2) / 3) + 1;
-  char *b64 = malloc(cap);
-  if (!b64) { b->failed = 1; return; }
-  cr_base64_encode((const unsigned char *)key, keylen, b64, cap);
-  sb_printf(b, ",\"key_b64\":\"%s\"", b64);
-  free(b64);
-}
-
-static void put_rec(sb_buf *b, const id_rec *r) {
-  put_key(b, r);
-  sb_printf(b, ",\"input_hash\":\"%s\"", r->hash);
-  if (r->pending) {
-    sb_printf(b, ",\"state\":\"pending\",\"claimed_at\":%lld,\"owner\":{\"pid\":%lld,\"start_time\":%lld,"
-                 "\"token\":\"%s\"}}", r->at, r->pid, r->start, r->token);
-  } else {
-    sb_printf(b, ",\"state\":\"done\",\"created_at\":%lld,\"expires_at\":%lld,\"result\":", r->at, r->expires_at);
-    sb_add(b, r->result, r->result_len);
-    sb_addc(b, '}');
-  }
-}
-
-/* One record per line, so that the file reads and diffs well. */
-static void put_records(sb_buf *b, const id_table *t) {
-  size_t left = t->n;
-  sb_adds(b, "[");
-  for (size_t i = 0; i < t->cap; i++) {
-    for (const id_rec *r = t->slots[i]; r; r = r->next) {
-      sb_adds(b, "\n");
-      put_rec(b, r);
-      if (--left) sb_addc(b, ',');
-    }
-  }
-  sb_adds(b, t->n ? "\n]" : "]");
-}
-
-/* The authenticated header of an encrypted file: its text up to (without) the
-   closing brace. The AAD is this text with the brace. */
-static void put_header(sb_buf *b, unsigned iterations, const char *salt, const char *nonce) {
-  sb_printf(b, "{\"format\":\"" ID_FORMAT "\",\"version\":%d,\"encryption\":\"" ID_CIPHER "\","
-               "\"kdf\":{\"name\":\"" ID_KDF "\",\"iterations\":%u,\"salt\":\"%s\"},\"nonce\":\"%s\"",
-            ID_VERSION, iterations, salt, nonce);
-}
-
-static int derive_key(id_store *s, const unsigned char salt[16], unsigned iterations, char *err, size_t errlen) {
-  if (cr_pbkdf2_sha256(s->pass, s->passlen, salt, 16, iterations, s->key) != 0) {
-    s->have_key = 0;
-    seterr(err, errlen, "idempotency store %s: key derivation failed", s->path);
-    return -1;
-  }
-  memcpy(s->salt, salt, 16);
-  s->iterations = iterations;
-  s->have_key = 1;
-  return 0;
-}
-
-/* The whole file for the current table; 0, or -1 with err. */
-static int render(id_store *s, sb_buf *out, char *err, size_t errlen) {
-  sb_buf recs;
-  sb_init(&recs);
-  put_records(&recs, &s->t);
-  if (!s->pass) {
-    sb_printf(out, "{\"format\":\"" ID_FORMAT "\",\"version\":%d,\"records\":", ID_VERSION);
-    sb_add(out, recs.data ? recs.data : "", recs.len);
-    sb_adds(out, "}\n");
-    sb_free(&recs);
-  } else {
-    unsigned char nonce[12], tag[16], salt[16];
-    char salt64[25], nonce64[17], tag64[25];
-    unsigned char *cipher = malloc(recs.len ? recs.len : 1);
-    size_t cap64 = 4 * ((recs.len + 2) / 3) + 1;
-    char *cipher64 = malloc(cap64);
-    int rc = -1;
-    if (!cipher || !cipher64 || recs.failed) {
-      seterr(err, errlen, "idempotency: out of memory");
-    } else if ((!s->have_key && (cr_random(salt, sizeof salt) != 0 ||
-                                 derive_key(s, salt, s->iterations, err, errlen) != 0)) ||
-               cr_random(nonce, sizeof nonce) != 0) {
-      if (err && !*err) seterr(err, errlen, "idempotency store %s: no random bytes", s->path);
-    } else {
-      cr_base64_encode(s->salt, sizeof s->salt, salt64, sizeof salt64);
-      cr_base64_encode(nonce, sizeof nonce, nonce64, sizeof nonce64);
-      put_header(out, s->iterations, salt64, nonce64);
-      sb_addc(out, '}');
-      if (!out->failed &&
-          cr_aes256gcm_encrypt(s->key, nonce, out->data, out->len, recs.data, recs.len, cipher, tag) == 0) {
-        out->data[--out->len] = '\0';
-        cr_base64_encode(cipher, recs.len, cipher64, cap64);
-        cr_base64_encode(tag, sizeof tag, tag64, sizeof tag64);
-        sb_printf(out, ",\"ciphertext\":\"%s\",\"tag\":\"%s\"}\n", cipher64, tag64);
-        rc = 0;
-      } else {
-        seterr(err, errlen, "idempotency store %s: encryption failed", s->path);
-      }
-    }
-    if (recs.data) explicit_bzero(recs.data, recs.len);
-    sb_free(&recs);
-    free(cipher);
-    free(cipher64);
-    if (rc) return -1;
-  }
-  if (out->failed) {
-    seterr(err, errlen, "idempotency: out of memory");
-    return -1;
-  }
-  return 0;
-}
-
-/* jv_get for any node: arrays and scalars have no members. */
-static const jv *member(const jv *o, const char *name) {
-  return o && o->type == JV_OBJ ? jv_get(o, name) : NULL;
-}
-
-static int str_is(const jv *v, const char *lit) {
-  return v && v->type == JV_STR && v->len == strlen(lit) && memcmp(v->s, lit, v->len) == 0;
-}
-
-static int get_int(const jv *o, const char *name, long long *out) {
-  const jv *v = member(o, name);
-  if (!v || v->type != JV_INT) return 0;
-  *out = v->i;
-  return 1;
-}
-
-static const jv *get_str(const jv *o, const char *name) {
-  const jv *v = member(o, name);
-  return v && v->type == JV_STR ? v : NULL;
-}
-
-static int get_b64(const jv *o, const char *name, unsigned char *out, size_t want) {
-  const jv *v = get_str(o, name);
-  size_t n;
-  return v && cr_base64_decode(v->s, v->len, out, want, &n) == 0 && n == want;
-}
-
-/* One record of the file, or NULL when it is malformed (why in *why). */
-static id_rec *read_rec(const jv *o, const char **why) {
-  const jv *tool = get_str(o, "tool"), *key = get_str(o, "key"), *key64 = get_str(o, "key_b64");
-  const jv *hash = get_str(o, "input_hash"), *state = get_str(o, "state");
-  *why = "a record lacks a field or has a wrong one";
-  if (!tool || !tool->len || memchr(tool->s, 0, tool->len) || !(key || key64) ||
-      (key && key64) || !hash || hash->len != 64 || !hex_ok(hash->s, 64) || !state)
-    return NULL;
-  size_t keylen = key ? key->len : key64->len / 4 * 3;
-  char *k = malloc(tool->len + 1 + keylen + 1);
-  if (!k) { *why = "out of memory"; return NULL; }
-  memcpy(k, tool->s, tool->len + 1);
-  if (key) {
-    memcpy(k + tool->len + 1, key->s, keylen);
-  } else if (cr_base64_decode(key64->s, key64->len, (unsigned char *)k + tool->len + 1, keylen, &keylen) != 0) {
-    free(k);
-    return NULL;
-  }
-  id_rec *r = rec_new(k, tool->len + 1 + keylen, hash->s);
-  free(k);
-  if (!r) { *why = "out of memory"; return NULL; }
-  const jv *owner = member(o, "owner"), *token = get_str(owner, "token");
-  if (str_is(state, "done")) {
-    const jv *result = member(o, "result");
-    sb_buf text;
-    if (!get_int(o, "created_at", &r->at) || !get_int(o, "expires_at", &r->expires_at) || !result) goto bad;
-    sb_init(&text);
-    jv_write(&text, result, 0);
-    if (text.failed) { sb_free(&text); *why = "out of memory"; goto bad; }
-    r->result = text.data;
-    r->result_len = text.len;
-    return r;
-  }
-  if (str_is(state, "pending") && get_int(o, "claimed_at", &r->at) && owner &&
-      get_int(owner, "pid", &r->pid) && get_int(owner, "start_time", &r->start) && token &&
-      token->len < sizeof r->token && !memchr(token->s, 0, token->len)) {
-    r->pending = 1;
-    memcpy(r->token, token->s, token->len + 1);
-    return r;
-  }
-bad:
-  rec_free(r);
-  return NULL;
-}
-
-/* Fills t from the records array, leaving out (and counting in s->expired)
-   the expired records. 0, or 1 when the array is malformed. */
-static int read_records(id_store *s, const jv *records, long long now, id_table *t, char *why, size_t whylen) {
-  if (!records || records->type != JV_ARR) {
-    seterr(why, whylen, "no records array");
-    return 1;
-  }
-  for (const jv *o = records->first; o; o = o->next) {
-    const char *reason;
-    id_rec *r = read_rec(o, &reason);
-    if (!r) {
-      seterr(why, whylen, "%s", reason);
-      return 1;
-    }
-    if (tb_find(t, r->k, r->klen)) {
-      rec_free(r);
-      seterr(why, whylen, "a key appears twice");
-      return 1;
-    }
-    if (!r->pending && r->expires_at <= now) {
-      rec_free(r);
-      s->expired++;
-      continue;
-    }
-    if (!tb_add(t, r)) {
-      rec_free(r);
-      seterr(why, whylen, "out of memory");
-      return 1;
-    }
-  }
-  return 0;
-}
-
-/* The records of an encrypted envelope. 0: t filled; 1: malformed (why);
-   -1: refused (err), for a failed authentication above all. */
-static int read_encrypted(id_store *s, const jv *root, long long now, id_table *t, char *why, size_t whylen,
-                          char *err, size_t errlen) {
-  const jv *kdf = member(root, "kdf"), *salt64 = get_str(kdf, "salt");
-  const jv *nonce64 = get_str(root, "nonce"), *data64 = get_str(root, "ciphertext");
-  unsigned char salt[16], nonce[12], tag[16];
-  long long iterations;
-  if (!str_is(member(root, "encryption"), ID_CIPHER)) {
-    seterr(err, errlen, "idempotency store %s: unknown encryption (this luma-lua knows " ID_CIPHER ")", s->path);
-    return -1;
-  }
-  if (!str_is(get_str(kdf, "name"), ID_KDF) || !get_int(kdf, "iterations", &iterations) || iterations < 1 ||
-      !get_b64(kdf, "salt", salt, sizeof salt) || !get_b64(root, "nonce", nonce, sizeof nonce) ||
-      !get_b64(root, "tag", tag, sizeof tag) || !salt64 || !nonce64 || !data64) {
-    seterr(why, whylen, "an incomplete encryption header");
-    return 1;
-  }
-  if ((unsigned long long)iterations > LIM_IDEM_KDF_MAX_ITERATIONS) {
-    seterr(err, errlen, "idempotency store %s asks for %lld key derivation iterations, more than %u", s->path,
-           iterations, LIM_IDEM_KDF_MAX_ITERATIONS);
-    return -1;
-  }
-  size_t cap = data64->len / 4 * 3 + 1, len;
-  unsigned char *data = malloc(cap), *plain = malloc(cap);
-  sb_buf aad;
-  sb_init(&aad);
-  int rc = 1;
-  if (!data || !plain) {
-    seterr(why, whylen, "out of memory");
-  } else if (cr_base64_decode(data64->s, data64->len, data, cap, &len) != 0) {
-    seterr(why, whylen, "the ciphertext is not base64");
-  } else if ((!s->have_key || s->iterations != (unsigned)iterations || memcmp(s->salt, salt, 16) != 0) &&
-             derive_key(s, salt, (unsigned)iterations, err, errlen) != 0) {
-    rc = -1;
-  } else {
-    put_header(&aad, (unsigned)iterations, salt64->s, nonce64->s);
-    sb_addc(&aad, '}');
-    if (aad.failed) {
-      seterr(why, whylen, "out of memory");
-    } else if (cr_aes256gcm_decrypt(s->key, nonce, aad.data, aad.len, data, len, tag, plain) != 0) {
-      seterr(err, errlen, "idempotency store %s cannot be decrypted: the passphrase is wrong or the file was "
-                          "modified", s->path);
-      rc = -1;
-    } else {
-      ar_arena a;
-      char perr[128];
-      ar_init(&a);
-      const jv *records = json_parse(&a, (const char *)plain, len, LIM_IDEM_MAX_DEPTH + 2, perr, sizeof perr);
-      if (!records) seterr(why, whylen, "the decrypted records are not JSON (%s)", perr);
-      else rc = read_records(s, records, now, t, why, whylen);
-      ar_free(&a);
-      explicit_bzero(plain, len);
-    }
-  }
-  sb_free(&aad);
-  free(data);
-  free(plain);
-  return rc;
-}
-
-/* The file's text into t. 0: done; 1: not an envelope, to quarantine (why);
-   -1: refused (err): a version from the future, the wrong encryption mode, a
-   failed authentication. */
-static int read_envelope(id_store *s, const char *text, size_t len, long long now, id_table *t, char *why,
-                         size_t whylen, char *err, size_t errlen) {
-  ar_arena a;
-  char perr[128];
-  long long version;
-  int rc = 1;
-  ar_init(&a);
-  const jv *root = json_parse(&a, text, len, LIM_IDEM_MAX_DEPTH + 3, perr, sizeof perr);
-  if (!root) {
-    seterr(why, whylen, "not JSON (%s)", perr);
-  } else if (!str_is(get_str(root, "format"), ID_FORMAT) || !get_int(root, "version", &version)) {
-    seterr(why, whylen, "not a " ID_FORMAT " envelope");
-  } else if (version != ID_VERSION) {
-    seterr(err, errlen, "idempotency store %s has format version %lld; this luma-lua reads version %d "
-                        "(was it written by a newer one?)", s->path, version, ID_VERSION);
-    rc = -1;
-  } else if (member(root, "encryption") && !s->pass) {
-    seterr(err, errlen, "idempotency store %s is encrypted (" ID_CIPHER ") and no passphrase was given",
-           s->path);
-    rc = -1;
-  } else if (!member(root, "encryption") && s->pass) {
-    seterr(err, errlen, "idempotency store %s is not encrypted but a passphrase was given; it is not converted: "
-                        "open it without one, or use a new file", s->path);
-    rc = -1;
-  } else if (s->pass) {
-    rc = read_encrypted(s, root, now, t, why, whylen, err, errlen);
-  } else {
-    rc = read_records(s, member(root, "records"), now, t, why, whylen);
-  }
-  ar_free(&a);
-  return rc;
-}
-
-/* The lock file says who holds it and how many times the store was written. */
-static int fs_mark(id_store *s, unsigned long long gen) {
-  char buf[80];
-  int n = snprintf(buf, sizeof buf, "pid %ld\ngeneration %llu\n", (long)s->pid, gen);
-  return pwrite(s->lockfd, buf, (size_t)n, 0) == n && ftruncate(s->lockfd, n) == 0;
-}
-
-/* Takes the lock file, and reopens it first in a forked child: the inherited
-   descriptor shares the parent's open file description, and so its flock. */
-static int fs_lock(id_store *s, char *err, size_t errlen) {
-  pid_t pid = getpid();
-  if (pid != s->pid) {
-    int fd = open(s->lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0) return syserr(s, err, errlen, "open lock file");
-    close(s->lockfd);
-    s->lockfd = fd;
-    s->pid = pid;
-    s->start = id_self_start();
-    s->cached = 0;
-  }
-  while (flock(s->lockfd, LOCK_EX) == -1)
-    if (errno != EINTR) return syserr(s, err, errlen, "flock");
-  char buf[80];
-  ssize_t n = pread(s->lockfd, buf, sizeof buf - 1, 0);
-  const char *g = NULL;
-  if (n > 0) {
-    buf[n] = '\0';
-    g = strstr(buf, "generation ");
-  }
-  s->lockgen = g ? strtoull(g + 11, NULL, 10) : 0;
-  fs_mark(s, s->lockgen);  /* the holder's pid is for diagnosis only: a failure does not matter */
-  return 0;
-}
-
-static void fs_unlock(id_store *s) {
-  flock(s->lockfd, LOCK_UN);
-}
-
-/* Durability of the rename; a file system that cannot sync directories still
-   renamed atomically, so a failure here is not an error. */
-static void fs_sync_dir(const id_store *s) {
-  int fd = open(s->dir, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
-  fsync(fd);
-  close(fd);
-}
-
-/* Under the lock no writer is between creating its temp file and renaming
-   it, so every temp file of this store belongs to a writer that died. */
-static void fs_remove_temps(const id_store *s) {
-  DIR *d = opendir(s->dir);
-  if (!d) return;
-  size_t bl = strlen(s->base);
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
-    const char *n = e->d_name;
-    if (strncmp(n, s->base, bl) != 0 || strncmp(n + bl, ".tmp-", 5) != 0 || !n[bl + 5] ||
-        strspn(n + bl + 5, "0123456789") != strlen(n + bl + 5))
-      continue;
-    char *p = str_printf("%s/%s", s->dir, n);
-    if (p) unlink(p);
-    free(p);
-  }
-  closedir(d);
-}
-
-static int write_all(int fd, const char *p, size_t len) {
-  while (len > 0) {
-    ssize_t n = write(fd, p, len);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return -1;
-    p += n;
-    len -= (size_t)n;
-  }
-  return 0;
-}
-
-static void remember(id_store *s, const struct stat *st, unsigned long long gen) {
-  s->cached = 1;
-  s->dev = st->st_dev;
-  s->ino = st->st_ino;
-  s->size = st->st_size;
-  s->mtime = st->st_mtim;
-  s->gen = gen;
-}
-
-/* Writes the table: temp file, fsync, generation bump, rename, directory
-   fsync. 0, or -1 with err and the file as it was. */
-static int fs_save(id_store *s, char *err, size_t errlen) {
-  sb_buf text;
-  struct stat st;
-  sb_init(&text);
-  s->cached = 0;
-  if (render(s, &text, err, errlen) != 0) { sb_free(&text); return -1; }
-  char *tmp = str_printf("%s.tmp-%ld", s->path, (long)s->pid);
-  if (!tmp) {
-    sb_free(&text);
-    seterr(err, errlen, "idempotency: out of memory");
-    return -1;
-  }
-  int rc = -1;
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    syserr(s, err, errlen, "create temp file");
-  } else {
-    if (write_all(fd, text.data, text.len) != 0) syserr(s, err, errlen, "write");
-    else if (fsync(fd) != 0) syserr(s, err, errlen, "fsync");
-    else if (fstat(fd, &st) != 0) syserr(s, err, errlen, "fstat");
-    else rc = 0;
-    close(fd);
-    /* others must reread even if the new file reuses inode, size and mtime */
-    if (rc == 0 && !fs_mark(s, s->lockgen + 1)) rc = syserr(s, err, errlen, "write lock file");
-    if (rc == 0) {
-      s->lockgen++;
-      if (rename(tmp, s->path) != 0) rc = syserr(s, err, errlen, "rename");
-    }
-    if (rc == 0) {
-      fs_sync_dir(s);
-      remember(s, &st, s->lockgen);
-    } else {
-      unlink(tmp);
-    }
-  }
-  free(tmp);
-  sb_free(&text);
-  return rc;
-}
-
-static int fs_quarantine(id_store *s, long long now, char *err, size_t errlen) {
-  char *q = NULL;
-  struct stat st;
-  int free_name = 0;
-  for (int i = 0; i < LIM_IDEM_QUARANTINE_TRIES && !free_name; i++) {
-    free(q);
-    q = i ? str_printf("%s.corrupt-%lld-%d", s->path, now, i) : str_printf("%s.corrupt-%lld", s->path, now);
-    if (!q) break;
-    free_name = lstat(q, &st) != 0 && errno == ENOENT;
-  }
-  if (!free_name) {
-    free(q);
-    seterr(err, errlen, "idempotency store %s is corrupt and no quarantine name is free", s->path);
-    return -1;
-  }
-  if (rename(s->path, q) != 0) {
-    free(q);
-    return syserr(s, err, errlen, "move the corrupt file aside");
-  }
-  fs_sync_dir(s);
-  free(s->quarantine);
-  s->quarantine = q;
-  s->quarantines++;
-  return 0;
-}
-
-/* Makes s->t the file's records (without those expired at now), unless it
-   already is. A missing file is an empty store and is created; a corrupt one
-   is moved aside and replaced. 0, or -1 with err. */
-static int fs_load(id_store *s, long long now, char *err, size_t errlen) {
-  struct stat st;
-  int fd = open(s->path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0 && errno != ENOENT) return syserr(s, err, errlen, "open");
-  if (fd >= 0 && fstat(fd, &st) != 0) {
-    close(fd);
-    return syserr(s, err, errlen, "fstat");
-  }
-  if (fd >= 0 && s->cached && s->gen == s->lockgen && st.st_dev == s->dev && st.st_ino == s->ino &&
-      st.st_size == s->size && st.st_mtim.tv_sec == s->mtime.tv_sec && st.st_mtim.tv_nsec == s->mtime.tv_nsec) {
-    close(fd);
-    return 0;
-  }
-  tb_free(&s->t);
-  s->cached = 0;
-  /* an empty file is a fresh store (made by mktemp, say), not a corrupt one */
-  if (fd < 0 || st.st_size == 0) {
-    if (fd >= 0) close(fd);
-    return fs_save(s, err, errlen);
-  }
-  sb_buf text;
-  sb_init(&text);
-  char buf[65536];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof buf)) != 0) {
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      sb_free(&text);
-      close(fd);
-      return syserr(s, err, errlen, "read");
-    }
-    sb_add(&text, buf, (size_t)n);
-  }
-  close(fd);
-  if (text.failed) {
-    sb_free(&text);
-    seterr(err, errlen, "idempotency: out of memory");
-    return -1;
-  }
-  char why[200];
-  id_table t = { NULL, 0, 0 };
-  s->expired = 0;
-  if (err && errlen) err[0] = '\0';
-  int rc = read_envelope(s, text.data, text.len, now, &t, why, sizeof why, err, errlen);
-  sb_free(&text);
-  if (rc == 0) {
-    s->t = t;
-    remember(s, &st, s->lockgen);
-    return 0;
-  }
-  tb_free(&t);
-  s->expired = 0;
-  if (rc < 0) return -1;
-  if (fs_quarantine(s, now, err, errlen) != 0) return -1;
-  return fs_save(s, err, errlen);
-}
-
 static int enter(id_store *s, long long now, char *err, size_t errlen) {
   pthread_mutex_lock(&s->lock);
-  if (!s->file) return 0;
-  if (fs_lock(s, err, errlen) == 0) {
-    if (fs_load(s, now, err, errlen) == 0) return 0;
-    fs_unlock(s);
-  }
+  if (!s->file || id_file_enter(s, now, err, errlen) == 0) return 0;
   pthread_mutex_unlock(&s->lock);
   return -1;
 }
 
 static void leave(id_store *s) {
-  if (s->file) fs_unlock(s);
+  if (s->file) id_file_unlock(s);
   pthread_mutex_unlock(&s->lock);
 }
 
-static id_store *store_new(int file) {
+id_store *id_store_new(int file) {
   id_store *s = calloc(1, sizeof *s);
   if (!s) return NULL;
   if (pthread_mutex_init(&s->lock, NULL) != 0) {
@@ -920,8 +303,8 @@ static id_store *store_new(int file) {
   return s;
 }
 
-static void store_free(id_store *s) {
-  tb_free(&s->t);
+void id_store_free(id_store *s) {
+  id_tb_free(&s->t);
   if (s->lockfd >= 0) close(s->lockfd);
   if (s->pass) explicit_bzero(s->pass, s->passlen);
   explicit_bzero(s->key, sizeof s->key);
@@ -936,92 +319,11 @@ static void store_free(id_store *s) {
 }
 
 id_store *id_open_memory(void) {
-  return store_new(0);
-}
-
-static int split_path(id_store *s, const char *path) {
-  const char *slash = strrchr(path, '/');
-  s->path = str_printf("%s", path);
-  s->lockpath = str_printf("%s.lock", path);
-  if (!slash) s->dir = str_printf(".");
-  else if (slash == path) s->dir = str_printf("/");
-  else s->dir = str_printf("%.*s", (int)(slash - path), path);
-  s->base = str_printf("%s", slash ? slash + 1 : path);
-  return s->path && s->lockpath && s->dir && s->base;
-}
-
-/* Claims of processes that died are dropped at open, as are expired records
-   (when the file was read); either way the file is rewritten without them. */
-static int purge_dead(id_store *s) {
-  int dropped = 0;
-  for (size_t i = 0; i < s->t.cap; i++) {
-    for (id_rec *r = s->t.slots[i], *next; r; r = next) {
-      next = r->next;
-      if (r->pending && !owner_alive(s, r)) {
-        tb_drop(&s->t, r);
-        dropped++;
-      }
-    }
-  }
-  return dropped;
-}
-
-id_store *id_open_file_kdf(const char *path, const char *passphrase, unsigned iterations, long long now_ms,
-                           char *err, size_t errlen) {
-  if (err && errlen) err[0] = '\0';
-  if (!path || !*path || path[strlen(path) - 1] == '/') {
-    seterr(err, errlen, "idempotency: the file store needs a file path");
-    return NULL;
-  }
-  if (passphrase && !*passphrase) {
-    seterr(err, errlen, "idempotency: the passphrase is empty");
-    return NULL;
-  }
-  if (iterations < 1 || iterations > LIM_IDEM_KDF_MAX_ITERATIONS) {
-    seterr(err, errlen, "idempotency: %u key derivation iterations is out of range", iterations);
-    return NULL;
-  }
-  id_store *s = store_new(1);
-  if (!s || !split_path(s, path) || (passphrase && !(s->pass = str_printf("%s", passphrase)))) {
-    if (s) store_free(s);
-    seterr(err, errlen, "idempotency: out of memory");
-    return NULL;
-  }
-  s->passlen = passphrase ? strlen(passphrase) : 0;
-  s->iterations = iterations;
-  s->pid = getpid();
-  s->start = id_self_start();
-  if (id_new_token(s->token) != 0) {
-    seterr(err, errlen, "idempotency: no random bytes");
-    store_free(s);
-    return NULL;
-  }
-  s->lockfd = open(s->lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (s->lockfd < 0) {
-    syserr(s, err, errlen, "open lock file");
-    store_free(s);
-    return NULL;
-  }
-  int rc = fs_lock(s, err, errlen);
-  if (rc == 0) {
-    fs_remove_temps(s);
-    rc = fs_load(s, now_ms, err, errlen);
-    if (rc == 0 && (purge_dead(s) > 0 || s->expired > 0)) rc = fs_save(s, err, errlen);
-    fs_unlock(s);
-  }
-  if (rc != 0) {
-    store_free(s);
-    return NULL;
-  }
-  return s;
-}
-
-id_store *id_open_file(const char *path, const char *passphrase, long long now_ms, char *err, size_t errlen) {
-  return id_open_file_kdf(path, passphrase, ID_KDF_ITERATIONS, now_ms, err, errlen);
+  return id_store_new(0);
 }
 
 id_store *id_wrap(const id_ops *ops, void *impl) {
-  id_store *s = store_new(0);
+  id_store *s = id_store_new(0);
   if (!s) {
     ops->close(impl);
     return NULL;
@@ -1035,7 +337,7 @@ void id_close(id_store *s) {
   if (!s) return;
   if (s->ops) {
     s->ops->close(s->impl);
-    store_free(s);
+    id_store_free(s);
     return;
   }
   if (s->file && enter(s, LLONG_MIN, NULL, 0) == 0) {
@@ -1044,15 +346,15 @@ void id_close(id_store *s) {
       for (id_rec *r = s->t.slots[i], *next; r; r = next) {
         next = r->next;
         if (r->pending && owned_here(s, r)) {
-          tb_drop(&s->t, r);
+          id_tb_drop(&s->t, r);
           dropped++;
         }
       }
     }
-    if (dropped) fs_save(s, NULL, 0);
+    if (dropped) id_file_save(s, NULL, 0);
     leave(s);
   }
-  store_free(s);
+  id_store_free(s);
 }
 
 id_status id_begin(id_store *s, const char *tool, const char *key, size_t keylen, const char *input_hash,
@@ -1074,7 +376,7 @@ id_status id_begin(id_store *s, const char *tool, const char *key, size_t keylen
   id_status st = ID_ERROR;
   if (enter(s, now_ms, err, errlen) == 0) {
     st = decide_begin(s, k, klen, input_hash, now_ms, result, err, errlen);
-    if (st == ID_RUN && s->file && fs_save(s, err, errlen) != 0) st = ID_ERROR;
+    if (st == ID_RUN && s->file && id_file_save(s, err, errlen) != 0) st = ID_ERROR;
     leave(s);
   }
   free(k);
@@ -1128,7 +430,7 @@ int id_commit(id_store *s, const char *tool, const char *key, size_t keylen, con
   if (enter(s, now_ms, err, errlen) == 0) {
     rc = decide_commit(s, tool, k, klen, input_hash, text, tlen, now_ms, ttl_ms, err, errlen);
     if (rc == 1) text = NULL;
-    if (rc == 1 && s->file) rc = fs_save(s, err, errlen) == 0 ? 0 : -1;
+    if (rc == 1 && s->file) rc = id_file_save(s, err, errlen) == 0 ? 0 : -1;
     if (rc == 1) rc = 0;
     leave(s);
   }
@@ -1147,10 +449,10 @@ void id_abort(id_store *s, const char *tool, const char *key, size_t keylen) {
   char *k = ck_make(tool, key, keylen, &klen);
   if (!k) return;
   if (enter(s, LLONG_MIN, NULL, 0) == 0) {
-    id_rec *r = tb_find(&s->t, k, klen);
+    id_rec *r = id_tb_find(&s->t, k, klen);
     if (r && r->pending && owned_here(s, r)) {
-      tb_drop(&s->t, r);
-      if (s->file) fs_save(s, NULL, 0);
+      id_tb_drop(&s->t, r);
+      if (s->file) id_file_save(s, NULL, 0);
     }
     leave(s);
   }

@@ -1,7 +1,8 @@
 /*
  * Inside the idempotency stores (idem.h): what the back ends share. idem.c
- * holds the memory and file stores and dispatches every call of a store
- * with ops (idem_sqlite.c) to it.
+ * holds the store handle and the memory store, idem_file.c the file store;
+ * idem.c dispatches every call of a store with ops (idem_sqlite.c,
+ * idem_redis.c) to it.
  */
 #ifndef LUMA_IDEMINT_H
 #define LUMA_IDEMINT_H
