@@ -10,6 +10,7 @@
 #include "compat.h"
 #include "lerror.h"
 #include "json.h"
+#include "ljson.h"
 #include "regex.h"
 #include "strbuf.h"
 #include "utf8.h"
@@ -544,9 +545,15 @@ static void describe_key(lv_ctx *c, int kidx) {
 }
 
 /* A record; a union member also accepts its tag field, already checked. */
+/* A table is an object unless it is marked as a JSON array (luma.array_mt,
+   which luma.json.decode gives "[]"): an unmarked empty table is both. */
+static int is_object(lua_State *L, int idx) {
+  return lua_type(L, idx) == LUA_TTABLE && !lj_has_array_mt(L, idx);
+}
+
 static int check_record(lv_ctx *c, const pm_schema *s, int idx, const char *tag) {
   lua_State *L = c->L;
-  if (lua_type(L, idx) != LUA_TTABLE) return report(c, 0, "type", "must be an object");
+  if (!is_object(L, idx)) return report(c, 0, "type", "must be an object");
   if (!enter_table(c, idx)) return 0;
   const lv_rec *r = &c->v->recs[s->index];
   uint64_t small[8], *seen = small;
@@ -615,7 +622,7 @@ static int member_index(const pm_schema *u, const char *s, size_t len) {
 
 static int check_union(lv_ctx *c, const pm_schema *u, int idx) {
   lua_State *L = c->L;
-  if (lua_type(L, idx) != LUA_TTABLE) return report(c, 0, "type", "must be an object");
+  if (!is_object(L, idx)) return report(c, 0, "type", "must be an object");
   const char *tag = c->v->recs[u->index].tag;
   if (!lua_checkstack(L, 4)) return report(c, 0, "depth", "is nested too deeply (no stack space left)");
   lua_pushstring(L, u->tag);
@@ -714,6 +721,14 @@ static int check_array(lv_ctx *c, const pm_type *t, int idx) {
   c->depth--;
   if (STOPPED(c)) return 0;
   if (!shape || count != n) return report(c, 0, "type", "must be an array");
+  /* an empty table is written back marked, so that it prints as [] (as the
+     schema says) and not as {} */
+  if (n == 0 && c->write && !lua_getmetatable(L, idx)) {
+    lj_push_array_mt(L);
+    lua_setmetatable(L, idx);
+  } else if (n == 0 && c->write) {
+    lua_pop(L, 1);
+  }
   if ((t->rules & PR_MINITEMS) && (long long)n < t->minitems)
     ok = report(c, t->soft, "minItems", "must have at least %lld item%s", t->minitems, t->minitems == 1 ? "" : "s") && ok;
   if ((t->rules & PR_MAXITEMS) && (long long)n > t->maxitems)

@@ -106,6 +106,8 @@ describe("validation of types", function()
     { "keys that are not names", { ["two words"] = 1 }, 'Order["two words"] is not allowed' },
     { "keys that are not strings", { [1] = true }, "Order[1] is not allowed" },
     { "a record is a table", { items = { 5 } }, "Order.items[1] must be an object" },
+    { "a record is not a table marked as an array", { items = { setmetatable({}, luma.array_mt) } },
+      "Order.items[1] must be an object" },
     { "any rejects functions", { meta = { f = print } }, "Order.meta.f must be a JSON value, not a function" },
     { "any rejects coroutines", { meta = coroutine.create(print) }, "Order.meta must be a JSON value, not a thread" },
     { "any rejects mixed tables", { meta = { 1, x = 2 } }, "Order.meta must be a JSON value: a table needs string keys or the items 1..n" },
@@ -324,6 +326,27 @@ describe("validation of hostile values", function()
     assert.is_nil((p:validate("L", { v = "12345" })))
     assert.is_true(p:validate("L", { v = "1234" }))
     assert.is_nil((p:validate("L", { v = { { {} } } })))
+  end)
+end)
+
+describe("empty tables (found by the Ajv differential, spec/40)", function()
+  it("refuses the JSON array [] for a record", function()
+    local message = first_error("Item", luma.json.decode("[]"))
+    assert.are.equal("Item must be an object", message)
+  end)
+
+  it("takes an empty table for an array and writes it back as [], as the JSON Schema says", function()
+    local value = luma.json.decode('{"id": 1, "price": 1, "paid": true, "status": "open", "items": {}}')
+    assert.is_true(program:validate("Order", value))
+    assert.are.equal(luma.array_mt, getmetatable(value.items))
+    assert.are.equal('{"id":1,"items":[],"limit":10,"paid":true,"price":1,"status":"open"}', luma.json.encode(value))
+  end)
+
+  it("leaves an empty array's own metatable alone", function()
+    local mt = {}
+    local value = order { items = setmetatable({}, mt) }
+    assert.is_true(program:validate("Order", value))
+    assert.are.equal(mt, getmetatable(value.items))
   end)
 end)
 
