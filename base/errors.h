@@ -25,6 +25,7 @@
   X(ASK_TIMEOUT, 1, "the provider did not answer within the model's timeout", NULL) \
   X(ASK_TOOL_LIMIT, 0, "the model asked for more tool calls than the agent's tool_rate_limit allows in one ask", NULL) \
   X(ASK_TRUNCATED, 0, "the model's answer was cut at its token limit", NULL) \
+  X(CACHE_STORE_ERROR, 0, "the cache_store cannot be opened", NULL) \
   X(CONFIG_INVALID, 0, "luma.config.json or a tool_module_policy is invalid, or cannot be enforced here", NULL) \
   X(HTTP_CANCELLED, 0, "a luma.http request was cancelled with its call", NULL) \
   X(HTTP_ERROR, 0, "a luma.http request failed (a failure to connect is retryable)", NULL) \

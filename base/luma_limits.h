@@ -46,6 +46,7 @@
   X(IDEM_MAX_DEPTH, 512, 0, "nesting of a result kept in an idempotency store") \
   X(IDEM_KDF_MAX_ITERATIONS, 10000000, 0, "PBKDF2 iterations an encrypted store file may ask for") \
   X(IDEM_QUARANTINE_TRIES, 1000, 0, "names tried for the quarantined copy of a corrupt store file") \
+  X(CACHE_TTL_MS, 300000, 0, "milliseconds an entry of a cache_store lives when it sets no ttl_ms") \
   /* tool modules and their policy */ \
   X(POLICY_MIN_MEMORY_MB, 16, 0, "the smallest max_memory_mb of a tool_module_policy") \
   X(POLICY_MAX_MEMORY_MB, 1048576, 0, "the largest max_memory_mb of a tool_module_policy") \

@@ -1,12 +1,28 @@
 /* Step 8: the cache (cache: true), keyed by the tool's name and its input's
-   canonical JSON, kept for the program's life; and single flight: a call
-   whose key matches a call in flight shares that call's run. */
+   canonical JSON; and single flight: a call whose key matches a call in
+   flight shares that call's run.
+
+   Without a cache_store the entries live in the program's own table for its
+   life. With one (file, sqlite, redis: an id_store, as for idempotency), they
+   are shared by every process using the store, for cache_ttl_ms: the key is
+   the hash of the canonical input, and a process that finds the entry being
+   computed by another waits for it (single flight across processes). A store
+   that cannot be reached or read is passed by: the call runs uncached. */
 #include "steps.h"
 
 #include "luma_limits.h"
 
+#include <stdlib.h>
+#include <string.h>
+
+#include "crypto.h"
+#include "idem.h"
+#include "json.h"
 #include "ljson.h"
 #include "strbuf.h"
+
+/* An entry being computed elsewhere is looked at again after this long. */
+#define ST_CACHE_WAIT_MS 10
 
 /* Pushes the cache key of the input, or nil when it cannot have one. */
 static void push_key(lua_State *T, const pm_tool *t) {
@@ -37,6 +53,43 @@ static cl_call *leader_for(lua_State *T, cl_call *c) {
   return NULL;
 }
 
+/* The cache_store's answer for the key in c->chash (see st_cache_lookup). */
+static int shared_lookup(lua_State *T, cl_call *c) {
+  pl_program *pg = c->pg;
+  const pm_tool *t = c->t;
+  char err[256];
+  char *stored = NULL;
+  id_status st = id_begin(pg->cache, t->name, c->chash, 64, c->chash, pl_wall_ms(T, pg), &stored, err, sizeof err);
+  switch (st) {
+    case ID_RUN:
+      c->cache_held = 1;
+      return 0;
+    case ID_REPLAY: {
+      ar_arena a;
+      ar_init(&a);
+      jv *v = json_parse(&a, stored, strlen(stored), LIM_IDEM_MAX_DEPTH, err, sizeof err);
+      free(stored);
+      if (v) lj_push(T, v, 0);
+      ar_free(&a);
+      if (!v) return 0;   /* an entry that cannot be read is a miss */
+      c->ev.cache_hit = 1;
+      st_ok_top(T, c);
+      return 1;
+    }
+    case ID_WAIT: {
+      long long now = pl_mono_ms(T, pg);
+      if (now + ST_CACHE_WAIT_MS >= c->deadline)
+        return st_fail(T, c, LE_TOOL_TIMEOUT, "Tool '%s' timed out waiting for another process computing the same call.",
+                       t->name);
+      c->wake_at = now + ST_CACHE_WAIT_MS;
+      c->state = CS_CACHE_WAIT;
+      return 0;
+    }
+    default:
+      return 0;   /* unavailable, or failing: the call runs uncached */
+  }
+}
+
 int st_cache_lookup(lua_State *T, cl_call *c) {
   if (!c->t->cache) return 0;
   push_key(T, c->t);
@@ -48,6 +101,12 @@ int st_cache_lookup(lua_State *T, cl_call *c) {
     lead->refs++;
     c->ev.single_flight = 1;
     return 1;
+  }
+  if (c->pg->cache) {
+    size_t len;
+    const char *key = lua_tolstring(T, CV_CKEY, &len);
+    cr_sha256_hex(key, len, c->chash);
+    return shared_lookup(T, c);
   }
   pl_push_anchor(T, c->pg, "cache");
   lua_pushvalue(T, CV_CKEY);
@@ -61,9 +120,28 @@ int st_cache_lookup(lua_State *T, cl_call *c) {
   return 0;
 }
 
+void st_cache_release(cl_call *c) {
+  if (!c->cache_held) return;
+  c->cache_held = 0;
+  id_abort(c->pg->cache, c->t->name, c->chash, 64);
+}
+
 void st_cache_store(lua_State *T, cl_call *c) {
   if (lua_isnil(T, CV_CKEY)) return;
   char err[200];
+  if (c->pg->cache) {
+    if (!c->cache_held) return;
+    sb_buf b;
+    sb_init(&b);
+    int r = lj_encode(T, CV_VALUE, &b, 0, LIM_IDEM_MAX_DEPTH - 1, err, sizeof err);
+    if (r == 0)
+      r = id_commit(c->pg->cache, c->t->name, c->chash, 64, c->chash, b.data ? b.data : "null", b.len,
+                    pl_wall_ms(T, c->pg), c->pg->cache_ttl_ms, err, sizeof err);
+    sb_free(&b);
+    if (r == 0) c->cache_held = 0;
+    else st_cache_release(c);
+    return;
+  }
   pl_push_anchor(T, c->pg, "cache");
   lua_pushvalue(T, CV_CKEY);
   if (sx_copy(T, CV_VALUE, T, &c->pg->limits, err, sizeof err) == 0) lua_rawset(T, -3);

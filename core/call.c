@@ -160,6 +160,7 @@ void cl_release(cl_call *c) {
     id_abort(pg->idem, c->t->name, c->ikey, c->ikeylen);
     c->held = 0;
   }
+  st_cache_release(c);
   if (c->sx) sx_release(c->sx);
   if (c->module) sx_unref(c->module);
   if (c->leader) cl_release(c->leader);
@@ -229,6 +230,7 @@ static void lookup(lua_State *T, cl_call *c) {
     if (c->leader) c->state = CS_FOLLOW;
     return;
   }
+  if (c->state == CS_CACHE_WAIT) return;
   if (c->t->idempotent) {
     r = st_idem_lookup(T, c);
     if (r < 0) return;
@@ -270,6 +272,10 @@ static void run_states(lua_State *T, cl_call *c) {
     switch (c->state) {
       case CS_START: start(T, c); break;
       case CS_LOOKUP: lookup(T, c); break;
+      case CS_CACHE_WAIT:
+        if (pl_mono_ms(T, c->pg) < c->wake_at) return;
+        c->state = CS_LOOKUP;
+        break;
       case CS_IDEM_WAIT:
         if (pl_mono_ms(T, c->pg) < c->wake_at) return;
         c->state = CS_FINISH;
@@ -332,13 +338,14 @@ cl_status cl_step(cl_call *c, long long *wait_ms) {
     pl_lost_values(T, CV_COUNT, CV_VALUE, LE_TOOL_FAILED, what);
     c->ok = 0;
     if (c->held) { id_abort(c->pg->idem, c->t->name, c->ikey, c->ikeylen); c->held = 0; }
+    st_cache_release(c);
     c->state = CS_DONE;
     unlink_call(c);
   }
   c->stepping = 0;
   switch (c->state) {
     case CS_DONE: return CL_DONE;
-    case CS_IDEM_WAIT: case CS_STATE_WAIT: case CS_BACKOFF:
+    case CS_CACHE_WAIT: case CS_IDEM_WAIT: case CS_STATE_WAIT: case CS_BACKOFF:
       if (wait_ms) {
         long long left = c->wake_at - pl_mono_ms(T, c->pg);
         *wait_ms = left > 0 ? left : 0;

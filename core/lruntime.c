@@ -14,6 +14,7 @@
 #include "lcall.h"
 #include "errors.h"
 #include "lerror.h"
+#include "luma_limits.h"
 #include "lmodule.h"
 #include "record.h"
 #include "steps.h"
@@ -405,8 +406,30 @@ int lr_missing(lua_State *L, pl_program *pg) {
   return 1;
 }
 
-/* configure's `idempotency` for redis: { url, prefix, lease_ms, password_env, on_unavailable } */
-static int configure_redis(lua_State *L, pl_program *pg, int spec) {
+/* Which of a program's stores configure sets: the idempotency records, or
+   the cache shared across processes (cache_store). */
+typedef struct store_kind {
+  const char *what;         /* in messages */
+  const char *key_env;      /* the encryption key's variable */
+  const char *code;         /* of an error opening it */
+} store_kind;
+
+static const store_kind IDEMPOTENCY = { "idempotency store", "LUMA_IDEMPOTENCY_KEY", "IDEMPOTENCY_STORE_ERROR" };
+static const store_kind CACHE = { "cache store", "LUMA_CACHE_KEY", "CACHE_STORE_ERROR" };
+
+static void install_store(pl_program *pg, const store_kind *k, id_store *st, long long ttl_ms) {
+  if (k == &IDEMPOTENCY) {
+    id_close(pg->idem);
+    pg->idem = st;
+  } else {
+    id_close(pg->cache);
+    pg->cache = st;
+    pg->cache_ttl_ms = ttl_ms > 0 ? ttl_ms : LIM_CACHE_TTL_MS;
+  }
+}
+
+/* configure's `idempotency` or `cache` for redis: { url, prefix, lease_ms, password_env, on_unavailable } */
+static int configure_redis(lua_State *L, pl_program *pg, int spec, const store_kind *k, long long ttl_ms) {
   id_redis_options o = { 0 };
   lua_getfield(L, spec, "url");
   o.url = luaL_checkstring(L, -1);
@@ -421,59 +444,64 @@ static int configure_redis(lua_State *L, pl_program *pg, int spec) {
     const char *name = lua_tostring(L, -1);
     o.password = pl_lookup(L, pg, name);
     if (!o.password || !*o.password) {
-      lua_pushfstring(L, "The redis idempotency store takes its password from %s, which is not set.", name);
-      return le_raise(L, "IDEMPOTENCY_STORE_ERROR", lua_tostring(L, -1), 0);
+      lua_pushfstring(L, "The redis %s takes its password from %s, which is not set.", k->what, name);
+      return le_raise(L, k->code, lua_tostring(L, -1), 0);
     }
   }
   char err[512];
   id_store *st = id_open_redis(&o, err, sizeof err);
   if (!st) {
-    lua_pushfstring(L, "Cannot open the idempotency store: %s", err);
-    return le_raise(L, "IDEMPOTENCY_STORE_ERROR", lua_tostring(L, -1), 0);
+    lua_pushfstring(L, "Cannot open the %s: %s", k->what, err);
+    return le_raise(L, k->code, lua_tostring(L, -1), 0);
   }
-  id_close(pg->idem);
-  pg->idem = st;
+  install_store(pg, k, st, ttl_ms);
   return 0;
 }
 
-/* configure's `idempotency` = { backend, path, encryption } */
-static int configure_store(lua_State *L, pl_program *pg, int spec) {
+/* configure's `idempotency` or `cache` = { backend, path, encryption, ttl_ms (cache) } */
+static int configure_store(lua_State *L, pl_program *pg, int spec, const store_kind *k) {
   lua_getfield(L, spec, "backend");
   const char *backend = luaL_optstring(L, -1, "memory");
   lua_getfield(L, spec, "path");
   const char *path = lua_tostring(L, -1);
   lua_getfield(L, spec, "encryption");
   int encrypt = !lua_isnil(L, -1);
-  if (strcmp(backend, "memory") == 0) return 0;
-  if (strcmp(backend, "redis") == 0) return configure_redis(L, pg, spec);
+  lua_getfield(L, spec, "ttl_ms");
+  long long ttl_ms = lc_isinteger(L, -1) ? (long long)lua_tointeger(L, -1) : 0;
+  if (strcmp(backend, "memory") == 0) {
+    /* the cache's memory store is the program's own table (cache.c) */
+    if (k == &CACHE) install_store(pg, k, NULL, ttl_ms);
+    return 0;
+  }
+  if (strcmp(backend, "redis") == 0) return configure_redis(L, pg, spec, k, ttl_ms);
   int sqlite = strcmp(backend, "sqlite") == 0;
   if (!sqlite && strcmp(backend, "file") != 0)
-    return luaL_error(L, "configure: unknown idempotency backend '%s' (memory, file or sqlite)", backend);
-  if (!path) return luaL_error(L, "configure: the %s idempotency store needs a path", backend);
+    return luaL_error(L, "configure: unknown %s backend '%s' (memory, file, sqlite or redis)", k->what, backend);
+  if (!path) return luaL_error(L, "configure: the %s %s needs a path", backend, k->what);
   const char *pass = NULL;
   if (encrypt) {
-    pass = pl_lookup(L, pg, "LUMA_IDEMPOTENCY_KEY");
-    if (!pass || !*pass)
-      return le_raise(L, "IDEMPOTENCY_STORE_ERROR",
-                      "The idempotency store is encrypted (aes-256-gcm), but LUMA_IDEMPOTENCY_KEY is not set.", 0);
+    pass = pl_lookup(L, pg, k->key_env);
+    if (!pass || !*pass) {
+      lua_pushfstring(L, "The %s is encrypted (aes-256-gcm), but %s is not set.", k->what, k->key_env);
+      return le_raise(L, k->code, lua_tostring(L, -1), 0);
+    }
   }
   char err[512];
   id_store *st = sqlite ? id_open_sqlite(path, pass, err, sizeof err) : id_open_file(path, pass, pl_wall_ms(L, pg), err, sizeof err);
   if (!st) {
-    lua_pushfstring(L, "Cannot open the idempotency store '%s': %s", path, err);
-    return le_raise(L, "IDEMPOTENCY_STORE_ERROR", lua_tostring(L, -1), 0);
+    lua_pushfstring(L, "Cannot open the %s '%s': %s", k->what, path, err);
+    return le_raise(L, k->code, lua_tostring(L, -1), 0);
   }
   char moved[512];
   if (id_quarantined(st, moved, sizeof moved))
-    fprintf(stderr, "luma: the idempotency store '%s' was corrupt: it was moved to '%s' and a new one created\n", path,
+    fprintf(stderr, "luma: the %s '%s' was corrupt: it was moved to '%s' and a new one created\n", k->what, path,
             moved);
-  id_close(pg->idem);
-  pg->idem = st;
+  install_store(pg, k, st, ttl_ms);
   return 0;
 }
 
 /* program:configure{ contexts =, on_event =, clock =, approve =, lookup =,
-   trace =, record =, replay =, idempotency =, default_timeout_ms = } */
+   trace =, record =, replay =, idempotency =, cache =, default_timeout_ms = } */
 int lr_configure(lua_State *L, pl_program *pg) {
   luaL_checktype(L, 2, LUA_TTABLE);
   lua_rawgeti(L, LUA_REGISTRYINDEX, pg->anchor);
@@ -525,7 +553,13 @@ int lr_configure(lua_State *L, pl_program *pg) {
   lua_getfield(L, 2, "idempotency");
   if (!lua_isnil(L, -1)) {
     luaL_checktype(L, -1, LUA_TTABLE);
-    configure_store(L, pg, lua_gettop(L));
+    configure_store(L, pg, lua_gettop(L), &IDEMPOTENCY);
+  }
+  lua_settop(L, anchor);
+  lua_getfield(L, 2, "cache");
+  if (!lua_isnil(L, -1)) {
+    luaL_checktype(L, -1, LUA_TTABLE);
+    configure_store(L, pg, lua_gettop(L), &CACHE);
   }
   lua_settop(L, anchor);
   lua_getfield(L, 2, "default_timeout_ms");

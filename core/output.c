@@ -34,14 +34,19 @@ void st_finish(lua_State *T, cl_call *c) {
   const pm_tool *t = c->t;
   if (!c->ok) {
     st_idem_settle(T, c, 0);
+    st_cache_release(c);
     check_typed_error(T, c);
     return;
   }
-  if (c->ev.cache_hit || c->ev.idempotent_replay) return;
+  if (c->ev.cache_hit || c->ev.idempotent_replay) {
+    st_cache_release(c);
+    return;
+  }
   lv_result r;
   int bad = lv_validate(c->pg->v, T, CV_VALUE, t->output, t->output_root, LV_OUTPUT, &r);
   if (bad) {
     st_idem_settle(T, c, 0);
+    st_cache_release(c);
     st_fail_validation(T, c, LE_TOOL_OUTPUT_INVALID, &r);
     lv_result_free(&r);
     return;
@@ -52,7 +57,10 @@ void st_finish(lua_State *T, cl_call *c) {
   }
   lv_result_free(&r);
   /* the idempotency store and the cache keep their own copies */
-  if (st_idem_settle(T, c, 1) != 0) return;
+  if (st_idem_settle(T, c, 1) != 0) {
+    st_cache_release(c);
+    return;
+  }
   st_cache_store(T, c);
 }
 

@@ -69,6 +69,7 @@ void pl_unref(pl_program *pg) {
   rc_record_close(pg->record);
   rc_replay_close(pg->replay);
   id_close(pg->idem);
+  id_close(pg->cache);
   for (int i = 0; i < pg->p->ntools; i++)
     if (pg->kind[i] == PL_MODULE) sx_unref(pg->module[i]);
   free(pg->kind);

@@ -44,6 +44,8 @@ typedef struct pl_program {
   struct rc_recorder *record; /* the model exchanges are written there, or NULL */
   struct rc_replay *replay;   /* the model exchanges are served from there (no network), or NULL */
   struct id_store *idem;      /* the idempotency store */
+  struct id_store *cache;     /* cache_store: the cache shared across processes, or NULL (the anchor's table) */
+  long long cache_ttl_ms;     /* how long its entries live */
   long long default_timeout_ms;
   sx_limits limits;
   int has_clock;              /* anchor.clock = { now = fn, sleep = fn } replaces the real one */

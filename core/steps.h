@@ -38,6 +38,7 @@ void cl_destroy(lua_State *L, cl_call *c);
 enum {
   CS_START,         /* steps 1-7 to come */
   CS_LOOKUP,        /* steps 8-9: cache, single flight, idempotency */
+  CS_CACHE_WAIT,    /* another process computes the same cached call (cache_store): look again at wake_at */
   CS_IDEM_WAIT,     /* another call of this process or machine holds the key: retry at wake_at */
   CS_FOLLOW,        /* shares the run of `leader` */
   CS_RUN,           /* an attempt is due */
@@ -74,6 +75,10 @@ struct cl_call {
   st_event ev;
   long long start, timeout, deadline, wake_at;    /* the program's monotonic clock, ms */
   long long queued_at;            /* when it began waiting for a state of its module, or 0 */
+  /* step 8, with a cache_store: the entry this call computes (claimed in
+     the store: cache_held), keyed by the hash of CV_CKEY */
+  int cache_held;
+  char chash[65];
   /* step 9: the claim taken, settled in step 12 */
   int held;
   char hash[65];
@@ -137,6 +142,8 @@ int st_needs(lua_State *T, cl_call *c);
    cache hit (CV_VALUE holds it), 0 to go on. */
 int st_cache_lookup(lua_State *T, cl_call *c);
 void st_cache_store(lua_State *T, cl_call *c);
+/* Lets a cache_store entry this call claimed go, unfilled. */
+void st_cache_release(cl_call *c);
 /* idempotent.c: step 9 (1: replayed or following; 0: claim held; -1:
    failed), waiting (CS_IDEM_WAIT) is set here; step 12's settlement. */
 int st_idem_lookup(lua_State *T, cl_call *c);

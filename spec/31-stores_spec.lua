@@ -219,6 +219,154 @@ for _, name in ipairs { "file", "sqlite", "redis" } do
   end)
 end
 
+-- ------------------------------------------------- the cache across processes
+
+local CACHED = [[
+schema Answer { q: string, pid: string }
+tool lookup(q: string) -> Answer {
+  cache: true
+  timeout: 20000
+}
+]]
+
+-- lookup appends q to the log, naps $LUMA_SPEC_SLEEP seconds (so that
+-- processes overlap), and fails for q = "fail"
+local CACHED_TOOLS = [[
+return { lookup = function(input, signal)
+  local f = assert(io.open(LOG, "a"))
+  f:write(input.q, "\n")
+  f:close()
+  if NAP > 0 then signal:sleep(NAP * 1000) end
+  if input.q == "fail" then error(luma.ToolError { code = "BOOM", message = "failed", retryable = false }) end
+  local stat = assert(io.open("/proc/self/stat"))
+  local pid = stat:read("l"):match("^(%d+)")
+  stat:close()
+  return { q = input.q, pid = pid }
+end }]]
+
+local CACHE_WORKER = [[
+package.path = arg[1] .. "/lua/?.lua;" .. arg[1] .. "/lua/?/init.lua;" .. package.path
+package.cpath = arg[2] .. "/?.so;" .. package.cpath
+local luma = require "luma"
+local p = luma.load("program.luma")
+if arg[3] == "burst" then
+  for i = 1, 100 do
+    local q = "q" .. ((i * 7 + tonumber(arg[4])) % 20)
+    assert(p:call("lookup", { q = q }).q == q)
+  end
+else
+  local ok, r, meta = pcall(p.call, p, "lookup", { q = arg[4] })
+  if ok then io.write(r.q, " ", r.pid, " ", tostring(meta.cache_hit), "\n") else io.write(r.code, "\n") end
+end
+]]
+
+local function cached_project(store, nap)
+  local dir = h.project {
+    ["program.luma"] = CACHED,
+    ["luma.config.json"] = '{ "tool_modules": ["tools.lua"], "cache_store": ' .. store .. ' }',
+  }
+  h.write(dir .. "/tools.lua", "local LOG, NAP = " .. string.format("%q", dir .. "/run.log") .. ", " .. nap .. "\n" ..
+    CACHED_TOOLS)
+  h.write(dir .. "/worker.lua", CACHE_WORKER)
+  return dir
+end
+
+local CACHE_STORES = {
+  file = function() return '{ "type": "file", "path": "cache.json" }' end,
+  sqlite = function() return '{ "type": "sqlite", "path": "cache.db" }' end,
+  redis = function() return '{ "type": "redis", "url": "' .. redis_url() .. '", "prefix": "' .. h.tmpname(":") .. '" }' end,
+}
+
+local function worker(dir, args)
+  return string.format("(cd %s && lua5.4 worker.lua %s %s %s)", h.quote(dir), h.quote(h.root), h.quote(build), args)
+end
+
+for _, name in ipairs { "file", "sqlite", "redis" } do
+  describe("a " .. name .. " cache_store", function()
+    it("is shared by 8 processes of 100 calls over 20 inputs: each input runs once", function()
+      local dir = cached_project(CACHE_STORES[name](), 0.05)
+      local cmd = {}
+      for w = 1, 8 do cmd[#cmd + 1] = worker(dir, "burst " .. w) .. " &" end
+      assert.is_truthy(os.execute(table.concat(cmd, " ") .. " wait"))
+      local runs, seen = lines(dir .. "/run.log"), {}
+      for _, q in ipairs(runs) do
+        assert.is_nil(seen[q], "ran twice: " .. q)
+        seen[q] = true
+      end
+      assert.are.equal(20, #runs)
+      os.execute("rm -rf " .. h.quote(dir))
+    end)
+
+    it("gives a later process the result, and keeps no failure", function()
+      local dir = cached_project(CACHE_STORES[name](), 0)
+      local _, first = h.sh(worker(dir, "one a"))
+      local _, second = h.sh(worker(dir, "one a"))
+      local q, pid, hit = second:match("^(%S+) (%S+) (%S+)\n$")
+      assert.are.equal("a " .. pid .. " false\n", first)
+      assert.are.same({ "a", "true" }, { q, hit })
+      assert.are.equal("BOOM\n", select(2, h.sh(worker(dir, "one fail"))))
+      assert.are.equal("BOOM\n", select(2, h.sh(worker(dir, "one fail"))))
+      assert.are.same({ "a", "fail", "fail" }, lines(dir .. "/run.log"))
+      os.execute("rm -rf " .. h.quote(dir))
+    end)
+  end)
+end
+
+describe("the cache_store", function()
+  it("forgets an entry after its ttl_ms", function()
+    local dir = cached_project('{ "type": "sqlite", "path": "cache.db", "ttl_ms": 500 }', 0)
+    h.sh(worker(dir, "one a"))
+    assert.matches(" true\n$", select(2, h.sh(worker(dir, "one a"))))
+    os.execute("sleep 0.6")
+    assert.matches(" false\n$", select(2, h.sh(worker(dir, "one a"))))
+    assert.are.same({ "a", "a" }, lines(dir .. "/run.log"))
+    os.execute("rm -rf " .. h.quote(dir))
+  end)
+
+  it("that cannot be reached is passed by: the calls run uncached", function()
+    local url = "redis://127.0.0.1:" .. h.free_port() .. "/0"
+    local dir = cached_project('{ "type": "redis", "url": "' .. url .. '" }', 0)
+    assert.matches("^a %d+ false\n$", select(2, h.sh(worker(dir, "one a"))))
+    assert.matches("^a %d+ false\n$", select(2, h.sh(worker(dir, "one a"))))
+    assert.are.same({ "a", "a" }, lines(dir .. "/run.log"))
+    os.execute("rm -rf " .. h.quote(dir))
+  end)
+
+  it("has config errors that say what was expected", function()
+    local cases = {
+      { '{ "type": "sqlite", "ttl_ms": "soon" }', "cache_store.ttl_ms must be an integer" },
+      { '{ "type": "sqlite", "ttl_ms": 0 }', "cache_store.ttl_ms must be at least 1" },
+      { '{ "type": "disk" }', 'cache_store.type must be "memory", "file", "sqlite" or "redis", not "disk"' },
+      { '{ "type": "redis", "url": "redis://x:1/0", "on_unavailable": "run" }', "on_unavailable" },
+      { '{ "type": "memory", "path": "x" }', "cache_store.path is only for the file and sqlite stores" },
+    }
+    for _, case in ipairs(cases) do
+      local dir = cached_project(case[1], 0)
+      local ok, err = pcall(luma.load, dir .. "/program.luma")
+      assert.is_false(ok, case[1])
+      assert.are.equal("CONFIG_INVALID", err.code, case[1])
+      assert.is_truthy(err.message:find(case[2], 1, true), err.message)
+      os.execute("rm -rf " .. h.quote(dir))
+    end
+  end)
+
+  it("is encrypted with LUMA_CACHE_KEY, and refuses to open without it", function()
+    local dir = cached_project('{ "type": "sqlite", "path": "cache.db", "encryption": "aes-256-gcm" }', 0)
+    local ok, err = pcall(luma.load, dir .. "/program.luma", { lookup = function() return nil end })
+    assert.is_false(ok)
+    assert.are.equal("CACHE_STORE_ERROR", err.code)
+    assert.are.equal("The cache store is encrypted (aes-256-gcm), but LUMA_CACHE_KEY is not set.", err.message)
+    local p = assert(luma.load(dir .. "/program.luma", { lookup = function(n) return n == "LUMA_CACHE_KEY" and "k3y" or nil end }))
+    p:call("lookup", { q = "secret-input" })
+    p:close()
+    local f = assert(io.open(dir .. "/cache.db", "rb"))
+    local bytes = f:read("a")
+    f:close()
+    assert.is_nil(bytes:find("secret-input", 1, true))
+    os.execute("rm -rf " .. h.quote(dir))
+  end)
+end)
+
 -- ----------------------------------------------------------------- sqlite
 
 describe("the sqlite store", function()

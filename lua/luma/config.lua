@@ -133,54 +133,65 @@ local function integer_at_least(file, where, value, min)
   return math.tointeger(value)
 end
 
--- idempotency_store: { type = "memory" | "file" | "sqlite" | "redis", path =, encryption =, url =, ... }
+-- idempotency_store and cache_store: { type = "memory" | "file" | "sqlite" |
+-- "redis", path =, encryption =, url =, ... }; the cache also takes ttl_ms.
 -- ("backend" is the older name of "type")
 local STORES = { memory = true, file = true, sqlite = true, redis = true }
-local STORE_PATHS = { file = ".luma-idempotency.json", sqlite = ".luma-idempotency.db" }
+local STORE_PATHS = {
+  idempotency_store = { file = ".luma-idempotency.json", sqlite = ".luma-idempotency.db" },
+  cache_store = { file = ".luma-cache.json", sqlite = ".luma-cache.db" },
+}
+local STORE_KEYS = { "type", "backend", "path", "encryption", "url", "prefix", "lease_ms", "password_env",
+  "on_unavailable" }
 
-local function read_store(file, dir, store)
-  expect(file, "idempotency_store", store, "object")
-  check_keys(file, "idempotency_store", store, { "type", "backend", "path", "encryption", "url", "prefix",
-    "lease_ms", "password_env", "on_unavailable" })
+local function read_store(file, dir, store, name)
+  local keys = { table.unpack(STORE_KEYS) }
+  if name == "cache_store" then
+    keys[#keys] = "ttl_ms" -- a cache that cannot be reached is skipped: no on_unavailable
+  end
+  expect(file, name, store, "object")
+  check_keys(file, name, store, keys)
   if store.type ~= nil and store.backend ~= nil then
-    fail(file, "idempotency_store: give type or backend (its older name), not both")
+    fail(file, name .. ": give type or backend (its older name), not both")
   end
   local kind = store.type or store.backend or "memory"
   local key = store.backend ~= nil and "backend" or "type"
   if type(kind) ~= "string" or not STORES[kind] then
-    fail(file, "idempotency_store." .. key .. ' must be "memory", "file", "sqlite" or "redis", not ' ..
+    fail(file, name .. "." .. key .. ' must be "memory", "file", "sqlite" or "redis", not ' ..
       (type(kind) == "string" and ('"' .. kind .. '"') or "a " .. type(kind)))
   end
   local out = { backend = kind }
-  if STORE_PATHS[kind] then
-    out.path = join(dir, expect(file, "idempotency_store.path", store.path or STORE_PATHS[kind], "string"))
+  if store.ttl_ms ~= nil then out.ttl_ms = integer_at_least(file, name .. ".ttl_ms", store.ttl_ms, 1) end
+  if STORE_PATHS[name][kind] then
+    out.path = join(dir, expect(file, name .. ".path", store.path or STORE_PATHS[name][kind], "string"))
   elseif store.path ~= nil then
-    fail(file, "idempotency_store.path is only for the file and sqlite stores")
+    fail(file, name .. ".path is only for the file and sqlite stores")
   end
   if store.encryption ~= nil then
-    if store.encryption ~= "aes-256-gcm" then fail(file, 'idempotency_store.encryption must be "aes-256-gcm"') end
-    if not STORE_PATHS[kind] then fail(file, "idempotency_store.encryption is only for the file and sqlite stores") end
+    if store.encryption ~= "aes-256-gcm" then fail(file, name .. '.encryption must be "aes-256-gcm"') end
+    if not STORE_PATHS[name][kind] then fail(file, name .. ".encryption is only for the file and sqlite stores") end
     out.encryption = store.encryption
   end
   local redis_only = { "url", "prefix", "lease_ms", "password_env", "on_unavailable" }
   if kind ~= "redis" then
     for _, k in ipairs(redis_only) do
-      if store[k] ~= nil then fail(file, "idempotency_store." .. k .. " is only for the redis store") end
+      if store[k] ~= nil then fail(file, name .. "." .. k .. " is only for the redis store") end
     end
     return out
   end
-  out.url = expect(file, "idempotency_store.url", store.url, "string")
+  out.url = expect(file, name .. ".url", store.url, "string")
   if not out.url:match("^rediss?://") then
-    fail(file, "idempotency_store.url must be redis://[user:password@]host:port/db")
+    fail(file, name .. ".url must be redis://[user:password@]host:port/db")
   end
-  if store.prefix ~= nil then out.prefix = expect(file, "idempotency_store.prefix", store.prefix, "string") end
-  if store.lease_ms ~= nil then out.lease_ms = integer_at_least(file, "idempotency_store.lease_ms", store.lease_ms, 100) end
+  if store.prefix ~= nil then out.prefix = expect(file, name .. ".prefix", store.prefix, "string") end
+  if name == "cache_store" and not out.prefix then out.prefix = "luma:cache:" end
+  if store.lease_ms ~= nil then out.lease_ms = integer_at_least(file, name .. ".lease_ms", store.lease_ms, 100) end
   if store.password_env ~= nil then
-    out.password_env = expect(file, "idempotency_store.password_env", store.password_env, "string")
+    out.password_env = expect(file, name .. ".password_env", store.password_env, "string")
   end
   if store.on_unavailable ~= nil then
     if store.on_unavailable ~= "fail" and store.on_unavailable ~= "run" then
-      fail(file, 'idempotency_store.on_unavailable must be "fail" (the default) or "run"')
+      fail(file, name .. '.on_unavailable must be "fail" (the default) or "run"')
     end
     out.on_unavailable = store.on_unavailable
   end
@@ -256,14 +267,15 @@ function config.read(path)
   if not ok then fail(path, "not valid JSON: " .. (type(data) == "table" and data.message or tostring(data))) end
   expect(path, "the configuration", data, "object")
   check_keys(path, "the configuration", data,
-    { "tool_modules", "tool_contexts", "idempotency_store", "tool_module_policy" })
+    { "tool_modules", "tool_contexts", "idempotency_store", "cache_store", "tool_module_policy" })
   local dir = dirname(path)
   return {
     path = path,
     dir = dir,
     tool_modules = data.tool_modules and read_modules(path, dir, data.tool_modules) or {},
     tool_contexts = data.tool_contexts and read_contexts(path, data.tool_contexts) or nil,
-    idempotency_store = data.idempotency_store and read_store(path, dir, data.idempotency_store) or nil,
+    idempotency_store = data.idempotency_store and read_store(path, dir, data.idempotency_store, "idempotency_store") or nil,
+    cache_store = data.cache_store and read_store(path, dir, data.cache_store, "cache_store") or nil,
     tool_module_policy = data.tool_module_policy ~= nil and config.policy(path, data.tool_module_policy) or nil,
   }
 end

@@ -121,6 +121,7 @@ function luma.load(path, opts)
   }
   -- after the clock, so that the store purges with the time the program sees
   if cfg and cfg.idempotency_store then program:configure { idempotency = cfg.idempotency_store } end
+  if cfg and cfg.cache_store then program:configure { cache = cfg.cache_store } end
   return program
 end
 
