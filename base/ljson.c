@@ -267,9 +267,24 @@ static int l_encode(lua_State *L) {
   return 1;
 }
 
-static int decode_gc(lua_State *L) {
+static int arena_gc(lua_State *L) {
   ar_free(lua_touserdata(L, 1));
   return 0;
+}
+
+int lj_push_text(lua_State *L, const char *text, size_t len, int max_depth, char *err, size_t errlen) {
+  ar_arena *a = lua_newuserdata(L, sizeof *a);
+  ar_init(a);
+  if (luaL_newmetatable(L, "luma.json_arena")) {
+    lua_pushcfunction(L, arena_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_setmetatable(L, -2);
+  jv *v = json_parse(a, text, len, max_depth, err, errlen);
+  if (v) lj_push(L, v, 0);
+  ar_free(a);
+  lua_remove(L, v ? -2 : -1);
+  return v != NULL;
 }
 
 /* core.json_decode(text [, { max_depth = n }]) -> value; raises JSON_INVALID.
@@ -286,21 +301,8 @@ static int l_decode(lua_State *L) {
   }
   if (max_depth < 1) max_depth = 1;
   if (max_depth > LIM_JSON_DEPTH_CAP) max_depth = LIM_JSON_DEPTH_CAP;
-  /* the arena belongs to a userdata, so that an error while pushing cannot leak it */
-  ar_arena *a = lua_newuserdata(L, sizeof *a);
-  ar_init(a);
-  lua_createtable(L, 0, 1);
-  lua_pushcfunction(L, decode_gc);
-  lua_setfield(L, -2, "__gc");
-  lua_setmetatable(L, -2);
   char err[160];
-  jv *v = json_parse(a, text, len, max_depth, err, sizeof err);
-  if (!v) {
-    ar_free(a);
-    return le_raise_code(L, LE_JSON_INVALID, err, 0);
-  }
-  lj_push(L, v, 0);
-  ar_free(a);
+  if (!lj_push_text(L, text, len, max_depth, err, sizeof err)) return le_raise_code(L, LE_JSON_INVALID, err, 0);
   return 1;
 }
 

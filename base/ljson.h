@@ -17,6 +17,10 @@
 int lj_encode(lua_State *L, int idx, sb_buf *b, int indent, int max_depth, char *err, size_t errlen);
 /* Pushes a JSON tree as Lua values; arrays get the array metatable. */
 void lj_push(lua_State *L, const jv *v, int depth);
+/* Pushes the value of JSON text, as lj_push does; or pushes nothing and
+   returns 0 with the parser's reason in err. The parse tree is owned by a
+   userdata while it is pushed, so a memory error raised there leaks nothing. */
+int lj_push_text(lua_State *L, const char *text, size_t len, int max_depth, char *err, size_t errlen);
 /* Pushes the metatable that marks tables as JSON arrays; tells whether the
    table at idx has it. */
 void lj_push_array_mt(lua_State *L);

@@ -419,13 +419,7 @@ int lcl_push_outcome(lua_State *L, cl_call *c) {
 }
 
 int cl_set_input_json(cl_call *c, const char *json, size_t len, char *err, size_t errlen) {
-  ar_arena a;
-  ar_init(&a);
-  jv *v = json_parse(&a, json, len, c->pg->limits.max_depth, err, errlen);
-  if (v) {
-    lj_push(c->T, v, 0);
-    lua_replace(c->T, CV_INPUT);
-  }
-  ar_free(&a);
-  return v ? 0 : -1;
+  if (!lj_push_text(c->T, json, len, c->pg->limits.max_depth, err, errlen)) return -1;
+  lua_replace(c->T, CV_INPUT);
+  return 0;
 }

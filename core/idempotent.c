@@ -98,13 +98,9 @@ int st_idem_begin(lua_State *T, cl_call *c) {
       c->held = 1;
       return 0;
     case ID_REPLAY: {
-      ar_arena a;
-      ar_init(&a);
-      jv *v = json_parse(&a, stored, strlen(stored), LIM_IDEM_MAX_DEPTH, err, sizeof err);
+      int read = lj_push_text(T, stored, strlen(stored), LIM_IDEM_MAX_DEPTH, err, sizeof err);
       free(stored);
-      if (v) lj_push(T, v, 0);
-      ar_free(&a);
-      if (!v) return st_fail(T, c, LE_IDEMPOTENCY_STORE_ERROR, "A stored result of tool '%s' cannot be read: %s", t->name, err);
+      if (!read) return st_fail(T, c, LE_IDEMPOTENCY_STORE_ERROR, "A stored result of tool '%s' cannot be read: %s", t->name, err);
       c->ev.idempotent_replay = 1;
       st_ok_top(T, c);
       return 1;
