@@ -35,6 +35,83 @@ void id_seterr(char *err, size_t errlen, const char *fmt, ...) {
 
 #define seterr id_seterr
 
+/* ---------------------------------------------------------- sealing */
+
+/* "tool NUL key NUL hash": what a sealed result is bound to */
+static char *aad_of(const char *tool, const char *key, size_t keylen, const char *hash, size_t *len) {
+  size_t tl = strlen(tool);
+  char *a = malloc(tl + keylen + 66);
+  if (!a) return NULL;
+  memcpy(a, tool, tl + 1);
+  if (keylen) memcpy(a + tl + 1, key, keylen);
+  a[tl + 1 + keylen] = '\0';
+  memcpy(a + tl + 2 + keylen, hash, 64);
+  *len = tl + 2 + keylen + 64;
+  return a;
+}
+
+static unsigned char *seal_raw(const unsigned char key[32], const char *aad, size_t aadlen, const char *text,
+                               size_t len, size_t *outlen) {
+  unsigned char *out = malloc(ID_SEAL_OVERHEAD + len + 1);
+  if (!out) return NULL;
+  if (cr_random(out, 12) != 0 || cr_aes256gcm_encrypt(key, out, aad, aadlen, text, len, out + 28, out + 12) != 0) {
+    free(out);
+    return NULL;
+  }
+  *outlen = ID_SEAL_OVERHEAD + len;
+  return out;
+}
+
+static char *unseal_raw(const unsigned char key[32], const char *aad, size_t aadlen, const unsigned char *blob,
+                        size_t len) {
+  if (len < ID_SEAL_OVERHEAD) return NULL;
+  char *plain = malloc(len - ID_SEAL_OVERHEAD + 1);
+  if (!plain) return NULL;
+  if (cr_aes256gcm_decrypt(key, blob, aad, aadlen, blob + 28, len - ID_SEAL_OVERHEAD, blob + 12, plain) != 0) {
+    free(plain);
+    return NULL;
+  }
+  plain[len - ID_SEAL_OVERHEAD] = '\0';
+  return plain;
+}
+
+unsigned char *id_seal(const unsigned char key[32], const char *tool, const char *k, size_t klen, const char *hash,
+                       const char *text, size_t len, size_t *outlen) {
+  size_t alen;
+  char *aad = aad_of(tool, k, klen, hash, &alen);
+  unsigned char *out = aad ? seal_raw(key, aad, alen, text, len, outlen) : NULL;
+  free(aad);
+  return out;
+}
+
+char *id_unseal(const unsigned char key[32], const char *tool, const char *k, size_t klen, const char *hash,
+                const unsigned char *blob, size_t len) {
+  size_t alen;
+  char *aad = aad_of(tool, k, klen, hash, &alen);
+  char *text = aad ? unseal_raw(key, aad, alen, blob, len) : NULL;
+  free(aad);
+  return text;
+}
+
+static const char CHECK[] = "luma idempotency key check";   /* 27 bytes with its NUL */
+
+int id_check_make(const unsigned char key[32], unsigned char out[ID_CHECK_LEN]) {
+  size_t len;
+  unsigned char *sealed = seal_raw(key, NULL, 0, CHECK, sizeof CHECK, &len);
+  if (!sealed) return -1;
+  memcpy(out, sealed, ID_CHECK_LEN);
+  free(sealed);
+  return 0;
+}
+
+int id_check_ok(const unsigned char key[32], const void *check, size_t len) {
+  if (len != ID_CHECK_LEN) return 0;
+  char *plain = unseal_raw(key, NULL, 0, check, len);
+  int good = plain && memcmp(plain, CHECK, sizeof CHECK) == 0;
+  free(plain);
+  return good;
+}
+
 int id_new_token(char token[17]) {
   unsigned char bytes[8];
   if (cr_random(bytes, sizeof bytes) != 0) return -1;

@@ -79,6 +79,7 @@ typedef struct id_redis_options {
   const char *prefix;             /* of every key; NULL: "luma:" */
   long long lease_ms;             /* how long a claim lives without its result; <= 0: 60000 */
   int run_when_unavailable;       /* 1: ID_RUN_UNGUARDED instead of ID_UNAVAILABLE */
+  const char *passphrase;         /* seal every result (AES-256-GCM), or NULL */
 } id_redis_options;
 
 /* NULL with err for a bad url, rediss:// (this hiredis has no TLS), or

@@ -12,6 +12,13 @@
  *     sets "C|<input hash>|<result>" with the record's TTL;
  *   - a holder that died leaves a key that expires with its lease: the next
  *     caller takes it over.
+ * With a passphrase, each result is sealed (AES-256-GCM, idemint.h) under a
+ * key derived with PBKDF2 from the passphrase and a salt kept in Redis with a
+ * check value (<prefix>meta, written once by the first process); a store
+ * opened without a passphrase writes "none" there, so that the two can never
+ * share a prefix. A sealed result is stored as "~" and the sealed bytes (no
+ * JSON text starts with "~").
+ *
  * The connection has timeouts; when Redis cannot be reached the call is
  * ID_UNAVAILABLE (or ID_RUN_UNGUARDED with on_unavailable "run"), and the
  * store reconnects with a backoff that doubles up to 5 s. The password is
@@ -30,6 +37,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "crypto.h"
 #include "idem.h"
 #include "idemint.h"
 
@@ -47,6 +55,11 @@ typedef struct rd_store {
   char token[17];
   long long retry_at, backoff;    /* monotonic ms: no connection attempt before retry_at */
   char where[300];                /* host:port/db, for messages (no password) */
+  char *pass;                     /* the passphrase (sealing), or NULL */
+  int ready;                      /* <prefix>meta was read: key is the sealing key */
+  int wrong;                      /* <prefix>meta refuses this store: its message is in why */
+  char why[300];
+  unsigned char key[32];
 } rd_store;
 
 #define seterr id_seterr
@@ -76,6 +89,110 @@ static int failed(rd_store *s, redisReply *r, char *err, size_t errlen) {
     disconnect(s);
   }
   return 1;
+}
+
+static void hex(const unsigned char *p, size_t n, char *out) {
+  for (size_t i = 0; i < n; i++) snprintf(out + 2 * i, 3, "%02x", p[i]);
+}
+
+static int unhex(const char *s, size_t n, unsigned char *out) {
+  for (size_t i = 0; i < n; i++) {
+    unsigned v;
+    char two[3] = { s[2 * i], s[2 * i + 1], 0 };
+    if (!two[0] || !two[1] || sscanf(two, "%2x", &v) != 1) return -1;
+    out[i] = (unsigned char)v;
+  }
+  return 0;
+}
+
+/* What <prefix>meta says of the store: "none", or
+   "aes-256-gcm|<iterations>|<salt hex>|<check hex>". The first process
+   writes it (SET NX); every other one must agree with it. 0, or -1 with err
+   (and s->wrong when it is the store, not the connection, that refuses). */
+static int setup(rd_store *s, char *err, size_t errlen) {
+  char mkey[300];
+  snprintf(mkey, sizeof mkey, "%smeta", s->prefix);
+  char mine[32 + 2 * 16 + 2 * ID_CHECK_LEN + 8];
+  unsigned char salt[16];
+  int derived = 0;
+  s->wrong = 0;
+  redisReply *r = redisCommand(s->c, "GET %s", mkey);
+  if (failed(s, r, err, errlen)) return -1;
+  int absent = r->type == REDIS_REPLY_NIL;
+  freeReplyObject(r);
+  if (absent) {
+    if (s->pass) {
+      unsigned char check[ID_CHECK_LEN];
+      if (cr_random(salt, sizeof salt) != 0 ||
+          cr_pbkdf2_sha256(s->pass, strlen(s->pass), salt, sizeof salt, ID_KDF_ITERATIONS, s->key) != 0 ||
+          id_check_make(s->key, check) != 0) {
+        seterr(err, errlen, "cannot derive the encryption key");
+        return -1;
+      }
+      derived = 1;
+      int n = snprintf(mine, sizeof mine, "aes-256-gcm|%u|", ID_KDF_ITERATIONS);
+      hex(salt, sizeof salt, mine + n);
+      mine[n + 32] = '|';
+      hex(check, sizeof check, mine + n + 33);
+    } else {
+      snprintf(mine, sizeof mine, "none");
+    }
+    r = redisCommand(s->c, "SET %s %s NX", mkey, mine);
+    if (failed(s, r, err, errlen)) return -1;
+    freeReplyObject(r);
+  }
+  r = redisCommand(s->c, "GET %s", mkey);
+  if (failed(s, r, err, errlen)) return -1;
+  char meta[sizeof mine];
+  int ok = r->type == REDIS_REPLY_STRING && r->len < sizeof meta;
+  if (ok) {
+    memcpy(meta, r->str, r->len);
+    meta[r->len] = '\0';
+  }
+  freeReplyObject(r);
+  s->wrong = 1;
+  if (!ok) {
+    seterr(err, errlen, "Redis at %s: %s is not a luma store's record", s->where, mkey);
+    return -1;
+  }
+  if (strcmp(meta, "none") == 0) {
+    if (s->pass) {
+      seterr(err, errlen, "Redis at %s: the store under prefix '%s' keeps its results in clear, but the config asks "
+                          "for aes-256-gcm (give it another prefix)", s->where, s->prefix);
+      return -1;
+    }
+    s->wrong = 0;
+    s->ready = 1;
+    return 0;
+  }
+  unsigned iterations = 0;
+  unsigned char check[ID_CHECK_LEN];
+  char salthex[33], checkhex[2 * ID_CHECK_LEN + 1];
+  /* 110: 2 * ID_CHECK_LEN */
+  if (sscanf(meta, "aes-256-gcm|%u|%32[0-9a-f]|%110[0-9a-f]", &iterations, salthex, checkhex) != 3 ||
+      strlen(salthex) != 32 || strlen(checkhex) != 2 * ID_CHECK_LEN || unhex(salthex, 16, salt) != 0 ||
+      unhex(checkhex, ID_CHECK_LEN, check) != 0 || iterations < 1 || iterations > LIM_IDEM_KDF_MAX_ITERATIONS) {
+    seterr(err, errlen, "Redis at %s: %s is not a luma store's record", s->where, mkey);
+    return -1;
+  }
+  if (!s->pass) {
+    seterr(err, errlen, "Redis at %s: the store under prefix '%s' is encrypted (aes-256-gcm), but no key was given",
+           s->where, s->prefix);
+    return -1;
+  }
+  if (!(derived && strcmp(meta, mine) == 0) &&
+      cr_pbkdf2_sha256(s->pass, strlen(s->pass), salt, sizeof salt, iterations, s->key) != 0) {
+    seterr(err, errlen, "cannot derive the encryption key");
+    return -1;
+  }
+  if (!id_check_ok(s->key, check, sizeof check)) {
+    seterr(err, errlen, "Redis at %s: the key does not open the store under prefix '%s' (a wrong key?)", s->where,
+           s->prefix);
+    return -1;
+  }
+  s->wrong = 0;
+  s->ready = 1;
+  return 0;
 }
 
 /* A connection, made when there is none and the backoff allows; 0 or -1. */
@@ -110,6 +227,10 @@ static int connect_now(rd_store *s, char *err, size_t errlen) {
     r = redisCommand(s->c, "SELECT %d", s->db);
     if (failed(s, r, err, errlen)) { disconnect(s); return -1; }
     freeReplyObject(r);
+  }
+  if (!s->ready && setup(s, err, errlen) != 0) {
+    disconnect(s);
+    return -1;
   }
   s->backoff = 0;
   return 0;
@@ -191,14 +312,26 @@ static id_status rd_begin(void *impl, const char *tool, const char *key, size_t 
     else if (strcmp(what, "WAIT") == 0) st = ID_WAIT;
     else if (strcmp(what, "CONFLICT") == 0) st = ID_CONFLICT;
     else if (strcmp(what, "REPLAY") == 0 && r->elements == 2 && r->element[1]->type == REDIS_REPLY_STRING) {
-      char *text = malloc(r->element[1]->len + 1);
-      if (text) {
-        memcpy(text, r->element[1]->str, r->element[1]->len);
-        text[r->element[1]->len] = '\0';
-        *result = text;
-        st = ID_REPLAY;
+      const char *stored = r->element[1]->str;
+      size_t len = r->element[1]->len;
+      int sealed = len > 0 && stored[0] == '~';
+      char *text = NULL;
+      if (sealed != (s->pass != NULL)) {
+        seterr(err, errlen, "Redis at %s: a stored result of tool '%s' is %s", s->where, tool,
+               sealed ? "encrypted, and this store has no key" : "in clear in an encrypted store");
+      } else if (sealed) {
+        text = id_unseal(s->key, tool, key, keylen, hash, (const unsigned char *)stored + 1, len - 1);
+        if (!text) seterr(err, errlen, "Redis at %s: a stored result of tool '%s' does not open (tampered with?)",
+                          s->where, tool);
+      } else if ((text = malloc(len + 1)) != NULL) {
+        memcpy(text, stored, len);
+        text[len] = '\0';
       } else {
         seterr(err, errlen, "idempotency: out of memory");
+      }
+      if (text) {
+        *result = text;
+        st = ID_REPLAY;
       }
     }
   }
@@ -220,15 +353,35 @@ static int rd_commit(void *impl, const char *tool, const char *key, size_t keyle
   char ttls[24];
   snprintf(ttls, sizeof ttls, "%lld", ttl);
   int rc = -1;
+  char *value = NULL;
+  size_t vlen = len;
+  if (s->pass) {
+    /* "~" and the sealed bytes */
+    size_t slen;
+    unsigned char *sealed = id_seal(s->key, tool, key, keylen, hash, text, len, &slen);
+    if (sealed && (value = malloc(slen + 1)) != NULL) {
+      value[0] = '~';
+      memcpy(value + 1, sealed, slen);
+      vlen = slen + 1;
+    }
+    free(sealed);
+    if (!value) {
+      seterr(err, errlen, "idempotency: cannot encrypt the result");
+      free(k);
+      return -1;
+    }
+    text = value;
+  }
   pthread_mutex_lock(&s->lock);
   if (connect_now(s, err, errlen) != 0) goto out;
-  redisReply *r = redisCommand(s->c, "EVAL %s 1 %b %s %s %b %s", COMPLETE, k, klen, s->token, hash, text, len, ttls);
+  redisReply *r = redisCommand(s->c, "EVAL %s 1 %b %s %s %b %s", COMPLETE, k, klen, s->token, hash, text, vlen, ttls);
   if (failed(s, r, err, errlen)) goto out;
   if (r->type == REDIS_REPLY_INTEGER && r->integer >= 0) rc = 0;
   else seterr(err, errlen, "idempotency: tool '%s': the lease ran out and another call holds the key now", tool);
   freeReplyObject(r);
 out:
   pthread_mutex_unlock(&s->lock);
+  free(value);
   free(k);
   return rc;
 }
@@ -251,6 +404,9 @@ static void rd_close(void *impl) {
   rd_store *s = impl;
   if (s->c) redisFree(s->c);
   if (s->password) explicit_bzero(s->password, strlen(s->password));
+  if (s->pass) explicit_bzero(s->pass, strlen(s->pass));
+  explicit_bzero(s->key, sizeof s->key);
+  free(s->pass);
   free(s->host);
   free(s->user);
   free(s->password);
@@ -352,6 +508,11 @@ id_store *id_open_redis(const id_redis_options *o, char *err, size_t errlen) {
     s->password = strdup(o->password);
   }
   s->prefix = strdup(o->prefix ? o->prefix : "luma:");
+  if (o->passphrase && (!*o->passphrase || !(s->pass = strdup(o->passphrase)))) {
+    seterr(err, errlen, *o->passphrase ? "idempotency: out of memory" : "idempotency: the passphrase is empty");
+    rd_close(s);
+    return NULL;
+  }
   s->lease_ms = o->lease_ms > 0 ? o->lease_ms : 60000;
   s->run_unavailable = o->run_when_unavailable;
   if (!s->prefix) {
@@ -370,7 +531,7 @@ id_store *id_open_redis(const id_redis_options *o, char *err, size_t errlen) {
   pthread_mutex_lock(&s->lock);
   int down = connect_now(s, cerr, sizeof cerr);
   pthread_mutex_unlock(&s->lock);
-  if (down && strstr(cerr, "refused the credentials")) {
+  if (down && (s->wrong || strstr(cerr, "refused the credentials"))) {
     seterr(err, errlen, "idempotency store %s", cerr);
     rd_close(s);
     return NULL;

@@ -52,47 +52,6 @@ static int exec(sq_store *s, const char *sql) {
   return sqlite3_exec(s->db, sql, NULL, NULL, NULL);
 }
 
-/* ---------------------------------------------------------- sealing */
-
-/* nonce(12) || tag(16) || cipher: malloc'd */
-static unsigned char *seal(sq_store *s, const char *aad, size_t aadlen, const char *text, size_t len, size_t *outlen) {
-  unsigned char *out = malloc(28 + len + 1);
-  if (!out) return NULL;
-  if (cr_random(out, 12) != 0 ||
-      cr_aes256gcm_encrypt(s->key, out, aad, aadlen, text, len, out + 28, out + 12) != 0) {
-    free(out);
-    return NULL;
-  }
-  *outlen = 28 + len;
-  return out;
-}
-
-/* the text, malloc'd and NUL-terminated, or NULL when it does not open */
-static char *unseal(sq_store *s, const char *aad, size_t aadlen, const unsigned char *blob, size_t len) {
-  if (len < 28) return NULL;
-  char *plain = malloc(len - 28 + 1);
-  if (!plain) return NULL;
-  if (cr_aes256gcm_decrypt(s->key, blob, aad, aadlen, blob + 28, len - 28, blob + 12, plain) != 0) {
-    free(plain);
-    return NULL;
-  }
-  plain[len - 28] = '\0';
-  return plain;
-}
-
-/* "tool NUL key NUL hash": what a sealed result is bound to */
-static char *aad_of(const char *tool, const char *key, size_t keylen, const char *hash, size_t *len) {
-  size_t tl = strlen(tool);
-  char *a = malloc(tl + keylen + 66);
-  if (!a) return NULL;
-  memcpy(a, tool, tl + 1);
-  if (keylen) memcpy(a + tl + 1, key, keylen);
-  a[tl + 1 + keylen] = '\0';
-  memcpy(a + tl + 2 + keylen, hash, 64);
-  *len = tl + 2 + keylen + 64;
-  return a;
-}
-
 /* ------------------------------------------------------------ meta */
 
 static int meta_get(sq_store *s, const char *name, const void **value, int *len, sqlite3_stmt **st) {
@@ -120,8 +79,6 @@ static int meta_put(sq_store *s, const char *name, const void *value, int len) {
   return rc == SQLITE_DONE ? 0 : -1;
 }
 
-static const char CHECK[] = "luma idempotency key check";
-
 /* A new database gets its format, and its salt and check value when it is
    encrypted; an existing one must be ours and match the passphrase. */
 static int setup(sq_store *s, const char *pass, char *err, size_t errlen) {
@@ -146,12 +103,11 @@ static int setup(sq_store *s, const char *pass, char *err, size_t errlen) {
       return -1;
     }
     if (pass) {
-      unsigned char salt[16], sealed[28 + sizeof CHECK];
+      unsigned char salt[16], sealed[ID_CHECK_LEN];
       unsigned iterations = ID_KDF_ITERATIONS;
       if (cr_random(salt, sizeof salt) != 0 ||
           cr_pbkdf2_sha256(pass, strlen(pass), salt, sizeof salt, iterations, s->key) != 0 ||
-          cr_random(sealed, 12) != 0 ||
-          cr_aes256gcm_encrypt(s->key, sealed, NULL, 0, CHECK, sizeof CHECK, sealed + 28, sealed + 12) != 0) {
+          id_check_make(s->key, sealed) != 0) {
         seterr(err, errlen, "cannot derive the encryption key");
         return -1;
       }
@@ -211,11 +167,7 @@ static int setup(sq_store *s, const char *pass, char *err, size_t errlen) {
     return -1;
   }
   have = meta_get(s, "check", &v, &len, &st);
-  unsigned char plain[sizeof CHECK];
-  int good = have == 1 && len == (int)(28 + sizeof CHECK) &&
-             cr_aes256gcm_decrypt(s->key, v, NULL, 0, (const unsigned char *)v + 28, sizeof CHECK,
-                                  (const unsigned char *)v + 12, plain) == 0 &&
-             memcmp(plain, CHECK, sizeof CHECK) == 0;
+  int good = have == 1 && id_check_ok(s->key, v, (size_t)len);
   sqlite3_finalize(st);
   if (!good) {
     seterr(err, errlen, "the key does not open it (a wrong LUMA_IDEMPOTENCY_KEY?)");
@@ -312,10 +264,7 @@ static id_status sq_begin(void *impl, const char *tool, const char *key, size_t 
       size_t len = (size_t)sqlite3_column_bytes(s->get, 6);
       char *text = NULL;
       if (s->encrypted) {
-        size_t alen;
-        char *aad = aad_of(tool, key, keylen, hash, &alen);
-        text = aad ? unseal(s, aad, alen, blob, len) : NULL;
-        free(aad);
+        text = id_unseal(s->key, tool, key, keylen, hash, blob, len);
         if (!text) seterr(err, errlen, "idempotency store %s: a stored result does not open (tampered with?)", s->path);
       } else if ((text = malloc(len + 1)) != NULL) {
         if (len) memcpy(text, blob, len);
@@ -352,10 +301,7 @@ static int sq_commit(void *impl, const char *tool, const char *key, size_t keyle
   size_t slen = len;
   const void *value = text;
   if (s->encrypted) {
-    size_t alen;
-    char *aad = aad_of(tool, key, keylen, hash, &alen);
-    sealed = aad ? seal(s, aad, alen, text, len, &slen) : NULL;
-    free(aad);
+    sealed = id_seal(s->key, tool, key, keylen, hash, text, len, &slen);
     if (!sealed) {
       seterr(err, errlen, "idempotency store %s: cannot encrypt the result", s->path);
       return -1;

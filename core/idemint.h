@@ -43,4 +43,21 @@ void id_seterr(char *err, size_t errlen, const char *fmt, ...)
    system gives no random bytes. */
 int id_new_token(char token[17]);
 
+/* Sealing a result (the sqlite and redis stores): AES-256-GCM under key, a
+   fresh nonce per record, bound to "tool NUL key NUL hash" as associated
+   data. A sealed record is nonce(12) || tag(16) || cipher, malloc'd. */
+#define ID_SEAL_OVERHEAD 28
+unsigned char *id_seal(const unsigned char key[32], const char *tool, const char *k, size_t klen, const char *hash,
+                       const char *text, size_t len, size_t *outlen);
+/* The text of a sealed record, malloc'd and NUL-terminated; NULL when it does
+   not open (another key, another record's place, tampered with). */
+char *id_unseal(const unsigned char key[32], const char *tool, const char *k, size_t klen, const char *hash,
+                const unsigned char *blob, size_t len);
+/* The check value a store keeps to tell a wrong key at open: a constant
+   sealed under key (ID_CHECK_LEN bytes); 0, or -1 without random bytes. */
+#define ID_CHECK_LEN (ID_SEAL_OVERHEAD + 27)
+int id_check_make(const unsigned char key[32], unsigned char out[ID_CHECK_LEN]);
+/* Whether check (len bytes) was made under key. */
+int id_check_ok(const unsigned char key[32], const void *check, size_t len);
+
 #endif

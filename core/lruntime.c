@@ -439,6 +439,14 @@ static int configure_redis(lua_State *L, pl_program *pg, int spec, const store_k
   o.lease_ms = lc_isinteger(L, -1) ? (long long)lua_tointeger(L, -1) : 0;
   lua_getfield(L, spec, "on_unavailable");
   o.run_when_unavailable = lua_isstring(L, -1) && strcmp(lua_tostring(L, -1), "run") == 0;
+  lua_getfield(L, spec, "encryption");
+  if (!lua_isnil(L, -1)) {
+    o.passphrase = pl_lookup(L, pg, k->key_env);
+    if (!o.passphrase || !*o.passphrase) {
+      lua_pushfstring(L, "The %s is encrypted (aes-256-gcm), but %s is not set.", k->what, k->key_env);
+      return le_raise(L, k->code, lua_tostring(L, -1), 0);
+    }
+  }
   lua_getfield(L, spec, "password_env");
   if (lua_isstring(L, -1)) {
     const char *name = lua_tostring(L, -1);

@@ -235,7 +235,7 @@ describe("luma.config.json", function()
     { '{ "idempotency_store": { "type": "redis", "url": "redis://h", "lease_ms": 5 } }', 'idempotency_store.lease_ms must be at least 100' },
     { '{ "idempotency_store": { "type": "redis", "url": "redis://h", "on_unavailable": "skip" } }', 'idempotency_store.on_unavailable must be "fail" (the default) or "run"' },
     { '{ "idempotency_store": { "type": "sqlite", "url": "redis://h" } }', 'idempotency_store.url is only for the redis store' },
-    { '{ "idempotency_store": { "type": "redis", "url": "redis://h", "encryption": "aes-256-gcm" } }', 'idempotency_store.encryption is only for the file and sqlite stores' },
+    { '{ "idempotency_store": { "type": "memory", "encryption": "aes-256-gcm" } }', 'idempotency_store.encryption is only for the file, sqlite and redis stores' },
     { '{ "idempotency_store": { "backend": "file", "encryption": "rot13" } }', 'idempotency_store.encryption must be "aes-256-gcm"' },
     { '{ "tool_module_policy": { "sandbox": "jail" } }', 'tool_module_policy.sandbox must be "none" or "strict"' },
   }

@@ -498,6 +498,54 @@ describe("the redis store", function()
     assert(ok, e)
   end)
 
+  it("seals each result with LUMA_IDEMPOTENCY_KEY, replays it in another load, and tells a wrong key", function()
+    local url = redis_url()
+    local prefix = h.tmpname(":")
+    local function store(extra)
+      return '{ "type": "redis", "url": "' .. url .. '", "prefix": "' .. prefix .. '"' .. extra .. ' }'
+    end
+    local dir = project(store(', "encryption": "aes-256-gcm"'))
+    logged(dir)
+    local function key(value)
+      return { lookup = function(name) return name == "LUMA_IDEMPOTENCY_KEY" and value or nil end }
+    end
+    local err = h.raised(load, dir, key(nil))
+    assert.are.equal("IDEMPOTENCY_STORE_ERROR", err.code)
+    assert.are.equal("The idempotency store is encrypted (aes-256-gcm), but LUMA_IDEMPOTENCY_KEY is not set.", err.message)
+    local p = load(dir, key("right"))
+    local first = p:call("db_write", { request_id = "k1", value = "v" })
+    p:close()
+    p = load(dir, key("right"))
+    local again, meta = p:call("db_write", { request_id = "k1", value = "v" })
+    p:close()
+    assert.are.same(first, again)
+    assert.is_true(meta.idempotent_replay)
+    assert.are.same({ "k1" }, lines(dir .. "/run.log"))
+    -- what Redis holds: the meta record and a sealed result, no JSON
+    local status, raw = h.sh("env -u LD_PRELOAD redis-cli -p " .. redis.port .. " --raw EVAL " .. h.quote(
+      "local out = {} for _, k in ipairs(redis.call('KEYS', ARGV[1])) do out[#out + 1] = redis.call('GET', k) end " ..
+      "table.sort(out) return table.concat(out, '\\n')") .. " 0 " .. h.quote(prefix .. "*"))
+    assert.are.equal(0, status)
+    assert.matches("^C|%x+|~", raw)
+    assert.matches("\naes%-256%-gcm|200000|%x+|%x+\n$", raw)
+    assert.is_nil(raw:find('"ok"', 1, true))
+    err = h.raised(load, dir, key("wrong"))
+    assert.are.equal("IDEMPOTENCY_STORE_ERROR", err.code)
+    assert.matches("the key does not open the store under prefix", err.message, 1, true)
+    -- the same prefix in clear is refused, and an encrypted store on a clear prefix too
+    local clear = project(store(""))
+    err = h.raised(load, clear)
+    assert.matches("is encrypted %(aes%-256%-gcm%), but no key was given", err.message)
+    local other = h.tmpname(":")
+    local plain = project('{ "type": "redis", "url": "' .. url .. '", "prefix": "' .. other .. '" }')
+    load(plain):close()
+    local sealed = project('{ "type": "redis", "url": "' .. url .. '", "prefix": "' .. other ..
+      '", "encryption": "aes-256-gcm" }')
+    err = h.raised(load, sealed, key("right"))
+    assert.matches("keeps its results in clear, but the config asks for aes%-256%-gcm", err.message)
+    for _, d in ipairs { dir, clear, plain, sealed } do os.execute("rm -rf " .. h.quote(d)) end
+  end)
+
   it("runs the handler without the guarantee when told to (on_unavailable: run)", function()
     local port = h.free_port()
     local dir = project('{ "type": "redis", "url": "redis://127.0.0.1:' .. port .. '", "on_unavailable": "run" }')

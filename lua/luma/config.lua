@@ -169,7 +169,7 @@ local function read_store(file, dir, store, name)
   end
   if store.encryption ~= nil then
     if store.encryption ~= "aes-256-gcm" then fail(file, name .. '.encryption must be "aes-256-gcm"') end
-    if not STORE_PATHS[name][kind] then fail(file, name .. ".encryption is only for the file and sqlite stores") end
+    if kind == "memory" then fail(file, name .. ".encryption is only for the file, sqlite and redis stores") end
     out.encryption = store.encryption
   end
   local redis_only = { "url", "prefix", "lease_ms", "password_env", "on_unavailable" }
