@@ -32,6 +32,16 @@ describe("luma-lua check", function()
     assert.are.equal(50, select(2, r.stderr:gsub("Unknown type 'nope'", "")))
   end)
 
+  it("reports statements nested deeper than the Lua they compile to allows, as a run would", function()
+    local path = h.program_file("x = 0\n" .. string.rep("try {\n", 60) .. "x = 1\n" .. string.rep("} catch { x = 2 }\n", 60))
+    local r = h.run { "check", path }
+    assert.are.equal(1, r.status)
+    assert.matches("the statements are nested too deeply to run", r.stderr, 1, true)
+    path = h.program_file("x = 0\n" .. string.rep("try {\n", 40) .. "x = 1\n" .. string.rep("} catch { x = 2 }\n", 40))
+    r = h.run { "check", path }
+    assert.are.equal(0, r.status, r.stderr)
+  end)
+
   it("takes a mistyped command for one, not for a program", function()
     local r = h.run { "chekc", "x.luma" }
     assert.are.equal(2, r.status)
