@@ -190,6 +190,20 @@ static const char *const annotation_names[] = {
   "desc", "range", "length", "items", "pattern", "default", "severity"
 };
 
+/* The names JSON Schema and other languages give luma's annotations. */
+static const char *annotation_alias(const char *word) {
+  static const char *const aliases[][2] = {
+    { "minLength", "length" }, { "maxLength", "length" }, { "min_length", "length" }, { "max_length", "length" },
+    { "minimum", "range" }, { "maximum", "range" }, { "exclusiveMinimum", "range" }, { "exclusiveMaximum", "range" },
+    { "min", "range" }, { "max", "range" }, { "minItems", "items" }, { "maxItems", "items" },
+    { "min_items", "items" }, { "max_items", "items" }, { "description", "desc" }, { "doc", "desc" },
+    { "regex", "pattern" }, { NULL, NULL }
+  };
+  for (int i = 0; aliases[i][0]; i++)
+    if (strcmp(word, aliases[i][0]) == 0) return aliases[i][1];
+  return NULL;
+}
+
 static int leaf_is(const pm_type *t, pt_kind a, pt_kind b) { return t->kind == a || t->kind == b; }
 
 /* Reads an optional bound: a number, or null for an open side. */
@@ -239,7 +253,8 @@ static void apply_annotations(pm_ctx *c, pm_field *f, const ast_field *af) {
     for (int i = 0; i < (int)(sizeof annotation_names / sizeof annotation_names[0]); i++)
       if (strcmp(an->name, annotation_names[i]) == 0) which = i;
     if (which < 0) {
-      const char *s = dg_suggest(an->name, annotation_names, sizeof annotation_names / sizeof annotation_names[0]);
+      const char *s = annotation_alias(an->name);
+      if (!s) s = dg_suggest(an->name, annotation_names, sizeof annotation_names / sizeof annotation_names[0]);
       ERR(c, an->pos, "Unknown annotation '@%s'.%s", an->name, s ? ar_printf(c->a, " Did you mean '@%s'?", s) : "");
       continue;
     }
@@ -674,7 +689,8 @@ static void read_entry(pm_ctx *c, const char *owner, const ck_key *k, const ast_
           size_t used = strlen(list);
           snprintf(list + used, sizeof list - used, "%s\"%s\"", i ? ", " : "", k->choices[i]);
         }
-        ERR(c, v->pos, "%s must be one of %s.", prefix, list);
+        const char *near = v->kind == EX_STRING ? dg_suggest(v->str.s, k->choices, n) : NULL;
+        ERR(c, v->pos, "%s must be one of %s.%s", prefix, list, near ? ar_printf(c->a, " Did you mean \"%s\"?", near) : "");
         return;
       }
       *(int *)slot = found;
@@ -998,6 +1014,17 @@ pm_model *pm_find_model(const pm_program *p, const char *name) {
   for (int i = 0; i < p->nmodels; i++)
     if (strcmp(p->models[i]->name, name) == 0) return p->models[i];
   return NULL;
+}
+
+const char *pm_near_tool(const pm_program *p, const char *name) {
+  int n = p->ntools < LIM_SUGGEST_CANDIDATES ? p->ntools : LIM_SUGGEST_CANDIDATES;
+  if (n == 0) return NULL;
+  const char **names = malloc(sizeof *names * (size_t)n);
+  if (!names) return NULL;
+  for (int i = 0; i < n; i++) names[i] = p->tools[i]->name;
+  const char *near = dg_suggest(name, names, n);
+  free(names);
+  return near;
 }
 
 const char *pm_model_key_env(const pm_model *m) {

@@ -214,7 +214,9 @@ Agent.__index = Agent
 
 function Program:agent(name)
   if not self:declaration(name) or self:declaration(name).kind ~= "agent" then
-    raise_fixed("AGENT_NOT_FOUND", tostring(name))
+    local near = type(name) == "string" and core.suggest(name, self:declarations().agents)
+    raise("AGENT_NOT_FOUND", core.errors.AGENT_NOT_FOUND.template:format(tostring(name)) ..
+      (near and (" Did you mean '" .. near .. "'?") or ""))
   end
   return setmetatable({ program = self, name = name }, Agent)
 end
