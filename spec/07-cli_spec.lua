@@ -107,10 +107,11 @@ describe("luma-lua check, with the config and tool modules a run would load", fu
   it("reports config errors with the file and the key path", function()
     local r = h.run { "check", project(BOTH, '{ "tool_modules": "tools.lua" }') .. "/program.luma" }
     assert.are.equal(1, r.status)
-    assert.matches("luma.config.json: tool_modules must be an array", r.stderr, 1, true)
+    assert.matches("luma.config.json: tool_modules must be an array of paths or manifests, not a string", r.stderr, 1, true)
     r = h.run { "check", project(BOTH, '{ "tool_modules": [{ "path": "tools.lua", "integrity": 5 }] }') .. "/program.luma" }
     assert.are.equal(1, r.status)
-    assert.matches("luma.config.json: tool_modules[1].integrity must be a string", r.stderr, 1, true)
+    assert.matches("luma.config.json: tool_modules[1].integrity must be a string of the form sha256-<base64>, not a number",
+      r.stderr, 1, true)
     r = h.run { "check", project(BOTH, '{ "tool_modulez": [] }') .. "/program.luma" }
     assert.are.equal(1, r.status)
     assert.matches("no key 'tool_modulez'. Did you mean 'tool_modules'?", r.stderr, 1, true)
