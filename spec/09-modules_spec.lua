@@ -73,9 +73,11 @@ describe("tool modules", function()
     local dir = calc_project { ["more.lua"] = CALC_TOOLS }
     local _, err = h.load(dir, { tool_modules = { dir .. "/tools.lua", dir .. "/more.lua" } })
     assert.are.equal("Tool registry conflict: calculate.", err.message)
+    assert.are.same({ "calculate", { dir .. "/tools.lua", dir .. "/more.lua" } }, { err.details.tool, err.details.modules })
     local r = h.run({ "program.luma", "--tool-module", "tools.lua", "--tool-module", "more.lua" }, { cwd = dir })
     assert.are.equal(2, r.status)
-    assert.are.equal("Error: Tool registry conflict: calculate.\n", r.stderr)
+    assert.are.equal("Error: Tool registry conflict: calculate.\n" ..
+      "'calculate' is exported by both tools.lua and more.lua; keep one of the two handlers.\n", r.stderr)
   end)
 
   it("load the same file given twice only once", function()
