@@ -32,6 +32,17 @@ describe("luma-lua check", function()
     assert.are.equal(50, select(2, r.stderr:gsub("Unknown type 'nope'", "")))
   end)
 
+  it("reports a variable no statement assigns, in templates, conditions and call arguments too", function()
+    local path = h.program_file('x = "hello {nobody}"\nif somebody { y = 1 }\n')
+    local r = h.run { "check", path }
+    assert.are.equal(1, r.status)
+    assert.are.equal(path .. ":1:13: unknown variable 'nobody'\n" .. 'x = "hello {nobody}"\n' .. "            ^\n" ..
+      path .. ":2:4: unknown variable 'somebody'\n" .. "if somebody { y = 1 }\n" .. "   ^\n" .. "2 errors\n", r.stderr)
+    r = h.run { "run", path }
+    assert.are.equal(2, r.status)
+    assert.are.equal("", r.stdout)
+  end)
+
   it("reports statements nested deeper than the Lua they compile to allows, as a run would", function()
     local path = h.program_file("x = 0\n" .. string.rep("try {\n", 60) .. "x = 1\n" .. string.rep("} catch { x = 2 }\n", 60))
     local r = h.run { "check", path }
