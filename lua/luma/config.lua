@@ -120,7 +120,7 @@ local function read_contexts(file, contexts)
   local out = {}
   for _, name in ipairs(sorted_keys(contexts)) do
     local where = "tool_contexts." .. tostring(name)
-    local fields = expect(file, where, contexts[name], "object", 'an object of fields ({ "user": { "env": "DB_USER" } })')
+    local fields = expect(file, where, contexts[name], "object", 'an object of fields ({ "user": { "env": "NAME" } })')
     out[name] = {}
     for _, field in ipairs(sorted_keys(fields)) do
       local fwhere = where .. "." .. tostring(field)
