@@ -596,7 +596,9 @@ static const pm_tool *check_tool(lua_State *L, lp_program *lp, int idx) {
   luaL_checktype(L, idx, LUA_TSTRING);
   const pm_tool *t = lp_find_tool(L, lp, idx);
   if (!t) {
-    lua_pushfstring(L, "Unknown tool '%s'.", lua_tostring(L, idx));
+    const char *near = pm_near_tool(lp->p, lua_tostring(L, idx));
+    if (near) lua_pushfstring(L, "Unknown tool '%s'. Did you mean '%s'?", lua_tostring(L, idx), near);
+    else lua_pushfstring(L, "Unknown tool '%s'.", lua_tostring(L, idx));
     le_raise(L, "TOOL_NOT_FOUND", lua_tostring(L, -1), 0);
   }
   return t;

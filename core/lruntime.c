@@ -320,7 +320,9 @@ int lr_call_all(lua_State *L, pl_program *pg) {
     if (lua_type(L, -1) != LUA_TSTRING) return luaL_error(L, "call_all: call %d needs a tool name", i + 1);
     tools[i] = pm_find_tool(pg->p, lua_tostring(L, -1));
     if (!tools[i]) {
-      lua_pushfstring(L, "Unknown tool '%s'.", lua_tostring(L, -1));
+      const char *near = pm_near_tool(pg->p, lua_tostring(L, -1));
+      if (near) lua_pushfstring(L, "Unknown tool '%s'. Did you mean '%s'?", lua_tostring(L, -1), near);
+      else lua_pushfstring(L, "Unknown tool '%s'.", lua_tostring(L, -1));
       return le_raise(L, "TOOL_NOT_FOUND", lua_tostring(L, -1), 0);
     }
     lua_getfield(L, item, "input");

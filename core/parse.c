@@ -471,18 +471,23 @@ static ast_expr *parse_primary(ps_state *p) {
 
 static ast_expr *parse_postfix(ps_state *p) {
   ast_expr *e = parse_primary(p);
+  int chain = 0;
   while (e && !p->failed) {
+    /* a.b[1].c nests left: each step deepens the tree, as an operator does */
+    if ((at(p, TK_DOT) || (at(p, TK_LBRACKET) && !TOK->nl_before)) && !enter(p)) { e = NULL; break; }
     if (at(p, TK_DOT)) {
+      chain++;
       ast_expr *f = new_expr(p, EX_FIELD, pos_of(TOK));
       next(p);
-      if (!f) return NULL;
+      if (!f) { e = NULL; break; }
       f->a = e;
       f->str.s = take_name(p, "expected a field name after '.'");
       e = f;
     } else if (at(p, TK_LBRACKET) && !TOK->nl_before) {
+      chain++;
       ast_expr *ix = new_expr(p, EX_INDEX, pos_of(TOK));
       next(p);
-      if (!ix) return NULL;
+      if (!ix) { e = NULL; break; }
       ix->a = e;
       ix->b = parse_expr(p);
       expect(p, TK_RBRACKET, "expected ']' after the index");
@@ -491,6 +496,7 @@ static ast_expr *parse_postfix(ps_state *p) {
       break;
     }
   }
+  p->depth -= chain;
   return p->failed ? NULL : e;
 }
 
@@ -531,10 +537,11 @@ static int binop(ps_state *p, int level) {
   }
 }
 
-/* Levels: or, and, comparison (not chained), additive, multiplicative. */
+/* Levels: or, and, comparison (not chained), additive, multiplicative. The
+   levels cost no depth: only what nests in the tree does (an operator, a
+   step of a.b[i], and each primary expression: parentheses, lists, objects). */
 static ast_expr *parse_binary(ps_state *p, int level) {
   if (level > 4) return parse_unary(p);
-  if (!enter(p)) return NULL;
   ast_expr *e = parse_binary(p, level + 1);
   int op, chain = 0;
   while (e && !p->failed && (op = binop(p, level)) >= 0) {
@@ -556,7 +563,6 @@ static ast_expr *parse_binary(ps_state *p, int level) {
     }
   }
   p->depth -= chain;
-  leave(p);
   return p->failed ? NULL : e;
 }
 
@@ -615,7 +621,8 @@ static ast_stmt *parse_try(ps_state *p) {
 }
 
 static ast_stmt *parse_stmt(ps_state *p) {
-  if (!enter(p)) return NULL;
+  int depth = p->depth;           /* restored whatever failed inside */
+  if (!enter(p)) { p->depth = depth; return NULL; }
   ast_stmt *s = NULL;
   ast_pos pos = pos_of(TOK);
   if (at_kw(p, "if")) {
@@ -643,14 +650,13 @@ static ast_stmt *parse_stmt(ps_state *p) {
     s = new_stmt(p, ST_EXPR, pos);
     s->expr = parse_expr(p);
   }
-  leave(p);
+  p->depth = depth;
   return p->failed ? NULL : s;
 }
 
 /* '{' statements '}', recovering from errors statement by statement. */
 static ast_stmt *parse_block(ps_state *p) {
   if (!expect(p, TK_LBRACE, "expected '{' to open a block")) return NULL;
-  if (!enter(p)) return NULL;
   int level = p->nest;
   ast_stmt *first = NULL, **tail = &first;
   while (!at(p, TK_RBRACE) && !at(p, TK_EOF)) {
@@ -665,7 +671,6 @@ static ast_stmt *parse_block(ps_state *p) {
     tail = &s->next;
     if (at(p, TK_SEMI)) next(p);
   }
-  leave(p);
   expect(p, TK_RBRACE, "expected '}' to close the block");
   return first;
 }

@@ -10,29 +10,14 @@
 #include "luma_limits.h"
 #include "map.h"
 #include "parse.h"
+#include "programint.h"
 #include "regex.h"
 
 /* -------------------------------------------------------------- context */
 
-typedef struct pm_ctx {
-  pm_program *p;
-  ar_arena *a;
-  dg_list *d;
-  mp_map decls;               /* name -> ast_decl */
-  const char **names[DC_MODEL + 2];   /* by kind, for suggestions; the last holds types */
-  int nnames[DC_MODEL + 2];
-} pm_ctx;
+ast_decl *pm_lookup(pm_ctx *c, const char *name) { return mp_get(&c->decls, name, strlen(name)); }
 
-#define NAMES_TYPES (DC_MODEL + 1)
-/* Suggestions look at LIM_SUGGEST_CANDIDATES at most, so that a huge program
-   with many errors stays fast to check. */
-
-static ast_decl *lookup(pm_ctx *c, const char *name) { return mp_get(&c->decls, name, strlen(name)); }
-
-#define ERR(c, pos, ...) dg_error((c)->d, (pos).line, (pos).col, __VA_ARGS__)
-
-/* A consistency rule's message: its text is the catalogue's (base/errors.h). */
-static void rule(pm_ctx *c, ast_pos pos, le_msg m, const char *a, const char *b) {
+void pm_rule(pm_ctx *c, ast_pos pos, le_msg m, const char *a, const char *b) {
   char msg[512];
   le_format_msg(msg, sizeof msg, m, a, b);
   ERR(c, pos, "%s", msg);
@@ -49,8 +34,7 @@ static const char *kind_word(dc_kind k) {
   }
 }
 
-/* " Did you mean 'x'?" or "" */
-static const char *suggestion(pm_ctx *c, const char *word, const char *const *names, int n) {
+const char *pm_suggestion(pm_ctx *c, const char *word, const char *const *names, int n) {
   if (c->d->count >= c->d->max) return "";   /* the message will not be kept */
   const char *s = dg_suggest(word, names, n < LIM_SUGGEST_CANDIDATES ? n : LIM_SUGGEST_CANDIDATES);
   return s ? ar_printf(c->a, " Did you mean '%s'?", s) : "";
@@ -68,14 +52,13 @@ static void collect_names(pm_ctx *c) {
   }
   for (size_t i = 0; i < nb; i++) c->names[NAMES_TYPES][c->nnames[NAMES_TYPES]++] = builtin_types[i];
   for (ast_decl *d = c->p->ast->decls; d; d = d->next) {
-    if (lookup(c, d->name) != d) continue;
+    if (pm_lookup(c, d->name) != d) continue;
     int k = d->kind == DC_UNION ? DC_SCHEMA : (int)d->kind;
     c->names[k][c->nnames[k]++] = d->name;
     if (k == DC_SCHEMA) c->names[NAMES_TYPES][c->nnames[NAMES_TYPES]++] = d->name;
   }
 }
 
-#define SUGGEST(c, word, kind) suggestion((c), (word), (c)->names[kind], (c)->nnames[kind])
 
 /* The names other languages give luma's built-in types. */
 static const char *type_suggestion(pm_ctx *c, const char *word) {
@@ -85,7 +68,7 @@ static const char *type_suggestion(pm_ctx *c, const char *word) {
   };
   if (c->d->count >= c->d->max) return "";
   for (int i = 0; aliases[i][0]; i++)
-    if (strcmp(word, aliases[i][0]) == 0 && !lookup(c, word)) return ar_printf(c->a, " Did you mean '%s'?", aliases[i][1]);
+    if (strcmp(word, aliases[i][0]) == 0 && !pm_lookup(c, word)) return ar_printf(c->a, " Did you mean '%s'?", aliases[i][1]);
   return SUGGEST(c, word, NAMES_TYPES);
 }
 
@@ -133,7 +116,7 @@ static int is_literal(const ast_expr *e, int depth) {
   }
 }
 
-static const char *type_text(pm_ctx *c, const ast_type *t) {
+const char *pm_type_text(pm_ctx *c, const ast_type *t) {
   if (!t) return "?";
   switch (t->kind) {
     case TY_STRING: return "string";
@@ -143,14 +126,14 @@ static const char *type_text(pm_ctx *c, const ast_type *t) {
     case TY_ANY: return "any";
     case TY_ENUM: return "enum[...]";
     case TY_NAME: return t->name;
-    case TY_ARRAY: return ar_printf(c->a, "%s[]", type_text(c, t->elem));
+    case TY_ARRAY: return ar_printf(c->a, "%s[]", pm_type_text(c, t->elem));
     default: return "an inline type";
   }
 }
 
 /* ------------------------------------------------------------------ types */
 
-static pm_type *resolve_type(pm_ctx *c, const ast_type *t, int depth) {
+pm_type *pm_resolve_type(pm_ctx *c, const ast_type *t, int depth) {
   if (!t || depth > LIM_MODEL_DEPTH) return NULL;
   pm_type *pt = ar_alloc(c->a, sizeof *pt);
   if (!pt) return NULL;
@@ -176,14 +159,14 @@ static pm_type *resolve_type(pm_ctx *c, const ast_type *t, int depth) {
     }
     case TY_ARRAY:
       pt->kind = PT_ARRAY;
-      pt->elem = resolve_type(c, t->elem, depth + 1);
+      pt->elem = pm_resolve_type(c, t->elem, depth + 1);
       if (!pt->elem) return NULL;
       break;
     case TY_INLINE:
       ERR(c, t->pos, "inline record types are not supported; declare a schema and use its name");
       return NULL;
     case TY_NAME: {
-      ast_decl *d = lookup(c, t->name);
+      ast_decl *d = pm_lookup(c, t->name);
       if (!d) {
         ERR(c, t->pos, "Unknown type '%s'.%s", t->name, type_suggestion(c, t->name));
         return NULL;
@@ -206,6 +189,20 @@ static pm_type *resolve_type(pm_ctx *c, const ast_type *t, int depth) {
 static const char *const annotation_names[] = {
   "desc", "range", "length", "items", "pattern", "default", "severity"
 };
+
+/* The names JSON Schema and other languages give luma's annotations. */
+static const char *annotation_alias(const char *word) {
+  static const char *const aliases[][2] = {
+    { "minLength", "length" }, { "maxLength", "length" }, { "min_length", "length" }, { "max_length", "length" },
+    { "minimum", "range" }, { "maximum", "range" }, { "exclusiveMinimum", "range" }, { "exclusiveMaximum", "range" },
+    { "min", "range" }, { "max", "range" }, { "minItems", "items" }, { "maxItems", "items" },
+    { "min_items", "items" }, { "max_items", "items" }, { "description", "desc" }, { "doc", "desc" },
+    { "regex", "pattern" }, { NULL, NULL }
+  };
+  for (int i = 0; aliases[i][0]; i++)
+    if (strcmp(word, aliases[i][0]) == 0) return aliases[i][1];
+  return NULL;
+}
 
 static int leaf_is(const pm_type *t, pt_kind a, pt_kind b) { return t->kind == a || t->kind == b; }
 
@@ -256,7 +253,8 @@ static void apply_annotations(pm_ctx *c, pm_field *f, const ast_field *af) {
     for (int i = 0; i < (int)(sizeof annotation_names / sizeof annotation_names[0]); i++)
       if (strcmp(an->name, annotation_names[i]) == 0) which = i;
     if (which < 0) {
-      const char *s = dg_suggest(an->name, annotation_names, sizeof annotation_names / sizeof annotation_names[0]);
+      const char *s = annotation_alias(an->name);
+      if (!s) s = dg_suggest(an->name, annotation_names, sizeof annotation_names / sizeof annotation_names[0]);
       ERR(c, an->pos, "Unknown annotation '@%s'.%s", an->name, s ? ar_printf(c->a, " Did you mean '@%s'?", s) : "");
       continue;
     }
@@ -356,7 +354,7 @@ static pm_field *build_fields(pm_ctx *c, const ast_field *first, int *n, const c
     f->pos = af->pos;
     f->required = !af->optional;
     f->index = *n;
-    f->type = resolve_type(c, af->type, 0);
+    f->type = pm_resolve_type(c, af->type, 0);
     if (!f->type) continue;
     apply_annotations(c, f, af);
     (*n)++;
@@ -399,7 +397,7 @@ static int is_builtin_type(const char *name) {
 static void declare(pm_ctx *c) {
   pm_program *p = c->p;
   for (ast_decl *d = p->ast->decls; d; d = d->next) {
-    ast_decl *prev = lookup(c, d->name);
+    ast_decl *prev = pm_lookup(c, d->name);
     if (prev) {
       ERR(c, d->name_pos, "'%s' is already declared at %d:%d", d->name, prev->name_pos.line, prev->name_pos.col);
       continue;
@@ -466,7 +464,7 @@ static void declare(pm_ctx *c) {
 static void build_schemas(pm_ctx *c) {
   for (ast_decl *d = c->p->ast->decls; d; d = d->next) {
     pm_schema *s = d->model;
-    if (!s || lookup(c, d->name) != d) continue;
+    if (!s || pm_lookup(c, d->name) != d) continue;
     if (d->kind == DC_SCHEMA) {
       s->fields = build_fields(c, d->fields, &s->nfields, ar_printf(c->a, "Schema '%s'", d->name));
     } else if (d->kind == DC_UNION) {
@@ -477,7 +475,7 @@ static void build_schemas(pm_ctx *c) {
       if (!s->members) return;
       mp_map seen = { 0 };
       for (ast_name *m = d->members; m; m = m->next) {
-        ast_decl *md = lookup(c, m->name);
+        ast_decl *md = pm_lookup(c, m->name);
         if (!md && is_builtin_type(m->name)) {
           ERR(c, m->pos, "Union '%s' member '%s' must be a record schema.", d->name, m->name);
           continue;
@@ -691,7 +689,8 @@ static void read_entry(pm_ctx *c, const char *owner, const ck_key *k, const ast_
           size_t used = strlen(list);
           snprintf(list + used, sizeof list - used, "%s\"%s\"", i ? ", " : "", k->choices[i]);
         }
-        ERR(c, v->pos, "%s must be one of %s.", prefix, list);
+        const char *near = v->kind == EX_STRING ? dg_suggest(v->str.s, k->choices, n) : NULL;
+        ERR(c, v->pos, "%s must be one of %s.%s", prefix, list, near ? ar_printf(c->a, " Did you mean \"%s\"?", near) : "");
         return;
       }
       *(int *)slot = found;
@@ -700,7 +699,7 @@ static void read_entry(pm_ctx *c, const char *owner, const ck_key *k, const ast_
     case CK_SCHEMA: case CK_MODEL: {
       int want = k->kind == CK_SCHEMA ? DC_SCHEMA : DC_MODEL;
       if (v->kind != EX_NAME) { ERR(c, v->pos, "%s must be the name of a declared %s.", prefix, kind_word(want)); return; }
-      ast_decl *d = lookup(c, v->str.s);
+      ast_decl *d = pm_lookup(c, v->str.s);
       int ok = d && (d->kind == (dc_kind)want || (want == DC_SCHEMA && d->kind == DC_UNION));
       if (!ok) {
         ERR(c, v->pos, "%s names '%s', which is not a declared %s.%s", prefix, v->str.s, kind_word(want),
@@ -718,7 +717,7 @@ static void read_entry(pm_ctx *c, const char *owner, const ck_key *k, const ast_
       mp_map seen = { 0 };
       for (const ast_expr *i = v->items; i; i = i->next) {
         if (i->kind != EX_NAME) { ERR(c, i->pos, "%s must be a list of tool names, as in [a, b].", prefix); continue; }
-        ast_decl *d = lookup(c, i->str.s);
+        ast_decl *d = pm_lookup(c, i->str.s);
         if (!d || d->kind != DC_TOOL) {
           ERR(c, i->pos, "%s lists undeclared tool '%s'.%s", owner, i->str.s, SUGGEST(c, i->str.s, DC_TOOL));
           continue;
@@ -775,7 +774,7 @@ static void read_config(pm_ctx *c, const ast_decl *d, const ck_key *keys, void *
       if (strcmp(keys[i].key, e->key) == 0) k = &keys[i];
     if (!k) {
       const char *extra = (keys == tool_keys && strcmp(e->key, "needs") == 0) ? " Write it as: needs name: Schema" : "";
-      ERR(c, e->pos, "%s has no option '%s'.%s%s", owner, e->key, suggestion(c, e->key, names, nkeys), extra);
+      ERR(c, e->pos, "%s has no option '%s'.%s%s", owner, e->key, pm_suggestion(c, e->key, names, nkeys), extra);
       continue;
     }
     read_entry(c, owner, k, e, obj);
@@ -830,7 +829,7 @@ static void build_tool(pm_ctx *c, ast_decl *d) {
   const ast_type *r = d->ret;
   if (r) {
     if (r->kind == TY_NAME) {
-      ast_decl *rd = lookup(c, r->name);
+      ast_decl *rd = pm_lookup(c, r->name);
       if (rd && (rd->kind == DC_SCHEMA || rd->kind == DC_UNION)) {
         t->output = rd->model;
       } else if (rd) {
@@ -841,7 +840,7 @@ static void build_tool(pm_ctx *c, ast_decl *d) {
       }
     } else {
       ERR(c, r->pos, "Tool '%s' must return a declared schema, not %s%s%s.", d->name,
-          r->kind == TY_INLINE ? "" : "'", type_text(c, r), r->kind == TY_INLINE ? "" : "'");
+          r->kind == TY_INLINE ? "" : "'", pm_type_text(c, r), r->kind == TY_INLINE ? "" : "'");
     }
   }
   read_config(c, d, tool_keys, t, owner);
@@ -857,7 +856,7 @@ static void build_tool(pm_ctx *c, ast_decl *d) {
       continue;
     }
     mp_put(c->a, &seen, e->needs_name, strlen(e->needs_name), (void *)e);
-    pm_type *nt = resolve_type(c, e->needs_type, 0);
+    pm_type *nt = pm_resolve_type(c, e->needs_type, 0);
     if (!nt) continue;
     if (nt->kind != PT_SCHEMA || nt->schema->is_union) {
       ERR(c, e->needs_type->pos, "Tool '%s' needs '%s' must be a record schema.", d->name, e->needs_name);
@@ -872,17 +871,17 @@ static void build_tool(pm_ctx *c, ast_decl *d) {
   const ast_config *cache = config_entry(d, "cache");
   ast_pos at_cache = cache ? cache->pos : d->name_pos;
   if (t->side_effects == SE_WRITE && t->cache)
-    rule(c, at_cache, LE_MSG_WRITE_CACHED, d->name, NULL);
+    pm_rule(c, at_cache, LE_MSG_WRITE_CACHED, d->name, NULL);
   if (t->side_effects == SE_WRITE && t->retries > 0 && !(t->idempotent && t->idempotency_key.present)) {
     const ast_config *e = config_entry(d, "retries");
-    rule(c, e ? e->pos : d->name_pos, LE_MSG_WRITE_RETRIED, d->name, NULL);
+    pm_rule(c, e ? e->pos : d->name_pos, LE_MSG_WRITE_RETRIED, d->name, NULL);
   }
   if (t->idempotent && !config_entry(d, "idempotency_key")) {
     const ast_config *e = config_entry(d, "idempotent");
-    rule(c, e ? e->pos : d->name_pos, LE_MSG_IDEMPOTENT_NO_KEY, d->name, NULL);
+    pm_rule(c, e ? e->pos : d->name_pos, LE_MSG_IDEMPOTENT_NO_KEY, d->name, NULL);
   }
   if (t->nneeds > 0 && t->cache)
-    rule(c, at_cache, LE_MSG_CACHE_WITH_NEEDS, d->name, NULL);
+    pm_rule(c, at_cache, LE_MSG_CACHE_WITH_NEEDS, d->name, NULL);
   if (t->idempotency_key.present && !t->idempotent) {
     const ast_config *e = config_entry(d, "idempotency_key");
     ERR(c, e->pos, "Tool '%s' has an idempotency_key but is not idempotent: true.", d->name);
@@ -912,115 +911,6 @@ static void check_model(pm_ctx *c, ast_decl *d) {
     ERR(c, config_entry(d, "base_url")->value->pos, "Model '%s': base_url must start with http:// or https://.", d->name);
 }
 
-typedef struct st_ctx {
-  pm_ctx *c;
-  const pm_agent *agent;      /* NULL at top level */
-  int asks;
-  mp_map vars;                /* the variables of the scope: assigned anywhere in it, or parameters */
-  const char **names;         /* the same, for suggestions */
-  int nnames, cap;
-} st_ctx;
-
-static void add_var(st_ctx *s, const char *name) {
-  if (!name || mp_get(&s->vars, name, strlen(name))) return;
-  mp_put(s->c->a, &s->vars, name, strlen(name), (void *)name);
-  if (s->nnames == s->cap) {
-    int cap = s->cap ? s->cap * 2 : 16;
-    const char **names = ar_alloc(s->c->a, sizeof *names * (size_t)cap);
-    if (!names) return;
-    if (s->nnames) memcpy(names, s->names, sizeof *names * (size_t)s->nnames);
-    s->names = names;
-    s->cap = cap;
-  }
-  s->names[s->nnames++] = name;
-}
-
-/* Every name a block assigns (or catches), at any depth: a variable read
-   anywhere in its scope is known when some statement assigns it (one that
-   did not run leaves it null, as documented). */
-static void collect_vars(st_ctx *s, const ast_stmt *st, int depth) {
-  for (; st && depth <= LIM_CHECK_DEPTH; st = st->next) {
-    if (st->kind == ST_ASSIGN) add_var(s, st->name);
-    if (st->kind == ST_TRY) add_var(s, st->catch_name);
-    collect_vars(s, st->body, depth + 1);
-    collect_vars(s, st->orelse, depth + 1);
-  }
-}
-
-static int agent_allows(const pm_agent *ag, const pm_tool *t) {
-  for (int i = 0; i < ag->tools.n; i++)
-    if (ag->tools.items[i] == t) return 1;
-  return 0;
-}
-
-static pm_tool *called_tool(st_ctx *s, const char *name, ast_pos pos) {
-  ast_decl *d = lookup(s->c, name);
-  if (d && d->kind == DC_TOOL) return d->model;
-  ERR(s->c, pos, "Unknown tool '%s'.%s", name, SUGGEST(s->c, name, DC_TOOL));
-  return NULL;
-}
-
-static void check_expr(st_ctx *s, const ast_expr *e, int depth);
-
-static void check_exprs(st_ctx *s, const ast_expr *e, int depth) {
-  for (; e; e = e->next) check_expr(s, e, depth);
-}
-
-static void check_expr(st_ctx *s, const ast_expr *e, int depth) {
-  if (!e || depth > LIM_CHECK_DEPTH) return;
-  switch (e->kind) {
-    case EX_TOOL:
-      called_tool(s, e->tool, e->tool_pos);
-      check_expr(s, e->a, depth + 1);
-      break;
-    case EX_ASK: {
-      s->asks++;
-      check_expr(s, e->a, depth + 1);
-      if (!s->agent) ERR(s->c, e->pos, "ask can only be used inside an agent method.");
-      pm_type *t = resolve_type(s->c, e->type, 0);
-      if (t && t->kind != PT_SCHEMA)
-        ERR(s->c, e->type->pos, "ask must name a declared schema as its result, not '%s'.", type_text(s->c, e->type));
-      if (e->tool) {
-        pm_tool *tool = called_tool(s, e->tool, e->tool_pos);
-        if (tool && s->agent && !agent_allows(s->agent, tool))
-          rule(s->c, e->tool_pos, LE_MSG_USING_TOOL_DENIED, s->agent->name, e->tool);
-      }
-      break;
-    }
-    case EX_NAME:
-      if (!mp_get(&s->vars, e->str.s, strlen(e->str.s))) {
-        const char *near = dg_suggest(e->str.s, s->names, s->nnames);
-        ERR(s->c, e->pos, "unknown variable '%s'%s%s%s", e->str.s, near ? " (did you mean '" : "", near ? near : "",
-            near ? "'?)" : "");
-      }
-      break;
-    case EX_FIELD:
-      check_expr(s, e->a, depth + 1);
-      break;
-    case EX_INDEX: case EX_UNARY: case EX_BINARY:
-      check_expr(s, e->a, depth + 1);
-      check_expr(s, e->b, depth + 1);
-      break;
-    case EX_ARRAY: case EX_TEMPLATE:
-      check_exprs(s, e->items, depth + 1);
-      break;
-    case EX_OBJECT:
-      for (const ast_prop *q = e->props; q; q = q->next) check_expr(s, q->value, depth + 1);
-      break;
-    default:
-      break;
-  }
-}
-
-static void check_stmts(st_ctx *s, const ast_stmt *st, int depth) {
-  for (; st && depth <= LIM_CHECK_DEPTH; st = st->next) {
-    if (st->type) resolve_type(s->c, st->type, 0);
-    check_expr(s, st->expr, depth + 1);
-    check_stmts(s, st->body, depth + 1);
-    check_stmts(s, st->orelse, depth + 1);
-  }
-}
-
 static void check_agent(pm_ctx *c, ast_decl *d) {
   pm_agent *ag = d->model;
   read_config(c, d, agent_keys, ag, ar_printf(c->a, "Agent '%s'", d->name));
@@ -1040,12 +930,8 @@ static void check_agent(pm_ctx *c, ast_decl *d) {
     if (!pm->input) return;
     pm->input->internal = 1;
     pm->input->fields = build_fields(c, m->params, &pm->input->nfields, ar_printf(c->a, "Method '%s.%s'", d->name, m->name));
-    if (m->ret) pm->ret = resolve_type(c, m->ret, 0);
-    st_ctx s = { c, ag, 0, { 0 }, NULL, 0, 0 };
-    for (const ast_field *f = m->params; f; f = f->next) add_var(&s, f->name);
-    collect_vars(&s, m->body, 0);
-    check_stmts(&s, m->body, 0);
-    asks += s.asks;
+    if (m->ret) pm->ret = pm_resolve_type(c, m->ret, 0);
+    asks += pc_check_block(c, ag, m->params, m->body);
   }
   if (asks > 0 && !ag->model && !config_entry(d, "model") && !d->broken)
     ERR(c, d->name_pos, "Agent '%s' uses ask but has no model.", d->name);
@@ -1086,15 +972,13 @@ pm_program *pm_build(const char *src, size_t len, const char *chunk, const pm_li
   collect_names(c);
   build_schemas(c);
   for (ast_decl *d = p->ast->decls; d; d = d->next) {
-    if (!d->model || lookup(c, d->name) != d) continue;
+    if (!d->model || pm_lookup(c, d->name) != d) continue;
     if (d->kind == DC_TOOL) build_tool(c, d);
     else if (d->kind == DC_MODEL) check_model(c, d);
   }
   for (ast_decl *d = p->ast->decls; d; d = d->next)
-    if (d->kind == DC_AGENT && d->model && lookup(c, d->name) == d) check_agent(c, d);
-  st_ctx top = { c, NULL, 0, { 0 }, NULL, 0, 0 };
-  collect_vars(&top, p->ast->stmts, 0);
-  check_stmts(&top, p->ast->stmts, 0);
+    if (d->kind == DC_AGENT && d->model && pm_lookup(c, d->name) == d) check_agent(c, d);
+  pc_check_block(c, NULL, NULL, p->ast->stmts);
   if (p->arena.failed) { pm_free(p); return NULL; }
   dg_sort(&p->diag);
   return p;
@@ -1130,6 +1014,17 @@ pm_model *pm_find_model(const pm_program *p, const char *name) {
   for (int i = 0; i < p->nmodels; i++)
     if (strcmp(p->models[i]->name, name) == 0) return p->models[i];
   return NULL;
+}
+
+const char *pm_near_tool(const pm_program *p, const char *name) {
+  int n = p->ntools < LIM_SUGGEST_CANDIDATES ? p->ntools : LIM_SUGGEST_CANDIDATES;
+  if (n == 0) return NULL;
+  const char **names = malloc(sizeof *names * (size_t)n);
+  if (!names) return NULL;
+  for (int i = 0; i < n; i++) names[i] = p->tools[i]->name;
+  const char *near = dg_suggest(name, names, n);
+  free(names);
+  return near;
 }
 
 const char *pm_model_key_env(const pm_model *m) {

@@ -222,6 +222,8 @@ pm_schema *pm_find_schema(const pm_program *p, const char *name);
 pm_tool *pm_find_tool(const pm_program *p, const char *name);
 pm_agent *pm_find_agent(const pm_program *p, const char *name);
 pm_model *pm_find_model(const pm_program *p, const char *name);
+/* The declared tool whose name is closest to name (for "Did you mean"), or NULL. */
+const char *pm_near_tool(const pm_program *p, const char *name);
 /* The variable holding a model's API key: the declared one, else the
    provider's default (OPENAI_API_KEY...); NULL for api_key_env: null. */
 const char *pm_model_key_env(const pm_model *m);

@@ -36,6 +36,25 @@ static int fail(sx_copier *c, const char *fmt, const char *arg) {
 
 static int copy(sx_copier *c, int idx);
 
+/* A key (a string, or an integer 1..n) is not a value of its own:
+   max_values counts what the data holds, and a key's bytes count. */
+static int copy_key(sx_copier *c, int idx) {
+  if (lua_type(c->from, idx) == LUA_TNUMBER) {
+    lua_pushinteger(c->to, lua_tointeger(c->from, idx));
+    return 0;
+  }
+  size_t len;
+  const char *s = lua_tolstring(c->from, idx, &len);
+  c->bytes += len;
+  if (c->bytes > c->lim->max_bytes) {
+    char n[24];
+    snprintf(n, sizeof n, "%zu", c->lim->max_bytes);
+    return fail(c, "its strings hold more than %s bytes", n);
+  }
+  lua_pushlstring(c->to, s, len);
+  return 0;
+}
+
 static int copy_table(sx_copier *c, int idx) {
   lua_State *from = c->from, *to = c->to;
   const void *p = lua_topointer(from, idx);
@@ -96,7 +115,7 @@ static int copy_table(sx_copier *c, int idx) {
     }
     /* absolute indices: within one state each copy moves the top */
     int k = lua_gettop(from) - 1;
-    if (copy(c, k) != 0 || copy(c, k + 1) != 0) {
+    if (copy_key(c, k) != 0 || copy(c, k + 1) != 0) {
       lua_pop(from, 2);
       lua_settop(to, dst - 1);
       c->depth--;

@@ -312,6 +312,18 @@ b = (1 +
     assert.are.same({}, (h.errors("v = 1" .. string.rep(" + 1", 150))))
   end)
 
+  it("count one level for what nests, not one per precedence level: 100 parentheses and 100 ifs load", function()
+    assert.are.same({}, (h.errors("v = " .. string.rep("(", 100) .. "1" .. string.rep(")", 100))))
+    assert.are.same({}, (h.errors("v = " .. string.rep("(", 198) .. "1" .. string.rep(")", 198))))
+    assert.are.same({}, (h.errors("x = 0\n" .. string.rep("if x < 1 {\n", 100) .. "x = 1\n" .. string.rep("}\n", 100))))
+    local body = string.rep("if n < 1 {\n", 100) .. "n = 1\n" .. string.rep("}\n", 100)
+    assert.are.same({}, (h.errors("agent A { fn run(n: int) {\n" .. body .. "n\n} }")))
+    -- a.b.c and l[1][2] nest the tree as operators do: bounded, not a crash
+    assert.are.equal("nesting is too deep (more than 200 levels)", h.errors("a = {}\nv = a" .. string.rep(".b", 300000))[1])
+    assert.are.equal("nesting is too deep (more than 200 levels)", h.errors("a = []\nv = a" .. string.rep("[1]", 300000))[1])
+    assert.are.same({}, (h.errors("a = {}\nv = a" .. string.rep(".b", 150))))
+  end)
+
   it("recover from a stray closing bracket inside a block", function()
     -- found by the fuzzer: recovery used to stop without moving on
     local messages = h.errors("try{]\184")

@@ -32,6 +32,27 @@ describe("luma-lua check", function()
     assert.are.equal(50, select(2, r.stderr:gsub("Unknown type 'nope'", "")))
   end)
 
+  it("reports a variable no statement assigns, in templates, conditions and call arguments too", function()
+    local path = h.program_file('x = "hello {nobody}"\nif somebody { y = 1 }\n')
+    local r = h.run { "check", path }
+    assert.are.equal(1, r.status)
+    assert.are.equal(path .. ":1:13: unknown variable 'nobody'\n" .. 'x = "hello {nobody}"\n' .. "            ^\n" ..
+      path .. ":2:4: unknown variable 'somebody'\n" .. "if somebody { y = 1 }\n" .. "   ^\n" .. "2 errors\n", r.stderr)
+    r = h.run { "run", path }
+    assert.are.equal(2, r.status)
+    assert.are.equal("", r.stdout)
+  end)
+
+  it("reports statements nested deeper than the Lua they compile to allows, as a run would", function()
+    local path = h.program_file("x = 0\n" .. string.rep("try {\n", 60) .. "x = 1\n" .. string.rep("} catch { x = 2 }\n", 60))
+    local r = h.run { "check", path }
+    assert.are.equal(1, r.status)
+    assert.matches("the statements are nested too deeply to run", r.stderr, 1, true)
+    path = h.program_file("x = 0\n" .. string.rep("try {\n", 40) .. "x = 1\n" .. string.rep("} catch { x = 2 }\n", 40))
+    r = h.run { "check", path }
+    assert.are.equal(0, r.status, r.stderr)
+  end)
+
   it("takes a mistyped command for one, not for a program", function()
     local r = h.run { "chekc", "x.luma" }
     assert.are.equal(2, r.status)
@@ -97,10 +118,11 @@ describe("luma-lua check, with the config and tool modules a run would load", fu
   it("reports config errors with the file and the key path", function()
     local r = h.run { "check", project(BOTH, '{ "tool_modules": "tools.lua" }') .. "/program.luma" }
     assert.are.equal(1, r.status)
-    assert.matches("luma.config.json: tool_modules must be an array", r.stderr, 1, true)
+    assert.matches("luma.config.json: tool_modules must be an array of paths or manifests, not a string", r.stderr, 1, true)
     r = h.run { "check", project(BOTH, '{ "tool_modules": [{ "path": "tools.lua", "integrity": 5 }] }') .. "/program.luma" }
     assert.are.equal(1, r.status)
-    assert.matches("luma.config.json: tool_modules[1].integrity must be a string", r.stderr, 1, true)
+    assert.matches("luma.config.json: tool_modules[1].integrity must be a string of the form sha256-<base64>, not a number",
+      r.stderr, 1, true)
     r = h.run { "check", project(BOTH, '{ "tool_modulez": [] }') .. "/program.luma" }
     assert.are.equal(1, r.status)
     assert.matches("no key 'tool_modulez'. Did you mean 'tool_modules'?", r.stderr, 1, true)

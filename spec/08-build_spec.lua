@@ -77,3 +77,37 @@ io.write("ok")
     os.execute("rm -rf " .. h.quote(dir) .. " " .. h.quote(script))
   end)
 end)
+
+describe("make test and make valgrind", function()
+  -- The recipe that runs the suites, as make prints it (-n), run with a
+  -- busted that leaves a file in TMPDIR and fails: the run must fail and
+  -- leave nothing behind (issue 10 item 14).
+  for _, target in ipairs { "test", "valgrind" } do
+    it(target .. " leaves nothing in TMPDIR, even when a suite fails", function()
+      local dir = h.tmpname("-make")
+      assert(os.execute("mkdir -p " .. h.quote(dir .. "/tmp")))
+      local ok, err = pcall(function()
+        local fake = dir .. "/busted"
+        h.write(fake, "#!/bin/sh\nmkdir -p \"$TMPDIR/luma-spec-left\" && echo x > \"$TMPDIR/luma-spec-left/f\"\nexit 1\n")
+        assert(os.execute("chmod +x " .. h.quote(fake)))
+        local results = dir .. "/results"
+        local p = assert(io.popen("cd " .. h.quote(h.root) .. " && env -u LD_PRELOAD -u ASAN_OPTIONS -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -n -s " ..
+          target .. " BUSTED=" .. h.quote(fake) .. " VALGRIND= CTESTS= RESULTS=" .. h.quote(results) .. " 2>&1"))
+        local printed = p:read("*a")
+        p:close()
+        local recipe = printed:match("\n(rm %-f " .. results:gsub("%p", "%%%0") .. ".-exit %$status)")
+        assert(recipe, "no suite recipe in make -n " .. target .. ":\n" .. printed)
+        h.write(dir .. "/recipe.sh", recipe .. "\n")
+        local status = os.execute("cd " .. h.quote(h.root) .. " && env -u LD_PRELOAD TMPDIR=" .. h.quote(dir .. "/tmp") ..
+          " sh " .. h.quote(dir .. "/recipe.sh") .. " >/dev/null 2>&1")
+        assert.is_not.equal(true, status)
+        local ls = assert(io.popen("ls -A " .. h.quote(dir .. "/tmp")))
+        local left = ls:read("*a")
+        ls:close()
+        assert.are.equal("", left)
+      end)
+      os.execute("rm -rf " .. h.quote(dir))
+      assert(ok, err)
+    end)
+  end
+end)

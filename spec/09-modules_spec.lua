@@ -73,9 +73,11 @@ describe("tool modules", function()
     local dir = calc_project { ["more.lua"] = CALC_TOOLS }
     local _, err = h.load(dir, { tool_modules = { dir .. "/tools.lua", dir .. "/more.lua" } })
     assert.are.equal("Tool registry conflict: calculate.", err.message)
+    assert.are.same({ "calculate", { dir .. "/tools.lua", dir .. "/more.lua" } }, { err.details.tool, err.details.modules })
     local r = h.run({ "program.luma", "--tool-module", "tools.lua", "--tool-module", "more.lua" }, { cwd = dir })
     assert.are.equal(2, r.status)
-    assert.are.equal("Error: Tool registry conflict: calculate.\n", r.stderr)
+    assert.are.equal("Error: Tool registry conflict: calculate.\n" ..
+      "'calculate' is exported by both tools.lua and more.lua; keep one of the two handlers.\n", r.stderr)
   end)
 
   it("load the same file given twice only once", function()
@@ -222,15 +224,23 @@ end)
 describe("luma.config.json", function()
   local cases = {
     { "{", "not valid JSON" },
-    { "[]", "the configuration must be an object" },
+    { "[]", "the configuration must be a JSON object, not an array" },
     { '{ "tool_module": [] }', "the configuration has no key 'tool_module'. Did you mean 'tool_modules'?" },
-    { '{ "tool_modules": "tools.lua" }', "tool_modules must be an array" },
-    { '{ "tool_modules": [{ "version": "1" }] }', "tool_modules[1].path must be a string" },
+    { '{ "tool_modules": "tools.lua" }', "tool_modules must be an array of paths or manifests, not a string" },
+    { '{ "tool_modules": null }', "tool_modules must be an array of paths or manifests, not null" },
+    { '{ "tool_modules": [5] }', 'tool_modules[1] must be a path or a manifest ({ "path": "tools.lua", ... }), not a number' },
+    { '{ "tool_modules": [{ "version": "1" }] }', "tool_modules[1].path is missing: it must be a string (the module's file)" },
+    { '{ "tool_modules": [{ "path": "t.lua", "integrity": 5 }] }', "tool_modules[1].integrity must be a string of the form sha256-<base64>, not a number" },
+    { '{ "tool_modules": [{ "path": "t.lua", "dependencies": "a" }] }', "tool_modules[1].dependencies must be an array of module names, not a string" },
+    { '{ "tool_contexts": { "db": { "user": "DB_USER" } } }', 'tool_contexts.db.user must be { "env": "NAME", "parse": "string" }, not a string' },
+    { '{ "tool_contexts": ["db"] }', "tool_contexts must be an object of contexts, each an object of fields, not an array" },
     { '{ "tool_modules": [{ "path": "t.lua", "verison": "1" }] }', "tool_modules[1] has no key 'verison'. Did you mean 'version'?" },
     { '{ "tool_contexts": { "db": { "port": { "env": "P", "parse": "float" } } } }', 'tool_contexts.db.port.parse must be one of "string", "json", "number", "integer", "boolean"' },
     { '{ "tool_contexts": { "db": { "port": { "env": "1P" } } } }', "tool_contexts.db.port.env must be an environment variable name" },
     { '{ "idempotency_store": { "backend": "mongo" } }', 'idempotency_store.backend must be "memory", "file", "sqlite" or "redis", not "mongo"' },
-    { '{ "idempotency_store": { "type": "redis" } }', 'idempotency_store.url must be a string' },
+    { '{ "idempotency_store": { "type": "redis" } }', 'idempotency_store.url is missing: it must be a string' },
+    { '{ "idempotency_store": { "type": "redis", "url": "redis://h", "lease_ms": 1.5 } }', 'idempotency_store.lease_ms must be an integer, not 1.5' },
+    { '{ "idempotency_store": "sqlite" }', 'idempotency_store must be { "type": "memory" | "file" | "sqlite" | "redis", ... }, not a string' },
     { '{ "idempotency_store": { "type": "redis", "url": "http://x" } }', 'idempotency_store.url must be redis://[user:password@]host:port/db' },
     { '{ "idempotency_store": { "type": "redis", "url": "redis://h", "lease_ms": 5 } }', 'idempotency_store.lease_ms must be at least 100' },
     { '{ "idempotency_store": { "type": "redis", "url": "redis://h", "on_unavailable": "skip" } }', 'idempotency_store.on_unavailable must be "fail" (the default) or "run"' },

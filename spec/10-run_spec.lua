@@ -186,6 +186,44 @@ describe("statements", function()
     assert.are.same({ luma.null, luma.null, true, 2 }, { v.y, v.z, v.w, v.q })
   end)
 
+  it("print a variable that holds null, or that a branch did not set, as null in the run's JSON", function()
+    local dir = project('if false { y = 1 }\nz = y\nn = null\ntry { q = 1 } catch e { q = 2 }\nafter = e')
+    local r = h.run({ "program.luma" }, { cwd = dir })
+    assert.are.equal(0, r.status, r.stderr)
+    assert.are.equal('{\n  "after": null,\n  "e": null,\n  "n": null,\n  "q": 1,\n  "y": null,\n  "z": null\n}\n', r.stdout)
+    local v = run("if false { y = 1 }\nz = y")
+    assert.are.same({ luma.null, luma.null }, { v.y, v.z })
+  end)
+
+  it("fail with the position on indexing what is not a list or an object, and on modulo by zero", function()
+    local cases = {
+      { "x = 5\ny = x[1]", "program.luma:14:6: cannot index number" },
+      { 'x = "abc"\ny = x.length', "program.luma:14:6: cannot read field 'length' of string" },
+      { "x = 7 % 0", "program.luma:13:7: division by zero" },
+      { "x = 7.5 / 0", "program.luma:13:9: division by zero" },
+    }
+    for _, c in ipairs(cases) do
+      local err = h.raised(run, c[1])
+      assert.are.equal("RUNTIME_ERROR", err.code)
+      assert.are.equal(c[2], err.message)
+    end
+  end)
+
+  it("run a method with 300 variables and a top level with 1,000, try blocks among them", function()
+    local lines = { "agent A {", " fn run(p: int) {" }
+    for i = 1, 300 do lines[#lines + 1] = ("  v%d = %d"):format(i, i) end
+    lines[#lines + 1] = "  try { q = v1 + p } catch e { q = 0 }"
+    lines[#lines + 1] = "  v300 + q"
+    lines[#lines + 1] = " }"
+    lines[#lines + 1] = "}"
+    for i = 1, 1000 do lines[#lines + 1] = ("w%d = %d"):format(i, i) end
+    lines[#lines + 1] = "try { u = w1000 + w1 } catch e { u = 0 }"
+    local program = luma.compile(table.concat(lines, "\n"))
+    local v = program:run()
+    assert.are.same({ 1, 1000, 1001 }, { v.w1, v.w1000, v.u })
+    assert.are.equal(306, program:agent("A"):call("run", { p = 5 }))
+  end)
+
   it("fail clearly on a field of null", function()
     local err = h.raised(run, "x = null\ny = x.field")
     assert.are.equal("RUNTIME_ERROR", err.code)
@@ -301,6 +339,20 @@ describe("the Lua API", function()
     local dir = project(FLOW)
     local program = assert(h.load(dir))
     assert.are.same({ words = 1, note = "words=1 bonus=null" }, program:agent("Flow"):call("run", { text = "hi" }))
+  end)
+
+  it("an unknown tool or agent name gets the closest declared one", function()
+    local program = luma.compile(h.calculate .. "agent Planner { tools: [calculate] }")
+    local err = h.raised(program.call, program, "calculat", {})
+    assert.are.same({ "TOOL_NOT_FOUND", "Unknown tool 'calculat'. Did you mean 'calculate'?" }, { err.code, err.message })
+    err = h.raised(program.register, program, "calculat", function() end)
+    assert.are.equal("Unknown tool 'calculat'. Did you mean 'calculate'?", err.message)
+    err = h.raised(program.call_all, program, { { "calculat", {} } })
+    assert.are.equal("Unknown tool 'calculat'. Did you mean 'calculate'?", err.message)
+    err = h.raised(program.agent, program, "Planer")
+    assert.are.same({ "AGENT_NOT_FOUND", "Unknown agent 'Planer'. Did you mean 'Planner'?" }, { err.code, err.message })
+    err = h.raised(program.call, program, "zzzzzzzz", {})
+    assert.are.equal("Unknown tool 'zzzzzzzz'.", err.message)
   end)
 
   it("program:call of a tool without a handler is TOOL_NOT_FOUND", function()

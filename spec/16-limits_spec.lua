@@ -70,3 +70,25 @@ describe("the table of limits", function()
                                                        max_concurrency = luma.limits.policy_max_concurrency } }))
   end)
 end)
+
+describe("copy_max_values", function()
+  -- a value is a table, string, number, boolean or null of the data; a key
+  -- is not one (its bytes count in copy_max_bytes)
+  it("lets a result of 999,999 values through and stops one of 1,000,001", function()
+    local dir = h.project {
+      ["program.luma"] = "schema Big { items: int[] }\ntool big(n: int) -> Big { timeout: 60000 }\n",
+      ["tools.lua"] = "return { big = function(input) local t = {} for i = 1, input.n do t[i] = i end " ..
+        "return { items = t } end }\n",
+      ["luma.config.json"] = '{ "tool_modules": ["tools.lua"], "tool_module_policy": { "sandbox": "strict" } }',
+    }
+    local program = assert(h.load(dir))
+    assert.are.equal(1000000, luma.limits.copy_max_values)
+    -- the object, the list and 999,997 integers
+    local result = program:call("big", { n = 999997 })
+    assert.are.same({ 999997, 999997 }, { #result.items, result.items[999997] })
+    -- the object, the list and 999,999 integers
+    local err = h.raised(program.call, program, "big", { n = 999999 })
+    assert.are.equal("TOOL_OUTPUT_INVALID", err.code)
+    assert.are.equal("big.output cannot be returned: it holds more than 1000000 values", err.message)
+  end)
+end)

@@ -249,16 +249,16 @@ function commands.check(args)
     print_load_error(e)
     return 1
   end
+  local compiled, why = pcall(program.compile_statements, program)
+  if not compiled then
+    print_load_error(why)
+    return 1
+  end
   local modules = program:modules()
   local errors = 0
   if #modules > 0 then
-    local paths, exported = {}, {}
-    for _, m in ipairs(modules) do
-      paths[#paths + 1] = m.path
-      for _, name in ipairs(m.exports) do exported[#exported + 1] = name end
-    end
     for _, name in ipairs(program:missing_handlers()) do
-      local near = core.suggest(name, exported)
+      local _, paths, near = program:handler_hint(name)
       err(string.format("%s: tool '%s' has no handler: no tool module exports it (loaded: %s)%s",
         o.program, name, table.concat(paths, ", "), near and (". Did you mean '" .. near .. "'?") or ""))
       errors = errors + 1
@@ -432,7 +432,14 @@ function commands.run(args)
   if not prepared then return report(run, true) end
   local ran, result = pcall(run)
   if not ran then return report(result) end
-  out(core.json_encode(result == nil and luma.null or result, { indent = 2 }))
+  -- what the statements built may nest deeper than json_encode's default
+  local encoded, text = pcall(core.json_encode, result == nil and luma.null or result,
+    { indent = 2, max_depth = core.limits.json_depth_cap })
+  if not encoded then
+    return report(luma.error { code = "JSON_INVALID", message = "the result cannot be printed as JSON: " ..
+      tostring(luma.is_error(text) and text.message or text) })
+  end
+  out(text)
   return 0
 end
 

@@ -14,7 +14,10 @@ local function quote(s)
   return '"' .. (s:gsub('[%c"\\]', function(c) return string.format("\\%03d", c:byte()) end)) .. '"'
 end
 
--- Every name a user writes becomes v_<name>: no clash with Lua keywords or helpers.
+-- Every name a user writes becomes v_<name>: no clash with Lua keywords or
+-- helpers. A function with more variables than Lua's locals allow (200, with
+-- the temporaries) keeps them all in one table, V.
+local MAX_LOCALS = 150
 local function var(name) return "v_" .. name end
 
 local function number(n, is_float)
@@ -31,11 +34,15 @@ local Gen = {}
 Gen.__index = Gen
 
 local function new_gen()
-  return setmetatable({ out = {}, level = 1, try_depth = 0, temp = 0 }, Gen)
+  return setmetatable({ out = {}, level = 1, try_depth = 0, temp = 0, spill = false }, Gen)
 end
 
 function Gen:line(s)
   self.out[#self.out + 1] = string.rep("  ", self.level) .. s
+end
+
+function Gen:var(name)
+  return self.spill and ("V." .. var(name)) or var(name)
 end
 
 function Gen:tmp()
@@ -52,7 +59,7 @@ function Gen:expr(e)
   if k == "int" then return number(e.value, false) end
   if k == "float" then return number(e.value, true) end
   if k == "string" then return quote(e.value) end
-  if k == "name" then return var(e.name) end
+  if k == "name" then return self:var(e.name) end
   if k == "template" then
     local parts = {}
     for i, p in ipairs(e.parts) do
@@ -65,7 +72,9 @@ function Gen:expr(e)
   if k == "array" then
     local items = {}
     for i, item in ipairs(e.items) do items[i] = self:expr(item) end
-    return "R.array({ " .. table.concat(items, ", ") .. " }, " .. #items .. ")"
+    -- R.array{ ... }: a call on a table constructor costs Lua's parser one
+    -- level of nesting, not two
+    return "R.array{ " .. table.concat(items, ", ") .. " }"
   end
   if k == "object" then
     local props = {}
@@ -73,7 +82,7 @@ function Gen:expr(e)
     return "{ " .. table.concat(props, ", ") .. " }"
   end
   if k == "unary" then
-    if e.op == "not" then return "(not R.truthy(" .. self:expr(e.operand) .. "))" end
+    if e.op == "not" then return "R.falsy(" .. self:expr(e.operand) .. ")" end
     return "R.neg(" .. self:expr(e.operand) .. ", " .. pos(e) .. ")"
   end
   if k == "binary" then
@@ -126,7 +135,7 @@ function Gen:stmt(s, is_last)
       value = "R.typed(" .. value .. ", " .. type_literal(s.type) .. ", " .. quote(s.name) .. ", " ..
         (s.value.kind == "tool" and "true" or "false") .. ", " .. pos(s) .. ")"
     end
-    self:line(var(s.name) .. " = " .. value)
+    self:line(self:var(s.name) .. " = " .. value)
   elseif k == "expr" then
     if is_last then self:ret(self:expr(s.value))
     else self:line("R.discard(" .. self:expr(s.value) .. ")") end
@@ -154,7 +163,10 @@ function Gen:stmt(s, is_last)
     self:line("end")
   elseif k == "try" then
     -- the block runs protected; a `return` inside it comes out as RETURN, value
+    -- in a do block, so that its temporaries do not count against the locals
     local ok, tag, val = self:tmp(), self:tmp(), self:tmp()
+    self:line("do")
+    self.level = self.level + 1
     self:line("local " .. ok .. ", " .. tag .. ", " .. val .. " = pcall(function()")
     self.level = self.level + 1
     self.try_depth = self.try_depth + 1
@@ -172,8 +184,10 @@ function Gen:stmt(s, is_last)
     self.level = self.level - 1
     self:line("else")
     self.level = self.level + 1
-    self:line((s.catch_name and ("local " .. var(s.catch_name)) or "local _") .. " = R.caught(" .. tag .. ")")
+    self:line((s.catch_name and self:var(s.catch_name) or "local _") .. " = R.caught(" .. tag .. ")")
     self:block(s.catch_body, is_last)
+    self.level = self.level - 1
+    self:line("end")
     self.level = self.level - 1
     self:line("end")
   else
@@ -181,13 +195,14 @@ function Gen:stmt(s, is_last)
   end
 end
 
--- Names assigned anywhere in a block (in order), so that they are locals of
--- the whole function: a variable set inside an `if` is seen after it.
+-- Names assigned (or caught) anywhere in a block, in order, so that they are
+-- variables of the whole function: one set inside an `if` is seen after it.
 local function assigned(stmts, names, seen)
   for _, s in ipairs(stmts) do
-    if s.kind == "assign" and not seen[s.name] then
-      seen[s.name] = true
-      names[#names + 1] = s.name
+    local name = s.kind == "assign" and s.name or s.kind == "try" and s.catch_name
+    if name and not seen[name] then
+      seen[name] = true
+      names[#names + 1] = name
     end
     if s.body then assigned(s.body, names, seen) end
     if s.orelse then assigned(s.orelse, names, seen) end
@@ -196,7 +211,12 @@ local function assigned(stmts, names, seen)
   return names
 end
 
-function Gen:locals(names)
+function Gen:locals(names, nparams)
+  self.spill = #names + nparams > MAX_LOCALS
+  if self.spill then
+    self:line("local V = {}")
+    return
+  end
   for i = 1, #names, 50 do
     local chunk = {}
     for j = i, math.min(i + 49, #names) do chunk[#chunk + 1] = var(names[j]) end
@@ -216,15 +236,16 @@ function compile.program(ast, chunkname)
   g:line("function M.main(scope)")
   g.level = 1
   local names = assigned(ast.statements, {}, {})
-  g:locals(names)
+  g:locals(names, 0)
   g:block(ast.statements, false)
-  local vars = {}
-  for i, n in ipairs(names) do vars[i] = "[" .. quote(n) .. "] = " .. var(n) end
-  g:line("return { " .. table.concat(vars, ", ") .. " }, { " .. (function()
-    local q = {}
-    for i, n in ipairs(names) do q[i] = quote(n) end
-    return table.concat(q, ", ")
-  end)() .. " }")
+  -- every variable is in the result: one that holds null, or that no
+  -- statement set (a branch that did not run), as null
+  local vars, quoted = {}, {}
+  for i, n in ipairs(names) do
+    vars[i] = "[" .. quote(n) .. "] = " .. g:var(n)
+    quoted[i] = quote(n)
+  end
+  g:line("return R.vars({ " .. table.concat(vars, ", ") .. " }, { " .. table.concat(quoted, ", ") .. " })")
   g.level = 0
   g:line("end")
   for _, agent in ipairs(ast.agents) do
@@ -233,12 +254,12 @@ function compile.program(ast, chunkname)
     for _, m in ipairs(agent.methods) do
       g:line("M.agents[" .. quote(agent.name) .. "][" .. quote(m.name) .. "] = function(scope, args)")
       g.level = 1
-      local params = {}
-      for i, p in ipairs(m.params) do params[i] = p.name end
-      for _, p in ipairs(params) do g:line("local " .. var(p) .. " = args[" .. quote(p) .. "]") end
-      local seen = {}
-      for _, p in ipairs(params) do seen[p] = true end
-      g:locals(assigned(m.body, {}, seen))
+      local params, seen = {}, {}
+      for i, p in ipairs(m.params) do params[i] = p.name; seen[p.name] = true end
+      g:locals(assigned(m.body, {}, seen), #params)
+      for _, p in ipairs(params) do
+        g:line((g.spill and "" or "local ") .. g:var(p) .. " = args[" .. quote(p) .. "]")
+      end
       g:block(m.body, true)
       g.level = 0
       g:line("end")

@@ -51,48 +51,61 @@ local function is_array(v)
   return n > 0 and n == #v
 end
 
-local function expect(file, where, value, kind)
+-- What a JSON value is, for a message: "a string", "an array", "null"...
+local function what_is(v)
+  if v == core.null then return "null" end
+  if is_array(v) then return "an array" end
+  if type(v) == "table" then return "an object" end
+  if type(v) == "number" then return "a number" end
+  return "a " .. type(v)
+end
+
+-- value must be of kind ("array", "object", "string", "boolean"); the message
+-- says what was expected (`expected`, or the kind) and what was given.
+local function expect(file, where, value, kind, expected)
   local ok
   if kind == "array" then ok = is_array(value)
   elseif kind == "object" then ok = type(value) == "table" and not is_array(value)
   else ok = type(value) == kind end
   if not ok then
-    local article = (kind == "array" or kind == "object") and "an " or "a "
-    fail(file, where .. " must be " .. article .. kind)
+    expected = expected or (((kind == "array" or kind == "object") and "an " or "a ") .. kind)
+    if value == nil then fail(file, where .. " is missing: it must be " .. expected) end
+    fail(file, where .. " must be " .. expected .. ", not " .. what_is(value))
   end
   return value
 end
 
 local function read_modules(file, dir, list)
   local modules = {}
-  expect(file, "tool_modules", list, "array")
+  expect(file, "tool_modules", list, "array", "an array of paths or manifests")
   for i, entry in ipairs(list) do
     local where = "tool_modules[" .. i .. "]"
     if type(entry) == "string" then
       modules[i] = { path = join(dir, entry), given = entry }
     else
-      expect(file, where, entry, "object")
+      expect(file, where, entry, "object", 'a path or a manifest ({ "path": "tools.lua", ... })')
       check_keys(file, where, entry, { "path", "version", "integrity", "dependencies", "dependency_root" })
       local m = { given = entry.path }
-      m.path = join(dir, expect(file, where .. ".path", entry.path, "string"))
+      m.path = join(dir, expect(file, where .. ".path", entry.path, "string", "a string (the module's file)"))
       if entry.version ~= nil then m.version = expect(file, where .. ".version", entry.version, "string") end
       if entry.integrity ~= nil then
-        m.integrity = expect(file, where .. ".integrity", entry.integrity, "string")
+        m.integrity = expect(file, where .. ".integrity", entry.integrity, "string", "a string of the form sha256-<base64>")
         if not m.integrity:match("^sha256%-[A-Za-z0-9+/]+=*$") then
           fail(file, where .. ".integrity must be written sha256-<base64>")
         end
       end
       if entry.dependencies ~= nil then
         m.dependencies = {}
-        for j, dep in ipairs(expect(file, where .. ".dependencies", entry.dependencies, "array")) do
-          m.dependencies[j] = expect(file, where .. ".dependencies[" .. j .. "]", dep, "string")
+        for j, dep in ipairs(expect(file, where .. ".dependencies", entry.dependencies, "array", "an array of module names")) do
+          m.dependencies[j] = expect(file, where .. ".dependencies[" .. j .. "]", dep, "string", "a module name")
           if not dep:match("^[%w_][%w_%.%-]*$") then
             fail(file, where .. ".dependencies[" .. j .. "] is not a module name: '" .. dep .. "'")
           end
         end
       end
       if entry.dependency_root ~= nil then
-        m.dependency_root = join(dir, expect(file, where .. ".dependency_root", entry.dependency_root, "string"))
+        m.dependency_root = join(dir, expect(file, where .. ".dependency_root", entry.dependency_root, "string",
+          "a string (a folder of the project)"))
       end
       modules[i] = m
     end
@@ -103,17 +116,17 @@ end
 local PARSE = { string = true, json = true, number = true, integer = true, boolean = true }
 
 local function read_contexts(file, contexts)
-  expect(file, "tool_contexts", contexts, "object")
+  expect(file, "tool_contexts", contexts, "object", "an object of contexts, each an object of fields")
   local out = {}
   for _, name in ipairs(sorted_keys(contexts)) do
     local where = "tool_contexts." .. tostring(name)
-    local fields = expect(file, where, contexts[name], "object")
+    local fields = expect(file, where, contexts[name], "object", 'an object of fields ({ "user": { "env": "NAME" } })')
     out[name] = {}
     for _, field in ipairs(sorted_keys(fields)) do
       local fwhere = where .. "." .. tostring(field)
-      local spec = expect(file, fwhere, fields[field], "object")
+      local spec = expect(file, fwhere, fields[field], "object", '{ "env": "NAME", "parse": "string" }')
       check_keys(file, fwhere, spec, { "env", "parse" })
-      local env = expect(file, fwhere .. ".env", spec.env, "string")
+      local env = expect(file, fwhere .. ".env", spec.env, "string", "a string (an environment variable name)")
       if not env:match("^[%a_][%w_]*$") then fail(file, fwhere .. ".env must be an environment variable name") end
       local parse = spec.parse or "string"
       if type(parse) ~= "string" or not PARSE[parse] then
@@ -127,7 +140,7 @@ end
 
 local function integer_at_least(file, where, value, min)
   if math.type(value) ~= "integer" and not (type(value) == "number" and value == math.floor(value) and value < 2^53) then
-    fail(file, where .. " must be an integer")
+    fail(file, where .. " must be an integer, not " .. (type(value) == "number" and tostring(value) or what_is(value)))
   end
   if value < min then fail(file, where .. " must be at least " .. min) end
   return math.tointeger(value)
@@ -149,7 +162,7 @@ local function read_store(file, dir, store, name)
   if name == "cache_store" then
     keys[#keys] = "ttl_ms" -- a cache that cannot be reached is skipped: no on_unavailable
   end
-  expect(file, name, store, "object")
+  expect(file, name, store, "object", '{ "type": "memory" | "file" | "sqlite" | "redis", ... }')
   check_keys(file, name, store, keys)
   if store.type ~= nil and store.backend ~= nil then
     fail(file, name .. ": give type or backend (its older name), not both")
@@ -265,7 +278,7 @@ function config.read(path)
   f:close()
   local ok, data = pcall(core.json_decode, text)
   if not ok then fail(path, "not valid JSON: " .. (type(data) == "table" and data.message or tostring(data))) end
-  expect(path, "the configuration", data, "object")
+  expect(path, "the configuration", data, "object", "a JSON object")
   check_keys(path, "the configuration", data,
     { "tool_modules", "tool_contexts", "idempotency_store", "cache_store", "tool_module_policy" })
   local dir = dirname(path)

@@ -40,7 +40,16 @@ function exec.new(program)
     error(core.error { code = "RUNTIME_ERROR", message = chunk .. ":" .. line .. ":" .. col .. ": " .. message }, 0)
   end
 
+  -- the top level's variables and their names: one that no statement set is null
+  function R.vars(vars, names)
+    for _, name in ipairs(names) do
+      if vars[name] == nil then vars[name] = NULL end
+    end
+    return vars, names
+  end
+
   function R.truthy(v) return v ~= nil and v ~= false and v ~= NULL end
+  function R.falsy(v) return v == nil or v == false or v == NULL end
   function R.discard() end
 
   -- {expr} in a string: text as is, numbers and the rest as JSON

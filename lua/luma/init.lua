@@ -149,6 +149,12 @@ local function compiled_of(program)
   return c
 end
 
+-- Compiles the statements to Lua, as the first run does; raises
+-- PROGRAM_INVALID when they nest deeper than Lua's parser allows.
+function Program:compile_statements()
+  compiled_of(self)
+end
+
 -- The tool modules luma.load loaded: { { path = as given, exports = { name, ... } }, ... }.
 function Program:modules()
   local list = {}
@@ -160,26 +166,32 @@ function Program:modules()
   return list
 end
 
+-- Where a handler for the tool `name` was looked for: a sentence to print
+-- under the error, the paths of the tool modules loaded, and the name they
+-- export that is closest to `name` (or nil).
+function Program:handler_hint(name)
+  local paths, exported = {}, {}
+  for _, m in ipairs(modules_of[self] or {}) do
+    paths[#paths + 1] = m.path
+    for _, export in ipairs(m.exports) do exported[#exported + 1] = export end
+  end
+  if #paths == 0 then
+    return "No tool module is loaded: list one in luma.config.json's tool_modules (or pass --tool-module), " ..
+      "or register a handler with program:register.", paths, nil
+  end
+  local near = core.suggest(name, exported)
+  return "Tool modules loaded: " .. table.concat(paths, ", ") .. "; none exports '" .. name .. "'" ..
+    (near and (". Did you mean '" .. near .. "'?") or "."), paths, near
+end
+
 -- Before anything runs, every contract needs its handler.
 -- The error says where handlers were looked for (details.hint, which the
 -- command prints under it): the modules loaded and the closest export.
 function Program:check_registry()
   local missing = self:missing_handlers()
   if #missing == 0 then return end
-  local name, paths, exported = missing[1], {}, {}
-  for _, m in ipairs(modules_of[self] or {}) do
-    paths[#paths + 1] = m.path
-    for _, export in ipairs(m.exports) do exported[#exported + 1] = export end
-  end
-  local hint
-  if #paths == 0 then
-    hint = "No tool module is loaded: list one in luma.config.json's tool_modules (or pass --tool-module), " ..
-      "or register a handler with program:register."
-  else
-    local near = core.suggest(name, exported)
-    hint = "Tool modules loaded: " .. table.concat(paths, ", ") .. "; none exports '" .. name .. "'" ..
-      (near and (". Did you mean '" .. near .. "'?") or ".")
-  end
+  local name = missing[1]
+  local hint, paths = self:handler_hint(name)
   error(core.error { code = "TOOL_NOT_FOUND", message = core.errors.TOOL_NOT_FOUND.template:format(name),
     details = { missing = missing, modules = paths, hint = hint } }, 0)
 end
@@ -203,7 +215,9 @@ Agent.__index = Agent
 
 function Program:agent(name)
   if not self:declaration(name) or self:declaration(name).kind ~= "agent" then
-    raise_fixed("AGENT_NOT_FOUND", tostring(name))
+    local near = type(name) == "string" and core.suggest(name, self:declarations().agents)
+    raise("AGENT_NOT_FOUND", core.errors.AGENT_NOT_FOUND.template:format(tostring(name)) ..
+      (near and (" Did you mean '" .. near .. "'?") or ""))
   end
   return setmetatable({ program = self, name = name }, Agent)
 end

@@ -30,6 +30,23 @@ local function inside(path, dir)
   return path == dir or path:sub(1, #dir + 1) == dir .. "/" or dir == "/"
 end
 
+-- A tool that two modules export: the error names both (details.modules,
+-- and details.hint, which the command prints under it).
+local function conflict(err, loaded, m, module)
+  local mine = {}
+  for _, name in ipairs(module:exports()) do mine[name] = true end
+  for _, before in ipairs(loaded) do
+    for _, name in ipairs(before.exports) do
+      if mine[name] and err.message == core.errors.TOOL_REGISTRY_CONFLICT.template:format(name) then
+        error(core.error { code = err.code, message = err.message, details = {
+          tool = name, modules = { before.path, m.given },
+          hint = "'" .. name .. "' is exported by both " .. before.path .. " and " .. m.given ..
+            "; keep one of the two handlers." } }, 0)
+      end
+    end
+  end
+end
+
 -- specs: { path = absolute or relative to the cwd, version, integrity,
 -- dependencies, dependency_root }; project_root bounds dependency roots and
 -- the files a strict module may open; policy (checked by config.policy) is
@@ -74,7 +91,11 @@ function loader.load(program, specs, project_root, policy)
   for _, m in ipairs(modules) do
     m.project_root, m.policy = root, policy
     local module = core.load_module(m)
-    program:attach(module)
+    local attached, err = pcall(program.attach, program, module)
+    if not attached then
+      if core.is_error(err) and err.code == "TOOL_REGISTRY_CONFLICT" then conflict(err, loaded, m, module) end
+      error(err, 0)
+    end
     loaded[#loaded + 1] = { path = m.given, exports = module:exports() }
   end
   return loaded

@@ -1,0 +1,41 @@
+/*
+ * Inside the program model (program.h): what program.c shares with the
+ * statement checker (program_check.c), which checks the statements of agent
+ * methods and of the top level against the declarations.
+ */
+#ifndef LUMA_PROGRAMINT_H
+#define LUMA_PROGRAMINT_H
+
+#include "errors.h"
+#include "map.h"
+#include "program.h"
+
+typedef struct pm_ctx {
+  pm_program *p;
+  ar_arena *a;
+  dg_list *d;
+  mp_map decls;               /* name -> ast_decl */
+  const char **names[DC_MODEL + 2];   /* by kind, for suggestions; the last holds types */
+  int nnames[DC_MODEL + 2];
+} pm_ctx;
+
+#define NAMES_TYPES (DC_MODEL + 1)
+/* Suggestions look at LIM_SUGGEST_CANDIDATES at most, so that a huge program
+   with many errors stays fast to check. */
+
+#define ERR(c, pos, ...) dg_error((c)->d, (pos).line, (pos).col, __VA_ARGS__)
+
+ast_decl *pm_lookup(pm_ctx *c, const char *name);
+/* A consistency rule's message: its text is the catalogue's (base/errors.h). */
+void pm_rule(pm_ctx *c, ast_pos pos, le_msg m, const char *a, const char *b);
+/* " Did you mean 'x'?" or "" */
+const char *pm_suggestion(pm_ctx *c, const char *word, const char *const *names, int n);
+#define SUGGEST(c, word, kind) pm_suggestion((c), (word), (c)->names[kind], (c)->nnames[kind])
+pm_type *pm_resolve_type(pm_ctx *c, const ast_type *t, int depth);
+const char *pm_type_text(pm_ctx *c, const ast_type *t);
+
+/* Checks a block of statements: the body of an agent's method (agent and
+   its params) or the top level (agent NULL). Returns how many asks it holds. */
+int pc_check_block(pm_ctx *c, const pm_agent *agent, const ast_field *params, const ast_stmt *body);
+
+#endif
