@@ -857,18 +857,35 @@ int lv_check_defaults(lv_program *v, lua_State *L, pm_program *p) {
     for (int j = 0; !s->is_union && j < s->nfields; j++) {
       if (!r->defaults[j]) continue;
       const pm_field *f = &s->fields[j];
-      lua_rawgeti(L, -1, r->defaults[j]);
+      int anchor = lua_gettop(L);
+      lua_rawgeti(L, anchor, r->defaults[j]);
+      if (f->type->kind != PT_ANY && lc_isnull(L, -1)) {
+        bad++;
+        dg_error(&p->diag, f->default_value->pos.line, f->default_value->pos.col,
+                 "@default of '%s' cannot be null: a default fills a missing field with a value (to let '%s' be "
+                 "missing, remove the default and write '%s?:')", f->name, f->name, f->name);
+        lua_pop(L, 1);
+        continue;
+      }
       char root[160];
       snprintf(root, sizeof root, "@default of '%.100s'", f->name);
+      /* validated as an input is, writing in place: the default is filled as
+         a validated value would be (int 2.0 as 2, a union member's tag
+         written) */
       lv_result res;
-      if (lv_validate_type(v, L, -1, f->type, root, LV_INPUT, 0, &res)) {
+      lv_ctx c;
+      init_ctx(&c, v, L, root, LV_INPUT, 1, &res);
+      lua_pushinteger(L, r->defaults[j]);
+      int value = anchor + 1, key = anchor + 2;
+      check_value(&c, f->type, value, lua_type(L, value), anchor, key);
+      lua_settop(L, anchor);
+      if (finish(&res)) {
         bad++;
         const lv_issue *e = &res.errors[0];
         dg_error(&p->diag, f->default_value->pos.line, f->default_value->pos.col, "%s %s",
                  e->path ? e->path : root, e->text ? e->text : "is invalid");
       }
       lv_result_free(&res);
-      lua_pop(L, 1);
     }
   }
   lua_pop(L, 1);

@@ -1,3 +1,4 @@
+local luma = require "luma"
 local h = require "spec.helpers"
 
 -- The JSON Schema of the single field `x: <decl>` of schema A.
@@ -75,6 +76,21 @@ describe("annotations", function()
     assert.are.same({ limit = 10, n = 3 }, v)
   end)
 
+  it("fills a default as a validated value: an int written 2.0 as the integer 2, a union member with its tag", function()
+    local program = assert(h.compile([[
+schema Invoice { number: string }
+schema Receipt { reference: string }
+schema Document = Invoice | Receipt tagged by kind
+schema A { n: int @default(2.0), ns: int[] @default([1.0, 2]), doc: Document @default({ reference: "r" }), any: any @default(null) }
+]]))
+    local v = {}
+    assert.is_true(program:validate("A", v))
+    assert.are.equal("integer", math.type(v.n))
+    assert.are.same({ "integer", "integer" }, { math.type(v.ns[1]), math.type(v.ns[2]) })
+    assert.are.same({ kind = "Receipt", reference = "r" }, v.doc)
+    assert.are.equal(luma.null, v.any)
+  end)
+
   it("fills a fresh copy of a table default each time", function()
     local program = assert(h.compile("schema A { tags?: string[] @default([\"a\"]) }"))
     local one, two = {}, {}
@@ -122,6 +138,10 @@ describe("annotations", function()
     { "Sub @default({ w: 1 })", "@default of 'x'.v is required" },
     { 'string @length(3, null) @default("ab")', "@default of 'x' must be at least 3 characters long" },
     { "int[] @items(2, null) @default([1])", "@default of 'x' must have at least 2 items" },
+    { "int @default(null)", "@default of 'x' cannot be null: a default fills a missing field with a value " ..
+      "(to let 'x' be missing, remove the default and write 'x?:')" },
+    { "Sub @default(null)", "@default of 'x' cannot be null: a default fills a missing field with a value " ..
+      "(to let 'x' be missing, remove the default and write 'x?:')" },
   }
   for _, c in ipairs(misuse) do
     it("report " .. c[1] .. ": " .. c[2], function()
