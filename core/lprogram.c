@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "compat.h"
+#include "diag.h"
 #include "jsonschema.h"
 #include "lerror.h"
 #include "ljson.h"
@@ -534,12 +535,24 @@ static int l_tools(lua_State *L) {
 
 /* program:validate(name, value [, { mode = "input" | "output", root = "..." }])
    -> true [, warnings] | nil, err */
+/* "no schema named 'X'", with the closest declared name when there is one. */
+static int no_schema(lua_State *L, lp_program *lp, int idx) {
+  const char *word = lua_tostring(L, idx);
+  int n = lp->p->nschemas < LIM_SUGGEST_CANDIDATES ? lp->p->nschemas : LIM_SUGGEST_CANDIDATES, k = 0;
+  const char **names = lua_newuserdata(L, sizeof *names * (size_t)(n + 1));
+  for (int i = 0; i < n; i++)
+    if (strncmp(lp->p->schemas[i]->name, "__", 2) != 0) names[k++] = lp->p->schemas[i]->name;
+  const char *best = dg_suggest(word, names, k);
+  if (best) return luaL_argerror(L, idx, lua_pushfstring(L, "no schema named '%s'. Did you mean '%s'?", word, best));
+  return luaL_argerror(L, idx, lua_pushfstring(L, "no schema named '%s'", word));
+}
+
 static int l_validate(lua_State *L) {
   lp_program *lp = lp_check(L, 1);
   luaL_checktype(L, 2, LUA_TSTRING);
   luaL_checkany(L, 3);
   const pm_schema *s = find_schema(L, lp, 2);
-  if (!s) return luaL_argerror(L, 2, lua_pushfstring(L, "no schema named '%s'", lua_tostring(L, 2)));
+  if (!s) return no_schema(L, lp, 2);
   int mode = LV_INPUT;
   const char *root = s->display;
   if (!lua_isnoneornil(L, 4)) {
