@@ -38,7 +38,7 @@ end
 
 -- { [function] = its own instructions } of a callgrind output file.
 local function by_function(out)
-  local annotate = slurp(string.format("callgrind_annotate --inclusive=no --threshold=100 %s 2>/dev/null",
+  local annotate = slurp(string.format("callgrind_annotate --inclusive=no --auto=no --threshold=100 %s 2>/dev/null",
     shell_quote(out)))
   local counts = {}
   for line in annotate:gmatch("[^\n]+") do
