@@ -85,6 +85,11 @@ static void push_literal(lua_State *L, const ast_expr *e, int depth) {
         push_literal(L, x, depth + 1);
         lua_rawseti(L, -2, ++i);
       }
+      if (i == 0) {
+        /* [] prints as [] wherever it is filled, an `any` field too */
+        lj_push_array_mt(L);
+        lua_setmetatable(L, -2);
+      }
       break;
     }
     case EX_OBJECT:
@@ -511,6 +516,8 @@ static void push_copy(lua_State *L, int idx, int depth) {
     lua_rawset(L, dst);
     lua_pop(L, 1);
   }
+  /* a default's only metatable is the JSON array mark */
+  if (lua_getmetatable(L, idx)) lua_setmetatable(L, dst);
 }
 
 static void fill_default(lv_ctx *c, const pm_field *f, int def, int idx) {

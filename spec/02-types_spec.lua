@@ -91,6 +91,13 @@ schema A { n: int @default(2.0), ns: int[] @default([1.0, 2]), doc: Document @de
     assert.are.equal(luma.null, v.any)
   end)
 
+  it("fills an empty array default as an array: it prints as []", function()
+    local program = assert(h.compile("schema A { xs: int[] @default([]), free: any @default([]) }"))
+    local v = {}
+    assert.is_true(program:validate("A", v))
+    assert.are.equal('{"free":[],"xs":[]}', luma.json.encode(v))
+  end)
+
   it("fills a fresh copy of a table default each time", function()
     local program = assert(h.compile("schema A { tags?: string[] @default([\"a\"]) }"))
     local one, two = {}, {}

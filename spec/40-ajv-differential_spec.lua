@@ -196,7 +196,36 @@ end
 local gen_value
 
 -- A value that satisfies t (for a default): nil when the generator has none.
-local function good_value(r, t)
+local function good_value(r, t, depth)
+  depth = depth or 0
+  if depth > 4 then return nil end
+  if t.k == "ref" then return good_value(r, t.def, depth + 1) end
+  if t.k == "union" then
+    -- a member without its tag: luma infers it, and must fill it with the tag
+    return good_value(r, r.pick(t.members), depth + 1)
+  end
+  if t.k == "record" then
+    local members = {}
+    for _, f in ipairs(t.fields) do
+      if not (f.optional or f.default) or r.chance(0.3) then
+        local v = good_value(r, f.t, depth + 1)
+        if not v then return nil end
+        members[#members + 1] = f.name .. ": " .. v
+      end
+    end
+    return "{ " .. table.concat(members, ", ") .. " }"
+  end
+  if t.k == "array" then
+    local n = t.mini or r.int(0, 2)
+    if t.maxi and n > t.maxi then return nil end
+    local items = {}
+    for i = 1, n do
+      items[i] = good_value(r, t.of, depth + 1)
+      if not items[i] then return nil end
+    end
+    return "[" .. table.concat(items, ", ") .. "]"
+  end
+  if t.k == "any" then return r.pick { "null", "1", "2.5", '"s"', "[1, 2]", "{ a: 1 }", "[]" } end
   if t.k == "int" then
     local lo = t.lo and math.ceil(t.lo) or (t.hi and math.floor(t.hi) - 3) or 0
     local hi = t.hi and math.floor(t.hi) or lo + 3
@@ -240,7 +269,7 @@ local function gen_record(r, prog, name, depth)
       elseif f.t.ann then
         anns[#anns + 1] = f.t.ann
       end
-      if not f.optional and f.t.k ~= "array" and r.chance(0.2) then
+      if not f.optional and r.chance(0.2) then
         local d = good_value(r, f.t)
         if d then
           -- fields with a default are named d_*, so that the spec knows what luma may add
