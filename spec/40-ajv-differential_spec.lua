@@ -466,7 +466,6 @@ local function at_path(v, path)
   return v
 end
 
-
 local function is_empty_table(v) return type(v) == "table" and next(v) == nil end
 
 -- What luma changed between the text it was given (raw) and the value it
