@@ -2,6 +2,8 @@
 
 #include <string.h>
 
+#include "luma_limits.h"
+
 /*
  * One canonical JSON Schema per declared schema. References go through
  * "$defs" by schema name; a tagged union is an "anyOf" of its members, each
@@ -102,7 +104,13 @@ static jv *record(js_ctx *c, const pm_schema *s, const char *tag, const char *ta
   for (int i = 0; i < s->nfields; i++) {
     const pm_field *f = &s->fields[i];
     jv *prop = type_schema(c, f->type, f->desc);
-    if (f->default_value) jv_set(prop, "default", literal(c, f->default_value));
+    if (f->default_value) {
+      char why[64];
+      jv *v = f->default_json ? json_parse(c->a, f->default_json, f->default_json_len, LIM_DEFAULT_VALUE_DEPTH + 2, why,
+                                            sizeof why)
+                              : NULL;
+      jv_set(prop, "default", v ? v : literal(c, f->default_value));
+    }
     jv_set(props, f->name, prop);
     if (f->required) jv_push(required, jv_cstr(c->a, f->name));
   }

@@ -61,6 +61,9 @@ typedef struct pm_field {
   pm_type *type;
   const char *desc;
   const ast_expr *default_value;  /* a literal, or NULL */
+  const char *default_json;   /* the default as validation fills it (JSON text), set at load by
+                                 lv_check_defaults; NULL until then */
+  size_t default_json_len;
   int index;
 } pm_field;
 

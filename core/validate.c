@@ -891,6 +891,19 @@ int lv_check_defaults(lv_program *v, lua_State *L, pm_program *p) {
         const lv_issue *e = &res.errors[0];
         dg_error(&p->diag, f->default_value->pos.line, f->default_value->pos.col, "%s %s",
                  e->path ? e->path : root, e->text ? e->text : "is invalid");
+      } else {
+        /* the JSON Schema's "default" is the value as filled (its tag, its integers) */
+        sb_buf b;
+        char why[64];
+        sb_init(&b);
+        lua_rawgeti(L, anchor, r->defaults[j]);
+        if (lj_encode(L, -1, &b, 0, LIM_DEFAULT_VALUE_DEPTH + 1, why, sizeof why) == 0 && !b.failed) {
+          pm_field *mf = (pm_field *)f;
+          mf->default_json = ar_strndup(&p->arena, b.data ? b.data : "null", b.data ? b.len : 4);
+          mf->default_json_len = b.data ? b.len : 4;
+        }
+        lua_pop(L, 1);
+        sb_free(&b);
       }
       lv_result_free(&res);
     }

@@ -24,6 +24,19 @@ describe("the JSON Schema of a tool's input", function()
     assert.are.same({ type = "integer", default = 10 }, schema.properties.limit)
   end)
 
+  it("gives a default as validation fills it: a union member with its tag, an int as an integer", function()
+    local program = luma.compile([[
+schema Invoice { number: string }
+schema Receipt { reference: string }
+schema Document = Invoice | Receipt tagged by kind
+schema A { doc: Document @default({ reference: "r" }), n: int @default(2.0), xs: int[] @default([]) }
+]])
+    local text = program:json_schema("A", { format = "json" })
+    assert.matches('"default": {\n%s*"kind": "Receipt",\n%s*"reference": "r"\n%s*}', text)
+    assert.matches('"default": 2\n', text)
+    assert.matches('"default": %[%]', text)
+  end)
+
   it("puts referenced schemas under $defs, transitively, and only those", function()
     local program = luma.compile([[
 schema Unused { z: int }
