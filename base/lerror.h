@@ -16,7 +16,19 @@ int le_raise(lua_State *L, const char *code, const char *message, int details);
 /* The same for a code of the catalogue, with the code's default retryable. */
 void le_push_code(lua_State *L, le_code code, const char *message, int details);
 int le_raise_code(lua_State *L, le_code code, const char *message, int details);
+/* Whether the value at idx is an error object; a lazy one is completed first,
+   so that the caller may read its fields raw. */
 int le_is_error(lua_State *L, int idx);
+/*
+ * A lazy error: pushes an error with its code and retryable set, whose
+ * message and details are made by fill(L, err, data) the first time any
+ * field of it is read (or it is printed, walked with pairs, or passed to
+ * le_is_error). data is a copy of len bytes that the caller writes through
+ * the pointer returned, before anything else runs on L; fill must set
+ * `message` and `details` raw in the table at stack index err.
+ */
+typedef void (*le_fill)(lua_State *L, int err, const void *data);
+void *le_push_lazy(lua_State *L, const char *code, int retryable, le_fill fill, size_t len);
 /* Pushes the metatable of error objects (made at the first use). */
 void le_push_metatable(lua_State *L);
 /* Sets the module's error functions, and `errors` (the catalogue: { [code] =

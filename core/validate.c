@@ -874,20 +874,32 @@ void lv_push_default(lv_program *v, lua_State *L, const pm_schema *s, int field)
 
 /* ------------------------------------------------- results as Lua values */
 
+/* One { path, message, rule } at index i of the table on top. */
+static void push_issue(lua_State *L, const char *path, const char *text, const char *rule, int i) {
+  lua_createtable(L, 0, 3);
+  lua_pushstring(L, path ? path : "?");
+  lua_setfield(L, -2, "path");
+  lua_pushfstring(L, "%s %s", path ? path : "?", text ? text : "is invalid");
+  lua_setfield(L, -2, "message");
+  if (rule) {
+    lua_pushstring(L, rule);
+    lua_setfield(L, -2, "rule");
+  }
+  lua_rawseti(L, -2, i);
+}
+
 void lv_push_issues(lua_State *L, const lv_issue *list, int n) {
   lua_createtable(L, n, 0);
-  for (int i = 0; i < n; i++) {
-    lua_createtable(L, 0, 3);
-    lua_pushstring(L, list[i].path ? list[i].path : "?");
-    lua_setfield(L, -2, "path");
-    lua_pushfstring(L, "%s %s", list[i].path ? list[i].path : "?", list[i].text ? list[i].text : "is invalid");
-    lua_setfield(L, -2, "message");
-    if (list[i].rule) {
-      lua_pushstring(L, list[i].rule);
-      lua_setfield(L, -2, "rule");
-    }
-    lua_rawseti(L, -2, i + 1);
-  }
+  for (int i = 0; i < n; i++) push_issue(L, list[i].path, list[i].text, list[i].rule, i + 1);
+}
+
+/* The first violation's message becomes the error's: read from the details at idx. */
+static void push_first_message(lua_State *L, int details) {
+  lua_getfield(L, details, "violations");
+  lua_rawgeti(L, -1, 1);
+  lua_getfield(L, -1, "message");
+  lua_replace(L, -3);
+  lua_pop(L, 1);
 }
 
 int lv_push_error(lua_State *L, const char *code, const lv_result *r) {
@@ -904,11 +916,97 @@ int lv_push_error(lua_State *L, const char *code, const lv_result *r) {
     lua_setfield(L, details, "truncated");
   }
   /* the message is the first violation's, already built */
-  lua_getfield(L, details, "violations");
-  lua_rawgeti(L, -1, 1);
-  lua_getfield(L, -1, "message");
+  push_first_message(L, details);
   le_push(L, code, lua_tostring(L, -1), 0, details);
   lua_replace(L, details);
   lua_settop(L, details);
+  return 1;
+}
+
+/* ------------------------------------------------------ the lazy error */
+
+/* A result packed into the lazy error's data: this header, then each error
+   and each warning as an lv_packed followed by its path and text with their
+   NULs, padded to the alignment of a pointer. */
+typedef struct lv_packed_result {
+  int nerrors, nwarnings, truncated;
+} lv_packed_result;
+
+typedef struct lv_packed {
+  const char *rule;           /* a constant of this file */
+  int pathlen, textlen;       /* -1: none */
+} lv_packed;
+
+#define LV_ALIGN(n) (((n) + sizeof(void *) - 1) & ~(sizeof(void *) - 1))
+
+static size_t packed_size(const lv_issue *e) {
+  return LV_ALIGN(sizeof(lv_packed) + (e->path ? strlen(e->path) + 1 : 0) + (e->text ? strlen(e->text) + 1 : 0));
+}
+
+static unsigned char *pack_issue(unsigned char *out, const lv_issue *e) {
+  lv_packed *k = (lv_packed *)(void *)out;
+  unsigned char *at = out + sizeof *k;
+  size_t pathlen = e->path ? strlen(e->path) : 0, textlen = e->text ? strlen(e->text) : 0;
+  k->rule = e->rule;
+  k->pathlen = e->path ? (int)pathlen : -1;
+  k->textlen = e->text ? (int)textlen : -1;
+  if (e->path) { memcpy(at, e->path, pathlen + 1); at += pathlen + 1; }
+  if (e->text) { memcpy(at, e->text, textlen + 1); at += textlen + 1; }
+  return out + LV_ALIGN((size_t)(at - out));
+}
+
+static const unsigned char *push_packed_issues(lua_State *L, const unsigned char *in, int n) {
+  lua_createtable(L, n, 0);
+  for (int i = 0; i < n; i++) {
+    const lv_packed *k = (const lv_packed *)(const void *)in;
+    const char *at = (const char *)(in + sizeof *k);
+    const char *path = k->pathlen >= 0 ? at : NULL;
+    if (path) at += k->pathlen + 1;
+    const char *text = k->textlen >= 0 ? at : NULL;
+    if (text) at += k->textlen + 1;
+    push_issue(L, path, text, k->rule, i + 1);
+    in += LV_ALIGN((size_t)((const unsigned char *)at - in));
+  }
+  return in;
+}
+
+/* le_fill of a validation error: details and message, as lv_push_error makes them. */
+static void fill_error(lua_State *L, int err, const void *data) {
+  const lv_packed_result *h = data;
+  const unsigned char *in = (const unsigned char *)data + LV_ALIGN(sizeof *h);
+  luaL_checkstack(L, 8, "building an error");
+  lua_createtable(L, 0, 3);
+  int details = lua_gettop(L);
+  in = push_packed_issues(L, in, h->nerrors);
+  lua_setfield(L, details, "violations");
+  if (h->nwarnings) {
+    push_packed_issues(L, in, h->nwarnings);
+    lua_setfield(L, details, "warnings");
+  }
+  if (h->truncated) {
+    lua_pushboolean(L, 1);
+    lua_setfield(L, details, "truncated");
+  }
+  lua_pushliteral(L, "message");
+  push_first_message(L, details);
+  lua_rawset(L, err);
+  lua_pushliteral(L, "details");
+  lua_pushvalue(L, details);
+  lua_rawset(L, err);
+  lua_settop(L, details - 1);
+}
+
+int lv_push_lazy_error(lua_State *L, const char *code, const lv_result *r) {
+  size_t len = LV_ALIGN(sizeof(lv_packed_result));
+  for (int i = 0; i < r->nerrors; i++) len += packed_size(&r->errors[i]);
+  for (int i = 0; i < r->nwarnings; i++) len += packed_size(&r->warnings[i]);
+  unsigned char *out = le_push_lazy(L, code, 0, fill_error, len);
+  lv_packed_result *h = (lv_packed_result *)(void *)out;
+  h->nerrors = r->nerrors;
+  h->nwarnings = r->nwarnings;
+  h->truncated = r->truncated;
+  out += LV_ALIGN(sizeof *h);
+  for (int i = 0; i < r->nerrors; i++) out = pack_issue(out, &r->errors[i]);
+  for (int i = 0; i < r->nwarnings; i++) out = pack_issue(out, &r->warnings[i]);
   return 1;
 }

@@ -72,5 +72,8 @@ void lv_push_issues(lua_State *L, const lv_issue *list, int n);
 /* Pushes the structured error of a failed validation, with this code: the
    first violation's message, and details.violations (and warnings). */
 int lv_push_error(lua_State *L, const char *code, const lv_result *r);
+/* The same error, lazily: its message and details are made when first read
+   (base/lerror.h, le_push_lazy), from a copy of r's issues. */
+int lv_push_lazy_error(lua_State *L, const char *code, const lv_result *r);
 
 #endif
