@@ -44,17 +44,16 @@ static const char lazy_key = 0;
 
 typedef struct le_lazy {
   le_fill fill;
+  const char *code;           /* a constant */
+  int retryable;
   /* the caller's data follows, aligned for any type */
   union { double d; void *p; long long i; } data[1];
 } le_lazy;
 
 void *le_push_lazy(lua_State *L, const char *code, int retryable, le_fill fill, size_t len) {
   luaL_checkstack(L, 5, "building an error");
-  lua_createtable(L, 0, 4);
-  lua_pushstring(L, code);
-  lua_setfield(L, -2, "code");
-  lua_pushboolean(L, retryable);
-  lua_setfield(L, -2, "retryable");
+  /* empty until completed: no field is worth its cost before it is read */
+  lua_createtable(L, 0, 0);
   le_push_metatable(L);
   lua_setmetatable(L, -2);
   if (lc_registry_table(L, &lazy_key)) {
@@ -66,6 +65,8 @@ void *le_push_lazy(lua_State *L, const char *code, int retryable, le_fill fill, 
   lua_pushvalue(L, -2);
   le_lazy *z = lua_newuserdata(L, offsetof(le_lazy, data) + (len ? len : 1));
   z->fill = fill;
+  z->code = code;
+  z->retryable = retryable;
   lua_rawset(L, -3);
   lua_pop(L, 1);
   return z->data;
@@ -83,6 +84,10 @@ static int complete(lua_State *L, int idx) {
   lua_pushvalue(L, idx);
   lua_pushnil(L);
   lua_rawset(L, -4);
+  lua_pushstring(L, z->code);
+  lua_setfield(L, idx, "code");
+  lua_pushboolean(L, z->retryable);
+  lua_setfield(L, idx, "retryable");
   z->fill(L, idx, z->data);
   lua_pop(L, 2);
   return 1;

@@ -20,12 +20,12 @@ int le_raise_code(lua_State *L, le_code code, const char *message, int details);
    so that the caller may read its fields raw. */
 int le_is_error(lua_State *L, int idx);
 /*
- * A lazy error: pushes an error with its code and retryable set, whose
- * message and details are made by fill(L, err, data) the first time any
- * field of it is read (or it is printed, walked with pairs, or passed to
- * le_is_error). data is a copy of len bytes that the caller writes through
- * the pointer returned, before anything else runs on L; fill must set
- * `message` and `details` raw in the table at stack index err.
+ * A lazy error: pushes an error that stays an empty table until any field
+ * of it is read (or it is printed, walked with pairs, or passed to
+ * le_is_error). Then `code` (a constant string) and `retryable` are set, and
+ * fill(L, err, data) sets `message` and `details` raw in the table at stack
+ * index err. data is len bytes that the caller writes through the pointer
+ * returned, before anything else runs on L.
  */
 typedef void (*le_fill)(lua_State *L, int err, const void *data);
 void *le_push_lazy(lua_State *L, const char *code, int retryable, le_fill fill, size_t len);

@@ -210,7 +210,21 @@ static int is_ident(const char *s, size_t len) {
 /* Paths deeper than this show their first and last segments only. */
 #define LV_PATH_SHOWN 8
 
-static char *render_path(lv_ctx *c) {
+/* Decimal digits of v into out (21 bytes at least); returns their count. */
+static size_t fmt_int(long long v, char *out) {
+  char tmp[24];
+  size_t n = 0, len = 0;
+  unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+  do { tmp[n++] = (char)('0' + u % 10); u /= 10; } while (u);
+  if (v < 0) out[len++] = '-';
+  while (n) out[len++] = tmp[--n];
+  out[len] = '\0';
+  return len;
+}
+
+/* The path, then a NUL and `text` when text is not NULL: one block, that
+   lv_result_free frees through the path. */
+static char *render_path_text(lv_ctx *c, const char *text) {
   sb_buf b;
   sb_init(&b);
   sb_adds(&b, c->root);
@@ -224,7 +238,11 @@ static char *render_path(lv_ctx *c) {
     if (s->raw) {
       sb_add(&b, s->key, s->len);
     } else if (!s->key) {
-      sb_printf(&b, "[%lld]", (long long)s->index);
+      char num[24];
+      size_t n = fmt_int((long long)s->index, num + 1);
+      num[0] = '[';
+      num[n + 1] = ']';
+      sb_add(&b, num, n + 2);
     } else if (is_ident(s->key, s->len)) {
       sb_addc(&b, '.');
       sb_add(&b, s->key, s->len);
@@ -234,16 +252,22 @@ static char *render_path(lv_ctx *c) {
       sb_addc(&b, ']');
     }
   }
+  if (text) {
+    sb_add(&b, "", 1);
+    sb_adds(&b, text);
+  }
   char *out = b.failed ? NULL : b.data;
   if (!out) sb_free(&b);
   return out;
 }
 
+static char *render_path(lv_ctx *c) { return render_path_text(c, NULL); }
+
 static void add_issue(lv_issue **list, int *n, char *path, char *text, const char *rule, int seq) {
   /* grow at powers of two */
   if ((*n & (*n - 1)) == 0) {
     lv_issue *more = realloc(*list, sizeof **list * (size_t)(*n ? *n * 2 : 1));
-    if (!more) { free(path); free(text); return; }
+    if (!more) { free(path); return; }
     *list = more;
   }
   (*list)[*n].path = path;
@@ -251,6 +275,50 @@ static void add_issue(lv_issue **list, int *n, char *path, char *text, const cha
   (*list)[*n].rule = rule;
   (*list)[*n].seq = seq;
   (*n)++;
+}
+
+/* Whether a broken rule reported now would be recorded (or explain a
+   union); when not, *ret is what reporting it returns, and no text needs to
+   be made: formatting waits until it is known to be needed. */
+static int needs_text(lv_ctx *c, int soft, int *ret) {
+  int warn = soft && c->output;
+  if (c->trial) {
+    if (warn) { *ret = 1; return 0; }
+    if (c->why && !c->why[0]) return 1;
+    c->failed = 1;
+    *ret = 0;
+    return 0;
+  }
+  if (!warn && c->r->nerrors >= c->v->lim.max_violations) {
+    c->failed = 1;
+    *ret = 0;
+    return 0;
+  }
+  return 1;
+}
+
+/* Records a broken rule, after needs_text said so; `soft` ones are warnings
+   on output. Returns 0 for an error, 1 for a warning. */
+static int report_text(lv_ctx *c, int soft, const char *rule, const char *text) {
+  int warn = soft && c->output;
+  if (c->trial) {
+    /* explaining why a union member did not fit */
+    char *path = render_path(c);
+    snprintf(c->why, c->whylen, "%s %s", path ? path : "?", text);
+    free(path);
+    c->failed = 1;
+    return 0;
+  }
+  char *path = render_path_text(c, text);
+  char *stored = path ? path + strlen(path) + 1 : NULL;
+  int seq = c->r->nerrors + c->r->nwarnings;
+  if (warn) {
+    add_issue(&c->r->warnings, &c->r->nwarnings, path, stored, rule, seq);
+    return 1;
+  }
+  add_issue(&c->r->errors, &c->r->nerrors, path, stored, rule, seq);
+  if (c->r->nerrors >= c->v->lim.max_violations) c->failed = c->r->truncated = 1;
+  return 0;
 }
 
 /* Records a broken rule; `soft` ones are warnings on output. Returns 0. */
@@ -261,43 +329,15 @@ static int report(lv_ctx *c, int soft, const char *rule, const char *fmt, ...)
   ;
 
 static int report(lv_ctx *c, int soft, const char *rule, const char *fmt, ...) {
-  int warn = soft && c->output;
-  if (c->trial) {
-    if (warn) return 1;
-    if (c->why && !c->why[0]) {
-      /* explaining why a union member did not fit: only then is it formatted */
-      char buf[300];
-      va_list ap;
-      va_start(ap, fmt);
-      vsnprintf(buf, sizeof buf, fmt, ap);
-      va_end(ap);
-      char *path = render_path(c);
-      snprintf(c->why, c->whylen, "%s %s", path ? path : "?", buf);
-      free(path);
-    }
-    c->failed = 1;
-    return 0;
-  }
-  if (!warn && c->r->nerrors >= c->v->lim.max_violations) {
-    c->failed = 1;
-    return 0;
-  }
+  int ret;
+  if (!needs_text(c, soft, &ret)) return ret;
+  if (!strchr(fmt, '%')) return report_text(c, soft, rule, fmt);
   char buf[1024];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
-  char *text = malloc(strlen(buf) + 1);
-  if (text) strcpy(text, buf);
-  char *path = render_path(c);
-  int seq = c->r->nerrors + c->r->nwarnings;
-  if (warn) {
-    add_issue(&c->r->warnings, &c->r->nwarnings, path, text, rule, seq);
-    return 1;
-  }
-  add_issue(&c->r->errors, &c->r->nerrors, path, text, rule, seq);
-  if (c->r->nerrors >= c->v->lim.max_violations) c->failed = c->r->truncated = 1;
-  return 0;
+  return report_text(c, soft, rule, buf);
 }
 
 /* Stop walking: a trial already failed, or the error cap was reached. */
@@ -306,8 +346,20 @@ static int report(lv_ctx *c, int soft, const char *rule, const char *fmt, ...) {
 /* ----------------------------------------------------------------- scalars */
 
 static void format_num(pm_num n, char out[40]) {
-  if (n.is_int) snprintf(out, 40, "%lld", n.i);
+  if (n.is_int) fmt_int(n.i, out);
   else if (!json_format_number(n.d, out)) snprintf(out, 40, "%g", n.d);
+}
+
+/* "<words> <bound>", made only when it is recorded. */
+static int report_bound(lv_ctx *c, int soft, const char *rule, const char *words, pm_num bound) {
+  int ret;
+  if (!needs_text(c, soft, &ret)) return ret;
+  char text[80];
+  size_t n = strlen(words);
+  memcpy(text, words, n);
+  text[n] = ' ';
+  format_num(bound, text + n + 1);
+  return report_text(c, soft, rule, text);
 }
 
 /* Reads the number at idx once: as an integer when it is one. */
@@ -347,17 +399,27 @@ static int cmp_num(pm_num x, pm_num b) {
 }
 
 static int check_range(lv_ctx *c, const pm_type *t, pm_num x) {
-  char num[40];
   int ok = 1;
-  if ((t->rules & PR_MIN) && cmp_num(x, t->min) < 0) {
-    format_num(t->min, num);
-    ok = report(c, t->soft, "minimum", "must be at least %s", num);
-  }
-  if ((t->rules & PR_MAX) && cmp_num(x, t->max) > 0) {
-    format_num(t->max, num);
-    ok = report(c, t->soft, "maximum", "must be at most %s", num) && ok;
-  }
+  if ((t->rules & PR_MIN) && cmp_num(x, t->min) < 0)
+    ok = report_bound(c, t->soft, "minimum", "must be at least", t->min);
+  if ((t->rules & PR_MAX) && cmp_num(x, t->max) > 0)
+    ok = report_bound(c, t->soft, "maximum", "must be at most", t->max) && ok;
   return ok;
+}
+
+/* u8_count, with ASCII taken eight bytes at a time: a string's characters,
+   or -1 when it is not UTF-8. */
+static long long count_chars(const char *s, size_t len) {
+  size_t i = 0;
+  while (i + 8 <= len) {
+    uint64_t w;
+    memcpy(&w, s + i, 8);
+    if (w & 0x8080808080808080ull) break;
+    i += 8;
+  }
+  if (i == len) return (long long)len;
+  long long rest = u8_count(s + i, len - i);
+  return rest < 0 ? -1 : (long long)i + rest;
 }
 
 static int check_string(lv_ctx *c, const pm_type *t, int idx) {
@@ -365,7 +427,7 @@ static int check_string(lv_ctx *c, const pm_type *t, int idx) {
   const char *s = lua_tolstring(c->L, idx, &len);
   if (len > c->v->lim.max_string_bytes)
     return report(c, 0, "maxLength", "is too long (%zu bytes; the limit is %zu)", len, c->v->lim.max_string_bytes);
-  long long n = u8_count(s, len);
+  long long n = count_chars(s, len);
   if (n < 0) return report(c, 0, "type", "must be valid UTF-8");
   if (!t) return 1;
   int ok = 1;
@@ -379,7 +441,9 @@ static int check_string(lv_ctx *c, const pm_type *t, int idx) {
   } else if (t->rules & PR_PATTERN) {
     int m = lre_search(t->re, s, len);
     if (m < 0) ok = report(c, 0, "pattern", "could not be matched against its pattern (out of memory)") && ok;
-    else if (m == 0) {
+    else if (m == 0 && !needs_text(c, t->soft, &m)) {
+      ok = m && ok;
+    } else if (m == 0) {
       sb_buf b;
       sb_init(&b);
       json_write_string(&b, t->pattern, t->pattern_len > 200 ? 200 : t->pattern_len);
@@ -397,7 +461,8 @@ static int check_enum(lv_ctx *c, const pm_type *t, int idx) {
     for (int i = 0; i < t->nvalues; i++)
       if (t->values[i].len == len && memcmp(t->values[i].s, s, len) == 0) return 1;
   }
-  if (c->trial && !c->why) { c->failed = 1; return 0; }
+  int ret;
+  if (!needs_text(c, 0, &ret)) return ret;
   sb_buf b;
   sb_init(&b);
   for (int i = 0; i < t->nvalues && b.len < 300; i++) {
@@ -825,8 +890,9 @@ int lv_validate_type(lv_program *v, lua_State *L, int idx, const pm_type *t, con
 
 void lv_result_free(lv_result *r) {
   if (!r->errors && !r->warnings) return;
-  for (int i = 0; i < r->nerrors; i++) { free(r->errors[i].path); free(r->errors[i].text); }
-  for (int i = 0; i < r->nwarnings; i++) { free(r->warnings[i].path); free(r->warnings[i].text); }
+  /* a text lives in its path's block */
+  for (int i = 0; i < r->nerrors; i++) free(r->errors[i].path);
+  for (int i = 0; i < r->nwarnings; i++) free(r->warnings[i].path);
   free(r->errors);
   free(r->warnings);
   memset(r, 0, sizeof *r);

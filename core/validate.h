@@ -28,7 +28,7 @@ typedef struct lv_program lv_program;
 
 typedef struct lv_issue {
   char *path;                 /* "calculate.input.a" */
-  char *text;                 /* "must be at most 1000000" */
+  char *text;                 /* "must be at most 1000000", in path's block (NULL with it) */
   const char *rule;           /* JSON Schema keyword it breaks: "maximum", "type", ... */
   int seq;                    /* discovery order, to keep sorting stable */
 } lv_issue;
