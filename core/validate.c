@@ -393,6 +393,11 @@ static int cmp_int_double(long long i, double d) {
 /* Compares a number with a bound, exactly: <0, 0, >0. */
 static int cmp_num(pm_num x, pm_num b) {
   if (x.is_int && b.is_int) return x.i < b.i ? -1 : x.i > b.i;
+  /* an integer within 2^53 is exact as a double (a number of Lua 5.1 is one) */
+  if (b.is_int && b.i >= -9007199254740992LL && b.i <= 9007199254740992LL) {
+    double d = (double)b.i;
+    if (!x.is_int) return x.d < d ? -1 : x.d > d;
+  }
   if (x.is_int) return cmp_int_double(x.i, b.d);
   if (b.is_int) return -cmp_int_double(b.i, x.d);
   return x.d < b.d ? -1 : x.d > b.d;
