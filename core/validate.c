@@ -222,40 +222,68 @@ static size_t fmt_int(long long v, char *out) {
   return len;
 }
 
+/* Where a path is written: a growable buffer, or a fixed one (sb NULL)
+   that sets `over` rather than grow. */
+typedef struct lv_out {
+  sb_buf *sb;
+  char *buf;
+  size_t len, cap;
+  int over;
+} lv_out;
+
+static void out_add(lv_out *o, const char *s, size_t n) {
+  if (o->sb) { sb_add(o->sb, s, n); return; }
+  if (o->over || n >= o->cap - o->len) { o->over = 1; return; }
+  memcpy(o->buf + o->len, s, n);
+  o->len += n;
+}
+
+/* The path, then a NUL and `text` when text is not NULL. */
+static void write_path(lv_ctx *c, const char *text, lv_out *o) {
+  out_add(o, c->root, strlen(c->root));
+  for (int i = 0; i < c->npath; i++) {
+    const lv_seg *s = &c->path[i];
+    char num[32];
+    if (c->npath > 2 * LV_PATH_SHOWN && i == LV_PATH_SHOWN) {
+      size_t n = fmt_int((long long)(c->npath - 2 * LV_PATH_SHOWN), num + 1);
+      num[0] = '<';
+      out_add(o, num, n + 1);
+      out_add(o, " more levels>", 13);
+      i = c->npath - LV_PATH_SHOWN - 1;
+      continue;
+    }
+    if (s->raw) {
+      out_add(o, s->key, s->len);
+    } else if (!s->key) {
+      size_t n = fmt_int((long long)s->index, num + 1);
+      num[0] = '[';
+      num[n + 1] = ']';
+      out_add(o, num, n + 2);
+    } else if (is_ident(s->key, s->len)) {
+      out_add(o, ".", 1);
+      out_add(o, s->key, s->len);
+    } else if (o->sb) {
+      sb_addc(o->sb, '[');
+      json_write_string(o->sb, s->key, s->len > 60 ? 60 : s->len);
+      sb_addc(o->sb, ']');
+    } else {
+      o->over = 1;            /* rare: the growable buffer does it */
+    }
+  }
+  if (text) {
+    out_add(o, "", 1);
+    out_add(o, text, strlen(text));
+  }
+  if (!o->sb && !o->over) o->buf[o->len] = '\0';
+}
+
 /* The path, then a NUL and `text` when text is not NULL: one block, that
    lv_result_free frees through the path. */
 static char *render_path_text(lv_ctx *c, const char *text) {
   sb_buf b;
   sb_init(&b);
-  sb_adds(&b, c->root);
-  for (int i = 0; i < c->npath; i++) {
-    const lv_seg *s = &c->path[i];
-    if (c->npath > 2 * LV_PATH_SHOWN && i == LV_PATH_SHOWN) {
-      sb_printf(&b, "<%d more levels>", c->npath - 2 * LV_PATH_SHOWN);
-      i = c->npath - LV_PATH_SHOWN - 1;
-      continue;
-    }
-    if (s->raw) {
-      sb_add(&b, s->key, s->len);
-    } else if (!s->key) {
-      char num[24];
-      size_t n = fmt_int((long long)s->index, num + 1);
-      num[0] = '[';
-      num[n + 1] = ']';
-      sb_add(&b, num, n + 2);
-    } else if (is_ident(s->key, s->len)) {
-      sb_addc(&b, '.');
-      sb_add(&b, s->key, s->len);
-    } else {
-      sb_addc(&b, '[');
-      json_write_string(&b, s->key, s->len > 60 ? 60 : s->len);
-      sb_addc(&b, ']');
-    }
-  }
-  if (text) {
-    sb_add(&b, "", 1);
-    sb_adds(&b, text);
-  }
+  lv_out o = { &b, NULL, 0, 0, 0 };
+  write_path(c, text, &o);
   char *out = b.failed ? NULL : b.data;
   if (!out) sb_free(&b);
   return out;
@@ -263,11 +291,21 @@ static char *render_path_text(lv_ctx *c, const char *text) {
 
 static char *render_path(lv_ctx *c) { return render_path_text(c, NULL); }
 
-static void add_issue(lv_issue **list, int *n, char *path, char *text, const char *rule, int seq) {
-  /* grow at powers of two */
-  if ((*n & (*n - 1)) == 0) {
-    lv_issue *more = realloc(*list, sizeof **list * (size_t)(*n ? *n * 2 : 1));
-    if (!more) { free(path); return; }
+static void free_path(lv_result *r, char *path) {
+  if (path != r->inline_text) free(path);
+}
+
+static void add_issue(lv_result *r, int warn, char *path, char *text, const char *rule, int seq) {
+  lv_issue **list = warn ? &r->warnings : &r->errors;
+  int *n = warn ? &r->nwarnings : &r->nerrors;
+  if (!warn && *n == 0) {
+    *list = &r->inline_error;   /* the first error: nothing to allocate */
+  } else if ((*n & (*n - 1)) == 0) {
+    /* grow at powers of two */
+    int inline_list = *list == &r->inline_error;
+    lv_issue *more = realloc(inline_list ? NULL : *list, sizeof **list * (size_t)(*n ? *n * 2 : 1));
+    if (!more) { free_path(r, path); return; }
+    if (inline_list) more[0] = r->inline_error;
     *list = more;
   }
   (*list)[*n].path = path;
@@ -309,14 +347,21 @@ static int report_text(lv_ctx *c, int soft, const char *rule, const char *text) 
     c->failed = 1;
     return 0;
   }
-  char *path = render_path_text(c, text);
+  /* the first error's path and text go in the result itself when they fit */
+  char *path = NULL;
+  if (!warn && c->r->nerrors == 0) {
+    lv_out o = { NULL, c->r->inline_text, 0, sizeof c->r->inline_text, 0 };
+    write_path(c, text, &o);
+    if (!o.over) path = c->r->inline_text;
+  }
+  if (!path) path = render_path_text(c, text);
   char *stored = path ? path + strlen(path) + 1 : NULL;
   int seq = c->r->nerrors + c->r->nwarnings;
   if (warn) {
-    add_issue(&c->r->warnings, &c->r->nwarnings, path, stored, rule, seq);
+    add_issue(c->r, 1, path, stored, rule, seq);
     return 1;
   }
-  add_issue(&c->r->errors, &c->r->nerrors, path, stored, rule, seq);
+  add_issue(c->r, 0, path, stored, rule, seq);
   if (c->r->nerrors >= c->v->lim.max_violations) c->failed = c->r->truncated = 1;
   return 0;
 }
@@ -861,7 +906,8 @@ static void init_ctx(lv_ctx *c, lv_program *v, lua_State *L, const char *root, i
   c->r = r;
   c->depth = 0;
   c->npath = 0;
-  memset(r, 0, sizeof *r);
+  r->errors = r->warnings = NULL;
+  r->nerrors = r->nwarnings = r->truncated = 0;
 }
 
 /* Errors come out in a stable order whatever order the table walk took. */
@@ -896,11 +942,12 @@ int lv_validate_type(lv_program *v, lua_State *L, int idx, const pm_type *t, con
 void lv_result_free(lv_result *r) {
   if (!r->errors && !r->warnings) return;
   /* a text lives in its path's block */
-  for (int i = 0; i < r->nerrors; i++) free(r->errors[i].path);
-  for (int i = 0; i < r->nwarnings; i++) free(r->warnings[i].path);
-  free(r->errors);
+  for (int i = 0; i < r->nerrors; i++) free_path(r, r->errors[i].path);
+  for (int i = 0; i < r->nwarnings; i++) free_path(r, r->warnings[i].path);
+  if (r->errors != &r->inline_error) free(r->errors);
   free(r->warnings);
-  memset(r, 0, sizeof *r);
+  r->errors = r->warnings = NULL;
+  r->nerrors = r->nwarnings = r->truncated = 0;
 }
 
 int lv_check_defaults(lv_program *v, lua_State *L, pm_program *p) {

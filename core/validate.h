@@ -37,6 +37,11 @@ typedef struct lv_result {
   lv_issue *errors, *warnings;
   int nerrors, nwarnings;
   int truncated;              /* max_violations was reached and the walk stopped */
+  /* the first error, and its path and text when they fit, are kept here:
+     a failed validation allocates nothing more (errors may point here, so
+     a result is never copied) */
+  lv_issue inline_error;
+  char inline_text[200];
 } lv_result;
 
 enum { LV_INPUT = 0, LV_OUTPUT = 1 };
