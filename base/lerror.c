@@ -84,10 +84,21 @@ static int complete(lua_State *L, int idx) {
   lua_pushvalue(L, idx);
   lua_pushnil(L);
   lua_rawset(L, -4);
-  lua_pushstring(L, z->code);
-  lua_setfield(L, idx, "code");
-  lua_pushboolean(L, z->retryable);
-  lua_setfield(L, idx, "retryable");
+  /* a field the caller set before reading any keeps its value */
+  lua_pushliteral(L, "code");
+  lc_rawget(L, idx);
+  lua_pushliteral(L, "retryable");
+  lc_rawget(L, idx);
+  int code_set = !lua_isnil(L, -2), retryable_set = !lua_isnil(L, -1);
+  lua_pop(L, 2);
+  if (!code_set) {
+    lua_pushstring(L, z->code);
+    lua_setfield(L, idx, "code");
+  }
+  if (!retryable_set) {
+    lua_pushboolean(L, z->retryable);
+    lua_setfield(L, idx, "retryable");
+  }
   z->fill(L, idx, z->data);
   lua_pop(L, 2);
   return 1;

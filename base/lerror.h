@@ -24,8 +24,9 @@ int le_is_error(lua_State *L, int idx);
  * of it is read (or it is printed, walked with pairs, or passed to
  * le_is_error). Then `code` (a constant string) and `retryable` are set, and
  * fill(L, err, data) sets `message` and `details` raw in the table at stack
- * index err. data is len bytes that the caller writes through the pointer
- * returned, before anything else runs on L.
+ * index err, each unless the caller already set it. data is len bytes that
+ * the caller writes through the pointer returned, before anything else runs
+ * on L.
  */
 typedef void (*le_fill)(lua_State *L, int err, const void *data);
 void *le_push_lazy(lua_State *L, const char *code, int retryable, le_fill fill, size_t len);

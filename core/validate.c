@@ -1105,12 +1105,21 @@ static void fill_error(lua_State *L, int err, const void *data) {
     lua_pushboolean(L, 1);
     lua_setfield(L, details, "truncated");
   }
+  /* a field the caller set before reading any keeps its value */
   lua_pushliteral(L, "message");
-  push_first_message(L, details);
-  lua_rawset(L, err);
+  lc_rawget(L, err);
+  if (lua_isnil(L, -1)) {
+    lua_pushliteral(L, "message");
+    push_first_message(L, details);
+    lua_rawset(L, err);
+  }
   lua_pushliteral(L, "details");
-  lua_pushvalue(L, details);
-  lua_rawset(L, err);
+  lc_rawget(L, err);
+  if (lua_isnil(L, -1)) {
+    lua_pushliteral(L, "details");
+    lua_pushvalue(L, details);
+    lua_rawset(L, err);
+  }
   lua_settop(L, details - 1);
 }
 

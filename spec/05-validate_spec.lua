@@ -388,6 +388,17 @@ describe("program:validate", function()
     assert.are.equal("changed", first.message)
     assert.are.equal("A.n must be at least 0", second.message)
   end)
+
+  it("keeps a field set on the error before any was read", function()
+    local _, err = program:validate("__tool_calculate_input", bad)
+    err.message = "mine"
+    err.code = "MINE"
+    assert.are.equal("calculate.input.a", err.details.violations[1].path)
+    assert.are.equal("mine", err.message)
+    assert.are.equal("MINE", err.code)
+    assert.is_false(err.retryable)
+    assert.are.equal("[MINE] mine", tostring(err))
+  end)
 end)
 
 describe("strings that hold NUL (\\u0000) in a program", function()
