@@ -18,7 +18,7 @@
 #define LV_LINEAR_FIELDS 16
 
 typedef struct lv_rec {
-  const char **keys;          /* interned field names, by field index */
+  const void **objs;          /* interned field names as lua_topointer sees them, by field index */
   int *defaults;              /* index in the anchor table, 0 when none */
   unsigned *hash;             /* bigger records: pointer hash -> field index + 1 */
   unsigned hmask;
@@ -48,9 +48,10 @@ static size_t ptr_hash(const void *p) {
   return (size_t)(x ^ (x >> 29));
 }
 
-static const char *intern(lua_State *L, int anchor, int *n, const char *s, size_t len) {
+static const char *intern(lua_State *L, int anchor, int *n, const char *s, size_t len, const void **obj) {
   lua_pushlstring(L, s, len);
   const char *k = lua_tostring(L, -1);
+  if (obj) *obj = lua_topointer(L, -1);
   lua_rawseti(L, anchor, ++*n);
   return k;
 }
@@ -114,15 +115,15 @@ lv_program *lv_bind(lua_State *L, const pm_program *p, const lv_limits *lim) {
     const pm_schema *s = p->schemas[i];
     lv_rec *r = &v->recs[i];
     if (s->is_union) {
-      if (s->tag) r->tag = intern(L, anchor, &n, s->tag, strlen(s->tag));
+      if (s->tag) r->tag = intern(L, anchor, &n, s->tag, strlen(s->tag), NULL);
       continue;
     }
-    r->keys = calloc((size_t)s->nfields + 1, sizeof *r->keys);
+    r->objs = calloc((size_t)s->nfields + 1, sizeof *r->objs);
     r->defaults = calloc((size_t)s->nfields + 1, sizeof *r->defaults);
-    if (!r->keys || !r->defaults) goto fail;
+    if (!r->objs || !r->defaults) goto fail;
     for (int j = 0; j < s->nfields; j++) {
       const pm_field *f = &s->fields[j];
-      r->keys[j] = intern(L, anchor, &n, f->name, f->len);
+      intern(L, anchor, &n, f->name, f->len, &r->objs[j]);
       if (f->default_value) {
         push_literal(L, f->default_value, 0);
         lua_rawseti(L, anchor, ++n);
@@ -136,7 +137,7 @@ lv_program *lv_bind(lua_State *L, const pm_program *p, const lv_limits *lim) {
       if (!r->hash) goto fail;
       r->hmask = cap - 1;
       for (int j = 0; j < s->nfields; j++) {
-        size_t h = ptr_hash(r->keys[j]) & r->hmask;
+        size_t h = ptr_hash(r->objs[j]) & r->hmask;
         while (r->hash[h]) h = (h + 1) & r->hmask;
         r->hash[h] = (unsigned)j + 1;
       }
@@ -156,7 +157,7 @@ void lv_free(lua_State *L, lv_program *v) {
   if (L && v->anchor != LUA_NOREF && v->anchor != LUA_REFNIL) luaL_unref(L, LUA_REGISTRYINDEX, v->anchor);
   if (v->recs)
     for (int i = 0; i < v->p->nschemas; i++) {
-      free(v->recs[i].keys);
+      free(v->recs[i].objs);
       free(v->recs[i].defaults);
       free(v->recs[i].hash);
     }
@@ -597,15 +598,23 @@ static int check_json(lv_ctx *c, int idx) {
 }
 
 /* Finds the field named by the string key at -2, by interned pointer first. */
-static int find_field(const pm_schema *s, const lv_rec *r, const char *k, size_t len) {
+/* The field whose interned name is the object o (lua_topointer of a key,
+   NULL for a number or a boolean), or -1: no other key is that object, as
+   the anchor keeps the names alive. */
+static int find_object(const pm_schema *s, const lv_rec *r, const void *o) {
   if (r->hash) {
-    for (size_t h = ptr_hash(k) & r->hmask; r->hash[h]; h = (h + 1) & r->hmask)
-      if (r->keys[r->hash[h] - 1] == k) return (int)r->hash[h] - 1;
+    for (size_t h = ptr_hash(o) & r->hmask; r->hash[h]; h = (h + 1) & r->hmask)
+      if (r->objs[r->hash[h] - 1] == o) return (int)r->hash[h] - 1;
   } else {
     for (int i = 0; i < s->nfields; i++)
-      if (r->keys[i] == k) return i;
+      if (r->objs[i] == o) return i;
   }
-  /* a long string, or a Lua that interns differently: compare contents */
+  return -1;
+}
+
+/* A string key that is not an interned name (a long string, or a Lua that
+   interns differently): the field of that name, or -1. */
+static int find_field(const pm_schema *s, const char *k, size_t len) {
   for (int i = 0; i < s->nfields; i++)
     if (s->fields[i].len == len && memcmp(s->fields[i].name, k, len) == 0) return i;
   return -1;
@@ -676,10 +685,16 @@ static int check_record(lv_ctx *c, const pm_schema *s, int idx, const char *tag)
   int top = lua_gettop(L) + 2;   /* where lua_next leaves the value */
   lua_pushnil(L);
   while (lua_next(L, idx)) {
-    if (lua_type(L, top - 1) == LUA_TSTRING) {
-      size_t len;
-      const char *k = lua_tolstring(L, top - 1, &len);
-      int i = find_field(s, r, k, len);
+    /* a field's name is found by the string object, without reading it */
+    int i = find_object(s, r, lua_topointer(L, top - 1)), string = i >= 0;
+    size_t len = 0;
+    const char *k = NULL;
+    if (!string && lua_type(L, top - 1) == LUA_TSTRING) {
+      string = 1;
+      k = lua_tolstring(L, top - 1, &len);
+      i = find_field(s, k, len);
+    }
+    if (string) {
       if (i >= 0) {
         const pm_field *f = &s->fields[i];
         int vtype = lua_type(L, top);
