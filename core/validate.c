@@ -505,8 +505,8 @@ static int check_string(lv_ctx *c, const pm_type *t, int idx) {
   return ok;
 }
 
-static int check_enum(lv_ctx *c, const pm_type *t, int idx) {
-  if (lua_type(c->L, idx) == LUA_TSTRING) {
+static int check_enum(lv_ctx *c, const pm_type *t, int idx, int type) {
+  if (type == LUA_TSTRING) {
     size_t len;
     const char *s = lua_tolstring(c->L, idx, &len);
     for (int i = 0; i < t->nvalues; i++)
@@ -889,7 +889,7 @@ static int check_value(lv_ctx *c, const pm_type *t, int idx, int type, int paren
     case PT_BOOL:
       return type == LUA_TBOOLEAN ? 1 : report(c, 0, "type", "must be a boolean");
     case PT_ENUM:
-      return check_enum(c, t, idx);
+      return check_enum(c, t, idx, type);
     case PT_ANY:
       return check_json(c, idx);
     case PT_ARRAY:
