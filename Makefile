@@ -205,11 +205,26 @@ $(BUILD)/bench_stores: bench/stores/run.c $(CORE_OBJ)
 $(BUILD)/bench_scale: bench/scale/run.c $(LIBLUMA)
 	$(CC) $(CSTD) $(WARN) $(CFLAGS) $(SANFLAGS) -Icore -o $@ $< -L$(BUILD) -lluma -Wl,-rpath,$(abspath $(BUILD))
 
-bench: all $(BUILD)/bench_stores $(BUILD)/bench_scale
+# luma.core built against LuaJIT's headers (as spec/08 does), for
+# bench/validate to run under `luajit` too: $(JIT_BUILD)/luma/core.so.
+JIT_INCDIR ?= /usr/include/luajit-2.1
+JIT_BUILD  = $(BUILD)/jit
+JIT_OBJ    = $(CORE_SRC:%.c=$(JIT_BUILD)/obj/%.o)
+
+$(JIT_BUILD)/obj/%.o: %.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CSTD) $(WARN) $(CFLAGS) $(SANFLAGS) -fPIC -fvisibility=hidden -I$(JIT_INCDIR) \
+	  $(INC_$(firstword $(subst /, ,$*))) -c $< -o $@
+
+$(JIT_BUILD)/luma/core.so: $(JIT_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) -shared $(LDFLAGS) -o $@ $(JIT_OBJ) $(LIBS)
+
+bench: all $(BUILD)/bench_stores $(BUILD)/bench_scale $(JIT_BUILD)/luma/core.so
 	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES="$(BENCH_PACKAGES)"
 	@tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/luma-bench-XXXXXX") && $(BUILD)/bench_stores "$$tmp"; status=$$?; rm -rf "$$tmp"; exit $$status
 	@tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/luma-bench-XXXXXX") && $(BUILD)/bench_scale "$$tmp"; status=$$?; rm -rf "$$tmp"; exit $$status
-	LUMA_BUILD=$(BUILD) $(LUA) bench/validate/run.lua
+	LUMA_BUILD=$(BUILD) LUMA_JIT_BUILD=$(JIT_BUILD) $(LUA) bench/validate/run.lua
 	LUMA_BUILD=$(BUILD) $(LUA) bench/pipeline/run.lua
 	LUMA_BUILD=$(BUILD) $(LUA) bench/sandbox/run.lua
 	LUMA_BUILD=$(BUILD) $(LUA) bench/agent/run.lua

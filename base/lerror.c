@@ -1,5 +1,6 @@
 #include "lerror.h"
 
+#include <stddef.h>
 #include <string.h>
 
 #include "compat.h"
@@ -36,13 +37,109 @@ int le_raise_code(lua_State *L, le_code code, const char *message, int details) 
   return lua_error(L);
 }
 
+/* Lazy errors: a weak-keyed registry table maps each one not yet completed
+   to a userdata holding its fill function and data. Nothing is stored in
+   the error itself, so a completed error is an ordinary one. */
+static const char lazy_key = 0;
+
+typedef struct le_lazy {
+  le_fill fill;
+  const char *code;           /* a constant */
+  int retryable;
+  /* the caller's data follows, aligned for any type */
+  union { double d; void *p; long long i; } data[1];
+} le_lazy;
+
+void *le_push_lazy(lua_State *L, const char *code, int retryable, le_fill fill, size_t len) {
+  luaL_checkstack(L, 5, "building an error");
+  /* empty until completed: no field is worth its cost before it is read */
+  lua_createtable(L, 0, 0);
+  le_push_metatable(L);
+  lua_setmetatable(L, -2);
+  if (lc_registry_table(L, &lazy_key)) {
+    lua_createtable(L, 0, 1);
+    lua_pushliteral(L, "k");
+    lua_setfield(L, -2, "__mode");
+    lua_setmetatable(L, -2);
+  }
+  lua_pushvalue(L, -2);
+  le_lazy *z = lua_newuserdata(L, offsetof(le_lazy, data) + (len ? len : 1));
+  z->fill = fill;
+  z->code = code;
+  z->retryable = retryable;
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+  return z->data;
+}
+
+/* Completes the lazy error at idx (absolute); 0 when it is not one. */
+static int complete(lua_State *L, int idx) {
+  lua_pushlightuserdata(L, (void *)&lazy_key);
+  if (lc_rawget(L, LUA_REGISTRYINDEX) != LUA_TTABLE) { lua_pop(L, 1); return 0; }
+  lua_pushvalue(L, idx);
+  lc_rawget(L, -2);
+  le_lazy *z = lua_touserdata(L, -1);
+  if (!z) { lua_pop(L, 2); return 0; }
+  /* forgotten first, so that reading the error while it is filled is plain */
+  lua_pushvalue(L, idx);
+  lua_pushnil(L);
+  lua_rawset(L, -4);
+  /* a field the caller set before reading any keeps its value */
+  lua_pushliteral(L, "code");
+  lc_rawget(L, idx);
+  lua_pushliteral(L, "retryable");
+  lc_rawget(L, idx);
+  int code_set = !lua_isnil(L, -2), retryable_set = !lua_isnil(L, -1);
+  lua_pop(L, 2);
+  if (!code_set) {
+    lua_pushstring(L, z->code);
+    lua_setfield(L, idx, "code");
+  }
+  if (!retryable_set) {
+    lua_pushboolean(L, z->retryable);
+    lua_setfield(L, idx, "retryable");
+  }
+  z->fill(L, idx, z->data);
+  lua_pop(L, 2);
+  return 1;
+}
+
 int le_is_error(lua_State *L, int idx) {
+  idx = lc_absindex(L, idx);
   if (!lua_getmetatable(L, idx)) return 0;
   le_push_metatable(L);
   int same = lua_rawequal(L, -1, -2);
   lua_pop(L, 2);
+  if (same && lua_type(L, idx) == LUA_TTABLE) complete(L, idx);
   return same;
 }
+
+/* __index: only a field that is not there gets here */
+static int error_index(lua_State *L) {
+  if (!complete(L, 1)) return 0;
+  lua_settop(L, 2);
+  lc_rawget(L, 1);
+  return 1;
+}
+
+#if LUA_VERSION_NUM >= 502
+static int error_next(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_settop(L, 2);
+  if (lua_next(L, 1)) return 2;
+  lua_pushnil(L);
+  return 1;
+}
+
+static int error_pairs(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  complete(L, 1);
+  lua_pushcfunction(L, error_next);
+  lua_pushvalue(L, 1);
+  lua_pushnil(L);
+  return 3;
+}
+#endif
 
 /* Reads fields raw: an error object never runs code of its own when printed. */
 static const char *raw_string(lua_State *L, int t, const char *key, const char *fallback) {
@@ -55,6 +152,7 @@ static const char *raw_string(lua_State *L, int t, const char *key, const char *
 
 static int error_tostring(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
+  complete(L, 1);
   const char *code = raw_string(L, 1, "code", "ERROR");
   const char *message = raw_string(L, 1, "message", "");
   lua_pushfstring(L, "[%s] %s", code, message);
@@ -69,6 +167,12 @@ void le_push_metatable(lua_State *L) {
   if (!lc_registry_table(L, &metatable_key)) return;
   lua_pushcfunction(L, error_tostring);
   lua_setfield(L, -2, "__tostring");
+  lua_pushcfunction(L, error_index);
+  lua_setfield(L, -2, "__index");
+#if LUA_VERSION_NUM >= 502
+  lua_pushcfunction(L, error_pairs);
+  lua_setfield(L, -2, "__pairs");
+#endif
   lua_pushstring(L, LE_METATABLE);
   lua_setfield(L, -2, "__name");
   lua_pushboolean(L, 0);

@@ -1,6 +1,7 @@
 -- What the benchmarks in bench/*/ share: the module paths of the build, the
 -- timing protocol, and helpers for files, the shell and numbers. A script in
--- bench/<name>/ loads it with dofile(here .. "/../common.lua").
+-- bench/<name>/ loads it with dofile(here .. "/../common.lua"). It runs on
+-- Lua 5.4 and on LuaJIT (bench/validate times both).
 local common = {}
 
 local RUNS = 7
@@ -57,8 +58,15 @@ function common.measure(loop, check)
     check(passed, n)
     rates[i] = n / t
   end
-  table.sort(rates)
-  return rates[(RUNS + 1) // 2]
+  return common.median(rates)
+end
+
+-- The median of a list of numbers (the lower middle one of an even count).
+function common.median(list)
+  local sorted = {}
+  for i, x in ipairs(list) do sorted[i] = x end
+  table.sort(sorted)
+  return sorted[math.floor((#sorted + 1) / 2)]
 end
 
 -- A command's output, and whether it exited with 0.

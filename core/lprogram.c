@@ -569,7 +569,7 @@ static int l_validate(lua_State *L) {
   int errors = lv_validate(lp->v, L, 3, s, root, mode, &r);
   if (errors) {
     lua_pushnil(L);
-    lv_push_error(L, "VALIDATION_FAILED", &r);
+    lv_push_lazy_error(L, "VALIDATION_FAILED", &r);
     lv_result_free(&r);
     return 2;
   }

@@ -19,7 +19,7 @@
 #define LV_LINEAR_FIELDS 16
 
 typedef struct lv_rec {
-  const char **keys;          /* interned field names, by field index */
+  const void **objs;          /* interned field names as lua_topointer sees them, by field index */
   int *defaults;              /* index in the anchor table, 0 when none */
   unsigned *hash;             /* bigger records: pointer hash -> field index + 1 */
   unsigned hmask;
@@ -49,9 +49,10 @@ static size_t ptr_hash(const void *p) {
   return (size_t)(x ^ (x >> 29));
 }
 
-static const char *intern(lua_State *L, int anchor, int *n, const char *s, size_t len) {
+static const char *intern(lua_State *L, int anchor, int *n, const char *s, size_t len, const void **obj) {
   lua_pushlstring(L, s, len);
   const char *k = lua_tostring(L, -1);
+  if (obj) *obj = lua_topointer(L, -1);
   lua_rawseti(L, anchor, ++*n);
   return k;
 }
@@ -120,15 +121,15 @@ lv_program *lv_bind(lua_State *L, const pm_program *p, const lv_limits *lim) {
     const pm_schema *s = p->schemas[i];
     lv_rec *r = &v->recs[i];
     if (s->is_union) {
-      if (s->tag) r->tag = intern(L, anchor, &n, s->tag, strlen(s->tag));
+      if (s->tag) r->tag = intern(L, anchor, &n, s->tag, strlen(s->tag), NULL);
       continue;
     }
-    r->keys = calloc((size_t)s->nfields + 1, sizeof *r->keys);
+    r->objs = calloc((size_t)s->nfields + 1, sizeof *r->objs);
     r->defaults = calloc((size_t)s->nfields + 1, sizeof *r->defaults);
-    if (!r->keys || !r->defaults) goto fail;
+    if (!r->objs || !r->defaults) goto fail;
     for (int j = 0; j < s->nfields; j++) {
       const pm_field *f = &s->fields[j];
-      r->keys[j] = intern(L, anchor, &n, f->name, f->len);
+      intern(L, anchor, &n, f->name, f->len, &r->objs[j]);
       if (f->default_value) {
         push_literal(L, f->default_value, 0);
         lua_rawseti(L, anchor, ++n);
@@ -142,7 +143,7 @@ lv_program *lv_bind(lua_State *L, const pm_program *p, const lv_limits *lim) {
       if (!r->hash) goto fail;
       r->hmask = cap - 1;
       for (int j = 0; j < s->nfields; j++) {
-        size_t h = ptr_hash(r->keys[j]) & r->hmask;
+        size_t h = ptr_hash(r->objs[j]) & r->hmask;
         while (r->hash[h]) h = (h + 1) & r->hmask;
         r->hash[h] = (unsigned)j + 1;
       }
@@ -162,7 +163,7 @@ void lv_free(lua_State *L, lv_program *v) {
   if (L && v->anchor != LUA_NOREF && v->anchor != LUA_REFNIL) luaL_unref(L, LUA_REGISTRYINDEX, v->anchor);
   if (v->recs)
     for (int i = 0; i < v->p->nschemas; i++) {
-      free(v->recs[i].keys);
+      free(v->recs[i].objs);
       free(v->recs[i].defaults);
       free(v->recs[i].hash);
     }
@@ -216,40 +217,102 @@ static int is_ident(const char *s, size_t len) {
 /* Paths deeper than this show their first and last segments only. */
 #define LV_PATH_SHOWN 8
 
-static char *render_path(lv_ctx *c) {
-  sb_buf b;
-  sb_init(&b);
-  sb_adds(&b, c->root);
+/* Decimal digits of v into out (21 bytes at least); returns their count. */
+static size_t fmt_int(long long v, char *out) {
+  char tmp[24];
+  size_t n = 0, len = 0;
+  unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+  do { tmp[n++] = (char)('0' + u % 10); u /= 10; } while (u);
+  if (v < 0) out[len++] = '-';
+  while (n) out[len++] = tmp[--n];
+  out[len] = '\0';
+  return len;
+}
+
+/* Where a path is written: a growable buffer, or a fixed one (sb NULL)
+   that sets `over` rather than grow. */
+typedef struct lv_out {
+  sb_buf *sb;
+  char *buf;
+  size_t len, cap;
+  int over;
+} lv_out;
+
+static void out_add(lv_out *o, const char *s, size_t n) {
+  if (o->sb) { sb_add(o->sb, s, n); return; }
+  if (o->over || n >= o->cap - o->len) { o->over = 1; return; }
+  memcpy(o->buf + o->len, s, n);
+  o->len += n;
+}
+
+/* The path, then a NUL and `text` when text is not NULL. */
+static void write_path(lv_ctx *c, const char *text, lv_out *o) {
+  out_add(o, c->root, strlen(c->root));
   for (int i = 0; i < c->npath; i++) {
     const lv_seg *s = &c->path[i];
+    char num[32];
     if (c->npath > 2 * LV_PATH_SHOWN && i == LV_PATH_SHOWN) {
-      sb_printf(&b, "<%d more levels>", c->npath - 2 * LV_PATH_SHOWN);
+      size_t n = fmt_int((long long)(c->npath - 2 * LV_PATH_SHOWN), num + 1);
+      num[0] = '<';
+      out_add(o, num, n + 1);
+      out_add(o, " more levels>", 13);
       i = c->npath - LV_PATH_SHOWN - 1;
       continue;
     }
     if (s->raw) {
-      sb_add(&b, s->key, s->len);
+      out_add(o, s->key, s->len);
     } else if (!s->key) {
-      sb_printf(&b, "[%lld]", (long long)s->index);
+      size_t n = fmt_int((long long)s->index, num + 1);
+      num[0] = '[';
+      num[n + 1] = ']';
+      out_add(o, num, n + 2);
     } else if (is_ident(s->key, s->len)) {
-      sb_addc(&b, '.');
-      sb_add(&b, s->key, s->len);
+      out_add(o, ".", 1);
+      out_add(o, s->key, s->len);
+    } else if (o->sb) {
+      sb_addc(o->sb, '[');
+      json_write_string(o->sb, s->key, s->len > 60 ? 60 : s->len);
+      sb_addc(o->sb, ']');
     } else {
-      sb_addc(&b, '[');
-      json_write_string(&b, s->key, s->len > 60 ? 60 : s->len);
-      sb_addc(&b, ']');
+      o->over = 1;            /* rare: the growable buffer does it */
     }
   }
+  if (text) {
+    out_add(o, "", 1);
+    out_add(o, text, strlen(text));
+  }
+  if (!o->sb && !o->over) o->buf[o->len] = '\0';
+}
+
+/* The path, then a NUL and `text` when text is not NULL: one block, that
+   lv_result_free frees through the path. */
+static char *render_path_text(lv_ctx *c, const char *text) {
+  sb_buf b;
+  sb_init(&b);
+  lv_out o = { &b, NULL, 0, 0, 0 };
+  write_path(c, text, &o);
   char *out = b.failed ? NULL : b.data;
   if (!out) sb_free(&b);
   return out;
 }
 
-static void add_issue(lv_issue **list, int *n, char *path, char *text, const char *rule, int seq) {
-  /* grow at powers of two */
-  if ((*n & (*n - 1)) == 0) {
-    lv_issue *more = realloc(*list, sizeof **list * (size_t)(*n ? *n * 2 : 1));
-    if (!more) { free(path); free(text); return; }
+static char *render_path(lv_ctx *c) { return render_path_text(c, NULL); }
+
+static void free_path(lv_result *r, char *path) {
+  if (path != r->inline_text) free(path);
+}
+
+static void add_issue(lv_result *r, int warn, char *path, char *text, const char *rule, int seq) {
+  lv_issue **list = warn ? &r->warnings : &r->errors;
+  int *n = warn ? &r->nwarnings : &r->nerrors;
+  if (!warn && *n == 0) {
+    *list = &r->inline_error;   /* the first error: nothing to allocate */
+  } else if ((*n & (*n - 1)) == 0) {
+    /* grow at powers of two */
+    int inline_list = *list == &r->inline_error;
+    lv_issue *more = realloc(inline_list ? NULL : *list, sizeof **list * (size_t)(*n ? *n * 2 : 1));
+    if (!more) { free_path(r, path); return; }
+    if (inline_list) more[0] = r->inline_error;
     *list = more;
   }
   (*list)[*n].path = path;
@@ -257,6 +320,57 @@ static void add_issue(lv_issue **list, int *n, char *path, char *text, const cha
   (*list)[*n].rule = rule;
   (*list)[*n].seq = seq;
   (*n)++;
+}
+
+/* Whether a broken rule reported now would be recorded (or explain a
+   union); when not, *ret is what reporting it returns, and no text needs to
+   be made: formatting waits until it is known to be needed. */
+static int needs_text(lv_ctx *c, int soft, int *ret) {
+  int warn = soft && c->output;
+  if (c->trial) {
+    if (warn) { *ret = 1; return 0; }
+    if (c->why && !c->why[0]) return 1;
+    c->failed = 1;
+    *ret = 0;
+    return 0;
+  }
+  if (!warn && c->r->nerrors >= c->v->lim.max_violations) {
+    c->failed = 1;
+    *ret = 0;
+    return 0;
+  }
+  return 1;
+}
+
+/* Records a broken rule, after needs_text said so; `soft` ones are warnings
+   on output. Returns 0 for an error, 1 for a warning. */
+static int report_text(lv_ctx *c, int soft, const char *rule, const char *text) {
+  int warn = soft && c->output;
+  if (c->trial) {
+    /* explaining why a union member did not fit */
+    char *path = render_path(c);
+    snprintf(c->why, c->whylen, "%s %s", path ? path : "?", text);
+    free(path);
+    c->failed = 1;
+    return 0;
+  }
+  /* the first error's path and text go in the result itself when they fit */
+  char *path = NULL;
+  if (!warn && c->r->nerrors == 0) {
+    lv_out o = { NULL, c->r->inline_text, 0, sizeof c->r->inline_text, 0 };
+    write_path(c, text, &o);
+    if (!o.over) path = c->r->inline_text;
+  }
+  if (!path) path = render_path_text(c, text);
+  char *stored = path ? path + strlen(path) + 1 : NULL;
+  int seq = c->r->nerrors + c->r->nwarnings;
+  if (warn) {
+    add_issue(c->r, 1, path, stored, rule, seq);
+    return 1;
+  }
+  add_issue(c->r, 0, path, stored, rule, seq);
+  if (c->r->nerrors >= c->v->lim.max_violations) c->failed = c->r->truncated = 1;
+  return 0;
 }
 
 /* Records a broken rule; `soft` ones are warnings on output. Returns 0. */
@@ -267,43 +381,15 @@ static int report(lv_ctx *c, int soft, const char *rule, const char *fmt, ...)
   ;
 
 static int report(lv_ctx *c, int soft, const char *rule, const char *fmt, ...) {
-  int warn = soft && c->output;
-  if (c->trial) {
-    if (warn) return 1;
-    if (c->why && !c->why[0]) {
-      /* explaining why a union member did not fit: only then is it formatted */
-      char buf[300];
-      va_list ap;
-      va_start(ap, fmt);
-      vsnprintf(buf, sizeof buf, fmt, ap);
-      va_end(ap);
-      char *path = render_path(c);
-      snprintf(c->why, c->whylen, "%s %s", path ? path : "?", buf);
-      free(path);
-    }
-    c->failed = 1;
-    return 0;
-  }
-  if (!warn && c->r->nerrors >= c->v->lim.max_violations) {
-    c->failed = 1;
-    return 0;
-  }
+  int ret;
+  if (!needs_text(c, soft, &ret)) return ret;
+  if (!strchr(fmt, '%')) return report_text(c, soft, rule, fmt);
   char buf[1024];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
-  char *text = malloc(strlen(buf) + 1);
-  if (text) strcpy(text, buf);
-  char *path = render_path(c);
-  int seq = c->r->nerrors + c->r->nwarnings;
-  if (warn) {
-    add_issue(&c->r->warnings, &c->r->nwarnings, path, text, rule, seq);
-    return 1;
-  }
-  add_issue(&c->r->errors, &c->r->nerrors, path, text, rule, seq);
-  if (c->r->nerrors >= c->v->lim.max_violations) c->failed = c->r->truncated = 1;
-  return 0;
+  return report_text(c, soft, rule, buf);
 }
 
 /* Stop walking: a trial already failed, or the error cap was reached. */
@@ -312,8 +398,20 @@ static int report(lv_ctx *c, int soft, const char *rule, const char *fmt, ...) {
 /* ----------------------------------------------------------------- scalars */
 
 static void format_num(pm_num n, char out[40]) {
-  if (n.is_int) snprintf(out, 40, "%lld", n.i);
+  if (n.is_int) fmt_int(n.i, out);
   else if (!json_format_number(n.d, out)) snprintf(out, 40, "%g", n.d);
+}
+
+/* "<words> <bound>", made only when it is recorded. */
+static int report_bound(lv_ctx *c, int soft, const char *rule, const char *words, pm_num bound) {
+  int ret;
+  if (!needs_text(c, soft, &ret)) return ret;
+  char text[80];
+  size_t n = strlen(words);
+  memcpy(text, words, n);
+  text[n] = ' ';
+  format_num(bound, text + n + 1);
+  return report_text(c, soft, rule, text);
 }
 
 /* Reads the number at idx once: as an integer when it is one. */
@@ -347,23 +445,38 @@ static int cmp_int_double(long long i, double d) {
 /* Compares a number with a bound, exactly: <0, 0, >0. */
 static int cmp_num(pm_num x, pm_num b) {
   if (x.is_int && b.is_int) return x.i < b.i ? -1 : x.i > b.i;
+  /* an integer within 2^53 is exact as a double (a number of Lua 5.1 is one) */
+  if (b.is_int && b.i >= -9007199254740992LL && b.i <= 9007199254740992LL) {
+    double d = (double)b.i;
+    if (!x.is_int) return x.d < d ? -1 : x.d > d;
+  }
   if (x.is_int) return cmp_int_double(x.i, b.d);
   if (b.is_int) return -cmp_int_double(b.i, x.d);
   return x.d < b.d ? -1 : x.d > b.d;
 }
 
 static int check_range(lv_ctx *c, const pm_type *t, pm_num x) {
-  char num[40];
   int ok = 1;
-  if ((t->rules & PR_MIN) && cmp_num(x, t->min) < 0) {
-    format_num(t->min, num);
-    ok = report(c, t->soft, "minimum", "must be at least %s", num);
-  }
-  if ((t->rules & PR_MAX) && cmp_num(x, t->max) > 0) {
-    format_num(t->max, num);
-    ok = report(c, t->soft, "maximum", "must be at most %s", num) && ok;
-  }
+  if ((t->rules & PR_MIN) && cmp_num(x, t->min) < 0)
+    ok = report_bound(c, t->soft, "minimum", "must be at least", t->min);
+  if ((t->rules & PR_MAX) && cmp_num(x, t->max) > 0)
+    ok = report_bound(c, t->soft, "maximum", "must be at most", t->max) && ok;
   return ok;
+}
+
+/* u8_count, with ASCII taken eight bytes at a time: a string's characters,
+   or -1 when it is not UTF-8. */
+static long long count_chars(const char *s, size_t len) {
+  size_t i = 0;
+  while (i + 8 <= len) {
+    uint64_t w;
+    memcpy(&w, s + i, 8);
+    if (w & 0x8080808080808080ull) break;
+    i += 8;
+  }
+  if (i == len) return (long long)len;
+  long long rest = u8_count(s + i, len - i);
+  return rest < 0 ? -1 : (long long)i + rest;
 }
 
 static int check_string(lv_ctx *c, const pm_type *t, int idx) {
@@ -371,7 +484,7 @@ static int check_string(lv_ctx *c, const pm_type *t, int idx) {
   const char *s = lua_tolstring(c->L, idx, &len);
   if (len > c->v->lim.max_string_bytes)
     return report(c, 0, "maxLength", "is too long (%zu bytes; the limit is %zu)", len, c->v->lim.max_string_bytes);
-  long long n = u8_count(s, len);
+  long long n = count_chars(s, len);
   if (n < 0) return report(c, 0, "type", "must be valid UTF-8");
   if (!t) return 1;
   int ok = 1;
@@ -385,7 +498,9 @@ static int check_string(lv_ctx *c, const pm_type *t, int idx) {
   } else if (t->rules & PR_PATTERN) {
     int m = lre_search(t->re, s, len);
     if (m < 0) ok = report(c, 0, "pattern", "could not be matched against its pattern (out of memory)") && ok;
-    else if (m == 0) {
+    else if (m == 0 && !needs_text(c, t->soft, &m)) {
+      ok = m && ok;
+    } else if (m == 0) {
       sb_buf b;
       sb_init(&b);
       json_write_string(&b, t->pattern, t->pattern_len > 200 ? 200 : t->pattern_len);
@@ -396,14 +511,15 @@ static int check_string(lv_ctx *c, const pm_type *t, int idx) {
   return ok;
 }
 
-static int check_enum(lv_ctx *c, const pm_type *t, int idx) {
-  if (lua_type(c->L, idx) == LUA_TSTRING) {
+static int check_enum(lv_ctx *c, const pm_type *t, int idx, int type) {
+  if (type == LUA_TSTRING) {
     size_t len;
     const char *s = lua_tolstring(c->L, idx, &len);
     for (int i = 0; i < t->nvalues; i++)
       if (t->values[i].len == len && memcmp(t->values[i].s, s, len) == 0) return 1;
   }
-  if (c->trial && !c->why) { c->failed = 1; return 0; }
+  int ret;
+  if (!needs_text(c, 0, &ret)) return ret;
   sb_buf b;
   sb_init(&b);
   for (int i = 0; i < t->nvalues && b.len < 300; i++) {
@@ -488,15 +604,23 @@ static int check_json(lv_ctx *c, int idx) {
 }
 
 /* Finds the field named by the string key at -2, by interned pointer first. */
-static int find_field(const pm_schema *s, const lv_rec *r, const char *k, size_t len) {
+/* The field whose interned name is the object o (lua_topointer of a key,
+   NULL for a number or a boolean), or -1: no other key is that object, as
+   the anchor keeps the names alive. */
+static int find_object(const pm_schema *s, const lv_rec *r, const void *o) {
   if (r->hash) {
-    for (size_t h = ptr_hash(k) & r->hmask; r->hash[h]; h = (h + 1) & r->hmask)
-      if (r->keys[r->hash[h] - 1] == k) return (int)r->hash[h] - 1;
+    for (size_t h = ptr_hash(o) & r->hmask; r->hash[h]; h = (h + 1) & r->hmask)
+      if (r->objs[r->hash[h] - 1] == o) return (int)r->hash[h] - 1;
   } else {
     for (int i = 0; i < s->nfields; i++)
-      if (r->keys[i] == k) return i;
+      if (r->objs[i] == o) return i;
   }
-  /* a long string, or a Lua that interns differently: compare contents */
+  return -1;
+}
+
+/* A string key that is not an interned name (a long string, or a Lua that
+   interns differently): the field of that name, or -1. */
+static int find_field(const pm_schema *s, const char *k, size_t len) {
   for (int i = 0; i < s->nfields; i++)
     if (s->fields[i].len == len && memcmp(s->fields[i].name, k, len) == 0) return i;
   return -1;
@@ -575,10 +699,16 @@ static int check_record(lv_ctx *c, const pm_schema *s, int idx, const char *tag)
   int top = lua_gettop(L) + 2;   /* where lua_next leaves the value */
   lua_pushnil(L);
   while (lua_next(L, idx)) {
-    if (lua_type(L, top - 1) == LUA_TSTRING) {
-      size_t len;
-      const char *k = lua_tolstring(L, top - 1, &len);
-      int i = find_field(s, r, k, len);
+    /* a field's name is found by the string object, without reading it */
+    int i = find_object(s, r, lua_topointer(L, top - 1)), string = i >= 0;
+    size_t len = 0;
+    const char *k = NULL;
+    if (!string && lua_type(L, top - 1) == LUA_TSTRING) {
+      string = 1;
+      k = lua_tolstring(L, top - 1, &len);
+      i = find_field(s, k, len);
+    }
+    if (string) {
       if (i >= 0) {
         const pm_field *f = &s->fields[i];
         int vtype = lua_type(L, top);
@@ -781,7 +911,7 @@ static int check_value(lv_ctx *c, const pm_type *t, int idx, int type, int paren
     case PT_BOOL:
       return type == LUA_TBOOLEAN ? 1 : report(c, 0, "type", "must be a boolean");
     case PT_ENUM:
-      return check_enum(c, t, idx);
+      return check_enum(c, t, idx, type);
     case PT_ANY:
       return check_json(c, idx);
     case PT_ARRAY:
@@ -813,7 +943,8 @@ static void init_ctx(lv_ctx *c, lv_program *v, lua_State *L, const char *root, i
   c->r = r;
   c->depth = 0;
   c->npath = 0;
-  memset(r, 0, sizeof *r);
+  r->errors = r->warnings = NULL;
+  r->nerrors = r->nwarnings = r->truncated = 0;
 }
 
 /* Errors come out in a stable order whatever order the table walk took. */
@@ -847,11 +978,13 @@ int lv_validate_type(lv_program *v, lua_State *L, int idx, const pm_type *t, con
 
 void lv_result_free(lv_result *r) {
   if (!r->errors && !r->warnings) return;
-  for (int i = 0; i < r->nerrors; i++) { free(r->errors[i].path); free(r->errors[i].text); }
-  for (int i = 0; i < r->nwarnings; i++) { free(r->warnings[i].path); free(r->warnings[i].text); }
-  free(r->errors);
+  /* a text lives in its path's block */
+  for (int i = 0; i < r->nerrors; i++) free_path(r, r->errors[i].path);
+  for (int i = 0; i < r->nwarnings; i++) free_path(r, r->warnings[i].path);
+  if (r->errors != &r->inline_error) free(r->errors);
   free(r->warnings);
-  memset(r, 0, sizeof *r);
+  r->errors = r->warnings = NULL;
+  r->nerrors = r->nwarnings = r->truncated = 0;
 }
 
 int lv_check_defaults(lv_program *v, lua_State *L, pm_program *p) {
@@ -926,20 +1059,32 @@ void lv_push_default(lv_program *v, lua_State *L, const pm_schema *s, int field)
 
 /* ------------------------------------------------- results as Lua values */
 
+/* One { path, message, rule } at index i of the table on top. */
+static void push_issue(lua_State *L, const char *path, const char *text, const char *rule, int i) {
+  lua_createtable(L, 0, 3);
+  lua_pushstring(L, path ? path : "?");
+  lua_setfield(L, -2, "path");
+  lua_pushfstring(L, "%s %s", path ? path : "?", text ? text : "is invalid");
+  lua_setfield(L, -2, "message");
+  if (rule) {
+    lua_pushstring(L, rule);
+    lua_setfield(L, -2, "rule");
+  }
+  lua_rawseti(L, -2, i);
+}
+
 void lv_push_issues(lua_State *L, const lv_issue *list, int n) {
   lua_createtable(L, n, 0);
-  for (int i = 0; i < n; i++) {
-    lua_createtable(L, 0, 3);
-    lua_pushstring(L, list[i].path ? list[i].path : "?");
-    lua_setfield(L, -2, "path");
-    lua_pushfstring(L, "%s %s", list[i].path ? list[i].path : "?", list[i].text ? list[i].text : "is invalid");
-    lua_setfield(L, -2, "message");
-    if (list[i].rule) {
-      lua_pushstring(L, list[i].rule);
-      lua_setfield(L, -2, "rule");
-    }
-    lua_rawseti(L, -2, i + 1);
-  }
+  for (int i = 0; i < n; i++) push_issue(L, list[i].path, list[i].text, list[i].rule, i + 1);
+}
+
+/* The first violation's message becomes the error's: read from the details at idx. */
+static void push_first_message(lua_State *L, int details) {
+  lua_getfield(L, details, "violations");
+  lua_rawgeti(L, -1, 1);
+  lua_getfield(L, -1, "message");
+  lua_replace(L, -3);
+  lua_pop(L, 1);
 }
 
 int lv_push_error(lua_State *L, const char *code, const lv_result *r) {
@@ -956,11 +1101,106 @@ int lv_push_error(lua_State *L, const char *code, const lv_result *r) {
     lua_setfield(L, details, "truncated");
   }
   /* the message is the first violation's, already built */
-  lua_getfield(L, details, "violations");
-  lua_rawgeti(L, -1, 1);
-  lua_getfield(L, -1, "message");
+  push_first_message(L, details);
   le_push(L, code, lua_tostring(L, -1), 0, details);
   lua_replace(L, details);
   lua_settop(L, details);
+  return 1;
+}
+
+/* ------------------------------------------------------ the lazy error */
+
+/* A result packed into the lazy error's data: this header, then each error
+   and each warning as an lv_packed followed by its path and text with their
+   NULs, padded to the alignment of a pointer. */
+typedef struct lv_packed_result {
+  int nerrors, nwarnings, truncated;
+} lv_packed_result;
+
+typedef struct lv_packed {
+  const char *rule;           /* a constant of this file */
+  int pathlen, textlen;       /* -1: none */
+} lv_packed;
+
+#define LV_ALIGN(n) (((n) + sizeof(void *) - 1) & ~(sizeof(void *) - 1))
+
+static size_t packed_size(const lv_issue *e) {
+  return LV_ALIGN(sizeof(lv_packed) + (e->path ? strlen(e->path) + 1 : 0) + (e->text ? strlen(e->text) + 1 : 0));
+}
+
+static unsigned char *pack_issue(unsigned char *out, const lv_issue *e) {
+  lv_packed *k = (lv_packed *)(void *)out;
+  unsigned char *at = out + sizeof *k;
+  size_t pathlen = e->path ? strlen(e->path) : 0, textlen = e->text ? strlen(e->text) : 0;
+  k->rule = e->rule;
+  k->pathlen = e->path ? (int)pathlen : -1;
+  k->textlen = e->text ? (int)textlen : -1;
+  if (e->path) { memcpy(at, e->path, pathlen + 1); at += pathlen + 1; }
+  if (e->text) { memcpy(at, e->text, textlen + 1); at += textlen + 1; }
+  return out + LV_ALIGN((size_t)(at - out));
+}
+
+static const unsigned char *push_packed_issues(lua_State *L, const unsigned char *in, int n) {
+  lua_createtable(L, n, 0);
+  for (int i = 0; i < n; i++) {
+    const lv_packed *k = (const lv_packed *)(const void *)in;
+    const char *at = (const char *)(in + sizeof *k);
+    const char *path = k->pathlen >= 0 ? at : NULL;
+    if (path) at += k->pathlen + 1;
+    const char *text = k->textlen >= 0 ? at : NULL;
+    if (text) at += k->textlen + 1;
+    push_issue(L, path, text, k->rule, i + 1);
+    in += LV_ALIGN((size_t)((const unsigned char *)at - in));
+  }
+  return in;
+}
+
+/* le_fill of a validation error: details and message, as lv_push_error makes them. */
+static void fill_error(lua_State *L, int err, const void *data) {
+  const lv_packed_result *h = data;
+  const unsigned char *in = (const unsigned char *)data + LV_ALIGN(sizeof *h);
+  luaL_checkstack(L, 8, "building an error");
+  lua_createtable(L, 0, 3);
+  int details = lua_gettop(L);
+  in = push_packed_issues(L, in, h->nerrors);
+  lua_setfield(L, details, "violations");
+  if (h->nwarnings) {
+    push_packed_issues(L, in, h->nwarnings);
+    lua_setfield(L, details, "warnings");
+  }
+  if (h->truncated) {
+    lua_pushboolean(L, 1);
+    lua_setfield(L, details, "truncated");
+  }
+  /* a field the caller set before reading any keeps its value */
+  lua_pushliteral(L, "message");
+  lc_rawget(L, err);
+  if (lua_isnil(L, -1)) {
+    lua_pushliteral(L, "message");
+    push_first_message(L, details);
+    lua_rawset(L, err);
+  }
+  lua_pushliteral(L, "details");
+  lc_rawget(L, err);
+  if (lua_isnil(L, -1)) {
+    lua_pushliteral(L, "details");
+    lua_pushvalue(L, details);
+    lua_rawset(L, err);
+  }
+  lua_settop(L, details - 1);
+}
+
+int lv_push_lazy_error(lua_State *L, const char *code, const lv_result *r) {
+  size_t len = LV_ALIGN(sizeof(lv_packed_result));
+  for (int i = 0; i < r->nerrors; i++) len += packed_size(&r->errors[i]);
+  for (int i = 0; i < r->nwarnings; i++) len += packed_size(&r->warnings[i]);
+  unsigned char *out = le_push_lazy(L, code, 0, fill_error, len);
+  lv_packed_result *h = (lv_packed_result *)(void *)out;
+  h->nerrors = r->nerrors;
+  h->nwarnings = r->nwarnings;
+  h->truncated = r->truncated;
+  out += LV_ALIGN(sizeof *h);
+  for (int i = 0; i < r->nerrors; i++) out = pack_issue(out, &r->errors[i]);
+  for (int i = 0; i < r->nwarnings; i++) out = pack_issue(out, &r->warnings[i]);
   return 1;
 }

@@ -28,7 +28,7 @@ typedef struct lv_program lv_program;
 
 typedef struct lv_issue {
   char *path;                 /* "calculate.input.a" */
-  char *text;                 /* "must be at most 1000000" */
+  char *text;                 /* "must be at most 1000000", in path's block (NULL with it) */
   const char *rule;           /* JSON Schema keyword it breaks: "maximum", "type", ... */
   int seq;                    /* discovery order, to keep sorting stable */
 } lv_issue;
@@ -37,6 +37,11 @@ typedef struct lv_result {
   lv_issue *errors, *warnings;
   int nerrors, nwarnings;
   int truncated;              /* max_violations was reached and the walk stopped */
+  /* the first error, and its path and text when they fit, are kept here:
+     a failed validation allocates nothing more (errors may point here, so
+     a result is never copied) */
+  lv_issue inline_error;
+  char inline_text[200];
 } lv_result;
 
 enum { LV_INPUT = 0, LV_OUTPUT = 1 };
@@ -72,5 +77,8 @@ void lv_push_issues(lua_State *L, const lv_issue *list, int n);
 /* Pushes the structured error of a failed validation, with this code: the
    first violation's message, and details.violations (and warnings). */
 int lv_push_error(lua_State *L, const char *code, const lv_result *r);
+/* The same error, lazily: its message and details are made when first read
+   (base/lerror.h, le_push_lazy), from a copy of r's issues. */
+int lv_push_lazy_error(lua_State *L, const char *code, const lv_result *r);
 
 #endif

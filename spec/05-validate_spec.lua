@@ -358,6 +358,74 @@ describe("program:validate", function()
     ok, err = pcall(program.validate, program, "Ordr", {})
     assert.matches("no schema named 'Ordr'. Did you mean 'Order'?", err, 1, true)
   end)
+
+  -- its error is made when first read: the same fields and values as any other
+  local bad = { a = -1, b = 2e9, operation = "add" }
+  local expected = {
+    code = "VALIDATION_FAILED",
+    message = "calculate.input.a must be at least 0",
+    retryable = false,
+    details = { violations = {
+      { path = "calculate.input.a", message = "calculate.input.a must be at least 0", rule = "minimum" },
+      { path = "calculate.input.b", message = "calculate.input.b must be at most 1000000", rule = "maximum" },
+    } },
+  }
+  local function raw_copy(t)
+    local out = {}
+    for k, v in next, t do out[k] = type(v) == "table" and raw_copy(v) or v end
+    return out
+  end
+
+  it("returns an error whose fields are all there once one is read", function()
+    local _, err = program:validate("__tool_calculate_input", bad)
+    assert.are.equal("VALIDATION_FAILED", err.code)
+    assert.are.same(expected, raw_copy(err))
+    assert.are.equal("[VALIDATION_FAILED] calculate.input.a must be at least 0", tostring(err))
+  end)
+
+  it("completes the error when it is printed or checked with is_error", function()
+    local _, err = program:validate("__tool_calculate_input", bad)
+    assert.are.equal("[VALIDATION_FAILED] calculate.input.a must be at least 0", tostring(err))
+    assert.are.same(expected, raw_copy(err))
+    _, err = program:validate("__tool_calculate_input", bad)
+    assert.is_true(luma.is_error(err))
+    assert.are.same(expected, raw_copy(err))
+  end)
+
+  it("completes the error when pairs walks it (Lua 5.2 and later)", function()
+    if _VERSION == "Lua 5.1" then return end
+    local _, err = program:validate("__tool_calculate_input", bad)
+    local seen = {}
+    for k, v in pairs(err) do seen[k] = v end
+    assert.are.same(expected, raw_copy(seen))
+  end)
+
+  it("gives each failure an error of its own, which outlives its program", function()
+    local p = luma.compile("schema A { n: int @range(0, 9) }")
+    local _, first = p:validate("A", { n = 10 })
+    local _, second = p:validate("A", { n = -1 })
+    assert.are_not.equal(first, second)
+    p = nil
+    collectgarbage()
+    collectgarbage()
+    assert.are.equal("A.n must be at least 0", second.message)
+    assert.are.equal("A.n must be at most 9", first.message)
+    assert.are.equal("maximum", first.details.violations[1].rule)
+    first.message = "changed"
+    assert.are.equal("changed", first.message)
+    assert.are.equal("A.n must be at least 0", second.message)
+  end)
+
+  it("keeps a field set on the error before any was read", function()
+    local _, err = program:validate("__tool_calculate_input", bad)
+    err.message = "mine"
+    err.code = "MINE"
+    assert.are.equal("calculate.input.a", err.details.violations[1].path)
+    assert.are.equal("mine", err.message)
+    assert.are.equal("MINE", err.code)
+    assert.is_false(err.retryable)
+    assert.are.equal("[MINE] mine", tostring(err))
+  end)
 end)
 
 describe("strings that hold NUL (\\u0000) in a program", function()
