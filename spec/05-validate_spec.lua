@@ -392,6 +392,11 @@ describe("program:validate", function()
     assert.are.same(expected, raw_copy(err))
   end)
 
+  it("completes the error when luma.json.encode writes it", function()
+    local _, err = program:validate("__tool_calculate_input", bad)
+    assert.are.same(expected, luma.json.decode(luma.json.encode(err)))
+  end)
+
   it("completes the error when pairs walks it (Lua 5.2 and later)", function()
     if _VERSION == "Lua 5.1" then return end
     local _, err = program:validate("__tool_calculate_input", bad)
