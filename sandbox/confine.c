@@ -111,6 +111,10 @@ static int filter(const sx_policy *p, char *err, size_t errlen) {
 }
 
 int sx_confine(const sx_policy *p, size_t copy_bytes, char *err, size_t errlen) {
+  /* a crash is reported by its signal; a core image of the host's whole
+     address space would only take time and disk */
+  struct rlimit none = { 0, 0 };
+  setrlimit(RLIMIT_CORE, &none);
   if (limit_memory(p, copy_bytes, err, errlen) != 0) return -1;
   return filter(p, err, errlen);
 }
