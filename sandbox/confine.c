@@ -39,6 +39,7 @@
    stacks. */
 #define CONFINE_ROOM ((size_t)64 << 20)
 
+#ifndef ADDRESS_SANITIZER
 /* The address space mapped now, in bytes (a forked child starts with all
    of its parent's, the other threads' stacks included). */
 static size_t mapped_now(void) {
@@ -50,6 +51,7 @@ static size_t mapped_now(void) {
   }
   return (size_t)pages * (size_t)sysconf(_SC_PAGESIZE);
 }
+#endif
 
 static int limit_memory(const sx_policy *p, size_t copy_bytes, char *err, size_t errlen) {
   /* a sanitizer's shadow memory and valgrind's own heap live in the same
