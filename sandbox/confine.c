@@ -80,6 +80,8 @@ static int limit_memory(const sx_policy *p, size_t copy_bytes, char *err, size_t
    falls back to clone, whose flags a filter can read): the handler sees an
    error, the process lives. */
 static int filter(const sx_policy *p, char *err, size_t errlen) {
+  /* valgrind knows prctl's way of loading a filter, not seccomp(2)'s */
+  if (RUNNING_ON_VALGRIND) seccomp_api_set(1);
   scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
   if (!ctx) {
     snprintf(err, errlen, "cannot make a seccomp filter (out of memory)");

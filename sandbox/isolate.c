@@ -152,23 +152,46 @@ static int recv_all(sx_state *s, char *p, size_t n, long long until_ns) {
   return IO_OK;
 }
 
-static int send_frame(sx_state *s, const char *p, size_t n, long long until_ns) {
-  uint32_t len = (uint32_t)n;
-  if (n > UINT32_MAX) return IO_BAD;
-  int r = send_all(s, (const char *)&len, sizeof len, until_ns);
-  return r == IO_OK ? send_all(s, p, n, until_ns) : r;
+/* A frame is its length (4 bytes) and its bytes: b was started with
+   frame_start, and goes in one write. */
+static void frame_start(sb_buf *b) {
+  uint32_t len = 0;
+  sb_add(b, (const char *)&len, sizeof len);
 }
 
-/* A frame of at most cap bytes, malloc'd in *out. */
+static int frame_end(sb_buf *b) {
+  if (b->failed || b->len - sizeof(uint32_t) > UINT32_MAX) return -1;
+  uint32_t len = (uint32_t)(b->len - sizeof len);
+  memcpy(b->data, &len, sizeof len);
+  return 0;
+}
+
+/* A frame of at most cap bytes, malloc'd in *out. A small frame comes in
+   one read: the wait comes first, as the reply is never there at once. */
+#define FIRST_READ 4096
+
 static int recv_frame(sx_state *s, char **out, size_t *n, size_t cap, long long until_ns) {
-  uint32_t len;
+  char first[FIRST_READ];
   *out = NULL;
-  int r = recv_all(s, (char *)&len, sizeof len, until_ns);
+  int r = wait_fd(s, s->child->fd, POLLIN, until_ns);
   if (r != IO_OK) return r;
-  if (len < 1 || len > cap) return IO_BAD;
+  ssize_t got;
+  while ((got = recv(s->child->fd, first, sizeof first, 0)) < 0 && errno == EINTR) {}
+  if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) got = 0;
+  else if (got <= 0) return IO_DEAD;
+  size_t have = (size_t)got;
+  if (have < sizeof(uint32_t)) {
+    r = recv_all(s, first + have, sizeof(uint32_t) - have, until_ns);
+    if (r != IO_OK) return r;
+    have = sizeof(uint32_t);
+  }
+  uint32_t len;
+  memcpy(&len, first, sizeof len);
+  if (len < 1 || len > cap || have - sizeof len > len) return IO_BAD;
   char *buf = malloc(len);
   if (!buf) return IO_BAD;
-  r = recv_all(s, buf, len, until_ns);
+  memcpy(buf, first + sizeof len, have - sizeof len);
+  r = recv_all(s, buf + (have - sizeof len), len - (have - sizeof len), until_ns);
   if (r != IO_OK) { free(buf); return r; }
   *out = buf;
   *n = len;
@@ -349,8 +372,9 @@ void sx_remote_execute(sx_state *s, sx_run *runs, int n) {
     if (c->pid > 0 && !s->broken) {
       sb_buf b;
       sb_init(&b);
+      frame_start(&b);
       put_request(s, run, &b);
-      r = b.failed ? IO_BAD : send_frame(s, b.data, b.len, until);
+      r = frame_end(&b) != 0 ? IO_BAD : send_all(s, b.data, b.len, until);
       sb_free(&b);
       if (r == IO_OK) r = recv_frame(s, &frame, &len, reply_cap(&run->opts.limits), until);
     }
@@ -413,13 +437,13 @@ static int write_full(int fd, const void *buf, size_t n) {
 }
 
 static void child_send(int fd, sb_buf *b) {
-  uint32_t len = (uint32_t)b->len;
-  if (b->failed || write_full(fd, &len, sizeof len) != 0 || write_full(fd, b->data, b->len) != 0) _exit(0);
+  if (frame_end(b) != 0 || write_full(fd, b->data, b->len) != 0) _exit(0);
 }
 
 static void child_fail(int fd, const char *msg) {
   sb_buf b;
   sb_init(&b);
+  frame_start(&b);
   sb_addc(&b, K_FAILED);
   sb_adds(&b, msg);
   child_send(fd, &b);
@@ -498,12 +522,25 @@ static int child_error(lua_State *T) {
 static void child_serve(sx_state *s, int fd) {
   lua_State *T = luaL_newstate();
   if (!T) _exit(0);
+  char first[FIRST_READ];
   for (;;) {
+    /* a small request comes in one read */
+    ssize_t got;
+    while ((got = read(fd, first, sizeof first)) < 0 && errno == EINTR) {}
+    if (got <= 0) _exit(0);
+    size_t have = (size_t)got;
+    if (have < sizeof(uint32_t)) {
+      if (read_full(fd, first + have, sizeof(uint32_t) - have) != 0) _exit(0);
+      have = sizeof(uint32_t);
+    }
     uint32_t len;
-    if (read_full(fd, &len, sizeof len) != 0) _exit(0);
-    char *buf = malloc(len ? len : 1);
+    memcpy(&len, first, sizeof len);
     req_head h;
-    if (!buf || read_full(fd, buf, len) != 0 || len < sizeof h) _exit(0);
+    if (len < sizeof h || have - sizeof len > len) _exit(0);
+    char *buf = malloc(len);
+    if (!buf) _exit(0);
+    memcpy(buf, first + sizeof len, have - sizeof len);
+    if (read_full(fd, buf + (have - sizeof len), len - (have - sizeof len)) != 0) _exit(0);
     memcpy(&h, buf, sizeof h);
     if (h.name_len > len - sizeof h) _exit(0);
     char *name = malloc((size_t)h.name_len + 1);
@@ -531,6 +568,7 @@ static void child_serve(sx_state *s, int fd) {
     int st = sx_collect(s, T, &run);
     sb_buf b;
     sb_init(&b);
+    frame_start(&b);
     if (run.expired) {
       sb_addc(&b, K_TIMEOUT);
       sb_addc(&b, 1);
@@ -571,6 +609,7 @@ static void child_main(sx_module *m, int fd, long long deadline_ns) {
   const char *const *names = sx_exports(m, &n);
   sb_buf b;
   sb_init(&b);
+  frame_start(&b);
   sb_addc(&b, K_READY);
   uint32_t count = (uint32_t)n;
   sb_add(&b, (const char *)&count, sizeof count);
