@@ -390,3 +390,27 @@ describe("the thread mode", function()
     os.execute("rm -rf " .. h.quote(dir))
   end)
 end)
+
+describe("a process-isolated module in an embedding host (LuaJIT through libluma's FFI binding)", function()
+  it("kills the colliding rehash at the deadline and goes on serving", function()
+    local libluma = h.root .. "/" .. (os.getenv("LUMA_BUILD") or "build") .. "/libluma.so"
+    local dir = project(POLICY, {
+      ["host.lua"] = "package.path = " .. string.format("%q", h.root .. "/lua/?.lua;") .. " .. package.path\n" ..
+        "local luma = require('luma.ffi').open(" .. string.format("%q", libluma) .. ")\n" .. [[
+        local rt = luma.runtime { workers = 2 }
+        local p = rt:load("program.luma")
+        for _, kind in ipairs { "values", "rehash", "error", "values" } do
+          local f = p:start("evil", { kind = kind })
+          assert(f:wait(10000))
+          local ok, r = pcall(f.result, f)
+          print(kind, ok and r.v[2] or r.code)
+        end
+        rt:close()
+      ]],
+    })
+    local status, out, err = h.sh("cd " .. h.quote(dir) .. " && luajit host.lua")
+    os.execute("rm -rf " .. h.quote(dir))
+    assert.are.equal(0, status, out .. err)
+    assert.are.equal("values\t2.5\nrehash\tTOOL_TIMEOUT\nerror\tOUT_OF_STOCK\nvalues\t2.5\n", out)
+  end)
+end)
