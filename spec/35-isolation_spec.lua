@@ -112,6 +112,26 @@ kinds.deep_close = function()
   return { v = tostring(ok) .. " " .. tostring(why) }
 end
 
+-- a coroutine made after fast code, running slow C calls
+kinds.coroutine = function()
+  local big = ("\u{e9}"):rep(12 * 2^20)
+  for i = 1, 3e6 do local _ = i end
+  local co = coroutine.create(function() for _ = 1, 250 do utf8.len(big) end end)
+  coroutine.resume(co)
+  return { v = "done" }
+end
+
+-- after the stop: 300 pending <close> handlers, each with slow C work
+kinds.closers = function()
+  local big = ("\u{e9}"):rep(8 * 2^20)
+  local function nest(n)
+    if n == 0 then while true do end end
+    local x <close> = setmetatable({}, { __close = function() utf8.len(big) end })
+    return nest(n - 1)
+  end
+  nest(300)
+end
+
 kinds.gigabyte = function()
   local s = ("x"):rep(2^30)
   return { v = #s }
@@ -285,6 +305,8 @@ describe("a process-isolated module", function()
     { "parser", "TOOL_TIMEOUT", "the parser's constant table of colliding keys" },
     { "ephemeron", "TOOL_TIMEOUT", "a chain of 50,000 ephemerons" },
     { "nul_sort", "TOOL_TIMEOUT", "a sort of strings of NUL-separated chunks" },
+    { "coroutine", "TOOL_TIMEOUT", "slow C calls in a coroutine made after fast code" },
+    { "closers", "TOOL_TIMEOUT", "300 pending <close> handlers of slow C work" },
     { "gigabyte", "TOOL_MEMORY_LIMIT", "a 1 GiB allocation" },
   }
   for _, c in ipairs(hostile) do
