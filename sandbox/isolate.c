@@ -332,9 +332,7 @@ static int take_reply(sx_state *s, sx_run *run, const char *p, size_t len, const
     lua_pop(M, 1);
     return 0;
   }
-  if (!failure && p[0] == K_OK) run->status = LUA_OK;
-  else if (!failure && p[0] == K_TIMEOUT) run->status = LUA_ERRRUN;
-  else run->status = LUA_ERRRUN;
+  run->status = !failure && p[0] == K_OK ? LUA_OK : LUA_ERRRUN;
   return 1;
 }
 
@@ -699,7 +697,7 @@ sx_state *sx_spawn(sx_module *m, long long deadline_ns, char *err, size_t errlen
     char **names = ready_names(frame, len, &n);
     free(frame);
     if (names && sx_adopt_exports(m, names, n) == 0) return s;
-    snprintf(err, errlen, "the handler process of '%s' sent a malformed list of its tools", "module");
+    snprintf(err, errlen, "the handler process sent a malformed list of its tools");
     goto fail;
   }
   if (r == IO_OK && frame[0] == K_FAILED) snprintf(err, errlen, "%.*s", (int)(len - 1), frame + 1);
