@@ -17,10 +17,11 @@
    that replaces a killed child), and it never execs. After fork only that
    thread exists, and whatever another thread held locked stays locked. So
    the child touches nothing another thread of the host may hold: glibc
-   makes malloc and its stdio list usable in a forked child; the libraries
-   of ours that keep a process-wide lock reset it (the watch, the HTTP
-   transport; the random generator reseeds); the once-only setup of a state
-   is done in the host before the fork (sx_state_prime); the child writes to
+   makes malloc, its stdio list and the dynamic loader's lock usable in a
+   forked child; the libraries of ours that keep a process-wide lock reset
+   it (the watch, the HTTP transport) or hold it across the fork (the random
+   generator, which reseeds in the child); what a state's setup makes once
+   per process is made in the host before the fork; the child writes to
    stderr through a stream of its own, not the parent's (whose lock another
    thread may hold); the host's Lua states and the module's own lock are
    never touched. The child then closes every descriptor but its socket
@@ -52,6 +53,7 @@
 
 #include <lauxlib.h>
 
+#include "crypto.h"
 #include "errors.h"
 #include "http.h"
 #include "lerror.h"
@@ -670,7 +672,13 @@ sx_state *sx_spawn(sx_module *m, long long deadline_ns, char *err, size_t errlen
     snprintf(err, errlen, "cannot start a handler process: %s", strerror(errno));
     goto fail;
   }
+  /* what a state's setup makes once per process is made here, not in the
+     child, where another thread of the host may have been making it at the
+     fork: the stop wrappers' chunk, and the random generator (which then
+     reseeds in each child, its fork handlers keeping its lock sane) */
   sx_state_prime();
+  unsigned char seed;
+  cr_random(&seed, 1);
   pid_t pid = fork();
   if (pid < 0) {
     snprintf(err, errlen, "cannot start a handler process: %s", strerror(errno));
