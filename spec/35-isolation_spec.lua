@@ -384,6 +384,25 @@ describe("a process-isolated module", function()
   end)
 end)
 
+describe("tool_module_policy.kill_grace_ms", function()
+  it("is how long past its deadline a handler's process lives before it is killed", function()
+    local took = {}
+    for _, grace in ipairs { 0, 800 } do
+      local policy = { sandbox = "strict", max_memory_mb = 64, isolation = "process", kill_grace_ms = grace }
+      local dir = project(policy)
+      local p = assert(h.load(dir))
+      local ok, err, ms = timed(p, "evil", "rehash")
+      p:close()
+      os.execute("rm -rf " .. h.quote(dir))
+      assert.is_false(ok)
+      assert.are.equal("TOOL_TIMEOUT", err.code)
+      took[grace] = ms
+    end
+    assert.is_true(took[0] >= DEADLINE_MS and took[0] < DEADLINE_MS + 400 + SLACK_MS, took[0] .. " ms")
+    assert.is_true(took[800] >= DEADLINE_MS + 800, took[800] .. " ms")
+  end)
+end)
+
 describe("a process-isolated module through luma-lua", function()
   it("stops a colliding rehash at the deadline and exits cleanly", function()
     local dir = project(POLICY, { ["call.luma"] = SOURCE .. 'r = tool evil({ kind: "rehash" })\n' })
