@@ -12,6 +12,9 @@ local h = require "spec.helpers"
 -- How much later than the bound an instrumented run may be.
 local SLACK_MS = h.by_instrumentation(0, 1000, 6000)
 local DEADLINE_MS = 500
+-- How much the host's resident memory may grow while the hostile handlers
+-- run (instrumented runs keep freed memory and translations of their own).
+local HOST_GROWTH_MB = h.by_instrumentation(64, 256, 512)
 
 local POLICY = { sandbox = "strict", max_memory_mb = 64, max_concurrency = 2, isolation = "process",
   allow_builtins = { "os" } }
@@ -193,6 +196,14 @@ local function descriptors()
   return n
 end
 
+-- This process's resident memory, in MiB.
+local function rss_mb()
+  local f = assert(io.open("/proc/self/status"))
+  local kb = f:read("a"):match("VmRSS:%s+(%d+)")
+  f:close()
+  return tonumber(kb) / 1024
+end
+
 local function timed(p, tool, kind)
   local t0 = core.monotonic_ms()
   local ok, res = pcall(p.call, p, tool, { kind = kind })
@@ -228,11 +239,12 @@ end)
 
 describe("a process-isolated module", function()
   local dir, p, events
-  local before_fds, before_kids
+  local before_fds, before_kids, before_rss
 
   setup(function()
     before_fds = descriptors()
     before_kids = count(children())
+    before_rss = rss_mb()
     dir = project(POLICY)
     p = assert(h.load(dir))
     events = {}
@@ -316,6 +328,8 @@ describe("a process-isolated module", function()
       assert.are.equal(c[2], err.code, tostring(err))
       assert.is_true(ms < DEADLINE_MS + 1000 + SLACK_MS, ms .. " ms")
       assert.are.equal("pong", p:call("ping", {}).v)
+      -- the work and the memory were the child's
+      assert.is_true(rss_mb() - before_rss < HOST_GROWTH_MB, (rss_mb() - before_rss) .. " MiB more in the host")
     end)
   end
 
