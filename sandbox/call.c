@@ -63,6 +63,12 @@ static char *capped(const char *m, size_t len) {
   return out;
 }
 
+static char *copied(const char *m, size_t len) {
+  char *out = malloc(len + 1);
+  if (out) { memcpy(out, m, len); out[len] = '\0'; }
+  return out;
+}
+
 /* The copy's deadline: the handler's own, and a little more for the copy of
    a result returned in its last moments. */
 static sx_limits copy_limits(const sx_run *run) {
@@ -113,15 +119,11 @@ static void push_handler_error(lua_State *H, int e, const sx_run *run, lua_State
       finite.finite_numbers = 1;
       if (sx_copy(H, lua_gettop(H), L, &finite, why, sizeof why) == 0) details = lua_gettop(L);
     }
-    /* a child's message was cut there already (and is never longer than
-       that cut: isolate.c checks) */
-    char *text = remote ? capped(message ? message : "", message && msglen <= SX_MESSAGE_MAX ? msglen : 0)
+    /* a child's message was cut in the child already (isolate.c checked
+       that it is no longer than a cut one): cutting it again would mark
+       it twice */
+    char *text = remote ? copied(message ? message : "", message ? msglen : 0)
                         : capped(message ? message : "", message ? msglen : 0);
-    if (remote && text && message && msglen > SX_MESSAGE_MAX) {
-      free(text);
-      text = malloc(msglen + 1);
-      if (text) { memcpy(text, message, msglen); text[msglen] = '\0'; }
-    }
     le_push(L, code ? code : "TOOL_FAILED", text ? text : "(out of memory)", retryable, details);
     free(text);
     if (details) lua_remove(L, details);

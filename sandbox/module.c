@@ -23,7 +23,6 @@
 #define SX_LOAD_TIMEOUT_MS 10000
 
 /* A module: where it comes from, what it may use, and its states. */
-
 struct sx_module {
   pthread_mutex_t lock;           /* guards states, nstates and busy flags */
   pthread_cond_t freed;           /* a state became free */
