@@ -25,7 +25,7 @@ INC_base     = -Ibase
 INC_sandbox  = -Ibase -Isandbox
 INC_adapters = -Ibase -Iadapters
 INC_core     = -Ibase -Isandbox -Iadapters -Icore
-LIBS      = -lmbedcrypto -lcurl -lsqlite3 -lhiredis -lpthread -lm
+LIBS      = -lmbedcrypto -lcurl -lsqlite3 -lhiredis -lseccomp -lpthread -lm
 
 ifeq ($(SANITIZE),1)
 BUILD     ?= build/asan
@@ -52,7 +52,8 @@ BASE      = base/arena.c base/strbuf.c base/map.c base/utf8.c base/json.c base/c
             base/transport.c base/tpmsg.c
 SANDBOX   = sandbox/copy.c sandbox/state.c sandbox/bounded.c sandbox/pattern.c sandbox/require.c \
             sandbox/strict.c sandbox/strict_io.c sandbox/strict_json.c sandbox/strict_crypto.c \
-            sandbox/http.c sandbox/call.c sandbox/module.c sandbox/watch.c
+            sandbox/http.c sandbox/call.c sandbox/module.c sandbox/watch.c \
+            sandbox/wire.c sandbox/isolate.c sandbox/confine.c
 ADAPTERS  = adapters/adapter.c adapters/openai.c adapters/responses.c adapters/anthropic.c adapters/gemini.c \
             adapters/schema.c
 CORE_PURE = core/diag.c core/lex.c core/parse.c core/program.c core/program_check.c core/program_config.c core/regex.c core/jsonschema.c core/idem.c core/pool.c \
@@ -73,7 +74,7 @@ LUA_FILES = $(sort $(wildcard lua/luma/*.lua))
 
 # Debian packages `make test` installs when run as root and one is missing.
 DEB_PACKAGES = lua5.4 liblua5.4-dev lua-cjson lua-busted lua-socket libcurl4-openssl-dev libmbedtls-dev luarocks python3 \
-               luajit2 libluajit2-5.1-dev nginx libnginx-mod-http-lua love pkgconf libedit-dev node-typescript libsqlite3-dev libhiredis-dev redis-server node-ajv
+               luajit2 libluajit2-5.1-dev nginx libnginx-mod-http-lua love pkgconf libedit-dev node-typescript libsqlite3-dev libhiredis-dev libseccomp-dev redis-server node-ajv
 BENCH_PACKAGES = node-ajv
 FUZZ_PACKAGES = clang libclang-rt-14-dev
 

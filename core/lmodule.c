@@ -67,6 +67,11 @@ static void read_policy(lua_State *L, int t, sx_policy *p) {
   lua_getfield(L, t, "max_concurrency");
   p->max_concurrency = lua_isnil(L, -1) ? 1 : (int)luaL_checkinteger(L, -1);
   lua_pop(L, 2);
+  const char *isolation = opt_field(L, t, "isolation");
+  p->isolation = isolation && strcmp(isolation, "process") == 0 ? SX_ISOLATE_PROCESS : SX_ISOLATE_THREAD;
+  lua_getfield(L, t, "kill_grace_ms");
+  p->kill_grace_ms = lua_isnil(L, -1) ? SX_KILL_GRACE_MS : (int)luaL_checkinteger(L, -1);
+  lua_pop(L, 1);
   static const struct { const char *name; unsigned bit; } builtins[] = {
     { "os", SX_OS }, { "io", SX_IO }, { "json", SX_JSON }, { "crypto", SX_CRYPTO },
   };
@@ -86,7 +91,8 @@ static void read_policy(lua_State *L, int t, sx_policy *p) {
 
 /* core.load_module{ path =, integrity =, dependencies = {...}, dependency_root =,
    project_root =, policy = { sandbox =, allow_builtins =, allow_env =,
-   allow_network =, max_memory_mb =, max_concurrency = } } -> module;
+   allow_network =, max_memory_mb =, max_concurrency =, isolation =,
+   kill_grace_ms = } } -> module;
    raises MODULE_INVALID. Paths must already be resolved. */
 static int l_load_module(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);

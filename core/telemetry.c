@@ -53,6 +53,10 @@ void st_emit(lua_State *T, cl_call *c) {
     lua_pushstring(T, c->ask_id);
     lua_setfield(T, e, "ask");
   }
+  if (pg->kind[c->t->index] == PL_MODULE && sx_isolated(pg->module[c->t->index])) {
+    lua_pushliteral(T, "process");
+    lua_setfield(T, e, "isolation");
+  }
   st_publish(T, pg, e);
   lua_settop(T, e - 1);
 }

@@ -14,6 +14,7 @@
 
 #include "compat.h"
 #include "errors.h"
+#include "isolate.h"
 #include "lerror.h"
 #include "watch.h"
 
@@ -39,7 +40,7 @@ static void raw_field(lua_State *H, int t, const char *key) {
 /* A handler's error code: CODE_LIKE_THIS, and not one the runtime itself
    reports (a handler saying PROGRAM_INVALID or TOOL_TIMEOUT would make the
    host tell a lie). */
-static int code_allowed(const char *code, size_t len) {
+int sx_handler_code_ok(const char *code, size_t len) {
   if (len < 1 || len > SX_CODE_MAX || code[0] < 'A' || code[0] > 'Z') return 0;
   for (size_t i = 1; i < len; i++)
     if (!((code[i] >= 'A' && code[i] <= 'Z') || (code[i] >= '0' && code[i] <= '9') || code[i] == '_')) return 0;
@@ -62,6 +63,12 @@ static char *capped(const char *m, size_t len) {
   return out;
 }
 
+static char *copied(const char *m, size_t len) {
+  char *out = malloc(len + 1);
+  if (out) { memcpy(out, m, len); out[len] = '\0'; }
+  return out;
+}
+
 /* The copy's deadline: the handler's own, and a little more for the copy of
    a result returned in its last moments. */
 static sx_limits copy_limits(const sx_run *run) {
@@ -71,8 +78,10 @@ static sx_limits copy_limits(const sx_run *run) {
   return lim;
 }
 
-/* The error value at index e of the state H, as a host error on L. */
-static void push_handler_error(lua_State *H, int e, const sx_run *run, lua_State *L) {
+/* The error value at index e of the state H, as a host error on L. A
+   mirror state's error (remote) was made by isolate.c from a child's
+   reply, whose code and message it checked already. */
+static void push_handler_error(lua_State *H, int e, const sx_run *run, lua_State *L, int remote) {
   char msg[512];
   const sx_call_opts *o = &run->opts;
   if (run->out_of_memory || run->status == LUA_ERRMEM) {
@@ -90,7 +99,7 @@ static void push_handler_error(lua_State *H, int e, const sx_run *run, lua_State
     const char *message = lua_type(H, -3) == LUA_TSTRING ? lua_tolstring(H, -3, &msglen) : NULL;
     int retryable = lua_toboolean(H, -2);
     int details = 0;
-    if (code && !code_allowed(code, codelen)) {
+    if (code && !remote && !sx_handler_code_ok(code, codelen)) {
       /* the attempted code goes in details, cut to a sane length */
       lua_createtable(L, 0, 1);
       lua_pushlstring(L, code, codelen > SX_CODE_MAX ? SX_CODE_MAX : codelen);
@@ -110,7 +119,11 @@ static void push_handler_error(lua_State *H, int e, const sx_run *run, lua_State
       finite.finite_numbers = 1;
       if (sx_copy(H, lua_gettop(H), L, &finite, why, sizeof why) == 0) details = lua_gettop(L);
     }
-    char *text = capped(message ? message : "", message ? msglen : 0);
+    /* a child's message was cut in the child already (isolate.c checked
+       that it is no longer than a cut one): cutting it again would mark
+       it twice */
+    char *text = remote ? copied(message ? message : "", message ? msglen : 0)
+                        : capped(message ? message : "", message ? msglen : 0);
     le_push(L, code ? code : "TOOL_FAILED", text ? text : "(out of memory)", retryable, details);
     free(text);
     if (details) lua_remove(L, details);
@@ -140,11 +153,19 @@ static int prepare_one(lua_State *H) {
   sx_prep *p = lua_touserdata(H, 1);
   sx_run *run = p->run;
   char why[200];
-  lua_rawgeti(H, LUA_REGISTRYINDEX, p->s->exports_ref);
-  lua_pushstring(H, run->name);
-  lc_rawget(H, -2);
-  lua_remove(H, -2);
-  if (lua_type(H, -1) != LUA_TFUNCTION) {
+  if (p->s->child) {
+    /* the handler is in the child: its name stands for it here */
+    int n, found = 0;
+    const char *const *names = sx_exports(p->s->module, &n);
+    for (int i = 0; i < n && !found; i++) found = strcmp(names[i], run->name) == 0;
+    if (found) lua_pushstring(H, run->name); else lua_pushnil(H);
+  } else {
+    lua_rawgeti(H, LUA_REGISTRYINDEX, p->s->exports_ref);
+    lua_pushstring(H, run->name);
+    lc_rawget(H, -2);
+    lua_remove(H, -2);
+  }
+  if (lua_type(H, -1) != (p->s->child ? LUA_TSTRING : LUA_TFUNCTION)) {
     prepare_failure(run, "TOOL_NOT_FOUND", "'%s' is not registered in the tool registry.%s", run->name, "");
     return 0;
   }
@@ -202,6 +223,10 @@ void sx_prepare(sx_state *s, lua_State *L, sx_run *runs, int n) {
 }
 
 void sx_execute(sx_state *s, sx_run *runs, int n) {
+  if (s->child) {
+    sx_remote_execute(s, runs, n);
+    return;
+  }
   lua_State *H = s->L;
   for (int i = 0; i < n; i++) {
     sx_run *run = &runs[i];
@@ -254,7 +279,7 @@ int sx_collect(sx_state *s, lua_State *L, const sx_run *run) {
     return -1;
   }
   if (run->status != LUA_OK || run->out_of_memory) {
-    push_handler_error(H, run->result_slot, run, L);
+    push_handler_error(H, run->result_slot, run, L, s->child != NULL);
     return -1;
   }
   sx_limits lim = copy_limits(run);

@@ -80,6 +80,16 @@ static void transport_exit(void) {
   pthread_mutex_unlock(&transport_lock);
 }
 
+/* A forked handler process (isolate.c) has none of its parent's threads:
+   the transport it inherited is dead weight, left alone, and its first
+   request makes its own; the lock may have been held by a thread that is
+   not there. */
+void sh_after_fork(void) {
+  pthread_mutex_init(&transport_lock, NULL);
+  transport = NULL;
+  transport_closed = 0;
+}
+
 /* Starts r on the process's transport; NULL with a message in err. */
 static tp_transfer *start(const tp_request *r, char *err, size_t errlen) {
   tp_transfer *t = NULL;

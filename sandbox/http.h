@@ -47,4 +47,8 @@ typedef void (*sh_error_fn)(lua_State *L, const char *code, const char *message,
    (NULL: error objects). limits may be NULL; it is copied. */
 void sh_push_http(lua_State *L, sh_deadline_fn deadline, sh_error_fn error, const sh_limits *limits);
 
+/* In a forked child: forget the parent's transport (its thread is not
+   there); the child's first request makes one of its own. */
+void sh_after_fork(void);
+
 #endif

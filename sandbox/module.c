@@ -13,6 +13,7 @@
 #include "bounded.h"
 #include "compat.h"
 #include "crypto.h"
+#include "isolate.h"
 #include "require.h"
 #include "watch.h"
 #include "state.h"
@@ -22,8 +23,6 @@
 #define SX_LOAD_TIMEOUT_MS 10000
 
 /* A module: where it comes from, what it may use, and its states. */
-static sx_state *make_state(sx_module *m, long long deadline_ns, char *err, size_t errlen);
-
 struct sx_module {
   pthread_mutex_t lock;           /* guards states, nstates and busy flags */
   pthread_cond_t freed;           /* a state became free */
@@ -44,6 +43,7 @@ struct sx_module {
 };
 
 static sx_state *make_state(sx_module *m, long long deadline_ns, char *err, size_t errlen);
+static void drop_state(sx_state *s);
 
 /* "sha256-<base64>" of the bytes must equal the manifest's integrity. */
 static int check_integrity(const char *path, const char *want, const char *src, size_t len, char *err, size_t errlen) {
@@ -176,6 +176,16 @@ sx_module *sx_load(const sx_manifest *man, char *err, size_t errlen) {
     return NULL;
   }
   m->states[m->nstates++] = first;
+  /* handler processes are started ahead of time, all of them: a call
+     should not wait for a fork and a module load */
+  while (sx_isolated(m) && m->nstates < m->policy.max_concurrency) {
+    sx_state *s = make_state(m, 0, err, errlen);
+    if (!s) {
+      sx_free(m);
+      return NULL;
+    }
+    m->states[m->nstates++] = s;
+  }
   m->refs = 1;
   return m;
 }
@@ -198,7 +208,7 @@ void sx_close(sx_module *m) {
   /* the idle states go now; a busy one when it is released */
   for (int i = 0; i < m->nstates;) {
     if (m->states[i]->busy) { i++; continue; }
-    sx_state_free(m->states[i]);
+    drop_state(m->states[i]);
     m->states[i] = m->states[--m->nstates];
   }
   pthread_cond_broadcast(&m->freed);
@@ -233,7 +243,7 @@ sx_state *sx_make(sx_module *m, long long deadline_ns, char *err, size_t errlen)
   pthread_mutex_lock(&m->lock);
   m->making--;
   if (s && sx_closed(m)) {
-    sx_state_free(s);
+    drop_state(s);
     s = NULL;
     snprintf(err, errlen, "the tool module was closed");
   }
@@ -256,12 +266,39 @@ void sx_unmake(sx_module *m) {
 
 void sx_interrupt(sx_state *s) {
   __atomic_store_n(&s->cancelled, 1, __ATOMIC_RELEASE);
-  sx_watch_poke(s);
+  if (s->child) sx_remote_poke(s);
+  else sx_watch_poke(s);
+}
+
+int sx_isolated(const sx_module *m) {
+  return m->has_policy && m->policy.isolation == SX_ISOLATE_PROCESS;
+}
+
+const sx_policy *sx_policy_of(const sx_module *m) {
+  return &m->policy;
+}
+
+int sx_adopt_exports(sx_module *m, char **names, int n) {
+  if (m->exports) {
+    for (int i = 0; i < n; i++) free(names[i]);
+    free(names);
+    return 0;
+  }
+  qsort(names, (size_t)n, sizeof *names, string_cmp);
+  m->exports = names;
+  m->nexports = n;
+  return 0;
+}
+
+/* A state goes: its child process too, when it has one. */
+static void drop_state(sx_state *s) {
+  if (s->child) sx_child_end(s);
+  sx_state_free(s);
 }
 
 void sx_free(sx_module *m) {
   if (!m) return;
-  for (int i = 0; i < m->nstates; i++) sx_state_free(m->states[i]);
+  for (int i = 0; i < m->nstates; i++) drop_state(m->states[i]);
   free(m->states);
   for (int i = 0; i < m->nexports; i++) free(m->exports[i]);
   free(m->exports);
@@ -350,7 +387,7 @@ void sx_release(sx_state *s) {
         m->states[i] = m->states[--m->nstates];
         break;
       }
-    sx_state_free(s);
+    drop_state(s);
   } else {
     s->busy = 0;
   }
@@ -468,8 +505,14 @@ static int open_libs(lua_State *L) {
 }
 
 /* A new state of m, with the module's code loaded and its exports checked
-   (the first time) or found, within deadline_ns (0: the load budget only). */
+   (the first time) or found, within deadline_ns (0: the load budget only):
+   in a child process of its own when the policy isolates the module. */
 static sx_state *make_state(sx_module *m, long long deadline_ns, char *err, size_t errlen) {
+  if (sx_isolated(m)) return sx_spawn(m, deadline_ns, err, errlen);
+  return sx_compose(m, deadline_ns, err, errlen);
+}
+
+sx_state *sx_compose(sx_module *m, long long deadline_ns, char *err, size_t errlen) {
   sx_state *s = sx_state_new(m->has_policy ? m->policy.memory_limit : 0, err, errlen);
   if (!s) return NULL;
   s->module = m;

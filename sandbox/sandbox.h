@@ -27,7 +27,15 @@ typedef struct sx_policy {
   int allow_network;
   size_t memory_limit;            /* bytes; 0: none */
   int max_concurrency;            /* states per module, >= 1 */
+  int isolation;                  /* SX_ISOLATE_* */
+  int kill_grace_ms;              /* process isolation: past the deadline, then SIGKILL */
 } sx_policy;
+
+/* Where a module's handlers run: in states of this process, on the
+   runtime's worker threads (the default), or each state in a child process
+   of its own (isolate.c), which a kill can stop whatever it does. */
+enum { SX_ISOLATE_THREAD = 0, SX_ISOLATE_PROCESS = 1 };
+#define SX_KILL_GRACE_MS 100
 
 /* Where a module comes from and what it may use (a tool_modules entry). */
 typedef struct sx_manifest {
@@ -74,6 +82,9 @@ sx_state *sx_make(sx_module *m, long long deadline_ns, char *err, size_t errlen)
 void sx_unmake(sx_module *m);
 /* Stops the call running in s, as cancelled (any thread). */
 void sx_interrupt(sx_state *s);
+
+/* Whether the module's handlers run in processes of their own. */
+int sx_isolated(const sx_module *m);
 
 /* The exported tool names, in sorted order. Valid until sx_free. */
 const char *const *sx_exports(const sx_module *m, int *n);

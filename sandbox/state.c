@@ -391,6 +391,10 @@ __attribute__((destructor)) static void free_stripped(void) {
   stripped.code = NULL;
 }
 
+void sx_state_prime(void) {
+  pthread_once(&stripped_once, strip_chunk);
+}
+
 static void wrap_protected_calls(lua_State *L) {
   pthread_once(&stripped_once, strip_chunk);
   int loaded = stripped.code

@@ -33,6 +33,7 @@ struct sx_state {
   int watch_slot;                 /* its slot (guarded by the watch's lock), -1: none */
   lua_State *current;             /* the Lua thread running now (atomic: the signal handler reads it) */
   int stopping;                   /* the signal handler set the stop's hook (atomic) */
+  struct sx_child *child;         /* process isolation: L is a mirror holding copies only (isolate.c) */
 };
 
 /* Whether the state's call was interrupted (sx_interrupt). */
@@ -46,6 +47,10 @@ sx_state *sx_state_new(size_t memory_limit, char *err, size_t errlen);
 /* Closes the state (its pending __close handlers get a deadline too). */
 void sx_state_free(sx_state *s);
 sx_state *sx_state_of(lua_State *L);
+/* Makes now what every state's setup makes once per process (the stop
+   wrappers' chunk): before a fork, so that a child never waits on a
+   once-flag another thread of its parent held. */
+void sx_state_prime(void);
 
 /* Raises TOOL_TIMEOUT when the running call's deadline passed: for the
    loops of library functions, which the instruction hook does not see. */

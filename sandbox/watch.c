@@ -141,6 +141,10 @@ static void after_fork_child(void) {
   memset(w.slots, 0, sizeof w.slots);
 }
 
+void sx_watch_after_fork(void) {
+  after_fork_child();
+}
+
 static int start_thread(void) {
   static int at_fork;
   if (!at_fork) {

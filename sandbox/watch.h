@@ -20,4 +20,8 @@ void sx_watch_disarm(sx_state *s);
    thread; nothing happens when s is not armed). */
 void sx_watch_poke(sx_state *s);
 
+/* In a forked child (isolate.c), whether or not a watch ran: no slot is
+   armed, no thread runs, and the lock is free. */
+void sx_watch_after_fork(void);
+
 #endif

@@ -22,6 +22,7 @@ local IDLE_KIB_TARGET = 24       -- an idle strict state's memory, at most (issu
 local FULL_SPEED_TARGET = 1.10  -- a CPU-bound handler in a strict state / the same function in plain Lua, at most
 local SPEEDUP_TARGET = 1.7      -- one at a time / two at once, at least
 local PARALLEL_RUNS = 9
+local ISOLATED_EXTRA_US_TARGET = 30  -- a process-isolated call's wall time over a strict call's, at most (issue 16)
 
 local function fail(fmt, ...)
   io.stderr:write("bench/sandbox: ", string.format(fmt, ...), "\n")
@@ -75,6 +76,9 @@ for _, kind in ipairs(KINDS) do
   programs[kind] = luma.load(dir .. "/program.luma",
     { tool_modules = { dir .. "/tools.lua" }, config = false, tool_module_policy = POLICIES[kind] })
 end
+-- the same strict module, each of its two states in a process of its own
+programs.process = luma.load(dir .. "/program.luma", { tool_modules = { dir .. "/tools.lua" }, config = false,
+  tool_module_policy = { sandbox = "strict", max_concurrency = 2, isolation = "process" } })
 
 -- The expected results, checked before anything is timed.
 local TEXT_N, SPIN_N = 100, 10000000
@@ -84,7 +88,7 @@ local function spin_expected(n)
   return x
 end
 local SPIN_V = spin_expected(SPIN_N)
-for _, kind in ipairs(KINDS) do
+for _, kind in ipairs { "none", "strict", "process" } do
   local p = programs[kind]
   if p:call("echo", { n = 5 }).v ~= 5 then fail("%s: echo did not return 5", kind) end
   if p:call("text", { n = TEXT_N }).v ~= TEXT_N then fail("%s: text did not count %d", kind, TEXT_N) end
@@ -138,6 +142,36 @@ end
 local rates = {
   echo = paired("echo", 5, 5),
   text = paired("text", TEXT_N, TEXT_N),
+}
+
+-- A process-isolated call against the same call of a strict state in this
+-- process: wall time (the child's CPU is not this process's), microseconds
+-- per call, in PAIRED_RUNS pairs of runs of ~0.1 s; the extra time is the
+-- median of the pairs' differences.
+local function wall_per_call(p, name, n_arg, expected, n)
+  local call, input = p.call, { n = n_arg }
+  local t0 = core.monotonic_ms()
+  for _ = 1, n do
+    if call(p, name, input).v ~= expected then fail("%s did not return %s", name, tostring(expected)) end
+  end
+  return (core.monotonic_ms() - t0) * 1000 / n
+end
+
+local function isolated(name, n_arg, expected)
+  local per = wall_per_call(programs.strict, name, n_arg, expected, 200)
+  local n = math.max(50, math.floor(100000 / math.max(per, 1)))
+  local t = { strict = {}, process = {}, extra = {} }
+  for i = 1, PAIRED_RUNS do
+    t.strict[i] = wall_per_call(programs.strict, name, n_arg, expected, n)
+    t.process[i] = wall_per_call(programs.process, name, n_arg, expected, n)
+    t.extra[i] = t.process[i] - t.strict[i]
+  end
+  return { strict = median(t.strict), process = median(t.process), extra = median(t.extra) }
+end
+
+local walls = {
+  echo = isolated("echo", 5, 5),
+  text = isolated("text", TEXT_N, TEXT_N),
 }
 
 -- ------------------------------------------------------- making a state
@@ -207,9 +241,10 @@ end
 local ways = {
   none = function(together) return wall(programs.none, together and 2 or 1) end,
   strict = function(together) return wall(programs.strict, together and 2 or 1) end,
+  process = function(together) return wall(programs.process, together and 2 or 1) end,
   processes = wall_processes,
 }
-local WAYS = { "none", "strict", "processes" }
+local WAYS = { "none", "strict", "process", "processes" }
 local rounds = {}
 for _, way in ipairs(WAYS) do
   ways[way](true)   -- the module's two states made before anything is timed
@@ -293,6 +328,15 @@ row("", "none", "strict", "2 processes")
 row("2 spins one at a time (ms)", sig3(parallel.none.one), sig3(parallel.strict.one), sig3(parallel.processes.one))
 row("2 spins at once (ms)", sig3(parallel.none.two), sig3(parallel.strict.two), sig3(parallel.processes.two))
 row("speed-up", sig3(speedup.none), sig3(speedup.strict), sig3(speedup.processes))
+io.write("\n")
+row("", "strict", "isolated", "extra")
+for _, name in ipairs { "echo", "text" } do
+  local w = walls[name]
+  row(name .. " call, wall (µs)", sig3(w.strict), sig3(w.process), sig3(w.extra))
+end
+row("2 spins one at a time (ms)", sig3(parallel.strict.one), sig3(parallel.process.one))
+row("2 spins at once (ms)", sig3(parallel.strict.two), sig3(parallel.process.two))
+row("speed-up", sig3(speedup.strict), sig3(speedup.process))
 
 io.write("\n")
 row("", "plain Lua", "strict", "strict/Lua")
@@ -313,5 +357,9 @@ target("idle strict state memory (KiB)", idle_memory.strict / 1024, idle_memory.
   "<= " .. IDLE_KIB_TARGET)
 target("strict CPU-bound handler / plain Lua", full_speed.signal_ratio, full_speed.signal_ratio <= FULL_SPEED_TARGET,
   "<= " .. sig3(FULL_SPEED_TARGET))
+target("process-isolated call, extra wall time (µs, echo)", walls.echo.extra,
+  walls.echo.extra <= ISOLATED_EXTRA_US_TARGET, "<= " .. ISOLATED_EXTRA_US_TARGET)
+target("process-isolated parallel speed-up, 2 cores", speedup.process, speedup.process >= SPEEDUP_TARGET,
+  ">= " .. sig3(SPEEDUP_TARGET))
 io.write(string.format("(two lua5.4 processes on this machine, in the same run: %s; strict reaches %s of it)\n",
   sig3(speedup.processes), sig3(speedup.strict / speedup.processes)))

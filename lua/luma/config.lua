@@ -212,7 +212,8 @@ local function read_store(file, dir, store, name)
 end
 
 local BUILTINS = { "os", "io", "json", "crypto" }
-local POLICY_KEYS = { "sandbox", "allow_builtins", "allow_env", "allow_network", "max_memory_mb", "max_concurrency" }
+local POLICY_KEYS = { "sandbox", "allow_builtins", "allow_env", "allow_network", "max_memory_mb", "max_concurrency",
+  "isolation", "kill_grace_ms" }
 
 
 -- tool_module_policy: what every tool module's state may use. With
@@ -234,6 +235,7 @@ function config.policy(file, policy)
   capability("allow_builtins")
   capability("allow_env")
   capability("allow_network")
+  capability("isolation")
   out.allow_builtins = {}
   if policy.allow_builtins ~= nil then
     local known = {}
@@ -258,6 +260,19 @@ function config.policy(file, policy)
     if out.max_memory_mb > core.limits.policy_max_memory_mb then
       fail(file, "tool_module_policy.max_memory_mb must be at most " .. core.limits.policy_max_memory_mb)
     end
+  end
+  if policy.isolation ~= nil then
+    out.isolation = expect(file, "tool_module_policy.isolation", policy.isolation, "string")
+    if out.isolation ~= "thread" and out.isolation ~= "process" then
+      fail(file, 'tool_module_policy.isolation must be "thread" or "process"')
+    end
+  end
+  if policy.kill_grace_ms ~= nil then
+    if out.isolation ~= "process" then
+      fail(file, 'tool_module_policy.kill_grace_ms needs "isolation": "process"')
+    end
+    out.kill_grace_ms = integer_at_least(file, "tool_module_policy.kill_grace_ms", policy.kill_grace_ms, 0)
+    if out.kill_grace_ms > 10000 then fail(file, "tool_module_policy.kill_grace_ms must be at most 10000") end
   end
   if policy.max_concurrency ~= nil then
     out.max_concurrency = integer_at_least(file, "tool_module_policy.max_concurrency", policy.max_concurrency, 1)

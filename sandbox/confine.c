@@ -1,0 +1,132 @@
+/* The backstops of a handler process (isolate.c), set in the child before
+   it runs any code of the module: limits that hold even where the Lua
+   state's own accounting does not reach (a C library's buffers, a bug in
+   the VM). The Lua-level limits (max_memory_mb through the allocator, the
+   deadline through the hook and the host's kill) stay the first line. */
+#define _GNU_SOURCE
+#include "isolate.h"
+
+#include <stdio.h>
+
+#if LUA_VERSION_NUM >= 504
+#include <errno.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <seccomp.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define ADDRESS_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ADDRESS_SANITIZER 1
+#endif
+#endif
+
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#endif
+#endif
+#ifndef RUNNING_ON_VALGRIND
+#define RUNNING_ON_VALGRIND 0
+#endif
+
+/* Room for what the child holds besides its state: the input and the
+   result as copies, as bytes on the wire and in a buffer, and its threads'
+   stacks. */
+#define CONFINE_ROOM ((size_t)64 << 20)
+
+#ifndef ADDRESS_SANITIZER
+/* The address space mapped now, in bytes (a forked child starts with all
+   of its parent's, the other threads' stacks included). */
+static size_t mapped_now(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  unsigned long pages = 0;
+  if (f) {
+    if (fscanf(f, "%lu", &pages) != 1) pages = 0;
+    fclose(f);
+  }
+  return (size_t)pages * (size_t)sysconf(_SC_PAGESIZE);
+}
+#endif
+
+static int limit_memory(const sx_policy *p, size_t copy_bytes, char *err, size_t errlen) {
+  /* a sanitizer's shadow memory and valgrind's own heap live in the same
+     address space: under them the allocator's limit is the only one */
+#ifdef ADDRESS_SANITIZER
+  (void)p; (void)copy_bytes; (void)err; (void)errlen;
+  return 0;
+#else
+  if (!p->memory_limit || RUNNING_ON_VALGRIND) return 0;
+  size_t now = mapped_now();
+  if (!now) {
+    snprintf(err, errlen, "cannot read the handler process's address space (/proc/self/statm)");
+    return -1;
+  }
+  struct rlimit r;
+  r.rlim_cur = r.rlim_max = (rlim_t)(now + p->memory_limit + 4 * copy_bytes + CONFINE_ROOM);
+  if (setrlimit(RLIMIT_AS, &r) != 0) {
+    snprintf(err, errlen, "cannot set RLIMIT_AS in the handler process: %s", strerror(errno));
+    return -1;
+  }
+  return 0;
+#endif
+}
+
+/* Refused calls fail with EPERM (ENOSYS for clone3, so that the C library
+   falls back to clone, whose flags a filter can read): the handler sees an
+   error, the process lives. */
+static int filter(const sx_policy *p, char *err, size_t errlen) {
+  /* valgrind knows prctl's way of loading a filter, not seccomp(2)'s */
+  if (RUNNING_ON_VALGRIND) seccomp_api_set(1);
+  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+  if (!ctx) {
+    snprintf(err, errlen, "cannot make a seccomp filter (out of memory)");
+    return -1;
+  }
+  static const int refused[] = {
+    SCMP_SYS(execve), SCMP_SYS(execveat), SCMP_SYS(ptrace), SCMP_SYS(fork), SCMP_SYS(vfork),
+    SCMP_SYS(process_vm_readv), SCMP_SYS(process_vm_writev),
+  };
+  static const int sockets[] = {
+    SCMP_SYS(socket), SCMP_SYS(socketpair), SCMP_SYS(connect), SCMP_SYS(bind), SCMP_SYS(listen),
+    SCMP_SYS(accept), SCMP_SYS(accept4),
+  };
+  int rc = 0;
+  for (size_t i = 0; rc == 0 && i < sizeof refused / sizeof refused[0]; i++)
+    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), refused[i], 0);
+  /* threads are fine (the deadline watch, libcurl's resolver); processes are not */
+  if (rc == 0)
+    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
+                          SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_THREAD, 0));
+  if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
+  for (size_t i = 0; rc == 0 && !p->allow_network && i < sizeof sockets / sizeof sockets[0]; i++)
+    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), sockets[i], 0);
+  if (rc == 0) rc = seccomp_load(ctx);
+  seccomp_release(ctx);
+  if (rc != 0) {
+    snprintf(err, errlen, "cannot load the handler process's seccomp filter: %s", strerror(-rc));
+    return -1;
+  }
+  return 0;
+}
+
+int sx_confine(const sx_policy *p, size_t copy_bytes, char *err, size_t errlen) {
+  /* a crash is reported by its signal; a core image of the host's whole
+     address space would only take time and disk */
+  struct rlimit none = { 0, 0 };
+  setrlimit(RLIMIT_CORE, &none);
+  if (limit_memory(p, copy_bytes, err, errlen) != 0) return -1;
+  return filter(p, err, errlen);
+}
+
+#else /* LuaJIT and Lua 5.1: no policy, so no isolation (core/lmodule.c) */
+int sx_confine(const sx_policy *p, size_t copy_bytes, char *err, size_t errlen) {
+  (void)p; (void)copy_bytes;
+  snprintf(err, errlen, "process isolation needs Lua 5.4");
+  return -1;
+}
+#endif

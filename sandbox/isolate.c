@@ -1,0 +1,735 @@
+/* Process isolation: a module whose policy says "isolation": "process" runs
+   each of its states in a child process, started ahead of time and reused
+   from call to call. The host keeps a mirror state per child, which holds
+   nothing but copies (the input going out, the reply coming back), so that
+   call.c's prepare and collect, with their limits and error rules, stay
+   what they are in-process. A call is a frame of bytes each way (wire.c)
+   on a socket pair; the host waits for the reply until the deadline plus
+   the policy's kill_grace_ms, or a cancel, and then kills the child with
+   SIGKILL: that stops what no hook can (a rehash, a collection, a long
+   comparison in C), and a child that dies takes nothing of the host with it.
+
+   How the child is made. The host is multithreaded (the worker pool, the
+   deadline watch, libcurl's threads) and may be any program that embeds
+   luma (libluma in a C host, LuaJIT through FFI, nginx, LÖVE), so there is
+   no executable on disk to run that is known to be ours. The child is a
+   plain fork() of the thread that needs a state (the loader, or the worker
+   that replaces a killed child), and it never execs. After fork only that
+   thread exists, and whatever another thread held locked stays locked. So
+   the child touches nothing another thread of the host may hold: glibc
+   makes malloc, its stdio list and the dynamic loader's lock usable in a
+   forked child; the libraries of ours that keep a process-wide lock reset
+   it (the watch, the HTTP transport) or hold it across the fork (the random
+   generator, which reseeds in the child); what a state's setup makes once
+   per process is made in the host before the fork; the child writes to
+   stderr through a stream of its own, not the parent's (whose lock another
+   thread may hold); the host's Lua states and the module's own lock are
+   never touched. The child then closes every descriptor but its socket
+   and stderr, puts /dev/null on stdin and stdout, unblocks signals and
+   restores their default actions (but the deadline watch's), confines
+   itself (confine.c) and only then runs the module's code. It ends when
+   its socket closes, or it is killed. A zygote (one child forked early
+   that forks the others) would not remove the hazard, as it is forked from
+   the same multithreaded host at some point, and its children would not be
+   the host's to reap and to read the signal of. */
+#define _GNU_SOURCE
+#include "isolate.h"
+
+#include <stdio.h>
+
+#if LUA_VERSION_NUM >= 504
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <lauxlib.h>
+
+#include "crypto.h"
+#include "errors.h"
+#include "http.h"
+#include "lerror.h"
+#include "state.h"
+#include "strbuf.h"
+#include "watch.h"
+#include "wire.h"
+
+struct sx_child {
+  pid_t pid;                      /* 0 once reaped */
+  int fd;                         /* the host's end of the socket pair (non-blocking) */
+  int wake;                       /* an eventfd: the call was cancelled */
+};
+
+/* How long a new child may take to load the module, past the load budget
+   of module.c (10 s) or the call's deadline. */
+#define SPAWN_SLACK_MS 1000
+#define SPAWN_LOAD_MS 10000
+#define READY_MAX ((size_t)1 << 20)
+/* After a child closed its socket, how long its exit status is waited for
+   before it is killed (it may have closed the socket and gone on). */
+#define REAP_WAIT_MS 500
+
+enum { K_READY = 'R', K_FAILED = 'F', K_OK = 'O', K_ERROR = 'E', K_TIMEOUT = 'X' };
+enum { IO_OK = 0, IO_DEAD = -1, IO_LATE = -2, IO_CANCELLED = -3, IO_BAD = -4 };
+
+/* What a request says besides its values (both ends are one build). */
+typedef struct req_head {
+  int64_t timeout_ms;
+  uint64_t max_values, max_bytes;
+  int32_t max_depth;
+  uint32_t name_len;
+  uint8_t has_needs;
+} req_head;
+
+/* The most a reply may take: the values the copy limits allow, each with
+   its tag and length, and room for an error's fields. */
+static size_t reply_cap(const sx_limits *lim) {
+  return lim->max_bytes + 24 * lim->max_values + ((size_t)1 << 20);
+}
+
+/* ------------------------------------------------------------ the host's side */
+
+/* Waits until fd is ready for ev, until_ns passes (0: never), or the call
+   is cancelled. */
+static int wait_fd(sx_state *s, int fd, short ev, long long until_ns) {
+  sx_child *c = s->child;
+  for (;;) {
+    if (sx_cancelled(s)) return IO_CANCELLED;
+    int ms = -1;
+    if (until_ns) {
+      long long left = until_ns - sx_now_ns();
+      if (left <= 0) return IO_LATE;
+      ms = (int)((left + 999999) / 1000000);
+    }
+    struct pollfd p[2] = { { fd, ev, 0 }, { c->wake, POLLIN, 0 } };
+    int r = poll(p, 2, ms);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return IO_DEAD;
+    }
+    if (p[1].revents) return IO_CANCELLED;
+    if (p[0].revents & ev) return IO_OK;
+    if (p[0].revents & (POLLERR | POLLHUP | POLLNVAL)) return IO_DEAD;
+  }
+}
+
+static int send_all(sx_state *s, const char *p, size_t n, long long until_ns) {
+  int fd = s->child->fd;
+  while (n > 0) {
+    ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+    if (k > 0) { p += k; n -= (size_t)k; continue; }
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      int r = wait_fd(s, fd, POLLOUT, until_ns);
+      if (r != IO_OK) return r;
+      continue;
+    }
+    return IO_DEAD;
+  }
+  return IO_OK;
+}
+
+static int recv_all(sx_state *s, char *p, size_t n, long long until_ns) {
+  int fd = s->child->fd;
+  while (n > 0) {
+    ssize_t k = recv(fd, p, n, 0);
+    if (k > 0) { p += k; n -= (size_t)k; continue; }
+    if (k == 0) return IO_DEAD;
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      int r = wait_fd(s, fd, POLLIN, until_ns);
+      if (r != IO_OK) return r;
+      continue;
+    }
+    return IO_DEAD;
+  }
+  return IO_OK;
+}
+
+/* A frame is its length (4 bytes) and its bytes: b was started with
+   frame_start, and goes in one write. */
+static void frame_start(sb_buf *b) {
+  uint32_t len = 0;
+  sb_add(b, (const char *)&len, sizeof len);
+}
+
+static int frame_end(sb_buf *b) {
+  if (b->failed || b->len - sizeof(uint32_t) > UINT32_MAX) return -1;
+  uint32_t len = (uint32_t)(b->len - sizeof len);
+  memcpy(b->data, &len, sizeof len);
+  return 0;
+}
+
+/* A frame of at most cap bytes, malloc'd in *out. A small frame comes in
+   one read: the wait comes first, as the reply is never there at once. */
+#define FIRST_READ 4096
+
+static int recv_frame(sx_state *s, char **out, size_t *n, size_t cap, long long until_ns) {
+  char first[FIRST_READ];
+  *out = NULL;
+  int r = wait_fd(s, s->child->fd, POLLIN, until_ns);
+  if (r != IO_OK) return r;
+  ssize_t got;
+  while ((got = recv(s->child->fd, first, sizeof first, 0)) < 0 && errno == EINTR) {}
+  if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) got = 0;
+  else if (got <= 0) return IO_DEAD;
+  size_t have = (size_t)got;
+  if (have < sizeof(uint32_t)) {
+    r = recv_all(s, first + have, sizeof(uint32_t) - have, until_ns);
+    if (r != IO_OK) return r;
+    have = sizeof(uint32_t);
+  }
+  uint32_t len;
+  memcpy(&len, first, sizeof len);
+  if (len < 1 || len > cap || have - sizeof len > len) return IO_BAD;
+  char *buf = malloc(len);
+  if (!buf) return IO_BAD;
+  memcpy(buf, first + sizeof len, have - sizeof len);
+  r = recv_all(s, buf + (have - sizeof len), len - (have - sizeof len), until_ns);
+  if (r != IO_OK) { free(buf); return r; }
+  *out = buf;
+  *n = len;
+  return IO_OK;
+}
+
+static void reap(sx_child *c, int *status) {
+  while (waitpid(c->pid, status, 0) < 0 && errno == EINTR) {}
+  c->pid = 0;
+}
+
+static void kill_child(sx_child *c) {
+  if (c->pid <= 0) return;
+  kill(c->pid, SIGKILL);
+  int status;
+  reap(c, &status);
+}
+
+/* The child closed its socket: how it ended, for the message. */
+static void died(sx_child *c, char *msg, size_t len) {
+  int status = 0;
+  pid_t r = 0;
+  for (int i = 0; i < REAP_WAIT_MS && c->pid > 0; i++) {
+    r = waitpid(c->pid, &status, WNOHANG);
+    if (r != 0 || (r < 0 && errno != EINTR)) break;
+    struct timespec ms = { 0, 1000000 };
+    nanosleep(&ms, NULL);
+  }
+  if (r == c->pid) {
+    c->pid = 0;
+    if (WIFSIGNALED(status)) snprintf(msg, len, "handler process died: signal %d", WTERMSIG(status));
+    else snprintf(msg, len, "handler process died: exit status %d", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    return;
+  }
+  if (r < 0) {
+    /* the host reaps children itself (a SIGCHLD handler, or SIGCHLD ignored) */
+    c->pid = 0;
+    snprintf(msg, len, "handler process died (its exit status was taken by another part of this process)");
+    return;
+  }
+  kill_child(c);
+  snprintf(msg, len, "handler process closed its connection and was killed");
+}
+
+void sx_child_end(sx_state *s) {
+  sx_child *c = s->child;
+  if (!c) return;
+  if (c->fd >= 0) close(c->fd);
+  kill_child(c);
+  if (c->wake >= 0) close(c->wake);
+  free(c);
+  s->child = NULL;
+}
+
+void sx_remote_poke(sx_state *s) {
+  uint64_t one = 1;
+  if (s->child && write(s->child->wake, &one, sizeof one) < 0) {
+    /* the wait also reads the cancelled flag before each poll */
+  }
+}
+
+typedef struct reply {
+  const char *p;
+  size_t len;
+  sx_run *run;
+  sx_state *s;
+  const char *failure;            /* a failure of the host's to push instead */
+  int malformed;
+} reply;
+
+/* Protected, on the mirror state: pushes the reply's value (a result, or
+   an error object whose code and message are checked: the child is not
+   trusted to follow the rules), or the host's failure. */
+static int push_reply(lua_State *M) {
+  reply *r = lua_touserdata(M, 1);
+  lua_settop(M, 0);
+  if (r->failure) {
+    le_push(M, "TOOL_FAILED", r->failure, 0, 0);
+    return 1;
+  }
+  if (r->len < 2) { r->malformed = 1; return 0; }
+  char kind = r->p[0];
+  if (r->p[1]) r->s->broken = 1;
+  const char *p = r->p + 2;
+  size_t left = r->len - 2, used;
+  if (kind == K_TIMEOUT) {
+    r->run->expired = 1;
+    lua_pushnil(M);
+    return 1;
+  }
+  if (kind == K_OK) {
+    if (sx_wire_get(M, p, left, &used) != 0 || used != left) { r->malformed = 1; return 0; }
+    return 1;
+  }
+  if (kind != K_ERROR || left < 1) { r->malformed = 1; return 0; }
+  int retryable = p[0] != 0;
+  p++;
+  left--;
+  for (int i = 0; i < 3; i++) {
+    if (sx_wire_get(M, p, left, &used) != 0) { r->malformed = 1; return 0; }
+    p += used;
+    left -= used;
+  }
+  size_t codelen, msglen;
+  if (left != 0 || lua_type(M, 1) != LUA_TSTRING || lua_type(M, 2) != LUA_TSTRING ||
+      (lua_type(M, 3) != LUA_TNIL && lua_type(M, 3) != LUA_TTABLE)) {
+    r->malformed = 1;
+    return 0;
+  }
+  const char *code = lua_tolstring(M, 1, &codelen);
+  lua_tolstring(M, 2, &msglen);
+  /* a handler's own code, or one the sandbox reports for it */
+  static const char *const runtime[] = { "TOOL_FAILED", "TOOL_MEMORY_LIMIT", "TOOL_OUTPUT_INVALID",
+                                         "TOOL_INPUT_INVALID", "TOOL_CONTEXT_INVALID", "TOOL_NOT_FOUND" };
+  int ok = sx_handler_code_ok(code, codelen);
+  for (size_t i = 0; !ok && i < sizeof runtime / sizeof runtime[0]; i++) ok = strcmp(code, runtime[i]) == 0;
+  if (!ok || strlen(code) != codelen || msglen > SX_MESSAGE_MAX + 64) { r->malformed = 1; return 0; }
+  le_push(M, code, lua_tostring(M, 2), retryable, lua_isnil(M, 3) ? 0 : 3);
+  return 1;
+}
+
+/* The value the run's collect reads goes on top of the mirror; 0 when the
+   reply was malformed (nothing pushed then). */
+static int take_reply(sx_state *s, sx_run *run, const char *p, size_t len, const char *failure) {
+  lua_State *M = s->L;
+  reply r = { p, len, run, s, failure, 0 };
+  lua_pushcfunction(M, push_reply);
+  lua_pushlightuserdata(M, &r);
+  int status = lua_pcall(M, 1, 1, 0);
+  if (status != LUA_OK) {
+    /* the host's own memory ran out */
+    lua_pop(M, 1);
+    lua_pushnil(M);
+    run->status = LUA_ERRMEM;
+    return 1;
+  }
+  if (r.malformed) {
+    lua_pop(M, 1);
+    return 0;
+  }
+  run->status = !failure && p[0] == K_OK ? LUA_OK : LUA_ERRRUN;
+  return 1;
+}
+
+static void put_request(sx_state *s, const sx_run *run, sb_buf *b) {
+  lua_State *M = s->L;
+  req_head h;
+  memset(&h, 0, sizeof h);
+  h.timeout_ms = run->opts.timeout_ms;
+  h.max_values = run->opts.limits.max_values;
+  h.max_bytes = run->opts.limits.max_bytes;
+  h.max_depth = run->opts.limits.max_depth;
+  h.name_len = (uint32_t)strlen(run->name);
+  h.has_needs = 1;
+  sb_add(b, (const char *)&h, sizeof h);
+  sb_add(b, run->name, h.name_len);
+  if (sx_wire_put(M, run->input_slot, b) != 0 || sx_wire_put(M, run->needs_slot, b) != 0) b->failed = 1;
+}
+
+void sx_remote_execute(sx_state *s, sx_run *runs, int n) {
+  sx_child *c = s->child;
+  const sx_policy *pol = sx_policy_of(s->module);
+  for (int i = 0; i < n; i++) {
+    sx_run *run = &runs[i];
+    run->result_slot = 0;
+    if (run->failed_code) continue;
+    run->status = LUA_ERRRUN;
+    run->expired = run->out_of_memory = 0;
+    run->deadline_ns = run->opts.timeout_ms > 0 ? sx_now_ns() + run->opts.timeout_ms * 1000000LL : 0;
+    long long until = run->deadline_ns ? run->deadline_ns + (long long)pol->kill_grace_ms * 1000000LL : 0;
+    char why[200];
+    const char *failure = NULL;
+    char *frame = NULL;
+    size_t len = 0;
+    int r = IO_DEAD;
+    if (c->pid > 0 && !s->broken) {
+      sb_buf b;
+      sb_init(&b);
+      frame_start(&b);
+      put_request(s, run, &b);
+      r = frame_end(&b) != 0 ? IO_BAD : send_all(s, b.data, b.len, until);
+      sb_free(&b);
+      if (r == IO_OK) r = recv_frame(s, &frame, &len, reply_cap(&run->opts.limits), until);
+    }
+    switch (r) {
+      case IO_OK: break;
+      case IO_LATE:
+        kill_child(c);
+        run->expired = 1;
+        break;
+      case IO_CANCELLED:
+        kill_child(c);
+        failure = "The tool call was cancelled.";
+        break;
+      case IO_BAD:
+        kill_child(c);
+        failure = "The handler process sent a reply larger than the copy limits allow.";
+        break;
+      default:
+        if (c->pid > 0) died(c, why, sizeof why);
+        else snprintf(why, sizeof why, "handler process is gone");
+        failure = why;
+        break;
+    }
+    if (r != IO_OK) s->broken = 1;
+    if (r == IO_LATE) {
+      lua_pushnil(s->L);
+    } else if (!take_reply(s, run, frame, len, failure)) {
+      kill_child(c);
+      s->broken = 1;
+      take_reply(s, run, NULL, 0, "The handler process sent a malformed reply.");
+    }
+    free(frame);
+    if (run->expired || sx_cancelled(s)) s->broken = 1;
+    run->result_slot = lua_gettop(s->L);
+  }
+}
+
+/* ------------------------------------------------------------ the child's side */
+
+static int read_full(int fd, void *buf, size_t n) {
+  char *p = buf;
+  while (n > 0) {
+    ssize_t k = read(fd, p, n);
+    if (k > 0) { p += k; n -= (size_t)k; continue; }
+    if (k < 0 && errno == EINTR) continue;
+    return -1;
+  }
+  return 0;
+}
+
+static int write_full(int fd, const void *buf, size_t n) {
+  const char *p = buf;
+  while (n > 0) {
+    ssize_t k = write(fd, p, n);
+    if (k > 0) { p += k; n -= (size_t)k; continue; }
+    if (k < 0 && errno == EINTR) continue;
+    return -1;
+  }
+  return 0;
+}
+
+static void child_send(int fd, sb_buf *b) {
+  if (frame_end(b) != 0 || write_full(fd, b->data, b->len) != 0) _exit(0);
+}
+
+static void child_fail(int fd, const char *msg) {
+  sb_buf b;
+  sb_init(&b);
+  frame_start(&b);
+  sb_addc(&b, K_FAILED);
+  sb_adds(&b, msg);
+  child_send(fd, &b);
+  _exit(0);
+}
+
+/* A clean process: only this thread, no descriptor of the host's but
+   stderr, default signal actions. */
+static void child_reset(int keep) {
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+  sx_watch_after_fork();
+  sh_after_fork();
+  int watch = sx_deadline_signal();
+  for (int sig = 1; sig < NSIG; sig++) {
+    if (sig == watch || sig == SIGKILL || sig == SIGSTOP) continue;
+    signal(sig, sig == SIGPIPE ? SIG_IGN : SIG_DFL);
+  }
+  int null = open("/dev/null", O_RDWR);
+  if (null >= 0) {
+    dup2(null, 0);
+    dup2(null, 1);
+    if (null > 2 && null != keep) close(null);
+  }
+  for (int fd = 3; fd < keep; fd++) close(fd);
+  if (close_range((unsigned)keep + 1, ~0U, 0) != 0) {
+    long max = sysconf(_SC_OPEN_MAX);
+    for (long fd = keep + 1; fd < (max > 0 && max < 65536 ? max : 65536); fd++) close((int)fd);
+  }
+  /* stderr's stream may be locked by a thread that is not here */
+  FILE *err = fdopen(2, "w");
+  if (err) stderr = err;
+}
+
+typedef struct child_req {
+  const char *p;
+  size_t left;
+} child_req;
+
+/* Protected, on the transfer state: pushes the input and the needs. */
+static int child_values(lua_State *T) {
+  child_req *q = lua_touserdata(T, 1);
+  lua_settop(T, 0);
+  for (int i = 0; i < 2; i++) {
+    size_t used;
+    if (sx_wire_get(T, q->p, q->left, &used) != 0) return luaL_error(T, "malformed request");
+    q->p += used;
+    q->left -= used;
+  }
+  return 2;
+}
+
+/* Protected: the error on top of T as the reply's fields. */
+static int child_error(lua_State *T) {
+  sb_buf *b = lua_touserdata(T, 1);
+  int e = 2;
+  lua_getfield(T, e, "retryable");
+  sb_addc(b, (char)lua_toboolean(T, -1));
+  static const char *const fields[] = { "code", "message", "details" };
+  for (int i = 0; i < 3; i++) {
+    lua_getfield(T, e, fields[i]);
+    if (i < 2 && lua_type(T, -1) != LUA_TSTRING) {
+      lua_pop(T, 1);
+      lua_pushstring(T, i == 0 ? "TOOL_FAILED" : "");
+    }
+    if (sx_wire_put(T, -1, b) != 0) {
+      lua_pop(T, 1);
+      lua_pushnil(T);
+      sx_wire_put(T, -1, b);
+    }
+  }
+  return 0;
+}
+
+static void child_serve(sx_state *s, int fd) {
+  lua_State *T = luaL_newstate();
+  if (!T) _exit(0);
+  char first[FIRST_READ];
+  for (;;) {
+    /* a small request comes in one read */
+    ssize_t got;
+    while ((got = read(fd, first, sizeof first)) < 0 && errno == EINTR) {}
+    if (got <= 0) _exit(0);
+    size_t have = (size_t)got;
+    if (have < sizeof(uint32_t)) {
+      if (read_full(fd, first + have, sizeof(uint32_t) - have) != 0) _exit(0);
+      have = sizeof(uint32_t);
+    }
+    uint32_t len;
+    memcpy(&len, first, sizeof len);
+    req_head h;
+    if (len < sizeof h || have - sizeof len > len) _exit(0);
+    char *buf = malloc(len);
+    if (!buf) _exit(0);
+    memcpy(buf, first + sizeof len, have - sizeof len);
+    if (read_full(fd, buf + (have - sizeof len), len - (have - sizeof len)) != 0) _exit(0);
+    memcpy(&h, buf, sizeof h);
+    if (h.name_len > len - sizeof h) _exit(0);
+    char *name = malloc((size_t)h.name_len + 1);
+    if (!name) _exit(0);
+    memcpy(name, buf + sizeof h, h.name_len);
+    name[h.name_len] = '\0';
+    child_req q = { buf + sizeof h + h.name_len, len - sizeof h - h.name_len };
+    lua_settop(T, 0);
+    lua_pushcfunction(T, child_values);
+    lua_pushlightuserdata(T, &q);
+    if (lua_pcall(T, 1, 2, 0) != LUA_OK) _exit(0);
+    sx_run run;
+    memset(&run, 0, sizeof run);
+    run.name = name;
+    run.input = 1;
+    run.needs = lua_isnil(T, 2) ? 0 : 2;
+    run.opts.tool = name;
+    run.opts.timeout_ms = h.timeout_ms;
+    sx_default_limits(&run.opts.limits);
+    run.opts.limits.max_values = (size_t)h.max_values;
+    run.opts.limits.max_bytes = (size_t)h.max_bytes;
+    run.opts.limits.max_depth = h.max_depth;
+    sx_prepare(s, T, &run, 1);
+    sx_execute(s, &run, 1);
+    int st = sx_collect(s, T, &run);
+    sb_buf b;
+    sb_init(&b);
+    frame_start(&b);
+    if (run.expired) {
+      sb_addc(&b, K_TIMEOUT);
+      sb_addc(&b, 1);
+    } else if (st == 0) {
+      sb_addc(&b, K_OK);
+      sb_addc(&b, (char)s->broken);
+      if (sx_wire_put(T, -1, &b) != 0) b.failed = 1;
+    } else {
+      sb_addc(&b, K_ERROR);
+      sb_addc(&b, (char)s->broken);
+      lua_pushcfunction(T, child_error);
+      lua_pushlightuserdata(T, &b);
+      lua_pushvalue(T, -3);
+      if (lua_pcall(T, 2, 0, 0) != LUA_OK) b.failed = 1;
+    }
+    child_send(fd, &b);
+    sb_free(&b);
+    free(name);
+    free(buf);
+    lua_settop(s->L, s->base);
+    lua_settop(T, 0);
+    if (lua_gc(T, LUA_GCCOUNT, 0) > 4096) lua_gc(T, LUA_GCCOLLECT, 0);
+    /* a state that hit a limit is not used again: neither is its process */
+    if (s->broken) _exit(0);
+  }
+}
+
+static void child_main(sx_module *m, int fd, long long deadline_ns) {
+  char err[1024];
+  child_reset(fd);
+  const sx_policy *pol = sx_policy_of(m);
+  sx_limits lim;
+  sx_default_limits(&lim);
+  if (sx_confine(pol, lim.max_bytes, err, sizeof err) != 0) child_fail(fd, err);
+  sx_state *s = sx_compose(m, deadline_ns, err, sizeof err);
+  if (!s) child_fail(fd, err);
+  int n;
+  const char *const *names = sx_exports(m, &n);
+  sb_buf b;
+  sb_init(&b);
+  frame_start(&b);
+  sb_addc(&b, K_READY);
+  uint32_t count = (uint32_t)n;
+  sb_add(&b, (const char *)&count, sizeof count);
+  for (int i = 0; i < n; i++) {
+    uint32_t k = (uint32_t)strlen(names[i]);
+    sb_add(&b, (const char *)&k, sizeof k);
+    sb_add(&b, names[i], k);
+  }
+  child_send(fd, &b);
+  sb_free(&b);
+  child_serve(s, fd);
+}
+
+/* The ready frame's export names, or NULL (malformed) */
+static char **ready_names(const char *p, size_t len, int *n) {
+  uint32_t count;
+  if (len < 1 + sizeof count) return NULL;
+  memcpy(&count, p + 1, sizeof count);
+  p += 1 + sizeof count;
+  len -= 1 + sizeof count;
+  if (count > len / sizeof count) return NULL;
+  char **names = calloc((size_t)count + 1, sizeof *names);
+  if (!names) return NULL;
+  for (uint32_t i = 0; i < count; i++) {
+    uint32_t k;
+    if (len < sizeof k) goto bad;
+    memcpy(&k, p, sizeof k);
+    p += sizeof k;
+    len -= sizeof k;
+    if (k > len || !(names[i] = malloc((size_t)k + 1))) goto bad;
+    memcpy(names[i], p, k);
+    names[i][k] = '\0';
+    p += k;
+    len -= k;
+  }
+  *n = (int)count;
+  return names;
+bad:
+  for (uint32_t i = 0; i < count; i++) free(names[i]);
+  free(names);
+  return NULL;
+}
+
+sx_state *sx_spawn(sx_module *m, long long deadline_ns, char *err, size_t errlen) {
+  const sx_policy *pol = sx_policy_of(m);
+  sx_state *s = sx_state_new(0, err, errlen);
+  if (!s) return NULL;
+  s->module = m;
+  sx_child *c = calloc(1, sizeof *c);
+  int sv[2] = { -1, -1 };
+  if (!c) {
+    snprintf(err, errlen, "out of memory");
+    sx_state_free(s);
+    return NULL;
+  }
+  c->fd = c->wake = -1;
+  s->child = c;
+  c->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (c->wake < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    snprintf(err, errlen, "cannot start a handler process: %s", strerror(errno));
+    goto fail;
+  }
+  /* what a state's setup makes once per process is made here, not in the
+     child, where another thread of the host may have been making it at the
+     fork: the stop wrappers' chunk, and the random generator (which then
+     reseeds in each child, its fork handlers keeping its lock sane) */
+  sx_state_prime();
+  unsigned char seed;
+  cr_random(&seed, 1);
+  pid_t pid = fork();
+  if (pid < 0) {
+    snprintf(err, errlen, "cannot start a handler process: %s", strerror(errno));
+    close(sv[0]);
+    close(sv[1]);
+    goto fail;
+  }
+  if (pid == 0) {
+    close(sv[0]);
+    child_main(m, sv[1], deadline_ns);
+    _exit(0);
+  }
+  close(sv[1]);
+  c->pid = pid;
+  c->fd = sv[0];
+  fcntl(c->fd, F_SETFL, fcntl(c->fd, F_GETFL) | O_NONBLOCK);
+  long long until = (deadline_ns ? deadline_ns : sx_now_ns() + SPAWN_LOAD_MS * 1000000LL) +
+                    ((long long)pol->kill_grace_ms + SPAWN_SLACK_MS) * 1000000LL;
+  char *frame = NULL;
+  size_t len = 0;
+  int r = recv_frame(s, &frame, &len, READY_MAX, until);
+  if (r == IO_OK && frame[0] == K_READY) {
+    int n = 0;
+    char **names = ready_names(frame, len, &n);
+    free(frame);
+    if (names && sx_adopt_exports(m, names, n) == 0) return s;
+    snprintf(err, errlen, "the handler process sent a malformed list of its tools");
+    goto fail;
+  }
+  if (r == IO_OK && frame[0] == K_FAILED) snprintf(err, errlen, "%.*s", (int)(len - 1), frame + 1);
+  else if (r == IO_OK) snprintf(err, errlen, "the handler process sent a malformed greeting");
+  else if (r == IO_LATE) snprintf(err, errlen, "the handler process did not load the module in time");
+  else if (r == IO_DEAD) {
+    char why[160];
+    died(c, why, sizeof why);
+    snprintf(err, errlen, "%s while loading the module", why);
+  } else snprintf(err, errlen, "the handler process sent a malformed greeting");
+  free(frame);
+fail:
+  sx_child_end(s);
+  sx_state_free(s);
+  return NULL;
+}
+
+#else /* LuaJIT and Lua 5.1: a policy is refused there (core/lmodule.c) */
+sx_state *sx_spawn(sx_module *m, long long deadline_ns, char *err, size_t errlen) {
+  (void)m; (void)deadline_ns;
+  snprintf(err, errlen, "process isolation needs Lua 5.4");
+  return NULL;
+}
+void sx_child_end(sx_state *s) { (void)s; }
+void sx_remote_execute(sx_state *s, sx_run *runs, int n) { (void)s; (void)runs; (void)n; }
+void sx_remote_poke(sx_state *s) { (void)s; }
+#endif

@@ -1,0 +1,43 @@
+/* Process isolation (isolate.c): a state of a module whose policy says
+   "isolation": "process" is a mirror state in the host, holding only copied
+   values, and a child process that holds the module's real state. module.c
+   and call.c use this; isolate.c uses module.c's composition in the child. */
+#ifndef LUMA_SANDBOX_ISOLATE_H
+#define LUMA_SANDBOX_ISOLATE_H
+
+#include "sandbox.h"
+
+typedef struct sx_child sx_child;
+
+/* A new state of m whose handlers run in a new child process, ready (its
+   module loaded) within deadline_ns (0: the load budget). NULL with a
+   message in err. */
+sx_state *sx_spawn(sx_module *m, long long deadline_ns, char *err, size_t errlen);
+/* Kills (SIGKILL) and reaps s's child, closes its descriptors. */
+void sx_child_end(sx_state *s);
+/* sx_execute for a state with a child: sends each prepared run, waits for
+   its reply until the deadline plus the policy's kill_grace_ms, or a cancel;
+   kills the child that does not answer. */
+void sx_remote_execute(sx_state *s, sx_run *runs, int n);
+/* Wakes the wait of sx_remote_execute (the call was cancelled). Any thread. */
+void sx_remote_poke(sx_state *s);
+
+/* call.c: whether a handler may raise an error with this code (capitals,
+   digits, underscores, at most SX_CODE_MAX, not one of the runtime's). */
+int sx_handler_code_ok(const char *code, size_t len);
+
+/* module.c, for the child: a state of m made in this process (the module's
+   code run, its exports found), within deadline_ns. */
+sx_state *sx_compose(sx_module *m, long long deadline_ns, char *err, size_t errlen);
+const sx_policy *sx_policy_of(const sx_module *m);
+/* The exports a child found, when m has none yet (its first state):
+   0, or -1 when memory runs out. Takes the strings. */
+int sx_adopt_exports(sx_module *m, char **names, int n);
+
+/* confine.c: the child's backstops, before it runs any code of the module:
+   RLIMIT_AS (its address space now, plus the memory limit, plus room for
+   copies of copy_bytes), and a seccomp filter refusing execve, ptrace, new
+   processes, and new sockets unless the policy allows the network. */
+int sx_confine(const sx_policy *p, size_t copy_bytes, char *err, size_t errlen);
+
+#endif
