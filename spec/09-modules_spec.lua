@@ -3,10 +3,21 @@ local h = require "spec.helpers"
 
 local CALC_TOOLS = h.read(h.root .. "/spec/fixtures/calc_tools.lua")
 
+-- every project folder of this file, removed when the file is done
+local made = {}
+local function project(files)
+  local dir = h.project(files)
+  made[#made + 1] = dir
+  return dir
+end
+teardown(function()
+  for _, dir in ipairs(made) do os.execute("rm -rf " .. h.quote(dir)) end
+end)
+
 local function calc_project(extra)
   local files = { ["program.luma"] = h.calculate, ["tools.lua"] = CALC_TOOLS }
   for k, v in pairs(extra or {}) do files[k] = v end
-  return h.project(files)
+  return project(files)
 end
 
 local function add(program)
@@ -51,20 +62,20 @@ describe("tool modules", function()
       { "return { calculate = " .. fn:format(4) .. " }", 4 },
     }
     for _, c in ipairs(cases) do
-      local dir = h.project { ["program.luma"] = h.calculate, ["tools.lua"] = c[1] }
+      local dir = project { ["program.luma"] = h.calculate, ["tools.lua"] = c[1] }
       assert.are.equal(c[2], add(assert(h.load(dir, { tool_modules = { dir .. "/tools.lua" } }))))
     end
   end)
 
   it("require every exported value to be a function", function()
-    local dir = h.project { ["program.luma"] = h.calculate, ["tools.lua"] = "return { calculate = 5 }" }
+    local dir = project { ["program.luma"] = h.calculate, ["tools.lua"] = "return { calculate = 5 }" }
     local _, err = h.load(dir, { tool_modules = { dir .. "/tools.lua" } })
     assert.are.equal("MODULE_INVALID", err.code)
     assert.matches("exports 'calculate' as a number; every value must be a function", err.message, 1, true)
   end)
 
   it("report a module that returns no table", function()
-    local dir = h.project { ["program.luma"] = h.calculate, ["tools.lua"] = "return 42" }
+    local dir = project { ["program.luma"] = h.calculate, ["tools.lua"] = "return 42" }
     local _, err = h.load(dir, { tool_modules = { dir .. "/tools.lua" } })
     assert.matches("must return a table of handlers, not number", err.message, 1, true)
   end)
@@ -94,7 +105,7 @@ describe("tool modules", function()
   end)
 
   it("stop a program whose contract has no handler before anything runs", function()
-    local dir = h.project { ["program.luma"] = h.calculate .. 'x = tool calculate({ a: 1, b: 2, operation: "add" })' }
+    local dir = project { ["program.luma"] = h.calculate .. 'x = tool calculate({ a: 1, b: 2, operation: "add" })' }
     local r = h.run({ "program.luma" }, { cwd = dir })
     assert.are.equal(2, r.status)
     -- SPEC.md's message, then where handlers were looked for
@@ -105,7 +116,7 @@ describe("tool modules", function()
   end)
 
   it("say which modules were loaded, and the closest export, when none has a contract's handler", function()
-    local dir = h.project { ["program.luma"] = h.calculate .. 'x = tool calculate({ a: 1, b: 2, operation: "add" })',
+    local dir = project { ["program.luma"] = h.calculate .. 'x = tool calculate({ a: 1, b: 2, operation: "add" })',
       ["tools.lua"] = "return { calculat = function() end }" }
     local r = h.run({ "program.luma", "--tool-module", "tools.lua" }, { cwd = dir })
     assert.are.equal(2, r.status)
@@ -118,7 +129,7 @@ describe("tool modules", function()
   end)
 
   it("run in a Lua state of their own", function()
-    local dir = h.project {
+    local dir = project {
       ["program.luma"] = h.calculate,
       ["tools.lua"] = [[
         leaked_global = "module"
@@ -143,6 +154,8 @@ describe("the integrity of a tool module", function()
     f = assert(io.popen("base64 -w0 " .. h.quote(bin)))
     local b64 = f:read("*l")
     f:close()
+    os.remove(src)
+    os.remove(bin)
     return "sha256-" .. b64
   end
 
@@ -213,7 +226,7 @@ describe("require inside a tool module", function()
   end)
 
   it("never loads a precompiled chunk", function()
-    local dir = h.project { ["program.luma"] = h.calculate }
+    local dir = project { ["program.luma"] = h.calculate }
     h.write(dir .. "/tools.lua", string.dump(function() return {} end))
     local _, err = h.load(dir, { tool_modules = { dir .. "/tools.lua" } })
     assert.are.equal("MODULE_INVALID", err.code)
@@ -251,7 +264,7 @@ describe("luma.config.json", function()
   }
   for _, c in ipairs(cases) do
     it("rejects " .. c[1], function()
-      local dir = h.project { ["program.luma"] = "schema A { x: int }", ["luma.config.json"] = c[1] }
+      local dir = project { ["program.luma"] = "schema A { x: int }", ["luma.config.json"] = c[1] }
       local _, err = h.load(dir)
       assert.are.equal("CONFIG_INVALID", err.code)
       assert.matches(c[2], err.message, 1, true)
@@ -260,7 +273,7 @@ describe("luma.config.json", function()
   end
 
   it("is not read when opts.config is false", function()
-    local dir = h.project { ["program.luma"] = "schema A { x: int }", ["luma.config.json"] = "{" }
+    local dir = project { ["program.luma"] = "schema A { x: int }", ["luma.config.json"] = "{" }
     assert.is_truthy(h.load(dir, { config = false }))
   end)
 end)
