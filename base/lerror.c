@@ -50,11 +50,28 @@ typedef struct le_lazy {
   union { double d; void *p; long long i; } data[1];
 } le_lazy;
 
+static int error_index(lua_State *L);
+#if LUA_VERSION_NUM >= 502
+static int error_pairs(lua_State *L);
+#endif
+
 void *le_push_lazy(lua_State *L, const char *code, int retryable, le_fill fill, size_t len) {
   luaL_checkstack(L, 5, "building an error");
   /* empty until completed: no field is worth its cost before it is read */
   lua_createtable(L, 0, 0);
   le_push_metatable(L);
+  /* the metamethods that complete a lazy error are added by the first one
+     made in this state: a strict state, which makes none, is spared them */
+  lua_pushliteral(L, "__index");
+  if (lc_rawget(L, -2) == LUA_TNIL) {
+    lua_pushcfunction(L, error_index);
+    lua_setfield(L, -3, "__index");
+#if LUA_VERSION_NUM >= 502
+    lua_pushcfunction(L, error_pairs);
+    lua_setfield(L, -3, "__pairs");
+#endif
+  }
+  lua_pop(L, 1);
   lua_setmetatable(L, -2);
   if (lc_registry_table(L, &lazy_key)) {
     lua_createtable(L, 0, 1);
@@ -167,12 +184,6 @@ void le_push_metatable(lua_State *L) {
   if (!lc_registry_table(L, &metatable_key)) return;
   lua_pushcfunction(L, error_tostring);
   lua_setfield(L, -2, "__tostring");
-  lua_pushcfunction(L, error_index);
-  lua_setfield(L, -2, "__index");
-#if LUA_VERSION_NUM >= 502
-  lua_pushcfunction(L, error_pairs);
-  lua_setfield(L, -2, "__pairs");
-#endif
   lua_pushstring(L, LE_METATABLE);
   lua_setfield(L, -2, "__name");
   lua_pushboolean(L, 0);
