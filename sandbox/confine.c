@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <sched.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -87,10 +88,22 @@ static int filter(const sx_policy *p, char *err, size_t errlen) {
     snprintf(err, errlen, "cannot make a seccomp filter (out of memory)");
     return -1;
   }
+  /* what could reach another process (the host above all: it is the same
+     user), or kernel surface a Lua handler has no use for */
   static const int refused[] = {
     SCMP_SYS(execve), SCMP_SYS(execveat), SCMP_SYS(ptrace), SCMP_SYS(fork), SCMP_SYS(vfork),
-    SCMP_SYS(process_vm_readv), SCMP_SYS(process_vm_writev),
+    SCMP_SYS(process_vm_readv), SCMP_SYS(process_vm_writev), SCMP_SYS(tkill),
+    SCMP_SYS(pidfd_open), SCMP_SYS(pidfd_getfd), SCMP_SYS(pidfd_send_signal), SCMP_SYS(process_madvise),
+    SCMP_SYS(kcmp), SCMP_SYS(io_uring_setup), SCMP_SYS(io_uring_enter), SCMP_SYS(io_uring_register),
+    SCMP_SYS(unshare), SCMP_SYS(setns), SCMP_SYS(mount), SCMP_SYS(bpf), SCMP_SYS(perf_event_open),
+    SCMP_SYS(keyctl), SCMP_SYS(add_key), SCMP_SYS(request_key), SCMP_SYS(userfaultfd), SCMP_SYS(personality),
   };
+  /* signals go to this process only (raise, the deadline watch's
+     pthread_sigqueue): never to the host or another child */
+  static const int to_self[] = {
+    SCMP_SYS(kill), SCMP_SYS(tgkill), SCMP_SYS(rt_sigqueueinfo), SCMP_SYS(rt_tgsigqueueinfo),
+  };
+  scmp_datum_t me = (scmp_datum_t)getpid();
   static const int sockets[] = {
     SCMP_SYS(socket), SCMP_SYS(socketpair), SCMP_SYS(connect), SCMP_SYS(bind), SCMP_SYS(listen),
     SCMP_SYS(accept), SCMP_SYS(accept4),
@@ -98,6 +111,10 @@ static int filter(const sx_policy *p, char *err, size_t errlen) {
   int rc = 0;
   for (size_t i = 0; rc == 0 && i < sizeof refused / sizeof refused[0]; i++)
     rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), refused[i], 0);
+  for (size_t i = 0; rc == 0 && i < sizeof to_self / sizeof to_self[0]; i++)
+    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), to_self[i], 1, SCMP_A0(SCMP_CMP_NE, me));
+  /* no keystrokes pushed into a terminal the child inherited */
+  if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1, SCMP_A1(SCMP_CMP_EQ, TIOCSTI));
   /* threads are fine (the deadline watch, libcurl's resolver); processes are not */
   if (rc == 0)
     rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,

@@ -379,9 +379,10 @@ void sx_release(sx_state *s) {
   sx_module *m = s->module;
   lua_settop(s->L, s->base);
   pthread_mutex_lock(&m->lock);
-  if (s->broken || sx_closed(m)) {
-    /* it ran out of memory or time: it is closed, and a new one is made
-       when one is needed */
+  if (s->broken || sx_cancelled(s) || sx_closed(m)) {
+    /* it ran out of memory or time, or a cancel reached it (perhaps after
+       its call was done: the next call must not inherit it): it is closed,
+       and a new one is made when one is needed */
     for (int i = 0; i < m->nstates; i++)
       if (m->states[i] == s) {
         m->states[i] = m->states[--m->nstates];

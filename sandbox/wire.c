@@ -9,6 +9,7 @@
 
 #include "compat.h"
 #include "ljson.h"
+#include "luma_limits.h"
 
 #define WIRE_DEPTH_MAX 250
 
@@ -70,7 +71,10 @@ int sx_wire_put(lua_State *L, int idx, sb_buf *b) {
   return put(L, idx, b, 0) == 0 && !b->failed ? 0 : -1;
 }
 
-typedef struct reader { const char *p; size_t left; } reader;
+/* values and string bytes left: what the copy limits allow, so that a
+   hostile child's reply cannot make the host allocate more than a copy
+   between states could (lengths alone bound only the frame) */
+typedef struct reader { const char *p; size_t left, values, bytes; } reader;
 
 static int take(reader *r, void *out, size_t n) {
   if (r->left < n) return -1;
@@ -82,6 +86,8 @@ static int take(reader *r, void *out, size_t n) {
 
 static int get(lua_State *L, reader *r, int depth) {
   char tag;
+  if (r->values == 0) return -1;
+  r->values--;
   if (take(r, &tag, 1) != 0) return -1;
   switch (tag) {
     case W_NIL: lua_pushnil(L); return 0;
@@ -102,7 +108,8 @@ static int get(lua_State *L, reader *r, int depth) {
     }
     case W_STR: {
       uint32_t n;
-      if (take(r, &n, sizeof n) != 0 || r->left < n) return -1;
+      if (take(r, &n, sizeof n) != 0 || r->left < n || r->bytes < n) return -1;
+      r->bytes -= n;
       lua_pushlstring(L, r->p, n);
       r->p += n;
       r->left -= n;
@@ -141,7 +148,8 @@ static int get(lua_State *L, reader *r, int depth) {
 }
 
 int sx_wire_get(lua_State *L, const char *p, size_t len, size_t *used) {
-  reader r = { p, len };
+  /* a key and its value are two values here, one in sx_copy: twice the limit */
+  reader r = { p, len, 2 * (size_t)LIM_COPY_MAX_VALUES + 1, (size_t)LIM_COPY_MAX_BYTES };
   int top = lua_gettop(L);
   if (get(L, &r, 0) != 0) { lua_settop(L, top); return -1; }
   *used = len - r.left;

@@ -31,7 +31,7 @@
 
 static int instrumented(void);
 
-enum { EXEC = 1, FORK = 2, PTRACE = 4, THREAD = 8, SOCKET = 16, CORE = 32, BIG = 64 };
+enum { EXEC = 1, FORK = 2, PTRACE = 4, THREAD = 8, SOCKET = 16, CORE = 32, BIG = 64, SIGNAL = 128 };
 
 static void *nothing(void *arg) { return arg; }
 
@@ -51,6 +51,9 @@ static int probe(const sx_policy *p) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (p->allow_network ? fd >= 0 : (fd < 0 && errno == EPERM)) ok |= SOCKET;
   if (fd >= 0) close(fd);
+  /* signals reach this process only: not the parent (the host), not a group */
+  if (kill(getppid(), 0) < 0 && errno == EPERM && kill(0, 0) < 0 && errno == EPERM && kill(getpid(), 0) == 0)
+    ok |= SIGNAL;
   struct rlimit r;
   if (getrlimit(RLIMIT_CORE, &r) == 0 && r.rlim_cur == 0) ok |= CORE;
   /* far past the limit and the room for copies */
@@ -72,7 +75,7 @@ static int confined(int allow_network) {
     char err[256];
     if (sx_confine(&p, (size_t)64 << 20, err, sizeof err) != 0) {
       fprintf(stderr, "%s\n", err);
-      _exit(255);
+      _exit(0);   /* no bit: every check fails */
     }
     _exit(probe(&p));
   }
@@ -91,7 +94,7 @@ static int instrumented(void) {
 }
 
 int main(void) {
-  int all = EXEC | FORK | PTRACE | THREAD | SOCKET | CORE | (instrumented() ? 0 : BIG);
+  int all = EXEC | FORK | PTRACE | THREAD | SOCKET | CORE | SIGNAL | (instrumented() ? 0 : BIG);
   int got = confined(0);
   CT_CHECK((got & all) == all, "without the network: got %#x, want %#x", got, all);
   got = confined(1);
