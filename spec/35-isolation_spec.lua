@@ -416,7 +416,12 @@ describe("tool_module_policy.kill_grace_ms", function()
       took[grace] = ms
     end
     assert.is_true(took[0] >= DEADLINE_MS and took[0] < DEADLINE_MS + 400 + SLACK_MS, took[0] .. " ms")
-    assert.is_true(took[800] >= DEADLINE_MS + 800, took[800] .. " ms")
+    -- under valgrind the child is slow enough to be still in Lua code at its
+    -- deadline, where its own deadline stops it before any kill: the grace
+    -- shows only where the rehash really holds the child past it
+    if not os.getenv("LUMA_VALGRIND") then
+      assert.is_true(took[800] >= DEADLINE_MS + 800, took[800] .. " ms")
+    end
   end)
 end)
 
