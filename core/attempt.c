@@ -128,6 +128,8 @@ static void run_on(lua_State *T, cl_call *c, sx_module *m, sx_state *s, long lon
   memset(&c->run, 0, sizeof c->run);
   c->run.name = t->name;
   c->run.input = CV_INPUT;
+  c->run.input_keys = t->input->nfields;   /* validated: at most its fields */
+  c->run.result_keys = t->output && !t->output->is_union ? t->output->nfields : 0;
   c->run.needs = lua_isnil(T, CV_NEEDS) ? 0 : CV_NEEDS;
   c->run.opts.tool = t->name;
   c->run.opts.timeout_ms = left;

@@ -141,6 +141,25 @@ static void prepare_failure(sx_run *run, const char *code, const char *fmt, cons
   snprintf(run->failed, sizeof run->failed, fmt, a, b);
 }
 
+/* The needs of a tool that has none: one empty table per state, not one per
+   call. It is made again when a handler filled it or gave it a metatable,
+   so every call sees it empty; a handler that keeps it sees only its own
+   module's doing, as with any global. May raise (a memory error). */
+static void push_empty_needs(lua_State *H, sx_state *s) {
+  int top = lua_gettop(H);
+  if (s->needs_ref != LUA_NOREF) {
+    lua_rawgeti(H, LUA_REGISTRYINDEX, s->needs_ref);
+    lua_pushnil(H);
+    if (!lua_next(H, top + 1) && !lua_getmetatable(H, top + 1)) return;
+    lua_settop(H, top);
+    luaL_unref(H, LUA_REGISTRYINDEX, s->needs_ref);
+    s->needs_ref = LUA_NOREF;
+  }
+  lua_newtable(H);
+  lua_pushvalue(H, -1);
+  s->needs_ref = luaL_ref(H, LUA_REGISTRYINDEX);
+}
+
 typedef struct sx_prep {
   sx_state *s;
   lua_State *L;
@@ -169,7 +188,7 @@ static int prepare_one(lua_State *H) {
     prepare_failure(run, "TOOL_NOT_FOUND", "'%s' is not registered in the tool registry.%s", run->name, "");
     return 0;
   }
-  if (sx_copy(p->L, run->input, H, &run->opts.limits, why, sizeof why) != 0) {
+  if (sx_copy_record(p->L, run->input, H, &run->opts.limits, run->input_keys, why, sizeof why) != 0) {
     prepare_failure(run, "TOOL_INPUT_INVALID", "%s.input cannot be passed to the handler: %s", run->opts.tool, why);
     return 0;
   }
@@ -179,7 +198,7 @@ static int prepare_one(lua_State *H) {
       return 0;
     }
   } else {
-    lua_newtable(H);
+    push_empty_needs(H, p->s);
   }
   return 3;
 }
@@ -283,7 +302,7 @@ int sx_collect(sx_state *s, lua_State *L, const sx_run *run) {
     return -1;
   }
   sx_limits lim = copy_limits(run);
-  int copied = sx_copy(H, run->result_slot, L, &lim, why, sizeof why);
+  int copied = sx_copy_record(H, run->result_slot, L, &lim, run->result_keys, why, sizeof why);
   if (copied == -2) {
     le_format(why, sizeof why, LE_TOOL_TIMEOUT, run->opts.tool, run->opts.timeout_ms);
     le_push_code(L, LE_TOOL_TIMEOUT, why, 0);

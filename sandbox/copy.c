@@ -16,6 +16,7 @@ typedef struct sx_copier {
   size_t values, bytes;
   int late;                       /* the deadline passed */
   int depth;
+  int root_keys;                  /* > 0: the root should be a record of about so many string keys */
   const void *tables[SX_DEPTH_CAP + 1];
   char *err;
   size_t errlen;
@@ -55,6 +56,48 @@ static int copy_key(sx_copier *c, int idx) {
   return 0;
 }
 
+static void mark_array(sx_copier *c, int idx, int dst) {
+  if (lj_has_array_mt(c->from, idx)) {
+    lj_push_array_mt(c->to);
+    lua_setmetatable(c->to, dst);
+  }
+}
+
+/* The root of a value that should be a record of about `keys` string keys
+   (sx_copy_record): copied in one pass, sized from that, with no counting
+   pass; a table that holds more string keys grows as they come, which their
+   seeded hashes keep linear. Returns 0 when copied, -1 on failure (as copy), 1
+   when a key is not a string: nothing is left copied or counted, and the
+   counting pass decides. */
+static int copy_record(sx_copier *c, int idx, int keys) {
+  lua_State *from = c->from, *to = c->to;
+  size_t values = c->values, bytes = c->bytes;
+  lua_createtable(to, 0, keys);
+  int dst = lua_gettop(to);
+  lua_pushnil(from);
+  while (lua_next(from, idx)) {
+    int k = lua_gettop(from) - 1;
+    if (lua_type(from, k) != LUA_TSTRING) {
+      lua_pop(from, 2);
+      lua_settop(to, dst - 1);
+      c->values = values;
+      c->bytes = bytes;
+      return 1;
+    }
+    if (copy_key(c, k) != 0 || copy(c, k + 1) != 0) {
+      lua_pop(from, 2);
+      lua_settop(to, dst - 1);
+      c->depth--;
+      return -1;
+    }
+    lua_rawset(to, dst);
+    lua_pop(from, 1);
+  }
+  mark_array(c, idx, dst);
+  c->depth--;
+  return 0;
+}
+
 static int copy_table(sx_copier *c, int idx) {
   lua_State *from = c->from, *to = c->to;
   const void *p = lua_topointer(from, idx);
@@ -73,6 +116,10 @@ static int copy_table(sx_copier *c, int idx) {
     return fail(c, "%s", "copying it passed the call's deadline");
   }
   c->tables[c->depth++] = p;
+  if (c->depth == 1 && c->root_keys > 0) {
+    int r = copy_record(c, idx, c->root_keys);
+    if (r <= 0) return r;
+  }
   /* sized up front from the keys themselves (`#t` is any border: a few keys
      can claim a huge array), since growing a table as keys arrive rehashes
      it each time; integer keys must be 1..n, n the number of keys: an array.
@@ -124,10 +171,7 @@ static int copy_table(sx_copier *c, int idx) {
     lua_rawset(to, dst);
     lua_pop(from, 1);
   }
-  if (lj_has_array_mt(from, idx)) {
-    lj_push_array_mt(to);
-    lua_setmetatable(to, dst);
-  }
+  mark_array(c, idx, dst);
   c->depth--;
   return 0;
 }
@@ -172,7 +216,8 @@ static int copy(sx_copier *c, int idx) {
   }
 }
 
-int sx_copy(lua_State *from, int idx, lua_State *to, const sx_limits *lim, char *err, size_t errlen) {
+static int copy_root(lua_State *from, int idx, lua_State *to, const sx_limits *lim, int keys, char *err,
+                     size_t errlen) {
   sx_copier c;
   c.from = from;
   c.to = to;
@@ -180,6 +225,7 @@ int sx_copy(lua_State *from, int idx, lua_State *to, const sx_limits *lim, char 
   c.values = c.bytes = 0;
   c.depth = 0;
   c.late = 0;
+  c.root_keys = keys;
   c.err = err;
   c.errlen = errlen;
   int top_from = lua_gettop(from), top_to = lua_gettop(to);
@@ -193,4 +239,13 @@ int sx_copy(lua_State *from, int idx, lua_State *to, const sx_limits *lim, char 
      state is left as it was */
   if (from != to) lua_settop(from, top_from);
   return r;
+}
+
+int sx_copy(lua_State *from, int idx, lua_State *to, const sx_limits *lim, char *err, size_t errlen) {
+  return copy_root(from, idx, to, lim, 0, err, errlen);
+}
+
+int sx_copy_record(lua_State *from, int idx, lua_State *to, const sx_limits *lim, int keys, char *err,
+                   size_t errlen) {
+  return copy_root(from, idx, to, lim, keys, err, errlen);
 }

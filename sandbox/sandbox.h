@@ -132,6 +132,8 @@ typedef struct sx_call_opts {
 typedef struct sx_run {
   const char *name;               /* the export to call */
   int input, needs;               /* indices in L */
+  int input_keys, result_keys;    /* the input and the result should be records of so many keys
+                                     (0: unknown): sx_copy_record */
   sx_call_opts opts;
   /* filled by the phases */
   const char *failed_code;        /* set when preparing failed */
@@ -157,6 +159,13 @@ int sx_collect(sx_state *s, lua_State *L, const sx_run *run);
  * error: run it protected when `to` is limited.
  */
 int sx_copy(lua_State *from, int idx, lua_State *to, const sx_limits *lim, char *err, size_t errlen);
+/* The same for a value that should be a record of about `keys` string keys
+   (0: unknown): a tool's input, which validation found to be one, or a
+   result whose schema is one. Its root table is copied in one pass, sized
+   from `keys`, without counting its keys first. What it copies and refuses
+   is sx_copy's: a root with a key that is not a string goes sx_copy's way. */
+int sx_copy_record(lua_State *from, int idx, lua_State *to, const sx_limits *lim, int keys, char *err,
+                   size_t errlen);
 
 /* The handler-side `luma` table (ToolError, null) of a module's state. A
    luma.ToolError is the error object of base/lerror.h, made in that state. */

@@ -27,6 +27,7 @@ struct sx_state {
   size_t printed;                 /* bytes print wrote during this call */
   int exports_ref;                /* registry ref of the handler table (module.c) */
   int signal_ref;                 /* registry ref of the signal object */
+  int needs_ref;                  /* registry ref of the empty needs table (call.c), LUA_NOREF: none yet */
   int base;                       /* stack top before the prepared calls */
   /* the deadline watch (watch.c), while a handler runs without a hook */
   int watched;                    /* armed: no hook until a stop is due */

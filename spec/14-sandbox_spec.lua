@@ -676,3 +676,21 @@ describe("a hostile module", function()
     assert.are.equal("dep false", p:call("probe", {}).v)
   end)
 end)
+
+describe("a handler's needs", function()
+  -- a tool without needs gets an empty table that states keep from call to
+  -- call: what a handler puts in it or on it must not reach the next call
+  local FILL = [[
+    local seen = next(needs) ~= nil or getmetatable(needs) ~= nil
+    rawset(needs, "left", "by an earlier call")
+    setmetatable(needs, { __index = function() return "forged" end })
+    return { v = tostring(seen) }]]
+
+  for _, policy in ipairs { { sandbox = "none" }, { sandbox = "strict", max_concurrency = 1 } } do
+    it("are empty in every call without needs, whatever the last one did to them (" .. policy.sandbox .. ")",
+      function()
+        local p = sandboxed(policy, { fill = FILL })
+        for _ = 1, 3 do assert.are.equal("false", p:call("fill", {}).v) end
+      end)
+  end
+end)

@@ -34,6 +34,28 @@ kinds.collide = function()
   return { v = t }
 end
 
+-- the same two as the result itself: its schema says a record of one key, and
+-- the one-pass copy of a record's root must give way to the sized one
+kinds.root_border = function()
+  local t = { 1, 1, v = 1 }
+  local i = 4
+  while i <= 2^26 do t[i] = 1 i = i * 2 end
+  return t
+end
+
+kinds.root_collide = function()
+  local t = { v = 1 }
+  for i = 1, 2^10 do t[i * (2^17 - 1)] = true end
+  return t
+end
+
+-- a root of many more string keys than its schema's one
+kinds.root_wide = function()
+  local t = { v = 1 }
+  for i = 1, 2^17 do t["k" .. i] = i end
+  return t
+end
+
 -- a table grown to 2^19 slots with one live key, returned 10,000 times
 kinds.slots = function()
   local t = {}
@@ -136,6 +158,24 @@ describe("a hostile handler's result", function()
     local r = run("collide", "roomy")
     assert.are.equal(1, r.status, r.stderr)
     assert.matches("numeric keys must be 1..n", r.stderr, 1, true)
+    assert.is_true(r.ms < 3000 + SLACK_MS, r.ms .. " ms")
+  end)
+
+  it("whose root has integer keys is refused as one nested is, however few keys its schema has", function()
+    for _, kind in ipairs { "root_border", "root_collide" } do
+      local r = run(kind, "roomy")
+      assert.are.equal(1, r.status, kind .. ": " .. r.stderr)
+      assert.matches("TOOL_OUTPUT_INVALID", r.stderr)
+      assert.matches("numeric keys must be 1..n", r.stderr, 1, true)
+      assert.is_true(r.ms < 3000 + SLACK_MS, kind .. ": " .. r.ms .. " ms")
+    end
+  end)
+
+  it("whose root has far more string keys than its schema is copied in linear time and refused", function()
+    local r = run("root_wide", "roomy")
+    assert.are.equal(1, r.status, r.stderr)
+    assert.matches("TOOL_OUTPUT_INVALID", r.stderr)
+    assert.matches("is not allowed", r.stderr, 1, true)
     assert.is_true(r.ms < 3000 + SLACK_MS, r.ms .. " ms")
   end)
 
