@@ -390,8 +390,9 @@ int lcl_take(lua_State *L, cl_call *c, st_event *ev) {
 }
 
 void lcl_push_meta(lua_State *L, const st_event *ev, int warnings) {
-  lua_createtable(L, 0, 5);
-  if (warnings && !lua_isnil(L, warnings)) {
+  int warned = warnings && !lua_isnil(L, warnings);
+  lua_createtable(L, 0, warned ? 5 : 4);   /* 4 fields fit 4 slots; a fifth takes 8 */
+  if (warned) {
     lua_pushvalue(L, warnings);
     lua_setfield(L, -2, "warnings");
   }

@@ -56,11 +56,37 @@ static int copy_key(sx_copier *c, int idx) {
   return 0;
 }
 
-static void mark_array(sx_copier *c, int idx, int dst) {
+/* Drops the table being made at dst of `to`, and what is above it, after
+   the key and value that lua_next left on `from`: a copy failed there. */
+static void drop_table(sx_copier *c, int dst) {
+  lua_pop(c->from, 2);
+  lua_settop(c->to, dst - 1);
+  c->depth--;
+}
+
+/* Copies the key and value that lua_next left on `from` into the table at
+   dst of `to`, leaving the key for the next lua_next. -1 (the table
+   dropped) when they cannot be copied. */
+static int copy_entry(sx_copier *c, int dst) {
+  /* absolute indices: within one state each copy moves the top */
+  int k = lua_gettop(c->from) - 1;
+  if (copy_key(c, k) != 0 || copy(c, k + 1) != 0) {
+    drop_table(c, dst);
+    return -1;
+  }
+  lua_rawset(c->to, dst);
+  lua_pop(c->from, 1);
+  return 0;
+}
+
+/* The table at idx is copied to dst: it keeps its JSON array mark. */
+static int table_done(sx_copier *c, int idx, int dst) {
   if (lj_has_array_mt(c->from, idx)) {
     lj_push_array_mt(c->to);
     lua_setmetatable(c->to, dst);
   }
+  c->depth--;
+  return 0;
 }
 
 /* The root of a value that should be a record of about `keys` string keys
@@ -76,26 +102,16 @@ static int copy_record(sx_copier *c, int idx, int keys) {
   int dst = lua_gettop(to);
   lua_pushnil(from);
   while (lua_next(from, idx)) {
-    int k = lua_gettop(from) - 1;
-    if (lua_type(from, k) != LUA_TSTRING) {
+    if (lua_type(from, -2) != LUA_TSTRING) {
       lua_pop(from, 2);
-      lua_settop(to, dst - 1);
+      lua_settop(to, dst - 1);   /* at the same depth, the counting pass goes on */
       c->values = values;
       c->bytes = bytes;
       return 1;
     }
-    if (copy_key(c, k) != 0 || copy(c, k + 1) != 0) {
-      lua_pop(from, 2);
-      lua_settop(to, dst - 1);
-      c->depth--;
-      return -1;
-    }
-    lua_rawset(to, dst);
-    lua_pop(from, 1);
+    if (copy_entry(c, dst) != 0) return -1;
   }
-  mark_array(c, idx, dst);
-  c->depth--;
-  return 0;
+  return table_done(c, idx, dst);
 }
 
 static int copy_table(sx_copier *c, int idx) {
@@ -144,9 +160,7 @@ static int copy_table(sx_copier *c, int idx) {
   while (lua_next(from, idx)) {
     int kt = lua_type(from, -2);
     if (kt != LUA_TSTRING && kt != LUA_TNUMBER) {
-      lua_pop(from, 2);
-      lua_settop(to, dst - 1);
-      c->depth--;
+      drop_table(c, dst);
       return fail(c, "a table key is a %s; only strings and numbers can be copied", lua_typename(from, kt));
     }
     if (kt == LUA_TNUMBER) {
@@ -154,26 +168,13 @@ static int copy_table(sx_copier *c, int idx) {
       if (i < 1 || i > nint) {
         char n[64];
         snprintf(n, sizeof n, "%.17g", (double)lua_tonumber(from, -2));
-        lua_pop(from, 2);
-        lua_settop(to, dst - 1);
-        c->depth--;
+        drop_table(c, dst);
         return fail(c, "a table has the key %s: numeric keys must be 1..n, an array with no holes", n);
       }
     }
-    /* absolute indices: within one state each copy moves the top */
-    int k = lua_gettop(from) - 1;
-    if (copy_key(c, k) != 0 || copy(c, k + 1) != 0) {
-      lua_pop(from, 2);
-      lua_settop(to, dst - 1);
-      c->depth--;
-      return -1;
-    }
-    lua_rawset(to, dst);
-    lua_pop(from, 1);
+    if (copy_entry(c, dst) != 0) return -1;
   }
-  mark_array(c, idx, dst);
-  c->depth--;
-  return 0;
+  return table_done(c, idx, dst);
 }
 
 static int copy(sx_copier *c, int idx) {

@@ -112,6 +112,22 @@ static void deadline_hook(lua_State *L, lua_Debug *ar) {
     lua_sethook(L, NULL, 0, 0);
     return;
   }
+  if (m->promote_ns && now >= m->promote_ns) {
+    /* the handler ran long enough to be handed to the watch: L, the Lua
+       thread running now (the handler's, or a coroutine), is the one its
+       signal stops, and the coroutine wrappers switch it from now on */
+    m->promote_ns = 0;
+    int count = lua_gethookcount(L);
+    lua_State *was_current = __atomic_load_n(&m->current, __ATOMIC_ACQUIRE);
+    __atomic_store_n(&m->current, L, __ATOMIC_RELEASE);
+    lua_sethook(L, NULL, 0, 0);   /* before arming: a stop set at once must stay */
+    if (m->promote(m)) {
+      m->watched = 1;
+      return;
+    }
+    __atomic_store_n(&m->current, was_current, __ATOMIC_RELEASE);
+    lua_sethook(L, deadline_hook, LUA_MASKCOUNT, count);
+  }
   long long gap = now - m->hook_ns;
   m->hook_ns = now;
   int was = lua_gethookcount(L);   /* each thread (coroutine) has its own */

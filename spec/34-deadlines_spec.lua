@@ -1,7 +1,7 @@
--- How a running handler is stopped (issue 15, handlers at full speed): by
--- default it runs with no hook, and a signal sent to its thread when its
--- deadline passes, or when it is cancelled, sets the hook that stops it
--- (sandbox/watch.c). luma.deadline_signal chooses the signal, or the count
+-- How a running handler is stopped (issue 15, handlers at full speed): it
+-- starts under the count hook, and once it ran 50 µs it runs on with no hook,
+-- and a signal sent to its thread when its deadline passes, or when it is
+-- cancelled, sets the hook that stops it (sandbox/watch.c). luma.deadline_signal chooses the signal, or the count
 -- hook of before. The hostile corpus of spec/14 runs both ways; this spec
 -- covers what is particular to the signal: the Lua thread it must stop is a
 -- coroutine as often as the handler's own.
@@ -20,6 +20,8 @@ local NO_HOOK = TSAN and "true" or "false"
 local CONTRACT = [[
 schema Out { v?: string }
 tool hook() -> Out {}
+tool brief_hook() -> Out {}
+tool hook_in_coroutine() -> Out {}
 tool spin() -> Out { timeout: 200 }
 tool spin_in_coroutine() -> Out { timeout: 200 }
 tool spin_three_deep() -> Out { timeout: 200 }
@@ -45,7 +47,12 @@ local function gethook()
 end
 
 return {
-  hook = function() return { v = gethook() } end,
+  -- after 50 µs under the count hook, a handler runs on with none
+  hook = function() local x = 0 for i = 1, 300000 do x = x + i end return { v = gethook() } end,
+  brief_hook = function() return { v = gethook() } end,
+  hook_in_coroutine = function()
+    return coroutine.wrap(function() local x = 0 for i = 1, 300000 do x = x + i end return { v = gethook() } end)()
+  end,
   spin = function() while true do end end,
   spin_in_coroutine = function() coroutine.wrap(function() while true do end end)() end,
   spin_three_deep = function()
@@ -121,10 +128,17 @@ describe("luma.deadline_signal", function()
     assert.is_true(TSAN or luma.deadline_signal(DEFAULT_SIGNAL))
   end)
 
-  it("is a signal by default: handlers run with no hook at all", function()
+  it("is a signal by default: a handler that ran 50 µs runs on with no hook at all", function()
     assert.are.equal(TSAN and "boolean" or "number", type(DEFAULT_SIGNAL))
     local p = project("none")   -- its handlers can see the debug library
     assert.are.equal(NO_HOOK, p:call("hook", {}).v)
+    -- handed to the watch in a coroutine too, which the signal then stops
+    assert.are.equal(NO_HOOK, p:call("hook_in_coroutine", {}).v)
+  end)
+
+  it("leaves a brief handler under the count hook: arming the watch costs more than such a call", function()
+    local p = project("none")
+    assert.are.equal("true", p:call("brief_hook", {}).v)
   end)
 
   if not TSAN then it("can choose the count hook instead, and a signal again", function()

@@ -87,7 +87,8 @@ static const char TOOLS[] =
   "    while os.clock() - c < i.ms / 1000 do end return { v = 'slept' } end,\n"
   "  spin = function(i, signal) while not signal.aborted do end return { v = signal.reason } end,\n"
   "  brief = function() while true do end end,\n"
-  "  hooked = function() return { v = debug and tostring(debug.gethook() ~= nil) or 'no debug' } end,\n"
+  "  hooked = function() local x = 0 for i = 1, 300000 do x = x + i end\n"
+  "    return { v = debug and tostring(debug.gethook() ~= nil) or 'no debug' } end,\n"
   "  secret = function() return { v = 'ok' } end,\n"
   "  sock = function() local ok, e = pcall(require, 'socket') return { v = tostring(e) } end,\n"
   "}\n";
