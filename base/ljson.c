@@ -187,11 +187,10 @@ static int encode(lj_enc *e, int idx) {
       }
       break;
     case LUA_TTABLE:
-      /* an error whose fields are made when first read (lerror.h) gets them now */
-      if (lua_getmetatable(L, idx)) {
-        lua_pop(L, 1);
-        le_is_error(L, idx);
-      }
+      /* an error whose fields are made when first read (lerror.h) gets them
+         now: le_is_error completes one (a table with no metatable costs it
+         one lua_getmetatable) */
+      le_is_error(L, idx);
       return encode_table(e, idx);
     default:
       break;

@@ -87,9 +87,13 @@ static int shared_lookup(lua_State *T, cl_call *c) {
 
 int st_cache_lookup(lua_State *T, cl_call *c) {
   if (!c->t->cache) return 0;
-  push_key(T, c->t);
-  lua_replace(T, CV_CKEY);
-  if (lua_isnil(T, CV_CKEY)) return 0;
+  /* a call that polls another process's entry (CS_CACHE_WAIT) looks again
+     with the key and hash it made the first time */
+  if (lua_isnil(T, CV_CKEY)) {
+    push_key(T, c->t);
+    lua_replace(T, CV_CKEY);
+    if (lua_isnil(T, CV_CKEY)) return 0;
+  }
   cl_call *lead = leader_for(T, c);
   if (lead) {
     c->leader = lead;
@@ -98,9 +102,11 @@ int st_cache_lookup(lua_State *T, cl_call *c) {
     return 1;
   }
   if (c->pg->cache) {
-    size_t len;
-    const char *key = lua_tolstring(T, CV_CKEY, &len);
-    cr_sha256_hex(key, len, c->chash);
+    if (!c->chash[0]) {
+      size_t len;
+      const char *key = lua_tolstring(T, CV_CKEY, &len);
+      cr_sha256_hex(key, len, c->chash);
+    }
     return shared_lookup(T, c);
   }
   pl_push_anchor(T, c->pg, "cache");

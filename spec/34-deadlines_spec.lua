@@ -138,7 +138,8 @@ describe("luma.deadline_signal", function()
 
   it("leaves a brief handler under the count hook: arming the watch costs more than such a call", function()
     local p = project("none")
-    assert.are.equal("true", p:call("brief_hook", {}).v)
+    -- (under valgrind, even a brief handler runs 50 µs)
+    if h.by_instrumentation(true, true, false) then assert.are.equal("true", p:call("brief_hook", {}).v) end
   end)
 
   if not TSAN then it("can choose the count hook instead, and a signal again", function()
