@@ -9,6 +9,9 @@ local luma = require "luma"
 local core = require "luma.core"
 local h = require "spec.helpers"
 
+-- handlers that no hook can stop in time, shared with spec/32
+local HOSTILE = h.read(h.root .. "/spec/fixtures/hostile_kinds.lua")
+
 -- How much later than the bound an instrumented run may be.
 local SLACK_MS = h.by_instrumentation(0, 1000, 6000)
 local DEADLINE_MS = 500
@@ -93,48 +96,7 @@ kinds.nul_sort = function()
   return { v = "sorted" }
 end
 
--- 30,000 coroutines, each closing the one before it when it is closed
--- (a C stack overflow in Lua 5.4.4)
-kinds.deep_close = function()
-  local prev
-  for _ = 1, 30000 do
-    local p = prev
-    local co = coroutine.create(function()
-      local x <close> = setmetatable({}, { __close = function()
-        if p then
-          local ok, e = coroutine.close(p)
-          if not ok then error(e, 0) end
-        end
-      end })
-      coroutine.yield()
-    end)
-    coroutine.resume(co)
-    prev = co
-  end
-  local ok, why = coroutine.close(prev)
-  return { v = tostring(ok) .. " " .. tostring(why) }
-end
-
--- a coroutine made after fast code, running slow C calls
-kinds.coroutine = function()
-  local big = ("\u{e9}"):rep(12 * 2^20)
-  for i = 1, 3e6 do local _ = i end
-  local co = coroutine.create(function() for _ = 1, 250 do utf8.len(big) end end)
-  coroutine.resume(co)
-  return { v = "done" }
-end
-
--- after the stop: 300 pending <close> handlers, each with slow C work
-kinds.closers = function()
-  local big = ("\u{e9}"):rep(8 * 2^20)
-  local function nest(n)
-    if n == 0 then while true do end end
-    local x <close> = setmetatable({}, { __close = function() utf8.len(big) end })
-    return nest(n - 1)
-  end
-  nest(300)
-end
-
+]==] .. HOSTILE .. [==[
 kinds.gigabyte = function()
   local s = ("x"):rep(2^30)
   return { v = #s }
