@@ -144,9 +144,16 @@ static void prepare_failure(sx_run *run, const char *code, const char *fmt, cons
 /* The needs of a tool that has none: one empty table per state, not one per
    call. It is made again when a handler filled it or gave it a metatable,
    so every call sees it empty; a handler that keeps it sees only its own
-   module's doing, as with any global. May raise (a memory error). */
-static void push_empty_needs(lua_State *H, sx_state *s) {
+   module's doing, as with any global. The calls of one batch after the
+   first get a table of their own (`shared`: the batch's was given). May
+   raise (a memory error). */
+static void push_empty_needs(lua_State *H, sx_state *s, int *shared) {
   int top = lua_gettop(H);
+  if (*shared) {
+    lua_newtable(H);
+    return;
+  }
+  *shared = 1;
   if (s->needs_ref != LUA_NOREF) {
     lua_rawgeti(H, LUA_REGISTRYINDEX, s->needs_ref);
     lua_pushnil(H);
@@ -164,6 +171,7 @@ typedef struct sx_prep {
   sx_state *s;
   lua_State *L;
   sx_run *run;
+  int *needs_shared;              /* the state's empty needs table went to a call of this batch */
 } sx_prep;
 
 /* Protected, in the module's state: pushes the handler, a copy of the input
@@ -198,7 +206,7 @@ static int prepare_one(lua_State *H) {
       return 0;
     }
   } else {
-    push_empty_needs(H, p->s);
+    push_empty_needs(H, p->s, p->needs_shared);
   }
   return 3;
 }
@@ -207,7 +215,7 @@ void sx_prepare(sx_state *s, lua_State *L, sx_run *runs, int n) {
   lua_State *H = s->L;
   s->base = lua_gettop(H);
   s->printed = 0;
-  int room = lua_checkstack(H, 4 * n + 8);
+  int room = lua_checkstack(H, 4 * n + 8), needs_shared = 0;
   for (int i = 0; i < n; i++) {
     sx_run *run = &runs[i];
     run->failed_code = NULL;
@@ -216,7 +224,7 @@ void sx_prepare(sx_state *s, lua_State *L, sx_run *runs, int n) {
       prepare_failure(run, "TOOL_FAILED", "no stack space in the tool module's state%s%s", "", "");
       continue;
     }
-    sx_prep p = { s, L, run };
+    sx_prep p = { s, L, run, &needs_shared };
     s->out_of_memory = 0;
     lua_pushcfunction(H, prepare_one);
     lua_pushlightuserdata(H, &p);

@@ -93,20 +93,20 @@ static int table_done(sx_copier *c, int idx, int dst) {
    (sx_copy_record): copied in one pass, sized from that, with no counting
    pass; a table that holds more string keys grows as they come, which their
    seeded hashes keep linear. Returns 0 when copied, -1 on failure (as copy), 1
-   when a key is not a string: nothing is left copied or counted, and the
-   counting pass decides. */
+   when a key is not a string: nothing is left copied, and the counting pass
+   decides. */
 static int copy_record(sx_copier *c, int idx, int keys) {
   lua_State *from = c->from, *to = c->to;
-  size_t values = c->values, bytes = c->bytes;
   lua_createtable(to, 0, keys);
   int dst = lua_gettop(to);
   lua_pushnil(from);
   while (lua_next(from, idx)) {
     if (lua_type(from, -2) != LUA_TSTRING) {
+      /* the counting pass goes on at the same depth; what was copied stays
+         counted, so that both passes together stay within the limits (a
+         record's root with such a key is refused anyway) */
       lua_pop(from, 2);
-      lua_settop(to, dst - 1);   /* at the same depth, the counting pass goes on */
-      c->values = values;
-      c->bytes = bytes;
+      lua_settop(to, dst - 1);
       return 1;
     }
     if (copy_entry(c, dst) != 0) return -1;

@@ -133,7 +133,10 @@ static void deadline_hook(lua_State *L, lua_Debug *ar) {
   int was = lua_gethookcount(L);   /* each thread (coroutine) has its own */
   int count = was;
   if (gap > 4 * SX_HOOK_GAP_NS) count = SX_HOOK_MIN;
-  else if (gap < SX_HOOK_GAP_NS && was < SX_HOOK_MAX && !m->hook_pinned) count = was * 2;
+  /* until it is handed to the watch, a call keeps the shortest interval:
+     fast instructions must not grow it for slow ones that follow (one
+     string comparison can take 90 ms), since no signal would stop those */
+  else if (gap < SX_HOOK_GAP_NS && was < SX_HOOK_MAX && !m->hook_pinned && !m->promote_ns) count = was * 2;
   if (count != was) {
     lua_sethook(L, deadline_hook, LUA_MASKCOUNT, count);
     long long walk = sx_now_ns() - now;

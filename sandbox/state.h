@@ -9,9 +9,9 @@
 /* One Lua state. Its allocator's user data points here, which is how a hook
    or a C function running in the state finds it. A state is used by one
    thread at a time: the one that acquired it. */
-/* How long a handler runs under the count hook before the hook hands it to
-   the deadline watch (call.c, state.c). */
-#define SX_PROMOTE_NS 50000LL
+/* How long a handler runs under the count hook, at its shortest interval,
+   before the hook hands it to the deadline watch (call.c, state.c). */
+#define SX_PROMOTE_NS 20000LL
 
 struct sx_state {
   sx_module *module;              /* the owner (module.c); opaque here */
