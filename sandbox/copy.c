@@ -217,8 +217,8 @@ static int copy(sx_copier *c, int idx) {
   }
 }
 
-static int copy_root(lua_State *from, int idx, lua_State *to, const sx_limits *lim, int keys, char *err,
-                     size_t errlen) {
+int sx_copy_record(lua_State *from, int idx, lua_State *to, const sx_limits *lim, int keys, char *err,
+                   size_t errlen) {
   sx_copier c;
   c.from = from;
   c.to = to;
@@ -243,10 +243,5 @@ static int copy_root(lua_State *from, int idx, lua_State *to, const sx_limits *l
 }
 
 int sx_copy(lua_State *from, int idx, lua_State *to, const sx_limits *lim, char *err, size_t errlen) {
-  return copy_root(from, idx, to, lim, 0, err, errlen);
-}
-
-int sx_copy_record(lua_State *from, int idx, lua_State *to, const sx_limits *lim, int keys, char *err,
-                   size_t errlen) {
-  return copy_root(from, idx, to, lim, keys, err, errlen);
+  return sx_copy_record(from, idx, to, lim, 0, err, errlen);
 }

@@ -6,13 +6,13 @@
 
 #include "sandbox.h"
 
-/* One Lua state. Its allocator's user data points here, which is how a hook
-   or a C function running in the state finds it. A state is used by one
-   thread at a time: the one that acquired it. */
 /* How long a handler runs under the count hook, at its shortest interval,
    before the hook hands it to the deadline watch (call.c, state.c). */
 #define SX_PROMOTE_NS 20000LL
 
+/* One Lua state. Its allocator's user data points here, which is how a hook
+   or a C function running in the state finds it. A state is used by one
+   thread at a time: the one that acquired it. */
 struct sx_state {
   sx_module *module;              /* the owner (module.c); opaque here */
   lua_State *L;
@@ -26,8 +26,9 @@ struct sx_state {
   int cancelled;                  /* sx_interrupt: read and written atomically, from any thread */
   long long hook_ns;              /* when the deadline hook last looked at the clock */
   int hook_pinned;                /* its interval no longer grows during this call */
-  /* a call that runs past promote_ns (SX_PROMOTE_NS after its start) (0: never) is handed by the hook to
-     promote (the deadline watch, sx_watch_arm), and runs on with no hook */
+  /* a call still running at promote_ns (its start + SX_PROMOTE_NS; 0:
+     never) is handed by the hook to promote (sx_watch_arm, set by call.c,
+     since state.c knows nothing of the watch) and runs on with no hook */
   long long promote_ns;
   int (*promote)(struct sx_state *s);
   const char *tool;               /* the tool being called, for messages */
