@@ -37,9 +37,11 @@ int le_raise_code(lua_State *L, le_code code, const char *message, int details) 
   return lua_error(L);
 }
 
-/* Lazy errors: a weak-keyed registry table maps each one not yet completed
-   to a userdata holding its fill function and data. Nothing is stored in
-   the error itself, so a completed error is an ordinary one. */
+/* Lazy errors: an error not yet completed holds a userdata with its fill
+   function and data under a private key (the address of lazy_key), which
+   completing it removes; a completed error is an ordinary one. Holding the
+   data in the error itself costs no weak table, whose entries the collector
+   would have to walk and clear as ephemerons on every cycle. */
 static const char lazy_key = 0;
 
 typedef struct le_lazy {
@@ -57,8 +59,9 @@ static int error_pairs(lua_State *L);
 
 void *le_push_lazy(lua_State *L, const char *code, int retryable, le_fill fill, size_t len) {
   luaL_checkstack(L, 5, "building an error");
-  /* empty until completed: no field is worth its cost before it is read */
-  lua_createtable(L, 0, 0);
+  /* one slot: the private key, until completed (then code, message,
+     retryable and details take the table's room as it grows) */
+  lua_createtable(L, 0, 1);
   le_push_metatable(L);
   /* the metamethods that complete a lazy error are added by the first one
      made in this state: a strict state, which makes none, is spared them */
@@ -73,34 +76,26 @@ void *le_push_lazy(lua_State *L, const char *code, int retryable, le_fill fill, 
   }
   lua_pop(L, 1);
   lua_setmetatable(L, -2);
-  if (lc_registry_table(L, &lazy_key)) {
-    lua_createtable(L, 0, 1);
-    lua_pushliteral(L, "k");
-    lua_setfield(L, -2, "__mode");
-    lua_setmetatable(L, -2);
-  }
-  lua_pushvalue(L, -2);
+  lua_pushlightuserdata(L, (void *)&lazy_key);
   le_lazy *z = lua_newuserdata(L, offsetof(le_lazy, data) + (len ? len : 1));
   z->fill = fill;
   z->code = code;
   z->retryable = retryable;
   lua_rawset(L, -3);
-  lua_pop(L, 1);
   return z->data;
 }
 
 /* Completes the lazy error at idx (absolute); 0 when it is not one. */
 static int complete(lua_State *L, int idx) {
   lua_pushlightuserdata(L, (void *)&lazy_key);
-  if (lc_rawget(L, LUA_REGISTRYINDEX) != LUA_TTABLE) { lua_pop(L, 1); return 0; }
-  lua_pushvalue(L, idx);
-  lc_rawget(L, -2);
+  lc_rawget(L, idx);
   le_lazy *z = lua_touserdata(L, -1);
-  if (!z) { lua_pop(L, 2); return 0; }
-  /* forgotten first, so that reading the error while it is filled is plain */
-  lua_pushvalue(L, idx);
+  if (!z) { lua_pop(L, 1); return 0; }
+  /* forgotten first, so that reading the error while it is filled is plain;
+     the userdata stays on the stack until the fill is done */
+  lua_pushlightuserdata(L, (void *)&lazy_key);
   lua_pushnil(L);
-  lua_rawset(L, -4);
+  lua_rawset(L, idx);
   /* a field the caller set before reading any keeps its value */
   lua_pushliteral(L, "code");
   lc_rawget(L, idx);
@@ -117,7 +112,7 @@ static int complete(lua_State *L, int idx) {
     lua_setfield(L, idx, "retryable");
   }
   z->fill(L, idx, z->data);
-  lua_pop(L, 2);
+  lua_pop(L, 1);
   return 1;
 }
 

@@ -20,9 +20,10 @@ int le_raise_code(lua_State *L, le_code code, const char *message, int details);
    so that the caller may read its fields raw. */
 int le_is_error(lua_State *L, int idx);
 /*
- * A lazy error: pushes an error that stays an empty table until any field
- * of it is read (or it is printed, walked with pairs, or passed to
- * le_is_error). Then `code` (a constant string) and `retryable` are set, and
+ * A lazy error: pushes an error that holds nothing but its packed data,
+ * under a private key, until any field of it is read (or it is printed,
+ * walked with pairs, or passed to le_is_error). Then the key goes, `code`
+ * (a constant string) and `retryable` are set, and
  * fill(L, err, data) sets `message` and `details` raw in the table at stack
  * index err, each unless the caller already set it. data is len bytes that
  * the caller writes through the pointer returned, before anything else runs

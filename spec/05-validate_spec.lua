@@ -421,6 +421,17 @@ describe("program:validate", function()
     assert.are.equal("A.n must be at least 0", second.message)
   end)
 
+  it("lets an error that was never read go, with its data", function()
+    collectgarbage()
+    collectgarbage()
+    local before = collectgarbage("count")
+    for _ = 1, 20000 do program:validate("__tool_calculate_input", bad) end
+    collectgarbage()
+    collectgarbage()
+    -- 20,000 errors with their data would hold megabytes
+    assert.is_true(collectgarbage("count") - before < 64)
+  end)
+
   it("keeps a field set on the error before any was read", function()
     local _, err = program:validate("__tool_calculate_input", bad)
     err.message = "mine"
