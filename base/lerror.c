@@ -44,7 +44,13 @@ int le_raise_code(lua_State *L, le_code code, const char *message, int details) 
    would have to walk and clear as ephemerons on every cycle. */
 static const char lazy_key = 0;
 
+/* The first field of a lazy error's data: the private key can be read from
+   Lua (next on an unread error) and another userdata put under it, which
+   must not be taken for the data. Lua code cannot write a userdata's bytes. */
+#define LE_LAZY_MAGIC 0x6c756d614c617a79ull   /* "lumaLazy" */
+
 typedef struct le_lazy {
+  unsigned long long magic;
   le_fill fill;
   const char *code;           /* a constant */
   int retryable;
@@ -63,21 +69,10 @@ void *le_push_lazy(lua_State *L, const char *code, int retryable, le_fill fill, 
      retryable and details take the table's room as it grows) */
   lua_createtable(L, 0, 1);
   le_push_metatable(L);
-  /* the metamethods that complete a lazy error are added by the first one
-     made in this state: a strict state, which makes none, is spared them */
-  lua_pushliteral(L, "__index");
-  if (lc_rawget(L, -2) == LUA_TNIL) {
-    lua_pushcfunction(L, error_index);
-    lua_setfield(L, -3, "__index");
-#if LUA_VERSION_NUM >= 502
-    lua_pushcfunction(L, error_pairs);
-    lua_setfield(L, -3, "__pairs");
-#endif
-  }
-  lua_pop(L, 1);
   lua_setmetatable(L, -2);
   lua_pushlightuserdata(L, (void *)&lazy_key);
   le_lazy *z = lua_newuserdata(L, offsetof(le_lazy, data) + (len ? len : 1));
+  z->magic = LE_LAZY_MAGIC;
   z->fill = fill;
   z->code = code;
   z->retryable = retryable;
@@ -89,8 +84,9 @@ void *le_push_lazy(lua_State *L, const char *code, int retryable, le_fill fill, 
 static int complete(lua_State *L, int idx) {
   lua_pushlightuserdata(L, (void *)&lazy_key);
   lc_rawget(L, idx);
-  le_lazy *z = lua_touserdata(L, -1);
-  if (!z) { lua_pop(L, 1); return 0; }
+  le_lazy *z = lua_type(L, -1) == LUA_TUSERDATA && lc_rawlen(L, -1) >= offsetof(le_lazy, data)
+                   ? lua_touserdata(L, -1) : NULL;
+  if (!z || z->magic != LE_LAZY_MAGIC) { lua_pop(L, 1); return 0; }
   /* forgotten first, so that reading the error while it is filled is plain;
      the userdata stays on the stack until the fill is done */
   lua_pushlightuserdata(L, (void *)&lazy_key);
@@ -179,6 +175,14 @@ void le_push_metatable(lua_State *L) {
   if (!lc_registry_table(L, &metatable_key)) return;
   lua_pushcfunction(L, error_tostring);
   lua_setfield(L, -2, "__tostring");
+  /* what completes a lazy error; on any other error, __index finds no data
+     and gives nil, and __pairs walks it as pairs would */
+  lua_pushcfunction(L, error_index);
+  lua_setfield(L, -2, "__index");
+#if LUA_VERSION_NUM >= 502
+  lua_pushcfunction(L, error_pairs);
+  lua_setfield(L, -2, "__pairs");
+#endif
   lua_pushstring(L, LE_METATABLE);
   lua_setfield(L, -2, "__name");
   lua_pushboolean(L, 0);

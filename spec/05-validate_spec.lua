@@ -432,6 +432,23 @@ describe("program:validate", function()
     assert.is_true(collectgarbage("count") - before < 64)
   end)
 
+  it("takes nothing but its own data for an error's data", function()
+    local _, first = program:validate("__tool_calculate_input", bad)
+    local key, data = next(first)
+    assert.are.equal("userdata", type(data))
+    for _, foreign in ipairs({ io.stdout, key, "text", 7 }) do
+      local _, err = program:validate("__tool_calculate_input", bad)
+      rawset(err, key, foreign)
+      assert.is_nil(err.code)
+      assert.are.equal("[ERROR] ", tostring(err))
+    end
+    -- data put under another unread error's key is read there too
+    local _, other = program:validate("__tool_calculate_input", { a = 1, b = -1, operation = "add" })
+    rawset(other, key, data)
+    assert.are.equal("calculate.input.a must be at least 0", other.message)
+    assert.are.equal("calculate.input.a must be at least 0", first.message)
+  end)
+
   it("keeps a field set on the error before any was read", function()
     local _, err = program:validate("__tool_calculate_input", bad)
     err.message = "mine"
