@@ -216,6 +216,15 @@ describe("a strict state", function()
       assert.are.equal('200 GET /a?b=1 yes POST {"n":1} application/json PUT raw', p:call("probe", { x = base }).v)
     end)
 
+    it("makes requests from a handler process, by name", function()
+      -- the child's filter allows IPv4 and IPv6 sockets and socket pairs, and
+      -- refuses the other families
+      local p = sandboxed({ sandbox = "strict", allow_network = true, isolation = "process" },
+        { probe = "return { v = luma.http.get(input.x .. '/named').status .. ' ' .. luma.http.get(input.x .. '/again').status }" },
+        nil, { probe = WORK_MS })
+      assert.are.equal("200 200", p:call("probe", { x = base:gsub("127%.0%.0%.1", "localhost") }).v)
+    end)
+
     it("stops a request at the call's deadline", function()
       local p = http_project({ probe = "luma.http.get(input.x .. '/slow') return { v = 'answered' }" }, { probe = 300 })
       local ok, err, ms = call(p, "probe", { x = base })

@@ -2,17 +2,19 @@
  * sandbox/confine.c: the backstops of a process-isolated handler, checked in
  * a forked child as isolate.c sets them: execve, ptrace, fork and process
  * clones refused, threads allowed, sockets refused unless the policy allows
- * the network, no core dumps, and an address space bounded near the memory
+ * the network (and then IPv4, IPv6 and socket pairs only), no core dumps, and an address space bounded near the memory
  * limit (not under AddressSanitizer or valgrind, as the limit is not set
  * there).
  */
 #define _GNU_SOURCE
 
 #include <errno.h>
+#include <netdb.h>
 #include <pthread.h>
 #include <sys/ptrace.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -35,6 +37,46 @@ enum { EXEC = 1, FORK = 2, PTRACE = 4, THREAD = 8, SOCKET = 16, CORE = 32, BIG =
 
 static void *nothing(void *arg) { return arg; }
 
+/* Whether socket(family) was refused by the filter (EPERM). */
+static int refused(int family, int type) {
+  int fd = socket(family, type, 0);
+  int was = fd < 0 && errno == EPERM;
+  if (fd >= 0) close(fd);
+  return was;
+}
+
+/* Without the network every socket is refused; with it, IPv4 and IPv6 (which
+   the kernel may lack, but the filter does not refuse) and socket pairs, and
+   no other family: not a Unix socket, netlink or packet socket, nor a family
+   with high bits set, which the kernel would read as AF_UNIX. */
+static int sockets_as_policy(int network) {
+  int sv[2];
+  int pair = socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0;
+  int pair_refused = !pair && errno == EPERM;
+  if (pair) { close(sv[0]); close(sv[1]); }
+  if (!network) return refused(AF_INET, SOCK_STREAM) && refused(AF_INET6, SOCK_STREAM) && pair_refused;
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  close(fd);
+  fd = socket(AF_INET6, SOCK_STREAM, 0);
+  int inet6 = fd >= 0 || errno != EPERM;
+  if (fd >= 0) close(fd);
+  long high_unix = (long)(((unsigned long)1 << 32) | AF_UNIX);
+  fd = (int)syscall(SYS_socket, high_unix, SOCK_STREAM, 0);
+  int high_refused = fd < 0 && errno == EPERM;
+  if (fd >= 0) close(fd);
+  /* the C library's resolver copes with netlink refused (AI_ADDRCONFIG asks it) */
+  struct addrinfo hints, *res = NULL;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_ADDRCONFIG;
+  int resolved = getaddrinfo("localhost", "80", &hints, &res) == 0;
+  if (res) freeaddrinfo(res);
+  return resolved && inet6 && pair && high_refused && refused(AF_UNIX, SOCK_STREAM) && refused(AF_UNIX, SOCK_DGRAM) &&
+         refused(AF_NETLINK, SOCK_RAW) && refused(AF_PACKET, SOCK_RAW) && refused(AF_UNSPEC, SOCK_STREAM) &&
+         refused(AF_X25, SOCK_SEQPACKET);
+}
+
 /* In the child: a bit for each thing that behaved as the policy says. */
 static int probe(const sx_policy *p) {
   int ok = 0;
@@ -48,9 +90,7 @@ static int probe(const sx_policy *p) {
   if (ptrace(PTRACE_TRACEME, 0, NULL, NULL) < 0 && errno == EPERM) ok |= PTRACE;
   pthread_t t;
   if (pthread_create(&t, NULL, nothing, NULL) == 0 && pthread_join(t, NULL) == 0) ok |= THREAD;
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (p->allow_network ? fd >= 0 : (fd < 0 && errno == EPERM)) ok |= SOCKET;
-  if (fd >= 0) close(fd);
+  if (sockets_as_policy(p->allow_network)) ok |= SOCKET;
   /* signals reach this process only: not the parent (the host), not a group */
   if (kill(getppid(), 0) < 0 && errno == EPERM && kill(0, 0) < 0 && errno == EPERM && kill(getpid(), 0) == 0)
     ok |= SIGNAL;
