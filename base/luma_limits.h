@@ -39,6 +39,7 @@
   X(JSON_DEPTH_CAP, 1000, 0, "the largest max_depth core.json_encode and core.json_decode accept") \
   X(JSON_NUMBER_BYTES, 400, 0, "the longest number literal of JSON text, in bytes") \
   /* the pipeline */ \
+  X(TIMEOUT_CAP_MS, 2147483647, 0, "the longest a tool call or a model request waits (24.8 days): a longer timeout, tool_timeout or default_timeout_ms is waited as this") \
   X(INPUT_KEY_DEPTH, 100, 0, "nesting of a tool input written as a cache or idempotency key") \
   X(CONTEXT_JSON_DEPTH, 64, 0, "nesting of a tool_contexts field parsed as json") \
   X(TRACE_DEPTH, 10, 0, "nesting of a telemetry event written to the trace file") \
@@ -51,6 +52,7 @@
   X(POLICY_MIN_MEMORY_MB, 16, 0, "the smallest max_memory_mb of a tool_module_policy") \
   X(POLICY_MAX_MEMORY_MB, 1048576, 0, "the largest max_memory_mb of a tool_module_policy") \
   X(POLICY_MAX_CONCURRENCY, 256, 0, "the largest max_concurrency of a tool_module_policy") \
+  X(POLICY_MAX_KILL_GRACE_MS, 10000, 0, "the largest kill_grace_ms of a tool_module_policy") \
   X(MODULE_MAX_DEPENDENCIES, 256, 0, "dependencies a tool module's manifest may list") \
   X(MODULE_MAX_SOURCE, 16 << 20, 0, "bytes of a tool module or dependency file") \
   X(MODULE_LOAD_TIMEOUT_MS, 10000, 0, "milliseconds a module's top-level code may run") \

@@ -217,7 +217,8 @@ static int prepare(ak_ask *a) {
 }
 
 static long long model_timeout(const ak_ask *a) {
-  return a->pm->timeout > 0 ? a->pm->timeout : LIM_MODEL_TIMEOUT_MS;
+  long long t = a->pm->timeout > 0 ? a->pm->timeout : LIM_MODEL_TIMEOUT_MS;
+  return t > LIM_TIMEOUT_CAP_MS ? LIM_TIMEOUT_CAP_MS : t;
 }
 
 static void on_transfer_end(void *ud) {

@@ -20,7 +20,9 @@ long long st_effective_timeout(const cl_call *c) {
   const pm_agent *ag = c->scope ? c->scope->agent : NULL;
   long long eff = t->timeout >= 0 ? t->timeout : (ag && ag->tool_timeout >= 0 ? ag->tool_timeout : -1);
   if (ag && ag->tool_timeout_max >= 0 && (eff < 0 || eff > ag->tool_timeout_max)) eff = ag->tool_timeout_max;
-  return eff < 0 ? c->pg->default_timeout_ms : eff;
+  if (eff < 0) eff = c->pg->default_timeout_ms;
+  /* a longer wait would overflow the clocks' arithmetic: it is forever here */
+  return eff > LIM_TIMEOUT_CAP_MS ? LIM_TIMEOUT_CAP_MS : eff;
 }
 
 static long long backoff_ms(const pm_tool *t, int attempt) {
@@ -54,7 +56,7 @@ static void after_attempt(lua_State *T, cl_call *c, int status) {
     return;
   long long now = pl_mono_ms(T, c->pg), wait = backoff_ms(t, c->ev.attempts);
   /* a wait past the deadline would see the signal fire: stop here */
-  if (now + wait >= c->deadline) return;
+  if (wait >= c->deadline - now) return;
   c->wake_at = now + wait;
   c->state = wait > 0 ? CS_BACKOFF : CS_RUN;
 }

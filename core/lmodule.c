@@ -70,7 +70,14 @@ static void read_policy(lua_State *L, int t, sx_policy *p) {
   const char *isolation = opt_field(L, t, "isolation");
   p->isolation = isolation && strcmp(isolation, "process") == 0 ? SX_ISOLATE_PROCESS : SX_ISOLATE_THREAD;
   lua_getfield(L, t, "kill_grace_ms");
-  p->kill_grace_ms = lua_isnil(L, -1) ? SX_KILL_GRACE_MS : (int)luaL_checkinteger(L, -1);
+  if (lua_isnil(L, -1)) {
+    p->kill_grace_ms = SX_KILL_GRACE_MS;
+  } else {
+    lua_Integer grace = luaL_checkinteger(L, -1);
+    if (grace < 0 || grace > LIM_POLICY_MAX_KILL_GRACE_MS)
+      luaL_error(L, "policy.kill_grace_ms must be from 0 to %d", (int)LIM_POLICY_MAX_KILL_GRACE_MS);
+    p->kill_grace_ms = (int)grace;
+  }
   lua_pop(L, 1);
   static const struct { const char *name; unsigned bit; } builtins[] = {
     { "os", SX_OS }, { "io", SX_IO }, { "json", SX_JSON }, { "crypto", SX_CRYPTO },

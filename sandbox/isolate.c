@@ -42,6 +42,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,7 +108,8 @@ static int wait_fd(sx_state *s, int fd, short ev, long long until_ns) {
     if (until_ns) {
       long long left = until_ns - sx_now_ns();
       if (left <= 0) return IO_LATE;
-      ms = (int)((left + 999999) / 1000000);
+      long long left_ms = (left + 999999) / 1000000;
+      ms = left_ms > INT_MAX ? INT_MAX : (int)left_ms;   /* and poll again */
     }
     struct pollfd p[2] = { { fd, ev, 0 }, { c->wake, POLLIN, 0 } };
     int r = poll(p, 2, ms);

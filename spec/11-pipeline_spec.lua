@@ -465,6 +465,20 @@ tool flaky(n: int) -> CalcResult {
     assert.are.same({ 100 }, clock.sleeps)
     assert.are.equal(2, calls())
   end)
+
+  it("does not wait a delay past the deadline, however long the delay", function()
+    local p, clock = load_with_clock(retrying('retries: 3\n retry_backoff: "fixed"\n retry_delay: 9223372036854775807'))
+    local calls = flaky(p, 9, true)
+    assert.are.equal("BUSY", h.raised(p.call, p, "flaky", { n = 1 }).code)
+    assert.are.same({}, clock.sleeps)
+    assert.are.equal(1, calls())
+  end)
+
+  it("waits a timeout too long to count as forever, not as already past", function()
+    local p = load_with_clock(retrying("timeout: 9223372036854775807"))
+    flaky(p, 0, true)
+    assert.are.same({ result = 1 }, (p:call("flaky", { n = 1 })))
+  end)
 end)
 
 describe("pipeline step 11: output validation", function()

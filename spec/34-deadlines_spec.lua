@@ -264,3 +264,36 @@ return {
     assert.is_true(ms < TIMEOUT_MS + SLACK_MS, string.format("slow_after_fast took %.0f ms", ms))
   end)
 end)
+
+describe("a timeout too long to count", function()
+  -- 2^63 - 1 ms: the deadline in ns (and the poll of a handler process) would
+  -- overflow, which ended such calls at once as timed out
+  for _, isolation in ipairs({ "thread", "process" }) do
+    it("is waited as forever, not as already past (isolation " .. isolation .. ")", function()
+      local dir = h.project {
+        ["program.luma"] = "schema Out { v: int }\ntool work() -> Out { timeout: 9223372036854775807 }\n",
+        ["tools.lua"] = "return { work = function() local x = 0 for i = 1, 300000 do x = x + 1 end return { v = x } end }",
+        ["luma.config.json"] = core.json_encode {
+          tool_modules = { "tools.lua" },
+          tool_module_policy = { sandbox = "strict", isolation = isolation },
+        },
+      }
+      local p = assert(h.load(dir))
+      assert.are.equal(300000, p:call("work", {}).v)
+    end)
+  end
+
+  it("is refused for kill_grace_ms, which is at most ten seconds", function()
+    local dir = h.project {
+      ["program.luma"] = "schema Out { v: int }\ntool work() -> Out {}\n",
+      ["tools.lua"] = "return { work = function() return { v = 1 } end }",
+      ["luma.config.json"] = core.json_encode {
+        tool_modules = { "tools.lua" },
+        tool_module_policy = { sandbox = "strict", isolation = "process", kill_grace_ms = 4294967301 },
+      },
+    }
+    local p, err = h.load(dir)
+    assert.is_nil(p)
+    assert.matches("tool_module_policy.kill_grace_ms must be at most 10000", tostring(err), 1, true)
+  end)
+end)

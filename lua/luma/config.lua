@@ -272,6 +272,9 @@ function config.policy(file, policy)
       fail(file, 'tool_module_policy.kill_grace_ms needs "isolation": "process"')
     end
     out.kill_grace_ms = integer_at_least(file, "tool_module_policy.kill_grace_ms", policy.kill_grace_ms, 0)
+    if out.kill_grace_ms > core.limits.policy_max_kill_grace_ms then
+      fail(file, "tool_module_policy.kill_grace_ms must be at most " .. core.limits.policy_max_kill_grace_ms)
+    end
     if out.kill_grace_ms > 10000 then fail(file, "tool_module_policy.kill_grace_ms must be at most 10000") end
   end
   if policy.max_concurrency ~= nil then
