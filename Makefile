@@ -203,6 +203,10 @@ demo: deps all
 $(BUILD)/bench_stores: bench/stores/run.c $(CORE_OBJ)
 	$(CC) $(ALL_CFLAGS) $(INC_core) $(LDFLAGS) -o $@ $< $(CORE_OBJ) $(LUA_LIB) $(LIBS)
 
+# bench/pipeline: counts the allocator's calls in a process it is preloaded into
+$(BUILD)/bench_allocs.so: bench/pipeline/allocs.c
+	$(CC) $(CSTD) $(WARN) $(CFLAGS) -fPIC -shared -I$(LUA_INCDIR) -o $@ $<
+
 $(BUILD)/bench_scale: bench/scale/run.c $(LIBLUMA)
 	$(CC) $(CSTD) $(WARN) $(CFLAGS) $(SANFLAGS) -Icore -o $@ $< -L$(BUILD) -lluma -Wl,-rpath,$(abspath $(BUILD))
 
@@ -221,12 +225,12 @@ $(JIT_BUILD)/luma/core.so: $(JIT_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) -shared $(LDFLAGS) -o $@ $(JIT_OBJ) $(LIBS)
 
-bench: all $(BUILD)/bench_stores $(BUILD)/bench_scale $(JIT_BUILD)/luma/core.so
+bench: all $(BUILD)/bench_stores $(BUILD)/bench_scale $(BUILD)/bench_allocs.so $(JIT_BUILD)/luma/core.so
 	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES="$(BENCH_PACKAGES)"
 	@tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/luma-bench-XXXXXX") && $(BUILD)/bench_stores "$$tmp"; status=$$?; rm -rf "$$tmp"; exit $$status
 	@tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/luma-bench-XXXXXX") && $(BUILD)/bench_scale "$$tmp"; status=$$?; rm -rf "$$tmp"; exit $$status
 	LUMA_BUILD=$(BUILD) LUMA_JIT_BUILD=$(JIT_BUILD) $(LUA) bench/validate/run.lua
-	LUMA_BUILD=$(BUILD) $(LUA) bench/pipeline/run.lua
+	LUMA_BUILD=$(BUILD) LUMA_BENCH_ALLOCS=$(abspath $(BUILD))/bench_allocs.so $(LUA) bench/pipeline/run.lua
 	LUMA_BUILD=$(BUILD) $(LUA) bench/sandbox/run.lua
 	LUMA_BUILD=$(BUILD) $(LUA) bench/agent/run.lua
 

@@ -218,6 +218,22 @@ end
 ratio_line("zod", node.zod, ZOD_RATIO_TARGET)
 ratio_line("ajv", node.ajv)
 
+-- Allocations per call, counted in a child process that has
+-- bench_allocs.so preloaded (allocs.lua); LUMA_BENCH_ALLOCS names that file
+-- (the Makefile's bench target builds it). Without it, the line says so.
+local allocs_so = os.getenv("LUMA_BENCH_ALLOCS")
+if allocs_so and exists(allocs_so) then
+  local cmd = string.format("LD_PRELOAD=%s %s %s %s 2>&1", shell_quote(allocs_so), shell_quote(arg[-1] or "lua5.4"),
+    shell_quote(here .. "/allocs.lua"), shell_quote(allocs_so))
+  local out = slurp(cmd)
+  local per = {}
+  for name, a in out:gmatch("allocs ([^\n]-) (%d+%.%d) %d+%.%d") do per[#per + 1] = name .. " " .. a end
+  if #per == 0 then fail("%s printed no count:\n%s", cmd, out) end
+  io.write("allocations per call: ", table.concat(per, ", "), " (malloc, calloc and realloc of the whole process)\n")
+else
+  io.write("allocations per call: unavailable (LUMA_BENCH_ALLOCS does not name bench_allocs.so)\n")
+end
+
 local versions = {}
 if node.zod.version then versions[#versions + 1] = "zod " .. node.zod.version end
 if node.ajv.version then versions[#versions + 1] = "ajv " .. node.ajv.version end
