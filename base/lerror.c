@@ -124,7 +124,7 @@ int le_is_error(lua_State *L, int idx) {
 
 /* __index: only a field that is not there gets here */
 static int error_index(lua_State *L) {
-  if (!complete(L, 1)) return 0;
+  if (lua_type(L, 1) != LUA_TTABLE || !complete(L, 1)) return 0;
   lua_settop(L, 2);
   lc_rawget(L, 1);
   return 1;

@@ -286,7 +286,7 @@ static void exchange_failed(ak_ask *a, const ad_error *e) {
   if (e->retryable && a->attempt <= retries) {
     double jitter = 0.5 + clock_jitter(a) / 2000.0;
     long long delay = ad_retry_delay(e, a->attempt - 1, jitter);
-    if (now + delay < a->exchange_start + model_timeout(a)) {
+    if (delay < a->exchange_start + model_timeout(a) - now) {
       a->wake_at = now + delay;
       a->state = AK_BACKOFF;
       return;

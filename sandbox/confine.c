@@ -124,14 +124,22 @@ static int filter(const sx_policy *p, char *err, size_t errlen) {
   for (size_t i = 0; rc == 0 && !p->allow_network && i < sizeof sockets / sizeof sockets[0]; i++)
     rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), sockets[i], 0);
   /* with the network, IPv4 and IPv6 only: no Unix socket to connect to a
-     daemon of the host's user, no netlink or packet socket. socketpair stays
-     (libcurl's resolver signals through one), and a pair reaches nothing. */
+     daemon of the host's user, no netlink or packet socket. A Unix stream
+     socketpair stays (libcurl's resolver signals through one). */
   if (rc == 0 && p->allow_network)
     rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_LT, AF_INET));
   for (int family = AF_INET + 1; rc == 0 && p->allow_network && family < AF_INET6; family++)
     rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)family));
   if (rc == 0 && p->allow_network)
     rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_GT, AF_INET6));
+  /* a datagram pair can still send to a path (/dev/log, a notify socket):
+     pairs are Unix stream ones only */
+  if (rc == 0 && p->allow_network)
+    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socketpair), 1, SCMP_A0(SCMP_CMP_NE, AF_UNIX));
+  for (int type = 0; rc == 0 && p->allow_network && type <= 0xf; type++)
+    if (type != SOCK_STREAM)
+      rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socketpair), 1,
+                            SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, (scmp_datum_t)type));
   if (rc == 0) rc = seccomp_load(ctx);
   seccomp_release(ctx);
   if (rc != 0) {

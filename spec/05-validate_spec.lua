@@ -447,6 +447,10 @@ describe("program:validate", function()
     rawset(other, key, data)
     assert.are.equal("calculate.input.a must be at least 0", other.message)
     assert.are.equal("calculate.input.a must be at least 0", first.message)
+    -- the metamethods taken out with the debug library and called on anything
+    local mt = debug.getmetatable(first)
+    assert.is_nil(mt.__index(5, "x"))
+    assert.is_nil(mt.__index("s", "x"))
   end)
 
   it("keeps a field set on the error before any was read", function()

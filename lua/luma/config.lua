@@ -275,7 +275,6 @@ function config.policy(file, policy)
     if out.kill_grace_ms > core.limits.policy_max_kill_grace_ms then
       fail(file, "tool_module_policy.kill_grace_ms must be at most " .. core.limits.policy_max_kill_grace_ms)
     end
-    if out.kill_grace_ms > 10000 then fail(file, "tool_module_policy.kill_grace_ms must be at most 10000") end
   end
   if policy.max_concurrency ~= nil then
     out.max_concurrency = integer_at_least(file, "tool_module_policy.max_concurrency", policy.max_concurrency, 1)

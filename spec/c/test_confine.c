@@ -54,6 +54,10 @@ static int sockets_as_policy(int network) {
   int pair = socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0;
   int pair_refused = !pair && errno == EPERM;
   if (pair) { close(sv[0]); close(sv[1]); }
+  /* a datagram pair could send to a path: refused with the network too */
+  int dgram = socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv) == 0;
+  int dgram_refused = !dgram && errno == EPERM;
+  if (dgram) { close(sv[0]); close(sv[1]); }
   if (!network) return refused(AF_INET, SOCK_STREAM) && refused(AF_INET6, SOCK_STREAM) && pair_refused;
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return 0;
@@ -72,7 +76,7 @@ static int sockets_as_policy(int network) {
   hints.ai_flags = AI_ADDRCONFIG;
   int resolved = getaddrinfo("localhost", "80", &hints, &res) == 0;
   if (res) freeaddrinfo(res);
-  return resolved && inet6 && pair && high_refused && refused(AF_UNIX, SOCK_STREAM) && refused(AF_UNIX, SOCK_DGRAM) &&
+  return resolved && inet6 && pair && dgram_refused && high_refused && refused(AF_UNIX, SOCK_STREAM) && refused(AF_UNIX, SOCK_DGRAM) &&
          refused(AF_NETLINK, SOCK_RAW) && refused(AF_PACKET, SOCK_RAW) && refused(AF_UNSPEC, SOCK_STREAM) &&
          refused(AF_X25, SOCK_SEQPACKET);
 }
