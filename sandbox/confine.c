@@ -78,6 +78,36 @@ static int limit_memory(const sx_policy *p, size_t copy_bytes, char *err, size_t
 #endif
 }
 
+/* The sockets a handler process may make. Without the network, none. With
+   it, IPv4 and IPv6 only: no Unix socket to connect to a daemon of the host's
+   user, no netlink or packet socket. A Unix stream socketpair stays (libcurl's
+   resolver signals through one); a datagram pair could still send to a path
+   (/dev/log, a notify socket). */
+static int socket_rules(scmp_filter_ctx ctx, int allow_network) {
+  int rc = 0;
+  if (!allow_network) {
+    static const int sockets[] = {
+      SCMP_SYS(socket), SCMP_SYS(socketpair), SCMP_SYS(connect), SCMP_SYS(bind), SCMP_SYS(listen),
+      SCMP_SYS(accept), SCMP_SYS(accept4),
+    };
+    for (size_t i = 0; rc == 0 && i < sizeof sockets / sizeof sockets[0]; i++)
+      rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), sockets[i], 0);
+    return rc;
+  }
+  rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_LT, AF_INET));
+  for (int family = AF_INET + 1; rc == 0 && family < AF_INET6; family++)
+    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)family));
+  if (rc == 0)
+    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_GT, AF_INET6));
+  if (rc == 0)
+    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socketpair), 1, SCMP_A0(SCMP_CMP_NE, AF_UNIX));
+  for (int type = 0; rc == 0 && type <= 0xf; type++)
+    if (type != SOCK_STREAM)
+      rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socketpair), 1,
+                            SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, (scmp_datum_t)type));
+  return rc;
+}
+
 /* Refused calls fail with EPERM (ENOSYS for clone3, so that the C library
    falls back to clone, whose flags a filter can read): the handler sees an
    error, the process lives. */
@@ -105,10 +135,6 @@ static int filter(const sx_policy *p, char *err, size_t errlen) {
     SCMP_SYS(kill), SCMP_SYS(tgkill), SCMP_SYS(rt_sigqueueinfo), SCMP_SYS(rt_tgsigqueueinfo),
   };
   scmp_datum_t me = (scmp_datum_t)getpid();
-  static const int sockets[] = {
-    SCMP_SYS(socket), SCMP_SYS(socketpair), SCMP_SYS(connect), SCMP_SYS(bind), SCMP_SYS(listen),
-    SCMP_SYS(accept), SCMP_SYS(accept4),
-  };
   int rc = 0;
   for (size_t i = 0; rc == 0 && i < sizeof refused / sizeof refused[0]; i++)
     rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), refused[i], 0);
@@ -121,25 +147,7 @@ static int filter(const sx_policy *p, char *err, size_t errlen) {
     rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
                           SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_THREAD, 0));
   if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
-  for (size_t i = 0; rc == 0 && !p->allow_network && i < sizeof sockets / sizeof sockets[0]; i++)
-    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), sockets[i], 0);
-  /* with the network, IPv4 and IPv6 only: no Unix socket to connect to a
-     daemon of the host's user, no netlink or packet socket. A Unix stream
-     socketpair stays (libcurl's resolver signals through one). */
-  if (rc == 0 && p->allow_network)
-    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_LT, AF_INET));
-  for (int family = AF_INET + 1; rc == 0 && p->allow_network && family < AF_INET6; family++)
-    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)family));
-  if (rc == 0 && p->allow_network)
-    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_GT, AF_INET6));
-  /* a datagram pair can still send to a path (/dev/log, a notify socket):
-     pairs are Unix stream ones only */
-  if (rc == 0 && p->allow_network)
-    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socketpair), 1, SCMP_A0(SCMP_CMP_NE, AF_UNIX));
-  for (int type = 0; rc == 0 && p->allow_network && type <= 0xf; type++)
-    if (type != SOCK_STREAM)
-      rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socketpair), 1,
-                            SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, (scmp_datum_t)type));
+  if (rc == 0) rc = socket_rules(ctx, p->allow_network);
   if (rc == 0) rc = seccomp_load(ctx);
   seccomp_release(ctx);
   if (rc != 0) {
