@@ -108,6 +108,12 @@ static int socket_rules(scmp_filter_ctx ctx, int allow_network) {
   return rc;
 }
 
+#if defined(__s390__) || defined(__s390x__)
+#define CLONE_FLAGS_ARG SCMP_A1
+#else
+#define CLONE_FLAGS_ARG SCMP_A0
+#endif
+
 /* Refused calls fail with EPERM (ENOSYS for clone3, so that the C library
    falls back to clone, whose flags a filter can read): the handler sees an
    error, the process lives. */
@@ -142,10 +148,11 @@ static int filter(const sx_policy *p, char *err, size_t errlen) {
     rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), to_self[i], 1, SCMP_A0(SCMP_CMP_NE, me));
   /* no keystrokes pushed into a terminal the child inherited */
   if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1, SCMP_A1(SCMP_CMP_EQ, TIOCSTI));
-  /* threads are fine (the deadline watch, libcurl's resolver); processes are not */
+  /* threads are fine (the deadline watch, libcurl's resolver); processes
+     are not. clone's flags are its first argument, but its second on s390 */
   if (rc == 0)
     rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
-                          SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_THREAD, 0));
+                          CLONE_FLAGS_ARG(SCMP_CMP_MASKED_EQ, CLONE_THREAD, 0));
   if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
   if (rc == 0) rc = socket_rules(ctx, p->allow_network);
   if (rc == 0) rc = seccomp_load(ctx);
