@@ -15,6 +15,7 @@ typedef struct sx_copier {
   const sx_limits *lim;
   size_t values, bytes;
   int late;                       /* the deadline passed */
+  unsigned entries;               /* pairs copied, for reading the clock now and then */
   int depth;
   int root_keys;                  /* > 0: the root should be a record of about so many string keys */
   const void *tables[SX_DEPTH_CAP + 1];
@@ -36,6 +37,20 @@ static int fail(sx_copier *c, const char *fmt, const char *arg) {
 }
 
 static int copy(sx_copier *c, int idx);
+
+/* Walking a table costs its slots, which a handler can make many while its
+   keys stay few, and use again and again; and inserting keys that all
+   collide costs the square of their number (a process-isolated child has
+   a copy of the states' hash seeds). The clock bounds both: read on each
+   table, and every COPY_CLOCK_EVERY pairs. */
+#define COPY_CLOCK_EVERY 256
+
+static int past_deadline(sx_copier *c) {
+  if (!c->lim->deadline_ns || sx_now_ns() <= c->lim->deadline_ns) return 0;
+  c->late = 1;
+  fail(c, "%s", "copying it passed the call's deadline");
+  return 1;
+}
 
 /* A key (a string, or an integer 1..n) is not a value of its own:
    max_values counts what the data holds, and a key's bytes count. */
@@ -70,7 +85,7 @@ static void drop_table(sx_copier *c, int dst) {
 static int copy_entry(sx_copier *c, int dst) {
   /* absolute indices: within one state each copy moves the top */
   int k = lua_gettop(c->from) - 1;
-  if (copy_key(c, k) != 0 || copy(c, k + 1) != 0) {
+  if ((++c->entries % COPY_CLOCK_EVERY == 0 && past_deadline(c)) || copy_key(c, k) != 0 || copy(c, k + 1) != 0) {
     drop_table(c, dst);
     return -1;
   }
@@ -125,12 +140,7 @@ static int copy_table(sx_copier *c, int idx) {
   for (int i = 0; i < c->depth; i++)
     if (c->tables[i] == p) return fail(c, "%s", "a table contains itself");
   if (!lua_checkstack(from, 4) || !lua_checkstack(to, 4)) return fail(c, "%s", "it is nested too deeply");
-  /* walking a table costs its slots, which a handler can make many while
-     its keys stay few, and use again and again: the clock bounds that */
-  if (c->lim->deadline_ns && sx_now_ns() > c->lim->deadline_ns) {
-    c->late = 1;
-    return fail(c, "%s", "copying it passed the call's deadline");
-  }
+  if (past_deadline(c)) return -1;
   c->tables[c->depth++] = p;
   if (c->depth == 1 && c->root_keys > 0) {
     int r = copy_record(c, idx, c->root_keys);
@@ -226,6 +236,7 @@ int sx_copy_record(lua_State *from, int idx, lua_State *to, const sx_limits *lim
   c.values = c.bytes = 0;
   c.depth = 0;
   c.late = 0;
+  c.entries = 0;
   c.root_keys = keys;
   c.err = err;
   c.errlen = errlen;

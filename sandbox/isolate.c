@@ -264,7 +264,17 @@ typedef struct reply {
   sx_state *s;
   const char *failure;            /* a failure of the host's to push instead */
   int malformed;
+  int late;                       /* reading it passed the copy's deadline */
 } reply;
+
+/* One value of a reply: 0 when it is there, on top of M. */
+static int get_value(reply *r, lua_State *M, const char *p, size_t left, size_t *used) {
+  long long deadline = r->run->deadline_ns ? r->run->deadline_ns + SX_COPY_GRACE_MS * 1000000LL : 0;
+  int got = sx_wire_get(M, p, left, deadline, used);
+  if (got == -2) r->late = 1;
+  else if (got != 0) r->malformed = 1;
+  return got;
+}
 
 /* Protected, on the mirror state: pushes the reply's value (a result, or
    an error object whose code and message are checked: the child is not
@@ -287,7 +297,8 @@ static int push_reply(lua_State *M) {
     return 1;
   }
   if (kind == K_OK) {
-    if (sx_wire_get(M, p, left, &used) != 0 || used != left) { r->malformed = 1; return 0; }
+    if (get_value(r, M, p, left, &used) != 0) return 0;
+    if (used != left) { r->malformed = 1; return 0; }
     return 1;
   }
   if (kind != K_ERROR || left < 1) { r->malformed = 1; return 0; }
@@ -295,7 +306,7 @@ static int push_reply(lua_State *M) {
   p++;
   left--;
   for (int i = 0; i < 3; i++) {
-    if (sx_wire_get(M, p, left, &used) != 0) { r->malformed = 1; return 0; }
+    if (get_value(r, M, p, left, &used) != 0) return 0;
     p += used;
     left -= used;
   }
@@ -318,10 +329,11 @@ static int push_reply(lua_State *M) {
 }
 
 /* The value the run's collect reads goes on top of the mirror; 0 when the
-   reply was malformed (nothing pushed then). */
+   reply was malformed, or reading it passed the deadline (the run expired),
+   with nothing pushed then. */
 static int take_reply(sx_state *s, sx_run *run, const char *p, size_t len, const char *failure) {
   lua_State *M = s->L;
-  reply r = { p, len, run, s, failure, 0 };
+  reply r = { p, len, run, s, failure, 0, 0 };
   lua_pushcfunction(M, push_reply);
   lua_pushlightuserdata(M, &r);
   int status = lua_pcall(M, 1, 1, 0);
@@ -332,8 +344,9 @@ static int take_reply(sx_state *s, sx_run *run, const char *p, size_t len, const
     run->status = LUA_ERRMEM;
     return 1;
   }
-  if (r.malformed) {
+  if (r.malformed || r.late) {
     lua_pop(M, 1);
+    if (r.late) run->expired = 1;
     return 0;
   }
   run->status = !failure && p[0] == K_OK ? LUA_OK : LUA_ERRRUN;
@@ -406,7 +419,8 @@ void sx_remote_execute(sx_state *s, sx_run *runs, int n) {
     } else if (!take_reply(s, run, frame, len, failure)) {
       kill_child(c);
       s->broken = 1;
-      take_reply(s, run, NULL, 0, "The handler process sent a malformed reply.");
+      if (run->expired) lua_pushnil(s->L);
+      else take_reply(s, run, NULL, 0, "The handler process sent a malformed reply.");
     }
     free(frame);
     if (run->expired || sx_cancelled(s)) s->broken = 1;
@@ -492,7 +506,7 @@ static int child_values(lua_State *T) {
   lua_settop(T, 0);
   for (int i = 0; i < 2; i++) {
     size_t used;
-    if (sx_wire_get(T, q->p, q->left, &used) != 0) return luaL_error(T, "malformed request");
+    if (sx_wire_get(T, q->p, q->left, 0, &used) != 0) return luaL_error(T, "malformed request");
     q->p += used;
     q->left -= used;
   }

@@ -154,7 +154,7 @@ int sx_collect(sx_state *s, lua_State *L, const sx_run *run);
  * of a table of n keys (an array; other numeric keys cannot be JSON). Its
  * cost is bounded: by the limits, by sizing each new table from the keys
  * actually copied (never from `#t`), and by lim->deadline_ns, looked at for
- * every table. Returns 0; -1 with a reason in err (then nothing is pushed on
+ * every table and every 256 pairs. Returns 0; -1 with a reason in err (then nothing is pushed on
  * `to`); -2 when the deadline passed. Allocations in `to` may raise a memory
  * error: run it protected when `to` is limited.
  */

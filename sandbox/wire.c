@@ -10,6 +10,7 @@
 #include "compat.h"
 #include "ljson.h"
 #include "luma_limits.h"
+#include "sandbox.h"
 
 #define WIRE_DEPTH_MAX 250
 
@@ -73,8 +74,19 @@ int sx_wire_put(lua_State *L, int idx, sb_buf *b) {
 
 /* values and string bytes left: what the copy limits allow, so that a
    hostile child's reply cannot make the host allocate more than a copy
-   between states could (lengths alone bound only the frame) */
-typedef struct reader { const char *p; size_t left, values, bytes; } reader;
+   between states could (lengths alone bound only the frame). A child that
+   knows the state's hash seed (it is a copy of the host) can send keys that
+   all collide, whose inserts are quadratic: the clock bounds that, read
+   every WIRE_CLOCK_EVERY pairs. */
+typedef struct reader {
+  const char *p;
+  size_t left, values, bytes;
+  long long deadline_ns;          /* 0: none */
+  unsigned pairs;
+  int late;
+} reader;
+
+#define WIRE_CLOCK_EVERY 256
 
 static int take(reader *r, void *out, size_t n) {
   if (r->left < n) return -1;
@@ -124,7 +136,8 @@ static int get(lua_State *L, reader *r, int depth) {
       lua_createtable(L, 0, 0);
       int t = lua_gettop(L);
       for (uint32_t i = 0; i < n; i++) {
-        if (get(L, r, depth + 1) != 0) { lua_settop(L, t - 1); return -1; }
+        if (++r->pairs % WIRE_CLOCK_EVERY == 0 && r->deadline_ns && sx_now_ns() > r->deadline_ns) r->late = 1;
+        if (r->late || get(L, r, depth + 1) != 0) { lua_settop(L, t - 1); return -1; }
         int kt = lua_type(L, -1);
         /* integer keys 1..n only, as sx_copy makes them: keys that
            collide in the hash part would make the inserts quadratic */
@@ -147,11 +160,14 @@ static int get(lua_State *L, reader *r, int depth) {
   }
 }
 
-int sx_wire_get(lua_State *L, const char *p, size_t len, size_t *used) {
+int sx_wire_get(lua_State *L, const char *p, size_t len, long long deadline_ns, size_t *used) {
   /* a key and its value are two values here, one in sx_copy: twice the limit */
-  reader r = { p, len, 2 * (size_t)LIM_COPY_MAX_VALUES + 1, (size_t)LIM_COPY_MAX_BYTES };
+  reader r = { p, len, 2 * (size_t)LIM_COPY_MAX_VALUES + 1, (size_t)LIM_COPY_MAX_BYTES, deadline_ns, 0, 0 };
   int top = lua_gettop(L);
-  if (get(L, &r, 0) != 0) { lua_settop(L, top); return -1; }
+  if (get(L, &r, 0) != 0) {
+    lua_settop(L, top);
+    return r.late ? -2 : -1;
+  }
   *used = len - r.left;
   return 0;
 }

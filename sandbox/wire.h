@@ -16,8 +16,8 @@ int sx_wire_put(lua_State *L, int idx, sb_buf *b);
 /* Reads one value from p (at most len bytes; *used says how many it took)
    and pushes it on L. The bytes may come from a process that cannot be
    trusted: every length is checked against what is left and nesting is
-   capped; -1 with nothing pushed when they are malformed. Allocates in L:
-   call it protected. */
-int sx_wire_get(lua_State *L, const char *p, size_t len, size_t *used);
+   capped; -1 with nothing pushed when they are malformed, -2 when reading
+   them passed deadline_ns (0: none). Allocates in L: call it protected. */
+int sx_wire_get(lua_State *L, const char *p, size_t len, long long deadline_ns, size_t *used);
 
 #endif

@@ -4,6 +4,7 @@
 #include "ctest.h"
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include <lauxlib.h>
 #include <lualib.h>
@@ -12,25 +13,46 @@
 #include "strbuf.h"
 #include "wire.h"
 
-/* Decodes len bytes in a protected call: 0 decoded (and used all), -1 refused. */
-typedef struct job { const char *p; size_t len; int rc; } job;
+static void put_u32(sb_buf *b, uint32_t n) { sb_add(b, (const char *)&n, sizeof n); }
+
+/* Decodes len bytes in a protected call: 0 decoded (and used all), -1
+   refused, -2 past the deadline. */
+typedef struct job { const char *p; size_t len; long long deadline_ns; int rc; } job;
 
 static int decode(lua_State *L) {
   job *j = lua_touserdata(L, 1);
   size_t used = 0;
-  j->rc = sx_wire_get(L, j->p, j->len, &used) == 0 && used == j->len ? 0 : -1;
+  int got = sx_wire_get(L, j->p, j->len, j->deadline_ns, &used);
+  j->rc = got == 0 && used == j->len ? 0 : got == -2 ? -2 : -1;
   return 0;
 }
 
-static int run(lua_State *L, const char *p, size_t len) {
-  job j = { p, len, -2 };
+static int run_until(lua_State *L, const char *p, size_t len, long long deadline_ns) {
+  job j = { p, len, deadline_ns, -3 };
   lua_pushcfunction(L, decode);
   lua_pushlightuserdata(L, &j);
   if (lua_pcall(L, 1, 0, 0) != LUA_OK) { lua_pop(L, 1); return -3; }
   return j.rc;
 }
 
-static void put_u32(sb_buf *b, uint32_t n) { sb_add(b, (const char *)&n, sizeof n); }
+static int run(lua_State *L, const char *p, size_t len) { return run_until(L, p, len, 0); }
+
+/* A table of n pairs "k<i>" = i. */
+static void keyed_table(sb_buf *b, uint32_t n) {
+  sb_addc(b, 'T');
+  sb_addc(b, 0);
+  put_u32(b, n);
+  for (uint32_t i = 0; i < n; i++) {
+    char key[16];
+    int len = snprintf(key, sizeof key, "k%u", (unsigned)i);
+    sb_addc(b, 's');
+    put_u32(b, (uint32_t)len);
+    sb_add(b, key, (size_t)len);
+    sb_addc(b, 'i');
+    int64_t v = i;
+    sb_add(b, (const char *)&v, sizeof v);
+  }
+}
 
 int main(void) {
   lua_State *L = luaL_newstate();
@@ -87,6 +109,19 @@ int main(void) {
   }
   free(blob);
   CT_CHECK(!b.failed && run(L, b.data, b.len) == -1, "more string bytes than the copy limit are refused");
+  sb_free(&b);
+
+  /* a child that knows the hash seed can send keys whose inserts are
+     quadratic: the clock bounds reading them. A past deadline stops a big
+     table; a small one is read before the clock is looked at */
+  sb_init(&b);
+  keyed_table(&b, 100000);
+  CT_CHECK(!b.failed && run_until(L, b.data, b.len, 1) == -2, "a big reply read past its deadline is refused as late");
+  CT_CHECK(run_until(L, b.data, b.len, 0) == 0, "the same reply decodes without a deadline");
+  sb_free(&b);
+  sb_init(&b);
+  keyed_table(&b, 100);
+  CT_CHECK(!b.failed && run_until(L, b.data, b.len, 1) == 0, "a small reply decodes before the clock is read");
   sb_free(&b);
 
   lua_close(L);
