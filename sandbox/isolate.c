@@ -42,12 +42,14 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -65,9 +67,14 @@
 
 struct sx_child {
   pid_t pid;                      /* 0 once reaped */
+  int pidfd;                      /* the child's process descriptor; -1: none (Linux < 5.4) */
   int fd;                         /* the host's end of the socket pair (non-blocking) */
   int wake;                       /* an eventfd: the call was cancelled */
 };
+
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
 
 /* How long a new child may take to load the module, past the load budget
    of module.c (10 s) or the call's deadline. */
@@ -77,6 +84,10 @@ struct sx_child {
 /* After a child closed its socket, how long its exit status is waited for
    before it is killed (it may have closed the socket and gone on). */
 #define REAP_WAIT_MS 500
+/* After SIGKILL, how long the child's end is waited for: it is at once,
+   unless the kernel holds the process in an uninterruptible wait (a hung
+   file system), which the host does not wait out. */
+#define KILL_WAIT_MS 2000
 
 enum { K_READY = 'R', K_FAILED = 'F', K_OK = 'O', K_ERROR = 'E', K_TIMEOUT = 'X' };
 enum { IO_OK = 0, IO_DEAD = -1, IO_LATE = -2, IO_CANCELLED = -3, IO_BAD = -4 };
@@ -202,37 +213,122 @@ static int recv_frame(sx_state *s, char **out, size_t *n, size_t cap, long long 
   return IO_OK;
 }
 
-static void reap(sx_child *c, int *status) {
-  while (waitpid(c->pid, status, 0) < 0 && errno == EINTR) {}
+/* The child is signalled and reaped through its process descriptor when
+   the kernel has them: a host may take its children's exit status itself
+   (nginx reaps them in its SIGCHLD handler, or SIGCHLD is ignored), which
+   frees the pid for another process to take, and a kill by pid could then
+   reach that one. The descriptor is opened right after the fork, and
+   checked to be our child's (waitid answers for children only). */
+#ifdef SYS_pidfd_open
+/* valgrind (3.19) knows no pidfd_open, and says so on stderr at each call:
+   under it, children are killed and reaped by pid */
+static int under_valgrind;
+static pthread_once_t valgrind_once = PTHREAD_ONCE_INIT;
+
+static void look_for_valgrind(void) {
+  FILE *f = fopen("/proc/self/maps", "re");
+  if (!f) return;
+  char line[512];
+  while (!under_valgrind && fgets(line, sizeof line, f)) under_valgrind = strstr(line, "vgpreload") != NULL;
+  fclose(f);
+}
+#endif
+
+static int open_pidfd(sx_child *c) {
+#ifdef SYS_pidfd_open
+  pthread_once(&valgrind_once, look_for_valgrind);
+  if (under_valgrind) return -1;
+  int fd = (int)syscall(SYS_pidfd_open, c->pid, 0);
+  if (fd < 0) return -1;
+  siginfo_t info;
+  memset(&info, 0, sizeof info);
+  if (waitid((idtype_t)P_PIDFD, (id_t)fd, &info, WEXITED | WNOHANG | WNOWAIT) != 0) {
+    int e = errno;
+    close(fd);
+    /* the child is gone, and its pid taken already */
+    if (e == ECHILD) c->pid = 0;
+    return -1;
+  }
+  return fd;
+#else
+  (void)c;
+  return -1;
+#endif
+}
+
+static void forget(sx_child *c) {
   c->pid = 0;
+  if (c->pidfd >= 0) close(c->pidfd);
+  c->pidfd = -1;
+}
+
+/* Waits up to ms for the child to end, and reaps it: 1 (how it ended in
+   *sig, or *code), 0 when it runs on, -1 when its exit status was taken
+   by another part of this process. */
+static int wait_end(sx_child *c, int ms, int *sig, int *code) {
+  *sig = 0;
+  *code = -1;
+  if (c->pidfd >= 0) {
+    struct pollfd p = { c->pidfd, POLLIN, 0 };
+    long long until = sx_now_ns() + ms * 1000000LL;
+    for (;;) {
+      siginfo_t info;
+      memset(&info, 0, sizeof info);
+      if (waitid((idtype_t)P_PIDFD, (id_t)c->pidfd, &info, WEXITED | WNOHANG) != 0) {
+        if (errno == EINTR) continue;
+        return -1;
+      }
+      if (info.si_pid != 0) {
+        if (info.si_code == CLD_EXITED) *code = info.si_status;
+        else *sig = info.si_status;
+        return 1;
+      }
+      long long left = until - sx_now_ns();
+      if (left <= 0) return 0;
+      if (poll(&p, 1, (int)((left + 999999) / 1000000)) < 0 && errno != EINTR) return 0;
+    }
+  }
+  for (int i = 0;; i++) {
+    int status = 0;
+    pid_t r = waitpid(c->pid, &status, WNOHANG);
+    if (r == c->pid) {
+      if (WIFSIGNALED(status)) *sig = WTERMSIG(status);
+      else if (WIFEXITED(status)) *code = WEXITSTATUS(status);
+      return 1;
+    }
+    if (r < 0 && errno != EINTR) return -1;
+    if (i >= ms) return 0;
+    struct timespec one = { 0, 1000000 };
+    nanosleep(&one, NULL);
+  }
 }
 
 static void kill_child(sx_child *c) {
   if (c->pid <= 0) return;
-  kill(c->pid, SIGKILL);
-  int status;
-  reap(c, &status);
+  int sig, code;
+#ifdef SYS_pidfd_send_signal
+  if (c->pidfd >= 0) syscall(SYS_pidfd_send_signal, c->pidfd, SIGKILL, NULL, 0);
+  else
+#endif
+    kill(c->pid, SIGKILL);
+  /* past the wait, a child the kernel holds stays a zombie: better than a host held with it */
+  wait_end(c, KILL_WAIT_MS, &sig, &code);
+  forget(c);
 }
 
 /* The child closed its socket: how it ended, for the message. */
 static void died(sx_child *c, char *msg, size_t len) {
-  int status = 0;
-  pid_t r = 0;
-  for (int i = 0; i < REAP_WAIT_MS && c->pid > 0; i++) {
-    r = waitpid(c->pid, &status, WNOHANG);
-    if (r != 0 || (r < 0 && errno != EINTR)) break;
-    struct timespec ms = { 0, 1000000 };
-    nanosleep(&ms, NULL);
-  }
-  if (r == c->pid) {
-    c->pid = 0;
-    if (WIFSIGNALED(status)) snprintf(msg, len, "handler process died: signal %d", WTERMSIG(status));
-    else snprintf(msg, len, "handler process died: exit status %d", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  int sig, code;
+  int r = c->pid > 0 ? wait_end(c, REAP_WAIT_MS, &sig, &code) : -1;
+  if (r == 1) {
+    forget(c);
+    if (sig) snprintf(msg, len, "handler process died: signal %d", sig);
+    else snprintf(msg, len, "handler process died: exit status %d", code);
     return;
   }
   if (r < 0) {
     /* the host reaps children itself (a SIGCHLD handler, or SIGCHLD ignored) */
-    c->pid = 0;
+    forget(c);
     snprintf(msg, len, "handler process died (its exit status was taken by another part of this process)");
     return;
   }
@@ -681,7 +777,7 @@ sx_state *sx_spawn(sx_module *m, long long deadline_ns, char *err, size_t errlen
     sx_state_free(s);
     return NULL;
   }
-  c->fd = c->wake = -1;
+  c->fd = c->wake = c->pidfd = -1;
   s->child = c;
   c->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (c->wake < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
@@ -709,6 +805,7 @@ sx_state *sx_spawn(sx_module *m, long long deadline_ns, char *err, size_t errlen
   }
   close(sv[1]);
   c->pid = pid;
+  c->pidfd = open_pidfd(c);
   c->fd = sv[0];
   fcntl(c->fd, F_SETFL, fcntl(c->fd, F_GETFL) | O_NONBLOCK);
   long long until = (deadline_ns ? deadline_ns : sx_now_ns() + SPAWN_LOAD_MS * 1000000LL) +

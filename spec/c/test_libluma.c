@@ -6,12 +6,14 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
+#include <errno.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -70,6 +72,7 @@ static const char PROGRAM[] =
   "tool hooked() -> Text { }\n"
   "tool secret() -> Text { credential: \"LIBLUMA_TEST_TOKEN\" }\n"
   "tool sock() -> Text { }\n"
+  "tool stuck() -> Text { timeout: 300 }\n"
   "agent A {\n"
   "  tools: [add, slow]\n"
   "  fn twice(x: int) -> int {\n"
@@ -91,6 +94,9 @@ static const char TOOLS[] =
   "    return { v = debug and tostring(debug.gethook() ~= nil) or 'no debug' } end,\n"
   "  secret = function() return { v = 'ok' } end,\n"
   "  sock = function() local ok, e = pcall(require, 'socket') return { v = tostring(e) } end,\n"
+  /* one rehash of colliding integer keys: seconds in C, where no hook stops it */
+  "  stuck = function() local t = {} for i = 1, 2^17 + 1 do t[i * (2^18 - 1)] = true end\n"
+  "    return { v = 'done' } end,\n"
   "}\n";
 
 /* ------------------------------------------------------------ helpers */
@@ -439,6 +445,58 @@ static void test_destroyed(void) {
   luma_call_free(method);
 }
 
+/* ------------------------------------------------ a host that reaps */
+
+static void reap_all(int sig) {
+  (void)sig;
+  int saved = errno;
+  while (waitpid(-1, NULL, WNOHANG) > 0) {}
+  errno = saved;
+}
+
+/* A host may take its children's exit status itself: nginx reaps them in
+   its SIGCHLD handler, and a host may ignore SIGCHLD. A process-isolated
+   handler that no hook stops is still killed at its deadline (through its
+   process descriptor, never by a pid the host may have freed), then
+   replaced, and calls go on. */
+static void test_reaping_host(void) {
+  struct { const char *how; void (*handler)(int); } hosts[] = {
+    { "a SIGCHLD handler that reaps", reap_all },
+    { "SIGCHLD ignored", SIG_IGN },
+  };
+  for (size_t i = 0; i < sizeof hosts / sizeof hosts[0]; i++) {
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = hosts[i].handler;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGCHLD, &sa, &old);
+    luma_error err;
+    luma_runtime *rt = luma_new(NULL, &err);
+    luma_program *p = luma_load(rt, path_of("program.luma"), path_of("isolated.config.json"), NULL, &err);
+    CT_CHECK(p != NULL, "%s: load: %s", hosts[i].how, p ? "" : err.message);
+    for (int round = 0; p && round < 2; round++) {
+      int state;
+      long long t0 = now_ms();
+      luma_call *c = luma_start(p, "stuck", NULL, &err);
+      free(outcome(c, &state, &err));
+      CT_CHECK(state == LUMA_FAILED && strcmp(err.code, "TOOL_TIMEOUT") == 0, "%s: stuck gave %s", hosts[i].how,
+               state == LUMA_FAILED ? err.code : "a result");
+      CT_CHECK(under_valgrind() || now_ms() - t0 < 5000, "%s: stuck took %lld ms", hosts[i].how, now_ms() - t0);
+      luma_call_free(c);
+      c = luma_start(p, "add", "{\"a\": 2, \"b\": 3}", &err);
+      char *json = outcome(c, &state, &err);
+      CT_CHECK(state == LUMA_OK, "%s: add after a kill failed", hosts[i].how);
+      CT_EQ_STR("{\"total\":5}", json);
+      free(json);
+      luma_call_free(c);
+    }
+    if (p) luma_program_close(p);
+    luma_destroy(rt);
+    sigaction(SIGCHLD, &old, NULL);
+  }
+}
+
 /* ---------------------------------------------------------- deadlines */
 
 static void host_handler(int sig) { (void)sig; }
@@ -513,6 +571,8 @@ int main(void) {
   if (!mkdtemp(dir)) { perror("mkdtemp"); return 2; }
   write_file("program.luma", PROGRAM);
   write_file("tools.lua", TOOLS);
+  write_file("isolated.config.json", "{ \"tool_modules\": [\"tools.lua\"], \"tool_module_policy\": { \"sandbox\": "
+             "\"strict\", \"isolation\": \"process\", \"max_concurrency\": 1, \"kill_grace_ms\": 100 } }");
   write_file("luma.config.json", "{ \"tool_modules\": [\"tools.lua\"], \"tool_module_policy\": { \"max_concurrency\": 4 } }");
   test_bad_input();
   test_calls();
@@ -520,6 +580,7 @@ int main(void) {
   test_threads();
   test_destroyed();
   test_deadlines();
+  test_reaping_host();
   char cmd[700];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);
