@@ -81,7 +81,7 @@ FUZZ_PACKAGES = clang libclang-rt-14-dev
 RESULTS   = $(BUILD)/test-results
 BUSTED    = $(LUA) /usr/bin/busted
 
-.PHONY: all test valgrind bench profile demo fuzz fuzz-pattern fuzz-adapters install uninstall clean help deps
+.PHONY: all test valgrind bench profile demo fuzz fuzz-pattern fuzz-adapters fuzz-wire install uninstall clean help deps
 
 all: $(BUILD)/luma/core.so $(BUILD)/luma-lua $(LIBLUMA)
 
@@ -97,6 +97,7 @@ help:
 	@echo "make fuzz       fuzz the parser (FUZZ_SECONDS=600)"
 	@echo "make fuzz-pattern  fuzz the sandbox's pattern matcher against Lua's"
 	@echo "make fuzz-adapters fuzz the providers' response parsers"
+	@echo "make fuzz-wire  fuzz the decoder of what a handler process sends back"
 	@echo "make install    install into PREFIX=$(PREFIX) (DESTDIR too): the command, the Lua module,"
 	@echo "                libluma, luma.h, luma.pc, the man page, the bash completion"
 	@echo "make uninstall  remove exactly what make install installed"
@@ -268,6 +269,15 @@ fuzz-adapters:
 	  spec/fuzz/adapter_fuzz.c $(ADAPTERS) base/json.c base/arena.c base/strbuf.c base/utf8.c base/map.c \
 	  -lm -o build/fuzz/adapter_fuzz
 	build/fuzz/adapter_fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 build/fuzz/adapter-corpus
+
+# What a process-isolated child sends back, as the host decodes it (spec/fuzz/wire_fuzz.c).
+fuzz-wire:
+	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES="$(FUZZ_PACKAGES)"
+	mkdir -p build/fuzz/wire-corpus
+	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -I$(LUA_INCDIR) -Ibase -Isandbox \
+	  spec/fuzz/wire_fuzz.c sandbox/wire.c base/ljson.c base/lerror.c base/errors.c base/utf8.c base/strbuf.c \
+	  base/json.c base/arena.c base/map.c $(LUA_LIB) -lm -o build/fuzz/wire_fuzz
+	build/fuzz/wire_fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 build/fuzz/wire-corpus
 
 # Where Debian's lua5.4 looks by default with PREFIX=/usr/local. Every file
 # installed is listed once, in INSTALLED; uninstall removes exactly those.
