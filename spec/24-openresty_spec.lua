@@ -18,9 +18,11 @@ local free_port = h.free_port
 local Nginx = {}
 Nginx.__index = Nginx
 
-local function start_nginx()
+-- prepare(dir), when given, changes the copy of the example before nginx starts
+local function start_nginx(prepare)
   h.ensure_packages { "nginx", "libnginx-mod-http-lua", "luajit2" }
   local dir = h.copy_example("openresty")
+  if prepare then prepare(dir) end
   local port = free_port()
   local conf = h.read(dir .. "/nginx.conf"):gsub("127%.0%.0%.1:8080", "127.0.0.1:" .. port)
   h.write(dir .. "/nginx.conf", conf)
@@ -180,5 +182,59 @@ describe("OpenResty under a real nginx (examples/openresty)", function()
     assert.are.equal(200, s)
     assert.are.equal("Hello, Cy!", body.text)
     assert.is_nil(nginx:log():match("signal %d+ %(SIG"), nginx:log())
+  end)
+end)
+
+-- nginx reaps every child of a worker in its SIGCHLD handler, handler
+-- processes included: killing one at its deadline must still end the call
+-- as TOOL_TIMEOUT (luma signals and reaps it by its pidfd, never by a pid
+-- nginx may have freed), and a new one must take its place.
+describe("OpenResty with process-isolated handlers", function()
+  local nginx
+
+  setup(function()
+    nginx = start_nginx(function(dir)
+      h.write(dir .. "/luma.config.json", luma.json.encode {
+        tool_modules = { "tools.lua" },
+        tool_module_policy = { sandbox = "strict", max_memory_mb = 32, max_concurrency = 2, isolation = "process",
+          kill_grace_ms = 100 },
+      })
+      h.write(dir .. "/program.luma", h.read(dir .. "/program.luma") .. [[
+
+tool stuck() -> Greeting {
+  description: "One rehash of colliding keys: seconds in C, where no hook stops it"
+  timeout: 300
+}
+]])
+      h.write(dir .. "/tools.lua", (h.read(dir .. "/tools.lua"):gsub("}%s*$", [[
+  stuck = function()
+    local t = {}
+    for i = 1, 2^17 + 1 do t[i * (2^18 - 1)] = true end
+    return { text = "unreachable" }
+  end,
+}
+]])))
+    end)
+  end)
+  teardown(function() if nginx then nginx:stop() end end)
+
+  it("kills a handler process past its deadline, answers TOOL_TIMEOUT, and serves from a new one", function()
+    local status, body = nginx:post("greet", '{"name": "Ada"}')
+    assert.are.equal(200, status, nginx:log())
+    assert.are.same({ text = "Hello, Ada!" }, body)
+    for round = 1, 2 do
+      local t0 = socket.gettime()
+      status, body = nginx:post("stuck", "{}")
+      local ms = (socket.gettime() - t0) * 1000
+      assert.are.equal(500, status, nginx:log())
+      assert.are.equal("TOOL_TIMEOUT", body.code, "round " .. round)
+      assert.is_true(ms < h.by_instrumentation(3000, 6000, 20000), string.format("stuck took %.0f ms", ms))
+      status, body = nginx:post("greet", '{"name": "Bo"}')
+      assert.are.equal(200, status, nginx:log())
+      assert.are.equal("Hello, Bo!", body.text)
+    end
+    local s, body2 = nginx:post("forever", "{}")
+    assert.are.equal(500, s)
+    assert.are.equal("TOOL_TIMEOUT", body2.code)
   end)
 end)
