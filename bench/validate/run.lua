@@ -280,6 +280,29 @@ if CHILD then
       end
     end
   end
+  -- The floor of a failed validation: it returns a new error table, which
+  -- costs at least a new empty table, and an error has a metatable
+  -- (tostring, its fields made when read): "floor\t<empty>\t<with a
+  -- metatable>", in ns more than returning true. (Each is kept in an
+  -- upvalue, as a caller keeps an error: LuaJIT would not allocate a table
+  -- nothing holds. Lua's call of setmetatable costs a little more than
+  -- luma's C does.)
+  local last
+  local MT = { __index = function() end }
+  local function yes() last = true return last end
+  local function empty() last = {} return last end
+  local function with_mt() last = setmetatable({}, MT) return last end
+  local function calls(fn)
+    return function(n)
+      local passed = 0
+      for _ = 1, n do if fn() then passed = passed + 1 end end
+      return passed
+    end
+  end
+  local plain = measure("return true", calls(yes), true)
+  local bare = measure("a new table", calls(empty), true)
+  local marked = measure("a new table with a metatable", calls(with_mt), true)
+  io.write(string.format("floor\t%.17g\t%.17g\n", 1e9 / bare - 1e9 / plain, 1e9 / marked - 1e9 / plain))
   for _, w in ipairs(WORKLOADS) do io.write("order\t", w.name, "\t", table.concat(w.api7_order, ","), "\n") end
   io.write("version\t", VM, "\t", jit and jit.version or _VERSION, "\n")
   os.exit(0)
@@ -333,6 +356,9 @@ for _ = 1, PROCS do
         end
       end
     end
+    local empty, marked = out:match("floor\t(%S+)\t(%S+)\n")
+    rates.floor_empty, rates.floor_mt = tonumber(empty), tonumber(marked)
+    if not (rates.floor_empty and rates.floor_mt) then fail("%s printed no floor: %s", cmd, out) end
     per_vm[vm.name].version = out:match("version\t[^\t]+\t([^\n]+)")
     -- whether api7 looked at calculate's `a`, the invalid field, first
     local order = out:match("order\tcalculate\t([^\n]+)") or ""
@@ -430,6 +456,21 @@ end
 for _, vm in ipairs(VMS) do
   io.write(string.format("%s: api7 checked calculate's a first, so failed at once on the invalid value, in %d of %d processes\n",
     vm.name, per_vm[vm.name].a_first or 0, PROCS))
+end
+-- How far a failed validation can go: at best it costs a valid one plus
+-- the new error table it returns.
+for _, vm in ipairs(VMS) do
+  local floors, bounds = { empty = {}, mt = {} }, { empty = {}, mt = {} }
+  for i, rates in ipairs(per_vm[vm.name].procs) do
+    for _, kind in ipairs { "empty", "mt" } do
+      local ns = rates["floor_" .. kind]
+      floors[kind][i] = ns
+      bounds[kind][i] = (1 / rates["calculate/invalid/api7"]) / (1 / rates["calculate/valid/luma"] + ns * 1e-9)
+    end
+  end
+  io.write(string.format("%s: a new table costs %.0f ns more than returning true, %.0f with a metatable; so luma/api7 " ..
+    "on calculate invalid is at most %sx, %sx (api7's time / (luma's valid time + that); target %gx)\n",
+    vm.name, median(floors.empty), median(floors.mt), sig3(median(bounds.empty)), sig3(median(bounds.mt)), vm.target))
 end
 for _, s in ipairs(skipped) do io.write("skipped: ", s, "\n") end
 local versions = {}
