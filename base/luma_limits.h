@@ -39,7 +39,7 @@
   X(JSON_DEPTH_CAP, 1000, 0, "the largest max_depth core.json_encode and core.json_decode accept") \
   X(JSON_NUMBER_BYTES, 400, 0, "the longest number literal of JSON text, in bytes") \
   /* the pipeline */ \
-  X(TIMEOUT_CAP_MS, 2147483647, 0, "the longest a tool call or a model request waits (24.8 days): a longer timeout, tool_timeout, default_timeout_ms or a future's wait(ms) is waited as this") \
+  X(TIMEOUT_CAP_MS, 2147483647, 0, "the longest a tool call or a model request waits (24.8 days): a longer timeout, tool_timeout, default_timeout_ms, wait(ms) of a call, an ask, a future or a runtime, or luma_wait's timeout_ms is waited as this") \
   X(INPUT_KEY_DEPTH, 100, 0, "nesting of a tool input written as a cache or idempotency key") \
   X(CONTEXT_JSON_DEPTH, 64, 0, "nesting of a tool_contexts field parsed as json") \
   X(TRACE_DEPTH, 10, 0, "nesting of a telemetry event written to the trace file") \

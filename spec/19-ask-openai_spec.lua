@@ -258,6 +258,28 @@ describe("ask with openai chat", function()
     assert.is_true(os.clock() - t0 < 1)
   end)
 
+  it("waits a timeout too long to count (math.maxinteger) until the answer, and a short one times out", function()
+    -- now + 2^63-1 ms overflowed: it read as no timeout by accident
+    server:script { chat('{"total":3}') }
+    local p = program()
+    local ask = p:agent("A"):start_ask("Add 1 and 2", "Answer")
+    assert.is_true(ask:wait(math.maxinteger))
+    assert.are.same({ total = 3 }, ask:result())
+    assert.is_true(ask:wait(math.maxinteger))
+    ask:close()
+    server:reset()
+    server:script { { delay_ms = 10000, json = {} } }
+    ask = p:agent("A"):start_ask("Add 1 and 2", "Answer")
+    local t0 = require("luma.core").monotonic_ms()
+    assert.is_false(ask:wait(30))
+    ask:cancel()
+    assert.is_true(ask:wait(math.maxinteger))
+    assert.are.equal("ASK_CANCELLED", h.raised(ask.result, ask).code)
+    ask:close()
+    local ms = require("luma.core").monotonic_ms() - t0
+    assert.is_true(ms < 2000, ms .. " ms for a 30 ms wait and a cancel")
+  end)
+
   it("gives ASK_REFUSED for a refusal, with the model's words", function()
     server:script { { json = { choices = { { index = 0, finish_reason = "stop",
       message = { role = "assistant", content = luma.null, refusal = "I cannot help with that." } } } } } }

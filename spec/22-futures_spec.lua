@@ -152,6 +152,31 @@ describe("a future of an agent method (agent:start)", function()
   end)
 end)
 
+describe("a call's and a runtime's wait with a timeout too long to count", function()
+  -- now + 2^63-1 ms overflowed: the deadline wrapped negative, which read as
+  -- no timeout by accident (UBSan stops there); it is timeout_cap_ms now
+  it("waits until the end, and a short one still times out", function()
+    local rt = luma.runtime { workers = 2 }
+    local p = load(rt)
+    local c = p:start("nap", { ms = 20, tag = "x" })
+    assert.is_true(c:wait(math.maxinteger))
+    assert.are.equal("x", c:result().v)
+    assert.is_true(c:wait(math.maxinteger))
+    p:start("nap", { ms = 20 })
+    assert.is_true(rt:wait(math.maxinteger))
+    assert.are.equal(0, (rt:poll()))
+    local stuck = p:start("spin", {})
+    local t0 = now()
+    assert.is_false(stuck:wait(30))
+    assert.is_false(rt:wait(30))
+    assert.is_true(now() - t0 < 1000 * SLOW, (now() - t0) .. " ms for two 30 ms waits")
+    stuck:cancel()
+    assert.is_true(stuck:wait(math.maxinteger))
+    assert.are.equal("TOOL_CANCELLED", h.raised(stuck.result, stuck).code)
+    rt:close()
+  end)
+end)
+
 describe("await inside a coroutine", function()
   it("yields until the call is done, so one thread drives many coroutines", function()
     local rt = luma.runtime { workers = 4 }
