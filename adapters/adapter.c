@@ -9,6 +9,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "luma_limits.h"
+
 static const ad_family *family(const ad_model *m) {
   switch (m->provider) {
     case AD_ANTHROPIC: return &ad_anthropic_family;
@@ -273,21 +275,31 @@ static long long days_from_civil(long long y, int m, int d) {
   return era * 146097 + doe - 719468;
 }
 
-/* Retry-After: delta seconds, or an IMF-fixdate ("Wed, 21 Oct 2015 07:28:00 GMT"). */
+/* A wait the provider asks for, v units of unit_ms each, in ms: -1 (ignored)
+   unless v is a number >= 0 shorter than LIM_RETRY_AFTER_MAX_MS. */
+static long long delay_ms(const char *v, double unit_ms) {
+  while (*v == ' ') v++;
+  if (!isdigit((unsigned char)*v)) return -1;
+  char *end;
+  double ms = strtod(v, &end) * unit_ms;
+  while (*end == ' ') end++;
+  return *end == 0 && ms < LIM_RETRY_AFTER_MAX_MS ? (long long)ms : -1;
+}
+
+/* Retry-After: delta seconds, or an IMF-fixdate ("Wed, 21 Oct 2015 07:28:00
+   GMT"), whose fields are read with their width: a longer year would
+   overflow the milliseconds. */
 static long long retry_after(const char *v, long long now_ms) {
   while (*v == ' ') v++;
-  if (isdigit((unsigned char)*v)) {
-    char *end;
-    double s = strtod(v, &end);
-    return s >= 0 && s < 86400 ? (long long)(s * 1000) : -1;
-  }
+  if (isdigit((unsigned char)*v)) return delay_ms(v, 1000);
   char wd[4], mon[4];
   int d, y, hh, mm, ss;
-  if (sscanf(v, "%3s %d %3s %d %d:%d:%d", wd, &d, mon, &y, &hh, &mm, &ss) != 7) return -1;
+  if (sscanf(v, "%3s, %2d %3s %4d %2d:%2d:%2d", wd, &d, mon, &y, &hh, &mm, &ss) != 7) return -1;
   int m = month_of(mon);
-  if (m < 0 || d < 1 || d > 31 || hh > 23 || mm > 59 || ss > 60) return -1;
+  if (m < 0 || d < 1 || d > 31 || y < 0 || hh < 0 || hh > 23 || mm < 0 || mm > 59 || ss < 0 || ss > 60) return -1;
   long long t = (days_from_civil(y, m + 1, d) * 86400 + hh * 3600 + mm * 60 + ss) * 1000;
   long long wait = t - now_ms;
+  if (wait >= LIM_RETRY_AFTER_MAX_MS) return -1;
   return wait < 0 ? 0 : wait;
 }
 
@@ -365,7 +377,8 @@ static int parse(const ad_model *m, const ad_response *r, ar_arena *a, ad_turn *
     if (should && strcmp(should, "true") == 0) err->retryable = 1;
     if (should && strcmp(should, "false") == 0) err->retryable = 0;
     const char *ms = header(r, "retry-after-ms"), *after = header(r, "retry-after");
-    if (ms && isdigit((unsigned char)*ms)) err->retry_after_ms = strtoll(ms, NULL, 10);
+    long long asked = ms ? delay_ms(ms, 1) : -1;
+    if (asked >= 0) err->retry_after_ms = asked;
     else if (after) err->retry_after_ms = retry_after(after, r->now_ms);
     else err->retry_after_ms = delay;
     if (!err->message) err->message = "the provider answered with an error";

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "luma_limits.h"
+
 static void ge_user(ad_conv *c, const char *text, size_t len) {
   ad_item_begin(c);
   sb_adds(&c->items, "{\"role\":\"user\",\"parts\":[{\"text\":");
@@ -174,12 +176,12 @@ static int ge_turn_of(const jv *body, ar_arena *a, ad_turn *t, char *err, size_t
   return 1;
 }
 
-/* "37s", "0.5s" */
+/* "37s", "0.5s"; -1 (ignored) unless shorter than LIM_RETRY_AFTER_MAX_MS */
 static long long duration_ms(const char *s) {
   char *end;
-  double v = strtod(s, &end);
-  if (end == s || *end != 's' || v < 0 || v > 86400) return -1;
-  return (long long)(v * 1000);
+  double ms = strtod(s, &end) * 1000;
+  if (end == s || *end != 's' || !(ms >= 0 && ms < LIM_RETRY_AFTER_MAX_MS)) return -1;
+  return (long long)ms;
 }
 
 /* {error: {code, message, status, details: [{"@type": "...RetryInfo", retryDelay}]}} */

@@ -39,7 +39,7 @@
   X(JSON_DEPTH_CAP, 1000, 0, "the largest max_depth core.json_encode and core.json_decode accept") \
   X(JSON_NUMBER_BYTES, 400, 0, "the longest number literal of JSON text, in bytes") \
   /* the pipeline */ \
-  X(TIMEOUT_CAP_MS, 2147483647, 0, "the longest a tool call or a model request waits (24.8 days): a longer timeout, tool_timeout or default_timeout_ms is waited as this") \
+  X(TIMEOUT_CAP_MS, 2147483647, 0, "the longest a tool call or a model request waits (24.8 days): a longer timeout, tool_timeout, default_timeout_ms, wait(ms) of a call, an ask, a future or a runtime, or luma_wait's timeout_ms is waited as this") \
   X(INPUT_KEY_DEPTH, 100, 0, "nesting of a tool input written as a cache or idempotency key") \
   X(CONTEXT_JSON_DEPTH, 64, 0, "nesting of a tool_contexts field parsed as json") \
   X(TRACE_DEPTH, 10, 0, "nesting of a telemetry event written to the trace file") \
@@ -79,6 +79,7 @@
   /* asks: the exchanges with a model */ \
   X(MODEL_TIMEOUT_MS, 120000, 0, "milliseconds of a model request, retries included, when the model sets no timeout") \
   X(MODEL_MAX_RESPONSE_BYTES, 32 << 20, 0, "bytes of a model provider's response") \
+  X(RETRY_AFTER_MAX_MS, 86400000, 0, "the wait a provider may ask for before a retry (retry-after-ms, retry-after, Gemini's retryDelay) must be shorter than this (a day); a longer one, or one that is not a number >= 0, is ignored") \
   X(MODEL_JSON_DEPTH, 100, 0, "nesting of a provider's response, of a model's answer and of tool arguments") \
   X(TOOL_RESULT_MAX_BYTES, 64 << 10, 0, "bytes of a tool result sent to the model when the agent sets no tool_result_max_bytes")
 

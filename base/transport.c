@@ -14,6 +14,7 @@
 
 #include <curl/curl.h>
 
+#include "luma_limits.h"
 #include "strbuf.h"
 #include "tpmsg.h"
 
@@ -42,6 +43,11 @@ long long tp_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+long long tp_deadline_ms(long long ms) {
+  if (ms < 0) return -1;
+  return tp_now_ns() / 1000000 + (ms > LIM_TIMEOUT_CAP_MS ? LIM_TIMEOUT_CAP_MS : ms);
 }
 
 const char *tp_code_name(tp_code code) {

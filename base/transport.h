@@ -115,6 +115,10 @@ const char *tp_code_name(tp_code code);
 
 /* CLOCK_MONOTONIC in nanoseconds, the clock of the deadlines above. */
 long long tp_now_ns(void);
+/* The CLOCK_MONOTONIC millisecond at which a wait of ms from now ends, or -1
+   (no end) for ms < 0. A wait past LIM_TIMEOUT_CAP_MS ends at the cap, so
+   that now + ms never overflows. */
+long long tp_deadline_ms(long long ms);
 
 /* The checks a request's text passes, for callers that want to say what is
    wrong before building one (luma.http): ASCII case-insensitive equality and

@@ -586,7 +586,7 @@ int luma_ready(const luma_call *c) {
 
 int luma_wait(luma_call *c, long long timeout_ms) {
   if (!c) return LUMA_FAILED;
-  long long end = timeout_ms >= 0 ? mono_ms() + timeout_ms : -1;
+  long long end = tp_deadline_ms(timeout_ms);
   for (;;) {
     luma_runtime *rt = __atomic_load_n(&c->rt, __ATOMIC_ACQUIRE);
     if (!rt) return 1;   /* settled */

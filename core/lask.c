@@ -72,7 +72,7 @@ static ak_ask *new_ask(lua_State *L, pl_program *pg) {
 /* Polls the ask's runtime until the ask is done or timeout_ms (< 0: none)
    passes; returns whether it is done. */
 static int wait_for(ak_ask *a, rt_runtime *rt, long long timeout_ms) {
-  long long end = timeout_ms >= 0 ? tp_now_ns() / 1000000 + timeout_ms : -1;
+  long long end = tp_deadline_ms(timeout_ms);
   for (;;) {
     long long wait;
     rt_poll(rt, &wait);

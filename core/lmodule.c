@@ -73,9 +73,11 @@ static void read_policy(lua_State *L, int t, sx_policy *p) {
   if (lua_isnil(L, -1)) {
     p->kill_grace_ms = SX_KILL_GRACE_MS;
   } else {
-    lua_Integer grace = luaL_checkinteger(L, -1);
-    if (grace < 0 || grace > LIM_POLICY_MAX_KILL_GRACE_MS)
-      luaL_error(L, "policy.kill_grace_ms must be from 0 to %d", (int)LIM_POLICY_MAX_KILL_GRACE_MS);
+    /* read as a number: an integer past an int's range must not wrap into it */
+    lua_Number grace = lua_type(L, -1) == LUA_TNUMBER ? lua_tonumber(L, -1) : -1;
+    if (!(grace >= 0 && grace <= LIM_POLICY_MAX_KILL_GRACE_MS) || grace != (int)grace)
+      luaL_error(L, "policy.kill_grace_ms must be an integer from 0 to %d, not %s", (int)LIM_POLICY_MAX_KILL_GRACE_MS,
+                 lua_type(L, -1) == LUA_TNUMBER ? lua_tostring(L, -1) : luaL_typename(L, -1));
     p->kill_grace_ms = (int)grace;
   }
   lua_pop(L, 1);

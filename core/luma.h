@@ -156,7 +156,8 @@ LUMA_API int luma_fd(luma_runtime *rt);
 /* 1 when the call is done (luma_poll steps it), else 0. */
 LUMA_API int luma_ready(const luma_call *c);
 /* Steps the runtime until the call is done or timeout_ms passed (< 0: no
-   limit). 1 when done, 0 on timeout, LUMA_FAILED for a NULL call. */
+   limit; more than timeout_cap_ms, 2^31-1: the cap). 1 when done, 0 on
+   timeout, LUMA_FAILED for a NULL call. */
 LUMA_API int luma_wait(luma_call *c, long long timeout_ms);
 /* LUMA_OK: *json is the result. LUMA_FAILED: *json is the error as a JSON
    object and err is filled. LUMA_PENDING: not done yet. json and len may be

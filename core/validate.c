@@ -193,6 +193,9 @@ static int check_json(lv_ctx *c, int idx) {
       if (lc_isnull(L, idx)) return 1;
       break;
     case LUA_TTABLE: {
+      /* an error whose fields are made when first read (lerror.h) gets them
+         now, as the JSON encoder does: its private key is not JSON */
+      le_is_error(L, idx);
       if (!enter_table(c, idx)) return 0;
       size_t n = lc_rawlen(L, idx);
       int ok = 1, strings = 0, items = 0, other = 0;

@@ -397,6 +397,26 @@ describe("program:validate", function()
     assert.are.same(expected, luma.json.decode(luma.json.encode(err)))
   end)
 
+  -- the check of any saw the private key of its data, not a string key
+  it("completes the error when it is a value of an any field, at any depth, so the handler gets its fields", function()
+    local p = luma.compile("schema S { n: int }\nschema Got { got: any }\ntool take(v: any) -> Got { }\ntool give() -> Got { }\n")
+    local seen
+    p:register("take", function(input) seen = input.v return { got = input.v } end)
+    for _, wrap in ipairs({
+      function(e) return e end,
+      function(e) return { inner = { e } } end,
+    }) do
+      local _, err = program:validate("__tool_calculate_input", bad)
+      local got = p:call("take", { v = wrap(err) }).got
+      local received = seen.inner and seen.inner[1] or seen
+      assert.are.same(expected, raw_copy(received))
+      assert.are.same(expected, raw_copy(got.inner and got.inner[1] or got))
+    end
+    -- and as a value of an any field of the result
+    p:register("give", function() local _, err = program:validate("__tool_calculate_input", bad) return { got = err } end)
+    assert.are.same(expected, raw_copy(p:call("give", {}).got))
+  end)
+
   it("completes the error when pairs walks it (Lua 5.2 and later)", function()
     if _VERSION == "Lua 5.1" then return end
     local _, err = program:validate("__tool_calculate_input", bad)

@@ -3,6 +3,7 @@
 local luma = require "luma"
 local h = require "spec.helpers"
 local mock = require "spec.support.mock_provider"
+local now = require("luma.core").monotonic_ms
 
 local KEY = "sk-test-0123456789"
 
@@ -36,7 +37,11 @@ describe("ask with openai chat", function()
 
   local function program(opts)
     opts = opts or {}
-    local p = assert(luma.compile(SOURCE:format(server.url, opts.rate or 10, opts.retries or 0)))
+    local source = SOURCE
+    if opts.timeout then
+      source = source:gsub('api_key_env: "LUMA_TEST_KEY" }', 'api_key_env: "LUMA_TEST_KEY"\n  timeout: ' .. opts.timeout .. " }")
+    end
+    local p = assert(luma.compile(source:format(server.url, opts.rate or 10, opts.retries or 0)))
     p:register("add", function(i) return { sum = i.a + i.b } end)
     p:register("fail_hard", function() error(luma.ToolError { code = "DB_DOWN", message = "the database is down", retryable = false }) end)
     p:register("fail_soft", function() error(luma.ToolError { code = "BUSY", message = "try later", retryable = true }) end)
@@ -183,6 +188,63 @@ describe("ask with openai chat", function()
     assert.are.equal(2, #server:requests())
   end)
 
+  -- a wait past a day is ignored, as retry-after seconds are: the backoff
+  -- (250 to 500 ms before the first retry) is waited instead. strtoll took
+  -- 2^63-1 ms, a year past 9999 made a wait of millennia (and one past
+  -- 2^31/366 overflowed), and neither was retried.
+  local ignored = {
+    { ["retry-after-ms"] = "99999999999999999999" },
+    { ["retry-after-ms"] = "86400000" },
+    { ["retry-after-ms"] = "-5" },
+    { ["retry-after-ms"] = "12abc" },
+    { ["retry-after"] = "86400" },
+    { ["retry-after"] = "Wed, 21 Oct 99999999 07:28:00 GMT" },
+    { ["retry-after"] = "Wed, 21 Oct 2147483647 07:28:00 GMT" },
+  }
+  for _, headers in ipairs(ignored) do
+    local name, value = next(headers)
+    it("ignores " .. name .. ": " .. value .. " and retries after its backoff", function()
+      local p = program { timeout = 5000 }
+      server:script {
+        { status = 429, headers = headers, json = { error = { message = "slow down", type = "rate_limit" } } },
+        chat('{"total":3}'),
+      }
+      local t0 = now()
+      assert.are.same({ total = 3 }, run(p))
+      local ms = now() - t0
+      assert.are.equal(2, #server:requests())
+      assert.is_true(ms >= 200 and ms < 5000, ms .. " ms: not the backoff")
+    end)
+  end
+
+  it("retries a 503 at the retry-after date it asks for", function()
+    -- "%3s %d" stopped at the comma of "Wed, 21 Oct": no date was ever read
+    local p = program { timeout = 5000 }
+    local at = os.date("!%a, %d %b %Y %H:%M:%S GMT", os.time() + 2)
+    server:script {
+      { status = 503, headers = { ["retry-after"] = at }, json = { error = { message = "later" } } },
+      chat('{"total":3}'),
+    }
+    local t0 = now()
+    assert.are.same({ total = 3 }, run(p))
+    local ms = now() - t0
+    assert.are.equal(2, #server:requests())
+    assert.is_true(ms >= 900 and ms < 5000, ms .. " ms: not the time to " .. at)
+  end)
+
+  it("fails at once with ASK_PROVIDER_ERROR when the wait asked for is past the model's timeout", function()
+    local p = program { timeout = 500 }
+    server:script {
+      { status = 429, headers = { ["retry-after-ms"] = "60000" }, json = { error = { message = "slow down" } } },
+      chat('{"total":3}'),
+    }
+    local t0 = now()
+    local err = h.raised(run, p)
+    assert.are.same({ "ASK_PROVIDER_ERROR", 429, 1 }, { err.code, err.details.status, err.details.attempts })
+    assert.is_true(now() - t0 < 500, "it waited")
+    assert.are.equal(1, #server:requests())
+  end)
+
   it("does not retry a 429 for insufficient_quota", function()
     server:script {
       { status = 429, json = { error = { message = "You exceeded your current quota", type = "insufficient_quota", code = "insufficient_quota" } } },
@@ -256,6 +318,28 @@ describe("ask with openai chat", function()
     assert.are.equal("ASK_CANCELLED", err.code)
     ask:close()
     assert.is_true(os.clock() - t0 < 1)
+  end)
+
+  it("waits a timeout too long to count (math.maxinteger) until the answer, and a short one times out", function()
+    -- now + 2^63-1 ms overflowed: it read as no timeout by accident
+    server:script { chat('{"total":3}') }
+    local p = program()
+    local ask = p:agent("A"):start_ask("Add 1 and 2", "Answer")
+    assert.is_true(ask:wait(math.maxinteger))
+    assert.are.same({ total = 3 }, ask:result())
+    assert.is_true(ask:wait(math.maxinteger))
+    ask:close()
+    server:reset()
+    server:script { { delay_ms = 10000, json = {} } }
+    ask = p:agent("A"):start_ask("Add 1 and 2", "Answer")
+    local t0 = now()
+    assert.is_false(ask:wait(30))
+    ask:cancel()
+    assert.is_true(ask:wait(math.maxinteger))
+    assert.are.equal("ASK_CANCELLED", h.raised(ask.result, ask).code)
+    ask:close()
+    local ms = now() - t0
+    assert.is_true(ms < 2000, ms .. " ms for a 30 ms wait and a cancel")
   end)
 
   it("gives ASK_REFUSED for a refusal, with the model's words", function()

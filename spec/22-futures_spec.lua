@@ -89,6 +89,30 @@ describe("a future of an agent method (agent:start)", function()
     assert.are.equal("one+two", f:result())
   end)
 
+  -- now + 2^63-1, or + math.huge, did not fit an integer: wait raised
+  -- "number has no integer representation" instead of waiting
+  for _, huge in ipairs({ math.huge, math.maxinteger }) do
+    it("waits a timeout too long to count (" .. tostring(huge) .. ") as timeout_cap_ms, until the end", function()
+      local p = load()
+      local f = p:agent("A"):start("run", { ms = 20 })
+      assert.is_true(f:wait(huge))
+      assert.are.equal("one+two", f:result())
+      local t0 = now()
+      assert.is_true(f:wait(huge))
+      assert.is_true(now() - t0 < 100 * SLOW, "a done future waited")
+    end)
+  end
+
+  it("refuses a timeout that is not a number of milliseconds >= 0, NaN among them", function()
+    local p = load()
+    local f = p:agent("A"):start("run", { ms = 1 })
+    for _, bad in ipairs({ 0 / 0, -1, -math.huge, "10" }) do
+      local err = h.raised(f.wait, f, bad)
+      assert.matches("bad argument #1 to 'wait' (a number of milliseconds >= 0 expected, got ", err, 1, true)
+    end
+    assert.is_true(f:wait(5000))
+  end)
+
   it("refuses at once what the method cannot take, and raises the method's error from result()", function()
     local p = load()
     local err = h.raised(p:agent("A").start, p:agent("A"), "run", { ms = "x" })
@@ -125,6 +149,31 @@ describe("a future of an agent method (agent:start)", function()
     f:cancel()
     assert.is_true(f:wait(2000))
     assert.are.equal("TOOL_CANCELLED", f:result())
+  end)
+end)
+
+describe("a call's and a runtime's wait with a timeout too long to count", function()
+  -- now + 2^63-1 ms overflowed: the deadline wrapped negative, which read as
+  -- no timeout by accident (UBSan stops there); it is timeout_cap_ms now
+  it("waits until the end, and a short one still times out", function()
+    local rt = luma.runtime { workers = 2 }
+    local p = load(rt)
+    local c = p:start("nap", { ms = 20, tag = "x" })
+    assert.is_true(c:wait(math.maxinteger))
+    assert.are.equal("x", c:result().v)
+    assert.is_true(c:wait(math.maxinteger))
+    p:start("nap", { ms = 20 })
+    assert.is_true(rt:wait(math.maxinteger))
+    assert.are.equal(0, (rt:poll()))
+    local stuck = p:start("spin", {})
+    local t0 = now()
+    assert.is_false(stuck:wait(30))
+    assert.is_false(rt:wait(30))
+    assert.is_true(now() - t0 < 1000 * SLOW, (now() - t0) .. " ms for two 30 ms waits")
+    stuck:cancel()
+    assert.is_true(stuck:wait(math.maxinteger))
+    assert.are.equal("TOOL_CANCELLED", h.raised(stuck.result, stuck).code)
+    rt:close()
   end)
 end)
 

@@ -300,3 +300,39 @@ describe("a timeout too long to count", function()
     assert.matches("tool_module_policy.kill_grace_ms must be at most 10000", tostring(err), 1, true)
   end)
 end)
+
+describe("core.load_module's policy.kill_grace_ms", function()
+  -- the core's own check, under luma.config's: a host that calls
+  -- core.load_module directly gets it too (an int cast wrapped 4294967301 to 5)
+  local dir
+  setup(function()
+    dir = h.project { ["tools.lua"] = "return { work = function() return { v = 1 } end }" }
+  end)
+  teardown(function() os.execute("rm -rf " .. h.quote(dir)) end)
+
+  local function load_with(grace)
+    return pcall(core.load_module, { path = dir .. "/tools.lua",
+      policy = { sandbox = "strict", isolation = "thread", kill_grace_ms = grace } })
+  end
+
+  for _, case in ipairs({
+    { 4294967301, "4294967301" }, { -1, "-1" }, { 10001, "10001" }, { math.maxinteger, tostring(math.maxinteger) },
+    { 1.5, "1.5" }, { 0 / 0, "" }, { "100", "string" },
+  }) do
+    local shown = type(case[1]) == "string" and '"' .. case[1] .. '"' or tostring(case[1])
+    it("refuses " .. shown .. ", naming the key and the range", function()
+      local ok, err = load_with(case[1])
+      assert.is_false(ok)
+      assert.matches("policy.kill_grace_ms must be an integer from 0 to 10000, not " .. case[2], tostring(err), 1, true)
+    end)
+  end
+
+  it("takes 0 and 10000", function()
+    for _, grace in ipairs({ 0, 10000 }) do
+      local ok, m = load_with(grace)
+      assert.is_true(ok, tostring(m))
+      assert.are.same({ "work" }, m:exports())
+      m:close()
+    end
+  end)
+end)

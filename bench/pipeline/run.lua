@@ -209,11 +209,16 @@ rate_row("node ajv pipeline", node.ajv.rate, node.ajv.unavailable)
 local overhead = 1e6 / rates.call - 1e6 / rates.bare
 io.write(string.format("overhead over the bare call: %s µs (target <= %g µs) %s\n", sig3(overhead),
   OVERHEAD_TARGET_US, overhead <= OVERHEAD_TARGET_US and "met" or "MISS"))
+-- Without the Node rate there is no ratio, so no verdict on its target either.
 local function ratio_line(name, n, target)
-  local value = n.rate and sig3(rates.call / n.rate) .. " x" or "unavailable"
-  io.write(string.format("luma / node %s pipeline: %s%s\n", name, value,
-    target and string.format(" (target >= %gx) %s", target,
-      n.rate and rates.call / n.rate >= target and "met" or "MISS") or ""))
+  if not n.rate then
+    io.write(string.format("luma / node %s pipeline: unavailable: no %s baseline (%s)\n", name, name,
+      n.unavailable or "no rate"))
+    return
+  end
+  local ratio = rates.call / n.rate
+  io.write(string.format("luma / node %s pipeline: %s x%s\n", name, sig3(ratio),
+    target and string.format(" (target >= %gx) %s", target, ratio >= target and "met" or "MISS") or ""))
 end
 ratio_line("zod", node.zod, ZOD_RATIO_TARGET)
 ratio_line("ajv", node.ajv)

@@ -79,11 +79,14 @@ function Future:ready()
 end
 Future.poll = Future.ready
 
+-- A timeout past core.limits.timeout_cap_ms (math.huge among them) is
+-- waited as the cap: now + it would not fit an integer.
 function Future:wait(timeout_ms)
-  if timeout_ms ~= nil and (type(timeout_ms) ~= "number" or timeout_ms < 0) then
-    error("bad argument #1 to 'wait' (a number of milliseconds >= 0 expected)", 2)
+  if timeout_ms ~= nil and (type(timeout_ms) ~= "number" or not (timeout_ms >= 0)) then
+    error("bad argument #1 to 'wait' (a number of milliseconds >= 0 expected, got "
+      .. (type(timeout_ms) == "number" and tostring(timeout_ms) or type(timeout_ms)) .. ")", 2)
   end
-  local deadline = timeout_ms and now_ms() + math.floor(timeout_ms)
+  local deadline = timeout_ms and now_ms() + math.min(math.floor(timeout_ms), core.limits.timeout_cap_ms)
   while not self:resume() do
     local left = deadline and math.ceil(deadline - now_ms())
     if left and left <= 0 then return false end

@@ -2,11 +2,13 @@
  * libluma through its C API only (core/luma.h), linked as a host links it:
  * loading, calls, C handlers, methods, polling without blocking, cancelling
  * (from another thread too), callbacks, a destroyed runtime's calls, bad
- * input of every kind, and runtimes on several threads.
+ * input of every kind, runtimes on several threads, and process-isolated
+ * handlers in a host that reaps its children itself.
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -313,9 +315,18 @@ static void test_calls(void) {
   CT_CHECK(luma_result(c, NULL, NULL, &err) == LUMA_OK, "slow: %s", err.message);
   luma_call_free(c);
 
+  /* a timeout too long to count (now + it overflowed) waits to the end */
+  c = luma_start(p, "slow", "{\"ms\": 20}", &err);
+  CT_CHECK(luma_wait(c, LLONG_MAX) == 1, "a LLONG_MAX wait ended before the call");
+  CT_CHECK(luma_result(c, NULL, NULL, &err) == LUMA_OK, "slow: %s", err.message);
+  CT_CHECK(luma_wait(c, LLONG_MAX) == 1, "a LLONG_MAX wait on a done call");
+  luma_call_free(c);
+
   /* cancel: the signal fires and the call ends with TOOL_CANCELLED */
   c = luma_start(p, "spin", NULL, &err);
+  t0 = now_ms();
   CT_CHECK(luma_wait(c, 30) == 0, "spin finished on its own");
+  if (!under_valgrind()) CT_CHECK(now_ms() - t0 < 1000, "a 30 ms wait took %lld ms", now_ms() - t0);
   CT_CHECK(luma_result(c, NULL, NULL, &err) == LUMA_PENDING, "not pending");
   luma_cancel(c);
   json = outcome(c, &state, &err);
