@@ -115,7 +115,7 @@ static int l_ask_poll(lua_State *L) {
 /* ask:wait([timeout_ms]) -> done */
 static int l_ask_wait(lua_State *L) {
   ak_ask *a = check_ask(L, 1);
-  long long timeout = luaL_optinteger(L, 2, -1);
+  long long timeout = lr_opt_wait_ms(L, 2);
   if (!ak_done(a)) wait_for(a, ak_runtime(a), timeout);
   lua_pushboolean(L, ak_done(a));
   return 1;

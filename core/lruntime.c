@@ -115,10 +115,21 @@ static int wait_for(rt_runtime *rt, cl_call *c, long long timeout_ms) {
   }
 }
 
+long long lr_opt_wait_ms(lua_State *L, int idx) {
+  if (lua_isnoneornil(L, idx)) return -1;
+  if (lc_isinteger(L, idx)) {
+    lua_Integer ms = lua_tointeger(L, idx);
+    return ms < 0 ? -1 : ms > LIM_TIMEOUT_CAP_MS ? LIM_TIMEOUT_CAP_MS : (long long)ms;
+  }
+  lua_Number ms = luaL_checknumber(L, idx);
+  if (ms != ms) luaL_argerror(L, idx, "a number of milliseconds expected, got nan");
+  return ms < 0 ? -1 : ms >= (lua_Number)LIM_TIMEOUT_CAP_MS ? LIM_TIMEOUT_CAP_MS : (long long)ms;
+}
+
 /* runtime:wait([timeout_ms]) -> true when every started call is done */
 static int l_runtime_wait(lua_State *L) {
   rt_runtime *rt = check_runtime(L, 1);
-  long long timeout = luaL_optinteger(L, 2, -1);
+  long long timeout = lr_opt_wait_ms(L, 2);
   lua_pushboolean(L, wait_for(rt, NULL, timeout));
   return 1;
 }
@@ -263,7 +274,7 @@ static int l_call_poll(lua_State *L) {
 /* call:wait([timeout_ms]) -> done */
 static int l_call_wait(lua_State *L) {
   cl_call *c = check_call(L, 1);
-  long long timeout = luaL_optinteger(L, 2, -1);
+  long long timeout = lr_opt_wait_ms(L, 2);
   if (!cl_done(c)) wait_for(c->rt, c, timeout);
   lua_pushboolean(L, cl_done(c));
   return 1;

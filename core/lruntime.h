@@ -13,6 +13,10 @@
 /* The runtime of the luma.Runtime at idx, or this Lua state's default one
    when idx holds nothing (made at the first use). Raises on a closed one. */
 rt_runtime *lr_runtime(lua_State *L, int idx);
+/* The optional timeout of a wait at idx, in ms: -1 (none) for nil or a
+   negative number; a number past timeout_cap_ms (math.huge too) is the
+   cap; a fraction is rounded down. Raises on NaN or another type. */
+long long lr_opt_wait_ms(lua_State *L, int idx);
 /* Adds runtime() to the table on top and registers the metatables. */
 void lr_open(lua_State *L);
 /* The scope at idx (0 or nil: NULL), which must belong to pg (raises). */

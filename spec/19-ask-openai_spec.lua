@@ -328,6 +328,8 @@ describe("ask with openai chat", function()
     assert.is_true(ask:wait(math.maxinteger))
     assert.are.same({ total = 3 }, ask:result())
     assert.is_true(ask:wait(math.maxinteger))
+    assert.is_true(ask:wait(math.huge))
+    assert.has_error(function() ask:wait(0 / 0) end)
     ask:close()
     server:reset()
     server:script { { delay_ms = 10000, json = {} } }

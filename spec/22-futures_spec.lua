@@ -175,6 +175,26 @@ describe("a call's and a runtime's wait with a timeout too long to count", funct
     assert.are.equal("TOOL_CANCELLED", h.raised(stuck.result, stuck).code)
     rt:close()
   end)
+
+  it("takes math.huge and fractions as Future:wait does, and refuses NaN", function()
+    local rt = luma.runtime { workers = 2 }
+    local p = load(rt)
+    local c = p:start("nap", { ms = 20, tag = "y" })
+    assert.is_true(c:wait(math.huge))
+    assert.is_true(rt:wait(math.huge))
+    assert.is_true(c:wait(2.5))
+    local stuck = p:start("spin", {})
+    assert.is_false(stuck:wait(10.75))
+    for _, wait in ipairs { function() return stuck:wait(0 / 0) end, function() return rt:wait(0 / 0) end } do
+      local ok, err = pcall(wait)
+      assert.is_false(ok)
+      assert.matches("a number of milliseconds expected, got nan", tostring(err), 1, true)
+    end
+    assert.has_error(function() stuck:wait("soon") end)
+    stuck:cancel()
+    assert.is_true(stuck:wait(math.huge))
+    rt:close()
+  end)
 end)
 
 describe("await inside a coroutine", function()
