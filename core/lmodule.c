@@ -56,31 +56,34 @@ static int opt_flag(lua_State *L, int t, const char *key) {
 }
 
 /* The manifest's policy table (checked by luma.config) as an sx_policy. */
+/* policy[key], an integer from min to max, or dflt when it is nil. Read as
+   a number: an integer past an int's range must not wrap into it. */
+static int policy_int(lua_State *L, int t, const char *key, int min, int max, int dflt) {
+  lua_getfield(L, t, key);
+  int v = dflt;
+  if (!lua_isnil(L, -1)) {
+    lua_Number n = lua_type(L, -1) == LUA_TNUMBER ? lua_tonumber(L, -1) : (lua_Number)min - 1;
+    if (!(n >= min && n <= max) || n != (int)n)
+      luaL_error(L, "policy.%s must be an integer from %d to %d, not %s", key, min, max,
+                 lua_type(L, -1) == LUA_TNUMBER ? lua_tostring(L, -1) : luaL_typename(L, -1));
+    v = (int)n;
+  }
+  lua_pop(L, 1);
+  return v;
+}
+
 static void read_policy(lua_State *L, int t, sx_policy *p) {
   memset(p, 0, sizeof *p);
   const char *sandbox = opt_field(L, t, "sandbox");
   p->strict = sandbox && strcmp(sandbox, "strict") == 0;
   p->allow_env = opt_flag(L, t, "allow_env");
   p->allow_network = opt_flag(L, t, "allow_network");
-  lua_getfield(L, t, "max_memory_mb");
-  if (!lua_isnil(L, -1)) p->memory_limit = (size_t)luaL_checkinteger(L, -1) << 20;
-  lua_getfield(L, t, "max_concurrency");
-  p->max_concurrency = lua_isnil(L, -1) ? 1 : (int)luaL_checkinteger(L, -1);
-  lua_pop(L, 2);
+  /* the ranges config.lua checks, for callers of core.load_module too */
+  p->memory_limit = (size_t)policy_int(L, t, "max_memory_mb", LIM_POLICY_MIN_MEMORY_MB, LIM_POLICY_MAX_MEMORY_MB, 0) << 20;
+  p->max_concurrency = policy_int(L, t, "max_concurrency", 1, LIM_POLICY_MAX_CONCURRENCY, 1);
   const char *isolation = opt_field(L, t, "isolation");
   p->isolation = isolation && strcmp(isolation, "process") == 0 ? SX_ISOLATE_PROCESS : SX_ISOLATE_THREAD;
-  lua_getfield(L, t, "kill_grace_ms");
-  if (lua_isnil(L, -1)) {
-    p->kill_grace_ms = SX_KILL_GRACE_MS;
-  } else {
-    /* read as a number: an integer past an int's range must not wrap into it */
-    lua_Number grace = lua_type(L, -1) == LUA_TNUMBER ? lua_tonumber(L, -1) : -1;
-    if (!(grace >= 0 && grace <= LIM_POLICY_MAX_KILL_GRACE_MS) || grace != (int)grace)
-      luaL_error(L, "policy.kill_grace_ms must be an integer from 0 to %d, not %s", (int)LIM_POLICY_MAX_KILL_GRACE_MS,
-                 lua_type(L, -1) == LUA_TNUMBER ? lua_tostring(L, -1) : luaL_typename(L, -1));
-    p->kill_grace_ms = (int)grace;
-  }
-  lua_pop(L, 1);
+  p->kill_grace_ms = policy_int(L, t, "kill_grace_ms", 0, LIM_POLICY_MAX_KILL_GRACE_MS, SX_KILL_GRACE_MS);
   static const struct { const char *name; unsigned bit; } builtins[] = {
     { "os", SX_OS }, { "io", SX_IO }, { "json", SX_JSON }, { "crypto", SX_CRYPTO },
   };

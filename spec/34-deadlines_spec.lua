@@ -336,3 +336,41 @@ describe("core.load_module's policy.kill_grace_ms", function()
     end
   end)
 end)
+
+describe("core.load_module's other numbers of a policy", function()
+  -- the ranges luma.config checks, in the core too: max_memory_mb was
+  -- shifted by 20 bits unchecked, and max_concurrency cast to int
+  local dir
+  setup(function()
+    dir = h.project { ["tools.lua"] = "return { work = function() return { v = 1 } end }" }
+  end)
+  teardown(function() os.execute("rm -rf " .. h.quote(dir)) end)
+
+  local function load_with(key, value)
+    return pcall(core.load_module, { path = dir .. "/tools.lua", policy = { sandbox = "strict", [key] = value } })
+  end
+
+  for _, case in ipairs({
+    { "max_memory_mb", 2^53, "9.007199254741e+15" }, { "max_memory_mb", math.maxinteger, tostring(math.maxinteger) },
+    { "max_memory_mb", 15, "15" }, { "max_memory_mb", 1048577, "1048577" }, { "max_memory_mb", -1, "-1" },
+    { "max_concurrency", 0, "0" }, { "max_concurrency", 257, "257" }, { "max_concurrency", 4294967297, "4294967297" },
+    { "max_concurrency", 2.5, "2.5" }, { "max_concurrency", "4", "string" },
+  }) do
+    it("refuses " .. case[1] .. " = " .. tostring(case[2]) .. ", naming the key and the range", function()
+      local ok, err = load_with(case[1], case[2])
+      assert.is_false(ok)
+      local range = case[1] == "max_memory_mb" and "from 16 to 1048576" or "from 1 to 256"
+      assert.matches("policy." .. case[1] .. " must be an integer " .. range .. ", not " .. case[3], tostring(err), 1, true)
+    end)
+  end
+
+  it("takes the ends of each range", function()
+    for _, case in ipairs({ { "max_memory_mb", 16 }, { "max_memory_mb", 1048576 }, { "max_concurrency", 1 },
+      { "max_concurrency", 256 } }) do
+      local ok, m = load_with(case[1], case[2])
+      assert.is_true(ok, tostring(m))
+      assert.are.same({ "work" }, m:exports())
+      m:close()
+    end
+  end)
+end)
