@@ -24,9 +24,9 @@
    per process is made in the host before the fork; the child writes to
    stderr through a stream of its own, not the parent's (whose lock another
    thread may hold); the host's Lua states and the module's own lock are
-   never touched. The child then closes every descriptor but its socket
-   and stderr, puts /dev/null on stdin and stdout, unblocks signals and
-   restores their default actions (but the deadline watch's), confines
+   never touched. The child (child.c) then closes every descriptor but its
+   socket and stderr, puts /dev/null on stdin and stdout, unblocks signals
+   and restores their default actions (but the deadline watch's), confines
    itself (confine.c) and only then runs the module's code. It ends when
    its socket closes, or it is killed. A zygote (one child forked early
    that forks the others) would not remove the hazard, as it is forked from
@@ -34,6 +34,7 @@
    the host's to reap and to read the signal of. */
 #define _GNU_SOURCE
 #include "isolate.h"
+#include "child.h"
 
 #include <stdio.h>
 
@@ -58,11 +59,9 @@
 
 #include "crypto.h"
 #include "errors.h"
-#include "http.h"
 #include "lerror.h"
 #include "state.h"
 #include "strbuf.h"
-#include "watch.h"
 #include "wire.h"
 
 struct sx_child {
@@ -89,17 +88,7 @@ struct sx_child {
    file system), which the host does not wait out. */
 #define KILL_WAIT_MS 2000
 
-enum { K_READY = 'R', K_FAILED = 'F', K_OK = 'O', K_ERROR = 'E', K_TIMEOUT = 'X' };
 enum { IO_OK = 0, IO_DEAD = -1, IO_LATE = -2, IO_CANCELLED = -3, IO_BAD = -4 };
-
-/* What a request says besides its values (both ends are one build). */
-typedef struct req_head {
-  int64_t timeout_ms;
-  uint64_t max_values, max_bytes;
-  int32_t max_depth;
-  uint32_t name_len;
-  uint8_t has_needs;
-} req_head;
 
 /* The most a reply may take: the values the copy limits allow, each with
    its tag and length, and room for an error's fields. */
@@ -167,23 +156,8 @@ static int recv_all(sx_state *s, char *p, size_t n, long long until_ns) {
   return IO_OK;
 }
 
-/* A frame is its length (4 bytes) and its bytes: b was started with
-   frame_start, and goes in one write. */
-static void frame_start(sb_buf *b) {
-  uint32_t len = 0;
-  sb_add(b, (const char *)&len, sizeof len);
-}
-
-static int frame_end(sb_buf *b) {
-  if (b->failed || b->len - sizeof(uint32_t) > UINT32_MAX) return -1;
-  uint32_t len = (uint32_t)(b->len - sizeof len);
-  memcpy(b->data, &len, sizeof len);
-  return 0;
-}
-
 /* A frame of at most cap bytes, malloc'd in *out. A small frame comes in
    one read: the wait comes first, as the reply is never there at once. */
-#define FIRST_READ 4096
 
 static int recv_frame(sx_state *s, char **out, size_t *n, size_t cap, long long until_ns) {
   char first[FIRST_READ];
@@ -524,217 +498,6 @@ void sx_remote_execute(sx_state *s, sx_run *runs, int n) {
   }
 }
 
-/* ------------------------------------------------------------ the child's side */
-
-static int read_full(int fd, void *buf, size_t n) {
-  char *p = buf;
-  while (n > 0) {
-    ssize_t k = read(fd, p, n);
-    if (k > 0) { p += k; n -= (size_t)k; continue; }
-    if (k < 0 && errno == EINTR) continue;
-    return -1;
-  }
-  return 0;
-}
-
-static int write_full(int fd, const void *buf, size_t n) {
-  const char *p = buf;
-  while (n > 0) {
-    ssize_t k = write(fd, p, n);
-    if (k > 0) { p += k; n -= (size_t)k; continue; }
-    if (k < 0 && errno == EINTR) continue;
-    return -1;
-  }
-  return 0;
-}
-
-static void child_send(int fd, sb_buf *b) {
-  if (frame_end(b) != 0 || write_full(fd, b->data, b->len) != 0) _exit(0);
-}
-
-static void child_fail(int fd, const char *msg) {
-  sb_buf b;
-  sb_init(&b);
-  frame_start(&b);
-  sb_addc(&b, K_FAILED);
-  sb_adds(&b, msg);
-  child_send(fd, &b);
-  _exit(0);
-}
-
-/* A clean process: only this thread, no descriptor of the host's but
-   stderr, default signal actions. */
-static void child_reset(int keep) {
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, NULL);
-  sx_watch_after_fork();
-  sh_after_fork();
-  int watch = sx_deadline_signal();
-  for (int sig = 1; sig < NSIG; sig++) {
-    if (sig == watch || sig == SIGKILL || sig == SIGSTOP) continue;
-    signal(sig, sig == SIGPIPE ? SIG_IGN : SIG_DFL);
-  }
-  int null = open("/dev/null", O_RDWR);
-  if (null >= 0) {
-    dup2(null, 0);
-    dup2(null, 1);
-    if (null > 2 && null != keep) close(null);
-  }
-  for (int fd = 3; fd < keep; fd++) close(fd);
-  if (close_range((unsigned)keep + 1, ~0U, 0) != 0) {
-    long max = sysconf(_SC_OPEN_MAX);
-    for (long fd = keep + 1; fd < (max > 0 && max < 65536 ? max : 65536); fd++) close((int)fd);
-  }
-  /* stderr's stream may be locked by a thread that is not here */
-  FILE *err = fdopen(2, "w");
-  if (err) stderr = err;
-}
-
-typedef struct child_req {
-  const char *p;
-  size_t left;
-} child_req;
-
-/* Protected, on the transfer state: pushes the input and the needs. */
-static int child_values(lua_State *T) {
-  child_req *q = lua_touserdata(T, 1);
-  lua_settop(T, 0);
-  for (int i = 0; i < 2; i++) {
-    size_t used;
-    if (sx_wire_get(T, q->p, q->left, 0, &used) != 0) return luaL_error(T, "malformed request");
-    q->p += used;
-    q->left -= used;
-  }
-  return 2;
-}
-
-/* Protected: the error on top of T as the reply's fields. */
-static int child_error(lua_State *T) {
-  sb_buf *b = lua_touserdata(T, 1);
-  int e = 2;
-  lua_getfield(T, e, "retryable");
-  sb_addc(b, (char)lua_toboolean(T, -1));
-  static const char *const fields[] = { "code", "message", "details" };
-  for (int i = 0; i < 3; i++) {
-    lua_getfield(T, e, fields[i]);
-    if (i < 2 && lua_type(T, -1) != LUA_TSTRING) {
-      lua_pop(T, 1);
-      lua_pushstring(T, i == 0 ? "TOOL_FAILED" : "");
-    }
-    if (sx_wire_put(T, -1, b) != 0) {
-      lua_pop(T, 1);
-      lua_pushnil(T);
-      sx_wire_put(T, -1, b);
-    }
-  }
-  return 0;
-}
-
-static void child_serve(sx_state *s, int fd) {
-  lua_State *T = luaL_newstate();
-  if (!T) _exit(0);
-  char first[FIRST_READ];
-  for (;;) {
-    /* a small request comes in one read */
-    ssize_t got;
-    while ((got = read(fd, first, sizeof first)) < 0 && errno == EINTR) {}
-    if (got <= 0) _exit(0);
-    size_t have = (size_t)got;
-    if (have < sizeof(uint32_t)) {
-      if (read_full(fd, first + have, sizeof(uint32_t) - have) != 0) _exit(0);
-      have = sizeof(uint32_t);
-    }
-    uint32_t len;
-    memcpy(&len, first, sizeof len);
-    req_head h;
-    if (len < sizeof h || have - sizeof len > len) _exit(0);
-    char *buf = malloc(len);
-    if (!buf) _exit(0);
-    memcpy(buf, first + sizeof len, have - sizeof len);
-    if (read_full(fd, buf + (have - sizeof len), len - (have - sizeof len)) != 0) _exit(0);
-    memcpy(&h, buf, sizeof h);
-    if (h.name_len > len - sizeof h) _exit(0);
-    char *name = malloc((size_t)h.name_len + 1);
-    if (!name) _exit(0);
-    memcpy(name, buf + sizeof h, h.name_len);
-    name[h.name_len] = '\0';
-    child_req q = { buf + sizeof h + h.name_len, len - sizeof h - h.name_len };
-    lua_settop(T, 0);
-    lua_pushcfunction(T, child_values);
-    lua_pushlightuserdata(T, &q);
-    if (lua_pcall(T, 1, 2, 0) != LUA_OK) _exit(0);
-    sx_run run;
-    memset(&run, 0, sizeof run);
-    run.name = name;
-    run.input = 1;
-    run.needs = lua_isnil(T, 2) ? 0 : 2;
-    run.opts.tool = name;
-    run.opts.timeout_ms = h.timeout_ms;
-    sx_default_limits(&run.opts.limits);
-    run.opts.limits.max_values = (size_t)h.max_values;
-    run.opts.limits.max_bytes = (size_t)h.max_bytes;
-    run.opts.limits.max_depth = h.max_depth;
-    sx_prepare(s, T, &run, 1);
-    sx_execute(s, &run, 1);
-    int st = sx_collect(s, T, &run);
-    sb_buf b;
-    sb_init(&b);
-    frame_start(&b);
-    if (run.expired) {
-      sb_addc(&b, K_TIMEOUT);
-      sb_addc(&b, 1);
-    } else if (st == 0) {
-      sb_addc(&b, K_OK);
-      sb_addc(&b, (char)s->broken);
-      if (sx_wire_put(T, -1, &b) != 0) b.failed = 1;
-    } else {
-      sb_addc(&b, K_ERROR);
-      sb_addc(&b, (char)s->broken);
-      lua_pushcfunction(T, child_error);
-      lua_pushlightuserdata(T, &b);
-      lua_pushvalue(T, -3);
-      if (lua_pcall(T, 2, 0, 0) != LUA_OK) b.failed = 1;
-    }
-    child_send(fd, &b);
-    sb_free(&b);
-    free(name);
-    free(buf);
-    lua_settop(s->L, s->base);
-    lua_settop(T, 0);
-    if (lua_gc(T, LUA_GCCOUNT, 0) > 4096) lua_gc(T, LUA_GCCOLLECT, 0);
-    /* a state that hit a limit is not used again: neither is its process */
-    if (s->broken) _exit(0);
-  }
-}
-
-static void child_main(sx_module *m, int fd, long long deadline_ns) {
-  char err[1024];
-  child_reset(fd);
-  const sx_policy *pol = sx_policy_of(m);
-  sx_limits lim;
-  sx_default_limits(&lim);
-  if (sx_confine(pol, lim.max_bytes, err, sizeof err) != 0) child_fail(fd, err);
-  sx_state *s = sx_compose(m, deadline_ns, err, sizeof err);
-  if (!s) child_fail(fd, err);
-  int n;
-  const char *const *names = sx_exports(m, &n);
-  sb_buf b;
-  sb_init(&b);
-  frame_start(&b);
-  sb_addc(&b, K_READY);
-  uint32_t count = (uint32_t)n;
-  sb_add(&b, (const char *)&count, sizeof count);
-  for (int i = 0; i < n; i++) {
-    uint32_t k = (uint32_t)strlen(names[i]);
-    sb_add(&b, (const char *)&k, sizeof k);
-    sb_add(&b, names[i], k);
-  }
-  child_send(fd, &b);
-  sb_free(&b);
-  child_serve(s, fd);
-}
-
 /* The ready frame's export names, or NULL (malformed) */
 static char **ready_names(const char *p, size_t len, int *n) {
   uint32_t count;
@@ -800,8 +563,7 @@ sx_state *sx_spawn(sx_module *m, long long deadline_ns, char *err, size_t errlen
   }
   if (pid == 0) {
     close(sv[0]);
-    child_main(m, sv[1], deadline_ns);
-    _exit(0);
+    sx_child_main(m, sv[1], deadline_ns);
   }
   close(sv[1]);
   c->pid = pid;
