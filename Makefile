@@ -246,7 +246,7 @@ FUZZ_SECONDS ?= 600
 fuzz:
 	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES="$(FUZZ_PACKAGES)"
 	mkdir -p build/fuzz
-	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -I$(LUA_INCDIR) -Ibase -Isandbox -Iadapters -Icore \
+	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I$(LUA_INCDIR) -Ibase -Isandbox -Iadapters -Icore \
 	  spec/fuzz/parse_fuzz.c $(CORE_SRC) $(LUA_LIB) $(LIBS) -o build/fuzz/parse_fuzz
 	build/fuzz/parse_fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
 	  -dict=spec/fuzz/luma.dict spec/fuzz/corpus
@@ -255,7 +255,7 @@ fuzz:
 fuzz-pattern:
 	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES="$(FUZZ_PACKAGES)"
 	mkdir -p build/fuzz/pattern-corpus
-	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -I$(LUA_INCDIR) -Isandbox \
+	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I$(LUA_INCDIR) -Isandbox \
 	  spec/fuzz/pattern_fuzz.c sandbox/pattern.c $(LUA_LIB) -lm -o build/fuzz/pattern_fuzz
 	build/fuzz/pattern_fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
 	  -dict=spec/fuzz/pattern.dict build/fuzz/pattern-corpus
@@ -265,7 +265,7 @@ fuzz-adapters:
 	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES="$(FUZZ_PACKAGES)"
 	mkdir -p build/fuzz/adapter-corpus
 	cp -n spec/fuzz/adapter-seeds/* build/fuzz/adapter-corpus/
-	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -Ibase -Iadapters \
+	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Ibase -Iadapters \
 	  spec/fuzz/adapter_fuzz.c $(ADAPTERS) base/json.c base/arena.c base/strbuf.c base/utf8.c base/map.c \
 	  -lm -o build/fuzz/adapter_fuzz
 	build/fuzz/adapter_fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 build/fuzz/adapter-corpus
@@ -274,7 +274,7 @@ fuzz-adapters:
 fuzz-wire:
 	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES="$(FUZZ_PACKAGES)"
 	mkdir -p build/fuzz/wire-corpus
-	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -I$(LUA_INCDIR) -Ibase -Isandbox \
+	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I$(LUA_INCDIR) -Ibase -Isandbox \
 	  spec/fuzz/wire_fuzz.c sandbox/wire.c base/ljson.c base/lerror.c base/errors.c base/utf8.c base/strbuf.c \
 	  base/json.c base/arena.c base/map.c $(LUA_LIB) -lm -o build/fuzz/wire_fuzz
 	build/fuzz/wire_fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 build/fuzz/wire-corpus

@@ -4,6 +4,7 @@
 #include "common.h"
 
 #include <ctype.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -207,7 +208,13 @@ const char *ad_str(const jv *o, const char *key) {
 long long ad_int(const jv *o, const char *key, long long fallback) {
   const jv *v = o && o->type == JV_OBJ ? jv_get(o, key) : NULL;
   if (v && v->type == JV_INT) return v->i;
-  if (v && v->type == JV_NUM) return (long long)v->n;
+  /* a number past a long long's range is held at its end (casting it is
+     undefined); NaN is no number */
+  if (v && v->type == JV_NUM && v->n == v->n) {
+    if (v->n >= 9223372036854775807.0) return LLONG_MAX;
+    if (v->n <= -9223372036854775807.0) return LLONG_MIN;
+    return (long long)v->n;
+  }
   return fallback;
 }
 

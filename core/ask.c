@@ -1,6 +1,7 @@
 /* The ask's state machine: requests, responses, retries, and the final answer. */
 #include "askint.h"
 
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -338,8 +339,12 @@ static void respond(ak_ask *a, const ad_response *r) {
   }
   a->attempt = 0;
   a->turns++;
-  if (a->turn.input_tokens > 0) a->input_tokens += a->turn.input_tokens;
-  if (a->turn.output_tokens > 0) a->output_tokens += a->turn.output_tokens;
+  /* a provider's counts are summed, held at LLONG_MAX: they are not trusted */
+  if (a->turn.input_tokens > 0)
+    a->input_tokens = a->turn.input_tokens > LLONG_MAX - a->input_tokens ? LLONG_MAX : a->input_tokens + a->turn.input_tokens;
+  if (a->turn.output_tokens > 0)
+    a->output_tokens =
+        a->turn.output_tokens > LLONG_MAX - a->output_tokens ? LLONG_MAX : a->output_tokens + a->turn.output_tokens;
   /* calls are read from the content, whatever the stop reason says */
   if (a->turn.ncalls > 0) ak_begin_tools(a);
   else ak_answer(a);

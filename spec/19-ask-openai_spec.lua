@@ -303,6 +303,17 @@ describe("ask with openai chat", function()
     assert.are.equal(a.ask, tools[1].ask)
   end)
 
+  it("holds token counts past an integer's range at math.maxinteger, summed over the turns", function()
+    -- 2e22 cannot be cast to an integer, and math.maxinteger + 20 overflowed the sum; a
+    -- negative count is no count
+    server:script { chat(nil, { { "c1", "add", '{"a":1,"b":2}' } }, { prompt_tokens = 2e22, completion_tokens = -5 }),
+                    chat('{"total":3}', nil, { prompt_tokens = 20, completion_tokens = 6 }) }
+    assert.are.same({ total = 3 }, run(program()))
+    local a
+    for _, e in ipairs(events) do if e.kind == "ask" then a = e end end
+    assert.are.same({ math.maxinteger, 6 }, { a.input_tokens, a.output_tokens })
+  end)
+
   it("is cancelled mid-ask: the transfer stops and the ask ends with ASK_CANCELLED", function()
     server:script { { delay_ms = 10000, json = {} } }
     local p = program()
