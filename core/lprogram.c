@@ -36,8 +36,9 @@ lp_program *lp_check(lua_State *L, int idx) {
 static int lp_close(lua_State *L) {
   lp_program *lp = luaL_checkudata(L, 1, LP_METATABLE);
   if (lp->pg) {
-    /* calls in flight and scopes keep it alive until they are done */
-    lp->pg->closed = 1;
+    /* calls in flight and scopes keep it alive until they are done; its
+       modules' idle states (and handler processes) end now */
+    pl_close(lp->pg);
     pl_unref(lp->pg);
   } else {
     lv_free(L, lp->v);

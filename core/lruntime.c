@@ -401,7 +401,9 @@ int lr_attach(lua_State *L, pl_program *pg) {
   for (int i = 0; i < n; i++) {
     const pm_tool *t = pm_find_tool(pg->p, names[i]);
     if (!t) continue;
-    if (pl_register_module(pg, t, m) != 0) return conflict(L, t);
+    int r = pl_register_module(pg, t, m);
+    if (r == -2) return luaL_error(L, "out of memory");
+    if (r != 0) return conflict(L, t);
     lua_pushstring(L, t->name);
     lua_rawseti(L, -2, ++k);
   }

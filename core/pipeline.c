@@ -56,8 +56,16 @@ void pl_retain(pl_program *pg) {
   pg->refs++;
 }
 
+void pl_close(pl_program *pg) {
+  if (pg->closed) return;
+  pg->closed = 1;
+  for (int i = 0; i < pg->nclaimed; i++) sx_unclaim(pg->claimed[i]);
+  pg->nclaimed = 0;
+}
+
 void pl_unref(pl_program *pg) {
   if (!pg || --pg->refs > 0) return;
+  pl_close(pg);
   lua_State *L = pg->L;
   while (pg->spare) {
     struct cl_call *c = pg->spare;
@@ -72,6 +80,7 @@ void pl_unref(pl_program *pg) {
   id_close(pg->cache);
   for (int i = 0; i < pg->p->ntools; i++)
     if (pg->kind[i] == PL_MODULE) sx_unref(pg->module[i]);
+  free(pg->claimed);
   free(pg->kind);
   free(pg->module);
   lv_free(L, pg->v);
@@ -120,8 +129,22 @@ int pl_register_host(lua_State *L, pl_program *pg, const pm_tool *t, int fn) {
   return 0;
 }
 
+/* The program's claim on m (sx_claim), once per module: 0, or -1 when
+   memory runs out. */
+static int claim(pl_program *pg, sx_module *m) {
+  for (int i = 0; i < pg->nclaimed; i++)
+    if (pg->claimed[i] == m) return 0;
+  sx_module **list = realloc(pg->claimed, ((size_t)pg->nclaimed + 1) * sizeof *list);
+  if (!list) return -1;
+  pg->claimed = list;
+  pg->claimed[pg->nclaimed++] = m;
+  sx_claim(m);
+  return 0;
+}
+
 int pl_register_module(pl_program *pg, const pm_tool *t, sx_module *m) {
   if (pg->kind[t->index] != PL_NONE) return -1;
+  if (!pg->closed && claim(pg, m) != 0) return -2;
   sx_retain(m);
   pg->kind[t->index] = PL_MODULE;
   pg->module[t->index] = m;

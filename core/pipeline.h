@@ -31,13 +31,16 @@ enum { PL_NONE, PL_MODULE, PL_HOST };
 
 typedef struct pl_program {
   int refs;
-  int closed;                 /* the Lua program was closed: no new calls */
+  int closed;                 /* the Lua program was closed (pl_close): no new calls */
   struct rt_runtime *rt;      /* counted */
   lua_State *L;               /* the runtime's home state */
   pm_program *p;
   lv_program *v;
   int *kind;                  /* by tool index: PL_NONE, PL_MODULE or PL_HOST */
   sx_module **module;         /* by tool index, for PL_MODULE (counted) */
+  sx_module **claimed;        /* each module of `module` once: the program's claims (sx_claim),
+                                 given back by pl_close */
+  int nclaimed;
   int anchor;                 /* registry ref of a table holding the program's Lua values:
                                  host handlers, contexts, cache, clock, on_event, approve, lookup */
   FILE *trace;                /* telemetry as JSON lines, or NULL */
@@ -72,6 +75,11 @@ typedef struct pl_scope {
 pl_program *pl_new(struct rt_runtime *rt, pm_program *p, lv_program *v);
 void pl_retain(pl_program *pg);
 void pl_unref(pl_program *pg);
+/* The Lua program was closed: no new calls, and the tool modules no other
+   open program attached keep no idle state (sx_unclaim): their handler
+   processes end now, or when the call in flight that holds one is done.
+   Once; pl_unref does it too. */
+void pl_close(pl_program *pg);
 
 /* A new scope of agent ag of pg, or NULL when memory runs out. */
 pl_scope *pl_scope_new(pl_program *pg, const pm_agent *ag);
@@ -79,7 +87,8 @@ void pl_scope_retain(pl_scope *sc);
 void pl_scope_unref(pl_scope *sc);
 
 /* Registers a handler: a function of the home state (at index fn of L) or a
-   tool module (retained). Returns -1 when the tool already has one. */
+   tool module (retained, and claimed once by the program). Returns -1 when
+   the tool already has one, -2 when memory runs out. */
 int pl_register_host(lua_State *L, pl_program *pg, const pm_tool *t, int fn);
 int pl_register_module(pl_program *pg, const pm_tool *t, sx_module *m);
 

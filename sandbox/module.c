@@ -40,6 +40,8 @@ struct sx_module {
   int making;                     /* states being made outside the lock */
   int refs;                       /* counted references (atomic) */
   int closed;                     /* sx_close: no state is handed out (atomic) */
+  int claims;                     /* open programs that attached it (sx_claim); at 0 no state
+                                     is kept idle */
 };
 
 static sx_state *make_state(sx_module *m, long long deadline_ns, char *err, size_t errlen);
@@ -202,16 +204,33 @@ int sx_closed(const sx_module *m) {
   return __atomic_load_n(&m->closed, __ATOMIC_ACQUIRE);
 }
 
-void sx_close(sx_module *m) {
-  pthread_mutex_lock(&m->lock);
-  __atomic_store_n(&m->closed, 1, __ATOMIC_RELEASE);
-  /* the idle states go now; a busy one when it is released */
+/* Under the lock: the idle states go now (their processes killed and
+   reaped); a busy one goes when it is released. */
+static void drop_idle(sx_module *m) {
   for (int i = 0; i < m->nstates;) {
     if (m->states[i]->busy) { i++; continue; }
     drop_state(m->states[i]);
     m->states[i] = m->states[--m->nstates];
   }
+}
+
+void sx_close(sx_module *m) {
+  pthread_mutex_lock(&m->lock);
+  __atomic_store_n(&m->closed, 1, __ATOMIC_RELEASE);
+  drop_idle(m);
   pthread_cond_broadcast(&m->freed);
+  pthread_mutex_unlock(&m->lock);
+}
+
+void sx_claim(sx_module *m) {
+  pthread_mutex_lock(&m->lock);
+  m->claims++;
+  pthread_mutex_unlock(&m->lock);
+}
+
+void sx_unclaim(sx_module *m) {
+  pthread_mutex_lock(&m->lock);
+  if (m->claims > 0 && --m->claims == 0) drop_idle(m);
   pthread_mutex_unlock(&m->lock);
 }
 
@@ -379,10 +398,12 @@ void sx_release(sx_state *s) {
   sx_module *m = s->module;
   lua_settop(s->L, s->base);
   pthread_mutex_lock(&m->lock);
-  if (s->broken || sx_cancelled(s) || sx_closed(m)) {
+  if (s->broken || sx_cancelled(s) || sx_closed(m) || m->claims == 0) {
     /* it ran out of memory or time, or a cancel reached it (perhaps after
        its call was done: the next call must not inherit it): it is closed,
-       and a new one is made when one is needed */
+       and a new one is made when one is needed; nor is a state kept for a
+       module that is closed, or that no open program uses any more (the
+       call of a program closed while it ran) */
     for (int i = 0; i < m->nstates; i++)
       if (m->states[i] == s) {
         m->states[i] = m->states[--m->nstates];

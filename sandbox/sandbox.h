@@ -75,6 +75,13 @@ void sx_retain(sx_module *m);
 void sx_unref(sx_module *m);
 void sx_close(sx_module *m);
 int sx_closed(const sx_module *m);
+/* Claims: the open programs that attached the module (each once). When
+   the last is closed (sx_unclaim to 0), the idle states end at once (a
+   process-isolated one's process killed and reaped), and a state released
+   while there is no claim ends too; a new claim makes states again as
+   calls need them. */
+void sx_claim(sx_module *m);
+void sx_unclaim(sx_module *m);
 /* A free state, or NULL; *may_make says the caller may make one (sx_make). */
 sx_state *sx_try_acquire(sx_module *m, int *may_make, char *err, size_t errlen);
 sx_state *sx_make(sx_module *m, long long deadline_ns, char *err, size_t errlen);

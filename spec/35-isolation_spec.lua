@@ -102,6 +102,13 @@ kinds.gigabyte = function()
   return { v = #s }
 end
 
+-- runs 300 ms of CPU
+kinds.short = function()
+  local t = os.clock()
+  while os.clock() - t < 0.3 do end
+  return { v = "done" }
+end
+
 -- waits to be killed from outside
 kinds.wait = function()
   local t = os.clock()
@@ -360,6 +367,99 @@ describe("a process-isolated module", function()
     local fds = descriptors()
     assert.is_true(fds <= before_fds, fds .. " descriptors, " .. before_fds .. " before:\n" ..
       io.popen("ls -l /proc/" .. my_pid() .. "/fd"):read("a"))
+  end)
+end)
+
+describe("program:close of a process-isolated module", function()
+  local dir, before
+
+  -- The collector is stopped meanwhile: only close can end the processes.
+  -- (luma.load's handle on the module is garbage at once, and collecting it
+  -- ended them before close did; it also keeps a collection from ending
+  -- another spec's processes while these are counted.)
+  before_each(function()
+    collectgarbage("stop")
+    dir = project(POLICY)
+    before = count(children())
+  end)
+
+  after_each(function()
+    collectgarbage("restart")
+    os.execute("rm -rf " .. h.quote(dir))
+  end)
+
+  local function kids_are(n)
+    local kids = children()
+    assert.are.equal(before + n, count(kids), "children: " .. core.json_encode(kids))
+  end
+
+  it("ends its processes before it returns: killed and reaped, no zombie", function()
+    local p = assert(h.load(dir))
+    finally(function() p:close() end)
+    assert.are.equal("pong", p:call("ping", {}).v)
+    kids_are(2)
+    p:close()
+    kids_are(0)
+  end)
+
+  it("may be done twice, and the program collected after, with nothing ended twice", function()
+    local p = assert(h.load(dir))
+    assert.are.equal("pong", p:call("ping", {}).v)
+    p:close()
+    p:close()
+    kids_are(0)
+    p = nil
+    collectgarbage()
+    collectgarbage()
+    kids_are(0)
+    -- and the next program's processes are not harmed
+    local q = assert(h.load(dir))
+    assert.are.equal("pong", q:call("ping", {}).v)
+    q:close()
+    kids_are(0)
+  end)
+
+  it("lets a call in flight finish, and ends its process when the call is done", function()
+    local p = assert(h.load(dir))
+    finally(function() p:close() end)
+    local call = p:start("roomy", { kind = "short" })
+    assert.is_false(call:wait(100))
+    p:close()
+    -- the idle process is gone, the busy one runs its call to the end
+    kids_are(1)
+    assert.is_true(call:wait(5000))
+    assert.are.equal("done", call:result().v)
+    kids_are(0)
+    call:close()
+    assert.matches("the program is closed", tostring(h.raised(p.call, p, "ping", {})))
+  end)
+
+  it("keeps the processes of a module that another open program attached", function()
+    local policy = { sandbox = "strict", max_memory_mb = 64, max_concurrency = 2, isolation = "process",
+      allow_builtins = { "os" } }
+    local m = core.load_module { path = dir .. "/tools.lua", project_root = dir, policy = policy }
+    local p1, p2 = luma.compile(SOURCE), luma.compile(SOURCE)
+    p1:attach(m)
+    p2:attach(m)
+    kids_are(2)
+    p1:close()
+    kids_are(2)
+    assert.are.equal("pong", p2:call("ping", {}).v)
+    p2:close()
+    kids_are(0)
+    -- a program that attaches it later gets new processes
+    local p3 = luma.compile(SOURCE)
+    p3:attach(m)
+    assert.are.equal("pong", p3:call("ping", {}).v)
+    kids_are(1)
+    p3:close()
+    kids_are(0)
+    m:close()
+    m:close()
+    m, p1, p2, p3 = nil, nil, nil, nil
+    collectgarbage()
+    collectgarbage()
+    kids_are(0)
   end)
 end)
 
