@@ -580,9 +580,7 @@ describe("a hostile corpus of handlers, each ending cleanly, stopped by " .. mec
     names[#names + 1] = name
   end
   table.sort(names)
-  local outside = h.tmpname("-outside")
-  assert(os.execute("mkdir -p " .. h.quote(outside)))
-  h.write(outside .. "/mod.lua", "return { v = 'escaped' }")
+  local outside = h.project { ["mod.lua"] = "return { v = 'escaped' }" }
   local p, dir
   setup(function()
     assert.is_true(luma.deadline_signal(mechanism == "the count hook" and false or DEFAULT_SIGNAL))

@@ -12,6 +12,20 @@ local function shell_quote(s)
 end
 helpers.quote = shell_quote
 
+-- The folders helpers.project and helpers.copy_example made go when the
+-- spec file that made them ends, whether or not it removed them itself.
+local made = {}
+do
+  local ok, busted = pcall(require, "busted")
+  if ok and type(busted) == "table" and busted.subscribe then
+    busted.subscribe({ "file", "end" }, function()
+      for _, dir in ipairs(made) do os.execute("rm -rf " .. shell_quote(dir)) end
+      made = {}
+      return nil, true
+    end)
+  end
+end
+
 local tmp_counter = 0
 function helpers.tmpname(suffix)
   tmp_counter = tmp_counter + 1
@@ -97,6 +111,7 @@ end
 function helpers.project(files)
   local dir = helpers.tmpname("-project")
   assert(os.execute("mkdir -p " .. shell_quote(dir)))
+  made[#made + 1] = dir
   for name, content in pairs(files) do
     local sub = name:match("^(.*)/[^/]*$")
     if sub then assert(os.execute("mkdir -p " .. shell_quote(dir .. "/" .. sub))) end
@@ -189,6 +204,7 @@ function helpers.copy_example(name)
   local dir = helpers.tmpname("-" .. name)
   -- (cp without the sanitizers' preloaded runtime, under which it can fail on large files)
   assert(os.execute("env -u LD_PRELOAD cp -r " .. shell_quote(root .. "/examples/" .. name) .. " " .. shell_quote(dir)))
+  made[#made + 1] = dir
   return dir
 end
 
