@@ -384,10 +384,11 @@ static int parse(const ad_model *m, const ad_response *r, ar_arena *a, ad_turn *
     if (should && strcmp(should, "true") == 0) err->retryable = 1;
     if (should && strcmp(should, "false") == 0) err->retryable = 0;
     const char *ms = header(r, "retry-after-ms"), *after = header(r, "retry-after");
+    /* the first of these that says a wait: a header that cannot be read
+       leaves the body's */
     long long asked = ms ? delay_ms(ms, 1) : -1;
-    if (asked >= 0) err->retry_after_ms = asked;
-    else if (after) err->retry_after_ms = retry_after(after, r->now_ms);
-    else err->retry_after_ms = delay;
+    if (asked < 0 && after) asked = retry_after(after, r->now_ms);
+    err->retry_after_ms = asked >= 0 ? asked : delay;
     if (!err->message) err->message = "the provider answered with an error";
     return 0;
   }

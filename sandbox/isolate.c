@@ -213,7 +213,12 @@ static int open_pidfd(sx_child *c) {
   pthread_once(&valgrind_once, look_for_valgrind);
   if (under_valgrind) return -1;
   int fd = (int)syscall(SYS_pidfd_open, c->pid, 0);
-  if (fd < 0) return -1;
+  if (fd < 0) {
+    /* a zombie keeps its pid: gone means reaped already, its pid free.
+       Out of descriptors (EMFILE), the pid path stays. */
+    if (errno == ESRCH) c->pid = 0;
+    return -1;
+  }
   siginfo_t info;
   memset(&info, 0, sizeof info);
   if (waitid((idtype_t)P_PIDFD, (id_t)fd, &info, WEXITED | WNOHANG | WNOWAIT) != 0) {

@@ -204,22 +204,36 @@ int sx_closed(const sx_module *m) {
   return __atomic_load_n(&m->closed, __ATOMIC_ACQUIRE);
 }
 
-/* Under the lock: the idle states go now (their processes killed and
-   reaped); a busy one goes when it is released. */
-static void drop_idle(sx_module *m) {
+/* Under the lock: takes the idle states out of m (a busy one goes when it
+   is released) into a list, which drop_all empties once the lock is let go:
+   closing a state runs its __gc (up to SX_CLOSE_TIMEOUT_MS) and ends its
+   process (up to a wait for the kill), and other threads need the lock
+   meanwhile. Without memory for the list they go at once, under it. */
+static sx_state **take_idle(sx_module *m, int *n) {
+  sx_state **gone = m->nstates ? malloc(sizeof *gone * (size_t)m->nstates) : NULL;
+  *n = 0;
   for (int i = 0; i < m->nstates;) {
     if (m->states[i]->busy) { i++; continue; }
-    drop_state(m->states[i]);
+    if (gone) gone[(*n)++] = m->states[i];
+    else drop_state(m->states[i]);
     m->states[i] = m->states[--m->nstates];
   }
+  return gone;
+}
+
+static void drop_all(sx_state **gone, int n) {
+  for (int i = 0; i < n; i++) drop_state(gone[i]);
+  free(gone);
 }
 
 void sx_close(sx_module *m) {
   pthread_mutex_lock(&m->lock);
   __atomic_store_n(&m->closed, 1, __ATOMIC_RELEASE);
-  drop_idle(m);
+  int n;
+  sx_state **gone = take_idle(m, &n);
   pthread_cond_broadcast(&m->freed);
   pthread_mutex_unlock(&m->lock);
+  drop_all(gone, n);
 }
 
 void sx_claim(sx_module *m) {
@@ -229,9 +243,12 @@ void sx_claim(sx_module *m) {
 }
 
 void sx_unclaim(sx_module *m) {
+  int n = 0;
+  sx_state **gone = NULL;
   pthread_mutex_lock(&m->lock);
-  if (m->claims > 0 && --m->claims == 0) drop_idle(m);
+  if (m->claims > 0 && --m->claims == 0) gone = take_idle(m, &n);
   pthread_mutex_unlock(&m->lock);
+  drop_all(gone, n);
 }
 
 sx_state *sx_try_acquire(sx_module *m, int *may_make, char *err, size_t errlen) {
@@ -397,6 +414,7 @@ sx_state *sx_acquire(sx_module *m, long long deadline_ns, int wait, char *err, s
 void sx_release(sx_state *s) {
   sx_module *m = s->module;
   lua_settop(s->L, s->base);
+  int gone = 0;
   pthread_mutex_lock(&m->lock);
   if (s->broken || sx_cancelled(s) || sx_closed(m) || m->claims == 0) {
     /* it ran out of memory or time, or a cancel reached it (perhaps after
@@ -409,12 +427,14 @@ void sx_release(sx_state *s) {
         m->states[i] = m->states[--m->nstates];
         break;
       }
-    drop_state(s);
+    gone = 1;
   } else {
     s->busy = 0;
   }
   pthread_cond_signal(&m->freed);
   pthread_mutex_unlock(&m->lock);
+  /* out of the list, it is this thread's alone: it goes without the lock */
+  if (gone) drop_state(s);
 }
 
 static int lock_globals(lua_State *L) {

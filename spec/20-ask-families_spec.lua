@@ -1,6 +1,7 @@
 -- ask against every provider family (PROVIDERS.md): the same behaviours,
 -- each family's wire format, through the mock provider.
 local luma = require "luma"
+local socket = require "socket"
 local h = require "spec.helpers"
 local mock = require "spec.support.mock_provider"
 
@@ -377,6 +378,21 @@ describe("ask with anthropic and gemini, their own rules", function()
       f.text('{"total":3}'),
     }
     assert.are.same({ total = 3 }, program("gemini"):agent("A"):call("run", { x = 1 }))
+  end)
+
+  it("gemini: a retry-after header that cannot be read leaves RetryInfo's retryDelay", function()
+    -- an unreadable header used to stand for no wait at all: the backoff (250 to 500 ms) came instead
+    local f = families.gemini
+    server:script {
+      { status = 429, headers = { ["retry-after"] = "soon" },
+        json = { error = { code = 429, status = "RESOURCE_EXHAUSTED", message = "quota",
+          details = { { ["@type"] = "type.googleapis.com/google.rpc.RetryInfo", retryDelay = "1.2s" } } } } },
+      f.text('{"total":3}'),
+    }
+    local t0 = socket.gettime()
+    assert.are.same({ total = 3 }, program("gemini"):agent("A"):call("run", { x = 1 }))
+    local ms = (socket.gettime() - t0) * 1000
+    assert.is_true(ms >= 1100, ms .. " ms: not the 1.2 s the body asked for")
   end)
 
   it("responses: reasoning items and calls go back in order, then the outputs", function()

@@ -187,8 +187,9 @@ end)
 
 -- nginx reaps every child of a worker in its SIGCHLD handler, handler
 -- processes included: killing one at its deadline must still end the call
--- as TOOL_TIMEOUT (luma signals and reaps it by its pidfd, never by a pid
--- nginx may have freed), and a new one must take its place.
+-- as TOOL_TIMEOUT, and a new one must take its place. (luma signals and
+-- reaps it by its pidfd, never by a pid nginx may have freed; this spec
+-- guards the path, it cannot stage a pid taken by another process.)
 describe("OpenResty with process-isolated handlers", function()
   local nginx
 

@@ -403,7 +403,12 @@ describe("program:close of a process-isolated module", function()
   end)
 
   it("may be done twice, and the program collected after, with nothing ended twice", function()
-    local p = assert(h.load(dir))
+    local p, q = assert(h.load(dir)), nil
+    -- (on a failure midway, the next tests' counts must still hold)
+    finally(function()
+      if p then p:close() end
+      if q then q:close() end
+    end)
     assert.are.equal("pong", p:call("ping", {}).v)
     p:close()
     p:close()
@@ -413,7 +418,7 @@ describe("program:close of a process-isolated module", function()
     collectgarbage()
     kids_are(0)
     -- and the next program's processes are not harmed
-    local q = assert(h.load(dir))
+    q = assert(h.load(dir))
     assert.are.equal("pong", q:call("ping", {}).v)
     q:close()
     kids_are(0)
@@ -438,7 +443,11 @@ describe("program:close of a process-isolated module", function()
     local policy = { sandbox = "strict", max_memory_mb = 64, max_concurrency = 2, isolation = "process",
       allow_builtins = { "os" } }
     local m = core.load_module { path = dir .. "/tools.lua", project_root = dir, policy = policy }
-    local p1, p2 = luma.compile(SOURCE), luma.compile(SOURCE)
+    local p1, p2, p3 = luma.compile(SOURCE), luma.compile(SOURCE), nil
+    finally(function()
+      for _, p in ipairs { p1, p2, p3 } do if p then p:close() end end
+      if m then m:close() end
+    end)
     p1:attach(m)
     p2:attach(m)
     kids_are(2)
@@ -448,7 +457,7 @@ describe("program:close of a process-isolated module", function()
     p2:close()
     kids_are(0)
     -- a program that attaches it later gets new processes
-    local p3 = luma.compile(SOURCE)
+    p3 = luma.compile(SOURCE)
     p3:attach(m)
     assert.are.equal("pong", p3:call("ping", {}).v)
     kids_are(1)

@@ -467,9 +467,10 @@ static void reap_all(int sig) {
 
 /* A host may take its children's exit status itself: nginx reaps them in
    its SIGCHLD handler, and a host may ignore SIGCHLD. A process-isolated
-   handler that no hook stops is still killed at its deadline (through its
-   process descriptor, never by a pid the host may have freed), then
-   replaced, and calls go on. */
+   handler that no hook stops is still killed at its deadline, then
+   replaced, and calls go on. (A guard of that path: that the kill goes
+   through the child's pidfd, never to a pid the host freed and another
+   process took, cannot be staged here.) */
 static void test_reaping_host(void) {
   struct { const char *how; void (*handler)(int); } hosts[] = {
     { "a SIGCHLD handler that reaps", reap_all },
