@@ -55,7 +55,6 @@ static int opt_flag(lua_State *L, int t, const char *key) {
   return on;
 }
 
-/* The manifest's policy table (checked by luma.config) as an sx_policy. */
 /* policy[key], an integer from min to max, or dflt when it is nil. Read as
    a number: an integer past an int's range must not wrap into it. */
 static int policy_int(lua_State *L, int t, const char *key, int min, int max, int dflt) {
@@ -72,6 +71,7 @@ static int policy_int(lua_State *L, int t, const char *key, int min, int max, in
   return v;
 }
 
+/* The manifest's policy table (checked by luma.config) as an sx_policy. */
 static void read_policy(lua_State *L, int t, sx_policy *p) {
   memset(p, 0, sizeof *p);
   const char *sandbox = opt_field(L, t, "sandbox");

@@ -42,9 +42,7 @@ static int copy(sx_copier *c, int idx);
    keys stay few, and use again and again; and inserting keys that all
    collide costs the square of their number (a process-isolated child has
    a copy of the states' hash seeds). The clock bounds both: read on each
-   table, and every COPY_CLOCK_EVERY pairs. */
-#define COPY_CLOCK_EVERY 256
-
+   table, and every SX_CLOCK_EVERY pairs. */
 static int past_deadline(sx_copier *c) {
   if (!c->lim->deadline_ns || sx_now_ns() <= c->lim->deadline_ns) return 0;
   c->late = 1;
@@ -85,7 +83,7 @@ static void drop_table(sx_copier *c, int dst) {
 static int copy_entry(sx_copier *c, int dst) {
   /* absolute indices: within one state each copy moves the top */
   int k = lua_gettop(c->from) - 1;
-  if ((++c->entries % COPY_CLOCK_EVERY == 0 && past_deadline(c)) || copy_key(c, k) != 0 || copy(c, k + 1) != 0) {
+  if ((++c->entries % SX_CLOCK_EVERY == 0 && past_deadline(c)) || copy_key(c, k) != 0 || copy(c, k + 1) != 0) {
     drop_table(c, dst);
     return -1;
   }

@@ -61,6 +61,10 @@ void sx_default_limits(sx_limits *lim);
 
 /* Monotonic time in nanoseconds. */
 long long sx_now_ns(void);
+/* How many pairs a walk of values that may be hostile (sx_copy, the wire
+   decoder) takes between two readings of its deadline's clock: inserting
+   keys that all collide costs the square of their number. */
+#define SX_CLOCK_EVERY 256
 
 /* Loads the module: reads the file (checking its integrity), makes its first
    state and finds its exports: `lumaTools`, else `tools`, else `default`, else
@@ -161,7 +165,7 @@ int sx_collect(sx_state *s, lua_State *L, const sx_run *run);
  * of a table of n keys (an array; other numeric keys cannot be JSON). Its
  * cost is bounded: by the limits, by sizing each new table from the keys
  * actually copied (never from `#t`), and by lim->deadline_ns, looked at for
- * every table and every 256 pairs. Returns 0; -1 with a reason in err (then nothing is pushed on
+ * every table and every SX_CLOCK_EVERY pairs. Returns 0; -1 with a reason in err (then nothing is pushed on
  * `to`); -2 when the deadline passed. Allocations in `to` may raise a memory
  * error: run it protected when `to` is limited.
  */

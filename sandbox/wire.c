@@ -77,7 +77,7 @@ int sx_wire_put(lua_State *L, int idx, sb_buf *b) {
    between states could (lengths alone bound only the frame). A child that
    knows the state's hash seed (it is a copy of the host) can send keys that
    all collide, whose inserts are quadratic: the clock bounds that, read
-   every WIRE_CLOCK_EVERY pairs. */
+   every SX_CLOCK_EVERY pairs. */
 typedef struct reader {
   const char *p;
   size_t left, values, bytes;
@@ -85,8 +85,6 @@ typedef struct reader {
   unsigned pairs;
   int late;
 } reader;
-
-#define WIRE_CLOCK_EVERY 256
 
 static int take(reader *r, void *out, size_t n) {
   if (r->left < n) return -1;
@@ -136,7 +134,7 @@ static int get(lua_State *L, reader *r, int depth) {
       lua_createtable(L, 0, 0);
       int t = lua_gettop(L);
       for (uint32_t i = 0; i < n; i++) {
-        if (++r->pairs % WIRE_CLOCK_EVERY == 0 && r->deadline_ns && sx_now_ns() > r->deadline_ns) r->late = 1;
+        if (++r->pairs % SX_CLOCK_EVERY == 0 && r->deadline_ns && sx_now_ns() > r->deadline_ns) r->late = 1;
         if (r->late || get(L, r, depth + 1) != 0) { lua_settop(L, t - 1); return -1; }
         int kt = lua_type(L, -1);
         /* integer keys 1..n only, as sx_copy makes them: keys that
