@@ -300,72 +300,44 @@ describe("a timeout too long to count", function()
   end)
 end)
 
-describe("core.load_module's policy.kill_grace_ms", function()
-  -- the core's own check, under luma.config's: a host that calls
-  -- core.load_module directly gets it too (an int cast wrapped 4294967301 to 5)
+describe("core.load_module's numbers of a policy", function()
+  -- the core's own checks, under luma.config's: a host that calls
+  -- core.load_module directly gets them too (an int cast wrapped
+  -- kill_grace_ms 4294967301 to 5, max_memory_mb was shifted by 20 bits
+  -- unchecked, and max_concurrency cast to int)
   local dir
   setup(function()
     dir = h.project { ["tools.lua"] = "return { work = function() return { v = 1 } end }" }
   end)
-  teardown(function() os.execute("rm -rf " .. h.quote(dir)) end)
-
-  local function load_with(grace)
-    return pcall(core.load_module, { path = dir .. "/tools.lua",
-      policy = { sandbox = "strict", isolation = "thread", kill_grace_ms = grace } })
-  end
-
-  for _, case in ipairs({
-    { 4294967301, "4294967301" }, { -1, "-1" }, { 10001, "10001" }, { math.maxinteger, tostring(math.maxinteger) },
-    { 1.5, "1.5" }, { 0 / 0, "" }, { "100", "string" },
-  }) do
-    local shown = type(case[1]) == "string" and '"' .. case[1] .. '"' or tostring(case[1])
-    it("refuses " .. shown .. ", naming the key and the range", function()
-      local ok, err = load_with(case[1])
-      assert.is_false(ok)
-      assert.matches("policy.kill_grace_ms must be an integer from 0 to 10000, not " .. case[2], tostring(err), 1, true)
-    end)
-  end
-
-  it("takes 0 and 10000", function()
-    for _, grace in ipairs({ 0, 10000 }) do
-      local ok, m = load_with(grace)
-      assert.is_true(ok, tostring(m))
-      assert.are.same({ "work" }, m:exports())
-      m:close()
-    end
-  end)
-end)
-
-describe("core.load_module's other numbers of a policy", function()
-  -- the ranges luma.config checks, in the core too: max_memory_mb was
-  -- shifted by 20 bits unchecked, and max_concurrency cast to int
-  local dir
-  setup(function()
-    dir = h.project { ["tools.lua"] = "return { work = function() return { v = 1 } end }" }
-  end)
-  teardown(function() os.execute("rm -rf " .. h.quote(dir)) end)
 
   local function load_with(key, value)
-    return pcall(core.load_module, { path = dir .. "/tools.lua", policy = { sandbox = "strict", [key] = value } })
+    return pcall(core.load_module, { path = dir .. "/tools.lua",
+      policy = { sandbox = "strict", isolation = "thread", [key] = value } })
   end
 
+  local RANGES = { kill_grace_ms = "from 0 to 10000", max_memory_mb = "from 16 to 1048576",
+    max_concurrency = "from 1 to 256" }
   for _, case in ipairs({
+    { "kill_grace_ms", 4294967301, "4294967301" }, { "kill_grace_ms", -1, "-1" }, { "kill_grace_ms", 10001, "10001" },
+    { "kill_grace_ms", math.maxinteger, tostring(math.maxinteger) }, { "kill_grace_ms", 1.5, "1.5" },
+    { "kill_grace_ms", 0 / 0, "" }, { "kill_grace_ms", "100", "string" },
     { "max_memory_mb", 2^53, "9.007199254741e+15" }, { "max_memory_mb", math.maxinteger, tostring(math.maxinteger) },
     { "max_memory_mb", 15, "15" }, { "max_memory_mb", 1048577, "1048577" }, { "max_memory_mb", -1, "-1" },
     { "max_concurrency", 0, "0" }, { "max_concurrency", 257, "257" }, { "max_concurrency", 4294967297, "4294967297" },
     { "max_concurrency", 2.5, "2.5" }, { "max_concurrency", "4", "string" },
   }) do
-    it("refuses " .. case[1] .. " = " .. tostring(case[2]) .. ", naming the key and the range", function()
+    local shown = type(case[2]) == "string" and '"' .. case[2] .. '"' or tostring(case[2])
+    it("refuses " .. case[1] .. " = " .. shown .. ", naming the key and the range", function()
       local ok, err = load_with(case[1], case[2])
       assert.is_false(ok)
-      local range = case[1] == "max_memory_mb" and "from 16 to 1048576" or "from 1 to 256"
-      assert.matches("policy." .. case[1] .. " must be an integer " .. range .. ", not " .. case[3], tostring(err), 1, true)
+      assert.matches("policy." .. case[1] .. " must be an integer " .. RANGES[case[1]] .. ", not " .. case[3],
+        tostring(err), 1, true)
     end)
   end
 
   it("takes the ends of each range", function()
-    for _, case in ipairs({ { "max_memory_mb", 16 }, { "max_memory_mb", 1048576 }, { "max_concurrency", 1 },
-      { "max_concurrency", 256 } }) do
+    for _, case in ipairs({ { "kill_grace_ms", 0 }, { "kill_grace_ms", 10000 }, { "max_memory_mb", 16 },
+      { "max_memory_mb", 1048576 }, { "max_concurrency", 1 }, { "max_concurrency", 256 } }) do
       local ok, m = load_with(case[1], case[2])
       assert.is_true(ok, tostring(m))
       assert.are.same({ "work" }, m:exports())
