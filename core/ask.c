@@ -331,6 +331,12 @@ static void received(ak_ask *a) {
 }
 
 /* A response, from the transfer or a recording: a turn, or a failed exchange. */
+/* A provider's count added to a total (both >= 0), held at LLONG_MAX:
+   the counts are not trusted. */
+static long long count_held(long long total, long long n) {
+  return n > LLONG_MAX - total ? LLONG_MAX : total + n;
+}
+
 static void respond(ak_ask *a, const ad_response *r) {
   ad_error e = { LE_ASK_PROVIDER_ERROR, 0, NULL, NULL, 0, -1 };
   if (!ad_parse(&a->model, r, &a->turn_arena, &a->turn, &e)) {
@@ -339,12 +345,8 @@ static void respond(ak_ask *a, const ad_response *r) {
   }
   a->attempt = 0;
   a->turns++;
-  /* a provider's counts are summed, held at LLONG_MAX: they are not trusted */
-  if (a->turn.input_tokens > 0)
-    a->input_tokens = a->turn.input_tokens > LLONG_MAX - a->input_tokens ? LLONG_MAX : a->input_tokens + a->turn.input_tokens;
-  if (a->turn.output_tokens > 0)
-    a->output_tokens =
-        a->turn.output_tokens > LLONG_MAX - a->output_tokens ? LLONG_MAX : a->output_tokens + a->turn.output_tokens;
+  if (a->turn.input_tokens > 0) a->input_tokens = count_held(a->input_tokens, a->turn.input_tokens);
+  if (a->turn.output_tokens > 0) a->output_tokens = count_held(a->output_tokens, a->turn.output_tokens);
   /* calls are read from the content, whatever the stop reason says */
   if (a->turn.ncalls > 0) ak_begin_tools(a);
   else ak_answer(a);
