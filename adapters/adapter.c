@@ -48,7 +48,7 @@ void ad_conv_user(ad_conv *c, const char *text, size_t len) {
 }
 
 void ad_conv_turn(ad_conv *c, const ad_turn *t) {
-  family(c->model)->turn(c, t);
+  if (t->echo) family(c->model)->turn(c, t);
 }
 
 void ad_conv_results(ad_conv *c, const ad_turn *t, const ad_result *results) {
@@ -389,6 +389,13 @@ static int parse(const ad_model *m, const ad_response *r, ar_arena *a, ad_turn *
     long long asked = ms ? delay_ms(ms, 1) : -1;
     if (asked < 0 && after) asked = retry_after(after, r->now_ms);
     err->retry_after_ms = asked >= 0 ? asked : delay;
+    if (r->status == 400 && type && strcmp(type, "content_filter") == 0) {
+      /* azure's filter refused the prompt: a safety block, never retried */
+      err->code = LE_ASK_BLOCKED;
+      err->retryable = 0;
+      err->message = ar_printf(a, "the provider's safety filter blocked the prompt (%s answered 400 content_filter%s%s)",
+                               provider_name(m), message ? ": " : "", message ? message : "");
+    }
     if (!err->message) err->message = "the provider answered with an error";
     return 0;
   }

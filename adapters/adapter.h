@@ -73,7 +73,8 @@ typedef enum {
   AD_STOP_END,                /* a final answer */
   AD_STOP_TOOLS,              /* tool calls to run (decided by content, not the reason) */
   AD_STOP_LENGTH,             /* cut at the token limit */
-  AD_STOP_FILTER,             /* a safety or content filter, or a blocked prompt */
+  AD_STOP_FILTER,             /* a safety or content filter stopped the answer */
+  AD_STOP_BLOCKED,            /* the prompt was blocked: no answer at all */
   AD_STOP_REFUSAL,            /* the model refused */
   AD_STOP_OTHER
 } ad_stop;
@@ -89,12 +90,15 @@ typedef struct ad_turn {
   const char *refusal;        /* NULL: none */
   long long input_tokens;     /* -1: not reported */
   long long output_tokens;
-  const jv *echo;             /* what ad_conv_turn sends back, verbatim */
+  const jv *echo;             /* what ad_conv_turn sends back, verbatim; NULL: nothing
+                                 (every family refuses a message with no content) */
 } ad_turn;
 
 /* A failed exchange. */
 typedef struct ad_error {
-  le_code code;               /* LE_ASK_PROVIDER_ERROR or LE_ASK_RESPONSE_INVALID */
+  le_code code;               /* LE_ASK_PROVIDER_ERROR, LE_ASK_RESPONSE_INVALID, or
+                                 LE_ASK_BLOCKED for a prompt a filter refused (azure's 400
+                                 content_filter) */
   int status;                 /* the HTTP status */
   const char *type;           /* the provider's error code or type, NULL if none */
   const char *message;        /* says what went wrong; never holds the API key */
@@ -128,6 +132,8 @@ typedef struct ad_conv {
   sb_buf system;              /* the system text as a JSON string, or empty */
   sb_buf items;               /* the items, comma-separated */
   int nitems;
+  int user_last;              /* gemini: the last item is a user content, whose
+                                 parts a next user text joins */
 } ad_conv;
 
 void ad_conv_init(ad_conv *c, const ad_model *m);
@@ -136,7 +142,7 @@ void ad_conv_system(ad_conv *c, const char *text, size_t len);
 void ad_conv_user(ad_conv *c, const char *text, size_t len);
 /* The model's turn, as it came: tool call ids, Anthropic's content blocks,
    Gemini's thoughtSignature and the Responses API's reasoning items go back
-   unchanged. */
+   unchanged. A turn with nothing in it (no echo) adds nothing. */
 void ad_conv_turn(ad_conv *c, const ad_turn *t);
 /* The results of the turn's calls, one per call in the turn's order:
    content is JSON text (the tool's value, or its error object). */

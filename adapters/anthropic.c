@@ -100,14 +100,18 @@ static int an_turn_of(const jv *body, ar_arena *a, ad_turn *t, char *err, size_t
   }
   t->stop_reason = ad_str(body, "stop_reason");
   t->stop = stop_of(t->stop_reason);
-  if (t->stop == AD_STOP_REFUSAL) t->refusal = t->text ? t->text : "the model refused";
+  if (t->stop == AD_STOP_REFUSAL) t->refusal = t->text;   /* NULL: it gave no reason */
   const jv *usage = ad_get(body, "usage", JV_OBJ);
   t->input_tokens = ad_int(usage, "input_tokens", -1);
   t->output_tokens = ad_int(usage, "output_tokens", -1);
-  jv *echo = jv_obj(a);
-  jv_set(echo, "role", jv_cstr(a, "assistant"));
-  jv_set(echo, "content", ad_share(a, content));
-  t->echo = echo;
+  /* an end_turn with content [] goes back as nothing: the API refuses an
+     assistant message with empty content, but for a final one */
+  if (content->count) {
+    jv *echo = jv_obj(a);
+    jv_set(echo, "role", jv_cstr(a, "assistant"));
+    jv_set(echo, "content", ad_share(a, content));
+    t->echo = echo;
+  }
   return 1;
 }
 

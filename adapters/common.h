@@ -77,6 +77,8 @@ void ad_write_number(sb_buf *b, double d);
    responses, the body's model field, and the error body. */
 int ad_openai_target(const ad_model *m, ar_arena *a, const char *what, ad_request *out, char *err, size_t errlen);
 void ad_openai_model_field(const ad_model *m, sb_buf *b);
+/* Azure's classic chat path: /openai/deployments/{deployment}/...?api-version= */
+int ad_azure_classic(const ad_model *m);
 void ad_openai_error_of(const jv *body, const char **message, const char **type, long long *retry_after_ms);
 extern const char *const ad_openai_choices[3];
 void ad_openai_strict_format(sb_buf *b, ar_arena *a, const ad_ask *q, const char *open);

@@ -9,15 +9,25 @@
 
 #include "luma_limits.h"
 
+/* A user text: a content of its own, or one more part of the user content
+   before it (a model turn with nothing in it is not sent back, and the turns
+   then alternate still). */
 static void ge_user(ad_conv *c, const char *text, size_t len) {
-  ad_item_begin(c);
-  sb_adds(&c->items, "{\"role\":\"user\",\"parts\":[{\"text\":");
+  if (c->user_last && c->items.len >= 2) {
+    c->items.len -= 2;   /* "]}" */
+    sb_adds(&c->items, ",{\"text\":");
+  } else {
+    ad_item_begin(c);
+    sb_adds(&c->items, "{\"role\":\"user\",\"parts\":[{\"text\":");
+  }
   json_write_string(&c->items, text, len);
   sb_adds(&c->items, "}]}");
+  c->user_last = 1;
 }
 
 static void ge_turn(ad_conv *c, const ad_turn *t) {
   ad_item_json(c, t->echo);
+  c->user_last = 0;
 }
 
 static void ge_results(ad_conv *c, const ad_turn *t, const ad_result *r) {
@@ -49,6 +59,7 @@ static void ge_results(ad_conv *c, const ad_turn *t, const ad_result *r) {
     sb_adds(&c->items, "}}");
   }
   sb_adds(&c->items, "]}");
+  c->user_last = 1;
 }
 
 /* Gemini 1.x and 2.x refuse tools together with a JSON answer format. */
@@ -132,7 +143,7 @@ static int ge_turn_of(const jv *body, ar_arena *a, ad_turn *t, char *err, size_t
   if (!cands || !cands->first) {
     const char *blocked = ad_str(ad_get(body, "promptFeedback", JV_OBJ), "blockReason");
     if (!blocked) { snprintf(err, errlen, "it has no candidates"); return 0; }
-    t->stop = AD_STOP_FILTER;
+    t->stop = AD_STOP_BLOCKED;
     t->stop_reason = blocked;
     return 1;
   }
@@ -143,7 +154,7 @@ static int ge_turn_of(const jv *body, ar_arena *a, ad_turn *t, char *err, size_t
   const jv *parts = ad_get(content, "parts", JV_ARR);
   if (!parts) {
     if (t->stop == AD_STOP_END) { snprintf(err, errlen, "its candidate has no content"); return 0; }
-    return 1;   /* a safety stop, a length stop: nothing to send back */
+    return 1;   /* a safety stop, a length stop, MALFORMED_FUNCTION_CALL: nothing to send back */
   }
   int ncalls = 0;
   for (const jv *p = parts->first; p; p = p->next)
@@ -164,8 +175,11 @@ static int ge_turn_of(const jv *body, ar_arena *a, ad_turn *t, char *err, size_t
     call->arguments = args ? ad_json_text(a, args, &call->arguments_len) : "{}";
     if (!args) call->arguments_len = 2;
   }
-  /* sent back as it came: the thoughtSignature of the first call with it */
-  if (ad_str(content, "role")) {
+  /* sent back as it came: the thoughtSignature of the first call with it;
+     a content with no parts is not (Gemini refuses empty parts) */
+  if (!parts->count) {
+    t->echo = NULL;
+  } else if (ad_str(content, "role")) {
     t->echo = content;
   } else {
     jv *echo = jv_obj(a);

@@ -12,10 +12,11 @@ int ad_openai_target(const ad_model *m, ar_arena *a, const char *what, ad_reques
   if (m->provider == AD_AZURE) {
     if (!m->base_url || !*m->base_url) { snprintf(err, errlen, "an azure model needs base_url"); return 0; }
     if (!m->deployment || !*m->deployment) { snprintf(err, errlen, "an azure model needs deployment"); return 0; }
-    if (m->api_version && *m->api_version) {
-      const char *path = strcmp(what, "chat/completions") == 0
-                           ? ar_printf(a, "/openai/deployments/%s/chat/completions?api-version=%s", m->deployment, m->api_version)
-                           : ar_printf(a, "/openai/%s?api-version=%s", what, m->api_version);
+    /* the deployment is in the classic path; Azure's Responses API is on the
+       v1 path only, which takes it as the body's model */
+    if (ad_azure_classic(m)) {
+      const char *path = ar_printf(a, "/openai/deployments/%s/chat/completions?api-version=%s", m->deployment,
+                                   m->api_version);
       out->url = path ? ad_url(a, m->base_url, NULL, path) : NULL;
     } else {
       out->url = ad_url(a, m->base_url, NULL, ar_printf(a, "/openai/v1/%s", what));
@@ -28,9 +29,13 @@ int ad_openai_target(const ad_model *m, ar_arena *a, const char *what, ad_reques
   return 1;
 }
 
+int ad_azure_classic(const ad_model *m) {
+  return m->provider == AD_AZURE && m->api == AD_CHAT && m->api_version && *m->api_version;
+}
+
 /* The model field: the deployment on azure's v1 API, none on its classic one. */
 void ad_openai_model_field(const ad_model *m, sb_buf *b) {
-  const char *name = m->provider == AD_AZURE ? (m->api_version && *m->api_version ? NULL : m->deployment) : m->name;
+  const char *name = m->provider == AD_AZURE ? (ad_azure_classic(m) ? NULL : m->deployment) : m->name;
   if (!name) return;
   sb_adds(b, "\"model\":");
   json_write_string(b, name, strlen(name));
@@ -65,7 +70,10 @@ void ad_openai_error_of(const jv *body, const char **message, const char **type,
   }
   *message = ad_str(e, "message");
   const char *code = ad_str(e, "code"), *t = ad_str(e, "type");
-  *type = code && strcmp(code, "insufficient_quota") == 0 ? code : t ? t : code;
+  /* the codes that decide what the error is come first: a quota (not
+     retried) and azure's content filter (ASK_BLOCKED) */
+  int decides = code && (strcmp(code, "insufficient_quota") == 0 || strcmp(code, "content_filter") == 0);
+  *type = decides ? code : t ? t : code;
 }
 
 /* ------------------------------------------------------------ messages */
@@ -163,6 +171,9 @@ static int chat_turn_of(const jv *body, ar_arena *a, ad_turn *t, char *err, size
   t->output_tokens = ad_int(usage, "completion_tokens", -1);
   /* what goes back: the assistant message with its tool calls unchanged
      (other fields of the response message are not request fields) */
+  /* an assistant message needs content or tool_calls: an empty answer goes
+     back as nothing */
+  if (!content && !(calls && calls->count)) return 1;
   jv *echo = jv_obj(a);
   jv_set(echo, "role", jv_cstr(a, "assistant"));
   jv_set(echo, "content", content ? jv_str(a, content->s, content->len) : jv_null(a));

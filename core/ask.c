@@ -284,15 +284,27 @@ static void send(ak_ask *a) {
 static void exchange_failed(ak_ask *a, const ad_error *e) {
   long long retries = a->pm->retries >= 0 ? a->pm->retries : 2;
   long long now = pl_mono_ms(a->T, a->pg);
+  /* what luma did about a retryable error, said after the provider's words */
+  char why[300] = "";
   if (e->retryable && a->attempt <= retries) {
     double jitter = 0.5 + clock_jitter(a) / 2000.0;
     long long delay = ad_retry_delay(e, a->attempt - 1, jitter);
-    if (delay < a->exchange_start + model_timeout(a) - now) {
+    long long left = a->exchange_start + model_timeout(a) - now;
+    if (delay < left) {
       a->wake_at = now + delay;
       a->state = AK_BACKOFF;
       return;
     }
+    snprintf(why, sizeof why, "; luma did not retry: %s %lld ms, longer than the %lld ms left of the model's timeout (%lld ms)",
+             e->retry_after_ms >= 0 ? "the provider asked to wait" : "the backoff was", delay, left < 0 ? 0 : left,
+             model_timeout(a));
+  } else if (e->retryable) {
+    if (a->attempt == 2) snprintf(why, sizeof why, "; luma retried once (the model's retries: %lld)", retries);
+    else if (a->attempt > 2) snprintf(why, sizeof why, "; luma retried %d times (the model's retries: %lld)", a->attempt - 1, retries);
+    else snprintf(why, sizeof why, "; luma did not retry (the model's retries: 0)");
   }
+  char msg[1200];
+  snprintf(msg, sizeof msg, "%s%s", e->message ? e->message : "the provider answered with an error", why);
   lua_State *T = a->T;
   lua_createtable(T, 0, 4);
   int d = lua_gettop(T);
@@ -302,7 +314,7 @@ static void exchange_failed(ak_ask *a, const ad_error *e) {
   lua_setfield(T, d, "provider");
   lua_pushinteger(T, a->attempt);
   lua_setfield(T, d, "attempts");
-  le_push(T, le_name(e->code), e->message, e->retryable, d);
+  le_push(T, le_name(e->code), msg, e->retryable, d);
   lua_remove(T, d);
   ak_fail_top(a);
 }
@@ -359,11 +371,14 @@ void ak_answer(ak_ask *a) {
   const char *who = a->agent->name;
   switch (t->stop) {
     case AD_STOP_REFUSAL:
-      ak_fail(a, LE_ASK_REFUSED, 0, "Agent '%s': the model refused: %s", who, t->refusal ? t->refusal : "(no reason given)");
+      if (t->refusal) ak_fail(a, LE_ASK_REFUSED, 0, "Agent '%s': the model refused: %s", who, t->refusal);
+      else ak_fail(a, LE_ASK_REFUSED, 0, "Agent '%s': the model refused, and gave no reason (%s).", who,
+                   t->stop_reason ? t->stop_reason : "refusal");
       return;
     case AD_STOP_FILTER:
+    case AD_STOP_BLOCKED:
       ak_fail(a, LE_ASK_BLOCKED, 0, "Agent '%s': the provider's safety filter blocked the %s (%s).", who,
-              t->text ? "answer" : "prompt", t->stop_reason ? t->stop_reason : "no reason given");
+              t->stop == AD_STOP_BLOCKED ? "prompt" : "answer", t->stop_reason ? t->stop_reason : "no reason given");
       return;
     case AD_STOP_LENGTH:
       ak_fail(a, LE_ASK_TRUNCATED, 0, "Agent '%s': the model's answer was cut at its token limit%s.", who,
@@ -391,7 +406,7 @@ void ak_answer(ak_ask *a) {
       snprintf(why, sizeof why, "%s %s", r.errors[0].path, r.errors[0].text);
       lua_pop(T, 1);
     }
-  } else {
+  } else if (t->text) {
     char tmp[sizeof why + 32];
     snprintf(tmp, sizeof tmp, "the answer is not JSON: %s", why);
     snprintf(why, sizeof why, "%.*s", (int)sizeof why - 1, tmp);

@@ -252,7 +252,7 @@ static int differs(const jv *a, const jv *b, sb_buf *path) {
       int i = 0;
       for (const jv *p = a->first, *q = b->first; p && q; p = p->next, q = q->next, i++) {
         size_t mark = path->len;
-        sb_printf(path, "[%d]", i + 1);
+        sb_printf(path, "[%d]", i);   /* JSON's own index, from 0 */
         if (differs(p, q, path)) return 1;
         path->len = mark;
       }
@@ -290,7 +290,7 @@ static const jv *at(const jv *v, const char *path) {
     } else if (*path == '[') {
       int i = atoi(path + 1);
       const jv *p = v->type == JV_ARR ? v->first : NULL;
-      while (p && --i > 0) p = p->next;
+      while (p && i-- > 0) p = p->next;
       v = p;
       path = strchr(path, ']');
       path = path ? path + 1 : "";

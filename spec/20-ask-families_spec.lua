@@ -42,6 +42,7 @@ families.openai = {
   strict = function(req) return req.response_format ~= nil and req.response_format.type == "json_schema" end,
   last_user = function(req) return req.messages[#req.messages].content end,
   truncated = function() return { json = { choices = { { index = 0, message = { role = "assistant", content = '{"total":' }, finish_reason = "length" } } } } end,
+  empty = function() return { json = { choices = { { index = 0, message = { role = "assistant", content = luma.null }, finish_reason = "stop" } } } } end,
 }
 
 families.azure = setmetatable({
@@ -88,7 +89,17 @@ families.responses = {
   end,
   truncated = function() return { json = { status = "incomplete", incomplete_details = { reason = "max_output_tokens" },
     output = { { type = "message", content = { { type = "output_text", text = '{"total":' } } } } } } end,
+  empty = function() return { json = { status = "completed", output = setmetatable({}, luma.array_mt) } } end,
 }
+
+-- Azure's Responses API is on its v1 path only, with the deployment as the
+-- body's model, even when the model names an api_version (which is chat's)
+families.azure_responses = setmetatable({
+  model = 'provider: "azure"\n base_url: "%s"\n deployment: "dep1"\n api_version: "2024-10-21"\n api: "responses"',
+  path = "/openai/v1/responses",
+  body_model = "dep1",
+  auth = function(hd) return hd["api-key"] == KEY and hd.authorization == nil end,
+}, { __index = families.responses })
 
 families.anthropic = {
   model = 'provider: "anthropic"\n name: "claude-test"\n base_url: "%s"',
@@ -125,6 +136,7 @@ families.anthropic = {
     return type(c) == "string" and c or c[#c].text
   end,
   truncated = function() return { json = { type = "message", role = "assistant", content = { { type = "text", text = '{"total":' } }, stop_reason = "max_tokens" } } end,
+  empty = function() return { json = { type = "message", role = "assistant", content = setmetatable({}, luma.array_mt), stop_reason = "end_turn" } } end,
 }
 
 families.gemini = {
@@ -163,12 +175,16 @@ families.gemini = {
   strict = function(req) return req.generationConfig ~= nil and req.generationConfig.responseJsonSchema ~= nil end,
   last_user = function(req) local p = req.contents[#req.contents].parts return p[#p].text end,
   truncated = function() return { json = { candidates = { { content = { role = "model", parts = { { text = '{"total":' } } }, finishReason = "MAX_TOKENS" } } } } end,
+  -- a call Gemini could not write: a finish reason and no content at all
+  empty = function() return { json = { candidates = { { finishReason = "MALFORMED_FUNCTION_CALL", index = 0 } } } } end,
   no_ids = true,
 }
 
 local SOURCE = [[
 schema Sum { sum: int }
 schema Answer { total: int, note?: string }
+schema Bounded { total: int @range(0, 100), label: string @length(1, 20) @pattern("^[a-z]+$"),
+  parts: int[] @items(2, 5), sum: Sum @desc("the parts added"), extra?: Sum }
 tool add(a: int, b: int) -> Sum { }
 tool fail_hard(a: int) -> Sum { }
 tool fail_soft(a: int) -> Sum { }
@@ -179,10 +195,11 @@ agent A { model: M
   tool_rate_limit: 3
   retries: 1
   fn run(x: int) -> Answer { ask "Add {x} and 2" -> Answer }
+  fn bounded(x: int) -> Bounded { ask "Add {x} and 2" -> Bounded }
   fn forced(x: int) -> Answer { ask "Add {x} and 2" -> Answer using tool add } }
 ]]
 
-for _, name in ipairs { "openai", "azure", "azure_v1", "responses", "anthropic", "gemini" } do
+for _, name in ipairs { "openai", "azure", "azure_v1", "responses", "azure_responses", "anthropic", "gemini" } do
   local f = families[name]
   describe("ask with " .. name, function()
     local server
@@ -290,6 +307,31 @@ for _, name in ipairs { "openai", "azure", "azure_v1", "responses", "anthropic",
       server:script { { status = 503, headers = { ["retry-after-ms"] = "20" }, json = { error = { message = "overloaded" } } }, f.text('{"total":3}') }
       assert.are.same({ total = 3 }, run())
       assert.are.equal(2, #server:requests())
+    end)
+
+    it("asks for an answer with @range, @length, @pattern and a described schema field in a format the provider takes", function()
+      -- the mock refuses what the provider refuses: Anthropic minimum, minLength...; Gemini
+      -- pattern, minLength...; OpenAI strict a $ref with a description beside it
+      local answer = '{"total":3,"label":"abc","parts":[1,2],"sum":{"sum":3}}'
+      server:script { f.calls { { "c1", "add", '{"a":1,"b":2}' } }, f.text(answer) }
+      local ok, got = pcall(run, "bounded")
+      local r = server:requests()
+      assert.is_true(ok, luma.json.encode(r[#r].refused or got))
+      assert.are.same({ total = 3, label = "abc", parts = { 1, 2 }, sum = { sum = 3 } }, got)
+      assert.are.equal(2, #r)
+      assert.is_true(f.strict(r[2].json))
+    end)
+
+    it("re-asks after an answer with nothing in it, and sends no empty message back", function()
+      -- Anthropic refuses an assistant message with content [], Gemini a null content, Chat
+      -- Completions an assistant message with neither content nor tool_calls
+      server:script { f.calls { { "c1", "add", '{"a":1,"b":2}' } }, f.empty(), f.text('{"total":3}') }
+      local ok, got = pcall(run)
+      local r = server:requests()
+      assert.is_true(ok, luma.json.encode(r[#r].refused or got))
+      assert.are.same({ total = 3 }, got)
+      assert.are.equal(3, #r)
+      assert.matches("does not fit the schema Answer: the model gave no text", f.last_user(r[3].json))
     end)
 
     it("gives ASK_TRUNCATED for an answer cut at the token limit", function()

@@ -78,7 +78,7 @@ agent A {
     local d = project()
     local r = h.run({ d .. "/flow.luma", "--agent", "A", "--input", '{"x": 5}', "--replay", d .. "/rec.jsonl" })
     assert.are.equal(1, r.status)
-    assert.matches("%[ASK_REPLAY_MISMATCH%] Agent 'A': request 1 differs from .*rec%.jsonl:1 at body%.messages%[1%]%.content: " ..
+    assert.matches("%[ASK_REPLAY_MISMATCH%] Agent 'A': request 1 differs from .*rec%.jsonl:1 at body%.messages%[0%]%.content: " ..
                    'recorded "Add 1 and 2", sent "Add 5 and 2"', r.stderr)
   end)
 

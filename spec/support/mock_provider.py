@@ -27,6 +27,12 @@ body = "text" (served as it is, with content_type), and optionally:
               error naming the difference, and is recorded with mismatch set
 With the script used up, the answer is 500 with a JSON error.
 
+Before a step is taken, a provider request is checked as the provider
+checks it (see `refusal`: what each family's published reference says it
+refuses), and one it would refuse gets its 400, in its error shape, and is
+recorded with refused set to the reason; the step stays for the next
+request. A step's `check = false` skips the checks for that request.
+
 It exits when the process PID is gone, and after an hour in any case, so a
 spec that failed half-way never leaves it behind.
 """
@@ -47,6 +53,174 @@ lock = threading.Lock()
 script = []
 records = []
 stopping = threading.Event()
+
+
+# ---------------------------------------------------------------- checks
+# What the real providers refuse, from their references (PROVIDERS.md and
+# the current published ones): a request the mock would take but a provider
+# would not is a bug the specs must catch.
+
+ANTHROPIC_REFUSED = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minLength",
+                     "maxLength", "maxItems", "uniqueItems", "minProperties", "maxProperties")
+OPENAI_STRICT_REFUSED = ("allOf", "not", "if", "then", "else", "default", "dependentRequired",
+                         "dependentSchemas", "patternProperties")
+GEMINI_TAKES = ("$id", "$defs", "$ref", "$anchor", "type", "format", "title", "description", "enum", "items",
+                "prefixItems", "minItems", "maxItems", "minimum", "maximum", "anyOf", "oneOf", "properties",
+                "additionalProperties", "required", "propertyOrdering")
+
+
+def schemas(node, at):
+    """Every sub-schema of node, with its path."""
+    if not isinstance(node, dict):
+        return
+    yield at, node
+    for key in ("properties", "$defs", "definitions"):
+        if isinstance(node.get(key), dict):
+            for name, sub in node[key].items():
+                yield from schemas(sub, "%s.%s.%s" % (at, key, name))
+    for key in ("anyOf", "oneOf", "allOf", "prefixItems"):
+        if isinstance(node.get(key), list):
+            for i, sub in enumerate(node[key]):
+                yield from schemas(sub, "%s.%s[%d]" % (at, key, i))
+    for key in ("items", "additionalProperties", "not"):
+        if isinstance(node.get(key), dict):
+            yield from schemas(node[key], "%s.%s" % (at, key))
+
+
+def is_object(node):
+    return node.get("type") == "object" or (isinstance(node.get("type"), list) and "object" in node["type"]) \
+        or "properties" in node
+
+
+def check_anthropic_schema(schema, at):
+    for path, node in schemas(schema, at):
+        for key in ANTHROPIC_REFUSED:
+            if key in node:
+                return "%s: For '%s' type, property '%s' is not supported" % (path, node.get("type", "any"), key)
+        if "minItems" in node and node["minItems"] not in (0, 1):
+            return "%s: minItems values other than 0 or 1 are not supported" % path
+        if is_object(node) and node.get("additionalProperties") is not False:
+            return "%s: For 'object' type, 'additionalProperties' must be explicitly set to false" % path
+    return None
+
+
+def check_openai_strict(schema, at):
+    if not isinstance(schema, dict) or schema.get("type") != "object":
+        return "%s: the root of a strict schema must be an object" % at
+    for path, node in schemas(schema, at):
+        for key in OPENAI_STRICT_REFUSED:
+            if key in node:
+                return "Invalid schema: In context=%s, '%s' is not permitted." % (path, key)
+        if "$ref" in node and len(node) > 1:
+            return "Invalid schema: In context=%s, $ref cannot have keywords %s." % (
+                path, sorted(k for k in node if k != "$ref"))
+        if is_object(node):
+            if node.get("additionalProperties") is not False:
+                return "Invalid schema: In context=%s, 'additionalProperties' is required to be supplied and to be false." % path
+            props = list((node.get("properties") or {}).keys())
+            missing = [p for p in props if p not in (node.get("required") or [])]
+            if missing:
+                return "Invalid schema: In context=%s, 'required' is required to be supplied and to be an array including every key in properties. Missing '%s'." % (path, missing[0])
+    return None
+
+
+def check_gemini_schema(schema, at):
+    for path, node in schemas(schema, at):
+        for key in node:
+            if key not in GEMINI_TAKES:
+                return "%s: the JSON Schema keyword '%s' is not supported" % (path, key)
+        if "$ref" in node and any(not k.startswith("$") for k in node):
+            return "%s: a schema with $ref may have no other properties but those starting with $" % path
+    return None
+
+
+def refusal(path, headers, body):
+    """(status, error JSON) for a request the provider would refuse, or None."""
+    if path.endswith("/v1/messages"):
+        def error(message):
+            return 400, {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+        if not headers.get("anthropic-version"):
+            return error("anthropic-version: header is required")
+        if not isinstance(body, dict) or not isinstance(body.get("model"), str) or not isinstance(body.get("max_tokens"), int):
+            return error("model: Field required; max_tokens: Field required")
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return error("messages: at least one message is required")
+        for i, m in enumerate(messages):
+            if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
+                return error("messages.%d: role must be user or assistant" % i)
+            content = m.get("content")
+            final_assistant = i == len(messages) - 1 and m["role"] == "assistant"
+            if not content and not final_assistant:
+                return error("messages.%d: all messages must have non-empty content except for the optional final assistant message" % i)
+        fmt = (body.get("output_config") or {}).get("format")
+        if fmt is not None:
+            why = check_anthropic_schema(fmt.get("schema"), "output_config.format.schema")
+            if why:
+                return error(why)
+        return None
+    if path.endswith(":generateContent"):
+        def error(message):
+            return 400, {"error": {"code": 400, "message": message, "status": "INVALID_ARGUMENT"}}
+        contents = body.get("contents") if isinstance(body, dict) else None
+        if not isinstance(contents, list) or not contents:
+            return error("* GenerateContentRequest.contents: contents is not specified")
+        for i, c in enumerate(contents):
+            if not isinstance(c, dict):
+                return error("Invalid value at 'contents[%d]' (type.googleapis.com/google.ai.generativelanguage.v1beta.Content), null" % i)
+            if c.get("role") not in ("user", "model"):
+                return error("* GenerateContentRequest.contents[%d].role: must be user or model" % i)
+            if not isinstance(c.get("parts"), list) or not c["parts"]:
+                return error("* GenerateContentRequest.contents[%d].parts: contents.parts must not be empty." % i)
+        schema = (body.get("generationConfig") or {}).get("responseJsonSchema")
+        if schema is not None:
+            why = check_gemini_schema(schema, "generationConfig.responseJsonSchema")
+            if why:
+                return error(why)
+        for t, tool in enumerate(body.get("tools") or []):
+            for d, decl in enumerate(tool.get("functionDeclarations") or []):
+                why = check_gemini_schema(decl.get("parametersJsonSchema"), "tools[%d].functionDeclarations[%d].parametersJsonSchema" % (t, d))
+                if why:
+                    return error(why)
+        return None
+    chat, responses = path.endswith("/chat/completions"), path.endswith("/responses")
+    if not (chat or responses):
+        return None
+
+    def error(message, code=None):
+        return 400, {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": code}}
+    if not isinstance(body, dict):
+        return error("the body must be a JSON object")
+    # azure's classic path names the deployment; everywhere else the body's model does
+    if "/openai/deployments/" not in path and not isinstance(body.get("model"), str):
+        return error("you must provide a model parameter", "missing_required_parameter")
+    if chat:
+        for i, m in enumerate(body.get("messages") or []):
+            if m.get("role") == "assistant" and m.get("content") is None and not m.get("tool_calls"):
+                return error("Invalid value for 'content': expected a string, got null.", "invalid_value")
+        for i, t in enumerate(body.get("tools") or []):
+            f = t.get("function") or {}
+            if f.get("strict"):
+                why = check_openai_strict(f.get("parameters"), "tools[%d].function.parameters" % i)
+                if why:
+                    return error(why, "invalid_function_parameters")
+        rf = body.get("response_format") or {}
+        if rf.get("type") == "json_schema" and (rf.get("json_schema") or {}).get("strict"):
+            why = check_openai_strict(rf["json_schema"].get("schema"), "response_format.json_schema.schema")
+            if why:
+                return error(why, "invalid_json_schema")
+    else:
+        for i, t in enumerate(body.get("tools") or []):
+            if t.get("strict"):
+                why = check_openai_strict(t.get("parameters"), "tools[%d].parameters" % i)
+                if why:
+                    return error(why, "invalid_function_parameters")
+        fmt = (body.get("text") or {}).get("format") or {}
+        if fmt.get("type") == "json_schema" and fmt.get("strict"):
+            why = check_openai_strict(fmt.get("schema"), "text.format.schema")
+            if why:
+                return error(why, "invalid_json_schema")
+    return None
 
 
 def take_step():
@@ -124,6 +298,12 @@ class Handler(BaseHTTPRequestHandler):
         }
         with lock:
             records.append(record)
+            upcoming = script[0] if script else None
+        if upcoming is None or upcoming.get("check", True):
+            refused = refusal(url.path, record["headers"], parsed)
+            if refused:
+                record["refused"] = refused[1]
+                return self.send_json(*refused)
         step = take_step()
         if step is None:
             return self.send_json(500, {"error": {"message": "mock provider: no scripted response left for %s %s" % (self.command, url.path)}})
