@@ -41,6 +41,9 @@ describe("ask with openai chat", function()
     if opts.timeout then
       source = source:gsub('api_key_env: "LUMA_TEST_KEY" }', 'api_key_env: "LUMA_TEST_KEY"\n  timeout: ' .. opts.timeout .. " }")
     end
+    if opts.model_retries then
+      source = source:gsub('api_key_env: "LUMA_TEST_KEY" }', 'api_key_env: "LUMA_TEST_KEY"\n  retries: ' .. opts.model_retries .. " }")
+    end
     local p = assert(luma.compile(source:format(server.url, opts.rate or 10, opts.retries or 0)))
     p:register("add", function(i) return { sum = i.a + i.b } end)
     p:register("fail_hard", function() error(luma.ToolError { code = "DB_DOWN", message = "the database is down", retryable = false }) end)
@@ -74,6 +77,8 @@ describe("ask with openai chat", function()
     assert.are.equal("add", first.tools[1]["function"].name)
     assert.is_true(first.tools[1]["function"].strict)
     assert.is_nil(first.response_format)
+    -- reasoning models (o-series, gpt-5) refuse a temperature other than 1: none unless the model sets it
+    assert.is_nil(first.temperature)
     -- the assistant's calls unchanged, then one tool message per id
     assert.are.equal("call_1", second.messages[3].tool_calls[1].id)
     assert.are.same({ role = "tool", tool_call_id = "call_1", content = '{"sum":3}' }, second.messages[4])
@@ -243,6 +248,22 @@ describe("ask with openai chat", function()
     assert.are.same({ "ASK_PROVIDER_ERROR", 429, 1 }, { err.code, err.details.status, err.details.attempts })
     assert.is_true(now() - t0 < 500, "it waited")
     assert.are.equal(1, #server:requests())
+    -- and says why it did not wait
+    assert.matches("^openai answered 429: slow down; luma did not retry: the provider asked to wait 60000 ms, " ..
+                   "longer than the %d+ ms left of the model's timeout %(500 ms%)$", err.message)
+  end)
+
+  it("says how many times it retried once the model's retries are spent", function()
+    local p = program { model_retries = 2 }
+    local busy = { status = 503, headers = { ["retry-after-ms"] = "5" }, json = { error = { message = "overloaded" } } }
+    server:script { busy, busy, busy, chat('{"total":3}') }
+    local err = h.raised(run, p)
+    assert.are.same({ "ASK_PROVIDER_ERROR", 503, 3 }, { err.code, err.details.status, err.details.attempts })
+    assert.are.equal("openai answered 503: overloaded; luma retried 2 times (the model's retries: 2)", err.message)
+    server:reset()
+    p = program { model_retries = 0 }
+    server:script { busy, chat('{"total":3}') }
+    assert.are.equal("openai answered 503: overloaded; luma did not retry (the model's retries: 0)", h.raised(run, p).message)
   end)
 
   it("does not retry a 429 for insufficient_quota", function()

@@ -407,9 +407,54 @@ describe("ask with anthropic and gemini, their own rules", function()
     assert.are.same({ { sum = 2 }, { sum = 4 } }, { results[1].value, results[2].value })
   end)
 
-  it("gemini: a blocked prompt is ASK_BLOCKED", function()
+  local function raised(family)
+    local a = program(family):agent("A")
+    return h.raised(a.call, a, "run", { x = 1 })
+  end
+
+  it("gemini: a blocked prompt is ASK_BLOCKED, and the message says the prompt", function()
     server:script { { json = { promptFeedback = { blockReason = "SAFETY" } } } }
-    assert.are.equal("ASK_BLOCKED", h.raised(program("gemini"):agent("A").call, program("gemini"):agent("A"), "run", { x = 1 }).code)
+    local err = raised("gemini")
+    assert.are.equal("ASK_BLOCKED", err.code)
+    assert.are.equal("Agent 'A': the provider's safety filter blocked the prompt (SAFETY).", err.message)
+  end)
+
+  it("a filtered answer is ASK_BLOCKED, and the message says the answer, not the prompt", function()
+    -- the answer's text is gone once a filter stops it: that is no sign the prompt was blocked
+    server:script { { json = { candidates = { { finishReason = "SAFETY", index = 0 } } } } }
+    local err = raised("gemini")
+    assert.are.equal("ASK_BLOCKED", err.code)
+    assert.are.equal("Agent 'A': the provider's safety filter blocked the answer (SAFETY).", err.message)
+    server:reset()
+    server:script { { json = { choices = { { index = 0, message = { role = "assistant", content = luma.null },
+                                              finish_reason = "content_filter" } } } } }
+    err = raised("openai")
+    assert.are.equal("ASK_BLOCKED", err.code)
+    assert.are.equal("Agent 'A': the provider's safety filter blocked the answer (content_filter).", err.message)
+  end)
+
+  it("azure: a prompt its content filter refuses (400 content_filter) is ASK_BLOCKED, not retried", function()
+    server:script {
+      { status = 400, json = { error = { message = "The response was filtered due to the prompt triggering Azure OpenAI's content management policy.",
+        type = luma.null, param = "prompt", code = "content_filter", status = 400,
+        innererror = { code = "ResponsibleAIPolicyViolation", content_filter_result = { hate = { filtered = true, severity = "high" } } } } } },
+      families.azure.text('{"total":3}'),
+    }
+    local err = raised("azure")
+    assert.are.same({ "ASK_BLOCKED", false, 400 }, { err.code, err.retryable, err.details.status })
+    assert.matches("^the provider's safety filter blocked the prompt %(azure answered 400 content_filter: The response was filtered", err.message)
+    assert.are.equal(1, #server:requests())
+  end)
+
+  it("anthropic: a refusal with no text says so once", function()
+    -- it said "the model refused: the model refused"
+    server:script { { json = { type = "message", role = "assistant", content = setmetatable({}, luma.array_mt), stop_reason = "refusal" } } }
+    local err = raised("anthropic")
+    assert.are.equal("ASK_REFUSED", err.code)
+    assert.are.equal("Agent 'A': the model refused, and gave no reason (refusal).", err.message)
+    server:reset()
+    server:script { { json = { type = "message", role = "assistant", content = { { type = "text", text = "I can't help with that." } }, stop_reason = "refusal" } } }
+    assert.are.equal("Agent 'A': the model refused: I can't help with that.", raised("anthropic").message)
   end)
 
   it("gemini: a 429 waits for RetryInfo's retryDelay", function()
