@@ -16,12 +16,33 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* A schema with what the dialects rewrite: bounds, a default, a const, and
+   a $ref with a description beside it. */
 static const jv *tool_schema(ar_arena *a) {
   char err[100];
   static const char text[] =
-    "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"n\":{\"type\":\"string\",\"default\":\"x\"}},"
-    "\"required\":[\"a\"],\"additionalProperties\":false}";
+    "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":9},"
+    "\"n\":{\"type\":\"string\",\"default\":\"x\",\"minLength\":1,\"pattern\":\"^x\"},"
+    "\"k\":{\"type\":\"string\",\"const\":\"k\"},\"s\":{\"$ref\":\"#/$defs/S\",\"description\":\"an S\"},"
+    "\"l\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/S\"},\"minItems\":2,\"maxItems\":4}},"
+    "\"required\":[\"a\",\"k\"],\"additionalProperties\":false,"
+    "\"$defs\":{\"S\":{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\"}},"
+    "\"required\":[\"x\"],\"additionalProperties\":false}}}";
   return json_parse(a, text, sizeof text - 1, 10, err, sizeof err);
+}
+
+/* The conversation of a request body, which must hold no null item (a turn
+   with nothing in it goes back as nothing). */
+static void check_items(const jv *body) {
+  static const char *const keys[] = { "messages", "contents", "input" };
+  for (int k = 0; k < 3; k++) {
+    const jv *list = jv_get(body, keys[k]);
+    for (const jv *i = list && list->type == JV_ARR ? list->first : NULL; i; i = i->next)
+      if (i->type != JV_OBJ) {
+        fprintf(stderr, "the request's %s holds an item that is not an object\n", keys[k]);
+        abort();
+      }
+  }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -79,6 +100,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         res[i] = (ad_result){ i % 2 ? "{\"error\":{\"code\":\"X\"}}" : "{\"v\":1}", i % 2 ? 23 : 7, i % 2 };
       if (res) ad_conv_results(&c, &turn, res);
       free(res);
+    } else {
+      ad_conv_user(&c, "again", 5);   /* the re-ask */
     }
     ad_tool tool = { "t", "a tool", tool_schema(&a) };
     ad_ask q = { &tool, 1, AD_CHOICE_AUTO, NULL, tool.parameters, "Answer" };
@@ -86,10 +109,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char err[200];
     if (ad_build(&c, &q, &a, &req, err, sizeof err)) {
       char why[200];
-      if (!json_parse(&a, req.body, req.len, 200, why, sizeof why) && !a.failed) {
+      const jv *sent = json_parse(&a, req.body, req.len, 200, why, sizeof why);
+      if (!sent && !a.failed) {
         fprintf(stderr, "the request is not JSON: %s\n%.*s\n", why, (int)req.len, req.body);
         abort();
       }
+      if (sent) check_items(sent);
     }
   } else {
     if (!e.message) abort();
