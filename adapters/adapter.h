@@ -113,7 +113,13 @@ typedef struct ad_request {
   int nheaders;
   const char *body;
   size_t len;
+  /* non-NULL: the answer format asked for {answer_key: the answer} (OpenAI's
+     strict mode takes only an object at the root, and a tagged union is an
+     anyOf); an answer that is such an object is the value under it */
+  const char *answer_key;
 } ad_request;
+
+#define AD_ANSWER_KEY "answer"
 
 typedef struct ad_response {
   int status;

@@ -81,6 +81,8 @@ void ad_openai_model_field(const ad_model *m, sb_buf *b);
 int ad_azure_classic(const ad_model *m);
 void ad_openai_error_of(const jv *body, const char **message, const char **type, long long *retry_after_ms);
 extern const char *const ad_openai_choices[3];
-void ad_openai_strict_format(sb_buf *b, ar_arena *a, const ad_ask *q, const char *open);
+/* The answer's strict format; a root that is not an object is wrapped,
+   and out->answer_key says so. */
+void ad_openai_strict_format(sb_buf *b, ar_arena *a, const ad_ask *q, const char *open, ad_request *out);
 
 #endif

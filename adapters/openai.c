@@ -47,15 +47,36 @@ void ad_write_number(sb_buf *b, double d) {
   if (json_format_number(d, num)) sb_adds(b, num); else sb_adds(b, "null");
 }
 
+/* Strict mode refuses a root that is not an object (a tagged union is an
+   anyOf): such a schema goes under the wrapper's "answer", with its $defs
+   at the wrapper's root, where its references point. */
+static jv *object_root(ar_arena *a, jv *schema, ad_request *out) {
+  const jv *type = jv_get(schema, "type");
+  if (!schema || (type && type->type == JV_STR && strcmp(type->s, "object") == 0)) return schema;
+  jv *inner = jv_obj(a), *defs = NULL;
+  for (jv *m = schema->first; m; m = m->next) {
+    if (strcmp(m->key, "$defs") == 0) defs = ad_share(a, m);
+    else jv_setn(inner, m->key, m->keylen, ad_share(a, m));
+  }
+  jv *w = jv_obj(a);
+  jv_set(w, "type", jv_cstr(a, "object"));
+  jv_set(w, "properties", jv_set(jv_obj(a), AD_ANSWER_KEY, inner));
+  jv_set(w, "required", jv_push(jv_arr(a), jv_cstr(a, AD_ANSWER_KEY)));
+  jv_set(w, "additionalProperties", jv_bool(a, 0));
+  if (defs) jv_set(w, "$defs", defs);
+  out->answer_key = AD_ANSWER_KEY;
+  return w;
+}
+
 /* The answer's schema in strict mode, after `open`: name, strict, schema. */
-void ad_openai_strict_format(sb_buf *b, ar_arena *a, const ad_ask *q, const char *open) {
+void ad_openai_strict_format(sb_buf *b, ar_arena *a, const ad_ask *q, const char *open, ad_request *out) {
   if (!q->final_schema) return;
   const char *name = q->final_name ? q->final_name : "answer";
   sb_adds(b, open);
   sb_adds(b, "\"name\":");
   json_write_string(b, name, strlen(name));
   sb_adds(b, ",\"strict\":true,\"schema\":");
-  jv_write(b, ad_schema_openai_strict(a, q->final_schema), 0);
+  jv_write(b, object_root(a, ad_schema_openai_strict(a, q->final_schema), out), 0);
   sb_adds(b, "}}");
 }
 
@@ -119,7 +140,7 @@ static int chat_build(const ad_conv *c, const ad_ask *q, ar_arena *a, ad_request
     sb_adds(&b, ",\"temperature\":");
     ad_write_number(&b, m->temperature);
   }
-  ad_openai_strict_format(&b, a, q, ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{");
+  ad_openai_strict_format(&b, a, q, ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{", out);
   sb_addc(&b, '}');
   ad_body(a, out, &b);
   return 1;

@@ -392,6 +392,9 @@ void ak_answer(ak_ask *a) {
   ar_init(&scratch);
   jv *v = t->text ? json_parse(&scratch, t->text, t->text_len, LIM_MODEL_JSON_DEPTH, why, sizeof why) : NULL;
   if (!t->text) snprintf(why, sizeof why, "the model gave no text");
+  /* the format asked for {"answer": T}: T is what is inside */
+  const char *key = a->req.answer_key;
+  if (v && key && v->type == JV_OBJ && v->count == 1 && jv_get(v, key)) v = (jv *)jv_get(v, key);
   int bad = 1;
   lv_result r;
   memset(&r, 0, sizeof r);

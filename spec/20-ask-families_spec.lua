@@ -43,6 +43,7 @@ families.openai = {
   last_user = function(req) return req.messages[#req.messages].content end,
   truncated = function() return { json = { choices = { { index = 0, message = { role = "assistant", content = '{"total":' }, finish_reason = "length" } } } } end,
   empty = function() return { json = { choices = { { index = 0, message = { role = "assistant", content = luma.null }, finish_reason = "stop" } } } } end,
+  wraps = true,   -- strict mode takes only an object at the root: a union answer comes as {"answer": ...}
 }
 
 families.azure = setmetatable({
@@ -90,6 +91,7 @@ families.responses = {
   truncated = function() return { json = { status = "incomplete", incomplete_details = { reason = "max_output_tokens" },
     output = { { type = "message", content = { { type = "output_text", text = '{"total":' } } } } } } end,
   empty = function() return { json = { status = "completed", output = setmetatable({}, luma.array_mt) } } end,
+  wraps = true,
 }
 
 -- Azure's Responses API is on its v1 path only, with the deployment as the
@@ -185,6 +187,9 @@ schema Sum { sum: int }
 schema Answer { total: int, note?: string }
 schema Bounded { total: int @range(0, 100), label: string @length(1, 20) @pattern("^[a-z]+$"),
   parts: int[] @items(2, 5), sum: Sum @desc("the parts added"), extra?: Sum }
+schema Cat { name: string }
+schema Dog { name: string, good: bool }
+schema Pet = Cat | Dog tagged by kind
 tool add(a: int, b: int) -> Sum { }
 tool fail_hard(a: int) -> Sum { }
 tool fail_soft(a: int) -> Sum { }
@@ -196,6 +201,7 @@ agent A { model: M
   retries: 1
   fn run(x: int) -> Answer { ask "Add {x} and 2" -> Answer }
   fn bounded(x: int) -> Bounded { ask "Add {x} and 2" -> Bounded }
+  fn pet(x: int) -> Pet { ask "Name pet {x}" -> Pet }
   fn forced(x: int) -> Answer { ask "Add {x} and 2" -> Answer using tool add } }
 ]]
 
@@ -319,6 +325,16 @@ for _, name in ipairs { "openai", "azure", "azure_v1", "responses", "azure_respo
       assert.is_true(ok, luma.json.encode(r[#r].refused or got))
       assert.are.same({ total = 3, label = "abc", parts = { 1, 2 }, sum = { sum = 3 } }, got)
       assert.are.equal(2, #r)
+      assert.is_true(f.strict(r[2].json))
+    end)
+
+    it("asks for a tagged union as the answer (an object at the root, where strict mode needs one)", function()
+      local pet = '{"kind":"Dog","name":"Rex","good":true}'
+      server:script { f.calls { { "c1", "add", '{"a":1,"b":2}' } }, f.text(f.wraps and '{"answer":' .. pet .. '}' or pet) }
+      local ok, got = pcall(run, "pet")
+      local r = server:requests()
+      assert.is_true(ok, luma.json.encode(r[#r].refused or got))
+      assert.are.same({ kind = "Dog", name = "Rex", good = true }, got)
       assert.is_true(f.strict(r[2].json))
     end)
 
