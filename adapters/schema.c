@@ -138,7 +138,14 @@ static void note(sb_buf *desc, const char *k, const jv *v) {
     sb_adds(desc, ": ");
   }
   jv_write(desc, v, 0);
-  sb_adds(desc, after);
+  /* "At least 1 character.", not "1 characters." */
+  size_t n = strlen(after);
+  if (v->type == JV_INT && v->i == 1 && n > 2 && after[n - 2] == 's') {
+    sb_add(desc, after, n - 2);
+    sb_adds(desc, ".");
+  } else {
+    sb_adds(desc, after);
+  }
 }
 
 /* The body a local "#/$defs/Name" (or "#/definitions/Name") names. */

@@ -326,6 +326,18 @@ for _, name in ipairs { "openai", "azure", "azure_v1", "responses", "azure_respo
       assert.are.same({ total = 3, label = "abc", parts = { 1, 2 }, sum = { sum = 3 } }, got)
       assert.are.equal(2, #r)
       assert.is_true(f.strict(r[2].json))
+      -- what a provider does not take is in the description, in words
+      if name == "anthropic" then
+        local props = r[2].json.output_config.format.schema.properties
+        assert.are.same({ "integer", "At least 0. At most 100." }, { props.total.type, props.total.description })
+        assert.are.same({ "^[a-z]+$", "At least 1 character. At most 20 characters." }, { props.label.pattern, props.label.description })
+        assert.are.equal("At least 2 items. At most 5 items.", props.parts.description)
+        assert.are.same({ "object", "the parts added" }, { props.sum.type, props.sum.description })
+      elseif name == "gemini" then
+        local props = r[2].json.generationConfig.responseJsonSchema.properties
+        assert.are.same({ 0, 100 }, { props.total.minimum, props.total.maximum })
+        assert.are.equal('At least 1 character. At most 20 characters. It matches the pattern "^[a-z]+$".', props.label.description)
+      end
     end)
 
     it("asks for a tagged union as the answer (an object at the root, where strict mode needs one)", function()
