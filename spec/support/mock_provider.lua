@@ -2,7 +2,8 @@
 --   local mock = require "spec.support.mock_provider"
 --   local server = mock.start()        -- server.url is http://127.0.0.1:PORT
 --   server:script { step, ... }        -- see mock_provider.py for the steps
---   server:requests()                  -- what the runtime sent, decoded
+--   server:requests()                  -- what the runtime sent, decoded; a request the real
+--                                      -- provider would refuse got its 400 and has `refused`
 --   server:reset(); server:stop()      -- stop also removes its folder; twice is fine
 -- Steps are written as JSON by luma.json: luma.null is null, and an empty
 -- table marked with luma.array_mt is [] (an unmarked one is {}... or []: mark it).
