@@ -191,9 +191,8 @@ static int chat_turn_of(const jv *body, ar_arena *a, ad_turn *t, char *err, size
   t->input_tokens = ad_int(usage, "prompt_tokens", -1);
   t->output_tokens = ad_int(usage, "completion_tokens", -1);
   /* what goes back: the assistant message with its tool calls unchanged
-     (other fields of the response message are not request fields) */
-  /* an assistant message needs content or tool_calls: an empty answer goes
-     back as nothing */
+     (other fields of the response message are not request fields); one
+     needs content or tool_calls, so an empty answer goes back as nothing */
   if (!content && !(calls && calls->count)) return 1;
   jv *echo = jv_obj(a);
   jv_set(echo, "role", jv_cstr(a, "assistant"));
