@@ -220,9 +220,13 @@ static vt_type check_expr(st_ctx *s, const ast_expr *e, int depth) {
       return s->slots[v].type;
     }
     case EX_FIELD:
-      check_expr(s, e->a, depth + 1);
-      return ANY_VALUE;
-    case EX_INDEX: case EX_UNARY: case EX_BINARY:
+      return vt_field(s->c, e, check_expr(s, e->a, depth + 1));
+    case EX_INDEX: {
+      vt_type obj = check_expr(s, e->a, depth + 1);
+      check_expr(s, e->b, depth + 1);
+      return vt_index(s->c, e, obj);
+    }
+    case EX_UNARY: case EX_BINARY:
       check_expr(s, e->a, depth + 1);
       check_expr(s, e->b, depth + 1);
       return ANY_VALUE;

@@ -2,6 +2,8 @@
    proves from them at load time. Every rule reports only an error that
    every run would meet: a type that is not known (any, an error object, a
    join of two kinds) never reports. */
+#include <string.h>
+
 #include "programint.h"
 
 static const vt_type UNKNOWN = { VT_UNKNOWN, 0, NULL, NULL };
@@ -40,5 +42,87 @@ vt_type vt_join(vt_type a, vt_type b) {
     a.kind = VT_FLOAT;
     return a;
   }
+  return UNKNOWN;
+}
+
+/* The word the run-time errors use for a value of this type. */
+static const char *word(vt_kind k) {
+  switch (k) {
+    case VT_NULL: return "null";
+    case VT_BOOL: return "boolean";
+    case VT_INT: case VT_FLOAT: return "number";
+    case VT_STRING: return "string";
+    case VT_ARRAY: return "array";
+    default: return "object";
+  }
+}
+
+static int number(vt_type t) { return t.kind == VT_INT || t.kind == VT_FLOAT; }
+static int scalar(vt_type t) { return number(t) || t.kind == VT_STRING || t.kind == VT_BOOL || t.kind == VT_NULL; }
+
+/* ------------------------------------------------------------ fields */
+
+static const pm_field *record_field(const pm_schema *s, const char *name) {
+  for (int i = 0; i < s->nfields; i++)
+    if (strcmp(s->fields[i].name, name) == 0) return &s->fields[i];
+  return NULL;
+}
+
+/* " Did you mean 'x'?" among the fields of s (a union's: its tag and its members'). */
+static const char *near_field(pm_ctx *c, const pm_schema *s, const char *name) {
+  int n = 0;
+  if (s->is_union) {
+    n = 1;
+    for (int i = 0; i < s->nmembers; i++) n += s->members[i]->nfields;
+  } else {
+    n = s->nfields;
+  }
+  const char **names = ar_alloc(c->a, sizeof *names * (size_t)(n ? n : 1));
+  if (!names) return "";
+  int k = 0;
+  if (s->is_union) {
+    if (s->tag) names[k++] = s->tag;
+    for (int i = 0; i < s->nmembers; i++)
+      for (int j = 0; j < s->members[i]->nfields; j++) names[k++] = s->members[i]->fields[j].name;
+  } else {
+    for (int j = 0; j < s->nfields; j++) names[k++] = s->fields[j].name;
+  }
+  return pm_suggestion(c, name, names, k);
+}
+
+vt_type vt_field(pm_ctx *c, const ast_expr *e, vt_type obj) {
+  const char *name = e->str.s;
+  if (!name) return UNKNOWN;
+  if (scalar(obj)) {
+    ERR(c, e->pos, "cannot read field '%s' of %s", name, word(obj.kind));
+    return UNKNOWN;
+  }
+  if (obj.kind != VT_RECORD) return UNKNOWN;
+  const pm_schema *s = obj.schema;
+  if (!s->is_union) {
+    const pm_field *f = record_field(s, name);
+    if (f) return vt_from(f->type, !f->required);
+  } else {
+    if (s->tag && strcmp(s->tag, name) == 0) return vt_kind_of(VT_STRING);
+    vt_type t = { VT_NULL, 1, NULL, NULL };
+    int found = 0;
+    for (int i = 0; i < s->nmembers; i++) {
+      const pm_field *f = record_field(s->members[i], name);
+      vt_type ft = f ? vt_from(f->type, !f->required) : vt_kind_of(VT_NULL);
+      t = i == 0 ? ft : vt_join(t, ft);
+      found += f != NULL;
+    }
+    if (found) return t;
+  }
+  ERR(c, e->pos, "Schema '%s' has no field '%s'.%s", s->name, name, near_field(c, s, name));
+  return UNKNOWN;
+}
+
+vt_type vt_index(pm_ctx *c, const ast_expr *e, vt_type obj) {
+  if (scalar(obj)) {
+    ERR(c, e->pos, "cannot index %s", word(obj.kind));
+    return UNKNOWN;
+  }
+  if (obj.kind == VT_ARRAY && obj.elem) return vt_from(obj.elem, 1);   /* past the end: null */
   return UNKNOWN;
 }

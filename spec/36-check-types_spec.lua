@@ -30,6 +30,32 @@ local function check_cases(cases)
   end
 end
 
+describe("check: fields read on typed values", function()
+  check_cases {
+    { "report a field that the tool's return schema does not have, with a suggestion",
+      "s = tool add({ a: 1, b: 2 })\ny = s.totl",
+      { "11:6: Schema 'Sum' has no field 'totl'. Did you mean 'total'?" } },
+    { "report it on an ask's answer, typed by its schema",
+      'model M { provider: "openai"\n name: "m" }\nagent A { model: M\n fn run() { p = ask "where" -> Point\n z = p.z } }',
+      { "14:7: Schema 'Point' has no field 'z'." } },
+    { "report it on a method's parameter, typed by its declaration",
+      "agent A { fn run(p: Point) { q = p.xx } }",
+      { "10:35: Schema 'Point' has no field 'xx'. Did you mean 'x'?" } },
+    { "report it on a typed assignment, and on a field of a field",
+      "s: Sum = tool value({}).v\nt = s.total.digits",
+      { "11:12: cannot read field 'digits' of number" } },
+    { "report a field that no member of a union has",
+      'd = tool classify({ text: "x" })\nr = d.refrence',
+      { "11:6: Schema 'Document' has no field 'refrence'. Did you mean 'reference'?" } },
+    { "accept a union's tag and a field of one of its members",
+      'd = tool classify({ text: "x" })\nk = d.kind\nr = d.reference\nn = d.number', {} },
+    { "accept optional fields, and any field of a value of type any",
+      "s = tool add({ a: 1, b: 2 })\nn = s.note\nv = tool value({}).v\nw = v.anything.deeper", {} },
+    { "accept a field of a variable that holds values of two types",
+      "if true { s = tool add({ a: 1, b: 2 }) } else { s = { other: 1 } }\nn = s.other", {} },
+  }
+end)
+
 describe("check: variables read before any assignment", function()
   check_cases {
     { "report a read that comes before the first assignment", 'x = "v={later}"\nlater = 1',
