@@ -226,10 +226,12 @@ static vt_type check_expr(st_ctx *s, const ast_expr *e, int depth) {
       check_expr(s, e->b, depth + 1);
       return vt_index(s->c, e, obj);
     }
-    case EX_UNARY: case EX_BINARY:
-      check_expr(s, e->a, depth + 1);
-      check_expr(s, e->b, depth + 1);
-      return ANY_VALUE;
+    case EX_UNARY:
+      return vt_unary(s->c, e, check_expr(s, e->a, depth + 1));
+    case EX_BINARY: {
+      vt_type a = check_expr(s, e->a, depth + 1);
+      return vt_binary(s->c, e, a, check_expr(s, e->b, depth + 1));
+    }
     case EX_ARRAY: {
       check_exprs(s, e->items, depth + 1);
       return vt_kind_of(VT_ARRAY);

@@ -57,6 +57,7 @@ static const char *word(vt_kind k) {
   }
 }
 
+static int known(vt_type t) { return t.kind != VT_UNKNOWN; }
 static int number(vt_type t) { return t.kind == VT_INT || t.kind == VT_FLOAT; }
 static int scalar(vt_type t) { return number(t) || t.kind == VT_STRING || t.kind == VT_BOOL || t.kind == VT_NULL; }
 
@@ -124,5 +125,51 @@ vt_type vt_index(pm_ctx *c, const ast_expr *e, vt_type obj) {
     return UNKNOWN;
   }
   if (obj.kind == VT_ARRAY && obj.elem) return vt_from(obj.elem, 1);   /* past the end: null */
+  return UNKNOWN;
+}
+
+/* --------------------------------------------------------- operators */
+
+static const char *op_text(ex_op op) {
+  static const char *const texts[] = { "-", "not", "+", "-", "*", "/", "%", "==", "!=", "<", "<=", ">", ">=", "and", "or" };
+  return texts[op];
+}
+
+vt_type vt_unary(pm_ctx *c, const ast_expr *e, vt_type a) {
+  if (e->op == OP_NOT) return vt_kind_of(VT_BOOL);
+  if (known(a) && !number(a)) {
+    ERR(c, e->pos, "cannot negate %s", word(a.kind));
+    return UNKNOWN;
+  }
+  return known(a) ? vt_kind_of(a.kind) : UNKNOWN;
+}
+
+vt_type vt_binary(pm_ctx *c, const ast_expr *e, vt_type a, vt_type b) {
+  ex_op op = e->op;
+  if (op == OP_AND || op == OP_OR || op == OP_EQ || op == OP_NE) return vt_kind_of(VT_BOOL);
+  /* + and the comparisons take two numbers or two strings, the others two
+     numbers; null takes none. A kind that fits neither way refuses every
+     value of the other side. */
+  int ordered = op == OP_LT || op == OP_LE || op == OP_GT || op == OP_GE, text = op == OP_ADD || ordered;
+  int bad_a = known(a) && !number(a) && !(text && a.kind == VT_STRING);
+  int bad_b = known(b) && !number(b) && !(text && b.kind == VT_STRING);
+  int mixed = known(a) && known(b) && number(a) != number(b);
+  if (bad_a || bad_b || mixed) {
+    const char *l = word(a.kind), *r = word(b.kind);
+    if (!known(a) || !known(b)) {
+      const char *one = known(a) ? l : r;
+      if (ordered) ERR(c, e->pos, "cannot compare %s with '%s'", one, op_text(op));
+      else ERR(c, e->pos, "cannot apply '%s' to %s", op_text(op), one);
+    } else if (ordered) {
+      ERR(c, e->pos, "cannot compare %s and %s with '%s'", l, r, op_text(op));
+    } else {
+      ERR(c, e->pos, "cannot apply '%s' to %s and %s", op_text(op), l, r);
+    }
+    return UNKNOWN;
+  }
+  if (ordered) return vt_kind_of(VT_BOOL);
+  if (a.kind == VT_STRING && b.kind == VT_STRING) return vt_kind_of(VT_STRING);
+  if (number(a) && number(b))
+    return vt_kind_of(op != OP_DIV && a.kind == VT_INT && b.kind == VT_INT ? VT_INT : VT_FLOAT);
   return UNKNOWN;
 }

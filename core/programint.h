@@ -61,10 +61,12 @@ vt_type vt_from(const pm_type *t, int nullable);
 vt_type vt_kind_of(vt_kind k);
 /* The type of a value that has type a or type b. */
 vt_type vt_join(vt_type a, vt_type b);
-/* The type of e (EX_FIELD, EX_INDEX) from its operands', reporting what
-   refuses every value of them. */
+/* The type of e (EX_FIELD, EX_INDEX, EX_UNARY, EX_BINARY) from its operands',
+   reporting what refuses every value of them. */
 vt_type vt_field(pm_ctx *c, const ast_expr *e, vt_type obj);
 vt_type vt_index(pm_ctx *c, const ast_expr *e, vt_type obj);
+vt_type vt_unary(pm_ctx *c, const ast_expr *e, vt_type a);
+vt_type vt_binary(pm_ctx *c, const ast_expr *e, vt_type a, vt_type b);
 
 /* Checks a block of statements: the body of an agent's method (agent and
    its params, typed by its input) or the top level (agent NULL). Returns how many asks it holds. */

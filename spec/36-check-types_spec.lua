@@ -72,6 +72,21 @@ describe("check: variables read before any assignment", function()
   }
 end)
 
+describe("check: operators on values of the wrong type", function()
+  check_cases {
+    { "report a string added to a number", 'x = "a" + 1', { "10:9: cannot apply '+' to string and number" } },
+    { "report arithmetic on a string", 'x = 2 * "a"', { "10:7: cannot apply '*' to number and string" } },
+    { "report a boolean or null in arithmetic", "x = true - 1\ny = null + 1",
+      { "10:10: cannot apply '-' to boolean and number", "11:10: cannot apply '+' to null and number" } },
+    { "report a comparison of a string with a number", 'x = "a" < 1', { "10:9: cannot compare string and number with '<'" } },
+    { "report negating a string", 'x = -"a"', { "10:5: cannot negate string" } },
+    { "report a typed value in arithmetic", 's = tool add({ a: 1, b: 2 })\nx = s.total + "!"',
+      { "11:13: cannot apply '+' to number and string" } },
+    { "accept strings joined, numbers mixed, and values known only at run time",
+      'a = "a" + "b"\nb = 1 + 2.5\nv = tool value({}).v\nc = v + 1\nd = v < "x"\ne = "a" == 1', {} },
+  }
+end)
+
 describe("check: no false errors", function()
   it("passes every example with `luma-lua check`", function()
     local examples = {}
