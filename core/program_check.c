@@ -167,6 +167,50 @@ static const vt_type ANY_VALUE = { VT_UNKNOWN, 0, NULL, NULL };
 
 static vt_type check_expr(st_ctx *s, const ast_expr *e, int depth);
 
+/* e, given for a field of type want (NULL: any) named path, as input
+   validation will see it: literals are checked against the type, other
+   values by their static type. */
+static void check_value(st_ctx *s, const ast_expr *e, const pm_type *want, int required, const char *path,
+                        int depth);
+
+static void check_props(st_ctx *s, const ast_expr *obj, const pm_schema *rec, const char *path, int depth) {
+  for (const ast_prop *q = obj->props; q; q = q->next) {
+    const pm_field *f = vt_input_field(s->c, rec, obj, q, path);
+    if (f) check_value(s, q->value, f->type, f->required, ar_printf(s->c->a, "%s.%s", path, q->key), depth + 1);
+    else check_expr(s, q->value, depth + 1);
+  }
+  vt_missing(s->c, rec, obj, obj->pos, path);
+}
+
+static void check_value(st_ctx *s, const ast_expr *e, const pm_type *want, int required, const char *path,
+                        int depth) {
+  if (!e || depth > LIM_CHECK_DEPTH) return;
+  if (want && e->kind == EX_OBJECT && want->kind == PT_SCHEMA && !want->schema->is_union) {
+    check_props(s, e, want->schema, path, depth);
+    return;
+  }
+  if (want && e->kind == EX_ARRAY && want->kind == PT_ARRAY) {
+    int i = 1;
+    for (const ast_expr *item = e->items; item; item = item->next, i++)
+      check_value(s, item, want->elem, 1, ar_printf(s->c->a, "%s[%d]", path, i), depth + 1);
+    return;
+  }
+  vt_fits(s->c, e, check_expr(s, e, depth), want, required, path);
+}
+
+/* The argument of a call to t (NULL: none, an empty object). */
+static void check_input(st_ctx *s, const pm_tool *t, const ast_expr *call, int depth) {
+  const ast_expr *arg = call->a;
+  const pm_schema *in = t->input;
+  if (!in) { check_expr(s, arg, depth); return; }
+  if (!arg) { vt_missing(s->c, in, NULL, call->pos, in->display); return; }
+  if (arg->kind == EX_OBJECT) { check_props(s, arg, in, in->display, depth); return; }
+  vt_type have = check_expr(s, arg, depth);
+  if (have.kind == VT_NULL || (have.kind != VT_UNKNOWN && have.kind != VT_OBJECT && have.kind != VT_RECORD &&
+                               !have.nullable))
+    ERR(s->c, arg->pos, "%s must be an object", in->display);
+}
+
 static vt_type check_exprs(st_ctx *s, const ast_expr *e, int depth) {
   for (; e; e = e->next) check_expr(s, e, depth);
   return ANY_VALUE;
@@ -185,8 +229,8 @@ static vt_type check_expr(st_ctx *s, const ast_expr *e, int depth) {
       return vt_kind_of(VT_STRING);
     case EX_TOOL: {
       pm_tool *t = called_tool(s, e->tool, e->tool_pos);
-      check_expr(s, e->a, depth + 1);
-      if (!t) return ANY_VALUE;
+      if (!t) { check_expr(s, e->a, depth + 1); return ANY_VALUE; }
+      check_input(s, t, e, depth + 1);
       vt_type r = { t->output ? VT_RECORD : VT_UNKNOWN, 0, NULL, t->output };
       return r;
     }
@@ -278,8 +322,13 @@ static void check_stmts(st_ctx *s, const ast_stmt *st, int depth) {
     switch (st->kind) {
       case ST_ASSIGN: {
         pm_type *t = st->type ? pm_resolve_type(s->c, st->type, 0) : NULL;
-        vt_type v = check_expr(s, st->expr, depth + 1);
-        if (t) v = vt_from(t, 0);
+        vt_type v;
+        if (t) {
+          check_value(s, st->expr, t, 1, st->name, depth + 1);
+          v = vt_from(t, 0);
+        } else {
+          v = check_expr(s, st->expr, depth + 1);
+        }
         st_slot slot = { 1, v };
         set_slot(s, var_index(s, st->name), slot);
         break;

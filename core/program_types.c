@@ -1,10 +1,15 @@
 /* The static types of the statements' values, and what a type checker
-   proves from them at load time. Every rule reports only an error that
-   every run would meet: a type that is not known (any, an error object, a
-   join of two kinds) never reports. */
+   proves from them at load time: fields that a schema does not have,
+   operators on values that can never take them, and literal arguments that
+   a tool's input refuses. Every rule reports only an error that every run
+   would meet: a type that is not known (any, an error object, a join of two
+   kinds) never reports. */
+#include <math.h>
 #include <string.h>
 
+#include "json.h"
 #include "programint.h"
+#include "strbuf.h"
 
 static const vt_type UNKNOWN = { VT_UNKNOWN, 0, NULL, NULL };
 
@@ -172,4 +177,118 @@ vt_type vt_binary(pm_ctx *c, const ast_expr *e, vt_type a, vt_type b) {
   if (number(a) && number(b))
     return vt_kind_of(op != OP_DIV && a.kind == VT_INT && b.kind == VT_INT ? VT_INT : VT_FLOAT);
   return UNKNOWN;
+}
+
+/* ------------------------------------------------- values against types */
+
+static const char *enum_list(pm_ctx *c, const pm_type *t) {
+  sb_buf b;
+  sb_init(&b);
+  for (int i = 0; i < t->nvalues && b.len < 300; i++) {
+    if (i) sb_adds(&b, ", ");
+    json_write_string(&b, t->values[i].s, t->values[i].len);
+  }
+  const char *s = ar_printf(c->a, "%s", b.failed || !b.data ? "" : sb_str(&b));
+  sb_free(&b);
+  return s;
+}
+
+/* What input validation says of a value that is not of type t. */
+static void report_type(pm_ctx *c, ast_pos pos, const pm_type *t, const char *path) {
+  switch (t->kind) {
+    case PT_STRING: ERR(c, pos, "%s must be a string", path); break;
+    case PT_INT: ERR(c, pos, "%s must be an integer", path); break;
+    case PT_FLOAT: ERR(c, pos, "%s must be a number", path); break;
+    case PT_BOOL: ERR(c, pos, "%s must be a boolean", path); break;
+    case PT_ENUM: ERR(c, pos, "%s must be one of %s", path, enum_list(c, t)); break;
+    case PT_ARRAY: ERR(c, pos, "%s must be an array", path); break;
+    case PT_SCHEMA: ERR(c, pos, "%s must be an object", path); break;
+    default: break;
+  }
+}
+
+/* Where e begins: `d.kind` at `d`, not at its '.'. */
+static ast_pos start_of(const ast_expr *e) {
+  while ((e->kind == EX_FIELD || e->kind == EX_INDEX || e->kind == EX_BINARY) && e->a) e = e->a;
+  return e->pos;
+}
+
+void vt_fits(pm_ctx *c, const ast_expr *e, vt_type have, const pm_type *want, int required, const char *path) {
+  if (!want || want->kind == PT_ANY || !known(have)) return;
+  ast_pos at = start_of(e);
+  /* null on an optional field counts as missing; a value that may be null
+     is refused on every run only when it is refused when it is not */
+  if (have.kind == VT_NULL || have.nullable) {
+    if (!required) return;
+    if (have.kind == VT_NULL) { report_type(c, at, want, path); return; }
+  }
+  int ok = 1;
+  switch (want->kind) {
+    case PT_STRING: ok = have.kind == VT_STRING; break;
+    case PT_ENUM:
+      ok = have.kind == VT_STRING;
+      if (ok && e->kind == EX_STRING) {
+        const char **names = ar_alloc(c->a, sizeof *names * (size_t)(want->nvalues ? want->nvalues : 1));
+        for (int i = 0; i < want->nvalues; i++) {
+          if (want->values[i].len == e->str.len && memcmp(want->values[i].s, e->str.s, e->str.len) == 0) return;
+          if (names) names[i] = want->values[i].s;
+        }
+        const char *near = names && strlen(e->str.s) == e->str.len ? dg_suggest(e->str.s, names, want->nvalues) : NULL;
+        ERR(c, at, "%s must be one of %s%s%s%s", path, enum_list(c, want), near ? ". Did you mean \"" : "",
+            near ? near : "", near ? "\"?" : "");
+        return;
+      }
+      break;
+    case PT_INT: {
+      pm_num n;
+      ok = number(have);
+      if (ok && have.kind == VT_FLOAT && pm_lit_number(e, &n) && !n.is_int) {
+        if (n.d != floor(n.d)) ok = 0;
+        else if (!(n.d >= -9223372036854775808.0 && n.d < 9223372036854775808.0)) {
+          ERR(c, at, "%s must be an integer that fits in 64 bits (from -2^63 to 2^63 - 1)", path);
+          return;
+        }
+      }
+      break;
+    }
+    case PT_FLOAT: ok = number(have); break;
+    case PT_BOOL: ok = have.kind == VT_BOOL; break;
+    /* an empty table is an empty array too */
+    case PT_ARRAY: ok = !scalar(have) && !(e->kind == EX_OBJECT && e->nprops > 0); break;
+    case PT_SCHEMA: ok = !scalar(have) && have.kind != VT_ARRAY; break;
+    default: break;
+  }
+  if (!ok) report_type(c, at, want, path);
+}
+
+static const ast_prop *prop_named(const ast_expr *obj, const char *name) {
+  const ast_prop *q = obj ? obj->props : NULL;
+  while (q && strcmp(q->key, name) != 0) q = q->next;
+  return q;
+}
+
+const pm_field *vt_input_field(pm_ctx *c, const pm_schema *s, const ast_expr *obj, const ast_prop *q,
+                               const char *path) {
+  const pm_field *f = record_field(s, q->key);
+  if (f) return f;
+  const char *near = near_field(c, s, q->key);
+  /* no close name: a field given under a wrong name is likely the one
+     required field the literal lacks */
+  const pm_field *lacking = NULL;
+  for (int i = 0; !*near && i < s->nfields; i++) {
+    if (!s->fields[i].required || prop_named(obj, s->fields[i].name)) continue;
+    if (lacking) { lacking = NULL; break; }
+    lacking = &s->fields[i];
+  }
+  if (lacking) near = ar_printf(c->a, " Did you mean '%s'?", lacking->name);
+  ERR(c, q->pos, "%s.%s is not allowed.%s", path, q->key, near);
+  return NULL;
+}
+
+void vt_missing(pm_ctx *c, const pm_schema *s, const ast_expr *obj, ast_pos pos, const char *path) {
+  for (int i = 0; i < s->nfields; i++) {
+    const pm_field *f = &s->fields[i];
+    if (!f->required) continue;
+    if (!prop_named(obj, f->name)) ERR(c, pos, "%s.%s is required", path, f->name);
+  }
 }

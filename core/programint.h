@@ -67,6 +67,15 @@ vt_type vt_field(pm_ctx *c, const ast_expr *e, vt_type obj);
 vt_type vt_index(pm_ctx *c, const ast_expr *e, vt_type obj);
 vt_type vt_unary(pm_ctx *c, const ast_expr *e, vt_type a);
 vt_type vt_binary(pm_ctx *c, const ast_expr *e, vt_type a, vt_type b);
+/* Reports e (of type have) when input validation would refuse it for a field
+   of type want, named path, on every run. */
+void vt_fits(pm_ctx *c, const ast_expr *e, vt_type have, const pm_type *want, int required, const char *path);
+/* The field of record s that the property q of the object literal obj
+   names; reports one that s does not have. */
+const pm_field *vt_input_field(pm_ctx *c, const pm_schema *s, const ast_expr *obj, const ast_prop *q,
+                               const char *path);
+/* Reports each required field of s that the object literal obj (NULL: none) lacks, at pos. */
+void vt_missing(pm_ctx *c, const pm_schema *s, const ast_expr *obj, ast_pos pos, const char *path);
 
 /* Checks a block of statements: the body of an agent's method (agent and
    its params, typed by its input) or the top level (agent NULL). Returns how many asks it holds. */

@@ -78,7 +78,7 @@ n = 1 + 2 * 3
     local dir = project(h.calculate .. 'x = tool calculate({ a: -1, b: 1, operation: "add" })')
     local r = h.run({ "program.luma" }, { cwd = dir })
     assert.are.equal(1, r.status)
-    assert.are.equal("Error: [TOOL_INPUT_INVALID] calculate.input.a must be at least 0\n", r.stderr)
+    assert.are.equal("Error: [TOOL_INPUT_INVALID] program.luma:13:5: calculate.input.a must be at least 0\n", r.stderr)
     assert.are.equal("", r.stdout)
   end)
 

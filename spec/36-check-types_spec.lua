@@ -56,6 +56,49 @@ describe("check: fields read on typed values", function()
   }
 end)
 
+describe("check: literal arguments against the tool's input", function()
+  check_cases {
+    { "report a missing required field", "s = tool add({ a: 1 })", { "10:14: add.input.b is required" } },
+    { "report an unknown field, suggesting the field it stands for", "s = tool add({ a: 1, c: 2 })",
+      { "10:14: add.input.b is required", "10:22: add.input.c is not allowed. Did you mean 'b'?" } },
+    { "report an unknown field close to a declared one", "s = tool add({ a: 1, b: 2, opp: \"add\" })",
+      { "10:28: add.input.opp is not allowed. Did you mean 'op'?" } },
+    { "report a literal of the wrong type", 's = tool add({ a: 1, b: "2" })', { "10:26: add.input.b must be an integer" } },
+    { "report a float that is not whole for an int", "s = tool add({ a: 1, b: 2.5 })",
+      { "10:25: add.input.b must be an integer" } },
+    { "report null on a required field", "s = tool add({ a: null, b: 2 })", { "10:19: add.input.a must be an integer" } },
+    { "report an enum value outside the enum, with a suggestion", 's = tool add({ a: 1, b: 2, op: "mull" })',
+      { '10:33: add.input.op must be one of "add", "mul". Did you mean "mul"?' } },
+    { "report inside nested records and arrays, with the validator's paths",
+      's = tool add({ a: 1, b: 2, at: { x: 1, z: 2 }, tags: ["a", 3] })',
+      { "10:32: add.input.at.y is required", "10:40: add.input.at.z is not allowed. Did you mean 'y'?",
+        "10:60: add.input.tags[2] must be a string" } },
+    { "report a call without an argument that needs one", "s = tool add()",
+      { "10:5: add.input.a is required", "10:5: add.input.b is required" } },
+    { "report an argument that is not an object", 's = tool add("a=1")', { "10:15: add.input must be an object" } },
+    { "report a value whose static type is wrong", 'd = tool classify({ text: "x" })\ns = tool add({ a: 1, b: d.kind })',
+      { "11:25: add.input.b must be an integer" } },
+    { "accept what the validator accepts: null on an optional field, 2.0 for an int, {} for an array",
+      "s = tool add({ a: 2.0, b: -3, op: null, tags: {} })", {} },
+    { "accept values known only at run time",
+      "v = tool value({}).v\ns = tool add({ a: v, b: v.b, at: v })\nt = tool add(v)", {} },
+    { "check a typed assignment's literal as its type", 'n: int = "x"\np: Point = { x: 1 }',
+      { "10:11: n must be an integer", "11:12: p.y is required" } },
+  }
+
+  it("name the statement's position when the value is only known at run time", function()
+    local dir = h.project {
+      ["program.luma"] = base .. 'v = tool value({ v: "2" }).v\ns = tool add({ a: 1, b: v })',
+      ["tools.lua"] = "return { value = function(i) return i end, add = function() return { total = 0 } end,\n" ..
+      "  classify = function() return { kind = 'Invoice', number = '1' } end }",
+      ["luma.config.json"] = '{ "tool_modules": ["tools.lua"] }',
+    }
+    local r = h.run({ "program.luma" }, { cwd = dir })
+    assert.are.equal(1, r.status)
+    assert.are.equal("Error: [TOOL_INPUT_INVALID] program.luma:11:5: add.input.b must be an integer\n", r.stderr)
+  end)
+end)
+
 describe("check: variables read before any assignment", function()
   check_cases {
     { "report a read that comes before the first assignment", 'x = "v={later}"\nlater = 1',
