@@ -691,6 +691,7 @@ pm_program *pm_build(const char *src, size_t len, const char *chunk, const pm_li
   declare(c);
   collect_names(c);
   build_schemas(c);
+  vt_check_schemas(c);
   for (ast_decl *d = p->ast->decls; d; d = d->next) {
     if (!d->model || pm_lookup(c, d->name) != d) continue;
     if (d->kind == DC_TOOL) build_tool(c, d);

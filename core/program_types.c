@@ -1,9 +1,9 @@
 /* The static types of the statements' values, and what a type checker
    proves from them at load time: fields that a schema does not have,
-   operators on values that can never take them, and literal arguments that
-   a tool's input refuses. Every rule reports only an error that every run
-   would meet: a type that is not known (any, an error object, a join of two
-   kinds) never reports. */
+   operators on values that can never take them, literal arguments that a
+   tool's input refuses, and schemas that no value can satisfy. Every rule
+   reports only an error that every run would meet: a type that is not
+   known (any, an error object, a join of two kinds) never reports. */
 #include <math.h>
 #include <string.h>
 
@@ -290,5 +290,76 @@ void vt_missing(pm_ctx *c, const pm_schema *s, const ast_expr *obj, ast_pos pos,
     const pm_field *f = &s->fields[i];
     if (!f->required) continue;
     if (!prop_named(obj, f->name)) ERR(c, pos, "%s.%s is required", path, f->name);
+  }
+}
+
+/* ------------------------------------------------ schemas that hold values */
+
+/* The schema a value of type t cannot do without: t itself, or the items
+   of an array that must have some; NULL when t has a value of its own. */
+static const pm_schema *needed_schema(const pm_type *t) {
+  while (t && t->kind == PT_ARRAY && (t->rules & PR_MINITEMS) && t->minitems > 0) t = t->elem;
+  return t && t->kind == PT_SCHEMA ? t->schema : NULL;
+}
+
+/* A schema can hold a value when a record's required fields all can, or
+   when one member of a union can: a least fixed point, found by a worklist
+   from the schemas that need nothing (linear in the fields). */
+void vt_check_schemas(pm_ctx *c) {
+  pm_program *p = c->p;
+  int n = p->nschemas, nedges = 0;
+  for (int i = 0; i < n; i++)
+    nedges += p->schemas[i]->is_union ? p->schemas[i]->nmembers : p->schemas[i]->nfields;
+  int *need = ar_alloc(c->a, sizeof *need * (size_t)(n + 1));
+  int *head = ar_alloc(c->a, sizeof *head * (size_t)(n + 1));
+  int *next = ar_alloc(c->a, sizeof *next * (size_t)(nedges + 1));
+  int *to = ar_alloc(c->a, sizeof *to * (size_t)(nedges + 1));
+  int *queue = ar_alloc(c->a, sizeof *queue * (size_t)(n + 1));
+  char *holds = ar_alloc(c->a, (size_t)(n + 1));
+  if (!need || !head || !next || !to || !queue || !holds) return;
+  int e = 0, nq = 0;
+  for (int i = 0; i < n; i++) head[i] = -1;
+  for (int i = 0; i < n; i++) {
+    const pm_schema *s = p->schemas[i];
+    need[i] = 0;
+    holds[i] = 0;
+    if (s->is_union) {
+      need[i] = s->nmembers > 0;
+      for (int j = 0; j < s->nmembers; j++) {
+        to[e] = i, next[e] = head[s->members[j]->index], head[s->members[j]->index] = e++;
+      }
+    } else {
+      for (int j = 0; j < s->nfields; j++) {
+        const pm_schema *dep = s->fields[j].required ? needed_schema(s->fields[j].type) : NULL;
+        if (!dep) continue;
+        need[i]++;
+        to[e] = i, next[e] = head[dep->index], head[dep->index] = e++;
+      }
+    }
+    if (need[i] == 0) { holds[i] = 1; queue[nq++] = i; }
+  }
+  for (int q = 0; q < nq; q++)
+    for (int k = head[queue[q]]; k >= 0; k = next[k])
+      if (!holds[to[k]] && --need[to[k]] == 0) { holds[to[k]] = 1; queue[nq++] = to[k]; }
+  for (int i = 0; i < n; i++) {
+    const pm_schema *s = p->schemas[i];
+    if (holds[i] || s->internal) continue;
+    if (s->is_union) {
+      const char *names = "";
+      for (int j = 0; j < s->nmembers && j < 8; j++)
+        names = ar_printf(c->a, "%s%s%s", names, j ? ", " : "", s->members[j]->name);
+      ERR(c, s->pos, "Schema '%s' can never be satisfied: none of its members (%s%s) can be built.", s->name, names,
+          s->nmembers > 8 ? ", ..." : "");
+      continue;
+    }
+    for (int j = 0; j < s->nfields; j++) {
+      const pm_schema *dep = s->fields[j].required ? needed_schema(s->fields[j].type) : NULL;
+      if (!dep || holds[dep->index]) continue;
+      ERR(c, s->fields[j].pos,
+          "Schema '%s' can never be satisfied: its required field '%s' needs a value of '%s', and none can be "
+          "built. Make a field optional ('%s?: ...'), or give the cycle a way out.", s->name, s->fields[j].name,
+          dep->name, s->fields[j].name);
+      break;
+    }
   }
 }

@@ -76,6 +76,10 @@ const pm_field *vt_input_field(pm_ctx *c, const pm_schema *s, const ast_expr *ob
                                const char *path);
 /* Reports each required field of s that the object literal obj (NULL: none) lacks, at pos. */
 void vt_missing(pm_ctx *c, const pm_schema *s, const ast_expr *obj, ast_pos pos, const char *path);
+/* Reports each declared schema that no value can satisfy: required fields
+   that need the schema again, with no optional field, empty array or union
+   member that ends the recursion. */
+void vt_check_schemas(pm_ctx *c);
 
 /* Checks a block of statements: the body of an agent's method (agent and
    its params, typed by its input) or the top level (agent NULL). Returns how many asks it holds. */

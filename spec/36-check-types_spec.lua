@@ -130,6 +130,22 @@ describe("check: operators on values of the wrong type", function()
   }
 end)
 
+describe("check: schemas that no value can satisfy", function()
+  check_cases {
+    { "report a required field of its own schema", "schema Loop { self: Loop }",
+      { "10:15: Schema 'Loop' can never be satisfied: its required field 'self' needs a value of 'Loop', and none can be built. Make a field optional ('self?: ...'), or give the cycle a way out." } },
+    { "report a cycle through two schemas, and through an array that must have items",
+      "schema A { b: B }\nschema B { a: A[] @items(1, null) }",
+      { "10:12: Schema 'A' can never be satisfied: its required field 'b' needs a value of 'B', and none can be built. Make a field optional ('b?: ...'), or give the cycle a way out.",
+        "11:12: Schema 'B' can never be satisfied: its required field 'a' needs a value of 'A', and none can be built. Make a field optional ('a?: ...'), or give the cycle a way out." } },
+    { "report a union whose every member is recursive", "schema U = C tagged by kind\nschema C { u: U }",
+      { "10:8: Schema 'U' can never be satisfied: none of its members (C) can be built.",
+        "11:12: Schema 'C' can never be satisfied: its required field 'u' needs a value of 'U', and none can be built. Make a field optional ('u?: ...'), or give the cycle a way out." } },
+    { "accept a way out: an optional field, an array that may be empty, a member that ends the recursion",
+      "schema L1 { next?: L1 }\nschema L2 { kids: L2[] }\nschema Leaf { v: int }\nschema Node { l: Tree, r: Tree }\nschema Tree = Node | Leaf tagged by kind", {} },
+  }
+end)
+
 describe("check: no false errors", function()
   it("passes every example with `luma-lua check`", function()
     local examples = {}
