@@ -159,3 +159,27 @@ describe("check: no false errors", function()
     end
   end)
 end)
+
+describe("check: the README's section on it", function()
+  it("shows the errors luma-lua check prints for its program", function()
+    local readme = h.read(h.root .. "/README.md")
+    local section = readme:match("### What `check` proves.-\n### ")
+    -- the lines of an indented block, without their indentation
+    local function indented(text)
+      local lines = {}
+      for line in (text .. "\n"):gmatch("([^\n]*)\n") do lines[#lines + 1] = line:sub(5) end
+      return lines
+    end
+    local program = indented(section:match("This program\n\n(.-)\n\ngets"))
+    local shown = indented(section:match("gets %b()%:\n\n(.-)\n\n"))
+    assert.is_true(#program > 5 and #shown > 5)
+    local r = h.run({ "check", h.program_file(table.concat(program, "\n") .. "\n") })
+    local got = {}
+    for line in r.stderr:gmatch("[^\n]+") do
+      local message = line:match("^[^:]+%.luma(:%d+:%d+: .*)$")
+      if message then got[#got + 1] = "program.luma" .. message end
+    end
+    assert.are.same(shown, got)
+  end)
+end)
+
