@@ -651,7 +651,7 @@ static void check_agent(pm_ctx *c, ast_decl *d) {
     pm->input->internal = 1;
     pm->input->fields = build_fields(c, m->params, &pm->input->nfields, ar_printf(c->a, "Method '%s.%s'", d->name, m->name));
     if (m->ret) pm->ret = pm_resolve_type(c, m->ret, 0);
-    asks += pc_check_block(c, ag, m->params, m->body);
+    asks += pc_check_block(c, ag, m->params, pm->input, m->body);
   }
   if (asks > 0 && !ag->model && !pm_config_entry(d, "model") && !d->broken)
     ERR(c, d->name_pos, "Agent '%s' uses ask but has no model.", d->name);
@@ -691,6 +691,7 @@ pm_program *pm_build(const char *src, size_t len, const char *chunk, const pm_li
   declare(c);
   collect_names(c);
   build_schemas(c);
+  vt_check_schemas(c);
   for (ast_decl *d = p->ast->decls; d; d = d->next) {
     if (!d->model || pm_lookup(c, d->name) != d) continue;
     if (d->kind == DC_TOOL) build_tool(c, d);
@@ -698,7 +699,7 @@ pm_program *pm_build(const char *src, size_t len, const char *chunk, const pm_li
   }
   for (ast_decl *d = p->ast->decls; d; d = d->next)
     if (d->kind == DC_AGENT && d->model && pm_lookup(c, d->name) == d) check_agent(c, d);
-  pc_check_block(c, NULL, NULL, p->ast->stmts);
+  pc_check_block(c, NULL, NULL, NULL, p->ast->stmts);
   if (p->arena.failed) { pm_free(p); return NULL; }
   dg_sort(&p->diag);
   return p;

@@ -1,7 +1,8 @@
 /*
  * Inside the program model (program.h): what program.c shares with the
  * statement checker (program_check.c), which checks the statements of agent
- * methods and of the top level against the declarations, and with the
+ * methods and of the top level against the declarations, with the types
+ * of the statements' values and of schemas (program_types.c), and with the
  * reader of configuration blocks (program_config.c).
  */
 #ifndef LUMA_PROGRAMINT_H
@@ -46,8 +47,43 @@ void pm_read_agent_config(pm_ctx *c, const ast_decl *d, pm_agent *a, const char 
 void pm_read_model_config(pm_ctx *c, const ast_decl *d, pm_model *m, const char *owner);
 const ast_config *pm_config_entry(const ast_decl *d, const char *key);
 
+/* program_types.c: the static type of a value in the statements. */
+typedef enum { VT_UNKNOWN, VT_NULL, VT_BOOL, VT_INT, VT_FLOAT, VT_STRING, VT_ARRAY, VT_OBJECT, VT_RECORD } vt_kind;
+typedef struct vt_type {
+  vt_kind kind;               /* VT_UNKNOWN: any value; VT_NULL: null only; VT_FLOAT: any number */
+  int nullable;               /* the value may also be null */
+  const pm_type *elem;        /* VT_ARRAY: its items' type, or NULL when not known */
+  const pm_schema *schema;    /* VT_RECORD: a record or a tagged union */
+} vt_type;
+
+/* The type of a value that t validated (nullable: an optional field's). */
+vt_type vt_from(const pm_type *t, int nullable);
+vt_type vt_kind_of(vt_kind k);
+/* The type of a value that has type a or type b. */
+vt_type vt_join(vt_type a, vt_type b);
+/* The type of e (EX_FIELD, EX_INDEX, EX_UNARY, EX_BINARY) from its operands',
+   reporting what refuses every value of them. */
+vt_type vt_field(pm_ctx *c, const ast_expr *e, vt_type obj);
+vt_type vt_index(pm_ctx *c, const ast_expr *e, vt_type obj);
+vt_type vt_unary(pm_ctx *c, const ast_expr *e, vt_type a);
+vt_type vt_binary(pm_ctx *c, const ast_expr *e, vt_type a, vt_type b);
+/* Reports e (of type have) when input validation would refuse it for a field
+   of type want, named path, on every run. */
+void vt_fits(pm_ctx *c, const ast_expr *e, vt_type have, const pm_type *want, int required, const char *path);
+/* The field of record s that the property q of the object literal obj
+   names; reports one that s does not have. */
+const pm_field *vt_input_field(pm_ctx *c, const pm_schema *s, const ast_expr *obj, const ast_prop *q,
+                               const char *path);
+/* Reports each required field of s that the object literal obj (NULL: none) lacks, at pos. */
+void vt_missing(pm_ctx *c, const pm_schema *s, const ast_expr *obj, ast_pos pos, const char *path);
+/* Reports each declared schema that no value can satisfy: required fields
+   that need the schema again, with no optional field, empty array or union
+   member that ends the recursion. */
+void vt_check_schemas(pm_ctx *c);
+
 /* Checks a block of statements: the body of an agent's method (agent and
-   its params) or the top level (agent NULL). Returns how many asks it holds. */
-int pc_check_block(pm_ctx *c, const pm_agent *agent, const ast_field *params, const ast_stmt *body);
+   its params, typed by its input) or the top level (agent NULL). Returns how many asks it holds. */
+int pc_check_block(pm_ctx *c, const pm_agent *agent, const ast_field *params, const pm_schema *input,
+                   const ast_stmt *body);
 
 #endif

@@ -27,7 +27,7 @@ build = {
         "sandbox/wire.c", "sandbox/isolate.c", "sandbox/child.c", "sandbox/confine.c",
         "adapters/adapter.c", "adapters/openai.c", "adapters/responses.c", "adapters/anthropic.c", "adapters/gemini.c",
         "adapters/schema.c",
-        "core/diag.c", "core/lex.c", "core/parse.c", "core/program.c", "core/program_check.c", "core/program_config.c", "core/regex.c", "core/jsonschema.c", "core/idem.c",
+        "core/diag.c", "core/lex.c", "core/parse.c", "core/program.c", "core/program_check.c", "core/program_types.c", "core/program_config.c", "core/regex.c", "core/jsonschema.c", "core/idem.c",
         "core/pool.c", "core/record.c", "core/idem_sqlite.c", "core/idem_redis.c", "core/idem_file.c",
         "core/validate.c", "core/validate_bind.c", "core/validate_issues.c", "core/pipeline.c", "core/call.c", "core/policy.c", "core/needs.c", "core/cache.c",
         "core/idempotent.c", "core/attempt.c", "core/output.c", "core/breaker.c", "core/telemetry.c", "core/runtime.c",

@@ -8,7 +8,7 @@ end
 -- The statements of `agent A { fn run() { <body> } }`, with a tool t.
 local function body_of(body)
   local source = "schema R { v: int }\ntool t(v: int) -> R {}\nmodel M { provider: \"openai\"\nname: \"m\" }\n" ..
-    "agent A {\n  model: M\n  tools: [t]\n  fn run(x: int, a: int, b: int, c: int) -> R {\n" .. body .. "\n  }\n}\n"
+    "agent A {\n  model: M\n  tools: [t]\n  fn run(x: any, a: int, b: int, c: int) -> R {\n" .. body .. "\n  }\n}\n"
   return ast_of(source).agents[1].methods[1].body
 end
 

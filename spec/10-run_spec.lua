@@ -78,7 +78,7 @@ n = 1 + 2 * 3
     local dir = project(h.calculate .. 'x = tool calculate({ a: -1, b: 1, operation: "add" })')
     local r = h.run({ "program.luma" }, { cwd = dir })
     assert.are.equal(1, r.status)
-    assert.are.equal("Error: [TOOL_INPUT_INVALID] calculate.input.a must be at least 0\n", r.stderr)
+    assert.are.equal("Error: [TOOL_INPUT_INVALID] program.luma:13:5: calculate.input.a must be at least 0\n", r.stderr)
     assert.are.equal("", r.stdout)
   end)
 
@@ -150,12 +150,16 @@ n = 1 + 2 * 3
 end)
 
 describe("statements", function()
+  -- After the body, so that positions in it do not move: `tool value({ v: x }).v`
+  -- is x as a value of type any, whose kind only the run knows.
+  local ANY = "\nschema Any { v?: any }\ntool value(v?: any) -> Any {}"
   local function run(body, tools)
-    local program = luma.compile(h.calculate .. body)
+    local program = luma.compile(h.calculate .. body .. ANY)
     program:register("calculate", function(i)
       if i.operation == "add" then return { result = i.a + i.b } end
       return { result = i.a * i.b }
     end)
+    program:register("value", function(i) return i end)
     for name, fn in pairs(tools or {}) do program:register(name, fn) end
     return program:run()
   end
@@ -197,8 +201,8 @@ describe("statements", function()
 
   it("fail with the position on indexing what is not a list or an object, and on modulo by zero", function()
     local cases = {
-      { "x = 5\ny = x[1]", "program.luma:14:6: cannot index number" },
-      { 'x = "abc"\ny = x.length', "program.luma:14:6: cannot read field 'length' of string" },
+      { "x = tool value({ v: 5 }).v\ny = x[1]", "program.luma:14:6: cannot index number" },
+      { 'x = tool value({ v: "abc" }).v\ny = x.length', "program.luma:14:6: cannot read field 'length' of string" },
       { "x = 7 % 0", "program.luma:13:7: division by zero" },
       { "x = 7.5 / 0", "program.luma:13:9: division by zero" },
     }
@@ -225,14 +229,14 @@ describe("statements", function()
   end)
 
   it("fail clearly on a field of null", function()
-    local err = h.raised(run, "x = null\ny = x.field")
+    local err = h.raised(run, "x = tool value({}).v\ny = x.field")
     assert.are.equal("RUNTIME_ERROR", err.code)
     assert.are.equal("program.luma:14:6: cannot read field 'field' of null", err.message)
   end)
 
   it("fail clearly on arithmetic with the wrong types", function()
-    local err = h.raised(run, 'x = 1 + "a"')
-    assert.are.equal("program.luma:13:7: cannot apply '+' to number and string", err.message)
+    local err = h.raised(run, 'a = tool value({ v: "a" }).v\nx = 1 + a')
+    assert.are.equal("program.luma:14:7: cannot apply '+' to number and string", err.message)
     err = h.raised(run, "x = 1 / 0")
     assert.are.equal("program.luma:13:7: division by zero", err.message)
   end)

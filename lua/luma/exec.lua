@@ -151,13 +151,25 @@ function exec.new(program)
 
   -- In a method started with agent:start, a tool call or an ask starts
   -- without blocking and the method's coroutine yields until it is done.
+  -- An argument that input validation refused names the call's position
+  -- too: `add.input.b is required` alone does not say which call it was.
+  local function placed(name, line, col, ok, result)
+    if ok then return result end
+    if core.is_error(result) and result.code == "TOOL_INPUT_INVALID" and result.tool == name and
+        type(result.details) == "table" and result.details.violations then
+      result.message = chunk .. ":" .. line .. ":" .. col .. ": " .. result.message
+    end
+    error(result, 0)
+  end
+
   function R.tool(scope, name, arg, line, col)
     local future = exec.futures[coroutine.running()]
     if future then
-      return (future:await_step(program:start(name, arg == nil and {} or arg, { scope = scope })))
+      return placed(name, line, col, pcall(function()
+        return (future:await_step(program:start(name, arg == nil and {} or arg, { scope = scope })))
+      end))
     end
-    local result = program:invoke(scope, name, arg == nil and {} or arg)
-    return result
+    return placed(name, line, col, pcall(program.invoke, program, scope, name, arg == nil and {} or arg))
   end
 
   function R.ask(scope, prompt, schema, using, line, col)
