@@ -334,7 +334,9 @@ end)
 -- ------------------------------------------- files other processes change
 
 describe("strict io against other processes", function()
-  local ROUNDS, FILES = 500, 10
+  -- (valgrind runs the threads of a process one at a time: a round of
+  -- creators waiting on each other takes it far longer)
+  local ROUNDS, FILES = h.by_instrumentation(500, 500, 50), 10
   -- Each round, every creator marks its arrival and waits for the others'
   -- marks, then all open the same FILES new files, <round>.txt,
   -- <round>-2.txt..., one after the other, to append their letter to each.
