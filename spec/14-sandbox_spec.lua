@@ -514,6 +514,15 @@ local CORPUS = {
       if f then opened[#opened + 1] = path f:close() end
     end
     return { v = "[" .. table.concat(opened, ",") .. "]" }]], v = "[]" },
+  file_not_regular = { [[
+    local said = {}
+    for _, case in ipairs { { "sub", "r" }, { "sub/..", "a" }, { "fifo", "r" }, { "fifo", "w" } } do
+      local f, e = io.open(case[1], case[2])
+      said[#said + 1] = f and "opened" or e:match("[^/]*$")
+    end
+    return { v = table.concat(said, "; ") }]],
+    v = "sub: Is a directory; ..: Is a directory; fifo: not a regular file, not available to a strict tool module; " ..
+      "fifo: not a regular file, not available to a strict tool module" },
   file_lines_outside = { "for l in io.lines('/etc/passwd') do end", code = "TOOL_FAILED",
     message = "/etc/passwd: outside the project, not available to a strict tool module" },
   file_write_code = { [[
@@ -677,8 +686,8 @@ describe("a hostile corpus of handlers, each ending cleanly, stopped by " .. mec
     p, dir = sandboxed(STRICT, handlers, { ["lib/keep.lua"] = "return {}", ["sub/keep.txt"] = "",
       ["lib/slow.lua"] = "return a" .. (" or a"):rep(3e5) }, timeouts)
     assert(os.execute(string.format("ln -s /proc/self/environ %s/env_link && ln -s /etc/passwd %s/link_out && " ..
-      "ln -s %s/mod.lua %s/link_mod.lua && ln -s /tmp/luma-escape.txt %s/escape_link",
-      h.quote(dir), h.quote(dir), h.quote(outside), h.quote(dir), h.quote(dir))))
+      "ln -s %s/mod.lua %s/link_mod.lua && ln -s /tmp/luma-escape.txt %s/escape_link && mkfifo %s/fifo",
+      h.quote(dir), h.quote(dir), h.quote(outside), h.quote(dir), h.quote(dir), h.quote(dir))))
   end)
 
   it("has at least 40 attacks", function()
