@@ -233,6 +233,7 @@ static int open_flags(const char *mode) {
   }
 }
 
+/* The close of the files opened here, as liolib's own (which is static). */
 static int close_file(lua_State *L) {
   luaL_Stream *p = (luaL_Stream *)luaL_checkudata(L, 1, LUA_FILEHANDLE);
   errno = 0;
