@@ -65,6 +65,8 @@ CORE_LUA  = core/validate.c core/validate_bind.c core/validate_issues.c core/pip
 CORE_SRC  = $(BASE) $(SANDBOX) $(ADAPTERS) $(CORE_PURE) $(CORE_LUA)
 CORE_OBJ  = $(CORE_SRC:%.c=$(BUILD)/obj/%.o)
 CTESTS    = $(patsubst spec/c/%.c,$(BUILD)/%,$(wildcard spec/c/test_*.c))
+# what specs preload, built with the tests
+SPEC_SOS  = $(BUILD)/forge_reply.so
 
 # libluma: the C API (core/luma.h, core/embed.c) with the Lua half compiled
 # in as text and a private Lua 5.4 linked statically, exporting only luma_*.
@@ -166,7 +168,7 @@ deps:
 # The specs' temporary files go to a folder of the run's own, removed after it
 # whatever the outcome.
 test: deps
-	@$(MAKE) --no-print-directory all $(CTESTS)
+	@$(MAKE) --no-print-directory all $(CTESTS) $(SPEC_SOS)
 	@rm -f $(RESULTS); status=0; \
 	tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/luma-run-XXXXXX") && export TMPDIR=$$tmp || exit 1; \
 	for t in $(CTESTS); do LUMA_TEST_RESULTS=$(RESULTS) $(SAN_ENV) $$t || status=1; done; \
@@ -183,7 +185,7 @@ test: deps
 VALGRIND = valgrind -q --error-exitcode=99 --leak-check=full --fair-sched=yes
 valgrind: deps
 	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES=valgrind
-	@$(MAKE) --no-print-directory all $(CTESTS)
+	@$(MAKE) --no-print-directory all $(CTESTS) $(SPEC_SOS)
 	@rm -f $(RESULTS); status=0; \
 	tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/luma-run-XXXXXX") && export TMPDIR=$$tmp || exit 1; \
 	for t in $(CTESTS); do LUMA_TEST_RESULTS=$(RESULTS) $(VALGRIND) $$t || status=1; done; \
@@ -203,6 +205,10 @@ demo: deps all
 
 $(BUILD)/bench_stores: bench/stores/run.c $(CORE_OBJ)
 	$(CC) $(ALL_CFLAGS) $(INC_core) $(LDFLAGS) -o $@ $< $(CORE_OBJ) $(LUA_LIB) $(LIBS)
+
+# spec/35: preloaded into luma-lua, makes a handler process forge its reply
+$(BUILD)/forge_reply.so: spec/support/forge_reply.c
+	$(CC) $(CSTD) $(WARN) $(CFLAGS) -fPIC -shared -o $@ $< -ldl
 
 # bench/pipeline: counts the allocator's calls in a process it is preloaded into
 $(BUILD)/bench_allocs.so: bench/pipeline/allocs.c
