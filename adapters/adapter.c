@@ -365,7 +365,7 @@ static int parse(const ad_model *m, const ad_response *r, ar_arena *a, ad_turn *
   err->retry_after_ms = -1;
   const ad_family *f = family(m);
   char why[200] = "";
-  jv *body = r->len ? json_parse(a, r->body, r->len, AD_JSON_DEPTH, why, sizeof why) : NULL;
+  jv *body = r->len ? json_parse(a, r->body, r->len, LIM_MODEL_JSON_DEPTH, why, sizeof why) : NULL;
   if (r->status < 200 || r->status >= 300) {
     const char *message = NULL, *type = NULL;
     long long delay = -1;

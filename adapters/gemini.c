@@ -36,7 +36,7 @@ static void ge_results(ad_conv *c, const ad_turn *t, const ad_result *r) {
     ar_arena a;
     ar_init(&a);
     char why[100];
-    jv *v = r[i].content ? json_parse(&a, r[i].content, r[i].len, AD_JSON_DEPTH, why, sizeof why) : NULL;
+    jv *v = r[i].content ? json_parse(&a, r[i].content, r[i].len, LIM_MODEL_JSON_DEPTH, why, sizeof why) : NULL;
     if (r[i].is_error && v && v->type == JV_OBJ && jv_get(v, "error")) {
       jv_write(&c->items, v, 0);
     } else {

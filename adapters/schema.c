@@ -59,7 +59,7 @@ static void note(ar_arena *a, sb_buf *desc, const char *what, const jv *v) {
 }
 
 static jv *convert(ar_arena *a, const jv *s, dialect d, int depth) {
-  if (!s || s->type != JV_OBJ || depth > AD_JSON_DEPTH) return ad_share(a, s);
+  if (!s || s->type != JV_OBJ || depth > LIM_MODEL_JSON_DEPTH) return ad_share(a, s);
   jv *o = jv_obj(a);
   const jv *props = NULL, *required = NULL, *ref = jv_get(s, "$ref");
   sb_buf desc;

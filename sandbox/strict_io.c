@@ -13,6 +13,7 @@
 #include <lualib.h>
 
 #include "compat.h"
+#include "luma_limits.h"
 
 #if LUA_VERSION_NUM >= 504
 
@@ -83,9 +84,8 @@ refused:
 }
 
 /* The files a strict module has opened, in a weak table: at most
-   SX_MAX_FILES are open at once, so that a module cannot take every file
-   descriptor of the process. */
-#define SX_MAX_FILES 32
+   LIM_MAX_OPEN_FILES are open at once, so that a module cannot take every
+   file descriptor of the process. */
 static const char files_key = 0;
 
 static int open_files(lua_State *L) {
@@ -114,9 +114,9 @@ static int open_files(lua_State *L) {
 }
 
 static int room_for_a_file(lua_State *L) {
-  if (open_files(L) < SX_MAX_FILES) return 1;
+  if (open_files(L) < LIM_MAX_OPEN_FILES) return 1;
   lua_gc(L, LUA_GCCOLLECT, 0);   /* files no longer reachable are closed */
-  return open_files(L) < SX_MAX_FILES;
+  return open_files(L) < LIM_MAX_OPEN_FILES;
 }
 
 static void remember_file(lua_State *L, int idx) {
@@ -130,7 +130,7 @@ static void remember_file(lua_State *L, int idx) {
   lua_pop(L, 1);
 }
 
-#define TOO_MANY_FILES "too many open files (at most 32 in a strict tool module)"
+#define TOO_MANY_FILES "too many open files (at most %d in a strict tool module)"
 
 /* Calls the original function (upvalue 1) with the first argument replaced
    by the checked path on the top of the stack. */
@@ -155,7 +155,7 @@ static int s_io_open(lua_State *L) {
   }
   if (!room_for_a_file(L)) {
     lua_pushnil(L);
-    lua_pushfstring(L, "%s: " TOO_MANY_FILES, path);
+    lua_pushfstring(L, "%s: " TOO_MANY_FILES, path, LIM_MAX_OPEN_FILES);
     return 2;
   }
   int n = call_with_path(L);
@@ -169,7 +169,7 @@ static int s_io_lines(lua_State *L) {
   const char *why;
   const char *full = project_path(L, path, 0, &why);
   if (!full) return luaL_error(L, "%s: %s", path, why);
-  if (!room_for_a_file(L)) return luaL_error(L, "%s: " TOO_MANY_FILES, path);
+  if (!room_for_a_file(L)) return luaL_error(L, "%s: " TOO_MANY_FILES, path, LIM_MAX_OPEN_FILES);
   int n = call_with_path(L);
   if (n >= 4) remember_file(L, 4);   /* Lua 5.4 returns the file as its fourth value */
   return n;
