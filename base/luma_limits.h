@@ -2,7 +2,8 @@
    whether a user may set it through opts.limits (luma.load, luma.compile).
    C code reads the defaults as LIM_<NAME>; Lua reads core.limits, { [name] =
    default } with the name in lower case; the README's "Limits" table lists
-   the same rows (spec/15 checks it).
+   the same rows (spec/16 checks it, and that the C sources read every row
+   by its LIM_ name rather than writing its number again).
 
    X(NAME, default, settable, what it bounds). Defaults fit an int.
    (Not "limits.h": with -Ibase that name would hide the C library's.) */

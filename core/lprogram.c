@@ -394,7 +394,7 @@ static void push_model_info(lua_State *L, const pm_model *m) {
   lua_createtable(L, 0, 10);
   set_str(L, "kind", "model");
   set_str(L, "name", m->name);
-  set_str(L, "provider", pm_provider_names[m->provider]);
+  set_str(L, "provider", ad_providers[m->provider].name);
   set_str(L, "model", m->model);
   set_str(L, "base_url", m->base_url);
   set_str(L, "api", pm_api_names[m->api]);

@@ -45,6 +45,8 @@ void pm_read_tool_config(pm_ctx *c, const ast_decl *d, pm_tool *t, const char *o
 void pm_read_agent_config(pm_ctx *c, const ast_decl *d, pm_agent *a, const char *owner);
 void pm_read_model_config(pm_ctx *c, const ast_decl *d, pm_model *m, const char *owner);
 const ast_config *pm_config_entry(const ast_decl *d, const char *key);
+/* "a", "b", "c": the names of a NULL-terminated list, quoted, for a message. */
+const char *pm_quoted(ar_arena *a, const char *const *names);
 
 /* Checks a block of statements: the body of an agent's method (agent and
    its params) or the top level (agent NULL). Returns how many asks it holds. */
