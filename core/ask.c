@@ -310,7 +310,7 @@ static void exchange_failed(ak_ask *a, const ad_error *e) {
   int d = lua_gettop(T);
   if (e->status) { lua_pushinteger(T, e->status); lua_setfield(T, d, "status"); }
   if (e->type) { lua_pushstring(T, e->type); lua_setfield(T, d, "type"); }
-  lua_pushstring(T, pm_provider_names[a->pm->provider]);
+  lua_pushstring(T, ad_providers[a->pm->provider].name);
   lua_setfield(T, d, "provider");
   lua_pushinteger(T, a->attempt);
   lua_setfield(T, d, "attempts");
@@ -328,7 +328,7 @@ static void received(ak_ask *a) {
     e.code = res->code == TP_HTTP_TIMEOUT ? LE_ASK_TIMEOUT : res->code == TP_HTTP_TOO_LARGE ? LE_ASK_RESPONSE_INVALID
                                                                                            : LE_ASK_PROVIDER_ERROR;
     e.retryable = res->code == TP_HTTP_TIMEOUT || res->retryable;
-    snprintf(msg, sizeof msg, "Model '%s' (%s): %s", a->pm->name, pm_provider_names[a->pm->provider], res->message);
+    snprintf(msg, sizeof msg, "Model '%s' (%s): %s", a->pm->name, ad_providers[a->pm->provider].name, res->message);
     e.message = msg;
     exchange_failed(a, &e);
     return;

@@ -259,7 +259,7 @@ void ak_emit(ak_ask *a) {
   lua_setfield(T, e, "agent");
   lua_pushstring(T, a->pm->model ? a->pm->model : a->pm->deployment);
   lua_setfield(T, e, "model");
-  lua_pushstring(T, pm_provider_names[a->pm->provider]);
+  lua_pushstring(T, ad_providers[a->pm->provider].name);
   lua_setfield(T, e, "provider");
   lua_pushinteger(T, a->turns);
   lua_setfield(T, e, "turns");

@@ -28,6 +28,7 @@
 
 #include "luafiles.h"
 #include "lruntime.h"
+#include "luma_limits.h"
 #include "runtime.h"
 #include "sandbox.h"
 
@@ -250,8 +251,8 @@ luma_runtime *luma_new(const luma_options *o, luma_error *err) {
     set_error(err, "INVALID_ARGUMENT", "luma_new: sleep_ms needs now_ms (the clock it sleeps on)");
     return NULL;
   }
-  if (o && o->workers > 256) {
-    set_error(err, "INVALID_ARGUMENT", "luma_new: workers must be at most 256, not %d", o->workers);
+  if (o && o->workers > LIM_MAX_WORKERS) {
+    set_error(err, "INVALID_ARGUMENT", "luma_new: workers must be at most %d, not %d", LIM_MAX_WORKERS, o->workers);
     return NULL;
   }
   luma_runtime *rt = calloc(1, sizeof *rt);

@@ -369,7 +369,7 @@ static void push_agent_info(lua_State *L, const pm_agent *ag) {
   if (ag->tool_timeout >= 0) set_int(L, "tool_timeout", ag->tool_timeout);
   if (ag->tool_timeout_max >= 0) set_int(L, "tool_timeout_max", ag->tool_timeout_max);
   set_int(L, "retries", ag->retries >= 0 ? ag->retries : 0);
-  set_int(L, "tool_result_max_bytes", ag->tool_result_max_bytes > 0 ? ag->tool_result_max_bytes : 65536);
+  set_int(L, "tool_result_max_bytes", ag->tool_result_max_bytes > 0 ? ag->tool_result_max_bytes : LIM_TOOL_RESULT_MAX_BYTES);
   set_str(L, "tool_policy", policies[ag->tool_policy]);
   if (ag->tool_scopes.present) {
     push_strings(L, ag->tool_scopes.items, ag->tool_scopes.n);
@@ -394,7 +394,7 @@ static void push_model_info(lua_State *L, const pm_model *m) {
   lua_createtable(L, 0, 10);
   set_str(L, "kind", "model");
   set_str(L, "name", m->name);
-  set_str(L, "provider", pm_provider_names[m->provider]);
+  set_str(L, "provider", ad_providers[m->provider].name);
   set_str(L, "model", m->model);
   set_str(L, "base_url", m->base_url);
   set_str(L, "api", pm_api_names[m->api]);

@@ -80,8 +80,8 @@ static int l_runtime(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     lua_getfield(L, 1, "workers");
     if (!lua_isnil(L, -1)) {
-      if (!lc_isinteger(L, -1) || lua_tointeger(L, -1) < 1 || lua_tointeger(L, -1) > 256)
-        return luaL_error(L, "runtime: workers must be an integer from 1 to 256");
+      if (!lc_isinteger(L, -1) || lua_tointeger(L, -1) < 1 || lua_tointeger(L, -1) > LIM_MAX_WORKERS)
+        return luaL_error(L, "runtime: workers must be an integer from 1 to %d", LIM_MAX_WORKERS);
       o.workers = (int)lua_tointeger(L, -1);
     }
     lua_pop(L, 1);
@@ -305,14 +305,15 @@ int lr_call_all(lua_State *L, pl_program *pg) {
     if (!lua_isnil(L, -1)) {
       if (!lc_isinteger(L, -1) || lua_tointeger(L, -1) < 1)
         return luaL_error(L, "call_all: concurrency must be a positive integer");
-      concurrency = lua_tointeger(L, -1) > 1000000 ? 1000000 : (int)lua_tointeger(L, -1);
+      /* more than the calls there can be is all of them at once */
+      concurrency = lua_tointeger(L, -1) > LIM_CALL_ALL_MAX_CALLS ? LIM_CALL_ALL_MAX_CALLS : (int)lua_tointeger(L, -1);
     }
     lua_getfield(L, 3, "scope");
     scope = lua_isnil(L, -1) ? 0 : lua_gettop(L);
   }
   pl_scope *sc = lr_check_scope(L, pg, scope);
   int n = (int)lc_rawlen(L, 2);
-  if (n > 10000) return luaL_error(L, "call_all: at most 10000 calls at once");
+  if (n > LIM_CALL_ALL_MAX_CALLS) return luaL_error(L, "call_all: at most %d calls at once", LIM_CALL_ALL_MAX_CALLS);
   luaL_checkstack(L, 3 * n + 16, "calling tools");
   /* scratch without finalizers (a finalizer costs more than a small call):
      nothing can raise between the first call's making and the last one's

@@ -12,6 +12,7 @@
 #include "arena.h"
 #include "ast.h"
 #include "diag.h"
+#include "providers.h"
 
 struct lre;
 
@@ -121,8 +122,6 @@ typedef struct pm_tool {
   int index;
 } pm_tool;
 
-typedef enum { PROV_OPENAI, PROV_AZURE, PROV_ANTHROPIC, PROV_GEMINI } pm_provider;
-extern const char *const pm_provider_names[];   /* by pm_provider, NULL-terminated */
 typedef enum { API_CHAT, API_RESPONSES } pm_api;
 extern const char *const pm_api_names[];        /* by pm_api, NULL-terminated */
 
@@ -136,7 +135,7 @@ typedef struct pm_headers {
 typedef struct pm_model {
   const char *name;
   ast_pos pos;
-  int provider;               /* pm_provider */
+  int provider;               /* ad_provider: a row of adapters/providers.h */
   int has_provider;
   int api;                    /* pm_api */
   int has_api;

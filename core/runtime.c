@@ -11,14 +11,13 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "luma_limits.h"
 #include "steps.h"
 
 #include <lauxlib.h>
 
-/* Calls started from handlers, nested deeper than this, fail: each level
-   holds a C stack frame of the driver. */
-#define RT_MAX_DEPTH 100
-
+/* Calls started from handlers, nested deeper than LIM_HOST_CALL_DEPTH,
+   fail: each level holds a C stack frame of the driver. */
 struct rt_runtime {
   int refs;
   int closed;
@@ -128,7 +127,7 @@ int rt_fd(const rt_runtime *rt) {
 }
 
 int rt_enter(rt_runtime *rt) {
-  if (rt->depth >= RT_MAX_DEPTH) return -1;
+  if (rt->depth >= LIM_HOST_CALL_DEPTH) return -1;
   rt->depth++;
   return 0;
 }

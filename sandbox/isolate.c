@@ -60,6 +60,7 @@
 #include "crypto.h"
 #include "errors.h"
 #include "lerror.h"
+#include "luma_limits.h"
 #include "state.h"
 #include "strbuf.h"
 #include "wire.h"
@@ -76,9 +77,8 @@ struct sx_child {
 #endif
 
 /* How long a new child may take to load the module, past the load budget
-   of module.c (10 s) or the call's deadline. */
+   (LIM_MODULE_LOAD_TIMEOUT_MS) or the call's deadline. */
 #define SPAWN_SLACK_MS 1000
-#define SPAWN_LOAD_MS 10000
 #define READY_MAX ((size_t)1 << 20)
 /* After a child closed its socket, how long its exit status is waited for
    before it is killed (it may have closed the socket and gone on). */
@@ -659,7 +659,7 @@ static int start_child(sx_state *s, long long deadline_ns, char *err, size_t err
   c->pidfd = open_pidfd(c);
   c->fd = sv[0];
   fcntl(c->fd, F_SETFL, fcntl(c->fd, F_GETFL) | O_NONBLOCK);
-  long long until = (deadline_ns ? deadline_ns : sx_now_ns() + SPAWN_LOAD_MS * 1000000LL) +
+  long long until = (deadline_ns ? deadline_ns : sx_now_ns() + (long long)LIM_MODULE_LOAD_TIMEOUT_MS * 1000000LL) +
                     ((long long)pol->kill_grace_ms + SPAWN_SLACK_MS) * 1000000LL;
   char *frame = NULL;
   size_t len = 0, want = 0;

@@ -237,8 +237,7 @@ void sx_open_strict(lua_State *L, const sx_strict *conf) {
   sx_open_luma(L);
   if (p->allow_network) {
     lua_getglobal(L, "luma");
-    sh_limits lim = { 30000, 8u << 20, 8u << 20 };
-    sh_push_http(L, http_deadline, http_error, &lim);
+    sh_push_http(L, http_deadline, http_error, NULL);
     lua_setfield(L, -2, "http");
     lua_pop(L, 1);
   }

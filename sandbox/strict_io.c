@@ -16,6 +16,7 @@
 #include <lualib.h>
 
 #include "compat.h"
+#include "luma_limits.h"
 
 #if LUA_VERSION_NUM >= 504
 
@@ -168,9 +169,8 @@ static const char *full_path(lua_State *L, const char *path, const char **root) 
 }
 
 /* The files a strict module has opened, in a weak table: at most
-   SX_MAX_FILES are open at once, so that a module cannot take every file
-   descriptor of the process. */
-#define SX_MAX_FILES 32
+   LIM_MAX_OPEN_FILES are open at once, so that a module cannot take every
+   file descriptor of the process. */
 static const char files_key = 0;
 
 static int open_files(lua_State *L) {
@@ -199,9 +199,9 @@ static int open_files(lua_State *L) {
 }
 
 static int room_for_a_file(lua_State *L) {
-  if (open_files(L) < SX_MAX_FILES) return 1;
+  if (open_files(L) < LIM_MAX_OPEN_FILES) return 1;
   lua_gc(L, LUA_GCCOLLECT, 0);   /* files no longer reachable are closed */
-  return open_files(L) < SX_MAX_FILES;
+  return open_files(L) < LIM_MAX_OPEN_FILES;
 }
 
 static void remember_file(lua_State *L, int idx) {
@@ -215,7 +215,7 @@ static void remember_file(lua_State *L, int idx) {
   lua_pop(L, 1);
 }
 
-#define TOO_MANY_FILES "too many open files (at most 32 in a strict tool module)"
+#define TOO_MANY_FILES "too many open files (at most %d in a strict tool module)"
 
 /* liolib's check of a mode: "r", "w" or "a", an optional "+", then "b"s */
 static int valid_mode(const char *mode) {
@@ -271,7 +271,7 @@ static int s_io_open(lua_State *L) {
   luaL_argcheck(L, valid_mode(mode), 2, "invalid mode");
   if (!room_for_a_file(L)) {
     lua_pushnil(L);
-    lua_pushfstring(L, "%s: " TOO_MANY_FILES, path);
+    lua_pushfstring(L, "%s: " TOO_MANY_FILES, path, LIM_MAX_OPEN_FILES);
     return 2;
   }
   const char *root, *why = OUTSIDE;
@@ -304,7 +304,7 @@ static int next_line(lua_State *L) {
 static int s_io_lines(lua_State *L) {
   if (lua_isnoneornil(L, 1)) return luaL_error(L, "io.lines needs a file name in a strict tool module");
   const char *path = luaL_checkstring(L, 1);
-  if (!room_for_a_file(L)) return luaL_error(L, "%s: " TOO_MANY_FILES, path);
+  if (!room_for_a_file(L)) return luaL_error(L, "%s: " TOO_MANY_FILES, path, LIM_MAX_OPEN_FILES);
   int formats = lua_gettop(L) - 1;
   const char *root, *why = OUTSIDE;
   const char *full = full_path(L, path, &root);
