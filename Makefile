@@ -69,7 +69,12 @@ CTESTS    = $(patsubst spec/c/%.c,$(BUILD)/%,$(wildcard spec/c/test_*.c))
 # libluma: the C API (core/luma.h, core/embed.c) with the Lua half compiled
 # in as text and a private Lua 5.4 linked statically, exporting only luma_*.
 LIBLUMA   = $(BUILD)/libluma.so
-LUA_STATIC ?= $(firstword $(wildcard /usr/lib/*/liblua5.4.a /usr/lib/liblua5.4.a /usr/local/lib/liblua.a))
+# Where the static Lua 5.4 is looked for. It comes with liblua5.4-dev, which
+# `deps` may install in the same run: the targets that run deps build in a
+# second make, which reads this after it; the recipe of liblua-private.a
+# looks again when make had found nothing.
+LUA_STATIC_SEARCH ?= /usr/lib/*/liblua5.4.a /usr/lib/liblua5.4.a /usr/local/lib/liblua.a
+LUA_STATIC ?= $(firstword $(wildcard $(LUA_STATIC_SEARCH)))
 LUA_FILES = $(sort $(wildcard lua/luma/*.lua))
 
 # Debian packages `make test` installs when run as root and one is missing.
@@ -135,8 +140,11 @@ $(BUILD)/obj/gen/luafiles.o: $(BUILD)/gen/luafiles.c core/luafiles.h
 # Debian's liblua5.4.a is not position-independent only in how it reads
 # stdin, stdout and stderr: those become variables of libluma (core/embed.c).
 $(BUILD)/liblua-private.a: $(LUA_STATIC)
+	@lua_a='$(LUA_STATIC)'; [ -n "$$lua_a" ] || lua_a=$$(ls -d $(LUA_STATIC_SEARCH) 2>/dev/null | head -n 1); \
+	if [ -z "$$lua_a" ]; then echo "no static Lua 5.4 in $(LUA_STATIC_SEARCH): install liblua5.4-dev (make deps) or set LUA_STATIC" >&2; exit 1; fi; \
+	echo "objcopy (stdin, stdout, stderr renamed) $$lua_a $@"; \
 	objcopy --redefine-sym stdin=luma_lua_stdin --redefine-sym stdout=luma_lua_stdout \
-	  --redefine-sym stderr=luma_lua_stderr $< $@
+	  --redefine-sym stderr=luma_lua_stderr "$$lua_a" $@
 
 $(LIBLUMA): $(CORE_OBJ) $(BUILD)/obj/core/embed.o $(BUILD)/obj/gen/luafiles.o $(BUILD)/liblua-private.a core/libluma.map
 	$(CC) -shared $(LDFLAGS) -Wl,--version-script=core/libluma.map -Wl,-soname,libluma.so.0 -Wl,-z,defs -o $@ \
@@ -192,7 +200,11 @@ valgrind: deps
 	$(LUA) spec/support/total.lua $(RESULTS) $$(( $(words $(CTESTS)) + 1 )) || status=1; \
 	rm -rf "$$tmp"; exit $$status
 
-demo: deps all
+# The targets that need the Debian packages run deps first, then build in a
+# second make: what the Makefile finds on the machine (LUA_STATIC) is found
+# after deps has installed it, and -j never builds while deps installs.
+demo: deps
+	@$(MAKE) --no-print-directory all
 	LUMA_BUILD=$(BUILD) bin/luma-lua check examples/calculate.luma
 	LUMA_BUILD=$(BUILD) bin/luma-lua tools examples/calculate.luma
 	LUMA_BUILD=$(BUILD) bin/luma-lua examples/calculate.luma
@@ -226,8 +238,9 @@ $(JIT_BUILD)/luma/core.so: $(JIT_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) -shared $(LDFLAGS) -o $@ $(JIT_OBJ) $(LIBS)
 
-bench: all $(BUILD)/bench_stores $(BUILD)/bench_scale $(BUILD)/bench_allocs.so $(JIT_BUILD)/luma/core.so
+bench: deps
 	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES="$(BENCH_PACKAGES)"
+	@$(MAKE) --no-print-directory all $(BUILD)/bench_stores $(BUILD)/bench_scale $(BUILD)/bench_allocs.so $(JIT_BUILD)/luma/core.so
 	@tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/luma-bench-XXXXXX") && $(BUILD)/bench_stores "$$tmp"; status=$$?; rm -rf "$$tmp"; exit $$status
 	@tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/luma-bench-XXXXXX") && $(BUILD)/bench_scale "$$tmp"; status=$$?; rm -rf "$$tmp"; exit $$status
 	LUMA_BUILD=$(BUILD) LUMA_JIT_BUILD=$(JIT_BUILD) $(LUA) bench/validate/run.lua
@@ -238,8 +251,9 @@ bench: all $(BUILD)/bench_stores $(BUILD)/bench_scale $(BUILD)/bench_allocs.so $
 # The direct call of bench/pipeline under callgrind: instructions per call,
 # and the functions that run the most of them (bench/pipeline/callgrind.lua).
 PROFILE_CALLS ?= 20000
-profile: all
+profile: deps
 	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES=valgrind
+	@$(MAKE) --no-print-directory all
 	LUMA_BUILD=$(BUILD) $(LUA) bench/pipeline/callgrind.lua $(PROFILE_CALLS)
 
 FUZZ_SECONDS ?= 600
