@@ -104,7 +104,8 @@ help:
 	@echo "make fuzz-adapters fuzz the providers' response parsers"
 	@echo "make fuzz-wire  fuzz the decoder of what a handler process sends back"
 	@echo "make install    install into PREFIX=$(PREFIX) (DESTDIR too): the command, the Lua module,"
-	@echo "                libluma, luma.h, luma.pc, the man page, the bash completion"
+	@echo "                luma/ffi.lua for LuaJIT, libluma, luma.h, luma.pc, the man page, the bash completion;"
+	@echo "                ldconfig after an install into /usr or /usr/local"
 	@echo "make uninstall  remove exactly what make install installed"
 	@echo "make clean      remove build/"
 
@@ -114,7 +115,7 @@ $(BUILD)/obj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(INC_$(firstword $(subst /, ,$*))) -c $< -o $@
 
-$(BUILD)/obj/core/host.o: core/host.c core/luma.h
+$(BUILD)/obj/core/host.o: core/host.c core/luma.h core/lcore.h
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(INC_core) -DLUMA_LUADIR='"$(LUADIR)"' -c $< -o $@
 
@@ -293,30 +294,42 @@ fuzz-wire:
 	  base/json.c base/arena.c base/map.c $(LUA_LIB) -lm -o build/fuzz/wire_fuzz
 	build/fuzz/wire_fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 build/fuzz/wire-corpus
 
-# Where Debian's lua5.4 looks by default with PREFIX=/usr/local. Every file
-# installed is listed once, in INSTALLED; uninstall removes exactly those.
+# Where Debian's lua5.4 looks by default with PREFIX=/usr/local; luma/ffi.lua
+# also where LuaJIT looks (share/lua/5.1), for LÖVE and OpenResty. libluma is
+# libluma.so.$(VERSION), with libluma.so.0 (its soname) and libluma.so
+# linking to it. Every file installed is listed once, in INSTALLED;
+# uninstall removes exactly those.
+VERSION   := $(shell sed -n 's/^\#define LUMA_VERSION "\(.*\)"/\1/p' core/luma.h)
+JITLUADIR ?= $(PREFIX)/share/lua/5.1
 INSTALLED = $(PREFIX)/bin/luma-lua $(addprefix $(LUADIR)/luma/,$(notdir $(LUA_FILES))) $(CMODDIR)/luma/core.so \
-            $(LIBDIR)/libluma.so.0 $(LIBDIR)/libluma.so $(INCDIR)/luma.h $(LIBDIR)/pkgconfig/luma.pc \
-            $(MANDIR)/luma-lua.1 $(BASHCOMPDIR)/luma-lua
+            $(JITLUADIR)/luma/ffi.lua \
+            $(LIBDIR)/libluma.so.$(VERSION) $(LIBDIR)/libluma.so.0 $(LIBDIR)/libluma.so $(INCDIR)/luma.h \
+            $(LIBDIR)/pkgconfig/luma.pc $(MANDIR)/luma-lua.1 $(BASHCOMPDIR)/luma-lua
+# The dynamic linker's cache is refreshed after an install into a system
+# prefix (not under DESTDIR: the packager's tools do it there).
+LDCONFIG  ?= $(if $(DESTDIR),,$(if $(filter /usr /usr/local,$(PREFIX)),ldconfig))
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(LUADIR)/luma $(DESTDIR)$(CMODDIR)/luma $(DESTDIR)$(LIBDIR)/pkgconfig \
-	  $(DESTDIR)$(INCDIR) $(DESTDIR)$(MANDIR) $(DESTDIR)$(BASHCOMPDIR)
+	  $(DESTDIR)$(INCDIR) $(DESTDIR)$(MANDIR) $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(JITLUADIR)/luma
 	install -m 755 $(BUILD)/luma-lua $(DESTDIR)$(PREFIX)/bin/luma-lua
 	install -m 644 $(LUA_FILES) $(DESTDIR)$(LUADIR)/luma/
+	install -m 644 lua/luma/ffi.lua $(DESTDIR)$(JITLUADIR)/luma/ffi.lua
 	install -m 755 $(BUILD)/luma/core.so $(DESTDIR)$(CMODDIR)/luma/core.so
-	install -m 755 $(LIBLUMA) $(DESTDIR)$(LIBDIR)/libluma.so.0
+	install -m 755 $(LIBLUMA) $(DESTDIR)$(LIBDIR)/libluma.so.$(VERSION)
+	ln -sf libluma.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libluma.so.0
 	ln -sf libluma.so.0 $(DESTDIR)$(LIBDIR)/libluma.so
 	install -m 644 core/luma.h $(DESTDIR)$(INCDIR)/luma.h
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCDIR@|$(INCDIR)|' \
-	  -e "s|@VERSION@|$$(sed -n 's/^#define LUMA_VERSION \"\(.*\)\"/\1/p' core/luma.h)|" dist/luma.pc.in \
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(LIBDIR))|' \
+	  -e 's|@INCDIR@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(INCDIR))|' -e 's|@VERSION@|$(VERSION)|' dist/luma.pc.in \
 	  > $(DESTDIR)$(LIBDIR)/pkgconfig/luma.pc
 	install -m 644 dist/luma-lua.1 $(DESTDIR)$(MANDIR)/luma-lua.1
 	install -m 644 dist/luma-lua.bash-completion $(DESTDIR)$(BASHCOMPDIR)/luma-lua
+	$(if $(LDCONFIG),$(LDCONFIG))
 
 uninstall:
 	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
-	-rmdir $(DESTDIR)$(LUADIR)/luma $(DESTDIR)$(CMODDIR)/luma 2>/dev/null
+	-rmdir $(DESTDIR)$(LUADIR)/luma $(DESTDIR)$(CMODDIR)/luma $(DESTDIR)$(JITLUADIR)/luma 2>/dev/null
 
 clean:
 	rm -rf build

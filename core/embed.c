@@ -13,6 +13,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "luma.h"
+#include "lcore.h"
 
 #include <errno.h>
 #include <poll.h>

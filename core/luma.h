@@ -1,17 +1,15 @@
 /*
  * luma-lua: the public C interface.
  *
- * Two ways in:
+ * libluma (the luma_* functions below) is for hosts that do not want to
+ * know Lua, or that run a Lua of their own (LuaJIT in LÖVE and OpenResty).
+ * The library carries a private Lua 5.4: it exports only luma_* symbols, so
+ * it loads next to any other Lua, and tool handlers still run in enforced
+ * Lua 5.4 sandboxes. Link with -lluma (pkg-config luma); every function
+ * declared here is exported by it.
  *
- * 1. libluma (the luma_* functions below), for hosts that do not want to know
- *    Lua, or that run a Lua of their own (LuaJIT in LÖVE and OpenResty). The
- *    library carries a private Lua 5.4: it exports only luma_* symbols, so it
- *    loads next to any other Lua, and tool handlers still run in enforced
- *    Lua 5.4 sandboxes. Link with -lluma (pkg-config luma).
- *
- * 2. luaopen_luma_core, for a host that runs Lua 5.4 itself and links the
- *    luma.core module in (as the luma-lua command does); programs are then
- *    used through the `luma` Lua module.
+ * A host that runs Lua 5.4 itself needs none of this: its scripts
+ * `require "luma"`, which loads the luma.core module (lib/lua/5.4/luma/core.so).
  *
  * VALUES cross the API as JSON text: UTF-8, NUL-terminated.
  *
@@ -169,11 +167,6 @@ LUMA_API int luma_result(luma_call *c, const char **json, size_t *len, luma_erro
 LUMA_API void luma_cancel(luma_call *c);
 /* Frees the handle; a call still in flight is cancelled. NULL is ignored. */
 LUMA_API void luma_call_free(luma_call *c);
-
-/* ---- for hosts that run Lua 5.4 themselves ---- */
-struct lua_State;
-/* The luma.core module: compile(), error(), is_error(), null, version. */
-LUMA_API int luaopen_luma_core(struct lua_State *L);
 
 #ifdef __cplusplus
 }
