@@ -151,7 +151,9 @@ LUMA_API int luma_poll(luma_runtime *rt, long long *wait_ms);
 /* A descriptor that turns readable when a handler or a transfer finished:
    put it in the host's event loop. -1 for a NULL runtime. */
 LUMA_API int luma_fd(luma_runtime *rt);
-/* 1 when the call is done (luma_poll steps it), else 0. */
+/* 1 when the call is done (luma_poll steps it), else 0; LUMA_FAILED for a
+   NULL call (a luma_start that failed), so that a loop `while
+   (luma_ready(c) == 0)` ends instead of spinning. */
 LUMA_API int luma_ready(const luma_call *c);
 /* Steps the runtime until the call is done or timeout_ms passed (< 0: no
    limit; more than timeout_cap_ms, 2^31-1: the cap). 1 when done, 0 on
