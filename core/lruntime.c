@@ -414,7 +414,7 @@ int lr_missing(lua_State *L, pl_program *pg) {
   lua_newtable(L);
   int k = 0;
   for (int i = 0; i < pg->p->ntools; i++)
-    if (pg->kind[i] == PL_NONE) {
+    if (pg->kind[i] == PL_NONE && pg->p->tools[i]->handler != HANDLER_HOST) {
       lua_pushstring(L, pg->p->tools[i]->name);
       lua_rawseti(L, -2, ++k);
     }

@@ -239,7 +239,9 @@ end
 
 -- check PROGRAM [--config FILE] [--tool-module FILE]...: what a run would
 -- load (the program, its config, its tool modules), and whether every tool
--- has a handler; a handler no tool declares is a warning.
+-- has a handler (but those declared handler: "host", which the embedding
+-- host registers, and which no module may export); a handler no tool
+-- declares is a warning.
 function commands.check(args)
   local o, status = program_options(args, "check")
   if not o then return status end
@@ -272,6 +274,10 @@ function commands.check(args)
           local near = core.suggest(name, tools)
           err(string.format("warning: %s exports '%s', which no tool of %s declares%s", m.path, name, o.program,
             near and (" (did you mean '" .. near .. "'?)") or ""))
+        elseif program:declaration(name).handler == "host" then
+          err(string.format("%s: tool '%s' is declared handler: \"host\", but %s exports it (the host's " ..
+            "luma_register would conflict with it)", o.program, name, m.path))
+          errors = errors + 1
         end
       end
     end
