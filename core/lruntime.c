@@ -516,10 +516,13 @@ static int configure_store(lua_State *L, pl_program *pg, int spec, const store_k
     return le_raise(L, k->code, lua_tostring(L, -1), 0);
   }
   char moved[512];
-  if (id_quarantined(st, moved, sizeof moved))
-    fprintf(stderr, "luma: the %s '%s' was corrupt: it was moved to '%s' and a new one created\n", k->what, path,
-            moved);
+  int quarantined = id_quarantined(st, moved, sizeof moved);
   install_store(pg, k, st, ttl_ms);
+  if (quarantined) {
+    lua_pushfstring(L, "the %s '%s' was corrupt: it was moved to '%s' and a new one created", k->what, path, moved);
+    st_warn(L, pg, lua_tostring(L, -1));
+    lua_pop(L, 1);
+  }
   return 0;
 }
 

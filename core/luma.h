@@ -80,8 +80,9 @@ typedef struct luma_options {
      is copied at once; it may be overwritten by the next lookup. NULL:
      getenv. */
   const char *(*lookup)(void *ud, const char *name);
-  /* One telemetry event per tool call (and per ask), as JSON; the text is
-     valid during the callback. */
+  /* One telemetry event per tool call (and per ask), as JSON, and the
+     runtime's warnings ({"kind": "warning", "message": ...}: libluma never
+     writes to stderr); the text is valid during the callback. */
   void (*on_event)(void *ud, const char *event_json, size_t len);
 } luma_options;
 

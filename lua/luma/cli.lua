@@ -57,7 +57,15 @@ local function usage_error(message)
 end
 
 -- Loads a program; on failure returns nil and the structured error.
+-- The command is the host: the runtime's warnings (events of kind
+-- "warning": a recording it cannot write, a corrupt store it replaced) go to
+-- its stderr.
+local function on_event(e)
+  if e.kind == "warning" then err("warning: " .. e.message) end
+end
+
 local function load_program(path, opts)
+  opts.on_event = on_event
   local ok, result = pcall(luma.load, path, opts)
   if ok then return result end
   if not luma.is_error(result) then error(result, 0) end
@@ -412,6 +420,7 @@ function commands.run(args)
   end
   local loaded, program = pcall(luma.load, o.program, {
     tool_modules = o.tool_modules, config = o.config, trace = o.trace, record = o.record, replay = o.replay,
+    on_event = on_event,
   })
   if not loaded then return report(program, true) end
   if o.emit_lua then
