@@ -157,7 +157,7 @@ $(BUILD)/test_libluma: spec/c/test_libluma.c spec/c/ctest.h $(LIBLUMA)
 	$(CC) $(CSTD) $(WARN) $(CFLAGS) $(SANFLAGS) -Icore -o $@ $< -L$(BUILD) -lluma -Wl,-rpath,$(abspath $(BUILD)) -lpthread
 
 # The C tests link the whole core (the sandbox's tests need Lua and libcurl).
-$(BUILD)/test_%: spec/c/test_%.c spec/c/ctest.h $(CORE_OBJ)
+$(BUILD)/test_%: spec/c/test_%.c spec/c/ctest.h spec/c/test_server.h $(CORE_OBJ)
 	$(CC) $(ALL_CFLAGS) $(INC_core) $(LDFLAGS) -o $@ $< $(CORE_OBJ) $(LUA_LIB) $(LIBS)
 
 deps:
