@@ -114,7 +114,10 @@ LUMA_API luma_runtime *luma_new(const luma_options *o, luma_error *err);
    (see OWNERSHIP). NULL is ignored. */
 LUMA_API void luma_destroy(luma_runtime *rt);
 
-/* Reads and compiles a .luma file, its config and its tool modules.
+/* Reads and compiles a .luma file, its config and its tool modules. It
+   BLOCKS until each tool module's top-level code has run in its sandbox
+   (at most module_load_timeout_ms, 10 s, a module): load at start-up, not
+   in a frame or a request.
    config: a luma.config.json path; NULL: the one next to the program, if
    any; "": none. tool_modules: more module paths, NULL-terminated (or NULL).
    NULL with err filled on failure (PROGRAM_INVALID lists every problem). */
