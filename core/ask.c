@@ -338,7 +338,7 @@ static void received(ak_ask *a) {
   for (size_t i = 0; i < res->n_headers; i++) h[i] = (ad_header){ res->headers[i].name, res->headers[i].value };
   ad_response r = { (int)res->status, h, (int)res->n_headers, res->body, res->body_len, pl_wall_ms(a->T, a->pg) };
   if (a->pg->record && rc_record(a->pg->record, &a->req, &r, a->model.api_key, msg, sizeof msg) != 0)
-    fprintf(stderr, "luma: %s\n", msg);
+    st_warn(a->T, a->pg, msg);
   respond(a, &r);
 }
 

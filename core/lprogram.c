@@ -326,6 +326,7 @@ static void push_tool_info(lua_State *L, lp_program *lp, const pm_tool *t) {
   push_fields(L, lp, t->input);
   lua_setfield(L, -2, "params");
   set_str(L, "side_effects", effects[t->side_effects]);
+  set_str(L, "handler", pm_handler_names[t->handler]);
   set_bool(L, "cache", t->cache);
   set_str(L, "scope", t->scope);
   set_str(L, "credential", t->credential);
@@ -629,7 +630,8 @@ static int l_attach(lua_State *L) {
   return lr_attach(L, lp_check(L, 1)->pg);
 }
 
-/* program:missing_handlers() -> { declared tools without a handler } */
+/* program:missing_handlers() -> { declared tools without a handler }, but
+   for those the host handles (handler: "host") */
 static int l_missing(lua_State *L) {
   return lr_missing(L, lp_check(L, 1)->pg);
 }

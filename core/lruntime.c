@@ -415,7 +415,7 @@ int lr_missing(lua_State *L, pl_program *pg) {
   lua_newtable(L);
   int k = 0;
   for (int i = 0; i < pg->p->ntools; i++)
-    if (pg->kind[i] == PL_NONE) {
+    if (pg->kind[i] == PL_NONE && pg->p->tools[i]->handler != HANDLER_HOST) {
       lua_pushstring(L, pg->p->tools[i]->name);
       lua_rawseti(L, -2, ++k);
     }
@@ -517,10 +517,13 @@ static int configure_store(lua_State *L, pl_program *pg, int spec, const store_k
     return le_raise(L, k->code, lua_tostring(L, -1), 0);
   }
   char moved[512];
-  if (id_quarantined(st, moved, sizeof moved))
-    fprintf(stderr, "luma: the %s '%s' was corrupt: it was moved to '%s' and a new one created\n", k->what, path,
-            moved);
+  int quarantined = id_quarantined(st, moved, sizeof moved);
   install_store(pg, k, st, ttl_ms);
+  if (quarantined) {
+    lua_pushfstring(L, "the %s '%s' was corrupt: it was moved to '%s' and a new one created", k->what, path, moved);
+    st_warn(L, pg, lua_tostring(L, -1));
+    lua_pop(L, 1);
+  }
   return 0;
 }
 

@@ -29,7 +29,8 @@ void lr_new_metatable(lua_State *L, const char *name, lua_CFunction gc, const lu
 int lr_register(lua_State *L, pl_program *pg, const pm_tool *t);
 /* program:attach(module) -> { names registered } */
 int lr_attach(lua_State *L, pl_program *pg);
-/* program:missing_handlers() */
+/* program:missing_handlers(): the tools without a handler that are not
+   declared handler: "host" */
 int lr_missing(lua_State *L, pl_program *pg);
 /* program:configure{ ... } */
 int lr_configure(lua_State *L, pl_program *pg);

@@ -31,6 +31,7 @@ typedef struct ck_key {
 
 static const char *const side_effect_choices[] = { "none", "read", "write", NULL };
 static const char *const backoff_choices[] = { "none", "fixed", "exponential", NULL };
+const char *const pm_handler_names[] = { "module", "host", NULL };
 static const char *const policy_choices[] = { "allow", "deny_write", "approval", NULL };
 const char *const pm_api_names[] = { "chat", "responses", NULL };
 
@@ -39,6 +40,7 @@ const char *const pm_api_names[] = { "chat", "responses", NULL };
 static const ck_key tool_keys[] = {
   { "description", CK_STRING, 0, NULL, OFF(pm_tool, description), 0 },
   { "side_effects", CK_CHOICE, 0, side_effect_choices, OFF(pm_tool, side_effects), 0 },
+  { "handler", CK_CHOICE, 0, pm_handler_names, OFF(pm_tool, handler), 0 },
   { "cache", CK_BOOL, 0, NULL, OFF(pm_tool, cache), 0 },
   { "scope", CK_STRING, 0, NULL, OFF(pm_tool, scope), 0 },
   { "credential", CK_ENVNAME, 0, NULL, OFF(pm_tool, credential), 0 },

@@ -166,5 +166,10 @@ void st_count_failure(lua_State *T, cl_call *c);
 void st_emit(lua_State *T, cl_call *c);
 /* Sends the event at index e to the program's sinks (on_event, trace). */
 void st_publish(lua_State *T, pl_program *pg, int e);
+/* What the runtime has to tell the host that is no call's outcome (a
+   recording it cannot write, a corrupt store it replaced): an event
+   { kind = "warning", message } to the same sinks. The library never
+   writes to the host's stderr itself. */
+void st_warn(lua_State *T, pl_program *pg, const char *message);
 
 #endif

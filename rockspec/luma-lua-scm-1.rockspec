@@ -1,5 +1,5 @@
 -- Builds the same module as the Makefile (spec/08-build_spec.lua checks that
--- the source lists agree): luarocks make rockspec/luma-lua-scm-1.rockspec
+-- the source lists agree): luarocks --lua-version=5.4 make --deps-mode=none rockspec/luma-lua-scm-1.rockspec
 rockspec_format = "3.0"
 package = "luma-lua"
 version = "scm-1"

@@ -606,4 +606,18 @@ describe("telemetry", function()
     p:register("calculate", function() return { result = 1 } end)
     assert.are.same({ result = 1 }, add(p))
   end)
+
+  it("tells a failure of on_event to the trace, as a warning, and not to stderr", function()
+    local trace = h.tmpname("-trace")
+    local p = program()
+    p:configure { on_event = function() error("sink down", 0) end, trace = trace }
+    p:register("calculate", function() return { result = 1 } end)
+    add(p)
+    local lines = {}
+    for line in h.read(trace):gmatch("[^\n]+") do lines[#lines + 1] = cjson.decode(line) end
+    os.remove(trace)
+    assert.are.equal(2, #lines)
+    assert.are.equal("calculate", lines[1].tool)
+    assert.are.same({ kind = "warning", message = "on_event failed: sink down" }, lines[2])
+  end)
 end)
