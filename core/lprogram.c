@@ -12,6 +12,7 @@
 #include "lerror.h"
 #include "ljson.h"
 #include "lask.h"
+#include "last.h"
 #include "lruntime.h"
 #include "luma_limits.h"
 #include "pipeline.h"
@@ -220,7 +221,7 @@ static void push_type(lua_State *L, const pm_type *t, int depth) {
   set_str(L, "kind", kinds[t->kind]);
   if (t->kind == PT_SCHEMA) set_str(L, "name", t->schema->name);
   if (t->kind == PT_ENUM) {
-    la_push_strs(L, t->values, t->nvalues);
+    lt_push_strs(L, t->values, t->nvalues);
     lua_setfield(L, -2, "values");
   }
   if (t->kind == PT_ARRAY && depth < LIM_TYPE_DESCRIBE_DEPTH) {
@@ -600,7 +601,7 @@ static int l_chunkname(lua_State *L) {
 
 static int l_ast(lua_State *L) {
   lp_program *lp = lp_check(L, 1);
-  la_push_program(L, lp->p);
+  lt_push_program(L, lp->p);
   return 1;
 }
 
