@@ -330,13 +330,13 @@ static void received(ak_ask *a) {
   respond(a, &r);
 }
 
-/* A response, from the transfer or a recording: a turn, or a failed exchange. */
 /* A provider's count added to a total (both >= 0), held at LLONG_MAX:
    the counts are not trusted. */
 static long long count_held(long long total, long long n) {
   return n > LLONG_MAX - total ? LLONG_MAX : total + n;
 }
 
+/* A response, from the transfer or a recording: a turn, or a failed exchange. */
 static void respond(ak_ask *a, const ad_response *r) {
   ad_error e = { LE_ASK_PROVIDER_ERROR, 0, NULL, NULL, 0, -1 };
   if (!ad_parse(&a->model, r, &a->turn_arena, &a->turn, &e)) {
