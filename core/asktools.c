@@ -12,7 +12,9 @@
 #include "lcall.h"
 #include "ljson.h"
 #include "luma_limits.h"
-#include "steps.h"
+#include "callint.h"
+#include "drive.h"
+#include "telemetry.h"
 #include "utf8.h"
 
 /* Errors the model can correct by calling again differently: they go back

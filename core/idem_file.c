@@ -6,6 +6,7 @@
  */
 #define _DEFAULT_SOURCE
 
+#include "idem_file.h"
 #include "idemint.h"
 
 #include <dirent.h>

@@ -38,7 +38,7 @@
 #include <hiredis/hiredis.h>
 
 #include "crypto.h"
-#include "idem.h"
+#include "idem_redis.h"
 #include "idemint.h"
 
 #define RD_TIMEOUT_MS 1000

@@ -26,7 +26,7 @@
 #include <sqlite3.h>
 
 #include "crypto.h"
-#include "idem.h"
+#include "idem_sqlite.h"
 #include "idemint.h"
 
 #define SQ_FORMAT "luma-idempotency"
