@@ -12,6 +12,7 @@
 #include "lerror.h"
 #include "ljson.h"
 #include "lask.h"
+#include "lconfigure.h"
 #include "last.h"
 #include "lruntime.h"
 #include "luma_limits.h"
@@ -622,22 +623,22 @@ static const pm_tool *check_tool(lua_State *L, lp_program *lp, int idx) {
 /* program:register(name, fn): a handler run in this Lua state */
 static int l_register(lua_State *L) {
   lp_program *lp = lp_check(L, 1);
-  return lr_register(L, lp->pg, check_tool(L, lp, 2));
+  return lg_register(L, lp->pg, check_tool(L, lp, 2));
 }
 
 /* program:attach(module) -> { tool names registered } */
 static int l_attach(lua_State *L) {
-  return lr_attach(L, lp_check(L, 1)->pg);
+  return lg_attach(L, lp_check(L, 1)->pg);
 }
 
 /* program:missing_handlers() -> { declared tools without a handler } */
 static int l_missing(lua_State *L) {
-  return lr_missing(L, lp_check(L, 1)->pg);
+  return lg_missing(L, lp_check(L, 1)->pg);
 }
 
 /* program:configure{ ... } */
 static int l_configure(lua_State *L) {
-  return lr_configure(L, lp_check(L, 1)->pg);
+  return lg_configure(L, lp_check(L, 1)->pg);
 }
 
 /* program:scope(agent) -> a scope for one agent method call */

@@ -32,7 +32,7 @@ build = {
         "core/validate.c", "core/validate_bind.c", "core/validate_issues.c", "core/pipeline.c", "core/call.c", "core/verdict.c", "core/policy.c", "core/needs.c", "core/cache.c",
         "core/idempotent.c", "core/attempt.c", "core/output.c", "core/breaker.c", "core/telemetry.c", "core/runtime.c", "core/drive.c",
         "core/ask.c", "core/asktools.c",
-        "core/lprogram.c", "core/last.c", "core/lmodule.c", "core/lruntime.c", "core/lcall.c", "core/lask.c", "core/lcore.c",
+        "core/lprogram.c", "core/last.c", "core/lmodule.c", "core/lruntime.c", "core/lconfigure.c", "core/lcall.c", "core/lask.c", "core/lcore.c",
       },
       incdirs = { "base", "sandbox", "adapters", "core" },
       defines = { "_POSIX_C_SOURCE=200809L" },

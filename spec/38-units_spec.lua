@@ -9,7 +9,7 @@ local includes = require "spec.support.includes"
 -- binding), of the ask, and of the stores.
 local OWNED = {
   "call", "verdict", "policy", "needs", "cache", "idempotent", "attempt", "output", "breaker", "telemetry",
-  "pipeline", "runtime", "drive", "lcall", "lruntime",
+  "pipeline", "runtime", "drive", "lcall", "lruntime", "lconfigure",
   "ask", "asktools", "lask",
   "idem", "idem_file", "idem_sqlite", "idem_redis",
 }
