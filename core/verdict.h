@@ -3,7 +3,8 @@
  * step reads the call and may fill its values (CV_NEEDS, CV_CKEY...), but
  * never moves the call's state nor sets its outcome: it returns a verdict,
  * and call.c alone acts on it. A verdict that carries a value (SV_RESULT,
- * SV_ERROR, SV_RETRY) has it on top of the call's thread's stack.
+ * SV_ERROR, SV_RETRY, SV_BACKOFF) has it on top of the call's thread's
+ * stack. The ask's tool calls (asktools.h) answer ask.c the same way.
  */
 #ifndef LUMA_VERDICT_H
 #define LUMA_VERDICT_H
