@@ -7,19 +7,6 @@
 #include "compat.h"
 #include "lerror.h"
 
-st_verdict sv_next(void) {
-  return sv_at(SV_NEXT, 0);
-}
-
-st_verdict sv_is(sv_kind kind) {
-  return sv_at(kind, 0);
-}
-
-st_verdict sv_at(sv_kind kind, long long at) {
-  st_verdict v = { kind, at };
-  return v;
-}
-
 st_verdict st_fail(lua_State *T, le_code code, const char *fmt, ...) {
   char msg[600];
   va_list ap;

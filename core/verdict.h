@@ -30,9 +30,18 @@ typedef struct st_verdict {
   long long at;     /* SV_WAIT, SV_BACKOFF: on the program's monotonic clock */
 } st_verdict;
 
-st_verdict sv_next(void);
-st_verdict sv_is(sv_kind kind);
-st_verdict sv_at(sv_kind kind, long long at);
+static inline st_verdict sv_at(sv_kind kind, long long at) {
+  st_verdict v = { kind, at };
+  return v;
+}
+
+static inline st_verdict sv_is(sv_kind kind) {
+  return sv_at(kind, 0);
+}
+
+static inline st_verdict sv_next(void) {
+  return sv_at(SV_NEXT, 0);
+}
 
 /* Pushes an error of code whose message is fmt filled with the arguments,
    and returns SV_ERROR. Where the catalogue (errors.h) fixes the message,
