@@ -12,6 +12,8 @@
 #include "lerror.h"
 #include "ljson.h"
 #include "lask.h"
+#include "lconfigure.h"
+#include "last.h"
 #include "lruntime.h"
 #include "luma_limits.h"
 #include "pipeline.h"
@@ -220,7 +222,7 @@ static void push_type(lua_State *L, const pm_type *t, int depth) {
   set_str(L, "kind", kinds[t->kind]);
   if (t->kind == PT_SCHEMA) set_str(L, "name", t->schema->name);
   if (t->kind == PT_ENUM) {
-    la_push_strs(L, t->values, t->nvalues);
+    lt_push_strs(L, t->values, t->nvalues);
     lua_setfield(L, -2, "values");
   }
   if (t->kind == PT_ARRAY && depth < LIM_TYPE_DESCRIBE_DEPTH) {
@@ -601,7 +603,7 @@ static int l_chunkname(lua_State *L) {
 
 static int l_ast(lua_State *L) {
   lp_program *lp = lp_check(L, 1);
-  la_push_program(L, lp->p);
+  lt_push_program(L, lp->p);
   return 1;
 }
 
@@ -622,23 +624,23 @@ static const pm_tool *check_tool(lua_State *L, lp_program *lp, int idx) {
 /* program:register(name, fn): a handler run in this Lua state */
 static int l_register(lua_State *L) {
   lp_program *lp = lp_check(L, 1);
-  return lr_register(L, lp->pg, check_tool(L, lp, 2));
+  return lg_register(L, lp->pg, check_tool(L, lp, 2));
 }
 
 /* program:attach(module) -> { tool names registered } */
 static int l_attach(lua_State *L) {
-  return lr_attach(L, lp_check(L, 1)->pg);
+  return lg_attach(L, lp_check(L, 1)->pg);
 }
 
 /* program:missing_handlers() -> { declared tools without a handler }, but
    for those the host handles (handler: "host") */
 static int l_missing(lua_State *L) {
-  return lr_missing(L, lp_check(L, 1)->pg);
+  return lg_missing(L, lp_check(L, 1)->pg);
 }
 
 /* program:configure{ ... } */
 static int l_configure(lua_State *L) {
-  return lr_configure(L, lp_check(L, 1)->pg);
+  return lg_configure(L, lp_check(L, 1)->pg);
 }
 
 /* program:scope(agent) -> a scope for one agent method call */

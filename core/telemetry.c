@@ -1,7 +1,11 @@
 /* One telemetry event per call: to the program's on_event function and, with
    a trace file, as a JSON line. Inputs, results, secrets and needs are never
    in it. */
-#include "steps.h"
+#include "telemetry.h"
+
+#include "pipeline.h"
+
+#include "verdict.h"
 
 #include "luma_limits.h"
 

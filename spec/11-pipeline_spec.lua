@@ -353,6 +353,18 @@ agent Capped {
     assert.are.same({ "TOOL_TIMEOUT", "Tool 'spin' timed out after 60 ms." }, { err.code, err.message })
   end)
 
+  it("fails a handler registered from the host that returns past its timeout with TOOL_TIMEOUT", function()
+    local dir = h.project { ["program.luma"] = slow }
+    local p = assert(h.load(dir, { config = false }))
+    p:register("spin", function()
+      local t = os.clock()
+      while os.clock() - t < 0.3 do end
+      return { result = 1 }
+    end)
+    local err = h.raised(p.call, p, "spin", { mode = "ignore" })
+    assert.are.same({ "TOOL_TIMEOUT", "Tool 'spin' timed out after 150 ms." }, { err.code, err.message })
+  end)
+
   it("keeps the module usable after a timeout", function()
     local p = spin_program()
     h.raised(p.call, p, "spin", { mode = "ignore" })
