@@ -156,6 +156,19 @@ schema D { x: float @range(null, 9007199254740993) }]])
     assert.is_true(ok)
   end)
 
+  it("refuses the JSON integers just past -2^63, which a double would round to -2^63, as it refuses 1e19", function()
+    local p = luma.compile("schema C { x: int }\nschema F { x: float }")
+    for _, text in ipairs { "-9223372036854775809", "-9223372036854776000", "-9223372036854776832" } do
+      local ok, err = p:validate("C", luma.json.decode('{"x": ' .. text .. '}'))
+      assert.is_nil(ok, text)
+      assert.are.equal("C.x must be an integer that fits in 64 bits (from -2^63 to 2^63 - 1)", err.message)
+      assert.is_true(p:validate("F", luma.json.decode('{"x": ' .. text .. '}')))
+    end
+    local v = luma.json.decode('{"x": -9223372036854775808}')
+    assert.is_true(p:validate("C", v))
+    assert.are.equal(math.mininteger, v.x)
+  end)
+
   it("accepts an integer for float", function()
     assert.is_true(program:validate("Order", order { price = 3 }))
   end)

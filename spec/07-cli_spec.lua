@@ -276,6 +276,21 @@ describe("luma-lua validate and schema", function()
     assert.are.equal("Error: cannot read /nonexistent/v.json: No such file or directory\n", r.stderr)
   end)
 
+  it("gives a JSON error's line and column, at the bad word, in validate and --input", function()
+    local path = h.program_file(source .. "agent A {\n  fn run(qty: int) -> int { return qty }\n}\n")
+    local r = h.run { "validate", path, "Order", '{"qty": tru}' }
+    assert.are.equal(1, r.status)
+    assert.are.equal("Error: not JSON: unexpected 'tru' (a value's words are true, false and null) at offset 8 " ..
+      "(line 1, column 9)\n", r.stderr)
+    r = h.run { "validate", path, "Order", '{\n  "qty": 2,\n  "note": nul\n}' }
+    assert.matches("unexpected 'nul' (a value's words are true, false and null) at offset 24 (line 3, column 11)",
+      r.stderr, 1, true)
+    r = h.run { path, "--agent", "A", "--input", '{"qty": yes}' }
+    assert.are.equal(2, r.status)
+    assert.are.equal("Error: --input is not valid JSON: unexpected 'yes' (a value's words are true, false and null) " ..
+      "at offset 8 (line 1, column 9)\n", r.stderr)
+  end)
+
   it("prints one schema's JSON Schema", function()
     local r = h.run { "schema", h.program_file(source), "Order" }
     assert.are.equal(0, r.status)

@@ -291,7 +291,8 @@ function config.read(path)
   if not f then
     error(core.error { code = "IO_ERROR", message = "cannot read '" .. path .. "': " .. tostring(err):gsub("^[^:]*: ", "") }, 0)
   end
-  local text = f:read("*a") or ""
+  -- a byte order mark, as some editors write, is no part of the JSON
+  local text = (f:read("*a") or ""):gsub("^\239\187\191", "")
   f:close()
   local ok, data = pcall(core.json_decode, text)
   if not ok then fail(path, "not valid JSON: " .. (type(data) == "table" and data.message or tostring(data))) end
