@@ -42,6 +42,16 @@ void st_finish(lua_State *T, cl_call *c) {
     st_cache_release(c);
     return;
   }
+  /* a return type is a schema: what is not a table (a handler that
+     returned nothing) is said as such, with the schema to return */
+  int type = lua_type(T, CV_VALUE);
+  if (type != LUA_TTABLE) {
+    st_idem_settle(T, c, 0);
+    st_cache_release(c);
+    st_fail(T, c, LE_TOOL_OUTPUT_INVALID, "%s returned %s%s; a handler must return a table matching %s", t->name,
+            type == LUA_TNIL ? "" : "a ", lua_typename(T, type), t->output->name);
+    return;
+  }
   lv_result r;
   int bad = lv_validate(c->pg->v, T, CV_VALUE, t->output, t->output_root, LV_OUTPUT, &r);
   if (bad) {

@@ -87,7 +87,7 @@ describe("luma-lua check, with the config and tool modules a run would load", fu
     local r = h.run { "check", dir .. "/program.luma" }
     assert.are.equal(1, r.status)
     assert.are.equal("", r.stdout)
-    assert.matches("program.luma: tool 'store' has no handler: no tool module exports it (loaded: tools.lua). " ..
+    assert.matches("program.luma:3:6: tool 'store' has no handler: no tool module exports it (loaded: tools.lua). " ..
       "Did you mean 'stor'?", r.stderr, 1, true)
   end)
 

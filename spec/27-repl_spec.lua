@@ -101,6 +101,18 @@ describe("the REPL at a terminal", function()
     assert.are.equal(0, r.status)
   end)
 
+  it("says validate reads standard input when it waits on the terminal, and not through a pipe", function()
+    local r = typed(dir, {
+      expect("reading the value of Sum from standard input; end it with Ctrl-D"),
+      send('{"total": 3}\r'), pause(0.2), send("\4"), expect('"total": 3'),
+    }, nil, { "validate", "program.luma", "Sum" })
+    assert(r.ok, "step " .. tostring(r.step) .. ":\n" .. r.output)
+    assert.are.equal(0, r.status, r.output)
+    local status, out, err = piped(dir, '{"total": 3}', "validate program.luma Sum")
+    assert.are.same({ 0, "" }, { status, err })
+    assert.matches('"total": 3', out)
+  end)
+
   it("cancels a running call with Ctrl-C (its signal fires) and goes on", function()
     local r = typed(dir, {
       expect("luma> "),

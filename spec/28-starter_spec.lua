@@ -32,6 +32,24 @@ describe("luma-lua init", function()
     os.execute("rm -rf " .. h.quote(dir))
   end)
 
+  it("prints next steps that work as printed, from a checkout without make install", function()
+    local dir = h.tmpname("-starter")
+    local status, out, err = luma_lua(h.root, "init " .. h.quote(dir))
+    assert.are.equal(0, status, err)
+    local steps = out:match("\nNext, in [^\n]*:\n(.*)$")
+    assert.is_truthy(steps, out)
+    assert.matches("make install", steps, 1, true)
+    local n = 0
+    for line in steps:gmatch("  ([^\n]+)") do
+      n = n + 1
+      -- run as a user would, with no luma-lua on PATH
+      local s, o, e = h.sh("cd " .. h.quote(dir) .. " && PATH=/usr/bin:/bin " .. line .. " < /dev/null")
+      assert.are.equal(0, s, line .. "\n" .. o .. e)
+    end
+    assert.are.equal(5, n)
+    os.execute("rm -rf " .. h.quote(dir))
+  end)
+
   it("never overwrites a file", function()
     local dir = h.project { ["tools.lua"] = "return {}" }
     local status, _, err = luma_lua(dir, "init")

@@ -205,13 +205,24 @@ function commands.init(args)
     h:close()
     out("wrote " .. dir .. "/" .. f[1])
   end
+  -- run from a checkout (bin/luma-lua), the steps name its command and
+  -- where busted finds luma, which make install would have put in place
+  local checkout, build, luadir = os.getenv("LUMA_COMMAND"), os.getenv("LUMA_BUILD"), os.getenv("LUMA_LUADIR")
+  local function q(s) return s:match("^[%w/._-]+$") and s or ("'" .. s:gsub("'", "'\\''") .. "'") end
+  local cmd = checkout and q(checkout) or "luma-lua"
   out("")
   out("Next, in " .. dir .. ":")
-  out("  luma-lua check program.luma")
-  out("  luma-lua program.luma")
-  out("  luma-lua program.luma --agent Greeter --input '{\"name\": \"Ada\"}'")
-  out("  luma-lua repl program.luma")
-  out("  busted --lua=lua5.4 spec")
+  out("  " .. cmd .. " check program.luma")
+  out("  " .. cmd .. " program.luma")
+  out("  " .. cmd .. " program.luma --agent Greeter --input '{\"name\": \"Ada\"}'")
+  out("  " .. cmd .. " repl program.luma")
+  if checkout and build and luadir then
+    out("  LUA_PATH=" .. q(luadir .. "/?.lua;" .. luadir .. "/?/init.lua;;") .. " LUA_CPATH=" .. q(build .. "/?.so;;") ..
+      " busted --lua=lua5.4 spec")
+    out("(luma-lua runs from its checkout here: make install puts luma-lua on PATH and luma where busted finds it)")
+  else
+    out("  busted --lua=lua5.4 spec")
+  end
   return 0
 end
 
@@ -268,8 +279,9 @@ function commands.check(args)
   if #modules > 0 then
     for _, name in ipairs(program:missing_handlers()) do
       local _, paths, near = program:handler_hint(name)
-      err(string.format("%s: tool '%s' has no handler: no tool module exports it (loaded: %s)%s",
-        o.program, name, table.concat(paths, ", "), near and (". Did you mean '" .. near .. "'?") or ""))
+      local d = program:declaration(name)
+      err(string.format("%s:%d:%d: tool '%s' has no handler: no tool module exports it (loaded: %s)%s",
+        o.program, d.line, d.col, name, table.concat(paths, ", "), near and (". Did you mean '" .. near .. "'?") or ""))
       errors = errors + 1
     end
     local tools = program:declarations().tools
@@ -317,6 +329,10 @@ function commands.validate(args)
   if not name then
     err("Error: " .. why)
     return 1
+  end
+  -- at a terminal, reading what is typed would look like a hang
+  if (args[3] or "-") == "-" and core.isatty(0) then
+    err("luma-lua: reading the value of " .. args[2] .. " from standard input; end it with Ctrl-D")
   end
   local text, why = json_text(args[3] or "-")
   if not text then
