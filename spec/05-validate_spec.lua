@@ -213,6 +213,33 @@ schema D { x: float @range(null, 9007199254740993) }]])
 end)
 
 describe("validation of tagged unions", function()
+  it("fills defaults with their union tags at any depth, whatever order the schemas are declared in", function()
+    -- Box's defaults take in Holder's and Invoice's, which are declared after it
+    local p = luma.compile([[
+schema Box { d: Document @default({ number: "x" }), e: Holder @default({}), l: Holder[] @default([{}]) }
+schema Holder { h: Inner @default({ b: 1 }) }
+schema Document = Invoice | Receipt tagged by kind
+schema Invoice { number: string, inner: Inner @default({ a: 1 }) }
+schema Receipt { reference: string }
+schema Inner = A | B tagged by t
+schema A { a: int }
+schema B { b: int }
+tool t() -> Box {}]])
+    local box = {}
+    assert.is_true(p:validate("Box", box))
+    local want = { d = { kind = "Invoice", number = "x", inner = { t = "A", a = 1 } }, e = { h = { t = "B", b = 1 } },
+      l = { { h = { t = "B", b = 1 } } } }
+    assert.are.same(want, box)
+    -- the filled value is one the tool's own output validation takes
+    assert.is_true(p:validate("Box", box, { mode = "output" }))
+    p:register("t", function() return {} end)
+    assert.are.same(want, (p:call("t", {})))
+    -- and the JSON Schema's defaults are the same values
+    local s = p:json_schema("Box")
+    assert.are.same(want.d, s.properties.d.default)
+    assert.are.same(want.e, s.properties.e.default)
+  end)
+
   it("infers the member of an input and writes the tag", function()
     local input = { doc = { reference = "R-1" } }
     assert.is_true(program:validate("__tool_file_doc_input", input))
