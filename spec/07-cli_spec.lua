@@ -194,6 +194,12 @@ describe("luma-lua options", function()
     assert.are.equal(0, help.status, help.stderr)
     assert.matches("^usage: luma%-lua check PROGRAM", help.stdout)
     assert.are.equal(check_help.stdout, help.stdout)
+    for _, c in ipairs { "help", "version" } do
+      local own, dashed_help = h.run { "help", c }, h.run { c, "--help" }
+      assert.are.equal(0, own.status, own.stderr)
+      assert.matches("^usage: luma%-lua " .. c, own.stdout)
+      assert.are.equal(own.stdout, dashed_help.stdout)
+    end
     local r = h.run { "help", "chek" }
     assert.are.equal(2, r.status)
     assert.matches("no such command 'chek' (did you mean 'check'?)", r.stderr, 1, true)

@@ -165,6 +165,14 @@ else is Lua, with program and luma in scope. Ctrl-C cancels what runs, Ctrl-D
 leaves. Reading from a pipe, it runs commands line by line and exits 1 when
 one failed. History: $LUMA_HISTORY, else ~/.luma_history.
 ]],
+  version = [[
+usage: luma-lua version (or --version, -v)
+Prints the version of luma-lua and of the Lua it runs.
+]],
+  help = [[
+usage: luma-lua help [COMMAND] (or --help, -h; COMMAND --help)
+Prints the usage, or one command's help.
+]],
   init = [[
 usage: luma-lua init [DIR]
 Writes a starter project into DIR (default: the current folder): program.luma,
@@ -500,6 +508,7 @@ function cli.main(arg)
   local first = arg[1]
   if first == nil then return commands.repl({}) end
   if first == "--help" or first == "-h" then return help(nil) end
+  if (first == "help" or first == "version") and (arg[2] == "--help" or arg[2] == "-h") then return help(first) end
   if first == "help" then
     if #arg > 2 then return usage_error("help takes one COMMAND") end
     return help(arg[2])
