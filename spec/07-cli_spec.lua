@@ -235,8 +235,18 @@ describe("luma-lua options", function()
     assert.are.equal("Error: Agent 'A' has no method 'rn'. Did you mean 'run'?\n", r.stderr)
   end)
 
-  it("says a tool module that is a folder is a folder", function()
-    local dir = h.project { ["program.luma"] = h.calculate, ["somedir/x"] = "" }
+  it("says a tool module, a config or a JSON @file that is a folder is a folder", function()
+    local dir = h.project { ["program.luma"] = h.calculate .. "\nagent A {\n  fn run(x: int) -> int { return x }\n}\n",
+      ["somedir/x"] = "" }
+    for _, case in ipairs {
+      { { "check", dir .. "/program.luma", "--config", dir .. "/somedir" }, 1 },
+      { { "validate", dir .. "/program.luma", "CalcResult", "@" .. dir .. "/somedir" }, 1 },
+      { { dir .. "/program.luma", "--agent", "A", "--input", "@" .. dir .. "/somedir" }, 2 },
+    } do
+      local r = h.run(case[1])
+      assert.are.equal(case[2], r.status, r.stderr)
+      assert.matches("^Error: [^\n]*cannot read '?[^\n]*/somedir'?: Is a directory\n$", r.stderr)
+    end
     local r = h.run { dir .. "/program.luma", "--tool-module", dir .. "/somedir" }
     assert.are.equal(2, r.status)
     assert.matches("cannot read '.*/somedir': Is a directory\n$", r.stderr)

@@ -92,9 +92,12 @@ local function json_text(arg)
   if arg == "-" then return io.stdin:read("a") end
   if arg:sub(1, 1) == "@" then
     local f, why = io.open(arg:sub(2), "rb")
-    if not f then return nil, "cannot read " .. arg:sub(2) .. ": " .. tostring(why):gsub("^[^:]*: ", "") end
-    local text = f:read("a")
-    f:close()
+    local text
+    if f then
+      text, why = f:read("a")   -- a folder opens, and its read fails: Is a directory
+      f:close()
+    end
+    if not text then return nil, "cannot read " .. arg:sub(2) .. ": " .. tostring(why):gsub("^[^:]*: ", "") end
     return text
   end
   return arg

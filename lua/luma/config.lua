@@ -300,9 +300,13 @@ function config.read(path)
   if not f then
     error(core.error { code = "IO_ERROR", message = "cannot read '" .. path .. "': " .. tostring(err):gsub("^[^:]*: ", "") }, 0)
   end
-  -- a byte order mark, as some editors write, is no part of the JSON
-  local text = (f:read("*a") or ""):gsub("^\239\187\191", "")
+  local text, rerr = f:read("*a")
   f:close()
+  if not text then   -- a folder opens, and its read fails
+    error(core.error { code = "IO_ERROR", message = "cannot read '" .. path .. "': " .. tostring(rerr) }, 0)
+  end
+  -- a byte order mark, as some editors write, is no part of the JSON
+  text = text:gsub("^\239\187\191", "")
   local ok, data = pcall(core.json_decode, text)
   if not ok then fail(path, "not valid JSON: " .. (type(data) == "table" and data.message or tostring(data))) end
   expect(path, "the configuration", data, "object", "a JSON object")
