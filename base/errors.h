@@ -17,6 +17,8 @@
   X(ASK_CANCELLED, 0, "the ask was cancelled by its caller", NULL) \
   X(ASK_KEY_MISSING, 0, "the model's API key variable is not set", \
     "Model '%s' needs the environment variable %s, which is not set.") \
+  X(ASK_MODEL_MISSING, 0, "the agent names no model, so it cannot ask", \
+    "Agent '%s' has no model to ask; name one with model: in the agent.") \
   X(ASK_OUTPUT_INVALID, 0, "the model's final answer does not fit the ask's schema, after every retry", NULL) \
   X(ASK_PROVIDER_ERROR, 0, "the provider answered with an error status (retryable for 408, 409, 429, 5xx and 529)", NULL) \
   X(ASK_REFUSED, 0, "the model refused to answer", NULL) \

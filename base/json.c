@@ -244,9 +244,8 @@ static void jp_where(const jp_state *st, const unsigned char *at, long *line, lo
   }
 }
 
-/* Writes "<reason> at offset N" into err, and the line and column when the
-   text has more than one line (a config file); returns NULL for the caller
-   to pass on. */
+/* Writes "<reason> at offset N (line L, column C)" into err; returns NULL
+   for the caller to pass on. */
 static void *jp_fail(jp_state *st, const unsigned char *at, const char *fmt, ...) {
   if (st->err && st->errlen) {
     char msg[160];
@@ -256,7 +255,7 @@ static void *jp_fail(jp_state *st, const unsigned char *at, const char *fmt, ...
     va_end(ap);
     size_t offset = (size_t)(at - st->text);
     long line, col;
-    if (!strstr(msg, "(line ") && memchr(st->text, '\n', (size_t)(st->end - st->text))) {
+    if (!strstr(msg, "(line ")) {
       jp_where(st, at, &line, &col);
       snprintf(st->err, st->errlen, "%s at offset %zu (line %ld, column %ld)", msg, offset, line, col);
     } else {
@@ -271,11 +270,24 @@ static void *jp_nomem(jp_state *st) {
   return NULL;
 }
 
-static void *jp_unexpected(jp_state *st, const unsigned char *p) {
+static int jp_wordchar(const unsigned char *p, const unsigned char *end) {
+  return p < end && ((*p | 0x20) >= 'a' && (*p | 0x20) <= 'z');
+}
+
+/* "unexpected 'x'" at p; a word (tru, yes) is named whole, from its start,
+   and where a value goes (value set), with the words a value can be. */
+static void *jp_unexpected_at(jp_state *st, const unsigned char *p, int value) {
   if (p == st->end) return jp_fail(st, p, "unexpected end of input");
+  if (jp_wordchar(p, st->end)) {
+    const unsigned char *e = p;
+    while (jp_wordchar(e, st->end) && e - p < 40) e++;
+    return jp_fail(st, p, "unexpected '%.*s'%s", (int)(e - p), p, value ? " (a value's words are true, false and null)" : "");
+  }
   if (*p >= 0x20 && *p < 0x7F) return jp_fail(st, p, "unexpected '%c'", *p);
   return jp_fail(st, p, "unexpected byte 0x%02X", *p);
 }
+
+static void *jp_unexpected(jp_state *st, const unsigned char *p) { return jp_unexpected_at(st, p, 0); }
 
 static const unsigned char *jp_space(const unsigned char *p, const unsigned char *end) {
   while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
@@ -286,10 +298,15 @@ static int jp_digit(const unsigned char *p, const unsigned char *end) {
   return p < end && *p >= '0' && *p <= '9';
 }
 
+/* The word w at p; a word that is not w ("tru", "nulls") is unexpected
+   from its start. */
 static const unsigned char *jp_word(jp_state *st, const unsigned char *p, const char *w) {
-  for (; *w; p++, w++)
-    if (p == st->end || *p != (unsigned char)*w) return jp_unexpected(st, p);
-  return p;
+  size_t n = strlen(w);
+  if ((size_t)(st->end - p) < n || memcmp(p, w, n) != 0 || jp_wordchar(p + n, st->end)) {
+    if (p + n > st->end && memcmp(p, w, (size_t)(st->end - p)) == 0) return jp_unexpected(st, st->end);
+    return jp_unexpected_at(st, p, 1);
+  }
+  return p + n;
 }
 
 /* strtod on the literal [p, e), with the locale's decimal point for '.' as
@@ -317,7 +334,10 @@ static const unsigned char *jp_double(jp_state *st, const unsigned char *p, cons
 }
 
 /* An integer literal that fits in 64 bits is a JV_INT, except -0, which only
-   a double can hold; any other number is a JV_NUM. */
+   a double can hold; any other number is a JV_NUM. An integer literal past
+   -2^63 by less than 1024 would round to -2^63, a double that reads as the
+   smallest 64-bit integer: it takes the next double away from zero instead,
+   so that it is refused as an int as 9223372036854775808 and 1e19 are. */
 static const unsigned char *jp_number(jp_state *st, const unsigned char *p, jv **out) {
   const unsigned char *start = p, *end = st->end;
   int neg = *p == '-', integral = 1, overflow = 0;
@@ -348,6 +368,11 @@ static const unsigned char *jp_number(jp_state *st, const unsigned char *p, jv *
     while (jp_digit(p, end)) p++;
   }
   if (p - start > LIM_JSON_NUMBER_BYTES) return jp_fail(st, start, "number too long");
+  if (overflow && integral && neg) {
+    const unsigned char *e = jp_double(st, start, p, out);
+    if (e && (*out)->n == -9223372036854775808.0) (*out)->n = nextafter((*out)->n, -INFINITY);
+    return e;
+  }
   if (!integral || overflow || (neg && u == 0)) return jp_double(st, start, p, out);
   *out = jv_int(st->a, neg ? -(long long)(u - 1) - 1 : (long long)u);
   return p;
@@ -623,7 +648,7 @@ jv *json_parse(ar_arena *a, const char *text, size_t len, int max_depth, char *e
         v = jv_null(a);
         break;
       default:
-        if (*p != '-' && (*p < '0' || *p > '9')) return jp_unexpected(&st, p);
+        if (*p != '-' && (*p < '0' || *p > '9')) return jp_unexpected_at(&st, p, 1);
         if (!(p = jp_number(&st, p, &v))) return NULL;
         break;
     }

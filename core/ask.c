@@ -65,10 +65,16 @@ static void move(ak_ask *a, st_verdict v, int next) {
 
 static unsigned long long next_id;
 
-ak_ask *ak_new(pl_program *pg, pl_scope *scope, const ak_params *p, char *err, size_t errlen) {
+ak_ask *ak_new(pl_program *pg, pl_scope *scope, const ak_params *p, le_code *code, char *err, size_t errlen) {
   const pm_agent *ag = scope ? scope->agent : NULL;
-  if (!ag || !ag->model) {
-    snprintf(err, errlen, ag ? "agent '%s' has no model" : "an ask needs an agent", ag ? ag->name : "");
+  *code = LE_ASK_CANCELLED;
+  if (ag && !ag->model) {
+    *code = LE_ASK_MODEL_MISSING;
+    le_format(err, errlen, LE_ASK_MODEL_MISSING, ag->name);
+    return NULL;
+  }
+  if (!ag) {
+    snprintf(err, errlen, "an ask needs an agent");
     return NULL;
   }
   if (pg->closed || rt_closed(pg->rt)) {

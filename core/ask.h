@@ -20,6 +20,7 @@
 
 #include <lua.h>
 
+#include "errors.h"
 #include "pipeline.h"
 
 #ifndef LUMA_AK_ASK_T
@@ -34,10 +35,11 @@ typedef struct ak_params {
   const pm_tool *forced;      /* `using tool`: the first turn must call it; NULL: none */
 } ak_params;
 
-/* A new ask of the scope's agent. NULL with a message in err when it cannot
-   be made (no model, no memory, a closed program). A missing API key is not
-   an error here: the ask ends with ASK_KEY_MISSING before any request. */
-ak_ask *ak_new(pl_program *pg, pl_scope *scope, const ak_params *p, char *err, size_t errlen);
+/* A new ask of the scope's agent. NULL with its code and a message in err
+   when it cannot be made (ASK_MODEL_MISSING; ASK_CANCELLED: no memory, a
+   closed program). A missing API key is not an error here: the ask ends with
+   ASK_KEY_MISSING before any request. */
+ak_ask *ak_new(pl_program *pg, pl_scope *scope, const ak_params *p, le_code *code, char *err, size_t errlen);
 /* Hands it to the runtime: rt_poll steps it from now on. */
 void ak_start(ak_ask *a);
 int ak_done(const ak_ask *a);

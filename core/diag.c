@@ -120,18 +120,25 @@ static size_t edit_distance(const char *a, const char *b) {
   return prev[lb];
 }
 
-const char *dg_suggest(const char *word, const char *const *names, int n) {
-  if (!*word) return NULL;
-  size_t limit = strlen(word) / 3;
+/* The edits a typo of word may hold, against a name: a third of the longer
+   of the two (1 to 3), so that "strik" reaches "strict"; but it must keep
+   something of the word: "R" is no typo of "M". */
+static size_t typo_limit(size_t word, size_t name) {
+  size_t limit = (word > name ? word : name) / 3;
   if (limit < 1) limit = 1;
   if (limit > 3) limit = 3;
-  /* a candidate must keep something of the word: "R" is no typo of "M" */
-  if (limit >= strlen(word)) limit = strlen(word) - 1;
+  if (limit >= word) limit = word - 1;
+  return limit;
+}
+
+const char *dg_suggest(const char *word, const char *const *names, int n) {
+  if (!*word) return NULL;
+  size_t len = strlen(word);
   const char *best = NULL;
-  size_t bestd = limit + 1;
+  size_t bestd = (size_t)-1;
   for (int i = 0; i < n; i++) {
     size_t dist = edit_distance(word, names[i]);
-    if (dist < bestd) { bestd = dist; best = names[i]; }
+    if (dist <= typo_limit(len, strlen(names[i])) && dist < bestd) { bestd = dist; best = names[i]; }
   }
   return best;
 }

@@ -61,10 +61,12 @@ static ak_ask *new_ask(lua_State *L, pl_program *pg) {
   lc_setmetatable(L, LA_ASK);
   ak_params p = { prompt, len, s, forced };
   char err[200];
-  b->a = ak_new(pg, sc, &p, err, sizeof err);
+  le_code code;
+  b->a = ak_new(pg, sc, &p, &code, err, sizeof err);
   if (!b->a) {
+    if (code == LE_ASK_MODEL_MISSING) le_raise_code(L, code, err, 0);
     lua_pushfstring(L, "Agent '%s' cannot ask: %s.", sc->agent->name, err);
-    le_raise(L, "ASK_CANCELLED", lua_tostring(L, -1), 0);
+    le_raise_code(L, code, lua_tostring(L, -1), 0);
   }
   ak_start(b->a);
   return b->a;

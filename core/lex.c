@@ -51,6 +51,19 @@ static void skip_space(lx_state *lx) {
 static int is_name_start(int c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 static int is_digit(int c) { return c >= '0' && c <= '9'; }
 
+/* The bytes of a non-ASCII letter at the position, or 0: a valid UTF-8
+   sequence outside Latin-1's signs and the punctuation and symbol blocks
+   (so that "café" reads as one word, and a curly quote does not). */
+static int foreign_letter(lx_state *lx) {
+  if (peekc(lx, 0) < 0x80) return 0;
+  uint32_t cp;
+  size_t n = u8_decode((const unsigned char *)lx->src + lx->pos, lx->end - lx->pos, &cp);
+  if (!n || cp < 0xC0 || cp == 0xD7 || cp == 0xF7 || (cp >= 0x2000 && cp <= 0x2BFF) ||
+      (cp >= 0x3000 && cp <= 0x303F) || cp == 0xFEFF)
+    return 0;
+  return (int)n;
+}
+
 /* strtod with '.' whatever the process locale says, as Lua's own l_str2d does */
 static double to_double(const char *s, size_t len, int *ok) {
   char buf[128];
@@ -95,10 +108,10 @@ static lx_token lex_number(lx_state *lx, lx_token t) {
   }
   const char *s = lx->src + t.start;
   if (!is_float) {
-    long long v = 0;
+    unsigned long long v = 0;
     for (size_t i = 0; i < t.len; i++) {
-      int d = s[i] - '0';
-      if (v > (9223372036854775807LL - d) / 10) {
+      unsigned d = (unsigned)(s[i] - '0');
+      if (v > (9223372036854775808ULL - d) / 10) {
         dg_error(lx->diag, t.line, t.col, "integer %.*s is too large", (int)t.len, s);
         t.kind = TK_ERROR;
         return t;
@@ -106,7 +119,8 @@ static lx_token lex_number(lx_state *lx, lx_token t) {
       v = v * 10 + d;
     }
     t.kind = TK_INT;
-    t.ival = v;
+    t.int_min = v == 9223372036854775808ULL;
+    t.ival = t.int_min ? -9223372036854775807LL - 1 : (long long)v;
     return t;
   }
   int ok;
@@ -164,10 +178,20 @@ lx_token lx_next(lx_state *lx) {
   t.col = lx->col;
   int c = peekc(lx, 0);
   if (c < 0) { t.kind = TK_EOF; return t; }
-  if (is_name_start(c)) {
-    while (is_name_start(peekc(lx, 0)) || is_digit(peekc(lx, 0))) advance(lx);
-    t.kind = TK_NAME;
+  if (is_name_start(c) || foreign_letter(lx)) {
+    /* a name with letters past ASCII is one word and one error */
+    int foreign = 0;
+    for (;;) {
+      int k;
+      if (is_name_start(peekc(lx, 0)) || is_digit(peekc(lx, 0))) advance(lx);
+      else if ((k = foreign_letter(lx)) > 0) for (foreign = 1; k > 0; k--) advance(lx);
+      else break;
+    }
+    t.kind = foreign ? TK_ERROR : TK_NAME;
     t.len = lx->pos - t.start;
+    if (foreign)
+      dg_error(lx->diag, t.line, t.col, "'%.*s' is not a name: names are ASCII (letters a-z and A-Z, digits, '_')",
+               (int)(t.len > 60 ? 60 : t.len), lx->src + t.start);
     return t;
   }
   if (is_digit(c)) return lex_number(lx, t);

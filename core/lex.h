@@ -24,6 +24,8 @@ typedef struct lx_token {
   int line, col;
   int nl_before;           /* a line break separates it from the previous token */
   long long ival;          /* TK_INT */
+  int int_min;             /* TK_INT 9223372036854775808, only valid after a '-'
+                              (ival is then -2^63, the smallest 64-bit integer) */
   double fval;             /* TK_FLOAT */
 } lx_token;
 

@@ -4,7 +4,9 @@
  *
  *   readline(prompt) -> line | nil (end of input) | false (Ctrl-C: the line is dropped)
  *   add_history(line), read_history(path), write_history(path)
- *   set_completer(fn)   fn(word, text_before_word) -> { candidates }
+ *   set_completer(fn)   fn(word, text_before_word) -> { candidates } [, append]
+ *                       append: what follows a unique match (default " "; ""
+ *                       for a word that goes on, such as a table's name)
  *   interruptible(fn, ...) -> pcall(fn, ...), where Ctrl-C raises "interrupted!"
  *                        in the Lua code fn runs (as lua5.4 does)
  */
@@ -145,10 +147,13 @@ static char **complete(const char *text, int start, int end) {
   lua_rawgeti(L, LUA_REGISTRYINDEX, completer_ref);
   lua_pushstring(L, text);
   lua_pushlstring(L, rl_line_buffer, (size_t)start);
-  if (lua_pcall(L, 2, 1, 0) != LUA_OK || !lua_istable(L, -1)) {
+  if (lua_pcall(L, 2, 2, 0) != LUA_OK || !lua_istable(L, -2)) {
     lua_settop(L, top);
     return NULL;
   }
+  const char *append = lua_tostring(L, -1);
+  rl_completion_append_character = append ? (unsigned char)append[0] : ' ';
+  lua_pop(L, 1);
   int n = (int)luaL_len(L, -1);
   candidates = calloc((size_t)(n > 0 ? n : 1), sizeof *candidates);
   for (int i = 0; candidates && i < n; i++) {

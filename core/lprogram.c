@@ -322,6 +322,8 @@ static void push_tool_info(lua_State *L, lp_program *lp, const pm_tool *t) {
   lua_createtable(L, 0, 20);
   set_str(L, "kind", "tool");
   set_str(L, "name", t->name);
+  set_int(L, "line", t->pos.line);
+  set_int(L, "col", t->pos.col);
   set_str(L, "description", t->description ? t->description : "");
   set_str(L, "input", t->input->name);
   if (t->output) set_str(L, "output", t->output->name);

@@ -47,6 +47,15 @@ st_verdict st_finish(lua_State *T, cl_call *c) {
     st_cache_release(c);
     return sv_next();
   }
+  /* a return type is a schema: what is not a table (a handler that
+     returned nothing) is said as such, with the schema to return */
+  int type = lua_type(T, CV_VALUE);
+  if (type != LUA_TTABLE) {
+    st_idem_settle(T, c, 0);
+    st_cache_release(c);
+    return st_fail(T, LE_TOOL_OUTPUT_INVALID, "%s returned %s%s; a handler must return a table matching %s", t->name,
+                   type == LUA_TNIL ? "" : "a ", lua_typename(T, type), t->output->name);
+  }
   lv_result r;
   int bad = lv_validate(c->pg->v, T, CV_VALUE, t->output, t->output_root, LV_OUTPUT, &r);
   if (bad) {

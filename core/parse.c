@@ -153,6 +153,38 @@ static void end_of_item(ps_state *p, const char *what) {
     error_at(p, TOK, what);
 }
 
+/* The keywords that open a declaration or a statement, and those that
+   follow a block: what a misspelled one was meant to be. */
+static const char *const opening_keywords[] = { "schema", "tool", "agent", "model", "if", "try", "return" };
+static const char *const following_keywords[] = { "else", "catch" };
+
+/* After a statement, as end_of_item; but a statement that is a bare name
+   with more on its line ("shema A {", "retrun x") is a misspelled opening
+   keyword, and a name right after a block one that follows blocks ("esle"):
+   "Unknown keyword" with the nearest, at the word. */
+static void end_of_stmt(ps_state *p, const ast_stmt *s) {
+  if (p->failed || at(p, TK_RBRACE) || at(p, TK_EOF) || at(p, TK_SEMI) || at(p, TK_COMMA) || TOK->nl_before)
+    return;
+  const char *near = NULL, *word = NULL;
+  char stray[64];
+  ast_pos pos = pos_of(TOK);
+  if (s && s->kind == ST_EXPR && s->expr && s->expr->kind == EX_NAME) {
+    word = s->expr->str.s;
+    pos = s->expr->pos;
+    near = dg_suggest(word, opening_keywords, (int)(sizeof opening_keywords / sizeof *opening_keywords));
+  } else if (at(p, TK_NAME) && TOK->len < sizeof stray) {
+    snprintf(stray, sizeof stray, "%.*s", (int)TOK->len, p->src + TOK->start);
+    word = stray;
+    near = dg_suggest(word, following_keywords, (int)(sizeof following_keywords / sizeof *following_keywords));
+  }
+  if (!near || strcmp(near, word) == 0 || at(p, TK_ERROR)) {
+    error_at(p, TOK, "expected a line break or ';' after the statement");
+    return;
+  }
+  p->failed = 1;
+  dg_error(p->diag, pos.line, pos.col, "Unknown keyword '%s'. Did you mean '%s'?", word, near);
+}
+
 static void *node(ps_state *p, size_t size) { return ar_alloc(p->a, size); }
 
 static ast_expr *new_expr(ps_state *p, ex_kind k, ast_pos pos) {
@@ -435,6 +467,10 @@ static ast_expr *parse_primary(ps_state *p) {
   ast_expr *e;
   switch (t->kind) {
     case TK_INT:
+      if (t->int_min) {
+        error_msg(p, pos, "integer 9223372036854775808 is too large");
+        return NULL;
+      }
       e = new_expr(p, EX_INT, pos);
       if (e) e->ival = t->ival;
       next(p);
@@ -503,7 +539,13 @@ static ast_expr *parse_postfix(ps_state *p) {
 static ast_expr *parse_unary(ps_state *p) {
   if (!enter(p)) return NULL;
   ast_expr *e;
-  if (at(p, TK_MINUS) || at(p, TK_NOT) || at_kw(p, "not")) {
+  if (at(p, TK_MINUS) && peek(p, 1)->kind == TK_INT && peek(p, 1)->int_min) {
+    /* -9223372036854775808 is one literal: its digits alone do not fit */
+    e = new_expr(p, EX_INT, pos_of(TOK));
+    if (e) e->ival = peek(p, 1)->ival;
+    next(p);
+    next(p);
+  } else if (at(p, TK_MINUS) || at(p, TK_NOT) || at_kw(p, "not")) {
     e = new_expr(p, EX_UNARY, pos_of(TOK));
     e->op = at(p, TK_MINUS) ? OP_NEG : OP_NOT;
     next(p);
@@ -662,7 +704,7 @@ static ast_stmt *parse_block(ps_state *p) {
   while (!at(p, TK_RBRACE) && !at(p, TK_EOF)) {
     size_t start = TOK->start;
     ast_stmt *s = parse_stmt(p);
-    end_of_item(p, "expected a line break or ';' after the statement");
+    end_of_stmt(p, s);
     if (p->failed) {
       recover(p, level, TK_RBRACE, start);
       continue;
@@ -724,6 +766,11 @@ static ast_field *parse_fields(ps_state *p, lx_kind closer) {
   int level = p->nest;
   ast_field *first = NULL, **tail = &first;
   while (!at(p, closer) && !at(p, TK_EOF)) {
+    /* "schema B {" on a line of its own: no field, the next declaration
+       (the caller says the '}' is missing) */
+    if (closer == TK_RBRACE && TOK->nl_before && peek(p, 1)->kind == TK_NAME &&
+        (at_kw(p, "schema") || at_kw(p, "tool") || at_kw(p, "agent") || at_kw(p, "model")))
+      break;
     size_t start = TOK->start;
     ast_field *f = parse_field(p);
     if (!p->failed && !at(p, closer) && !at(p, TK_COMMA) && !at(p, TK_SEMI) && !TOK->nl_before)
@@ -836,8 +883,23 @@ static ast_decl *parse_schema(ps_state *p) {
     d->tag = take_name(p, "expected the tag field's name after 'tagged by'");
     return d;
   }
+  ast_pos open = pos_of(TOK);
   if (!expect(p, TK_LBRACE, "expected '{' or '=' after the schema's name")) return d;
   d->fields = parse_fields(p, TK_RBRACE);
+  if (!p->failed && !at(p, TK_RBRACE)) {
+    /* said where the '{' is, which the reader must close; what follows
+       is parsed as if it had been */
+    char msg[200];
+    if (at(p, TK_EOF))
+      snprintf(msg, sizeof msg, "the '{' of schema '%s' is never closed: expected '}' before the end of the file",
+               d->name ? d->name : "?");
+    else
+      snprintf(msg, sizeof msg, "the '{' of schema '%s' is not closed: expected '}' before '%.*s' on line %d",
+               d->name ? d->name : "?", (int)(TOK->len > 40 ? 40 : TOK->len), p->src + TOK->start, TOK->line);
+    error_msg(p, open, msg);
+    p->nest--;
+    return d;
+  }
   expect(p, TK_RBRACE, "expected '}' to close the schema");
   return d;
 }
@@ -875,7 +937,9 @@ ast_program *ps_parse(const char *src, size_t len, ar_arena *a, dg_list *diag, i
   p->a = a;
   p->diag = diag;
   p->max_depth = max_depth > 0 ? max_depth : LIM_MAX_PARSE_DEPTH;
-  lx_init(&p->lx, src, 0, len, 1, 1, diag);
+  /* a byte order mark, as some editors write, is no part of the program */
+  size_t bom = len >= 3 && memcmp(src, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0;
+  lx_init(&p->lx, src, bom, len, 1, 1, diag);
   fill(p, 1);
   ast_program *prog = ar_alloc(a, sizeof *prog);
   if (!prog) return NULL;
@@ -901,7 +965,7 @@ ast_program *ps_parse(const char *src, size_t len, ar_arena *a, dg_list *diag, i
       p->interp = 1;
       s = parse_stmt(p);
       p->interp = 0;
-      end_of_item(p, "expected a line break or ';' after the statement");
+      end_of_stmt(p, s);
     }
     if (d && d->name) {
       if (p->failed || diag->count + diag->dropped > errors) d->broken = 1;

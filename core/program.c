@@ -229,8 +229,12 @@ static int count_bounds(pm_ctx *c, const ast_annot *an, long long *lo, long long
   int present[2];
   const ast_expr *e = an->args;
   for (int i = 0; i < 2; i++, e = e->next) {
-    if (!bound_arg(e, &v[i], &present[i]) || (present[i] && (!v[i].is_int || v[i].i < 0))) {
+    if (!bound_arg(e, &v[i], &present[i]) || (present[i] && !v[i].is_int)) {
       ERR(c, e->pos, "%s", usage);
+      return 0;
+    }
+    if (present[i] && v[i].i < 0) {
+      ERR(c, e->pos, "@%s %s must be non-negative (a count), not %lld", an->name, i ? "maximum" : "minimum", v[i].i);
       return 0;
     }
   }

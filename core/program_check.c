@@ -251,7 +251,10 @@ static vt_type check_expr(st_ctx *s, const ast_expr *e, int depth) {
     case EX_NAME: {
       int v = var_index(s, e->str.s);
       if (v < 0) {
+        /* "ture" is the literal misspelled rather than a variable */
+        static const char *const literals[] = { "true", "false", "null" };
         const char *near = dg_suggest(e->str.s, s->names, s->nnames);
+        if (!near) near = dg_suggest(e->str.s, literals, 3);
         ERR(s->c, e->pos, "unknown variable '%s'%s%s%s", e->str.s, near ? " (did you mean '" : "", near ? near : "",
             near ? "'?)" : "");
         return ANY_VALUE;

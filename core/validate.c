@@ -255,6 +255,8 @@ static int find_field(const pm_schema *s, const char *k, size_t len) {
 }
 
 
+static void check_default(struct lv_dcheck *d, int schema, int field);
+
 static void fill_default(lv_ctx *c, const pm_field *f, int def, int idx) {
   lua_State *L = c->L;
   lua_rawgeti(L, LUA_REGISTRYINDEX, c->v->anchor);
@@ -350,6 +352,8 @@ static int check_record(lv_ctx *c, const pm_schema *s, int idx, const char *tag)
     if (seen[i / 64] & ((uint64_t)1 << (i % 64))) continue;
     const pm_field *f = &s->fields[i];
     if (r->defaults[i]) {
+      /* at load, a default is checked before it is copied into another */
+      if (c->dc) check_default(c->dc, s->index, i);
       if (c->write) fill_default(c, f, r->defaults[i], idx);
     } else if (f->required) {
       push_seg(c, f->name, f->len, 0);
@@ -554,6 +558,7 @@ static void init_ctx(lv_ctx *c, lv_program *v, lua_State *L, const char *root, i
   c->r = r;
   c->depth = 0;
   c->npath = 0;
+  c->dc = NULL;
   r->errors = r->warnings = NULL;
   r->nerrors = r->nwarnings = r->truncated = 0;
 }
@@ -588,61 +593,96 @@ int lv_validate_type(lv_program *v, lua_State *L, int idx, const pm_type *t, con
 }
 
 
-int lv_check_defaults(lv_program *v, lua_State *L, pm_program *p) {
-  int bad = 0;
-  luaL_checkstack(L, 4, "checking defaults");
+/* The check of a program's @defaults: where each one is (0 not checked,
+   1 being checked, 2 checked), so that each is checked once, and before its
+   copy is filled into another default (whatever the order of declaration). */
+struct lv_dcheck {
+  lv_program *v;
+  lua_State *L;
+  pm_program *p;
+  unsigned char **state;      /* [schema][field] */
+  int bad;
+};
+
+/* Checks one @default as an input is, writing in place: it is filled as a
+   validated value would be (int 2.0 as 2, a union member's tag written, at
+   any depth, the defaults it takes in checked first). */
+static void check_default(struct lv_dcheck *d, int i, int j) {
+  if (d->state[i][j]) return;   /* checked, or being checked (a default that holds itself) */
+  d->state[i][j] = 1;
+  lv_program *v = d->v;
+  lua_State *L = d->L;
+  pm_program *p = d->p;
+  const pm_field *f = &p->schemas[i]->fields[j];
+  const lv_rec *r = &v->recs[i];
+  int top = lua_gettop(L);
+  luaL_checkstack(L, 6, "checking defaults");
+  /* large (its path), and this recurses: a userdata, which an error frees */
+  lv_ctx *c = lua_newuserdata(L, sizeof *c);
   lua_rawgeti(L, LUA_REGISTRYINDEX, v->anchor);
+  int anchor = lua_gettop(L);
+  lua_rawgeti(L, anchor, r->defaults[j]);
+  if (f->type->kind != PT_ANY && lc_isnull(L, -1)) {
+    d->bad++;
+    dg_error(&p->diag, f->default_value->pos.line, f->default_value->pos.col,
+             "@default of '%s' cannot be null: a default fills a missing field with a value (to let '%s' be "
+             "missing, remove the default and write '%s?:')", f->name, f->name, f->name);
+    lua_settop(L, top);
+    d->state[i][j] = 2;
+    return;
+  }
+  char root[160];
+  snprintf(root, sizeof root, "@default of '%.100s'", f->name);
+  lv_result res;
+  init_ctx(c, v, L, root, LV_INPUT, 1, &res);
+  c->dc = d;
+  lua_pushinteger(L, r->defaults[j]);
+  int value = anchor + 1, key = anchor + 2;
+  check_value(c, f->type, value, lua_type(L, value), anchor, key);
+  lua_settop(L, anchor);
+  if (finish(&res)) {
+    d->bad++;
+    const lv_issue *e = &res.errors[0];
+    dg_error(&p->diag, f->default_value->pos.line, f->default_value->pos.col, "%s %s",
+             e->path ? e->path : root, e->text ? e->text : "is invalid");
+  } else {
+    /* the JSON Schema's "default" is the value as filled (its tag, its integers) */
+    sb_buf b;
+    char why[64];
+    sb_init(&b);
+    lua_rawgeti(L, anchor, r->defaults[j]);
+    if (lj_encode(L, -1, &b, 0, LIM_DEFAULT_VALUE_DEPTH + 1, why, sizeof why) == 0 && !b.failed) {
+      pm_field *mf = (pm_field *)f;
+      mf->default_json = ar_strndup(&p->arena, b.data ? b.data : "null", b.data ? b.len : 4);
+      mf->default_json_len = b.data ? b.len : 4;
+    }
+    sb_free(&b);
+  }
+  lv_result_free(&res);
+  lua_settop(L, top);
+  d->state[i][j] = 2;
+}
+
+int lv_check_defaults(lv_program *v, lua_State *L, pm_program *p) {
+  struct lv_dcheck d = { v, L, p, NULL, 0 };
+  /* the states, in a userdata that an error frees: a row per schema */
+  size_t nfields = 0;
+  for (int i = 0; i < p->nschemas; i++) nfields += (size_t)p->schemas[i]->nfields;
+  size_t rows = sizeof *d.state * ((size_t)p->nschemas + 1);
+  char *block = lua_newuserdata(L, rows + nfields + 1);
+  memset(block, 0, rows + nfields + 1);
+  d.state = (unsigned char **)(void *)block;
+  unsigned char *cell = (unsigned char *)block + rows;
+  for (int i = 0; i < p->nschemas; i++) {
+    d.state[i] = cell;
+    cell += p->schemas[i]->nfields;
+  }
   for (int i = 0; i < p->nschemas; i++) {
     const pm_schema *s = p->schemas[i];
-    const lv_rec *r = &v->recs[i];
-    for (int j = 0; !s->is_union && j < s->nfields; j++) {
-      if (!r->defaults[j]) continue;
-      const pm_field *f = &s->fields[j];
-      int anchor = lua_gettop(L);
-      lua_rawgeti(L, anchor, r->defaults[j]);
-      if (f->type->kind != PT_ANY && lc_isnull(L, -1)) {
-        bad++;
-        dg_error(&p->diag, f->default_value->pos.line, f->default_value->pos.col,
-                 "@default of '%s' cannot be null: a default fills a missing field with a value (to let '%s' be "
-                 "missing, remove the default and write '%s?:')", f->name, f->name, f->name);
-        lua_pop(L, 1);
-        continue;
-      }
-      char root[160];
-      snprintf(root, sizeof root, "@default of '%.100s'", f->name);
-      /* validated as an input is, writing in place: the default is filled as
-         a validated value would be (int 2.0 as 2, a union member's tag
-         written) */
-      lv_result res;
-      lv_ctx c;
-      init_ctx(&c, v, L, root, LV_INPUT, 1, &res);
-      lua_pushinteger(L, r->defaults[j]);
-      int value = anchor + 1, key = anchor + 2;
-      check_value(&c, f->type, value, lua_type(L, value), anchor, key);
-      lua_settop(L, anchor);
-      if (finish(&res)) {
-        bad++;
-        const lv_issue *e = &res.errors[0];
-        dg_error(&p->diag, f->default_value->pos.line, f->default_value->pos.col, "%s %s",
-                 e->path ? e->path : root, e->text ? e->text : "is invalid");
-      } else {
-        /* the JSON Schema's "default" is the value as filled (its tag, its integers) */
-        sb_buf b;
-        char why[64];
-        sb_init(&b);
-        lua_rawgeti(L, anchor, r->defaults[j]);
-        if (lj_encode(L, -1, &b, 0, LIM_DEFAULT_VALUE_DEPTH + 1, why, sizeof why) == 0 && !b.failed) {
-          pm_field *mf = (pm_field *)f;
-          mf->default_json = ar_strndup(&p->arena, b.data ? b.data : "null", b.data ? b.len : 4);
-          mf->default_json_len = b.data ? b.len : 4;
-        }
-        lua_pop(L, 1);
-        sb_free(&b);
-      }
-      lv_result_free(&res);
-    }
+    for (int j = 0; !s->is_union && j < s->nfields; j++)
+      if (v->recs[i].defaults[j]) check_default(&d, i, j);
   }
   lua_pop(L, 1);
-  if (bad) dg_sort(&p->diag);
-  return bad;
+  if (d.bad) dg_sort(&p->diag);
+  return d.bad;
 }

@@ -57,6 +57,7 @@ typedef struct lv_ctx {
   int npath;
   const void *tables[LIM_MAX_DEPTH_CAP + 2];
   char keytext[64];           /* a rendered non-string key on the path */
+  struct lv_dcheck *dc;       /* checking the @defaults at load: NULL otherwise */
 } lv_ctx;
 static inline void push_seg(lv_ctx *c, const char *key, size_t len, lua_Integer index) {
   lv_seg *s = &c->path[c->npath++];

@@ -41,9 +41,10 @@ char *sx_read_source(const char *path, size_t *len, char *err, size_t errlen) {
     n += got;
     if (got == 0) break;
   }
-  int bad = ferror(f);
+  /* a folder opens, and its read fails: EISDIR says so */
+  int bad = ferror(f) ? errno : 0;
   fclose(f);
-  if (bad) { free(buf); snprintf(err, errlen, "cannot read '%s'", path); return NULL; }
+  if (bad) { free(buf); snprintf(err, errlen, "cannot read '%s': %s", path, strerror(bad)); return NULL; }
   buf[n] = '\0';
   *len = n;
   return buf;

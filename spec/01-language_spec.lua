@@ -227,6 +227,28 @@ describe("statements", function()
     assert.are.equal(9, stmt.line)
     assert.are.equal(5, stmt.col)
   end)
+
+  it("take -9223372036854775808, the smallest 64-bit integer, as an integer literal", function()
+    local r = h.run { h.program_file("x = -9223372036854775808\ny = x + 1\n") }
+    assert.are.equal(0, r.status, r.stderr)
+    assert.are.same({ x = math.mininteger, y = math.mininteger + 1 }, luma.json.decode(r.stdout))
+    assert.are.equal("integer", math.type(luma.json.decode(r.stdout).x))
+  end)
+end)
+
+describe("a file with a UTF-8 byte order mark", function()
+  it("loads as the same file without it: a program and its config", function()
+    local dir = h.project {
+      ["program.luma"] = "\239\187\191x = 1\nschema A { v: int }\n",
+      ["luma.config.json"] = '\239\187\191{ "tool_modules": [] }',
+    }
+    local r = h.run { dir .. "/program.luma" }
+    assert.are.equal(0, r.status, r.stderr)
+    assert.are.same({ x = 1 }, luma.json.decode(r.stdout))
+    -- the positions of the first line do not count it
+    r = h.run { "check", h.program_file("\239\187\191x = nope\n") }
+    assert.matches(":1:5: unknown variable 'nope'", r.stderr, 1, true)
+  end)
 end)
 
 describe("syntax errors", function()
@@ -280,6 +302,9 @@ b = (1 +
     { 'v = "{x y}"', "expected '}' to end the interpolation, found 'y'" },
     { "v = 12abc", "malformed number '12abc'" },
     { "v = 99999999999999999999", "integer 99999999999999999999 is too large" },
+    { "v = 9223372036854775808", "integer 9223372036854775808 is too large" },
+    { "v = 1 - 9223372036854775808", "integer 9223372036854775808 is too large" },
+    { "v = -9223372036854775809", "integer 9223372036854775809 is too large" },
     { "v = 1e999", "number 1e999 is out of range" },
     { "v = { a: 1, a: 2 }", "duplicate key 'a' in the object" },
     { "v = 1 w = 2", "expected a line break or ';' after the statement, found 'w'" },
@@ -292,6 +317,32 @@ b = (1 +
     { "agent A { fn run() { else } }", "expected a statement ('else' and 'catch' follow a block), found 'else'" },
     { "agent A { fn run() { try { } } }", "expected 'catch' after the try block, found '}'" },
   }
+  -- a misspelled keyword: the nearest, at the word
+  local misspelled = {
+    { "shema A { x: int }", "1:1: Unknown keyword 'shema'. Did you mean 'schema'?" },
+    { "schema R { v: int }\ntol f() -> R {}", "2:1: Unknown keyword 'tol'. Did you mean 'tool'?" },
+    { "agnet A {\n  fn run() -> int { return 1 }\n}", "1:1: Unknown keyword 'agnet'. Did you mean 'agent'?" },
+    { "x = 1\nif x > 0 { y = 1 } esle { y = 2 }", "2:20: Unknown keyword 'esle'. Did you mean 'else'?" },
+    { "agent A {\n  fn run() -> int {\n    retrun 1\n  }\n}", "3:5: Unknown keyword 'retrun'. Did you mean 'return'?" },
+    { "x = ture", "1:5: unknown variable 'ture' (did you mean 'true'?)" },
+    -- names past ASCII: one error for the name, not one per letter
+    { "schema Café_été { x: int }", "1:8: 'Café_été' is not a name: names are ASCII (letters a-z and A-Z, digits, '_')" },
+    { "x = ñandú", "1:5: 'ñandú' is not a name: names are ASCII (letters a-z and A-Z, digits, '_')" },
+    -- a schema's missing '}': where its '{' is
+    { "schema A {\n  x: int\n\nschema B { y: int }",
+      "1:10: the '{' of schema 'A' is not closed: expected '}' before 'schema' on line 4" },
+    { "schema A {\n  x: int\n", "1:10: the '{' of schema 'A' is never closed: expected '}' before the end of the file" },
+  }
+  for _, c in ipairs(misspelled) do
+    it("say where and what was meant: " .. c[2], function()
+      local _, err = h.compile(c[1])
+      assert.is_truthy(err, "expected an error")
+      local d = err.details.diagnostics
+      assert.are.equal(1, #d, c[1])
+      assert.are.equal(c[2], d[1].line .. ":" .. d[1].col .. ": " .. d[1].message)
+    end)
+  end
+
   for _, c in ipairs(cases) do
     it("say what is wrong: " .. c[2], function()
       local messages = h.errors(c[1])

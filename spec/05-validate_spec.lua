@@ -156,6 +156,19 @@ schema D { x: float @range(null, 9007199254740993) }]])
     assert.is_true(ok)
   end)
 
+  it("refuses the JSON integers just past -2^63, which a double would round to -2^63, as it refuses 1e19", function()
+    local p = luma.compile("schema C { x: int }\nschema F { x: float }")
+    for _, text in ipairs { "-9223372036854775809", "-9223372036854776000", "-9223372036854776832" } do
+      local ok, err = p:validate("C", luma.json.decode('{"x": ' .. text .. '}'))
+      assert.is_nil(ok, text)
+      assert.are.equal("C.x must be an integer that fits in 64 bits (from -2^63 to 2^63 - 1)", err.message)
+      assert.is_true(p:validate("F", luma.json.decode('{"x": ' .. text .. '}')))
+    end
+    local v = luma.json.decode('{"x": -9223372036854775808}')
+    assert.is_true(p:validate("C", v))
+    assert.are.equal(math.mininteger, v.x)
+  end)
+
   it("accepts an integer for float", function()
     assert.is_true(program:validate("Order", order { price = 3 }))
   end)
@@ -200,6 +213,33 @@ schema D { x: float @range(null, 9007199254740993) }]])
 end)
 
 describe("validation of tagged unions", function()
+  it("fills defaults with their union tags at any depth, whatever order the schemas are declared in", function()
+    -- Box's defaults take in Holder's and Invoice's, which are declared after it
+    local p = luma.compile([[
+schema Box { d: Document @default({ number: "x" }), e: Holder @default({}), l: Holder[] @default([{}]) }
+schema Holder { h: Inner @default({ b: 1 }) }
+schema Document = Invoice | Receipt tagged by kind
+schema Invoice { number: string, inner: Inner @default({ a: 1 }) }
+schema Receipt { reference: string }
+schema Inner = A | B tagged by t
+schema A { a: int }
+schema B { b: int }
+tool t() -> Box {}]])
+    local box = {}
+    assert.is_true(p:validate("Box", box))
+    local want = { d = { kind = "Invoice", number = "x", inner = { t = "A", a = 1 } }, e = { h = { t = "B", b = 1 } },
+      l = { { h = { t = "B", b = 1 } } } }
+    assert.are.same(want, box)
+    -- the filled value is one the tool's own output validation takes
+    assert.is_true(p:validate("Box", box, { mode = "output" }))
+    p:register("t", function() return {} end)
+    assert.are.same(want, (p:call("t", {})))
+    -- and the JSON Schema's defaults are the same values
+    local s = p:json_schema("Box")
+    assert.are.same(want.d, s.properties.d.default)
+    assert.are.same(want.e, s.properties.e.default)
+  end)
+
   it("infers the member of an input and writes the tag", function()
     local input = { doc = { reference = "R-1" } }
     assert.is_true(program:validate("__tool_file_doc_input", input))

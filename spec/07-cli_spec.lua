@@ -56,7 +56,7 @@ describe("luma-lua check", function()
   it("takes a mistyped command for one, not for a program", function()
     local r = h.run { "chekc", "x.luma" }
     assert.are.equal(2, r.status)
-    assert.are.equal("luma-lua: unknown command 'chekc' (did you mean 'check'?)\nRun 'luma-lua --help' for usage.\n", r.stderr)
+    assert.are.equal("luma-lua: no such command 'chekc' (did you mean 'check'?)\nRun 'luma-lua --help' for usage.\n", r.stderr)
   end)
 
   it("says when the file cannot be read", function()
@@ -87,7 +87,7 @@ describe("luma-lua check, with the config and tool modules a run would load", fu
     local r = h.run { "check", dir .. "/program.luma" }
     assert.are.equal(1, r.status)
     assert.are.equal("", r.stdout)
-    assert.matches("program.luma: tool 'store' has no handler: no tool module exports it (loaded: tools.lua). " ..
+    assert.matches("program.luma:3:6: tool 'store' has no handler: no tool module exports it (loaded: tools.lua). " ..
       "Did you mean 'stor'?", r.stderr, 1, true)
   end)
 
@@ -215,6 +215,75 @@ describe("luma-lua options", function()
     assert.are.equal(2, r.status)
     assert.are.equal("Error: cannot read '/nonexistent/frobnicate.luma': No such file or directory\n", r.stderr)
   end)
+
+  it("takes version and help CMD as the conventional commands", function()
+    local v, dashed = h.run { "version" }, h.run { "--version" }
+    assert.are.equal(0, v.status, v.stderr)
+    assert.are.equal(dashed.stdout, v.stdout)
+    local help, check_help = h.run { "help", "check" }, h.run { "check", "--help" }
+    assert.are.equal(0, help.status, help.stderr)
+    assert.matches("^usage: luma%-lua check PROGRAM", help.stdout)
+    assert.are.equal(check_help.stdout, help.stdout)
+    for _, c in ipairs { "help", "version" } do
+      local own, dashed_help = h.run { "help", c }, h.run { c, "--help" }
+      assert.are.equal(0, own.status, own.stderr)
+      assert.matches("^usage: luma%-lua " .. c, own.stdout)
+      assert.are.equal(own.stdout, dashed_help.stdout)
+    end
+    local r = h.run { "help", "chek" }
+    assert.are.equal(2, r.status)
+    assert.matches("no such command 'chek' (did you mean 'check'?)", r.stderr, 1, true)
+  end)
+
+  it("says a bare word that is no file and no command is no such command, listing them", function()
+    local r = h.run { "frobnicate", "x.luma" }
+    assert.are.equal(2, r.status)
+    assert.are.equal("luma-lua: no such command 'frobnicate'; the commands are check, help, init, repl, run, schema, " ..
+      "tools, validate, version\nRun 'luma-lua --help' for usage.\n", r.stderr)
+  end)
+
+  it("suggests the nearest option, of run and of check", function()
+    local path = h.program_file(h.calculate)
+    for _, case in ipairs {
+      { { path, "--agnet", "A" }, "unknown option '--agnet' (did you mean '--agent'?)" },
+      { { path, "--tool-modul", "t.lua" }, "unknown option '--tool-modul' (did you mean '--tool-module'?)" },
+      { { "check", path, "--confg", "c.json" }, "unknown option '--confg' of check (did you mean '--config'?)" },
+    } do
+      local r = h.run(case[1])
+      assert.are.equal(2, r.status)
+      assert.are.equal("luma-lua: " .. case[2] .. "\nRun 'luma-lua --help' for usage.\n", r.stderr)
+    end
+  end)
+
+  it("suggests the nearest method of the agent", function()
+    local path = h.program_file(h.calculate .. "\nagent A {\n  tools: [calculate]\n  fn run(a: float) -> CalcResult { " ..
+      "tool calculate({ a: a, b: 1, operation: \"add\" }) }\n}\n")
+    local handlers = h.write(h.tmpname(".lua"), "return { calculate = function(i) return { result = i.a + i.b } end }")
+    local r = h.run { path, "--tool-module", handlers, "--agent", "A", "--method", "rn", "--input", '{"a": 1}' }
+    os.remove(handlers)
+    assert.are.equal(2, r.status)
+    assert.are.equal("Error: Agent 'A' has no method 'rn'. Did you mean 'run'?\n", r.stderr)
+  end)
+
+  it("says a tool module, a config or a JSON @file that is a folder is a folder", function()
+    local dir = h.project { ["program.luma"] = h.calculate .. "\nagent A {\n  fn run(x: int) -> int { return x }\n}\n",
+      ["somedir/x"] = "" }
+    for _, case in ipairs {
+      { { "check", dir .. "/program.luma", "--config", dir .. "/somedir" }, 1 },
+      { { "validate", dir .. "/program.luma", "CalcResult", "@" .. dir .. "/somedir" }, 1 },
+      { { dir .. "/program.luma", "--agent", "A", "--input", "@" .. dir .. "/somedir" }, 2 },
+    } do
+      local r = h.run(case[1])
+      assert.are.equal(case[2], r.status, r.stderr)
+      assert.matches("^Error: [^\n]*cannot read '?[^\n]*/somedir'?: Is a directory\n$", r.stderr)
+    end
+    local r = h.run { dir .. "/program.luma", "--tool-module", dir .. "/somedir" }
+    assert.are.equal(2, r.status)
+    assert.matches("cannot read '.*/somedir': Is a directory\n$", r.stderr)
+    r = h.run { "check", dir .. "/program.luma", "--tool-module", dir .. "/somedir" }
+    assert.are.equal(1, r.status)
+    assert.matches("cannot read '.*/somedir': Is a directory\n$", r.stderr)
+  end)
 end)
 
 describe("luma-lua validate and schema", function()
@@ -253,12 +322,43 @@ describe("luma-lua validate and schema", function()
     assert.are.equal("Error: cannot read /nonexistent/v.json: No such file or directory\n", r.stderr)
   end)
 
+  it("gives a JSON error's line and column, at the bad word, in validate and --input", function()
+    local path = h.program_file(source .. "agent A {\n  fn run(qty: int) -> int { return qty }\n}\n")
+    local r = h.run { "validate", path, "Order", '{"qty": tru}' }
+    assert.are.equal(1, r.status)
+    assert.are.equal("Error: not JSON: unexpected 'tru' (a value's words are true, false and null) at offset 8 " ..
+      "(line 1, column 9)\n", r.stderr)
+    r = h.run { "validate", path, "Order", '{\n  "qty": 2,\n  "note": nul\n}' }
+    assert.matches("unexpected 'nul' (a value's words are true, false and null) at offset 24 (line 3, column 11)",
+      r.stderr, 1, true)
+    r = h.run { path, "--agent", "A", "--input", '{"qty": yes}' }
+    assert.are.equal(2, r.status)
+    assert.are.equal("Error: --input is not valid JSON: unexpected 'yes' (a value's words are true, false and null) " ..
+      "at offset 8 (line 1, column 9)\n", r.stderr)
+  end)
+
   it("prints one schema's JSON Schema", function()
     local r = h.run { "schema", h.program_file(source), "Order" }
     assert.are.equal(0, r.status)
     local s = require("cjson").decode(r.stdout)
     assert.are.equal(10, s.properties.qty.maximum)
     assert.are.same({ "qty" }, s.required)
+  end)
+
+  it("prints a tool's input schema for a tool's name, as the REPL's :schema does, in the same key order", function()
+    local path = h.program_file(h.calculate)
+    local r = h.run { "schema", path, "calculate" }
+    assert.are.equal(0, r.status, r.stderr)
+    local keys = {}
+    for k in r.stdout:gmatch('\n  "([%w_]+)":') do keys[#keys + 1] = k end
+    assert.are.same({ "type", "properties", "required", "additionalProperties" }, keys)
+    assert.matches('"operation"', r.stdout, 1, true)
+    local repl = h.run({ "repl", path }, { stdin = ":schema calculate\n" })
+    assert.are.equal(0, repl.status, repl.stderr)
+    assert.are.equal(r.stdout, repl.stdout:gsub("^loaded [^\n]*\n", ""))
+    r = h.run { "schema", path, "calculat" }
+    assert.are.equal(1, r.status)
+    assert.are.equal("Error: Unknown schema 'calculat'. Did you mean 'calculate'?\n", r.stderr)
   end)
 
   it("reads --input from a file or from standard input", function()

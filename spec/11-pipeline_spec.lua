@@ -501,6 +501,18 @@ describe("pipeline step 11: output validation", function()
     assert.are.same({ "TOOL_OUTPUT_INVALID", "calculate.output.result must be a number" }, { err.code, err.message })
   end)
 
+  it("says a handler returned nothing, or no table, and what it must return", function()
+    for _, c in ipairs {
+      { function() end, "calculate returned nil; a handler must return a table matching CalcResult" },
+      { function() return 5 end, "calculate returned a number; a handler must return a table matching CalcResult" },
+    } do
+      local p = program()
+      p:register("calculate", c[1])
+      local err = h.raised(add, p)
+      assert.are.same({ "TOOL_OUTPUT_INVALID", c[2] }, { err.code, err.message })
+    end
+  end)
+
   it("requires the union tag of an output", function()
     local p = program([[
 schema Invoice { invoice_number: string }

@@ -67,7 +67,9 @@ local STRICT = { sandbox = "strict", allow_builtins = { "os", "io", "json", "cry
 
 describe("tool_module_policy", function()
   local cases = {
-    { { sandbox = "jail" }, 'tool_module_policy.sandbox must be "none" or "strict"' },
+    { { sandbox = "jail" }, 'tool_module_policy.sandbox must be "none" or "strict", not "jail"' },
+    { { sandbox = "strik" }, 'tool_module_policy.sandbox must be "none" or "strict", not "strik". Did you mean "strict"?' },
+    { { sandbox = true }, 'tool_module_policy.sandbox must be "none" or "strict", not true' },
     { { sandbox = "strict", allow_net = true }, "tool_module_policy has no key 'allow_net'. Did you mean 'allow_env'?" },
     { { sandbox = "strict", max_memory_mb = 8 }, "tool_module_policy.max_memory_mb must be at least 16" },
     { { sandbox = "strict", max_memory_mb = 16.5 }, "tool_module_policy.max_memory_mb must be an integer" },

@@ -90,6 +90,29 @@ describe("the REPL at a terminal", function()
     assert.are.equal(0, r.status)
   end)
 
+  it("completes a table's name without a space after it, so that its fields can follow", function()
+    local r = typed(dir, {
+      expect("luma> "),
+      send("tabl\t"), pause(0.3), send(".conc\t"), pause(0.3), send("({1, 2}, '+')\r"), expect("1\\+2"),
+      expect("luma> $"), send(":quit\r"),
+    })
+    assert(r.ok, "step " .. tostring(r.step) .. ":\n" .. r.output)
+    assert.is_nil(r.output:find("e .conc", 1, true), r.output)
+    assert.are.equal(0, r.status)
+  end)
+
+  it("says validate reads standard input when it waits on the terminal, and not through a pipe", function()
+    local r = typed(dir, {
+      expect("reading the value of Sum from standard input; end it with Ctrl-D"),
+      send('{"total": 3}\r'), pause(0.2), send("\4"), expect('"total": 3'),
+    }, nil, { "validate", "program.luma", "Sum" })
+    assert(r.ok, "step " .. tostring(r.step) .. ":\n" .. r.output)
+    assert.are.equal(0, r.status, r.output)
+    local status, out, err = piped(dir, '{"total": 3}', "validate program.luma Sum")
+    assert.are.same({ 0, "" }, { status, err })
+    assert.matches('"total": 3', out)
+  end)
+
   it("cancels a running call with Ctrl-C (its signal fires) and goes on", function()
     local r = typed(dir, {
       expect("luma> "),
@@ -169,9 +192,9 @@ describe("the REPL through a pipe", function()
     assert.matches("add  Adds two integers\n", out)
     assert.matches('{\n  "total": 3\n}\nevent: {', out)
     assert.matches("agent Helper: methods double\n42\n", out)
-    assert.matches('20\ttext\t{\n  "a": 1\n}\n', out)
+    assert.matches('\n20\ntext\n{\n  "a": 1\n}\n', out)
     assert.matches("add\t0.1.0\n", out)
-    assert.matches('"required": %[\n    "total"\n  %]', out)
+    assert.matches('"required": %["total"%]', out)
     assert.matches(":call TOOL {json}\n  call a tool through the whole pipeline", out)
   end)
 
@@ -212,6 +235,36 @@ describe("the REPL through a pipe", function()
     assert.is_truthy(after, out)
     assert.is_nil(after:find("extra", 1, true))
     assert.matches("extra  New", out:match("^.*loaded program.luma(.*)$"))
+  end)
+
+  it("says what is wrong, with the nearest name, for a schema, an agent or a model it has not got", function()
+    local pdir = h.project { ["program.luma"] = PROGRAM:format("http://127.0.0.1:9") ..
+      "agent Bare {\n  fn one() -> int { return 1 }\n}\n", ["tools.lua"] = TOOLS,
+      ["luma.config.json"] = '{ "tool_modules": ["tools.lua"] }' }
+    local status, _, err = piped(pdir, table.concat({
+      ":validate Su {}",
+      ":schema ad",
+      ":agent Helpr",
+      ":agent Bare",
+      ':ask "hi" -> Sum',
+    }, "\n"))
+    os.execute("rm -rf " .. h.quote(pdir))
+    assert.are.equal(1, status)
+    assert.are.equal("Error: Unknown schema 'Su'. Did you mean 'Sum'?\n" ..
+      "Error: Unknown schema 'ad'. Did you mean 'add'?\n" ..
+      "no agent named 'Helpr'. Did you mean 'Helper'?\n" ..
+      "Error: [ASK_MODEL_MISSING] Agent 'Bare' has no model to ask; name one with model: in the agent.\n", err)
+  end)
+
+  it("prints program:run()'s results as JSON, each on its lines", function()
+    local pdir = h.project { ["program.luma"] = 'x = 1\ny = "two"\n' }
+    local status, out, err = piped(pdir, "program:run()\n")
+    os.execute("rm -rf " .. h.quote(pdir))
+    assert.are.equal(0, status, err)
+    local vars, names = out:match("^loaded [^\n]*\n(%b{})\n(%b[])\n$")
+    assert.is_truthy(vars, out)
+    assert.are.same({ x = 1, y = "two" }, luma.json.decode(vars))
+    assert.are.same({ "x", "y" }, luma.json.decode(names))
   end)
 
   it("asks the current agent's model", function()

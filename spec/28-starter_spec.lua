@@ -32,6 +32,24 @@ describe("luma-lua init", function()
     os.execute("rm -rf " .. h.quote(dir))
   end)
 
+  it("prints next steps that work as printed, from a checkout without make install", function()
+    local dir = h.tmpname("-starter")
+    local status, out, err = luma_lua(h.root, "init " .. h.quote(dir))
+    assert.are.equal(0, status, err)
+    local steps = out:match("\nNext, in [^\n]*:\n(.*)$")
+    assert.is_truthy(steps, out)
+    assert.matches("make install", steps, 1, true)
+    local n = 0
+    for line in steps:gmatch("  ([^\n]+)") do
+      n = n + 1
+      -- run as a user would, with no luma-lua on PATH
+      local s, o, e = h.sh("cd " .. h.quote(dir) .. " && PATH=/usr/bin:/bin " .. line .. " < /dev/null")
+      assert.are.equal(0, s, line .. "\n" .. o .. e)
+    end
+    assert.are.equal(5, n)
+    os.execute("rm -rf " .. h.quote(dir))
+  end)
+
   it("never overwrites a file", function()
     local dir = h.project { ["tools.lua"] = "return {}" }
     local status, _, err = luma_lua(dir, "init")
@@ -58,6 +76,53 @@ describe("luma-lua CMD --help", function()
     for option in options:gmatch('"(%-%-[%w-]+)"') do
       assert.matches(option:gsub("%p", "%%%0"), help)
       assert.matches(option:gsub("%p", "%%%0"), top)
+    end
+  end)
+end)
+
+describe("the man page", function()
+  -- the page as text: roff's escaped hyphens and font changes taken out
+  local function page()
+    return (h.read(h.root .. "/dist/luma-lua.1"):gsub("\\%-", "-"):gsub("\\f[BIRP]", ""))
+  end
+
+  it("has every command, option and variable that --help and each command's --help name", function()
+    local man = page()
+    local _, top = luma_lua(h.root, "--help")
+    local commands = {}
+    for line in top:match("\ncommands:\n(.-)\n\n"):gmatch("[^\n]+") do
+      local entry = line:match("^  (%S.-)%s%s") or line:match("^  (%S.*)$")
+      local word = entry and entry:gsub("^%(none%), ", ""):gsub("^%[", ""):match("^(%l+)")
+      if word then commands[word] = true end
+    end
+    local names = {}
+    for c in pairs(commands) do names[#names + 1] = c end
+    table.sort(names)
+    assert.are.same({ "check", "help", "init", "repl", "run", "schema", "tools", "validate", "version" }, names)
+    local synopsis = man:match("\n%.SH SYNOPSIS\n(.-)\n%.SH ")
+    for _, c in ipairs(names) do
+      -- in the synopsis, and an entry of its own under COMMANDS
+      assert.matches("%f[%l]" .. c .. "%f[^%l]", synopsis, 1, false, c .. " is not in the synopsis")
+      assert.matches("\n%.B[IR]? " .. c .. "[ \n]", man, 1, false, c .. " has no entry under COMMANDS")
+    end
+    local texts = { top }
+    for _, c in ipairs { "run", "check", "tools", "schema", "validate", "repl", "init", "version", "help" } do
+      local _, text = luma_lua(h.root, c .. " --help")
+      texts[#texts + 1] = text
+    end
+    for _, text in ipairs(texts) do
+      for option in text:gmatch("%-%-[%w-]+") do
+        assert.is_truthy(man:find(option, 1, true), option .. " is not in the man page")
+      end
+      for option in text:gmatch("[ ,]%-(%a)[%s,]") do
+        assert.is_truthy(man:find("-" .. option, 1, true), "-" .. option .. " is not in the man page")
+      end
+      for var in text:gmatch("%$([%u_][%u_]+)") do
+        assert.matches("\n%.B " .. var .. "\n", man, 1, false, var .. " is not in ENVIRONMENT")
+      end
+      for file in text:gmatch("~/%.?[%w_-]+") do
+        assert.is_truthy(man:find(file, 1, true), file .. " is not in FILES")
+      end
     end
   end)
 end)

@@ -17,13 +17,14 @@ commands:
   check PROGRAM            check a program, its config and tool modules; print "ok", or every error
   tools PROGRAM            print the program's tool declarations as JSON
                            ({ name, description, parameters } for each tool)
-  schema PROGRAM NAME      print the JSON Schema of one schema
+  schema PROGRAM NAME      print the JSON Schema of one schema (of a tool's input,
+                           for a tool's name)
   validate PROGRAM SCHEMA [JSON | @file | -]
                            validate a value (standard input when absent): print
                            it with its defaults filled (exit 0), or every
                            violation (exit 1)
-  --version, -v            print the version
-  --help, -h               print this help; CMD --help: one command's
+  version, --version, -v   print the version
+  help [CMD], --help, -h   print this help; help CMD or CMD --help: one command's
 
 options of run:
   --tool-module FILE       load a Lua tool module (repeatable)
@@ -54,6 +55,13 @@ local function usage_error(message)
   err("luma-lua: " .. message)
   err("Run 'luma-lua --help' for usage.")
   return 2
+end
+
+-- "unknown option '--agnet'", with the nearest of the command's options.
+local function unknown_option(option, options, command)
+  local near = core.suggest(option, options)
+  return "unknown option '" .. option .. "'" .. (command and (" of " .. command) or "") ..
+    (near and (" (did you mean '" .. near .. "'?)") or "")
 end
 
 -- Loads a program; on failure returns nil and the structured error.
@@ -92,9 +100,12 @@ local function json_text(arg)
   if arg == "-" then return io.stdin:read("a") end
   if arg:sub(1, 1) == "@" then
     local f, why = io.open(arg:sub(2), "rb")
-    if not f then return nil, "cannot read " .. arg:sub(2) .. ": " .. tostring(why):gsub("^[^:]*: ", "") end
-    local text = f:read("a")
-    f:close()
+    local text
+    if f then
+      text, why = f:read("a")   -- a folder opens, and its read fails: Is a directory
+      f:close()
+    end
+    if not text then return nil, "cannot read " .. arg:sub(2) .. ": " .. tostring(why):gsub("^[^:]*: ", "") end
     return text
   end
   return arg
@@ -150,7 +161,8 @@ Prints the program's tool declarations as JSON: { name, description, parameters 
 ]],
   schema = [[
 usage: luma-lua schema PROGRAM NAME
-Prints the JSON Schema of one schema of the program.
+Prints the JSON Schema of one schema of the program; for a tool's name, the
+schema of its input (as the REPL's :schema does).
 ]],
   validate = [[
 usage: luma-lua validate PROGRAM SCHEMA [JSON | @file | -]
@@ -163,6 +175,14 @@ The REPL: :help lists its commands (:load, :call, :run, :ask, ...); anything
 else is Lua, with program and luma in scope. Ctrl-C cancels what runs, Ctrl-D
 leaves. Reading from a pipe, it runs commands line by line and exits 1 when
 one failed. History: $LUMA_HISTORY, else ~/.luma_history.
+]],
+  version = [[
+usage: luma-lua version (or --version, -v)
+Prints the version of luma-lua and of the Lua it runs.
+]],
+  help = [[
+usage: luma-lua help [COMMAND] (or --help, -h; COMMAND --help)
+Prints the usage, or one command's help.
 ]],
   init = [[
 usage: luma-lua init [DIR]
@@ -204,13 +224,24 @@ function commands.init(args)
     h:close()
     out("wrote " .. dir .. "/" .. f[1])
   end
+  -- run from a checkout (bin/luma-lua), the steps name its command and
+  -- where busted finds luma, which make install would have put in place
+  local checkout, build, luadir = os.getenv("LUMA_COMMAND"), os.getenv("LUMA_BUILD"), os.getenv("LUMA_LUADIR")
+  local function q(s) return s:match("^[%w/._-]+$") and s or ("'" .. s:gsub("'", "'\\''") .. "'") end
+  local cmd = checkout and q(checkout) or "luma-lua"
   out("")
   out("Next, in " .. dir .. ":")
-  out("  luma-lua check program.luma")
-  out("  luma-lua program.luma")
-  out("  luma-lua program.luma --agent Greeter --input '{\"name\": \"Ada\"}'")
-  out("  luma-lua repl program.luma")
-  out("  busted --lua=lua5.4 spec")
+  out("  " .. cmd .. " check program.luma")
+  out("  " .. cmd .. " program.luma")
+  out("  " .. cmd .. " program.luma --agent Greeter --input '{\"name\": \"Ada\"}'")
+  out("  " .. cmd .. " repl program.luma")
+  if checkout and build and luadir then
+    out("  LUA_PATH=" .. q(luadir .. "/?.lua;" .. luadir .. "/?/init.lua;;") .. " LUA_CPATH=" .. q(build .. "/?.so;;") ..
+      " busted --lua=lua5.4 spec")
+    out("(luma-lua runs from its checkout here: make install puts luma-lua on PATH and luma where busted finds it)")
+  else
+    out("  busted --lua=lua5.4 spec")
+  end
   return 0
 end
 
@@ -227,7 +258,7 @@ local function program_options(args, command)
       if a == "--config" then o.config = args[i + 1] else o.tool_modules[#o.tool_modules + 1] = args[i + 1] end
       i = i + 2
     elseif a:sub(1, 1) == "-" then
-      return nil, usage_error("unknown option '" .. a .. "' of " .. command)
+      return nil, usage_error(unknown_option(a, { "--config", "--tool-module" }, command))
     elseif o.program then
       return nil, usage_error(command .. " takes one PROGRAM, not '" .. o.program .. "' and '" .. a .. "'")
     else
@@ -269,8 +300,9 @@ function commands.check(args)
   if #modules > 0 then
     for _, name in ipairs(program:missing_handlers()) do
       local _, paths, near = program:handler_hint(name)
-      err(string.format("%s: tool '%s' has no handler: no tool module exports it (loaded: %s)%s",
-        o.program, name, table.concat(paths, ", "), near and (". Did you mean '" .. near .. "'?") or ""))
+      local d = program:declaration(name)
+      err(string.format("%s:%d:%d: tool '%s' has no handler: no tool module exports it (loaded: %s)%s",
+        o.program, d.line, d.col, name, table.concat(paths, ", "), near and (". Did you mean '" .. near .. "'?") or ""))
       errors = errors + 1
     end
     local tools = program:declarations().tools
@@ -298,17 +330,17 @@ function commands.check(args)
   return 0
 end
 
+-- schema PROGRAM NAME: the JSON Schema of a schema, or of a tool's input (as
+-- the REPL's :schema prints it)
 function commands.schema(args)
   local program, status = program_argument(args, "schema", 2, 2)
   if not program then return status end
-  local name = args[2]
-  if not program:schema(name) then
-    local names = program:declarations().schemas
-    local near = core.suggest(name, names)
-    err("Error: Unknown schema '" .. name .. "'." .. (near and (" Did you mean '" .. near .. "'?") or ""))
+  local target, why = program:schema_target(args[2])
+  if not target then
+    err("Error: " .. why)
     return 1
   end
-  out(program:json_schema(name, { format = "json" }))
+  out(program:json_schema(target, { format = "json" }))
   return 0
 end
 
@@ -318,11 +350,14 @@ function commands.validate(args)
   if #args < 2 or #args > 3 then return usage_error("validate needs PROGRAM SCHEMA [JSON | @file | -]") end
   local program, status = program_argument({ args[1] }, "validate", 1)
   if not program then return status end
-  local name = args[2]
-  if not program:schema(name) then
-    local near = core.suggest(name, program:declarations().schemas)
-    err("Error: Unknown schema '" .. name .. "'." .. (near and (" Did you mean '" .. near .. "'?") or ""))
+  local name, why = program:schema_target(args[2])
+  if not name then
+    err("Error: " .. why)
     return 1
+  end
+  -- at a terminal, reading what is typed would look like a hang
+  if (args[3] or "-") == "-" and core.isatty(0) then
+    err("luma-lua: reading the value of " .. args[2] .. " from standard input; end it with Ctrl-D")
   end
   local text, why = json_text(args[3] or "-")
   if not text then
@@ -353,6 +388,9 @@ function commands.tools(args)
   return 0
 end
 
+local RUN_OPTIONS = { "--tool-module", "--config", "--agent", "--method", "--input", "--trace", "--record",
+  "--replay", "--emit-lua", "--generate-tool-types" }
+
 local function parse_run_args(args)
   local o = { tool_modules = {} }
   local i = 1
@@ -373,7 +411,7 @@ local function parse_run_args(args)
     elseif a == "--replay" then o.replay = value(a)
     elseif a == "--emit-lua" then o.emit_lua = true
     elseif a == "--generate-tool-types" then o.types = value(a)
-    elseif a:sub(1, 2) == "--" then error({ usage = "unknown option '" .. a .. "'" })
+    elseif a:sub(1, 2) == "--" then error({ usage = unknown_option(a, RUN_OPTIONS) })
     elseif o.program then error({ usage = "more than one PROGRAM: '" .. o.program .. "' and '" .. a .. "'" })
     else o.program = a end
     i = i + 1
@@ -458,38 +496,59 @@ function commands.run(args)
   return 0
 end
 
-function cli.main(arg)
-  local first = arg[1]
-  if first == nil then return commands.repl({}) end
-  if first == "--help" or first == "-h" or first == "help" then
+-- The words the command takes for commands of its own, for did-you-mean.
+local function command_names()
+  local names = { "help", "version" }
+  for name in pairs(commands) do names[#names + 1] = name end
+  table.sort(names)
+  return names
+end
+
+-- A word that is not a command: the nearest one, or the list.
+local function no_such_command(word)
+  local near = core.suggest(word, command_names())
+  return usage_error("no such command '" .. word .. "'" ..
+    (near and (" (did you mean '" .. near .. "'?)") or ("; the commands are " .. table.concat(command_names(), ", "))))
+end
+
+-- help [COMMAND]: the usage, or one command's help.
+local function help(name)
+  if name == nil then
     io.stdout:write(USAGE)
     return 0
   end
-  if first == "--version" or first == "-v" then
+  if not HELP[name] then return no_such_command(name) end
+  io.stdout:write(HELP[name])
+  return 0
+end
+
+function cli.main(arg)
+  local first = arg[1]
+  if first == nil then return commands.repl({}) end
+  if first == "--help" or first == "-h" then return help(nil) end
+  if (first == "help" or first == "version") and (arg[2] == "--help" or arg[2] == "-h") then return help(first) end
+  if first == "help" then
+    if #arg > 2 then return usage_error("help takes one COMMAND") end
+    return help(arg[2])
+  end
+  if first == "--version" or first == "-v" or first == "version" then
+    if #arg > 1 then return usage_error(first .. " takes no arguments") end
     out("luma-lua " .. luma.version .. " (" .. core.lua_release .. ")")
     return 0
   end
   local args = {}
   local command = commands[first]
-  if command and (arg[2] == "--help" or arg[2] == "-h") then
-    io.stdout:write(HELP[first])
-    return 0
-  end
+  if command and (arg[2] == "--help" or arg[2] == "-h") then return help(first) end
   if command then
     for i = 2, #arg do args[#args + 1] = arg[i] end
   elseif first:sub(1, 1) ~= "-" then
-    -- a word that is no file but close to a command is a typo, not a program
+    -- a bare word that names no file is a command mistyped, not a program
+    -- (a path has a '/' or a '.', as program.luma has)
     local f = io.open(first, "r")
     if f then
       f:close()
-    else
-      local names = {}
-      for name in pairs(commands) do names[#names + 1] = name end
-      table.sort(names)
-      local near = core.suggest(first, names)
-      if near and near ~= "run" then
-        return usage_error("unknown command '" .. first .. "' (did you mean '" .. near .. "'?)")
-      end
+    elseif not first:find("[/.]") then
+      return no_such_command(first)
     end
     command = commands.run
     for i = 1, #arg do args[#args + 1] = arg[i] end

@@ -26,7 +26,8 @@ local function number(n, is_float)
     if not s:find("[%.eEn]") then s = s .. ".0" end
     return s
   end
-  if math.mininteger and n == math.mininteger then return "math.mininteger" end
+  -- the compiled chunk has no math: -2^63 written as Lua reads it, an integer
+  if math.mininteger and n == math.mininteger then return "(-9223372036854775807 - 1)" end
   return string.format("%d", n)
 end
 

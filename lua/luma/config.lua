@@ -42,6 +42,21 @@ local function check_keys(file, where, t, known)
   end
 end
 
+-- value must be one of the strings in choices: the message lists them, says
+-- what was given, and names the nearest.
+local function one_of(file, where, value, choices)
+  for _, c in ipairs(choices) do
+    if value == c then return value end
+  end
+  local quoted = {}
+  for i, c in ipairs(choices) do quoted[i] = '"' .. c .. '"' end
+  local list = #quoted == 2 and (quoted[1] .. " or " .. quoted[2]) or ("one of " .. table.concat(quoted, ", "))
+  local shown, given = pcall(core.json_encode, value == nil and core.null or value)
+  local near = type(value) == "string" and core.suggest(value, choices)
+  fail(file, where .. " must be " .. list .. ", not " .. (shown and given or tostring(value)) ..
+    (near and ('. Did you mean "' .. near .. '"?') or ""))
+end
+
 -- JSON arrays come out of core.json_decode marked with core.array_mt.
 local function is_array(v)
   if type(v) ~= "table" then return false end
@@ -113,7 +128,6 @@ local function read_modules(file, dir, list)
   return modules
 end
 
-local PARSE = { string = true, json = true, number = true, integer = true, boolean = true }
 
 local function read_contexts(file, contexts)
   expect(file, "tool_contexts", contexts, "object", "an object of contexts, each an object of fields")
@@ -128,10 +142,8 @@ local function read_contexts(file, contexts)
       check_keys(file, fwhere, spec, { "env", "parse" })
       local env = expect(file, fwhere .. ".env", spec.env, "string", "a string (an environment variable name)")
       if not env:match("^[%a_][%w_]*$") then fail(file, fwhere .. ".env must be an environment variable name") end
-      local parse = spec.parse or "string"
-      if type(parse) ~= "string" or not PARSE[parse] then
-        fail(file, fwhere .. '.parse must be one of "string", "json", "number", "integer", "boolean"')
-      end
+      local parse = one_of(file, fwhere .. ".parse", spec.parse or "string",
+        { "string", "json", "number", "integer", "boolean" })
       out[name][field] = { env = env, parse = parse }
     end
   end
@@ -222,10 +234,7 @@ local POLICY_KEYS = { "sandbox", "allow_builtins", "allow_env", "allow_network",
 function config.policy(file, policy)
   expect(file, "tool_module_policy", policy, "object")
   check_keys(file, "tool_module_policy", policy, POLICY_KEYS)
-  local out = { sandbox = policy.sandbox or "none" }
-  if out.sandbox ~= "none" and out.sandbox ~= "strict" then
-    fail(file, 'tool_module_policy.sandbox must be "none" or "strict"')
-  end
+  local out = { sandbox = one_of(file, "tool_module_policy.sandbox", policy.sandbox or "none", { "none", "strict" }) }
   local strict = out.sandbox == "strict"
   local function capability(key)
     if policy[key] ~= nil and not strict then
@@ -291,8 +300,13 @@ function config.read(path)
   if not f then
     error(core.error { code = "IO_ERROR", message = "cannot read '" .. path .. "': " .. tostring(err):gsub("^[^:]*: ", "") }, 0)
   end
-  local text = f:read("*a") or ""
+  local text, rerr = f:read("*a")
   f:close()
+  if not text then   -- a folder opens, and its read fails
+    error(core.error { code = "IO_ERROR", message = "cannot read '" .. path .. "': " .. tostring(rerr) }, 0)
+  end
+  -- a byte order mark, as some editors write, is no part of the JSON
+  text = text:gsub("^\239\187\191", "")
   local ok, data = pcall(core.json_decode, text)
   if not ok then fail(path, "not valid JSON: " .. (type(data) == "table" and data.message or tostring(data))) end
   expect(path, "the configuration", data, "object", "a JSON object")

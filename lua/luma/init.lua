@@ -29,11 +29,6 @@ local function raise(code, message)
   error(core.error { code = code, message = message }, 0)
 end
 
--- Raises the code's fixed message, filled with the arguments.
-local function raise_fixed(code, ...)
-  raise(code, core.errors[code].template:format(...))
-end
-
 -- Compiles program text; raises a PROGRAM_INVALID error listing every problem.
 function luma.compile(source, chunkname, opts)
   if type(source) ~= "string" then
@@ -210,6 +205,23 @@ function Program:prepare()
   return function() return main(nil) end
 end
 
+-- The schema a user names (`luma-lua schema` and `validate`, the REPL's
+-- :schema and :validate): a schema, or a tool for its input. -> the name to
+-- give json_schema and validate, or nil and "Unknown schema 'x'." with the
+-- nearest schema or tool.
+function Program:schema_target(name)
+  local d = self:declaration(name)
+  if d and d.kind == "schema" then return name end
+  if d and d.kind == "tool" then return d.input end
+  local all = self:declarations()
+  local names = {}
+  for _, list in ipairs { all.schemas, all.tools } do
+    for _, n in ipairs(list) do names[#names + 1] = n end
+  end
+  local near = core.suggest(name, names)
+  return nil, "Unknown schema '" .. name .. "'." .. (near and (" Did you mean '" .. near .. "'?") or "")
+end
+
 local Agent = {}
 Agent.__index = Agent
 
@@ -229,7 +241,11 @@ function Agent:prepare(method, args)
   method = method or "run"
   program:check_registry()
   local fn = compiled_of(program).agents[self.name][method]
-  if not fn then raise_fixed("METHOD_NOT_FOUND", self.name, tostring(method)) end
+  if not fn then
+    local near = type(method) == "string" and core.suggest(method, program:declaration(self.name).methods)
+    raise("METHOD_NOT_FOUND", core.errors.METHOD_NOT_FOUND.template:format(self.name, tostring(method)) ..
+      (near and (" Did you mean '" .. near .. "'?") or ""))
+  end
   args = args or {}
   local ok, err = program:validate("__method_" .. self.name .. "_" .. method .. "_input", args)
   if not ok then

@@ -68,11 +68,15 @@ local function fail_error(e)
   end
 end
 
--- JSON, indented, keys coloured at a terminal
-local function json(v)
-  local text = core.json_encode(v == nil and luma.null or v, { indent = 2 })
+-- JSON text, its keys coloured at a terminal
+local function paint_keys(text)
   if S.color then text = text:gsub('\n(%s*)("[^"\n]-"):', function(sp, k) return "\n" .. sp .. paint("36", k) .. ":" end) end
   return text
+end
+
+-- JSON, indented, keys coloured at a terminal
+local function json(v)
+  return paint_keys(core.json_encode(v == nil and luma.null or v, { indent = 2 }))
 end
 
 local function show(v)
@@ -199,12 +203,9 @@ function run_command.schema(rest)
   if not p then return end
   local name = word(rest)
   if not name then return fail(":schema needs a NAME") end
-  local target = name
-  local d = p:declaration(name)
-  if d and d.kind == "tool" then target = "__tool_" .. name .. "_input" end
-  local ok, s = pcall(p.json_schema, p, target)
-  if not ok or s == nil then return fail("no schema or tool named '" .. name .. "'") end
-  say(json(s))
+  local target, why = p:schema_target(name)
+  if not target then return fail("Error: " .. why) end
+  say(paint_keys(p:json_schema(target, { format = "json" })))
 end
 
 function run_command.validate(rest)
@@ -212,9 +213,11 @@ function run_command.validate(rest)
   if not p then return end
   local name, text = word(rest)
   if not name then return fail(":validate needs SCHEMA {json}") end
+  local target, why = p:schema_target(name)
+  if not target then return fail("Error: " .. why) end
   local value = decode(text, "value")
   if value == nil then return end
-  local ok, v, err = pcall(p.validate, p, name, value)
+  local ok, v, err = pcall(p.validate, p, target, value)
   if not ok then return fail_error(v) end
   if not v then
     for _, violation in ipairs(err.details and err.details.violations or { { message = err.message } }) do
@@ -243,7 +246,10 @@ function run_command.agent(rest)
   local name = word(rest)
   if not name then return say(S.agent and ("agent " .. S.agent) or "no agent") end
   local d = p:declaration(name)
-  if not d or d.kind ~= "agent" then return fail("no agent named '" .. name .. "'") end
+  if not d or d.kind ~= "agent" then
+    local near = core.suggest(name, p:declarations().agents)
+    return fail("no agent named '" .. name .. "'" .. (near and (". Did you mean '" .. near .. "'?") or ""))
+  end
   S.agent = name
   say("agent " .. name .. ": methods " .. table.concat(d.methods, ", "))
 end
@@ -303,9 +309,15 @@ local function run_lua(fn)
     return fail("Error: " .. (luma.is_error(err) and ("[" .. err.code .. "] " .. err.message) or tostring(err)))
   end
   if results and results.n > 0 then
-    local parts = {}
-    for i = 1, results.n do parts[i] = show(results[i]) end
-    say(table.concat(parts, "\t"))
+    -- values on one line, tab-separated, as lua5.4 prints them; a table's
+    -- JSON takes lines of its own (program:run() gives the variables, then
+    -- their names)
+    local parts, tables = {}, false
+    for i = 1, results.n do
+      parts[i] = show(results[i])
+      tables = tables or type(results[i]) == "table"
+    end
+    say(table.concat(parts, tables and "\n" or "\t"))
   end
 end
 
@@ -341,7 +353,8 @@ local function execute(text)
   run_lua(fn)
 end
 
--- What completes the word at the cursor.
+-- What completes the word at the cursor; then what follows a unique match:
+-- nothing after a table, whose fields come next (libedit's default is a space).
 local function completer(w, before)
   local out = {}
   local function add(list, prefix)
@@ -393,10 +406,15 @@ local function completer(w, before)
   table.sort(names)
   local prefix = path and (path .. ".") or ""
   local want = path and last or w
+  local tables = 0
   for _, k in ipairs(names) do
-    if k:sub(1, #want) == want then out[#out + 1] = prefix .. k end
+    if k:sub(1, #want) == want then
+      out[#out + 1] = prefix .. k
+      local ok, v = pcall(function() return scope[k] end)
+      if ok and type(v) == "table" then tables = tables + 1 end
+    end
   end
-  return out
+  return out, (#out == 1 and tables == 1) and "" or nil
 end
 
 local function history_file()

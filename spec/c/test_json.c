@@ -50,7 +50,8 @@ static const ok_case ok_cases[] = {
   OK("9223372036854775807", "9223372036854775807"),    /* INT64_MAX */
   OK("-9223372036854775808", "-9223372036854775808"),  /* INT64_MIN */
   OK("9223372036854775808", "9.223372036854776e+18"),
-  OK("-9223372036854775809", "-9.223372036854776e+18"),
+  /* past -2^63 by less than 1024: the next double away from zero, not -2^63 */
+  OK("-9223372036854775809", "-9.223372036854778e+18"),
   OK("123456789012345678901234567890", "1.2345678901234568e+29"),
   /* other numbers */
   OK("-0", "-0"),
@@ -118,134 +119,134 @@ static const ok_case ok_cases[] = {
 
 static const bad_case bad_cases[] = {
   /* nothing, or more than one value */
-  BAD("", "empty input at offset 0"),
+  BAD("", "empty input at offset 0 (line 1, column 1)"),
   BAD("   \n\t ", "empty input at offset 6 (line 2, column 3)"),
-  BAD("1 2", "unexpected '2' at offset 2"),
-  BAD("{} {}", "unexpected '{' at offset 3"),
-  BAD("[]]", "unexpected ']' at offset 2"),
-  BAD("\"a\"\"b\"", "unexpected '\"' at offset 3"),
-  BAD("[1]\0", "unexpected byte 0x00 at offset 3"),
-  BAD("\xEF\xBB\xBF{}", "unexpected byte 0xEF at offset 0"),
-  BAD("\f1", "unexpected byte 0x0C at offset 0"),
-  BAD("\v1", "unexpected byte 0x0B at offset 0"),
-  BAD("\x7F", "unexpected byte 0x7F at offset 0"),
+  BAD("1 2", "unexpected '2' at offset 2 (line 1, column 3)"),
+  BAD("{} {}", "unexpected '{' at offset 3 (line 1, column 4)"),
+  BAD("[]]", "unexpected ']' at offset 2 (line 1, column 3)"),
+  BAD("\"a\"\"b\"", "unexpected '\"' at offset 3 (line 1, column 4)"),
+  BAD("[1]\0", "unexpected byte 0x00 at offset 3 (line 1, column 4)"),
+  BAD("\xEF\xBB\xBF{}", "unexpected byte 0xEF at offset 0 (line 1, column 1)"),
+  BAD("\f1", "unexpected byte 0x0C at offset 0 (line 1, column 1)"),
+  BAD("\v1", "unexpected byte 0x0B at offset 0 (line 1, column 1)"),
+  BAD("\x7F", "unexpected byte 0x7F at offset 0 (line 1, column 1)"),
   /* comments */
-  BAD("/* c */ 1", "unexpected '/' at offset 0"),
-  BAD("[1] // c", "unexpected '/' at offset 4"),
-  BAD("[1, /* c */ 2]", "unexpected '/' at offset 4"),
+  BAD("/* c */ 1", "unexpected '/' at offset 0 (line 1, column 1)"),
+  BAD("[1] // c", "unexpected '/' at offset 4 (line 1, column 5)"),
+  BAD("[1, /* c */ 2]", "unexpected '/' at offset 4 (line 1, column 5)"),
   BAD("# c\n1", "unexpected '#' at offset 0 (line 1, column 1)"),
   /* trailing and missing commas */
-  BAD("[1,2,]", "trailing comma at offset 4"),
-  BAD("[1 , ]", "trailing comma at offset 3"),
-  BAD("{\"a\":1,}", "trailing comma at offset 6"),
-  BAD("[,]", "unexpected ',' at offset 1"),
-  BAD("[1,,2]", "unexpected ',' at offset 3"),
-  BAD("{,}", "unexpected ',' at offset 1"),
-  BAD("[1 2]", "unexpected '2' at offset 3"),
+  BAD("[1,2,]", "trailing comma at offset 4 (line 1, column 5)"),
+  BAD("[1 , ]", "trailing comma at offset 3 (line 1, column 4)"),
+  BAD("{\"a\":1,}", "trailing comma at offset 6 (line 1, column 7)"),
+  BAD("[,]", "unexpected ',' at offset 1 (line 1, column 2)"),
+  BAD("[1,,2]", "unexpected ',' at offset 3 (line 1, column 4)"),
+  BAD("{,}", "unexpected ',' at offset 1 (line 1, column 2)"),
+  BAD("[1 2]", "unexpected '2' at offset 3 (line 1, column 4)"),
   /* NaN, Infinity, other words */
-  BAD("NaN", "unexpected 'N' at offset 0"),
-  BAD("[nan]", "unexpected 'a' at offset 2"),
-  BAD("Infinity", "unexpected 'I' at offset 0"),
-  BAD("-Infinity", "unexpected 'I' at offset 1"),
-  BAD("True", "unexpected 'T' at offset 0"),
-  BAD("nul", "unexpected end of input at offset 3"),
-  BAD("tru e", "unexpected ' ' at offset 3"),
-  BAD("nulll", "unexpected 'l' at offset 4"),
-  BAD("undefined", "unexpected 'u' at offset 0"),
+  BAD("NaN", "unexpected 'NaN' (a value's words are true, false and null) at offset 0 (line 1, column 1)"),
+  BAD("[nan]", "unexpected 'nan' (a value's words are true, false and null) at offset 1 (line 1, column 2)"),
+  BAD("Infinity", "unexpected 'Infinity' (a value's words are true, false and null) at offset 0 (line 1, column 1)"),
+  BAD("-Infinity", "unexpected 'Infinity' at offset 1 (line 1, column 2)"),
+  BAD("True", "unexpected 'True' (a value's words are true, false and null) at offset 0 (line 1, column 1)"),
+  BAD("nul", "unexpected end of input at offset 3 (line 1, column 4)"),
+  BAD("tru e", "unexpected 'tru' (a value's words are true, false and null) at offset 0 (line 1, column 1)"),
+  BAD("nulll", "unexpected 'nulll' (a value's words are true, false and null) at offset 0 (line 1, column 1)"),
+  BAD("undefined", "unexpected 'undefined' (a value's words are true, false and null) at offset 0 (line 1, column 1)"),
   /* number grammar */
-  BAD("01", "leading zero in number at offset 0"),
-  BAD("-012", "leading zero in number at offset 0"),
-  BAD("[00]", "leading zero in number at offset 1"),
-  BAD("+1", "unexpected '+' at offset 0"),
-  BAD(".5", "unexpected '.' at offset 0"),
-  BAD("-.5", "unexpected '.' at offset 1"),
-  BAD("1.", "unexpected end of input at offset 2"),
-  BAD("[1.]", "unexpected ']' at offset 3"),
-  BAD("1.e3", "unexpected 'e' at offset 2"),
-  BAD("1e", "unexpected end of input at offset 2"),
-  BAD("1e+", "unexpected end of input at offset 3"),
-  BAD("[1e]", "unexpected ']' at offset 3"),
-  BAD("1e+-2", "unexpected '-' at offset 3"),
-  BAD("-", "unexpected end of input at offset 1"),
-  BAD("- 1", "unexpected ' ' at offset 1"),
-  BAD("0x10", "unexpected 'x' at offset 1"),
-  BAD("1_000", "unexpected '_' at offset 1"),
-  BAD("1e400", "number out of range at offset 0"),
-  BAD("[-1e400]", "number out of range at offset 1"),
-  BAD("{\"a\":1.8e308}", "number out of range at offset 5"),
+  BAD("01", "leading zero in number at offset 0 (line 1, column 1)"),
+  BAD("-012", "leading zero in number at offset 0 (line 1, column 1)"),
+  BAD("[00]", "leading zero in number at offset 1 (line 1, column 2)"),
+  BAD("+1", "unexpected '+' at offset 0 (line 1, column 1)"),
+  BAD(".5", "unexpected '.' at offset 0 (line 1, column 1)"),
+  BAD("-.5", "unexpected '.' at offset 1 (line 1, column 2)"),
+  BAD("1.", "unexpected end of input at offset 2 (line 1, column 3)"),
+  BAD("[1.]", "unexpected ']' at offset 3 (line 1, column 4)"),
+  BAD("1.e3", "unexpected 'e' at offset 2 (line 1, column 3)"),
+  BAD("1e", "unexpected end of input at offset 2 (line 1, column 3)"),
+  BAD("1e+", "unexpected end of input at offset 3 (line 1, column 4)"),
+  BAD("[1e]", "unexpected ']' at offset 3 (line 1, column 4)"),
+  BAD("1e+-2", "unexpected '-' at offset 3 (line 1, column 4)"),
+  BAD("-", "unexpected end of input at offset 1 (line 1, column 2)"),
+  BAD("- 1", "unexpected ' ' at offset 1 (line 1, column 2)"),
+  BAD("0x10", "unexpected 'x' at offset 1 (line 1, column 2)"),
+  BAD("1_000", "unexpected '_' at offset 1 (line 1, column 2)"),
+  BAD("1e400", "number out of range at offset 0 (line 1, column 1)"),
+  BAD("[-1e400]", "number out of range at offset 1 (line 1, column 2)"),
+  BAD("{\"a\":1.8e308}", "number out of range at offset 5 (line 1, column 6)"),
   /* control characters in strings */
-  BAD("\"a\tb\"", "control character 0x09 in string at offset 2"),
+  BAD("\"a\tb\"", "control character 0x09 in string at offset 2 (line 1, column 3)"),
   BAD("\"a\nb\"", "control character 0x0A in string at offset 2 (line 1, column 3)"),
-  BAD("\"\x01\"", "control character 0x01 in string at offset 1"),
-  BAD("\"\x1F\"", "control character 0x1F in string at offset 1"),
-  BAD("\"a\0b\"", "control character 0x00 in string at offset 2"),
-  BAD("{\"a\rb\":1}", "control character 0x0D in string at offset 3"),
+  BAD("\"\x01\"", "control character 0x01 in string at offset 1 (line 1, column 2)"),
+  BAD("\"\x1F\"", "control character 0x1F in string at offset 1 (line 1, column 2)"),
+  BAD("\"a\0b\"", "control character 0x00 in string at offset 2 (line 1, column 3)"),
+  BAD("{\"a\rb\":1}", "control character 0x0D in string at offset 3 (line 1, column 4)"),
   /* invalid UTF-8: bad continuation, stray continuation, truncation */
-  BAD("\"\xC3\x28\"", "invalid UTF-8 at offset 1"),
-  BAD("\"\xE2\x28\xA1\"", "invalid UTF-8 at offset 1"),
-  BAD("\"\xF0\x9F\x28\x80\"", "invalid UTF-8 at offset 1"),
-  BAD("\"a\x80\"", "invalid UTF-8 at offset 2"),
-  BAD("\"\xBF\"", "invalid UTF-8 at offset 1"),
-  BAD("\"\xE2\x82\"", "invalid UTF-8 at offset 1"),
-  BAD("\"\xF0\x9F\x98\"", "invalid UTF-8 at offset 1"),
-  BAD("\"\xC3", "unexpected end of input at offset 2"),
-  BAD("\"\xE2\x82", "unexpected end of input at offset 3"),
-  BAD("\"\xF0\x9F\x98", "unexpected end of input at offset 4"),
+  BAD("\"\xC3\x28\"", "invalid UTF-8 at offset 1 (line 1, column 2)"),
+  BAD("\"\xE2\x28\xA1\"", "invalid UTF-8 at offset 1 (line 1, column 2)"),
+  BAD("\"\xF0\x9F\x28\x80\"", "invalid UTF-8 at offset 1 (line 1, column 2)"),
+  BAD("\"a\x80\"", "invalid UTF-8 at offset 2 (line 1, column 3)"),
+  BAD("\"\xBF\"", "invalid UTF-8 at offset 1 (line 1, column 2)"),
+  BAD("\"\xE2\x82\"", "invalid UTF-8 at offset 1 (line 1, column 2)"),
+  BAD("\"\xF0\x9F\x98\"", "invalid UTF-8 at offset 1 (line 1, column 2)"),
+  BAD("\"\xC3", "unexpected end of input at offset 2 (line 1, column 3)"),
+  BAD("\"\xE2\x82", "unexpected end of input at offset 3 (line 1, column 3)"),
+  BAD("\"\xF0\x9F\x98", "unexpected end of input at offset 4 (line 1, column 3)"),
   /* overlong encodings */
-  BAD("\"\xC0\x80\"", "invalid UTF-8 at offset 1"),
-  BAD("\"\xC1\xBF\"", "invalid UTF-8 at offset 1"),
-  BAD("\"\xE0\x80\x80\"", "invalid UTF-8 at offset 1"),
-  BAD("\"\xE0\x9F\xBF\"", "invalid UTF-8 at offset 1"),
-  BAD("\"\xF0\x80\x80\x80\"", "invalid UTF-8 at offset 1"),
-  BAD("\"\xF0\x8F\xBF\xBF\"", "invalid UTF-8 at offset 1"),
-  BAD("\"\xC0", "invalid UTF-8 at offset 1"),
-  BAD("\"\xE0\x80", "invalid UTF-8 at offset 1"),
+  BAD("\"\xC0\x80\"", "invalid UTF-8 at offset 1 (line 1, column 2)"),
+  BAD("\"\xC1\xBF\"", "invalid UTF-8 at offset 1 (line 1, column 2)"),
+  BAD("\"\xE0\x80\x80\"", "invalid UTF-8 at offset 1 (line 1, column 2)"),
+  BAD("\"\xE0\x9F\xBF\"", "invalid UTF-8 at offset 1 (line 1, column 2)"),
+  BAD("\"\xF0\x80\x80\x80\"", "invalid UTF-8 at offset 1 (line 1, column 2)"),
+  BAD("\"\xF0\x8F\xBF\xBF\"", "invalid UTF-8 at offset 1 (line 1, column 2)"),
+  BAD("\"\xC0", "invalid UTF-8 at offset 1 (line 1, column 2)"),
+  BAD("\"\xE0\x80", "invalid UTF-8 at offset 1 (line 1, column 2)"),
   /* UTF-16 surrogates encoded in UTF-8 */
-  BAD("\"\xED\xA0\x80\"", "invalid UTF-8 at offset 1"),
-  BAD("\"\xED\xAF\xBF\xED\xBF\xBF\"", "invalid UTF-8 at offset 1"),
-  BAD("\"\xED\xB0\x80\"", "invalid UTF-8 at offset 1"),
-  BAD("\"\xED\xA0", "invalid UTF-8 at offset 1"),
+  BAD("\"\xED\xA0\x80\"", "invalid UTF-8 at offset 1 (line 1, column 2)"),
+  BAD("\"\xED\xAF\xBF\xED\xBF\xBF\"", "invalid UTF-8 at offset 1 (line 1, column 2)"),
+  BAD("\"\xED\xB0\x80\"", "invalid UTF-8 at offset 1 (line 1, column 2)"),
+  BAD("\"\xED\xA0", "invalid UTF-8 at offset 1 (line 1, column 2)"),
   /* above U+10FFFF, and bytes that never appear */
-  BAD("\"\xF4\x90\x80\x80\"", "invalid UTF-8 at offset 1"),
-  BAD("\"\xF5\x80\x80\x80\"", "invalid UTF-8 at offset 1"),
-  BAD("\"\xF7\xBF\xBF\xBF\"", "invalid UTF-8 at offset 1"),
-  BAD("\"\xF8\x88\x80\x80\x80\"", "invalid UTF-8 at offset 1"),
-  BAD("\"\xFE\"", "invalid UTF-8 at offset 1"),
-  BAD("\"\xFF\"", "invalid UTF-8 at offset 1"),
-  BAD("\"\xF4\x90", "invalid UTF-8 at offset 1"),
-  BAD("{\"\xC0\x80\":1}", "invalid UTF-8 at offset 2"),
-  BAD("\xC3\xA9", "unexpected byte 0xC3 at offset 0"),
+  BAD("\"\xF4\x90\x80\x80\"", "invalid UTF-8 at offset 1 (line 1, column 2)"),
+  BAD("\"\xF5\x80\x80\x80\"", "invalid UTF-8 at offset 1 (line 1, column 2)"),
+  BAD("\"\xF7\xBF\xBF\xBF\"", "invalid UTF-8 at offset 1 (line 1, column 2)"),
+  BAD("\"\xF8\x88\x80\x80\x80\"", "invalid UTF-8 at offset 1 (line 1, column 2)"),
+  BAD("\"\xFE\"", "invalid UTF-8 at offset 1 (line 1, column 2)"),
+  BAD("\"\xFF\"", "invalid UTF-8 at offset 1 (line 1, column 2)"),
+  BAD("\"\xF4\x90", "invalid UTF-8 at offset 1 (line 1, column 2)"),
+  BAD("{\"\xC0\x80\":1}", "invalid UTF-8 at offset 2 (line 1, column 3)"),
+  BAD("\xC3\xA9", "unexpected byte 0xC3 at offset 0 (line 1, column 1)"),
   /* escapes */
-  BAD("\"\\x41\"", "invalid escape '\\x' at offset 1"),
-  BAD("\"\\U0041\"", "invalid escape '\\U' at offset 1"),
-  BAD("\"\\'\"", "invalid escape '\\'' at offset 1"),
-  BAD("\"\\a\"", "invalid escape '\\a' at offset 1"),
-  BAD("\"\\ \"", "invalid escape at offset 1"),
-  BAD("\"\\\x01\"", "invalid escape at offset 1"),
-  BAD("\"\\\xC3\xA9\"", "invalid escape at offset 1"),
-  BAD("\"\\", "unexpected end of input at offset 2"),
+  BAD("\"\\x41\"", "invalid escape '\\x' at offset 1 (line 1, column 2)"),
+  BAD("\"\\U0041\"", "invalid escape '\\U' at offset 1 (line 1, column 2)"),
+  BAD("\"\\'\"", "invalid escape '\\'' at offset 1 (line 1, column 2)"),
+  BAD("\"\\a\"", "invalid escape '\\a' at offset 1 (line 1, column 2)"),
+  BAD("\"\\ \"", "invalid escape at offset 1 (line 1, column 2)"),
+  BAD("\"\\\x01\"", "invalid escape at offset 1 (line 1, column 2)"),
+  BAD("\"\\\xC3\xA9\"", "invalid escape at offset 1 (line 1, column 2)"),
+  BAD("\"\\", "unexpected end of input at offset 2 (line 1, column 3)"),
   /* bad \u hex */
-  BAD("\"\\u12G4\"", "invalid \\u escape at offset 1"),
-  BAD("\"\\u12\"", "invalid \\u escape at offset 1"),
-  BAD("\"\\u 123\"", "invalid \\u escape at offset 1"),
-  BAD("\"\\u-123\"", "invalid \\u escape at offset 1"),
-  BAD("\"\\uXYZW\"", "invalid \\u escape at offset 1"),
-  BAD("\"ab\\u00", "unexpected end of input at offset 7"),
+  BAD("\"\\u12G4\"", "invalid \\u escape at offset 1 (line 1, column 2)"),
+  BAD("\"\\u12\"", "invalid \\u escape at offset 1 (line 1, column 2)"),
+  BAD("\"\\u 123\"", "invalid \\u escape at offset 1 (line 1, column 2)"),
+  BAD("\"\\u-123\"", "invalid \\u escape at offset 1 (line 1, column 2)"),
+  BAD("\"\\uXYZW\"", "invalid \\u escape at offset 1 (line 1, column 2)"),
+  BAD("\"ab\\u00", "unexpected end of input at offset 7 (line 1, column 8)"),
   /* lone surrogate escapes */
-  BAD("\"\\uD800\"", "lone surrogate \\uD800 at offset 1"),
-  BAD("\"\\uDBFF\"", "lone surrogate \\uDBFF at offset 1"),
-  BAD("\"\\uDC00\"", "lone surrogate \\uDC00 at offset 1"),
-  BAD("\"a\\udfff\"", "lone surrogate \\uDFFF at offset 2"),
-  BAD("\"\\uD800x\"", "lone surrogate \\uD800 at offset 1"),
-  BAD("\"\\uD800\\u0041\"", "lone surrogate \\uD800 at offset 1"),
-  BAD("\"\\uD800\\uD800\"", "lone surrogate \\uD800 at offset 1"),
-  BAD("\"\\uD800\\uE000\"", "lone surrogate \\uD800 at offset 1"),
-  BAD("\"\\uD800\\n\"", "lone surrogate \\uD800 at offset 1"),
-  BAD("\"\\uDC00\\uD800\"", "lone surrogate \\uDC00 at offset 1"),
-  BAD("\"\\uD800\\uDCxx\"", "invalid \\u escape at offset 7"),
-  BAD("\"\\uD800", "unexpected end of input at offset 7"),
-  BAD("\"\\uD800\\", "unexpected end of input at offset 8"),
-  BAD("\"\\uD800\\uDC", "unexpected end of input at offset 11"),
+  BAD("\"\\uD800\"", "lone surrogate \\uD800 at offset 1 (line 1, column 2)"),
+  BAD("\"\\uDBFF\"", "lone surrogate \\uDBFF at offset 1 (line 1, column 2)"),
+  BAD("\"\\uDC00\"", "lone surrogate \\uDC00 at offset 1 (line 1, column 2)"),
+  BAD("\"a\\udfff\"", "lone surrogate \\uDFFF at offset 2 (line 1, column 3)"),
+  BAD("\"\\uD800x\"", "lone surrogate \\uD800 at offset 1 (line 1, column 2)"),
+  BAD("\"\\uD800\\u0041\"", "lone surrogate \\uD800 at offset 1 (line 1, column 2)"),
+  BAD("\"\\uD800\\uD800\"", "lone surrogate \\uD800 at offset 1 (line 1, column 2)"),
+  BAD("\"\\uD800\\uE000\"", "lone surrogate \\uD800 at offset 1 (line 1, column 2)"),
+  BAD("\"\\uD800\\n\"", "lone surrogate \\uD800 at offset 1 (line 1, column 2)"),
+  BAD("\"\\uDC00\\uD800\"", "lone surrogate \\uDC00 at offset 1 (line 1, column 2)"),
+  BAD("\"\\uD800\\uDCxx\"", "invalid \\u escape at offset 7 (line 1, column 8)"),
+  BAD("\"\\uD800", "unexpected end of input at offset 7 (line 1, column 8)"),
+  BAD("\"\\uD800\\", "unexpected end of input at offset 8 (line 1, column 9)"),
+  BAD("\"\\uD800\\uDC", "unexpected end of input at offset 11 (line 1, column 12)"),
   /* object keys */
   BAD("{\"a\\u0000b\":1,\"a\\u0000b\":2}", "duplicate key \"a\\u0000b\" (line 1, column 15) at offset 14"),
   BAD("{\"a\":1,\"a\":2}", "duplicate key \"a\" (line 1, column 8) at offset 7"),
@@ -260,29 +261,29 @@ static const bad_case bad_cases[] = {
   BAD("{\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\":1,"
       "\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\":2}",
       "duplicate key \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...\" (line 1, column 75) at offset 74"),
-  BAD("{a:1}", "unexpected 'a' at offset 1"),
-  BAD("{1:1}", "unexpected '1' at offset 1"),
-  BAD("{'a':1}", "unexpected ''' at offset 1"),
-  BAD("{\"a\" 1}", "unexpected '1' at offset 5"),
-  BAD("{\"a\"}", "unexpected '}' at offset 4"),
-  BAD("{\"a\":}", "unexpected '}' at offset 5"),
-  BAD("{\"a\"::1}", "unexpected ':' at offset 5"),
+  BAD("{a:1}", "unexpected 'a' at offset 1 (line 1, column 2)"),
+  BAD("{1:1}", "unexpected '1' at offset 1 (line 1, column 2)"),
+  BAD("{'a':1}", "unexpected ''' at offset 1 (line 1, column 2)"),
+  BAD("{\"a\" 1}", "unexpected '1' at offset 5 (line 1, column 6)"),
+  BAD("{\"a\"}", "unexpected '}' at offset 4 (line 1, column 5)"),
+  BAD("{\"a\":}", "unexpected '}' at offset 5 (line 1, column 6)"),
+  BAD("{\"a\"::1}", "unexpected ':' at offset 5 (line 1, column 6)"),
   /* brackets */
-  BAD("[", "unexpected end of input at offset 1"),
-  BAD("]", "unexpected ']' at offset 0"),
-  BAD("[1}", "unexpected '}' at offset 2"),
-  BAD("{\"a\":1]", "unexpected ']' at offset 6"),
-  BAD("[{]}", "unexpected ']' at offset 2"),
-  BAD("{\"a\":1", "unexpected end of input at offset 6"),
-  BAD("\"abc", "unexpected end of input at offset 4"),
+  BAD("[", "unexpected end of input at offset 1 (line 1, column 2)"),
+  BAD("]", "unexpected ']' at offset 0 (line 1, column 1)"),
+  BAD("[1}", "unexpected '}' at offset 2 (line 1, column 3)"),
+  BAD("{\"a\":1]", "unexpected ']' at offset 6 (line 1, column 7)"),
+  BAD("[{]}", "unexpected ']' at offset 2 (line 1, column 3)"),
+  BAD("{\"a\":1", "unexpected end of input at offset 6 (line 1, column 7)"),
+  BAD("\"abc", "unexpected end of input at offset 4 (line 1, column 5)"),
   /* nesting */
-  BAD_DEPTH("[]", 0, "nesting deeper than 0 at offset 0"),
-  BAD_DEPTH("{}", 0, "nesting deeper than 0 at offset 0"),
-  BAD_DEPTH("[[1]]", 1, "nesting deeper than 1 at offset 1"),
-  BAD_DEPTH("[[]]", 1, "nesting deeper than 1 at offset 1"),
-  BAD_DEPTH("{\"a\":[{}]}", 2, "nesting deeper than 2 at offset 6"),
-  BAD_DEPTH("[1,[2,[3]]]", 2, "nesting deeper than 2 at offset 6"),
-  BAD_DEPTH("[]", -1, "nesting deeper than 0 at offset 0"),
+  BAD_DEPTH("[]", 0, "nesting deeper than 0 at offset 0 (line 1, column 1)"),
+  BAD_DEPTH("{}", 0, "nesting deeper than 0 at offset 0 (line 1, column 1)"),
+  BAD_DEPTH("[[1]]", 1, "nesting deeper than 1 at offset 1 (line 1, column 2)"),
+  BAD_DEPTH("[[]]", 1, "nesting deeper than 1 at offset 1 (line 1, column 2)"),
+  BAD_DEPTH("{\"a\":[{}]}", 2, "nesting deeper than 2 at offset 6 (line 1, column 7)"),
+  BAD_DEPTH("[1,[2,[3]]]", 2, "nesting deeper than 2 at offset 6 (line 1, column 7)"),
+  BAD_DEPTH("[]", -1, "nesting deeper than 0 at offset 0 (line 1, column 1)"),
 };
 
 #define NOK (int)(sizeof ok_cases / sizeof ok_cases[0])
@@ -404,7 +405,7 @@ static void test_values(void) {
   CT_CHECK(json_parse(&a, "[]", 2, DEPTH, err, sizeof err) != NULL, "[] parses");
   CT_EQ_STR("", err);
   CT_CHECK(json_parse(&a, NULL, 0, DEPTH, err, sizeof err) == NULL, "NULL text is empty input");
-  CT_EQ_STR("empty input at offset 0", err);
+  CT_EQ_STR("empty input at offset 0 (line 1, column 1)", err);
   ar_free(&a);
 }
 
@@ -416,7 +417,7 @@ static void test_long_numbers(void) {
   memset(buf, '7', 500);
   out = reserialize(buf, 500, DEPTH, err, sizeof err);
   CT_CHECK(!out, "a 500-digit integer is refused");
-  CT_EQ_STR("number too long at offset 0", err);
+  CT_EQ_STR("number too long at offset 0 (line 1, column 1)", err);
   free(out);
 
   buf[0] = '[';
@@ -425,7 +426,7 @@ static void test_long_numbers(void) {
   buf[502] = ']';
   out = reserialize(buf, 503, DEPTH, err, sizeof err);
   CT_CHECK(!out, "a 500-digit negative integer in an array is refused");
-  CT_EQ_STR("number too long at offset 1", err);
+  CT_EQ_STR("number too long at offset 1 (line 1, column 2)", err);
   free(out);
 
   /* "1." then zeros: 400 characters parse, 401 do not */
@@ -437,7 +438,7 @@ static void test_long_numbers(void) {
   free(out);
   out = reserialize(buf, 401, DEPTH, err, sizeof err);
   CT_CHECK(!out, "a 401-character number is refused");
-  CT_EQ_STR("number too long at offset 0", err);
+  CT_EQ_STR("number too long at offset 0 (line 1, column 1)", err);
   free(out);
 
   /* 300 digits fit in a double; 310 do not */
@@ -448,7 +449,7 @@ static void test_long_numbers(void) {
   free(out);
   out = reserialize(buf, 310, DEPTH, err, sizeof err);
   CT_CHECK(!out, "1 and 309 zeros overflows a double");
-  CT_EQ_STR("number out of range at offset 0", err);
+  CT_EQ_STR("number out of range at offset 0 (line 1, column 1)", err);
   free(out);
 }
 
@@ -514,7 +515,8 @@ static void test_depth(void) {
       sb_free(&b);
       nested(&b, max + 1, obj);
       CT_CHECK(json_parse(&a, b.data, b.len, max, err, sizeof err) == NULL, "depth %d+1 is refused", max);
-      snprintf(want, sizeof want, "nesting deeper than %d at offset %d", max, obj ? max * 5 : max);
+      snprintf(want, sizeof want, "nesting deeper than %d at offset %d (line 1, column %d)", max, obj ? max * 5 : max,
+               (obj ? max * 5 : max) + 1);
       CT_EQ_STR(want, err);
       sb_free(&b);
       ar_free(&a);
@@ -529,11 +531,11 @@ static void test_depth(void) {
   sb_init(&b);
   nested(&b, 200000, 0);
   CT_CHECK(json_parse(&a, b.data, b.len, DEPTH, err, sizeof err) == NULL, "200000 levels at max_depth 64");
-  CT_EQ_STR("nesting deeper than 64 at offset 64", err);
+  CT_EQ_STR("nesting deeper than 64 at offset 64 (line 1, column 65)", err);
   sb_free(&b);
   for (int i = 0; i < 100000; i++) sb_addc(&b, '[');
   CT_CHECK(json_parse(&a, b.data, b.len, 1000000, err, sizeof err) == NULL, "100000 unclosed arrays");
-  CT_EQ_STR("unexpected end of input at offset 100000", err);
+  CT_EQ_STR("unexpected end of input at offset 100000 (line 1, column 100001)", err);
   sb_free(&b);
   ar_free(&a);
 }
@@ -554,10 +556,9 @@ static void test_truncation(void) {
     if (!buf) break;
     memcpy(buf, doc, k);
     char *out = reserialize(buf, k, DEPTH, err, sizeof err);
-    if (k == 0) snprintf(want, sizeof want, "empty input at offset 0");
-    else if (!memchr(doc, '\n', k)) snprintf(want, sizeof want, "unexpected end of input at offset %zu", k);
+    if (k == 0) snprintf(want, sizeof want, "empty input at offset 0 (line 1, column 1)");
     else {
-      /* text of more than one line: the line and column (in characters) too */
+      /* the line and column (in characters) too */
       long line = 1, col = 1;
       for (size_t i = 0; i < k; i++) {
         if (doc[i] == '\n') { line++; col = 1; }
