@@ -10,14 +10,19 @@
 
 #if LUA_VERSION_NUM >= 504
 #include <errno.h>
-#include <sched.h>
-#include <string.h>
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <seccomp.h>
@@ -262,18 +267,237 @@ static int filter(const sx_policy *p, char *err, size_t errlen) {
   return 0;
 }
 
-int sx_confine(const sx_policy *p, size_t copy_bytes, char *err, size_t errlen) {
+/* ------------------------------------------------------------ the host's death */
+
+/* The child dies with the thread that forked it (PR_SET_PDEATHSIG is tied
+   to that thread, not to the host's process: the loader, or a worker of
+   the pool, which live as long as the runtime), and the filter keeps it
+   from clearing that. A host that died before the signal was set has
+   already left the child with another parent. */
+static int tie_to_host(pid_t host, char *err, size_t errlen) {
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {
+    snprintf(err, errlen, "cannot set the handler process's parent-death signal: %s", strerror(errno));
+    return -1;
+  }
+  if (getppid() != host) _exit(0);
+  return 0;
+}
+
+/* ------------------------------------------------------------ the environment */
+
+/* Whether the variable at name is one the policy lets through: all with
+   allow_env; with the network, libcurl's proxy and certificate settings
+   (luma.http follows them); with "os", TZ (os.date's zone). */
+static int env_kept(const sx_policy *p, const char *name) {
+  static const char *const network[] = {
+    "http_proxy", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY",
+    "CURL_CA_BUNDLE", "SSL_CERT_FILE", "SSL_CERT_DIR", NULL,
+  };
+  if (p->allow_env) return 1;
+  size_t n = strcspn(name, "=");
+  if ((p->builtins & SX_OS) && n == 2 && strncmp(name, "TZ", 2) == 0) return 1;
+  if (p->allow_network)
+    for (const char *const *v = network; *v; v++)
+      if (strlen(*v) == n && strncmp(name, *v, n) == 0) return 1;
+  return 0;
+}
+
+/* Where the kernel's copy of the environment lies (the bytes
+   /proc/self/environ shows): fields 50 and 51 of /proc/self/stat. */
+static int environment_area(uintptr_t *start, uintptr_t *end) {
+  char buf[4096];
+  int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  buf[n] = '\0';
+  char *p = strrchr(buf, ')');   /* the name before it may hold anything */
+  if (!p) return -1;
+  p++;
+  for (int field = 3; field <= 51 && *p; field++) {
+    while (*p == ' ') p++;
+    if (field >= 50) *(field == 50 ? start : end) = (uintptr_t)strtoull(p, NULL, 10);
+    while (*p && *p != ' ') p++;
+  }
+  return *end > *start ? 0 : -1;
+}
+
+/* Empties the environment of what the policy does not let through: the
+   environ array, and the kernel's copy of the strings at the top of the
+   stack, which /proc/self/environ reads (prctl(PR_SET_MM) would need
+   CAP_SYS_RESOURCE: the bytes are zeroed in place). What is kept is copied
+   out first. Strings the host's setenv made on the heap are left where they
+   are, with the rest of the host's memory at the fork (a putenv'd string
+   may be read-only). */
+/* environ as valgrind's leak check sees it: it does not look at the C
+   library's own variable */
+static char **volatile kept_environment;
+
+static int clear_environment(const sx_policy *p, char *err, size_t errlen) {
+  if (p->allow_env) return 0;
+  extern char **environ;
+  size_t n = 0, kept = 0;
+  for (char **e = environ; e && *e; e++) n++;
+  char **keep = calloc(n + 1, sizeof *keep);
+  for (size_t i = 0; keep && i < n; i++) {
+    if (!env_kept(p, environ[i])) continue;
+    if (!(keep[kept++] = strdup(environ[i]))) keep = NULL;   /* the child ends below */
+  }
+  if (!keep) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  /* valgrind's client runs on a stack of valgrind's making: the kernel's
+     copy is valgrind's own */
+  uintptr_t start = 0, end = 0;
+  if (!RUNNING_ON_VALGRIND && environment_area(&start, &end) != 0) {
+    snprintf(err, errlen, "cannot find the handler process's environment (/proc/self/stat)");
+    return -1;
+  }
+  if (end > start) memset((void *)start, 0, end - start);
+  environ = kept_environment = keep;
+  return 0;
+}
+
+/* ------------------------------------------------------------ Landlock */
+
+/* Landlock's interface (linux/landlock.h): Debian 12's headers (Linux 6.1)
+   stop at its ABI 2, so the later rights are defined here, under names of
+   their own. The kernel takes the whole attribute struct from any ABI, as
+   long as what an older one does not know is zero. */
+#define LL_CREATE_RULESET_VERSION (1U << 0)
+#define LL_RULE_PATH_BENEATH 1
+#define LL_FS_EXECUTE (1ULL << 0)
+#define LL_FS_WRITE_FILE (1ULL << 1)
+#define LL_FS_READ_FILE (1ULL << 2)
+#define LL_FS_READ_DIR (1ULL << 3)
+#define LL_FS_MAKE_REG (1ULL << 8)
+#define LL_FS_ABI1 ((1ULL << 13) - 1)    /* EXECUTE to MAKE_SYM */
+#define LL_FS_REFER (1ULL << 13)         /* ABI 2 */
+#define LL_FS_TRUNCATE (1ULL << 14)      /* ABI 3 */
+#define LL_FS_IOCTL_DEV (1ULL << 15)     /* ABI 5 */
+#define LL_FILE_RIGHTS (LL_FS_EXECUTE | LL_FS_WRITE_FILE | LL_FS_READ_FILE | LL_FS_TRUNCATE | LL_FS_IOCTL_DEV)
+#define LL_NET_BIND_TCP (1ULL << 0)      /* ABI 4 */
+#define LL_NET_CONNECT_TCP (1ULL << 1)
+#define LL_SCOPE_ABSTRACT_UNIX_SOCKET (1ULL << 0)   /* ABI 6 */
+#define LL_SCOPE_SIGNAL (1ULL << 1)
+
+struct ll_ruleset_attr {
+  uint64_t handled_access_fs, handled_access_net, scoped;
+};
+
+struct ll_path_beneath {
+  uint64_t allowed_access;
+  int32_t parent_fd;
+} __attribute__((packed));
+
+#define LL_READ (LL_FS_READ_FILE | LL_FS_READ_DIR)
+
+int sx_landlock_abi(void) {
+#ifdef SYS_landlock_create_ruleset
+  /* valgrind (3.19) knows no Landlock call, and says so at each */
+  if (RUNNING_ON_VALGRIND) return 0;
+  long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, LL_CREATE_RULESET_VERSION);
+  return abi > 0 ? (int)abi : 0;
+#else
+  return 0;
+#endif
+}
+
+/* Grants access beneath path (a file: its file rights only); a path that
+   does not exist is skipped. */
+static int grant(int ruleset, const char *path, uint64_t access, uint64_t handled) {
+  int fd = open(path, O_PATH | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT || errno == ENOTDIR || errno == EACCES ? 0 : -1;
+  struct stat st;
+  int rc = -1;
+  if (fstat(fd, &st) == 0) {
+    struct ll_path_beneath rule = { access & handled, fd };
+    if (!S_ISDIR(st.st_mode)) rule.allowed_access &= LL_FILE_RIGHTS;
+    rc = rule.allowed_access ? (int)syscall(SYS_landlock_add_rule, ruleset, LL_RULE_PATH_BENEATH, &rule, 0) : 0;
+  }
+  close(fd);
+  return rc;
+}
+
+/* The files a handler process may reach: the system's libraries and the
+   files the C library reads after the fork (the loader's cache, the time
+   zone; with the network, name resolution and certificates), /dev/null and
+   the random devices, its own /proc entry, and the module's folders:
+   readable, and the project's writable with "io". Nothing else: not the
+   host's /proc entry, nor another device, nor the user's files. The domain
+   also keeps it from tracing (or opening the memory of) any process
+   outside it, and, from ABI 6, from signalling one or reaching an abstract
+   Unix socket outside it; without the network, from TCP at all (ABI 4). */
+static int landlock(const sx_confinement *c, int abi, char *err, size_t errlen) {
+  const sx_policy *p = c->policy;
+  struct ll_ruleset_attr attr = { LL_FS_ABI1, 0, 0 };
+  if (abi >= 2) attr.handled_access_fs |= LL_FS_REFER;
+  if (abi >= 3) attr.handled_access_fs |= LL_FS_TRUNCATE;
+  if (abi >= 5) attr.handled_access_fs |= LL_FS_IOCTL_DEV;
+  if (abi >= 4 && !p->allow_network) attr.handled_access_net = LL_NET_BIND_TCP | LL_NET_CONNECT_TCP;
+  if (abi >= 6) attr.scoped = LL_SCOPE_ABSTRACT_UNIX_SOCKET | LL_SCOPE_SIGNAL;
+  uint64_t fs = attr.handled_access_fs;
+  int rs = (int)syscall(SYS_landlock_create_ruleset, &attr, sizeof attr, 0);
+  if (rs < 0) {
+    snprintf(err, errlen, "cannot make the handler process's Landlock ruleset (ABI %d): %s", abi, strerror(errno));
+    return -1;
+  }
+  static const char *const system[] = { "/usr", "/lib", "/lib64", "/lib32", "/libx32", "/etc/ld.so.cache",
+                                        "/etc/localtime", "/dev/urandom", "/dev/random", "/proc/self", NULL };
+  static const char *const network[] = { "/etc/nsswitch.conf", "/etc/resolv.conf", "/etc/hosts", "/etc/host.conf",
+                                         "/etc/gai.conf", "/etc/services", "/etc/protocols", "/etc/ssl",
+                                         "/etc/ca-certificates", "/etc/ca-certificates.conf", "/etc/pki",
+                                         "/etc/crypto-policies", "/etc/passwd", "/etc/group", NULL };
+  int rc = grant(rs, "/dev/null", LL_FS_READ_FILE | LL_FS_WRITE_FILE | LL_FS_TRUNCATE, fs);
+  for (const char *const *path = system; rc == 0 && *path; path++) rc = grant(rs, *path, LL_READ, fs);
+  for (const char *const *path = network; rc == 0 && p->allow_network && *path; path++)
+    rc = grant(rs, *path, LL_READ, fs);
+  uint64_t project = LL_READ;
+  if (p->builtins & SX_IO) project |= LL_FS_WRITE_FILE | LL_FS_MAKE_REG | LL_FS_TRUNCATE;
+  if (rc == 0 && c->project_root) rc = grant(rs, c->project_root, project, fs);
+  if (rc == 0 && c->dependency_root) rc = grant(rs, c->dependency_root, LL_READ, fs);
+  if (rc != 0) {
+    snprintf(err, errlen, "cannot add a Landlock rule in the handler process: %s", strerror(errno));
+    close(rs);
+    return -1;
+  }
+  if (syscall(SYS_landlock_restrict_self, rs, 0) != 0) {
+    snprintf(err, errlen, "cannot enter the handler process's Landlock domain: %s", strerror(errno));
+    close(rs);
+    return -1;
+  }
+  close(rs);
+  return 0;
+}
+
+int sx_confine(const sx_confinement *c, char *err, size_t errlen) {
+  const sx_policy *p = c->policy;
+  if (tie_to_host(c->host, err, errlen) != 0) return -1;
+  if (clear_environment(p, err, errlen) != 0) return -1;
   /* a crash is reported by its signal; a core image of the host's whole
      address space would only take time and disk */
   struct rlimit none = { 0, 0 };
   setrlimit(RLIMIT_CORE, &none);
-  if (limit_memory(p, copy_bytes, err, errlen) != 0) return -1;
+  if (limit_memory(p, c->copy_bytes, err, errlen) != 0) return -1;
+  /* Landlock without privileges needs it; the filter sets it too */
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+    snprintf(err, errlen, "cannot set no_new_privs in the handler process: %s", strerror(errno));
+    return -1;
+  }
+  int abi = sx_landlock_abi();
+  if (abi > 0 && landlock(c, abi, err, errlen) != 0) return -1;
   return filter(p, err, errlen);
 }
 
 #else /* LuaJIT and Lua 5.1: no policy, so no isolation (core/lmodule.c) */
-int sx_confine(const sx_policy *p, size_t copy_bytes, char *err, size_t errlen) {
-  (void)p; (void)copy_bytes;
+int sx_landlock_abi(void) {
+  return 0;
+}
+
+int sx_confine(const sx_confinement *c, char *err, size_t errlen) {
+  (void)c;
   snprintf(err, errlen, "process isolation needs Lua 5.4");
   return -1;
 }

@@ -559,6 +559,7 @@ sx_state *sx_spawn(sx_module *m, long long deadline_ns, char *err, size_t errlen
   sx_state_prime();
   unsigned char seed;
   cr_random(&seed, 1);
+  pid_t host = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     snprintf(err, errlen, "cannot start a handler process: %s", strerror(errno));
@@ -568,7 +569,7 @@ sx_state *sx_spawn(sx_module *m, long long deadline_ns, char *err, size_t errlen
   }
   if (pid == 0) {
     close(sv[0]);
-    sx_child_main(m, sv[1], deadline_ns);
+    sx_child_main(m, sv[1], host, deadline_ns);
   }
   close(sv[1]);
   c->pid = pid;

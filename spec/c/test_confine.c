@@ -48,8 +48,55 @@ static int instrumented(void);
 enum {
   EXEC = 1, FORK = 2, PTRACE = 4, THREAD = 8, SOCKET = 16, CORE = 32, BIG = 64, SIGNAL = 128,
   LIMITS = 1 << 8, IOCTL = 1 << 9, NSCLONE = 1 << 10, FCNTL = 1 << 11, PRCTL = 1 << 12, MOUNT = 1 << 13,
-  SCHED = 1 << 14,
+  SCHED = 1 << 14, ENV = 1 << 15, FILES = 1 << 16,
 };
+
+/* Nothing of the environment is left (but the proxy settings with the
+   network): not in environ, not in the bytes /proc/self/environ shows
+   (valgrind gives its client a stack of its own: not those bytes). */
+static int environment_empty(int network) {
+  extern char **environ;
+  if (getenv("PATH") || getenv("HOME") || (!network && environ && environ[0])) return 0;
+  if (RUNNING_ON_VALGRIND) return 1;
+  int fd = open("/proc/self/environ", O_RDONLY);
+  if (fd < 0) return errno == EACCES;   /* Landlock may hide it: then nothing shows either */
+  char buf[4096];
+  ssize_t n;
+  int zeros = 1;
+  while ((n = read(fd, buf, sizeof buf)) > 0)
+    for (ssize_t i = 0; i < n; i++) zeros &= buf[i] == 0;
+  close(fd);
+  return zeros;
+}
+
+/* With Landlock: the parent's /proc entry and memory, the machine's files
+   outside the system's libraries, and devices but /dev/null, unreachable;
+   the libraries still readable. */
+static int files_as_policy(pid_t host) {
+  if (sx_landlock_abi() == 0) return 1;
+  char mem[64];
+  snprintf(mem, sizeof mem, "/proc/%d/mem", (int)host);
+  int fd = open(mem, O_RDWR);
+  int ok = fd < 0;
+  if (fd >= 0) close(fd);
+  snprintf(mem, sizeof mem, "/proc/%d/fd/1", (int)host);
+  fd = open(mem, O_WRONLY);
+  ok = ok && fd < 0;
+  if (fd >= 0) close(fd);
+  static const char *const unreachable[] = { "/etc/hostname", "/root", "/tmp", "/dev/userfaultfd", "/dev/tty", NULL };
+  for (const char *const *path = unreachable; *path; path++) {
+    fd = open(*path, O_RDONLY);
+    ok = ok && fd < 0;
+    if (fd >= 0) close(fd);
+  }
+  fd = open("/dev/null", O_WRONLY);
+  ok = ok && fd >= 0;
+  if (fd >= 0) close(fd);
+  fd = open("/usr/lib/os-release", O_RDONLY);
+  ok = ok && (fd >= 0 || errno == ENOENT);
+  if (fd >= 0) close(fd);
+  return ok;
+}
 
 /* Whether a raw call failed with EPERM: the filter's answer. */
 static int eperm(long r) { return r < 0 && errno == EPERM; }
@@ -223,6 +270,8 @@ static int probe(const sx_policy *p) {
   if (prctl_limited()) ok |= PRCTL;
   if (mounts_refused()) ok |= MOUNT;
   if (scheduling_on_self_only(host)) ok |= SCHED;
+  if (environment_empty(p->allow_network)) ok |= ENV;
+  if (files_as_policy(host)) ok |= FILES;
   /* far past the limit and the room for copies */
   void *big = malloc((size_t)4 << 30);
   if (!big) ok |= BIG;
@@ -239,12 +288,13 @@ static int confined(int allow_network) {
   p.isolation = SX_ISOLATE_PROCESS;
   int bits[2];
   if (pipe(bits) != 0) return -1;
+  sx_confinement c = { &p, (size_t)64 << 20, getpid(), NULL, NULL };
   pid_t pid = fork();
   if (pid == 0) {
     char err[256];
     close(bits[0]);
     int got = 0;   /* no bit: every check fails */
-    if (sx_confine(&p, (size_t)64 << 20, err, sizeof err) != 0) fprintf(stderr, "%s\n", err);
+    if (sx_confine(&c, err, sizeof err) != 0) fprintf(stderr, "%s\n", err);
     else got = probe(&p);
     _exit(write(bits[1], &got, sizeof got) == sizeof got ? 0 : 1);
   }
@@ -268,7 +318,7 @@ static int instrumented(void) {
 
 int main(void) {
   int all = EXEC | FORK | PTRACE | THREAD | SOCKET | CORE | SIGNAL | LIMITS | IOCTL | NSCLONE | FCNTL | PRCTL |
-            MOUNT | SCHED | (instrumented() ? 0 : BIG);
+            MOUNT | SCHED | ENV | FILES | (instrumented() ? 0 : BIG);
   /* asked in a child of its own, so that the confined children load the
      resolver's modules and read its files under the filter themselves */
   pid_t probe_pid = fork();
