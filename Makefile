@@ -151,6 +151,13 @@ $(BUILD)/test_libluma: spec/c/test_libluma.c spec/c/ctest.h $(LIBLUMA)
 $(BUILD)/test_%: spec/c/test_%.c spec/c/ctest.h $(CORE_OBJ)
 	$(CC) $(ALL_CFLAGS) $(INC_core) $(LDFLAGS) -o $@ $< $(CORE_OBJ) $(LUA_LIB) $(LIBS)
 
+# spec/36's native attack code, preloaded into a host (never instrumented:
+# it runs as an exploit would, and a sanitizer's runtime is preloaded first)
+ATTACK_SO = $(BUILD)/attack.so
+$(ATTACK_SO): spec/c/attack.c
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -g -Wall -Wextra -fPIC -shared -o $@ $< -ldl
+
 deps:
 	@missing=""; for p in $(DEB_PACKAGES) $(EXTRA_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
@@ -166,7 +173,7 @@ deps:
 # The specs' temporary files go to a folder of the run's own, removed after it
 # whatever the outcome.
 test: deps
-	@$(MAKE) --no-print-directory all $(CTESTS)
+	@$(MAKE) --no-print-directory all $(CTESTS) $(ATTACK_SO)
 	@rm -f $(RESULTS); status=0; \
 	tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/luma-run-XXXXXX") && export TMPDIR=$$tmp || exit 1; \
 	for t in $(CTESTS); do LUMA_TEST_RESULTS=$(RESULTS) $(SAN_ENV) $$t || status=1; done; \
@@ -183,7 +190,7 @@ test: deps
 VALGRIND = valgrind -q --error-exitcode=99 --leak-check=full --fair-sched=yes
 valgrind: deps
 	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES=valgrind
-	@$(MAKE) --no-print-directory all $(CTESTS)
+	@$(MAKE) --no-print-directory all $(CTESTS) $(ATTACK_SO)
 	@rm -f $(RESULTS); status=0; \
 	tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/luma-run-XXXXXX") && export TMPDIR=$$tmp || exit 1; \
 	for t in $(CTESTS); do LUMA_TEST_RESULTS=$(RESULTS) $(VALGRIND) $$t || status=1; done; \

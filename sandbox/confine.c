@@ -472,6 +472,39 @@ static int landlock(const sx_confinement *c, int abi, char *err, size_t errlen) 
   return 0;
 }
 
+/* What holds on this machine, layer by layer, as sentences; and what does
+   not. The child checks each again when it confines itself, and fails to
+   start if one that is there cannot be set. */
+int sx_confine_layers(const char **holds, int max_holds, const char **missing, int max_missing, int *nmissing) {
+  int n = 0, m = 0;
+#define HOLDS(s) do { if (n < max_holds) holds[n++] = (s); } while (0)
+#define MISSING(s) do { if (m < max_missing) missing[m++] = (s); } while (0)
+  HOLDS("parent-death signal: the handler process dies with the host's thread that started it");
+  HOLDS("environment: emptied but for what the policy lets through");
+  HOLDS("descriptors: only the socket to the host, /dev/null, and the host's stderr when it came across exec");
+  HOLDS("rlimits: no core dumps; RLIMIT_AS near max_memory_mb (not under a sanitizer or valgrind)");
+  /* libseccomp asks the kernel once (seccomp(2) or prctl) */
+  if (seccomp_api_get() >= 1 || RUNNING_ON_VALGRIND)
+    HOLDS("seccomp: no exec, process, namespace, mount, ptrace; signals, limits and scheduling on itself only");
+  else
+    MISSING("seccomp: this kernel has no seccomp filters; process isolation cannot start");
+  int abi = sx_landlock_abi();
+  if (abi >= 1) HOLDS("Landlock files: the system's libraries, /dev/null, and the module's folders only");
+  if (abi >= 1) HOLDS("Landlock ptrace scoping: no /proc/<pid>/mem of the host or any process outside");
+  if (abi >= 4) HOLDS("Landlock TCP: no connect or bind without allow_network");
+  if (abi >= 6) HOLDS("Landlock signal and abstract-socket scoping");
+  if (abi == 0)
+    MISSING("Landlock: none (Linux 5.13 and later with landlock among the LSMs; not under valgrind): the "
+            "handler process can open every file the host's user can, the host's /proc entry included");
+  else if (abi < 6)
+    MISSING("Landlock signal and abstract-socket scoping (ABI 6, Linux 6.12): the filter still refuses signals "
+            "to other processes");
+#undef HOLDS
+#undef MISSING
+  *nmissing = m;
+  return n;
+}
+
 int sx_confine(const sx_confinement *c, char *err, size_t errlen) {
   const sx_policy *p = c->policy;
   if (tie_to_host(c->host, err, errlen) != 0) return -1;
@@ -493,6 +526,16 @@ int sx_confine(const sx_confinement *c, char *err, size_t errlen) {
 
 #else /* LuaJIT and Lua 5.1: no policy, so no isolation (core/lmodule.c) */
 int sx_landlock_abi(void) {
+  return 0;
+}
+
+int sx_confine_layers(const char **holds, int max_holds, const char **missing, int max_missing, int *nmissing) {
+  (void)holds; (void)max_holds;
+  *nmissing = 0;
+  if (max_missing > 0) {
+    missing[0] = "process isolation needs Lua 5.4";
+    *nmissing = 1;
+  }
   return 0;
 }
 

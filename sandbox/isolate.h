@@ -58,8 +58,5 @@ typedef struct sx_confinement {
    what reaches another process, and new sockets unless the policy allows
    the network. */
 int sx_confine(const sx_confinement *c, char *err, size_t errlen);
-/* The Landlock ABI of the running kernel: 0 when it has none (or under
-   valgrind, which does not know its calls). */
-int sx_landlock_abi(void);
 
 #endif
