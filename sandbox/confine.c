@@ -396,10 +396,15 @@ struct ll_path_beneath {
 
 int sx_landlock_abi(void) {
 #ifdef SYS_landlock_create_ruleset
+  /* asked once per process (and its forks): the kernel does not change */
+  static int known = -1;
+  int abi = __atomic_load_n(&known, __ATOMIC_RELAXED);
+  if (abi >= 0) return abi;
   /* valgrind (3.19) knows no Landlock call, and says so at each */
-  if (RUNNING_ON_VALGRIND) return 0;
-  long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, LL_CREATE_RULESET_VERSION);
-  return abi > 0 ? (int)abi : 0;
+  long got = RUNNING_ON_VALGRIND ? 0 : syscall(SYS_landlock_create_ruleset, NULL, 0, LL_CREATE_RULESET_VERSION);
+  abi = got > 0 ? (int)got : 0;
+  __atomic_store_n(&known, abi, __ATOMIC_RELAXED);
+  return abi;
 #else
   return 0;
 #endif
