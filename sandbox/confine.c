@@ -360,6 +360,61 @@ static int clear_environment(const sx_policy *p, char *err, size_t errlen) {
   return 0;
 }
 
+/* ------------------------------------------------------------ the user namespace */
+
+static int write_file(const char *path, const char *text) {
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = write(fd, text, strlen(text));
+  close(fd);
+  return n == (ssize_t)strlen(text) ? 0 : -1;
+}
+
+/* A user namespace of its own, where the kernel allows one (unprivileged
+   ones may be off: then nothing changes). The child keeps its user and
+   group ids (each mapped to itself), but holds no capability over anything
+   outside the namespace: a root host's child can no longer pass file
+   permissions (CAP_DAC_OVERRIDE), change the machine or other users'
+   processes. 1 when it is in one. */
+static int enter_user_namespace(void) {
+  if (RUNNING_ON_VALGRIND) return 0;
+  uid_t uid = geteuid();
+  gid_t gid = getegid();
+  if (unshare(CLONE_NEWUSER) != 0) return 0;
+  char map[64];
+  snprintf(map, sizeof map, "%u %u 1\n", (unsigned)uid, (unsigned)uid);
+  int rc = write_file("/proc/self/uid_map", map);
+  if (rc == 0) rc = write_file("/proc/self/setgroups", "deny");
+  snprintf(map, sizeof map, "%u %u 1\n", (unsigned)gid, (unsigned)gid);
+  if (rc == 0) rc = write_file("/proc/self/gid_map", map);
+  /* unmapped, the child would be nobody to the file system: worse than
+     before for its own files, so a failed map ends it (it is not started) */
+  return rc == 0 ? 1 : -1;
+}
+
+int sx_user_namespaces(void) {
+  if (RUNNING_ON_VALGRIND) return 0;
+  static int known = -1;
+  int ok = __atomic_load_n(&known, __ATOMIC_RELAXED);
+  if (ok >= 0) return ok;
+  /* Debian's switch, and the count every kernel has */
+  char buf[32] = "";
+  int fd = open("/proc/sys/kernel/unprivileged_userns_clone", O_RDONLY | O_CLOEXEC);
+  ok = 1;
+  if (fd >= 0) {
+    if (read(fd, buf, sizeof buf - 1) > 0 && buf[0] == '0' && geteuid() != 0) ok = 0;
+    close(fd);
+  }
+  fd = open("/proc/sys/user/max_user_namespaces", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    memset(buf, 0, sizeof buf);
+    if (read(fd, buf, sizeof buf - 1) > 0 && buf[0] == '0') ok = 0;
+    close(fd);
+  }
+  __atomic_store_n(&known, ok, __ATOMIC_RELAXED);
+  return ok;
+}
+
 /* ------------------------------------------------------------ Landlock */
 
 /* Landlock's interface (linux/landlock.h): Debian 12's headers (Linux 6.1)
@@ -493,6 +548,12 @@ int sx_confine_layers(const char **holds, int max_holds, const char **missing, i
     HOLDS("seccomp: no exec, process, namespace, mount, ptrace; signals, limits and scheduling on itself only");
   else
     MISSING("seccomp: this kernel has no seccomp filters; process isolation cannot start");
+  if (sx_user_namespaces())
+    HOLDS("user namespace: the same ids, but no capability outside it (a root host's child cannot pass file "
+          "permissions)");
+  else
+    MISSING("user namespace: the kernel allows none here; a root host's handler process keeps root's capabilities "
+            "(the filter still refuses what they would reach)");
   int abi = sx_landlock_abi();
   if (abi >= 1) HOLDS("Landlock files: the system's libraries, /dev/null, and the module's folders only");
   if (abi >= 1) HOLDS("Landlock ptrace scoping: no /proc/<pid>/mem of the host or any process outside");
@@ -514,6 +575,10 @@ int sx_confine(const sx_confinement *c, char *err, size_t errlen) {
   const sx_policy *p = c->policy;
   if (tie_to_host(c->host, err, errlen) != 0) return -1;
   if (clear_environment(p, err, errlen) != 0) return -1;
+  if (enter_user_namespace() < 0) {
+    snprintf(err, errlen, "cannot map the handler process's ids in its user namespace: %s", strerror(errno));
+    return -1;
+  }
   /* a crash is reported by its signal; a core image of the host's whole
      address space would only take time and disk */
   struct rlimit none = { 0, 0 };
@@ -531,6 +596,10 @@ int sx_confine(const sx_confinement *c, char *err, size_t errlen) {
 
 #else /* LuaJIT and Lua 5.1: no policy, so no isolation (core/lmodule.c) */
 int sx_landlock_abi(void) {
+  return 0;
+}
+
+int sx_user_namespaces(void) {
   return 0;
 }
 

@@ -50,7 +50,8 @@ typedef struct sx_confinement {
 
 /* confine.c: the child's backstops, before it runs any code of the module:
    it dies with the host (and is ended now if the host already died); the
-   environment emptied of what the policy does not let through; RLIMIT_AS
+   environment emptied of what the policy does not let through; a user
+   namespace of its own where the kernel allows one; RLIMIT_AS
    (its address space now, plus the memory limit, plus room for copies of
    copy_bytes); a Landlock domain where the kernel has one (files, other
    processes, signals, abstract sockets, TCP without the network); and a

@@ -211,6 +211,10 @@ void sx_own_thread(void);
    as sentences: up to max_holds of those that hold (the count is
    returned), up to max_missing of those that do not (*nmissing). */
 int sx_landlock_abi(void);
+/* Whether the kernel lets a handler process make a user namespace (1), as
+   far as its settings say (a security module may still refuse: then the
+   child goes on without one). */
+int sx_user_namespaces(void);
 int sx_confine_layers(const char **holds, int max_holds, const char **missing, int max_missing, int *nmissing);
 
 #endif

@@ -17,7 +17,7 @@ local LANDLOCK = core.confinement().landlock_abi
 local UNPRELOADED = "env -u LD_PRELOAD "
 
 local ATTACKS = { "mem", "config", "setown", "signals", "limits", "stdout", "mount", "tiocsti", "namespaces",
-  "userfaultfd", "environ", "fds", "pid", "socket" }
+  "userfaultfd", "environ", "fds", "pid", "socket", "caps" }
 
 -- What each attack must report: every try refused, and these lines.
 local EXPECTED = {
@@ -41,7 +41,15 @@ local EXPECTED = {
   environ = { "environ variables: 0", "/proc/self/environ bytes: 0" },
   fds = { "fd 0: /dev/null", "fd 1: /dev/null" },
   socket = { "socket AF_UNIX: refused" },
+  caps = {},
 }
+-- In a user namespace of its own a root host's child holds no capability
+-- outside it; as nobody, the file permissions refuse these anyway.
+local USERNS = false
+for _, layer in ipairs(core.confinement().holds) do USERNS = USERNS or layer:find("^user namespace") ~= nil end
+if USERNS then
+  EXPECTED.caps = { "read another user's mode-000 file: refused (EACCES)", "chown tools.lua: refused" }
+end
 -- Without Landlock the files of the host's user stay reachable: said in
 -- README's "Limits, honestly", and these lines are not expected then.
 if LANDLOCK > 0 then
@@ -108,7 +116,7 @@ f:close()
 io.write("host alive\n")
 ]]
 
-local function project()
+local function project(user)
   -- a folder of its own, which an unprivileged user can reach and write
   -- (so that the confinement, not the permissions, refuses its files)
   local status, dir = h.sh(UNPRELOADED .. "mktemp -d /tmp/luma-attack-XXXXXX")
@@ -121,6 +129,11 @@ local function project()
   assert(os.execute(UNPRELOADED .. "mkdir -p " .. h.quote(dir .. "/luma_attack")))
   for name, content in pairs(files) do h.write(dir .. "/" .. name, content) end
   assert(os.execute(UNPRELOADED .. "chmod -R a+rwX " .. h.quote(dir)))
+  -- a file of another user (nobody's for a root host, this user's for
+  -- nobody), which only root's capabilities could read
+  h.write(dir .. "/secret.txt", "hunter3")
+  if not user then os.execute(UNPRELOADED .. "chown 65534:65534 " .. h.quote(dir .. "/secret.txt") .. " 2>/dev/null") end
+  assert(os.execute(UNPRELOADED .. "chmod 000 " .. h.quote(dir .. "/secret.txt")))
   return dir
 end
 
@@ -175,7 +188,7 @@ local function dead(pid)
 end
 
 local function all_attacks(user)
-  local dir = project()
+  local dir = project(user)
   local config = h.read(dir .. "/luma.config.json")
   local code = h.read(dir .. "/tools.lua")
   local ok, err = pcall(function()
@@ -196,6 +209,9 @@ local function all_attacks(user)
     end
     assert.are.equal(config, h.read(dir .. "/luma.config.json"))
     assert.are.equal(code, h.read(dir .. "/tools.lua"))
+    local _, owner = h.sh(UNPRELOADED .. "stat -c %u " .. h.quote(dir .. "/tools.lua"))
+    local _, me = h.sh(UNPRELOADED .. "id -u")
+    assert.are.equal(me, owner)
     assert.is_nil(io.open(dir .. "/planted.lua"))
   end)
   remove(dir)

@@ -253,6 +253,27 @@ static void pid(const char *root) {
   say("%d\n", (int)getpid());
 }
 
+/* What a root host's capabilities would pass: another user's unreadable
+   file (secret.txt, owned by nobody, mode 000), the owner of the module's
+   code. */
+static void capabilities(const char *root) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/secret.txt", root);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  outcome("read another user's mode-000 file", fd);
+  if (fd >= 0) close(fd);
+  snprintf(path, sizeof path, "%s/tools.lua", root);
+  outcome("chown tools.lua", chown(path, 65534, 65534));
+  fd = open("/proc/self/uid_map", O_RDONLY | O_CLOEXEC);
+  char map[128] = "";
+  if (fd >= 0) {
+    ssize_t n = read(fd, map, sizeof map - 1);
+    map[n > 0 ? n : 0] = '\0';
+    close(fd);
+  }
+  say("uid_map: %s", map[0] ? map : "unreadable\n");
+}
+
 /* Abstract Unix sockets outside the domain (a D-Bus or X server). */
 static void abstract_socket(const char *root) {
   (void)root;
@@ -265,7 +286,7 @@ static const struct { const char *name; void (*run)(const char *root); } attacks
   { "mem", host_memory }, { "config", config }, { "setown", owner_signal }, { "signals", signals },
   { "limits", host_limits }, { "stdout", host_stdout }, { "mount", mounts }, { "tiocsti", tiocsti },
   { "namespaces", namespaces }, { "userfaultfd", userfault }, { "environ", environment },
-  { "fds", descriptors }, { "pid", pid }, { "socket", abstract_socket },
+  { "fds", descriptors }, { "pid", pid }, { "socket", abstract_socket }, { "caps", capabilities },
 };
 
 /* The module source that hands the report back as a long string. */
