@@ -1,8 +1,13 @@
 /* The backstops of a handler process (isolate.c), set in the child before
    it runs any code of the module: limits that hold even where the Lua
    state's own accounting does not reach (a C library's buffers, a bug in
-   the VM). The Lua-level limits (max_memory_mb through the allocator, the
-   deadline through the hook and the host's kill) stay the first line. */
+   the VM), and a confinement that holds against machine code run there (a
+   VM exploit): the child cannot reach the host, its files or the machine.
+   The Lua-level limits (max_memory_mb through the allocator, the deadline
+   through the hook and the host's kill) stay the first line. In order:
+   the tie to the host (parent death), the environment, a user namespace,
+   rlimits, Landlock, the seccomp filter (last: it refuses what the others
+   need). spec/36 attacks each from inside the child. */
 #define _GNU_SOURCE
 #include "isolate.h"
 
@@ -122,6 +127,13 @@ static int socket_rules(scmp_filter_ctx ctx, int allow_network) {
 #define CLONE_FLAGS_ARG SCMP_A0
 #endif
 
+/* The filter. Refused calls fail with EPERM (ENOSYS for clone3, so that
+   the C library falls back to clone, whose flags a filter can read): the
+   handler sees an error, the process lives. An argument the kernel reads
+   as 32 bits (a pid, an ioctl request, a fcntl command, a prctl option) is
+   compared so that high bits cannot hide it: either one exact 64-bit value
+   is the only one let through (pid 0, this pid), or the comparison is
+   masked to the low 32 bits. */
 #define LOW32 0xffffffffULL
 #define IOPRIO_WHO_PROCESS 1   /* linux/ioprio.h, which glibc does not wrap */
 
