@@ -67,7 +67,7 @@ CORE_SRC  = $(BASE) $(SANDBOX) $(ADAPTERS) $(CORE_PURE) $(CORE_LUA)
 CORE_OBJ  = $(CORE_SRC:%.c=$(BUILD)/obj/%.o)
 CTESTS    = $(patsubst spec/c/%.c,$(BUILD)/%,$(wildcard spec/c/test_*.c))
 # what specs preload, built with the tests
-SPEC_SOS  = $(BUILD)/forge_reply.so
+SPEC_SOS  = $(BUILD)/forge_reply.so $(BUILD)/attack.so
 
 # libluma: the C API (core/luma.h, core/embed.c) with the Lua half compiled
 # in as text and a private Lua 5.4 linked statically, exporting only luma_*.
@@ -162,6 +162,13 @@ $(BUILD)/test_libluma: spec/c/test_libluma.c spec/c/ctest.h $(LIBLUMA)
 # The C tests link the whole core (the sandbox's tests need Lua and libcurl).
 $(BUILD)/test_%: spec/c/test_%.c spec/c/ctest.h spec/c/test_server.h $(CORE_OBJ)
 	$(CC) $(ALL_CFLAGS) $(INC_core) $(LDFLAGS) -o $@ $< $(CORE_OBJ) $(LUA_LIB) $(LIBS)
+
+# spec/39's native attack code, preloaded into a host (never instrumented:
+# it runs as an exploit would, and a sanitizer's runtime is preloaded first)
+ATTACK_SO = $(BUILD)/attack.so
+$(ATTACK_SO): spec/c/attack.c
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -g -Wall -Wextra -fPIC -shared -o $@ $< -ldl
 
 deps:
 	@missing=""; for p in $(DEB_PACKAGES) $(EXTRA_PACKAGES); do \

@@ -122,6 +122,29 @@ static void stay_loaded(void) {
     dlopen(self.dli_fname, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
 }
 
+/* core.confinement() -> { landlock_abi = n, holds = { sentence, ... },
+   missing = { sentence, ... } }: what confines a process-isolated handler
+   on this machine (sandbox/confine.c) */
+static int l_confinement(lua_State *L) {
+  const char *holds[16], *missing[16];
+  int nmissing = 0;
+  int nholds = sx_confine_layers(holds, 16, missing, 16, &nmissing);
+  lua_createtable(L, 0, 3);
+  lua_pushinteger(L, sx_landlock_abi());
+  lua_setfield(L, -2, "landlock_abi");
+  const char **lists[2] = { holds, missing };
+  int counts[2] = { nholds, nmissing };
+  for (int k = 0; k < 2; k++) {
+    lua_createtable(L, counts[k], 0);
+    for (int i = 0; i < counts[k]; i++) {
+      lua_pushstring(L, lists[k][i]);
+      lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, k == 0 ? "holds" : "missing");
+  }
+  return 1;
+}
+
 LUMA_API int luaopen_luma_core(lua_State *L) {
   stay_loaded();
 #ifdef __SANITIZE_THREAD__
@@ -135,6 +158,7 @@ LUMA_API int luaopen_luma_core(lua_State *L) {
     { "isatty", l_isatty },
     { "monotonic_ms", l_monotonic_ms },
     { "deadline_signal", l_deadline_signal },
+    { "confinement", l_confinement },
     { NULL, NULL }
   };
   lua_newtable(L);

@@ -60,6 +60,8 @@ void st_emit(lua_State *T, cl_call *c) {
   if (pg->kind[c->t->index] == PL_MODULE && sx_isolated(pg->module[c->t->index])) {
     lua_pushliteral(T, "process");
     lua_setfield(T, e, "isolation");
+    lua_pushinteger(T, sx_landlock_abi());   /* 0: the handler process has seccomp only */
+    lua_setfield(T, e, "landlock_abi");
   }
   st_publish(T, pg, e);
   lua_settop(T, e - 1);

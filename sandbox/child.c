@@ -57,9 +57,13 @@ static void child_fail(int fd, const char *msg) {
   _exit(0);
 }
 
-/* A clean process: only this thread, no descriptor of the host's but
-   stderr, default signal actions. */
-static void child_reset(int keep) {
+/* A clean process: only this thread, default signal actions, and no
+   descriptor of the host's but stderr. fds 0 and 1 are /dev/null; fd 2 is
+   kept only if it was open across the host's exec (a stderr never has
+   FD_CLOEXEC): a host started with fd 2 closed has its own descriptors
+   there (an eventfd, a socket, a database), which become /dev/null. The
+   socket moves above 2 if it was there. Returns the socket's fd. */
+static int child_reset(int keep) {
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
@@ -70,12 +74,19 @@ static void child_reset(int keep) {
     if (sig == watch || sig == SIGKILL || sig == SIGSTOP) continue;
     signal(sig, sig == SIGPIPE ? SIG_IGN : SIG_DFL);
   }
-  int null = open("/dev/null", O_RDWR);
-  if (null >= 0) {
-    dup2(null, 0);
-    dup2(null, 1);
-    if (null > 2 && null != keep) close(null);
+  if (keep <= 2) {
+    int moved = fcntl(keep, F_DUPFD_CLOEXEC, 3);
+    if (moved < 0) _exit(0);
+    keep = moved;
   }
+  int err_flags = fcntl(2, F_GETFD);
+  int host_stderr = err_flags >= 0 && !(err_flags & FD_CLOEXEC);
+  int null = open("/dev/null", O_RDWR);
+  if (null < 0) _exit(0);
+  dup2(null, 0);
+  dup2(null, 1);
+  if (!host_stderr) dup2(null, 2);
+  if (null > 2 && null != keep) close(null);
   for (int fd = 3; fd < keep; fd++) close(fd);
   if (close_range((unsigned)keep + 1, ~0U, 0) != 0) {
     long max = sysconf(_SC_OPEN_MAX);
@@ -84,6 +95,7 @@ static void child_reset(int keep) {
   /* stderr's stream may be locked by a thread that is not here */
   FILE *err = fdopen(2, "w");
   if (err) stderr = err;
+  return keep;
 }
 
 typedef struct child_req {
@@ -203,13 +215,14 @@ static void child_serve(sx_state *s, int fd) {
   }
 }
 
-void sx_child_main(sx_module *m, int fd, long long deadline_ns) {
+void sx_child_main(sx_module *m, int fd, pid_t host, long long deadline_ns) {
   char err[1024];
-  child_reset(fd);
-  const sx_policy *pol = sx_policy_of(m);
+  fd = child_reset(fd);
   sx_limits lim;
   sx_default_limits(&lim);
-  if (sx_confine(pol, lim.max_bytes, err, sizeof err) != 0) child_fail(fd, err);
+  sx_confinement c = { sx_policy_of(m), lim.max_bytes, host, NULL, NULL };
+  sx_roots_of(m, &c.project_root, &c.dependency_root);
+  if (sx_confine(&c, err, sizeof err) != 0) child_fail(fd, err);
   sx_state *s = sx_compose(m, deadline_ns, err, sizeof err);
   if (!s) child_fail(fd, err);
   int n;
@@ -232,8 +245,8 @@ void sx_child_main(sx_module *m, int fd, long long deadline_ns) {
 }
 
 #else /* LuaJIT and Lua 5.1: a policy is refused there (core/lmodule.c) */
-void sx_child_main(sx_module *m, int fd, long long deadline_ns) {
-  (void)m; (void)fd; (void)deadline_ns;
+void sx_child_main(sx_module *m, int fd, pid_t host, long long deadline_ns) {
+  (void)m; (void)fd; (void)host; (void)deadline_ns;
   _Exit(0);
 }
 #endif

@@ -39,8 +39,9 @@ static inline int frame_end(sb_buf *b) {
 }
 
 /* In the forked child, on the socket fd: makes a clean process, confines
-   it, loads m's module within deadline_ns, says ready (or why not), then
+   it (tied to host, the pid of the process that forked it, taken before the
+   fork), loads m's module within deadline_ns, says ready (or why not), then
    serves requests until the socket closes. Never returns. */
-void sx_child_main(sx_module *m, int fd, long long deadline_ns);
+void sx_child_main(sx_module *m, int fd, pid_t host, long long deadline_ns);
 
 #endif

@@ -1,8 +1,13 @@
 /* The backstops of a handler process (isolate.c), set in the child before
    it runs any code of the module: limits that hold even where the Lua
    state's own accounting does not reach (a C library's buffers, a bug in
-   the VM). The Lua-level limits (max_memory_mb through the allocator, the
-   deadline through the hook and the host's kill) stay the first line. */
+   the VM), and a confinement that holds against machine code run there (a
+   VM exploit): the child cannot reach the host, its files or the machine.
+   The Lua-level limits (max_memory_mb through the allocator, the deadline
+   through the hook and the host's kill) stay the first line. In order:
+   the tie to the host (parent death), the environment, a user namespace,
+   rlimits, Landlock, the seccomp filter (last: it refuses what the others
+   need). spec/39 attacks each from inside the child. */
 #define _GNU_SOURCE
 #include "isolate.h"
 
@@ -10,11 +15,19 @@
 
 #if LUA_VERSION_NUM >= 504
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
 #include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <seccomp.h>
@@ -114,9 +127,98 @@ static int socket_rules(scmp_filter_ctx ctx, int allow_network) {
 #define CLONE_FLAGS_ARG SCMP_A0
 #endif
 
-/* Refused calls fail with EPERM (ENOSYS for clone3, so that the C library
-   falls back to clone, whose flags a filter can read): the handler sees an
-   error, the process lives. */
+/* The filter. Refused calls fail with EPERM (ENOSYS for clone3, so that
+   the C library falls back to clone, whose flags a filter can read): the
+   handler sees an error, the process lives. An argument the kernel reads
+   as 32 bits (a pid, an ioctl request, a fcntl command, a prctl option) is
+   compared so that high bits cannot hide it: either one exact 64-bit value
+   is the only one let through (pid 0, this pid), or the comparison is
+   masked to the low 32 bits. */
+#define LOW32 0xffffffffULL
+#define IOPRIO_WHO_PROCESS 1   /* linux/ioprio.h, which glibc does not wrap */
+
+/* The prctl options a handler process may use: the reads, its thread's
+   name, and what only narrows it further (another filter, no new
+   privileges). Not PR_SET_PDEATHSIG (the tie to the host), PR_SET_MM,
+   PR_SET_DUMPABLE, PR_SET_PTRACER, PR_SCHED_CORE (which reaches other
+   processes), capabilities or securebits. */
+static const int prctl_allowed[] = {
+  PR_GET_PDEATHSIG, PR_GET_DUMPABLE, PR_GET_KEEPCAPS, PR_GET_TIMING, PR_SET_NAME, PR_GET_NAME,
+  PR_GET_ENDIAN, PR_GET_SECCOMP, PR_SET_SECCOMP, PR_CAPBSET_READ, PR_GET_TSC, PR_GET_SECUREBITS,
+  PR_GET_TIMERSLACK, PR_MCE_KILL_GET, PR_GET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS, PR_GET_NO_NEW_PRIVS,
+  PR_GET_TID_ADDRESS, PR_GET_THP_DISABLE, PR_GET_FP_MODE, PR_GET_SPECULATION_CTRL,
+};
+/* prctl options are small numbers; everything above this is refused */
+#define PRCTL_HIGHEST 100
+
+/* Calls whose first argument names a process: 0 (the caller) only, so that
+   a handler process can change its own limits and scheduling but never the
+   host's (prlimit RLIMIT_FSIZE 0 kills it at its next write; SCHED_IDLE,
+   an affinity or memory migration slows it). */
+static const int on_self_only[] = {
+  SCMP_SYS(prlimit64), SCMP_SYS(sched_setparam), SCMP_SYS(sched_setscheduler),
+  SCMP_SYS(sched_setaffinity), SCMP_SYS(sched_setattr), SCMP_SYS(migrate_pages), SCMP_SYS(move_pages),
+};
+
+/* New namespaces: each bit refused in clone's flags. */
+static const unsigned long clone_new[] = {
+  CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET,
+};
+
+/* The whole new mount API, open_tree_attr (Linux 6.15) included, which
+   libseccomp 2.5 has no name for. */
+#ifndef __NR_open_tree_attr
+#if defined(__x86_64__) || defined(__aarch64__) || defined(__i386__) || defined(__arm__)
+#define __NR_open_tree_attr 467
+#endif
+#endif
+
+/* what could reach another process, the mounts, or the machine (a root
+   host's child keeps its capabilities), or kernel surface a Lua handler
+   has no use for */
+static const int refused[] = {
+  SCMP_SYS(execve), SCMP_SYS(execveat), SCMP_SYS(ptrace), SCMP_SYS(fork), SCMP_SYS(vfork),
+  SCMP_SYS(process_vm_readv), SCMP_SYS(process_vm_writev), SCMP_SYS(tkill),
+  SCMP_SYS(pidfd_open), SCMP_SYS(pidfd_getfd), SCMP_SYS(pidfd_send_signal), SCMP_SYS(process_madvise),
+  SCMP_SYS(process_mrelease), SCMP_SYS(kcmp), SCMP_SYS(io_uring_setup), SCMP_SYS(io_uring_enter),
+  SCMP_SYS(io_uring_register), SCMP_SYS(unshare), SCMP_SYS(setns),
+  SCMP_SYS(mount), SCMP_SYS(umount2), SCMP_SYS(pivot_root), SCMP_SYS(chroot), SCMP_SYS(fsopen),
+  SCMP_SYS(fsconfig), SCMP_SYS(fsmount), SCMP_SYS(fspick), SCMP_SYS(move_mount), SCMP_SYS(open_tree),
+  SCMP_SYS(mount_setattr),
+  SCMP_SYS(bpf), SCMP_SYS(perf_event_open), SCMP_SYS(keyctl), SCMP_SYS(add_key), SCMP_SYS(request_key),
+  SCMP_SYS(userfaultfd), SCMP_SYS(personality),
+  SCMP_SYS(open_by_handle_at), SCMP_SYS(name_to_handle_at), SCMP_SYS(fanotify_init),
+  SCMP_SYS(reboot), SCMP_SYS(kexec_load), SCMP_SYS(kexec_file_load), SCMP_SYS(init_module),
+  SCMP_SYS(finit_module), SCMP_SYS(delete_module), SCMP_SYS(swapon), SCMP_SYS(swapoff),
+  SCMP_SYS(sethostname), SCMP_SYS(setdomainname), SCMP_SYS(acct), SCMP_SYS(quotactl),
+  SCMP_SYS(settimeofday), SCMP_SYS(clock_settime), SCMP_SYS(clock_adjtime), SCMP_SYS(adjtimex),
+  SCMP_SYS(syslog), SCMP_SYS(iopl), SCMP_SYS(ioperm), SCMP_SYS(vhangup),
+};
+
+static int add_refused(scmp_filter_ctx ctx) {
+  int rc = 0;
+  for (size_t i = 0; rc == 0 && i < sizeof refused / sizeof refused[0]; i++)
+    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), refused[i], 0);
+#ifdef __NR_open_tree_attr
+  if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), __NR_open_tree_attr, 0);
+#endif
+  return rc;
+}
+
+static int prctl_rules(scmp_filter_ctx ctx) {
+  int rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(prctl), 1,
+                            SCMP_A0(SCMP_CMP_GT, (scmp_datum_t)PRCTL_HIGHEST));
+  for (int option = 0; rc == 0 && option <= PRCTL_HIGHEST; option++) {
+    int allowed = 0;
+    for (size_t i = 0; i < sizeof prctl_allowed / sizeof prctl_allowed[0]; i++)
+      allowed |= prctl_allowed[i] == option;
+    if (!allowed)
+      rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(prctl), 1,
+                            SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)option));
+  }
+  return rc;
+}
+
 static int filter(const sx_policy *p, char *err, size_t errlen) {
   /* valgrind knows prctl's way of loading a filter, not seccomp(2)'s */
   if (RUNNING_ON_VALGRIND) seccomp_api_set(1);
@@ -125,34 +227,47 @@ static int filter(const sx_policy *p, char *err, size_t errlen) {
     snprintf(err, errlen, "cannot make a seccomp filter (out of memory)");
     return -1;
   }
-  /* what could reach another process (the host above all: it is the same
-     user), or kernel surface a Lua handler has no use for */
-  static const int refused[] = {
-    SCMP_SYS(execve), SCMP_SYS(execveat), SCMP_SYS(ptrace), SCMP_SYS(fork), SCMP_SYS(vfork),
-    SCMP_SYS(process_vm_readv), SCMP_SYS(process_vm_writev), SCMP_SYS(tkill),
-    SCMP_SYS(pidfd_open), SCMP_SYS(pidfd_getfd), SCMP_SYS(pidfd_send_signal), SCMP_SYS(process_madvise),
-    SCMP_SYS(kcmp), SCMP_SYS(io_uring_setup), SCMP_SYS(io_uring_enter), SCMP_SYS(io_uring_register),
-    SCMP_SYS(unshare), SCMP_SYS(setns), SCMP_SYS(mount), SCMP_SYS(bpf), SCMP_SYS(perf_event_open),
-    SCMP_SYS(keyctl), SCMP_SYS(add_key), SCMP_SYS(request_key), SCMP_SYS(userfaultfd), SCMP_SYS(personality),
-  };
   /* signals go to this process only (raise, the deadline watch's
      pthread_sigqueue): never to the host or another child */
   static const int to_self[] = {
     SCMP_SYS(kill), SCMP_SYS(tgkill), SCMP_SYS(rt_sigqueueinfo), SCMP_SYS(rt_tgsigqueueinfo),
   };
   scmp_datum_t me = (scmp_datum_t)getpid();
-  int rc = 0;
-  for (size_t i = 0; rc == 0 && i < sizeof refused / sizeof refused[0]; i++)
-    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), refused[i], 0);
+  int rc = add_refused(ctx);
   for (size_t i = 0; rc == 0 && i < sizeof to_self / sizeof to_self[0]; i++)
     rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), to_self[i], 1, SCMP_A0(SCMP_CMP_NE, me));
-  /* no keystrokes pushed into a terminal the child inherited */
-  if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1, SCMP_A1(SCMP_CMP_EQ, TIOCSTI));
+  for (size_t i = 0; rc == 0 && i < sizeof on_self_only / sizeof on_self_only[0]; i++)
+    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), on_self_only[i], 1, SCMP_A0(SCMP_CMP_NE, 0));
+  /* setpriority and ioprio_set name the process second, after a kind
+     (process, group, user): this process (0) only */
+  if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(setpriority), 1, SCMP_A0(SCMP_CMP_NE, PRIO_PROCESS));
+  if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(setpriority), 1, SCMP_A1(SCMP_CMP_NE, 0));
+  if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioprio_set), 1, SCMP_A0(SCMP_CMP_NE, IOPRIO_WHO_PROCESS));
+  if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioprio_set), 1, SCMP_A1(SCMP_CMP_NE, 0));
+  /* no keystrokes pushed into a terminal the child inherited (nor a
+     console's selection pasted), no userfaultfd from /dev/userfaultfd; the
+     kernel reads the request as 32 bits */
+  static const unsigned long ioctls[] = { TIOCSTI, TIOCLINUX, USERFAULTFD_IOC_NEW };
+  for (size_t i = 0; rc == 0 && i < sizeof ioctls / sizeof ioctls[0]; i++)
+    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1,
+                          SCMP_A1(SCMP_CMP_MASKED_EQ, LOW32, (scmp_datum_t)ioctls[i]));
+  /* no signal on I/O sent to another process (F_SETOWN to the host with
+     F_SETSIG SIGKILL kills it) */
+  static const int fcntls[] = { F_SETOWN, F_SETOWN_EX, F_SETSIG };
+  for (size_t i = 0; rc == 0 && i < sizeof fcntls / sizeof fcntls[0]; i++)
+    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(fcntl), 1,
+                          SCMP_A1(SCMP_CMP_MASKED_EQ, LOW32, (scmp_datum_t)fcntls[i]));
+  if (rc == 0) rc = prctl_rules(ctx);
   /* threads are fine (the deadline watch, libcurl's resolver); processes
-     are not. clone's flags are its first argument, but its second on s390 */
+     and namespaces are not. clone's flags are its first argument, but its
+     second on s390 */
   if (rc == 0)
     rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
                           CLONE_FLAGS_ARG(SCMP_CMP_MASKED_EQ, CLONE_THREAD, 0));
+  for (size_t i = 0; rc == 0 && i < sizeof clone_new / sizeof clone_new[0]; i++)
+    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
+                          CLONE_FLAGS_ARG(SCMP_CMP_MASKED_EQ, clone_new[i], clone_new[i]));
+  /* glibc 2.34 and later try clone3 first and fall back to clone on ENOSYS */
   if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
   if (rc == 0) rc = socket_rules(ctx, p->allow_network);
   if (rc == 0) rc = seccomp_load(ctx);
@@ -164,18 +279,354 @@ static int filter(const sx_policy *p, char *err, size_t errlen) {
   return 0;
 }
 
-int sx_confine(const sx_policy *p, size_t copy_bytes, char *err, size_t errlen) {
+/* ------------------------------------------------------------ the host's death */
+
+/* The child dies with the thread that forked it (PR_SET_PDEATHSIG is tied
+   to that thread, not to the host's process: the loader, or a worker of
+   the pool, which live as long as the runtime), and the filter keeps it
+   from clearing that. A host that died before the signal was set has
+   already left the child with another parent. */
+static int tie_to_host(pid_t host, char *err, size_t errlen) {
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {
+    snprintf(err, errlen, "cannot set the handler process's parent-death signal: %s", strerror(errno));
+    return -1;
+  }
+  if (getppid() != host) _exit(0);
+  return 0;
+}
+
+/* ------------------------------------------------------------ the environment */
+
+/* Whether the variable at name is one the policy lets through: all with
+   allow_env; with the network, libcurl's proxy and certificate settings
+   (luma.http follows them); with "os", TZ (os.date's zone). */
+static int env_kept(const sx_policy *p, const char *name) {
+  static const char *const network[] = {
+    "http_proxy", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY",
+    "CURL_CA_BUNDLE", "SSL_CERT_FILE", "SSL_CERT_DIR", NULL,
+  };
+  if (p->allow_env) return 1;
+  size_t n = strcspn(name, "=");
+  if ((p->builtins & SX_OS) && n == 2 && strncmp(name, "TZ", 2) == 0) return 1;
+  if (p->allow_network)
+    for (const char *const *v = network; *v; v++)
+      if (strlen(*v) == n && strncmp(name, *v, n) == 0) return 1;
+  return 0;
+}
+
+/* Where the kernel's copy of the environment lies (the bytes
+   /proc/self/environ shows): fields 50 and 51 of /proc/self/stat. */
+static int environment_area(uintptr_t *start, uintptr_t *end) {
+  char buf[4096];
+  int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  buf[n] = '\0';
+  char *p = strrchr(buf, ')');   /* the name before it may hold anything */
+  if (!p) return -1;
+  p++;
+  for (int field = 3; field <= 51 && *p; field++) {
+    while (*p == ' ') p++;
+    if (field >= 50) *(field == 50 ? start : end) = (uintptr_t)strtoull(p, NULL, 10);
+    while (*p && *p != ' ') p++;
+  }
+  return *end > *start ? 0 : -1;
+}
+
+/* Empties the environment of what the policy does not let through: the
+   environ array, and the kernel's copy of the strings at the top of the
+   stack, which /proc/self/environ reads (prctl(PR_SET_MM) would need
+   CAP_SYS_RESOURCE: the bytes are zeroed in place). What is kept is copied
+   out first. Strings the host's setenv made on the heap are left where they
+   are, with the rest of the host's memory at the fork (a putenv'd string
+   may be read-only). */
+/* environ as valgrind's leak check sees it: it does not look at the C
+   library's own variable */
+static char **volatile kept_environment;
+
+static int clear_environment(const sx_policy *p, char *err, size_t errlen) {
+  if (p->allow_env) return 0;
+  extern char **environ;
+  size_t n = 0, kept = 0;
+  for (char **e = environ; e && *e; e++) n++;
+  char **keep = calloc(n + 1, sizeof *keep);
+  for (size_t i = 0; keep && i < n; i++) {
+    if (!env_kept(p, environ[i])) continue;
+    if (!(keep[kept++] = strdup(environ[i]))) keep = NULL;   /* the child ends below */
+  }
+  if (!keep) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  /* valgrind's client runs on a stack of valgrind's making: the kernel's
+     copy is valgrind's own */
+  uintptr_t start = 0, end = 0;
+  if (!RUNNING_ON_VALGRIND && environment_area(&start, &end) != 0) {
+    snprintf(err, errlen, "cannot find the handler process's environment (/proc/self/stat)");
+    return -1;
+  }
+  if (end > start) memset((void *)start, 0, end - start);
+  environ = kept_environment = keep;
+  return 0;
+}
+
+/* ------------------------------------------------------------ the user namespace */
+
+static int write_file(const char *path, const char *text) {
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = write(fd, text, strlen(text));
+  close(fd);
+  return n == (ssize_t)strlen(text) ? 0 : -1;
+}
+
+/* A user namespace of its own, where the kernel allows one (unprivileged
+   ones may be off: then nothing changes). The child keeps its user and
+   group ids (each mapped to itself), but holds no capability over anything
+   outside the namespace: a root host's child can no longer pass file
+   permissions (CAP_DAC_OVERRIDE), change the machine or other users'
+   processes. 1 when it is in one. */
+static int enter_user_namespace(void) {
+  if (RUNNING_ON_VALGRIND) return 0;
+  uid_t uid = geteuid();
+  gid_t gid = getegid();
+  if (unshare(CLONE_NEWUSER) != 0) return 0;
+  char map[64];
+  snprintf(map, sizeof map, "%u %u 1\n", (unsigned)uid, (unsigned)uid);
+  int rc = write_file("/proc/self/uid_map", map);
+  if (rc == 0) rc = write_file("/proc/self/setgroups", "deny");
+  snprintf(map, sizeof map, "%u %u 1\n", (unsigned)gid, (unsigned)gid);
+  if (rc == 0) rc = write_file("/proc/self/gid_map", map);
+  /* unmapped, the child would be nobody to the file system: worse than
+     before for its own files, so a failed map ends it (it is not started) */
+  return rc == 0 ? 1 : -1;
+}
+
+int sx_user_namespaces(void) {
+  if (RUNNING_ON_VALGRIND) return 0;
+  static int known = -1;
+  int ok = __atomic_load_n(&known, __ATOMIC_RELAXED);
+  if (ok >= 0) return ok;
+  /* Debian's switch, and the count every kernel has */
+  char buf[32] = "";
+  int fd = open("/proc/sys/kernel/unprivileged_userns_clone", O_RDONLY | O_CLOEXEC);
+  ok = 1;
+  if (fd >= 0) {
+    if (read(fd, buf, sizeof buf - 1) > 0 && buf[0] == '0' && geteuid() != 0) ok = 0;
+    close(fd);
+  }
+  fd = open("/proc/sys/user/max_user_namespaces", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    memset(buf, 0, sizeof buf);
+    if (read(fd, buf, sizeof buf - 1) > 0 && buf[0] == '0') ok = 0;
+    close(fd);
+  }
+  __atomic_store_n(&known, ok, __ATOMIC_RELAXED);
+  return ok;
+}
+
+/* ------------------------------------------------------------ Landlock */
+
+/* Landlock's interface (linux/landlock.h): Debian 12's headers (Linux 6.1)
+   stop at its ABI 2, so the later rights are defined here, under names of
+   their own. The kernel takes the whole attribute struct from any ABI, as
+   long as what an older one does not know is zero. */
+#define LL_CREATE_RULESET_VERSION (1U << 0)
+#define LL_RULE_PATH_BENEATH 1
+#define LL_FS_EXECUTE (1ULL << 0)
+#define LL_FS_WRITE_FILE (1ULL << 1)
+#define LL_FS_READ_FILE (1ULL << 2)
+#define LL_FS_READ_DIR (1ULL << 3)
+#define LL_FS_MAKE_REG (1ULL << 8)
+#define LL_FS_ABI1 ((1ULL << 13) - 1)    /* EXECUTE to MAKE_SYM */
+#define LL_FS_REFER (1ULL << 13)         /* ABI 2 */
+#define LL_FS_TRUNCATE (1ULL << 14)      /* ABI 3 */
+#define LL_FS_IOCTL_DEV (1ULL << 15)     /* ABI 5 */
+#define LL_FILE_RIGHTS (LL_FS_EXECUTE | LL_FS_WRITE_FILE | LL_FS_READ_FILE | LL_FS_TRUNCATE | LL_FS_IOCTL_DEV)
+#define LL_NET_BIND_TCP (1ULL << 0)      /* ABI 4 */
+#define LL_NET_CONNECT_TCP (1ULL << 1)
+#define LL_SCOPE_ABSTRACT_UNIX_SOCKET (1ULL << 0)   /* ABI 6 */
+#define LL_SCOPE_SIGNAL (1ULL << 1)
+
+struct ll_ruleset_attr {
+  uint64_t handled_access_fs, handled_access_net, scoped;
+};
+
+struct ll_path_beneath {
+  uint64_t allowed_access;
+  int32_t parent_fd;
+} __attribute__((packed));
+
+#define LL_READ (LL_FS_READ_FILE | LL_FS_READ_DIR)
+
+int sx_landlock_abi(void) {
+#ifdef SYS_landlock_create_ruleset
+  /* asked once per process (and its forks): the kernel does not change */
+  static int known = -1;
+  int abi = __atomic_load_n(&known, __ATOMIC_RELAXED);
+  if (abi >= 0) return abi;
+  /* valgrind (3.19) knows no Landlock call, and says so at each */
+  long got = RUNNING_ON_VALGRIND ? 0 : syscall(SYS_landlock_create_ruleset, NULL, 0, LL_CREATE_RULESET_VERSION);
+  abi = got > 0 ? (int)got : 0;
+  __atomic_store_n(&known, abi, __ATOMIC_RELAXED);
+  return abi;
+#else
+  return 0;
+#endif
+}
+
+/* Grants access beneath path (a file: its file rights only); a path that
+   does not exist is skipped. */
+static int grant(int ruleset, const char *path, uint64_t access, uint64_t handled) {
+  int fd = open(path, O_PATH | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT || errno == ENOTDIR || errno == EACCES ? 0 : -1;
+  struct stat st;
+  int rc = -1;
+  if (fstat(fd, &st) == 0) {
+    struct ll_path_beneath rule = { access & handled, fd };
+    if (!S_ISDIR(st.st_mode)) rule.allowed_access &= LL_FILE_RIGHTS;
+    rc = rule.allowed_access ? (int)syscall(SYS_landlock_add_rule, ruleset, LL_RULE_PATH_BENEATH, &rule, 0) : 0;
+  }
+  close(fd);
+  return rc;
+}
+
+/* The files a handler process may reach: the system's libraries and the
+   files the C library reads after the fork (the loader's cache, the time
+   zone; with the network, name resolution and certificates), /dev/null and
+   the random devices, its own /proc entry, and the module's folders:
+   readable, and the project's writable with "io". Nothing else: not the
+   host's /proc entry, nor another device, nor the user's files. The domain
+   also keeps it from tracing (or opening the memory of) any process
+   outside it, and, from ABI 6, from signalling one or reaching an abstract
+   Unix socket outside it; without the network, from TCP at all (ABI 4). */
+static int landlock(const sx_confinement *c, int abi, char *err, size_t errlen) {
+  const sx_policy *p = c->policy;
+  struct ll_ruleset_attr attr = { LL_FS_ABI1, 0, 0 };
+  if (abi >= 2) attr.handled_access_fs |= LL_FS_REFER;
+  if (abi >= 3) attr.handled_access_fs |= LL_FS_TRUNCATE;
+  if (abi >= 5) attr.handled_access_fs |= LL_FS_IOCTL_DEV;
+  if (abi >= 4 && !p->allow_network) attr.handled_access_net = LL_NET_BIND_TCP | LL_NET_CONNECT_TCP;
+  if (abi >= 6) attr.scoped = LL_SCOPE_ABSTRACT_UNIX_SOCKET | LL_SCOPE_SIGNAL;
+  uint64_t fs = attr.handled_access_fs;
+  int rs = (int)syscall(SYS_landlock_create_ruleset, &attr, sizeof attr, 0);
+  if (rs < 0) {
+    snprintf(err, errlen, "cannot make the handler process's Landlock ruleset (ABI %d): %s", abi, strerror(errno));
+    return -1;
+  }
+  static const char *const system[] = { "/usr", "/lib", "/lib64", "/lib32", "/libx32", "/etc/ld.so.cache",
+                                        "/etc/localtime", "/dev/urandom", "/dev/random", "/proc/self", NULL };
+  static const char *const network[] = { "/etc/nsswitch.conf", "/etc/resolv.conf", "/etc/hosts", "/etc/host.conf",
+                                         "/etc/gai.conf", "/etc/services", "/etc/protocols", "/etc/ssl",
+                                         "/etc/ca-certificates", "/etc/ca-certificates.conf", "/etc/pki",
+                                         "/etc/crypto-policies", "/etc/passwd", "/etc/group", NULL };
+  int rc = grant(rs, "/dev/null", LL_FS_READ_FILE | LL_FS_WRITE_FILE | LL_FS_TRUNCATE, fs);
+  for (const char *const *path = system; rc == 0 && *path; path++) rc = grant(rs, *path, LL_READ, fs);
+  for (const char *const *path = network; rc == 0 && p->allow_network && *path; path++)
+    rc = grant(rs, *path, LL_READ, fs);
+  uint64_t project = LL_READ;
+  if (p->builtins & SX_IO) project |= LL_FS_WRITE_FILE | LL_FS_MAKE_REG | LL_FS_TRUNCATE;
+  if (rc == 0 && c->project_root) rc = grant(rs, c->project_root, project, fs);
+  if (rc == 0 && c->dependency_root) rc = grant(rs, c->dependency_root, LL_READ, fs);
+  if (rc != 0) {
+    snprintf(err, errlen, "cannot add a Landlock rule in the handler process: %s", strerror(errno));
+    close(rs);
+    return -1;
+  }
+  if (syscall(SYS_landlock_restrict_self, rs, 0) != 0) {
+    snprintf(err, errlen, "cannot enter the handler process's Landlock domain: %s", strerror(errno));
+    close(rs);
+    return -1;
+  }
+  close(rs);
+  return 0;
+}
+
+/* What holds on this machine, layer by layer, as sentences; and what does
+   not. The child checks each again when it confines itself, and fails to
+   start if one that is there cannot be set. */
+int sx_confine_layers(const char **holds, int max_holds, const char **missing, int max_missing, int *nmissing) {
+  int n = 0, m = 0;
+#define HOLDS(s) do { if (n < max_holds) holds[n++] = (s); } while (0)
+#define MISSING(s) do { if (m < max_missing) missing[m++] = (s); } while (0)
+  HOLDS("parent-death signal: the handler process dies with the host's thread that started it");
+  HOLDS("environment: emptied but for what the policy lets through");
+  HOLDS("descriptors: only the socket to the host, /dev/null, and the host's stderr when it came across exec");
+  HOLDS("rlimits: no core dumps; RLIMIT_AS near max_memory_mb (not under a sanitizer or valgrind)");
+  /* libseccomp asks the kernel once (seccomp(2) or prctl) */
+  if (seccomp_api_get() >= 1 || RUNNING_ON_VALGRIND)
+    HOLDS("seccomp: no exec, process, namespace, mount, ptrace; signals, limits and scheduling on itself only");
+  else
+    MISSING("seccomp: this kernel has no seccomp filters; process isolation cannot start");
+  if (sx_user_namespaces())
+    HOLDS("user namespace: the same ids, but no capability outside it (a root host's child cannot pass file "
+          "permissions)");
+  else
+    MISSING("user namespace: the kernel allows none here; a root host's handler process keeps root's capabilities "
+            "(the filter still refuses what they would reach)");
+  int abi = sx_landlock_abi();
+  if (abi >= 1) HOLDS("Landlock files: the system's libraries, /dev/null, and the module's folders only");
+  if (abi >= 1) HOLDS("Landlock ptrace scoping: no /proc/<pid>/mem of the host or any process outside");
+  if (abi >= 4) HOLDS("Landlock TCP: no connect or bind without allow_network");
+  if (abi >= 6) HOLDS("Landlock signal and abstract-socket scoping");
+  if (abi == 0)
+    MISSING("Landlock: none (Linux 5.13 and later with landlock among the LSMs; not under valgrind): the "
+            "handler process can open every file the host's user can, the host's /proc entry included");
+  else if (abi < 6)
+    MISSING("Landlock signal and abstract-socket scoping (ABI 6, Linux 6.12): the filter still refuses signals "
+            "to other processes");
+#undef HOLDS
+#undef MISSING
+  *nmissing = m;
+  return n;
+}
+
+int sx_confine(const sx_confinement *c, char *err, size_t errlen) {
+  const sx_policy *p = c->policy;
+  if (tie_to_host(c->host, err, errlen) != 0) return -1;
+  if (clear_environment(p, err, errlen) != 0) return -1;
+  if (enter_user_namespace() < 0) {
+    snprintf(err, errlen, "cannot map the handler process's ids in its user namespace: %s", strerror(errno));
+    return -1;
+  }
   /* a crash is reported by its signal; a core image of the host's whole
      address space would only take time and disk */
   struct rlimit none = { 0, 0 };
   setrlimit(RLIMIT_CORE, &none);
-  if (limit_memory(p, copy_bytes, err, errlen) != 0) return -1;
+  if (limit_memory(p, c->copy_bytes, err, errlen) != 0) return -1;
+  /* Landlock without privileges needs it; the filter sets it too */
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+    snprintf(err, errlen, "cannot set no_new_privs in the handler process: %s", strerror(errno));
+    return -1;
+  }
+  int abi = sx_landlock_abi();
+  if (abi > 0 && landlock(c, abi, err, errlen) != 0) return -1;
   return filter(p, err, errlen);
 }
 
 #else /* LuaJIT and Lua 5.1: no policy, so no isolation (core/lmodule.c) */
-int sx_confine(const sx_policy *p, size_t copy_bytes, char *err, size_t errlen) {
-  (void)p; (void)copy_bytes;
+int sx_landlock_abi(void) {
+  return 0;
+}
+
+int sx_user_namespaces(void) {
+  return 0;
+}
+
+int sx_confine_layers(const char **holds, int max_holds, const char **missing, int max_missing, int *nmissing) {
+  (void)holds; (void)max_holds;
+  *nmissing = 0;
+  if (max_missing > 0) {
+    missing[0] = "process isolation needs Lua 5.4";
+    *nmissing = 1;
+  }
+  return 0;
+}
+
+int sx_confine(const sx_confinement *c, char *err, size_t errlen) {
+  (void)c;
   snprintf(err, errlen, "process isolation needs Lua 5.4");
   return -1;
 }

@@ -643,6 +643,7 @@ static int start_child(sx_state *s, long long deadline_ns, char *err, size_t err
   sx_state_prime();
   unsigned char seed;
   cr_random(&seed, 1);
+  pid_t host = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     snprintf(err, errlen, "cannot start a handler process: %s", strerror(errno));
@@ -652,7 +653,7 @@ static int start_child(sx_state *s, long long deadline_ns, char *err, size_t err
   }
   if (pid == 0) {
     close(sv[0]);
-    sx_child_main(m, sv[1], deadline_ns);
+    sx_child_main(m, sv[1], host, deadline_ns);
   }
   close(sv[1]);
   c->pid = pid;

@@ -5,6 +5,8 @@
 #ifndef LUMA_SANDBOX_ISOLATE_H
 #define LUMA_SANDBOX_ISOLATE_H
 
+#include <sys/types.h>
+
 #include "sandbox.h"
 
 typedef struct sx_child sx_child;
@@ -30,14 +32,32 @@ int sx_handler_code_ok(const char *code, size_t len);
    code run, its exports found), within deadline_ns. */
 sx_state *sx_compose(sx_module *m, long long deadline_ns, char *err, size_t errlen);
 const sx_policy *sx_policy_of(const sx_module *m);
+/* The folders m's handlers read: the project's, and its dependencies' (NULL
+   when m has no dependency list). */
+void sx_roots_of(const sx_module *m, const char **project, const char **dependencies);
 /* The exports a child found, when m has none yet (its first state):
    0, or -1 when memory runs out. Takes the strings. */
 int sx_adopt_exports(sx_module *m, char **names, int n);
 
+/* What confines a handler process. */
+typedef struct sx_confinement {
+  const sx_policy *policy;
+  size_t copy_bytes;              /* the largest value a copy may hold */
+  pid_t host;                     /* the host's pid, taken before the fork */
+  const char *project_root;       /* readable (writable with "io"); NULL: none */
+  const char *dependency_root;    /* readable; NULL: none */
+} sx_confinement;
+
 /* confine.c: the child's backstops, before it runs any code of the module:
-   RLIMIT_AS (its address space now, plus the memory limit, plus room for
-   copies of copy_bytes), and a seccomp filter refusing execve, ptrace, new
-   processes, and new sockets unless the policy allows the network. */
-int sx_confine(const sx_policy *p, size_t copy_bytes, char *err, size_t errlen);
+   it dies with the host (and is ended now if the host already died); the
+   environment emptied of what the policy does not let through; a user
+   namespace of its own where the kernel allows one; RLIMIT_AS
+   (its address space now, plus the memory limit, plus room for copies of
+   copy_bytes); a Landlock domain where the kernel has one (files, other
+   processes, signals, abstract sockets, TCP without the network); and a
+   seccomp filter refusing execve, new processes and namespaces, mounts,
+   what reaches another process, and new sockets unless the policy allows
+   the network. */
+int sx_confine(const sx_confinement *c, char *err, size_t errlen);
 
 #endif

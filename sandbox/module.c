@@ -312,6 +312,11 @@ const sx_policy *sx_policy_of(const sx_module *m) {
   return &m->policy;
 }
 
+void sx_roots_of(const sx_module *m, const char **project, const char **dependencies) {
+  *project = m->project_root;
+  *dependencies = m->dependencies ? m->dependency_root : NULL;
+}
+
 int sx_adopt_exports(sx_module *m, char **names, int n) {
   if (m->exports) {
     for (int i = 0; i < n; i++) free(names[i]);

@@ -205,4 +205,16 @@ int sx_deadline_signal(void);
    blocked every signal. */
 void sx_own_thread(void);
 
+/* Process isolation on this machine (confine.c): the Landlock ABI of the
+   running kernel, 0 when it has none (or under valgrind, which does not
+   know its calls); and the layers of confinement a handler process gets,
+   as sentences: up to max_holds of those that hold (the count is
+   returned), up to max_missing of those that do not (*nmissing). */
+int sx_landlock_abi(void);
+/* Whether the kernel lets a handler process make a user namespace (1), as
+   far as its settings say (a security module may still refuse: then the
+   child goes on without one). */
+int sx_user_namespaces(void);
+int sx_confine_layers(const char **holds, int max_holds, const char **missing, int max_missing, int *nmissing);
+
 #endif

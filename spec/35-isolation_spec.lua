@@ -295,6 +295,7 @@ describe("a process-isolated module", function()
     events = {}
     p:call("ping", {})
     assert.are.equal("process", events[1].isolation)
+    assert.are.equal(core.confinement().landlock_abi, events[1].landlock_abi)
   end)
 
   -- each mechanism no hook can interrupt, with the code it must end with

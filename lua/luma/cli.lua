@@ -148,12 +148,14 @@ JSON object; with --agent, calls a method and prints what it returns.
 Exit status: 0; 1 when the run fails; 2 when the program does not load.
 ]],
   check = [[
-usage: luma-lua check PROGRAM [--config FILE] [--tool-module FILE]...
+usage: luma-lua check PROGRAM [--config FILE] [--tool-module FILE]... [--verbose]
 Checks what a run would load: the program, its config (the one next to it, or
 --config) and its tool modules (the config's and --tool-module's), and that
 every tool has a handler when modules are loaded. Prints "ok" (exit 0, with
 warnings on stderr: a handler that no tool declares), or every error with
-where it is on stderr (exit 1; 2 for a usage error).
+where it is on stderr (exit 1; 2 for a usage error). With --verbose, also
+which layers confine a process-isolated handler on this machine, and which
+this machine lacks.
 ]],
   tools = [[
 usage: luma-lua tools PROGRAM
@@ -253,7 +255,10 @@ local function program_options(args, command)
   local i = 1
   while i <= #args do
     local a = args[i]
-    if a == "--config" or a == "--tool-module" then
+    if a == "--verbose" and command == "check" then
+      o.verbose = true
+      i = i + 1
+    elseif a == "--config" or a == "--tool-module" then
       if not args[i + 1] then return nil, usage_error(a .. " needs a value") end
       if a == "--config" then o.config = args[i + 1] else o.tool_modules[#o.tool_modules + 1] = args[i + 1] end
       i = i + 2
@@ -325,6 +330,12 @@ function commands.check(args)
   if errors > 0 then
     if errors > 1 then err(errors .. " errors") end
     return 1
+  end
+  if o.verbose then
+    local c = core.confinement()
+    out("process isolation on this machine:")
+    for _, layer in ipairs(c.holds) do out("  holds: " .. layer) end
+    for _, layer in ipairs(c.missing) do out("  missing: " .. layer) end
   end
   out("ok")
   return 0

@@ -5,13 +5,24 @@
  * the network (and then IPv4, IPv6 and socket pairs only, with names
  * resolved from a thread), no core dumps, and an address space bounded near the memory
  * limit (not under AddressSanitizer or valgrind, as the limit is not set
- * there).
+ * there); limits, scheduling and I/O priority of this process only (never
+ * the parent's, even with a pid whose high bits are set), no TIOCSTI or
+ * USERFAULTFD_IOC_NEW whatever the high bits of the request, no namespace
+ * (thread clones with a CLONE_NEW* bit, unshare, setns), no F_SETOWN or
+ * F_SETSIG, no mount (the new API included), no PR_SET_PDEATHSIG.
  */
 #define _GNU_SOURCE
 
 #include <errno.h>
 #include <netdb.h>
 #include <pthread.h>
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -34,7 +45,129 @@
 
 static int instrumented(void);
 
-enum { EXEC = 1, FORK = 2, PTRACE = 4, THREAD = 8, SOCKET = 16, CORE = 32, BIG = 64, SIGNAL = 128 };
+enum {
+  EXEC = 1, FORK = 2, PTRACE = 4, THREAD = 8, SOCKET = 16, CORE = 32, BIG = 64, SIGNAL = 128,
+  LIMITS = 1 << 8, IOCTL = 1 << 9, NSCLONE = 1 << 10, FCNTL = 1 << 11, PRCTL = 1 << 12, MOUNT = 1 << 13,
+  SCHED = 1 << 14, ENV = 1 << 15, FILES = 1 << 16,
+};
+
+/* Nothing of the environment is left (but the proxy settings with the
+   network): not in environ, not in the bytes /proc/self/environ shows
+   (valgrind gives its client a stack of its own: not those bytes). */
+static int environment_empty(int network) {
+  extern char **environ;
+  if (getenv("PATH") || getenv("HOME") || (!network && environ && environ[0])) return 0;
+  if (RUNNING_ON_VALGRIND) return 1;
+  int fd = open("/proc/self/environ", O_RDONLY);
+  if (fd < 0) return errno == EACCES;   /* Landlock may hide it: then nothing shows either */
+  char buf[4096];
+  ssize_t n;
+  int zeros = 1;
+  while ((n = read(fd, buf, sizeof buf)) > 0)
+    for (ssize_t i = 0; i < n; i++) zeros &= buf[i] == 0;
+  close(fd);
+  return zeros;
+}
+
+/* With Landlock: the parent's /proc entry and memory, the machine's files
+   outside the system's libraries, and devices but /dev/null, unreachable;
+   the libraries still readable. */
+static int files_as_policy(pid_t host) {
+  if (sx_landlock_abi() == 0) return 1;
+  char mem[64];
+  snprintf(mem, sizeof mem, "/proc/%d/mem", (int)host);
+  int fd = open(mem, O_RDWR);
+  int ok = fd < 0;
+  if (fd >= 0) close(fd);
+  snprintf(mem, sizeof mem, "/proc/%d/fd/1", (int)host);
+  fd = open(mem, O_WRONLY);
+  ok = ok && fd < 0;
+  if (fd >= 0) close(fd);
+  static const char *const unreachable[] = { "/etc/hostname", "/root", "/tmp", "/dev/userfaultfd", "/dev/tty", NULL };
+  for (const char *const *path = unreachable; *path; path++) {
+    fd = open(*path, O_RDONLY);
+    ok = ok && fd < 0;
+    if (fd >= 0) close(fd);
+  }
+  fd = open("/dev/null", O_WRONLY);
+  ok = ok && fd >= 0;
+  if (fd >= 0) close(fd);
+  fd = open("/usr/lib/os-release", O_RDONLY);
+  ok = ok && (fd >= 0 || errno == ENOENT);
+  if (fd >= 0) close(fd);
+  return ok;
+}
+
+/* Whether a raw call failed with EPERM: the filter's answer. */
+static int eperm(long r) { return r < 0 && errno == EPERM; }
+
+/* What the filter refuses on another process (the host: the parent here),
+   and what it lets a process do to itself. */
+static int limits_on_self_only(pid_t host) {
+  struct rlimit r = { 0, 0 };
+  int own = getrlimit(RLIMIT_NOFILE, &r) == 0 && setrlimit(RLIMIT_NOFILE, &r) == 0;
+  return own && eperm(syscall(SYS_prlimit64, host, RLIMIT_FSIZE, &r, NULL)) &&
+         eperm(syscall(SYS_prlimit64, (long)(((unsigned long)1 << 32) | (unsigned)host), RLIMIT_FSIZE, &r, NULL));
+}
+
+static int scheduling_on_self_only(pid_t host) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(0, &set);
+  struct sched_param sp = { 0 };
+  return setpriority(PRIO_PROCESS, 0, 1) == 0 && eperm(setpriority(PRIO_PROCESS, (id_t)host, 19)) &&
+         eperm(setpriority(PRIO_USER, 0, 19)) && eperm(sched_setaffinity(host, sizeof set, &set)) &&
+         eperm(sched_setscheduler(host, SCHED_IDLE, &sp)) &&
+         eperm(syscall(SYS_ioprio_set, 1, host, 7 << 13)) && eperm(syscall(SYS_ioprio_set, 3, 0, 7 << 13));
+}
+
+/* TIOCSTI with bit 32 set: the kernel reads the request as 32 bits. */
+static int tiocsti_refused(void) {
+  char c = 'x';
+  return eperm(syscall(SYS_ioctl, 0, (long)(((unsigned long)1 << 32) | TIOCSTI), &c)) &&
+         eperm(syscall(SYS_ioctl, 0, (long)TIOCSTI, &c)) &&
+         eperm(syscall(SYS_ioctl, 0, (long)(((unsigned long)1 << 32) | USERFAULTFD_IOC_NEW), 0));
+}
+
+/* A thread's clone with a namespace bit: refused by the filter (EPERM),
+   where the kernel alone would say EINVAL for this combination. */
+static int namespaced_clone_refused(void) {
+  unsigned long flags = CLONE_THREAD | CLONE_SIGHAND | CLONE_VM | CLONE_NEWUSER;
+  return eperm(syscall(SYS_clone, flags, NULL, NULL, NULL, 0)) && eperm(unshare(CLONE_NEWUSER)) &&
+         eperm(setns(0, 0));
+}
+
+static int owner_signals_refused(pid_t host) {
+  int fds[2];
+  if (pipe(fds) != 0) return 0;
+  int ok = eperm(fcntl(fds[0], F_SETOWN, host)) && eperm(fcntl(fds[0], F_SETSIG, SIGKILL)) &&
+           (RUNNING_ON_VALGRIND || eperm(syscall(SYS_fcntl, fds[0], (long)(((unsigned long)1 << 32) | F_SETOWN), host)));
+  struct f_owner_ex owner = { F_OWNER_PID, host };
+  ok = ok && eperm(fcntl(fds[0], F_SETOWN_EX, &owner)) && fcntl(fds[0], F_GETFL) >= 0;
+  close(fds[0]);
+  close(fds[1]);
+  return ok;
+}
+
+/* The parent-death signal cannot be cleared; reads and the thread's name
+   still work. */
+static int prctl_limited(void) {
+  int sig = -1;
+  return prctl(PR_GET_PDEATHSIG, &sig) == 0 && prctl(PR_SET_NAME, "probe") == 0 &&
+         eperm(prctl(PR_SET_PDEATHSIG, 0)) &&
+         eperm(syscall(SYS_prctl, (long)(((unsigned long)1 << 32) | PR_SET_PDEATHSIG), 0L, 0L, 0L, 0L)) &&
+         eperm(prctl(PR_SET_DUMPABLE, 1)) && eperm(prctl(PR_SET_MM, PR_SET_MM_ENV_START, 0, 0, 0)) &&
+         eperm(prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY));
+}
+
+/* valgrind answers the new mount API itself (ENOSYS), before the kernel */
+static int mounts_refused(void) {
+  if (RUNNING_ON_VALGRIND) return eperm(syscall(SYS_umount2, "/", MNT_DETACH)) && eperm(mount("none", "/", "tmpfs", 0, NULL));
+  return eperm(syscall(SYS_fsopen, "tmpfs", 0)) && eperm(syscall(SYS_fspick, AT_FDCWD, "/", 0)) &&
+         eperm(syscall(SYS_open_tree, AT_FDCWD, "/", 0)) && eperm(syscall(SYS_umount2, "/", MNT_DETACH)) &&
+         eperm(syscall(SYS_move_mount, -1, "", -1, "", 0)) && eperm(syscall(SYS_mount_setattr, -1, "", 0, NULL, 0)) &&
+         eperm(syscall(SYS_pivot_root, "/", "/")) && eperm(mount("none", "/", "tmpfs", 0, NULL));
+}
 
 static void *nothing(void *arg) { return arg; }
 
@@ -127,6 +260,18 @@ static int probe(const sx_policy *p) {
     ok |= SIGNAL;
   struct rlimit r;
   if (getrlimit(RLIMIT_CORE, &r) == 0 && r.rlim_cur == 0) ok |= CORE;
+  pid_t host = getppid();
+  if (limits_on_self_only(host)) ok |= LIMITS;
+  /* valgrind refuses a clone that is neither a thread nor a fork itself,
+     and warns of ioctls and fcntls it does not know */
+  if (RUNNING_ON_VALGRIND || tiocsti_refused()) ok |= IOCTL;
+  if (RUNNING_ON_VALGRIND ? eperm(unshare(CLONE_NEWUSER)) : namespaced_clone_refused()) ok |= NSCLONE;
+  if (owner_signals_refused(host)) ok |= FCNTL;
+  if (prctl_limited()) ok |= PRCTL;
+  if (mounts_refused()) ok |= MOUNT;
+  if (scheduling_on_self_only(host)) ok |= SCHED;
+  if (environment_empty(p->allow_network)) ok |= ENV;
+  if (files_as_policy(host)) ok |= FILES;
   /* far past the limit and the room for copies */
   void *big = malloc((size_t)4 << 30);
   if (!big) ok |= BIG;
@@ -141,18 +286,25 @@ static int confined(int allow_network) {
   p.allow_network = allow_network;
   p.memory_limit = (size_t)64 << 20;
   p.isolation = SX_ISOLATE_PROCESS;
+  int bits[2];
+  if (pipe(bits) != 0) return -1;
+  sx_confinement c = { &p, (size_t)64 << 20, getpid(), NULL, NULL };
   pid_t pid = fork();
   if (pid == 0) {
     char err[256];
-    if (sx_confine(&p, (size_t)64 << 20, err, sizeof err) != 0) {
-      fprintf(stderr, "%s\n", err);
-      _exit(0);   /* no bit: every check fails */
-    }
-    _exit(probe(&p));
+    close(bits[0]);
+    int got = 0;   /* no bit: every check fails */
+    if (sx_confine(&c, err, sizeof err) != 0) fprintf(stderr, "%s\n", err);
+    else got = probe(&p);
+    _exit(write(bits[1], &got, sizeof got) == sizeof got ? 0 : 1);
   }
+  close(bits[1]);
+  int got = 0;
+  if (read(bits[0], &got, sizeof got) != sizeof got) got = 0;
+  close(bits[0]);
   int status = 0;
   waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? got : 0;
 }
 
 static int instrumented(void) {
@@ -165,7 +317,8 @@ static int instrumented(void) {
 }
 
 int main(void) {
-  int all = EXEC | FORK | PTRACE | THREAD | SOCKET | CORE | SIGNAL | (instrumented() ? 0 : BIG);
+  int all = EXEC | FORK | PTRACE | THREAD | SOCKET | CORE | SIGNAL | LIMITS | IOCTL | NSCLONE | FCNTL | PRCTL |
+            MOUNT | SCHED | ENV | FILES | (instrumented() ? 0 : BIG);
   /* asked in a child of its own, so that the confined children load the
      resolver's modules and read its files under the filter themselves */
   pid_t probe_pid = fork();

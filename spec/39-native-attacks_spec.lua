@@ -1,0 +1,294 @@
+-- Native attacks from inside a handler process (issue 24): build/attack.so
+-- (spec/c/attack.c), preloaded into a host, runs machine code in the
+-- process-isolated handler's process after its confinement, when the
+-- handler asks (require "luma_attack.NAME"), as a VM exploit would. Every
+-- attack of the issue is refused, the host survives it, and its files,
+-- output and scheduling are untouched; a handler process dies with its
+-- host; no host environment variable or descriptor reaches it. As root, and
+-- as an unprivileged user (nobody) when the specs run as root.
+local core = require "luma.core"
+local h = require "spec.helpers"
+
+local BUILD = h.root .. "/" .. (os.getenv("LUMA_BUILD") or "build")
+local ATTACK_SO = BUILD .. "/attack.so"
+local LANDLOCK = core.confinement().landlock_abi
+-- the tools the spec runs, without a sanitizer's runtime the run preloads
+-- (its leak check fails them)
+local UNPRELOADED = "env -u LD_PRELOAD "
+
+local ATTACKS = { "mem", "config", "setown", "signals", "limits", "stdout", "mount", "tiocsti", "namespaces",
+  "userfaultfd", "environ", "fds", "pid", "socket", "caps" }
+
+-- What each attack must report: every try refused, and these lines.
+local EXPECTED = {
+  mem = { "open /proc/host/mem: refused", "process_vm_writev host: refused", "ptrace attach host: refused" },
+  config = { "write luma.config.json: refused", "write tools.lua: refused", "create planted.lua: refused" },
+  setown = { "fcntl F_SETOWN host: refused", "fcntl F_SETOWN host, high bits: refused",
+    "fcntl F_SETOWN_EX host: refused", "fcntl F_SETSIG SIGKILL: refused" },
+  signals = { "kill host SIGKILL: refused", "kill host SIGKILL, high bits: refused", "tgkill host SIGKILL: refused",
+    "kill process group SIGKILL: refused" },
+  limits = { "prlimit host RLIMIT_FSIZE 0: refused", "prlimit host, high bits: refused",
+    "setpriority host 19: refused", "setpriority user 19: refused", "sched_setscheduler host SCHED_IDLE: refused",
+    "sched_setaffinity host: refused", "ioprio_set host idle: refused", "write /proc/host/oom_score_adj: refused" },
+  stdout = { "write /proc/host/fd/1: refused" },
+  mount = { "fsopen tmpfs: refused", "open_tree /: refused", "fspick /: refused", "move_mount: refused",
+    "mount_setattr /: refused", "umount2 /proc: refused", "mount tmpfs: refused", "pivot_root: refused" },
+  tiocsti = { "TIOCSTI, bit 32 set, fd 0: refused", "TIOCSTI, bit 32 set, fd 2: refused" },
+  namespaces = { "thread clone with CLONE_NEWNET: refused", "thread clone with CLONE_NEWNS: refused",
+    "thread clone with CLONE_NEWUTS: refused", "unshare CLONE_NEWUSER: refused", "setns: refused" },
+  userfaultfd = { "ioctl USERFAULTFD_IOC_NEW: refused", "ioctl USERFAULTFD_IOC_NEW, bit 32 set: refused",
+    "userfaultfd(): refused" },
+  environ = { "environ variables: 0", "/proc/self/environ bytes: 0" },
+  fds = { "fd 0: /dev/null", "fd 1: /dev/null" },
+  socket = { "socket AF_UNIX: refused" },
+  caps = {},
+}
+-- In a user namespace of its own a root host's child holds no capability
+-- outside it; as nobody, the file permissions refuse these anyway.
+local USERNS = false
+for _, layer in ipairs(core.confinement().holds) do USERNS = USERNS or layer:find("^user namespace") ~= nil end
+if USERNS then
+  EXPECTED.caps = { "read another user's mode-000 file: refused (EACCES)", "chown tools.lua: refused" }
+end
+-- Without Landlock the files of the host's user stay reachable: said in
+-- README's "Limits, honestly", and these lines are not expected then.
+if LANDLOCK > 0 then
+  table.insert(EXPECTED.mem, "open /proc/host/mem: refused (EACCES)")
+  table.insert(EXPECTED.userfaultfd, "open /dev/userfaultfd: refused")
+else
+  EXPECTED.config, EXPECTED.stdout = {}, {}
+  EXPECTED.limits[#EXPECTED.limits] = nil
+end
+
+local SOURCE = [[
+schema Report { text: string }
+tool attack(name: string) -> Report { timeout: 5000 }
+tool spin() -> Report { timeout: 20000 }
+]]
+
+local TOOLS = [[
+return {
+  attack = function(input) return { text = require("luma_attack." .. input.name) } end,
+  spin = function() while true do end end,
+}
+]]
+
+-- The host: a Lua program on `require "luma"` that loads the project and
+-- calls the attacks named on its command line, printing each report; then,
+-- with "kill" or "exit" first, starts a call that spins and dies with it in
+-- flight (SIGKILL from a shell it starts, or os.exit), after printing the
+-- handler process's pid.
+local HOST = [[
+local root, build, dir, mode = ...
+package.path = root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua;" .. package.path
+package.cpath = build .. "/?.so;" .. package.cpath
+local luma = require "luma"
+local p = luma.load(dir .. "/program.luma")
+local function attack(name)
+  local ok, r = pcall(p.call, p, "attack", { name = name })
+  return ok and r.text or ("ERROR " .. tostring(type(r) == "table" and r.message or r) .. "\n")
+end
+if mode == "kill" or mode == "exit" then
+  io.write("child ", attack("pid"))
+  io.flush()
+  local c = p:start("spin", {})
+  c:wait(300)
+  if mode == "exit" then os.exit(0, false) end
+  local f = assert(io.open("/proc/self/stat"))
+  local me = f:read("l"):match("^(%d+)")
+  f:close()
+  os.execute("kill -KILL " .. me)
+  return
+end
+for i = 5, select("#", ...) do
+  local name = select(i, ...)
+  io.write("== ", name, "\n", attack(name))
+  io.flush()
+end
+local f = assert(io.open("/proc/self/stat"))
+local stat = f:read("l")
+f:close()
+local fields = {}
+for field in stat:match("%) (.*)"):gmatch("%S+") do fields[#fields + 1] = field end
+f = assert(io.open("/proc/self/oom_score_adj"))
+io.write("host nice ", fields[17], " policy ", fields[39], " oom_score_adj ", f:read("l"), "\n")
+f:close()
+io.write("host alive\n")
+]]
+
+local function project(user)
+  -- a folder of its own, which an unprivileged user can reach and write
+  -- (so that the confinement, not the permissions, refuses its files)
+  local status, dir = h.sh(UNPRELOADED .. "mktemp -d /tmp/luma-attack-XXXXXX")
+  assert(status == 0)
+  dir = dir:gsub("%s+$", "")
+  local files = { ["program.luma"] = SOURCE, ["tools.lua"] = TOOLS, ["host.lua"] = HOST,
+    ["luma.config.json"] = core.json_encode({ tool_modules = { "tools.lua" },
+      tool_module_policy = { sandbox = "strict", isolation = "process", max_concurrency = 1 } }) }
+  for _, name in ipairs(ATTACKS) do files["luma_attack/" .. name .. ".lua"] = "" end
+  assert(os.execute(UNPRELOADED .. "mkdir -p " .. h.quote(dir .. "/luma_attack")))
+  for name, content in pairs(files) do h.write(dir .. "/" .. name, content) end
+  assert(os.execute(UNPRELOADED .. "chmod -R a+rwX " .. h.quote(dir)))
+  -- a file of another user (nobody's for a root host, this user's for
+  -- nobody), which only root's capabilities could read
+  h.write(dir .. "/secret.txt", "hunter3")
+  if not user then os.execute(UNPRELOADED .. "chown 65534:65534 " .. h.quote(dir .. "/secret.txt") .. " 2>/dev/null") end
+  assert(os.execute(UNPRELOADED .. "chmod 000 " .. h.quote(dir .. "/secret.txt")))
+  return dir
+end
+
+local function remove(dir)
+  os.execute(UNPRELOADED .. "rm -rf " .. h.quote(dir))
+end
+
+local function is_root()
+  return select(2, h.sh(UNPRELOADED .. "id -u")):match("^0") ~= nil
+end
+
+-- Runs the host in dir, as `user` ("nobody" or nil), with the attack
+-- library preloaded after what the run already preloads (a sanitizer's
+-- runtime), a secret in its environment, and `redirect` for stderr.
+local function host(dir, args, user, redirect)
+  local preload = os.getenv("LD_PRELOAD")
+  preload = (preload and preload ~= "" and preload .. " " or "") .. ATTACK_SO
+  local as = user and "setpriv --reuid=65534 --regid=65534 --clear-groups " or ""
+  local quoted = {}
+  for i, a in ipairs(args) do quoted[i] = h.quote(a) end
+  -- (the shell waits rather than exec the host: a host that is killed is
+  -- reported on the stderr of the run, not of busted)
+  local cmd = string.format("cd %s && env LUMA_ATTACK_SECRET=hunter2 LD_PRELOAD=%s %slua5.4 host.lua %s %s %s %s < /dev/null %s; exit $?",
+    h.quote(dir), h.quote(preload), as, h.quote(h.root), h.quote(BUILD), h.quote(dir), table.concat(quoted, " "),
+    redirect or "")
+  return h.sh(cmd)
+end
+
+-- The report of each attack: { name = text }.
+local function reports(out)
+  local by = {}
+  local name
+  for line in out:gmatch("[^\n]*") do
+    local n = line:match("^== (%S+)$")
+    if n then name = n; by[n] = ""
+    elseif name and line ~= "" then by[name] = by[name] .. line .. "\n" end
+  end
+  return by
+end
+
+local function contains(haystack, needle)
+  return haystack:find(needle, 1, true) ~= nil
+end
+
+-- Whether process pid is gone (or a zombie: dead, waiting for its reaper).
+local function dead(pid)
+  local f = io.open("/proc/" .. pid .. "/stat")
+  if not f then return true end
+  local stat = f:read("a")
+  f:close()
+  return stat:match("%) (%a)") == "Z"
+end
+
+local function all_attacks(user)
+  local dir = project(user)
+  local config = h.read(dir .. "/luma.config.json")
+  local code = h.read(dir .. "/tools.lua")
+  local ok, err = pcall(function()
+    local status, out, errout = host(dir, { "attacks", ATTACKS[1], table.unpack(ATTACKS, 2) }, user)
+    assert.are.equal(0, status, errout)
+    assert.is_truthy(contains(out, "host alive\n"), out)
+    assert.is_falsy(contains(out, "FORGED"), out)
+    assert.is_falsy(contains(out, "SUCCEEDED"), out)
+    assert.is_falsy(contains(out, "hunter2"), out)
+    assert.is_truthy(out:match("host nice 0 policy 0 oom_score_adj 0\n"), out)
+    local by = reports(out)
+    for _, name in ipairs(ATTACKS) do
+      assert.is_truthy(by[name], "no report of " .. name .. ":\n" .. out)
+      assert.is_falsy(contains(by[name], "ERROR"), by[name])
+      for _, line in ipairs(EXPECTED[name] or {}) do
+        assert.is_truthy(contains(by[name], line), name .. ": no '" .. line .. "' in:\n" .. by[name])
+      end
+    end
+    assert.are.equal(config, h.read(dir .. "/luma.config.json"))
+    assert.are.equal(code, h.read(dir .. "/tools.lua"))
+    local _, owner = h.sh(UNPRELOADED .. "stat -c %u " .. h.quote(dir .. "/tools.lua"))
+    local _, me = h.sh(UNPRELOADED .. "id -u")
+    assert.are.equal(me, owner)
+    assert.is_nil(io.open(dir .. "/planted.lua"))
+  end)
+  remove(dir)
+  if not ok then error(err, 0) end
+end
+
+-- a ThreadSanitizer build cannot be loaded by a host that does not preload
+-- its runtime, which luma.core takes out of the environment there
+local describe_native = core.thread_sanitizer and pending or describe
+
+describe_native("native attacks from a process-isolated handler (issue 24)", function()
+  setup(function()
+    assert(io.open(ATTACK_SO), "no " .. ATTACK_SO .. ": make " .. ATTACK_SO)
+  end)
+
+  it("are all refused, as root, and the host survives unchanged", function()
+    all_attacks(nil)
+  end)
+
+  it("are all refused as an unprivileged user (nobody)", function()
+    if not is_root() then
+      pending("needs root to run the host as nobody")
+      return
+    end
+    all_attacks("nobody")
+  end)
+
+  it("the handler process gets no descriptor of a host started with stderr closed", function()
+    local dir = project()
+    local ok, err = pcall(function()
+      local status, out = host(dir, { "attacks", "fds" }, nil, "2>&-")
+      assert.are.equal(0, status, out)
+      local fds = reports(out).fds
+      assert.is_truthy(fds, out)
+      for fd = 0, 2 do
+        assert.is_truthy(fds:match("fd " .. fd .. ": /dev/null\n"), fds)
+      end
+    end)
+    remove(dir)
+    if not ok then error(err, 0) end
+  end)
+
+  it("luma-lua check --verbose says which layers hold on this machine", function()
+    local dir = project()
+    local ok, err = pcall(function()
+      local r = h.run({ "check", dir .. "/program.luma", "--verbose" })
+      assert.are.equal(0, r.status, r.stderr)
+      assert.matches("process isolation on this machine:\n", r.stdout)
+      assert.matches("\n  holds: seccomp: ", r.stdout)
+      assert.matches("\n  holds: parent%-death signal: ", r.stdout)
+      if LANDLOCK >= 6 then
+        assert.matches("\n  holds: Landlock signal and abstract%-socket scoping\n", r.stdout)
+      elseif LANDLOCK == 0 then
+        assert.matches("\n  missing: Landlock: none ", r.stdout)
+      end
+      assert.matches("\nok\n$", r.stdout)
+    end)
+    remove(dir)
+    if not ok then error(err, 0) end
+  end)
+
+  for _, how in ipairs { "kill", "exit" } do
+    local what = how == "kill" and "is SIGKILLed" or "calls os.exit"
+    it("the handler process dies when its host " .. what .. " with a call in flight", function()
+      local dir = project()
+      local ok, err = pcall(function()
+        local _, out = host(dir, { how })
+        local pid = out:match("child (%d+)")
+        assert.is_truthy(pid, out)
+        local t = core.monotonic_ms()
+        while not dead(pid) and core.monotonic_ms() - t < 3000 do os.execute(UNPRELOADED .. "sleep 0.05") end
+        local alive = not dead(pid)
+        if alive then os.execute(UNPRELOADED .. "kill -KILL " .. pid) end
+        assert.is_false(alive, "handler process " .. pid .. " outlived its host")
+      end)
+      remove(dir)
+      if not ok then error(err, 0) end
+    end)
+  end
+end)
