@@ -153,6 +153,8 @@ local OTHER_MEANINGS = {
   { "core/program_types.c", "fits in 64 bits", "the width of an integer, in bits" },
   { "adapters/anthropic.c", "AD_ANTHROPIC_MAX_TOKENS 4096", "the max_tokens Anthropic needs when a model sets none" },
   { "base/crypto.c", "MBEDTLS_CIPHER_ID_AES, key, 256", "AES-256: a key size in bits" },
+  { "sandbox/confine.c", "#define PRCTL_HIGHEST 100", "past the highest prctl option the kernel knows (the filter's range)" },
+  { "sandbox/confine.c", "LL_FS_MAKE_REG (1ULL << 8)", "a bit of Landlock's access rights (kernel UAPI)" },
   { "base/transport.c", "TP_POLL_MS 1000", "how long the transport sleeps at most between polls" },
   { "core/idem_redis.c", "RD_TIMEOUT_MS 1000", "Redis's connect and command timeout" },
   { "core/idem_redis.c", "RD_BACKOFF_MIN_MS 100", "the first wait before reconnecting to Redis" },
