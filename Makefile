@@ -54,7 +54,7 @@ SANDBOX   = sandbox/copy.c sandbox/state.c sandbox/bounded.c sandbox/pattern.c s
             sandbox/strict.c sandbox/strict_io.c sandbox/strict_json.c sandbox/strict_crypto.c \
             sandbox/http.c sandbox/call.c sandbox/module.c sandbox/watch.c \
             sandbox/wire.c sandbox/isolate.c sandbox/child.c sandbox/confine.c
-ADAPTERS  = adapters/adapter.c adapters/openai.c adapters/responses.c adapters/anthropic.c adapters/gemini.c \
+ADAPTERS  = adapters/sse.c adapters/adapter.c adapters/openai.c adapters/responses.c adapters/anthropic.c adapters/gemini.c \
             adapters/schema.c
 CORE_PURE = core/diag.c core/lex.c core/parse.c core/program.c core/program_check.c core/program_config.c core/regex.c core/jsonschema.c core/idem.c core/pool.c \
             core/record.c core/idem_sqlite.c core/idem_redis.c core/idem_file.c
