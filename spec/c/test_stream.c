@@ -1,0 +1,218 @@
+/* Streamed answers (adapters/stream*.c): every recorded stream of
+   spec/fixtures/streams, fed cut in two at every byte and a byte at a time,
+   gives the same deltas and the same turn, and that turn is the one
+   ad_parse gives for the equivalent whole response (the .json beside it).
+   A stream cut anywhere before its final event is never a turn. */
+#include <stdlib.h>
+
+#include "adapter.h"
+#include "ctest.h"
+
+#define DIR "spec/fixtures/streams/"
+
+typedef struct stream_case {
+  const char *name;
+  ad_provider provider;
+  ad_api api;
+  const char *error;          /* NULL: a turn, equal to <name>.json's; else the code */
+  const char *message;        /* a part of the error's message */
+  int retryable;
+} stream_case;
+
+static const stream_case cases[] = {
+  { "chat-text", AD_OPENAI, AD_CHAT, NULL, NULL, 0 },
+  { "chat-parallel-tools", AD_OPENAI, AD_CHAT, NULL, NULL, 0 },
+  { "chat-refusal", AD_OPENAI, AD_CHAT, NULL, NULL, 0 },
+  { "azure-length", AD_AZURE, AD_CHAT, NULL, NULL, 0 },
+  { "chat-error", AD_OPENAI, AD_CHAT, "ASK_PROVIDER_ERROR",
+    "openai sent an error in its stream (server_error): The server had an error", 1 },
+  { "chat-truncated", AD_OPENAI, AD_CHAT, "ASK_TRUNCATED",
+    "openai's stream ended before its final event ([DONE]): the answer is not complete", 1 },
+};
+
+static char *slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  sb_buf b;
+  sb_init(&b);
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) sb_add(&b, buf, n);
+  fclose(f);
+  *len = b.len;
+  char *s = malloc(b.len + 1);
+  memcpy(s, b.data ? b.data : "", b.len);
+  s[b.len] = 0;
+  sb_free(&b);
+  return s;
+}
+
+static const char *const kinds[] = { "text", "refusal", "reasoning", "start", "args", "done", "usage", "end" };
+
+/* Every delta as a line of text: what a host would see. */
+static void on_delta(void *ud, const ad_delta *d) {
+  sb_buf *log = ud;
+  sb_printf(log, "%s", kinds[d->kind]);
+  switch (d->kind) {
+    case AD_DELTA_CALL_START: sb_printf(log, " %d %s %s", d->call, d->id ? d->id : "-", d->name); break;
+    case AD_DELTA_CALL_ARGS:
+    case AD_DELTA_CALL_DONE: sb_printf(log, " %d ", d->call); sb_add(log, d->text, d->len); break;
+    case AD_DELTA_USAGE: sb_printf(log, " %lld %lld", d->input_tokens, d->output_tokens); break;
+    case AD_DELTA_END: sb_printf(log, " %d %s", (int)d->stop, d->stop_reason ? d->stop_reason : "-"); break;
+    default: sb_addc(log, ' '); sb_add(log, d->text, d->len); break;
+  }
+  sb_addc(log, '\n');
+}
+
+/* A turn as text, every field of it, the echo as JSON. */
+static void describe(sb_buf *b, const ad_turn *t) {
+  sb_printf(b, "text=%s[", t->text ? "" : "NULL");
+  if (t->text) sb_add(b, t->text, t->text_len);
+  sb_printf(b, "] stop=%d reason=%s refusal=%s in=%lld out=%lld calls=%d\n", (int)t->stop,
+            t->stop_reason ? t->stop_reason : "NULL", t->refusal ? t->refusal : "NULL", t->input_tokens,
+            t->output_tokens, t->ncalls);
+  for (int i = 0; i < t->ncalls; i++) {
+    sb_printf(b, "call %s %s ", t->calls[i].id ? t->calls[i].id : "NULL", t->calls[i].name);
+    sb_add(b, t->calls[i].arguments, t->calls[i].arguments_len);
+    sb_addc(b, '\n');
+  }
+  sb_adds(b, "echo=");
+  if (t->echo) jv_write(b, t->echo, 0); else sb_adds(b, "NULL");
+}
+
+/* The stream read in the pieces the cuts make; the result (the turn or the
+   error) is written to out, the deltas to log. */
+static void run(const ad_model *m, const char *text, size_t len, const size_t *cuts, int ncuts, sb_buf *out,
+                sb_buf *log) {
+  ar_arena a;
+  ar_init(&a);
+  ad_stream *s = ad_stream_new(m, &a, on_delta, log);
+  ad_error err;
+  ad_turn turn;
+  size_t at = 0;
+  int ok = 1;
+  for (int i = 0; i <= ncuts && ok; i++) {
+    size_t end = i < ncuts ? cuts[i] : len;
+    ok = ad_stream_feed(s, text + at, end - at, &err);
+    at = end;
+  }
+  if (ok) ok = ad_stream_end(s, &turn, &err);
+  if (ok) describe(out, &turn);
+  else sb_printf(out, "error %s retryable=%d: %s", le_name(err.code), err.retryable, err.message);
+  ad_stream_free(s);
+  ar_free(&a);
+}
+
+static void test_case(const stream_case *k) {
+  char path[200];
+  size_t len, jlen = 0;
+  snprintf(path, sizeof path, DIR "%s.sse", k->name);
+  char *text = slurp(path, &len);
+  CT_CHECK(text != NULL, "%s cannot be read", path);
+  if (!text) return;
+  ad_model m;
+  memset(&m, 0, sizeof m);
+  m.provider = k->provider;
+  m.api = k->api;
+  m.name = "model-1";
+  m.api_key = "secret-key-123";
+  if (k->provider == AD_AZURE) { m.base_url = "https://x"; m.deployment = "d"; }
+  sb_buf expected;
+  sb_init(&expected);
+  if (!k->error) {
+    snprintf(path, sizeof path, DIR "%s.json", k->name);
+    char *json = slurp(path, &jlen);
+    CT_CHECK(json != NULL, "%s cannot be read", path);
+    if (!json) { free(text); return; }
+    ar_arena a;
+    ar_init(&a);
+    ad_response r = { 200, NULL, 0, json, jlen, 0 };
+    ad_turn turn;
+    ad_error err;
+    if (ad_parse(&m, &r, &a, &turn, &err)) describe(&expected, &turn);
+    else sb_printf(&expected, "the whole response does not parse: %s", err.message);
+    ar_free(&a);
+    free(json);
+  }
+  /* whole, then the deltas of a whole read are those of every cut */
+  sb_buf whole, whole_log;
+  sb_init(&whole);
+  sb_init(&whole_log);
+  run(&m, text, len, NULL, 0, &whole, &whole_log);
+  if (k->error) {
+    char want[400];
+    snprintf(want, sizeof want, "error %s retryable=%d: ", k->error, k->retryable);
+    CT_CHECK(strncmp(sb_str(&whole), want, strlen(want)) == 0 && strstr(sb_str(&whole), k->message),
+             "%s: expected %s...%s, got %s", k->name, want, k->message, sb_str(&whole));
+  } else {
+    CT_CHECK(strcmp(sb_str(&whole), sb_str(&expected)) == 0, "%s: the stream's turn\n%s\nis not the response's\n%s",
+             k->name, sb_str(&whole), sb_str(&expected));
+  }
+  int bad = 0;
+  for (size_t cut = 0; cut <= len && bad < 3; cut++) {
+    sb_buf out, log;
+    sb_init(&out);
+    sb_init(&log);
+    run(&m, text, len, &cut, 1, &out, &log);
+    int same = strcmp(sb_str(&out), sb_str(&whole)) == 0 && strcmp(sb_str(&log), sb_str(&whole_log)) == 0;
+    CT_CHECK(same, "%s cut at %zu:\n%s\n%s\nwhole:\n%s\n%s", k->name, cut, sb_str(&out), sb_str(&log), sb_str(&whole),
+             sb_str(&whole_log));
+    bad += !same;
+    sb_free(&out);
+    sb_free(&log);
+  }
+  size_t *cuts = malloc(sizeof *cuts * (len + 1));
+  for (size_t i = 0; i <= len; i++) cuts[i] = i;
+  sb_buf out, log;
+  sb_init(&out);
+  sb_init(&log);
+  run(&m, text, len, cuts, (int)len + 1, &out, &log);
+  CT_CHECK(strcmp(sb_str(&out), sb_str(&whole)) == 0 && strcmp(sb_str(&log), sb_str(&whole_log)) == 0,
+           "%s byte by byte:\n%s\n%s", k->name, sb_str(&out), sb_str(&log));
+  sb_free(&out);
+  sb_free(&log);
+  /* every prefix: the whole turn or ASK_TRUNCATED, never another turn */
+  bad = 0;
+  for (size_t end = 0; end < len && !k->error && bad < 3; end++) {
+    sb_init(&out);
+    sb_init(&log);
+    run(&m, text, end, NULL, 0, &out, &log);
+    int fine = strcmp(sb_str(&out), sb_str(&whole)) == 0 ||
+               strncmp(sb_str(&out), "error ASK_TRUNCATED retryable=1: ", 33) == 0;
+    CT_CHECK(fine, "%s ending at %zu: %s", k->name, end, sb_str(&out));
+    bad += !fine;
+    sb_free(&out);
+    sb_free(&log);
+  }
+  free(cuts);
+  sb_free(&whole);
+  sb_free(&whole_log);
+  sb_free(&expected);
+  free(text);
+}
+
+/* The deltas say what the turn holds: the text joined, each call's
+   arguments joined. */
+static void test_deltas(void) {
+  size_t len;
+  char *text = slurp(DIR "chat-parallel-tools.sse", &len);
+  ad_model m;
+  memset(&m, 0, sizeof m);
+  m.provider = AD_OPENAI;
+  sb_buf out, log;
+  sb_init(&out);
+  sb_init(&log);
+  run(&m, text, len, NULL, 0, &out, &log);
+  CT_EQ_STR("start 0 call_a get_weather\nstart 1 call_b get_time\nargs 0 {\"city\":\nargs 1 {\"tz\":\"Europe/\n"
+            "args 0 \"Paris\"}\nargs 1 Paris\"}\ndone 0 {\"city\":\"Paris\"}\ndone 1 {\"tz\":\"Europe/Paris\"}\n"
+            "usage 40 22\nend 1 tool_calls\n", sb_str(&log));
+  sb_free(&out);
+  sb_free(&log);
+  free(text);
+}
+
+int main(void) {
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) test_case(&cases[i]);
+  test_deltas();
+  return ct_finish("stream");
+}
