@@ -28,6 +28,12 @@ static const stream_case cases[] = {
     "openai sent an error in its stream (server_error): The server had an error", 1 },
   { "chat-truncated", AD_OPENAI, AD_CHAT, "ASK_TRUNCATED",
     "openai's stream ended before its final event ([DONE]): the answer is not complete", 1 },
+  { "anthropic-tools", AD_ANTHROPIC, AD_CHAT, NULL, NULL, 0 },
+  { "anthropic-refusal", AD_ANTHROPIC, AD_CHAT, NULL, NULL, 0 },
+  { "anthropic-error", AD_ANTHROPIC, AD_CHAT, "ASK_PROVIDER_ERROR",
+    "anthropic sent an error in its stream (overloaded_error): Overloaded", 1 },
+  { "anthropic-truncated", AD_ANTHROPIC, AD_CHAT, "ASK_TRUNCATED",
+    "anthropic's stream ended before its final event (message_stop)", 1 },
 };
 
 static char *slurp(const char *path, size_t *len) {
@@ -209,10 +215,46 @@ static void test_deltas(void) {
   sb_free(&out);
   sb_free(&log);
   free(text);
+  /* Anthropic: thinking is reasoning, a call's fragments are joined when it
+     stops, a call with no input_json_delta is {} */
+  text = slurp(DIR "anthropic-tools.sse", &len);
+  m.provider = AD_ANTHROPIC;
+  sb_init(&out);
+  sb_init(&log);
+  run(&m, text, len, NULL, 0, &out, &log);
+  CT_EQ_STR("reasoning The user wants the weather\nreasoning  in Paris and the time.\ntext Let me check \ntext both.\n"
+            "start 0 toolu_01A get_weather\nargs 0 {\"city\": \"Pa\nargs 0 ris\", \"unit\": \"c\"}\n"
+            "done 0 {\"city\": \"Paris\", \"unit\": \"c\"}\nstart 1 toolu_01B get_time\ndone 1 {}\n"
+            "usage 472 89\nend 1 tool_use\n", sb_str(&log));
+  sb_free(&out);
+  sb_free(&log);
+  free(text);
+}
+
+/* An error event is the provider's error, as its HTTP status would be. */
+static void test_error_status(void) {
+  size_t len;
+  char *text = slurp(DIR "anthropic-error.sse", &len);
+  ad_model m;
+  memset(&m, 0, sizeof m);
+  m.provider = AD_ANTHROPIC;
+  ar_arena a;
+  ar_init(&a);
+  ad_stream *s = ad_stream_new(&m, &a, NULL, NULL);
+  ad_error err;
+  CT_CHECK(!ad_stream_feed(s, text, len, &err), "an error event fails the stream");
+  CT_CHECK(err.status == 529 && err.retryable && err.type && strcmp(err.type, "overloaded_error") == 0,
+           "status %d retryable %d type %s", err.status, err.retryable, err.type ? err.type : "NULL");
+  ad_turn turn;
+  CT_CHECK(!ad_stream_end(s, &turn, &err) && err.code == LE_ASK_PROVIDER_ERROR, "and stays failed");
+  ad_stream_free(s);
+  ar_free(&a);
+  free(text);
 }
 
 int main(void) {
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) test_case(&cases[i]);
   test_deltas();
+  test_error_status();
   return ct_finish("stream");
 }
