@@ -16,6 +16,7 @@ static const ad_stream_family *stream_family(const ad_model *m) {
   const ad_family *f = ad_family_of(m);
   if (f == &ad_openai_chat) return &ad_stream_chat;
   if (f == &ad_anthropic_family) return &ad_stream_anthropic;
+  if (f == &ad_openai_responses) return &ad_stream_responses;
   return NULL;
 }
 

@@ -22,6 +22,7 @@ struct ad_stream {
   int complete;               /* the final event came: the stream may end */
   int ended;                  /* the turn is made and END was delivered */
   void *fam;                  /* the family's state */
+  jv *fam_body;               /* a family's whole response, when one came (responses) */
 };
 
 struct ad_stream_family {

@@ -34,6 +34,12 @@ static const stream_case cases[] = {
     "anthropic sent an error in its stream (overloaded_error): Overloaded", 1 },
   { "anthropic-truncated", AD_ANTHROPIC, AD_CHAT, "ASK_TRUNCATED",
     "anthropic's stream ended before its final event (message_stop)", 1 },
+  { "responses-tools", AD_OPENAI, AD_RESPONSES, NULL, NULL, 0 },
+  { "responses-no-output", AD_OPENAI, AD_RESPONSES, NULL, NULL, 0 },
+  { "responses-refusal", AD_OPENAI, AD_RESPONSES, NULL, NULL, 0 },
+  { "responses-length", AD_OPENAI, AD_RESPONSES, NULL, NULL, 0 },
+  { "responses-error", AD_OPENAI, AD_RESPONSES, "ASK_PROVIDER_ERROR",
+    "openai sent an error in its stream (insufficient_quota): You exceeded your current quota.", 0 },
 };
 
 static char *slurp(const char *path, size_t *len) {
