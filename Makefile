@@ -55,7 +55,7 @@ SANDBOX   = sandbox/copy.c sandbox/state.c sandbox/bounded.c sandbox/pattern.c s
             sandbox/http.c sandbox/call.c sandbox/module.c sandbox/watch.c \
             sandbox/wire.c sandbox/isolate.c sandbox/child.c sandbox/confine.c
 ADAPTERS  = adapters/sse.c adapters/adapter.c adapters/openai.c adapters/responses.c adapters/anthropic.c adapters/gemini.c \
-            adapters/stream.c adapters/stream_chat.c adapters/stream_anthropic.c adapters/stream_responses.c \
+            adapters/stream.c adapters/stream_chat.c adapters/stream_anthropic.c adapters/stream_responses.c adapters/stream_gemini.c \
             adapters/schema.c
 CORE_PURE = core/diag.c core/lex.c core/parse.c core/program.c core/program_check.c core/program_config.c core/regex.c core/jsonschema.c core/idem.c core/pool.c \
             core/record.c core/idem_sqlite.c core/idem_redis.c core/idem_file.c

@@ -14,10 +14,10 @@
 
 static const ad_stream_family *stream_family(const ad_model *m) {
   const ad_family *f = ad_family_of(m);
-  if (f == &ad_openai_chat) return &ad_stream_chat;
   if (f == &ad_anthropic_family) return &ad_stream_anthropic;
+  if (f == &ad_gemini_family) return &ad_stream_gemini;
   if (f == &ad_openai_responses) return &ad_stream_responses;
-  return NULL;
+  return &ad_stream_chat;
 }
 
 int ad_stream_fail(ad_stream *s, le_code code, const char *fmt, ...) {
@@ -136,7 +136,6 @@ static int on_event(void *ud, const sse_event *ev) {
 }
 
 ad_stream *ad_stream_new(const ad_model *m, ar_arena *a, ad_on_delta on_delta, void *ud) {
-  if (!stream_family(m)) return NULL;
   ad_stream *s = calloc(1, sizeof *s);
   if (!s) return NULL;
   s->model = m;

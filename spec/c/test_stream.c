@@ -40,6 +40,13 @@ static const stream_case cases[] = {
   { "responses-length", AD_OPENAI, AD_RESPONSES, NULL, NULL, 0 },
   { "responses-error", AD_OPENAI, AD_RESPONSES, "ASK_PROVIDER_ERROR",
     "openai sent an error in its stream (insufficient_quota): You exceeded your current quota.", 0 },
+  { "gemini-tools", AD_GEMINI, AD_CHAT, NULL, NULL, 0 },
+  { "gemini-signed-text", AD_GEMINI, AD_CHAT, NULL, NULL, 0 },
+  { "gemini-blocked", AD_GEMINI, AD_CHAT, NULL, NULL, 0 },
+  { "gemini-length", AD_GEMINI, AD_CHAT, NULL, NULL, 0 },
+  { "gemini-error", AD_GEMINI, AD_CHAT, "ASK_PROVIDER_ERROR",
+    "gemini sent an error in its stream (UNAVAILABLE): The model is overloaded.", 1 },
+  { "gemini-truncated", AD_GEMINI, AD_CHAT, "ASK_TRUNCATED", "gemini's stream ended before its final event (a finishReason)", 1 },
 };
 
 static char *slurp(const char *path, size_t *len) {
