@@ -82,7 +82,7 @@ FUZZ_PACKAGES = clang libclang-rt-14-dev
 RESULTS   = $(BUILD)/test-results
 BUSTED    = $(LUA) /usr/bin/busted
 
-.PHONY: all test valgrind bench profile demo fuzz fuzz-pattern fuzz-adapters fuzz-wire install uninstall clean help deps
+.PHONY: all test valgrind bench profile demo fuzz fuzz-pattern fuzz-adapters fuzz-sse fuzz-wire install uninstall clean help deps
 
 all: $(BUILD)/luma/core.so $(BUILD)/luma-lua $(LIBLUMA)
 
@@ -98,6 +98,7 @@ help:
 	@echo "make fuzz       fuzz the parser (FUZZ_SECONDS=600)"
 	@echo "make fuzz-pattern  fuzz the sandbox's pattern matcher against Lua's"
 	@echo "make fuzz-adapters fuzz the providers' response parsers"
+	@echo "make fuzz-sse   fuzz the SSE reader and the providers' stream parsers"
 	@echo "make fuzz-wire  fuzz the decoder of what a handler process sends back"
 	@echo "make install    install into PREFIX=$(PREFIX) (DESTDIR too): the command, the Lua module,"
 	@echo "                libluma, luma.h, luma.pc, the man page, the bash completion"
@@ -270,6 +271,17 @@ fuzz-adapters:
 	  spec/fuzz/adapter_fuzz.c $(ADAPTERS) base/json.c base/arena.c base/strbuf.c base/utf8.c base/map.c \
 	  -lm -o build/fuzz/adapter_fuzz
 	build/fuzz/adapter_fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 build/fuzz/adapter-corpus
+
+# Streamed answers: the SSE reader and each family's stream parser, read
+# whole and in pieces (spec/fuzz/stream_fuzz.c).
+fuzz-sse:
+	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES="$(FUZZ_PACKAGES)"
+	mkdir -p build/fuzz/sse-corpus
+	cp -n spec/fuzz/sse-seeds/* build/fuzz/sse-corpus/
+	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Ibase -Iadapters \
+	  spec/fuzz/stream_fuzz.c $(ADAPTERS) base/json.c base/arena.c base/strbuf.c base/utf8.c base/map.c base/errors.c \
+	  -lm -o build/fuzz/stream_fuzz
+	build/fuzz/stream_fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 build/fuzz/sse-corpus
 
 # What a process-isolated child sends back, as the host decodes it (spec/fuzz/wire_fuzz.c).
 fuzz-wire:

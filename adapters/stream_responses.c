@@ -118,11 +118,12 @@ static int by_output_index(const void *x, const void *y) {
 static jv *resp_body(ad_stream *s) {
   resp_state *st = s->fam;
   jv *r = s->fam_body;
+  if (!r) return NULL;
   const jv *output = ad_get(r, "output", JV_ARR);
   if (output && output->count) return r;
   /* the response without its output: the items as they were done */
   ar_arena *a = s->out;
-  qsort(st->items, (size_t)st->nitems, sizeof *st->items, by_output_index);
+  if (st->nitems) qsort(st->items, (size_t)st->nitems, sizeof *st->items, by_output_index);
   jv *items = jv_arr(a);
   for (int i = 0; i < st->nitems; i++)
     if (st->items[i].item) jv_push(items, st->items[i].item);

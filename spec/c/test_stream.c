@@ -7,6 +7,7 @@
 
 #include "adapter.h"
 #include "ctest.h"
+#include "luma_limits.h"
 
 #define DIR "spec/fixtures/streams/"
 
@@ -265,9 +266,47 @@ static void test_error_status(void) {
   free(text);
 }
 
+/* What is not the API's stream: an event past sse_max_event_bytes (the
+   reader holds no more than the bound), data that is not JSON. */
+static void test_invalid(void) {
+  ad_model m;
+  memset(&m, 0, sizeof m);
+  m.provider = AD_ANTHROPIC;
+  ar_arena a;
+  ar_init(&a);
+  ad_stream *s = ad_stream_new(&m, &a, NULL, NULL);
+  ad_error err;
+  size_t piece = 1 << 20, fed = 0;
+  char *buf = malloc(piece);
+  memset(buf, 'x', piece);
+  int ok = ad_stream_feed(s, ": keep-alive\n\ndata: ", 21, &err);
+  while (ok && fed <= (size_t)LIM_SSE_MAX_EVENT_BYTES) {
+    ok = ad_stream_feed(s, buf, piece, &err);
+    fed += piece;
+  }
+  CT_CHECK(!ok && err.code == LE_ASK_STREAM_INVALID && !err.retryable, "a huge event: %s", le_name(err.code));
+  CT_CHECK(strstr(err.message, "anthropic's stream: an event of the stream holds more than 33554432 bytes (sse_max_event_bytes)") != NULL,
+           "%s", err.message);
+  ad_stream_free(s);
+  free(buf);
+  s = ad_stream_new(&m, &a, NULL, NULL);
+  const char *html = "event: message_start\ndata: <html>oops</html>\n\n";
+  CT_CHECK(!ad_stream_feed(s, html, strlen(html), &err) && err.code == LE_ASK_STREAM_INVALID, "HTML");
+  CT_CHECK(strstr(err.message, "anthropic's stream has an event whose data is not JSON (") != NULL, "%s", err.message);
+  ad_stream_free(s);
+  /* only keep-alives, then EOF: no answer */
+  s = ad_stream_new(&m, &a, NULL, NULL);
+  ad_turn turn;
+  CT_CHECK(ad_stream_feed(s, ": ping\n\n: ping\n\n", 16, &err), "keep-alives");
+  CT_CHECK(!ad_stream_end(s, &turn, &err) && err.code == LE_ASK_TRUNCATED, "keep-alives only: %s", le_name(err.code));
+  ad_stream_free(s);
+  ar_free(&a);
+}
+
 int main(void) {
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) test_case(&cases[i]);
   test_deltas();
   test_error_status();
+  test_invalid();
   return ct_finish("stream");
 }
