@@ -206,6 +206,16 @@ jv *ad_copy(ar_arena *a, const jv *v) {
   }
 }
 
+void ad_keep(sb_buf *b, const jv *v) {
+  b->len = 0;
+  jv_write(b, v, 0);
+}
+
+jv *ad_kept(ar_arena *a, const sb_buf *b) {
+  char why[200];
+  return b->len && !b->failed ? json_parse(a, b->data, b->len, AD_JSON_DEPTH + 1, why, sizeof why) : NULL;
+}
+
 jv *ad_sb_str(ar_arena *a, sb_buf *b) {
   return jv_strcopy(a, b->data ? b->data : "", b->len);
 }

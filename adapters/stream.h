@@ -55,6 +55,11 @@ int ad_stream_finish(ad_stream *s);
 
 /* A deep copy of v in a (keys and strings too). */
 jv *ad_copy(ar_arena *a, const jv *v);
+/* A value that each event may replace (Gemini's running usage), kept as
+   JSON text in b so that a long stream does not pile up copies; ad_kept
+   reads it back in a (NULL if none was kept). */
+void ad_keep(sb_buf *b, const jv *v);
+jv *ad_kept(ar_arena *a, const sb_buf *b);
 /* A string node holding a copy of the buffer's bytes. */
 jv *ad_sb_str(ar_arena *a, sb_buf *b);
 

@@ -25,7 +25,7 @@ typedef struct chat_state {
   int ncalls, cap;
   long long next_unindexed;   /* a call with no index (a compatible server's whole call) */
   jv *finish;
-  jv *usage;
+  sb_buf usage;               /* the last usage, as JSON text */
 } chat_state;
 
 static chat_call *call_of(chat_state *st, long long index) {
@@ -62,6 +62,7 @@ static void tell(ad_stream *s, chat_state *st, chat_call *c) {
   }
   if (c->started && c->args.len > c->told) {
     d.kind = AD_DELTA_CALL_ARGS;
+    d.id = d.name = NULL;
     d.text = c->args.data + c->told;
     d.len = c->args.len - c->told;
     c->told = c->args.len;
@@ -98,7 +99,7 @@ static int chat_event(ad_stream *s, const char *type, const jv *data) {
   const jv *error = jv_get(data, "error");
   if (error && error->type != JV_NULL && !(error->type == JV_BOOL && !error->b)) return ad_stream_error(s, data, NULL);
   const jv *usage = ad_get(data, "usage", JV_OBJ);
-  if (usage) st->usage = ad_copy(s->out, usage);
+  if (usage) ad_keep(&st->usage, usage);
   const jv *choices = ad_get(data, "choices", JV_ARR);
   for (const jv *ch = choices ? choices->first : NULL; ch; ch = ch->next) {
     if (ad_int(ch, "index", 0) != 0) continue;   /* the turn is the first choice's */
@@ -181,7 +182,7 @@ static jv *chat_body(ad_stream *s) {
   jv_set(choice, "finish_reason", st->finish ? st->finish : jv_null(a));
   jv *body = jv_obj(a);
   jv_set(body, "choices", jv_push(jv_arr(a), choice));
-  if (st->usage) jv_set(body, "usage", st->usage);
+  jv_set(body, "usage", ad_kept(a, &st->usage));
   return body;
 }
 
@@ -196,6 +197,7 @@ static void chat_free(ad_stream *s) {
   free(st->calls);
   sb_free(&st->content);
   sb_free(&st->refusal);
+  sb_free(&st->usage);
 }
 
 const ad_stream_family ad_stream_chat = { sizeof(chat_state), chat_event, chat_body, chat_free, "[DONE]" };

@@ -21,7 +21,8 @@ typedef struct ge_state {
   ge_part *parts;
   int nparts, cap, ncalls;
   int candidate;              /* a candidate came */
-  jv *finish, *usage, *feedback, *role;
+  jv *finish, *role;
+  sb_buf usage, feedback;     /* the last ones, as JSON text: they come with every chunk */
 } ge_state;
 
 /* {text} or {text, thought}: a part that may join its neighbours. */
@@ -84,6 +85,7 @@ static void part(ad_stream *s, ge_state *st, const jv *p) {
   size_t len = 2;
   const char *json = args ? ad_json_text(s->out, args, &len) : "{}";
   d.kind = AD_DELTA_CALL_ARGS;
+  d.id = d.name = NULL;
   d.text = json ? json : "{}";
   d.len = json ? len : 2;
   ad_stream_delta(s, &d);
@@ -97,9 +99,9 @@ static int ge_event(ad_stream *s, const char *sse_type, const jv *data) {
   if (!data) return ad_stream_fail(s, LE_ASK_STREAM_INVALID, "gemini's stream has a [DONE], which it never sends");
   if (ad_get(data, "error", JV_OBJ)) return ad_stream_error(s, data, NULL);
   const jv *v;
-  if ((v = ad_get(data, "usageMetadata", JV_OBJ))) st->usage = ad_copy(s->out, v);
+  if ((v = ad_get(data, "usageMetadata", JV_OBJ))) ad_keep(&st->usage, v);
   if ((v = ad_get(data, "promptFeedback", JV_OBJ))) {
-    st->feedback = ad_copy(s->out, v);
+    ad_keep(&st->feedback, v);
     if (ad_str(v, "blockReason")) s->complete = 1;
   }
   const jv *cands = ad_get(data, "candidates", JV_ARR);
@@ -110,7 +112,7 @@ static int ge_event(ad_stream *s, const char *sse_type, const jv *data) {
   if ((v = ad_get(content, "role", JV_STR)) && !st->role) st->role = ad_copy(s->out, v);
   const jv *parts = ad_get(content, "parts", JV_ARR);
   for (const jv *p = parts ? parts->first : NULL; p; p = p->next) part(s, st, p);
-  if ((v = ad_get(cand, "finishReason", JV_STR))) {
+  if ((v = ad_get(cand, "finishReason", JV_STR)) && !st->finish) {
     st->finish = ad_copy(s->out, v);
     s->complete = 1;
   }
@@ -143,8 +145,8 @@ static jv *ge_body(ad_stream *s) {
     if (st->finish) jv_set(cand, "finishReason", st->finish);
     jv_set(body, "candidates", jv_push(jv_arr(a), cand));
   }
-  if (st->usage) jv_set(body, "usageMetadata", st->usage);
-  if (st->feedback) jv_set(body, "promptFeedback", st->feedback);
+  jv_set(body, "usageMetadata", ad_kept(a, &st->usage));
+  jv_set(body, "promptFeedback", ad_kept(a, &st->feedback));
   return body;
 }
 
@@ -152,6 +154,8 @@ static void ge_free(ad_stream *s) {
   ge_state *st = s->fam;
   for (int i = 0; i < st->nparts; i++) sb_free(&st->parts[i].text);
   free(st->parts);
+  sb_free(&st->usage);
+  sb_free(&st->feedback);
 }
 
 const ad_stream_family ad_stream_gemini = { sizeof(ge_state), ge_event, ge_body, ge_free, "a finishReason" };

@@ -23,6 +23,7 @@ typedef struct stream_case {
 static const stream_case cases[] = {
   { "chat-text", AD_OPENAI, AD_CHAT, NULL, NULL, 0 },
   { "chat-parallel-tools", AD_OPENAI, AD_CHAT, NULL, NULL, 0 },
+  { "chat-compatible", AD_OPENAI, AD_CHAT, NULL, NULL, 0 },
   { "chat-refusal", AD_OPENAI, AD_CHAT, NULL, NULL, 0 },
   { "azure-length", AD_AZURE, AD_CHAT, NULL, NULL, 0 },
   { "chat-error", AD_OPENAI, AD_CHAT, "ASK_PROVIDER_ERROR",
@@ -30,6 +31,7 @@ static const stream_case cases[] = {
   { "chat-truncated", AD_OPENAI, AD_CHAT, "ASK_TRUNCATED",
     "openai's stream ended before its final event ([DONE]): the answer is not complete", 1 },
   { "anthropic-tools", AD_ANTHROPIC, AD_CHAT, NULL, NULL, 0 },
+  { "anthropic-length", AD_ANTHROPIC, AD_CHAT, NULL, NULL, 0 },
   { "anthropic-refusal", AD_ANTHROPIC, AD_CHAT, NULL, NULL, 0 },
   { "anthropic-error", AD_ANTHROPIC, AD_CHAT, "ASK_PROVIDER_ERROR",
     "anthropic sent an error in its stream (overloaded_error): Overloaded", 1 },
@@ -303,10 +305,38 @@ static void test_invalid(void) {
   ar_free(&a);
 }
 
+/* A long stream holds its answer, not its events: 10,000 Gemini chunks of
+   one character, each with its running usage, leave the turn's arena with
+   about the text (the usage is kept once, not 10,000 times). */
+static void test_flat_memory(void) {
+  ad_model m;
+  memset(&m, 0, sizeof m);
+  m.provider = AD_GEMINI;
+  ar_arena a;
+  ar_init(&a);
+  ad_stream *s = ad_stream_new(&m, &a, NULL, NULL);
+  ad_error err;
+  char chunk[300];
+  int ok = 1;
+  for (int i = 0; i < 10000 && ok; i++) {
+    int n = snprintf(chunk, sizeof chunk,
+                     "data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"x\"}],\"role\":\"model\"},\"index\":0%s}],"
+                     "\"usageMetadata\":{\"promptTokenCount\":5,\"candidatesTokenCount\":%d,\"totalTokenCount\":%d}}\r\n\r\n",
+                     i == 9999 ? ",\"finishReason\":\"STOP\"" : "", i + 1, i + 6);
+    ok = ad_stream_feed(s, chunk, (size_t)n, &err);
+  }
+  CT_CHECK(ok && a.used < 16 * 1024, "10,000 chunks hold %zu bytes of the turn's arena", a.used);
+  ad_turn turn;
+  CT_CHECK(ad_stream_end(s, &turn, &err) && turn.text_len == 10000 && turn.output_tokens == 10000, "the turn");
+  ad_stream_free(s);
+  ar_free(&a);
+}
+
 int main(void) {
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) test_case(&cases[i]);
   test_deltas();
   test_error_status();
   test_invalid();
+  test_flat_memory();
   return ct_finish("stream");
 }
