@@ -192,11 +192,12 @@ static jv *an_body(ad_stream *s) {
     else if (strcmp(m->key, "stop_reason") == 0 && st->stop_reason) v = st->stop_reason, has[1] = 1;
     else if (strcmp(m->key, "stop_sequence") == 0 && st->stop_sequence) v = st->stop_sequence, has[2] = 1;
     else if (strcmp(m->key, "usage") == 0 && st->usage && m->type == JV_OBJ) {
-      /* message_start's usage, each member message_delta gives replaced */
+      /* message_start's usage, each member message_delta gives replaced
+         (as the SDKs do: a null there replaces nothing) */
       v = jv_obj(a);
       for (jv *u = m->first; u; u = u->next) {
         jv *d = jv_get(st->usage, u->key);
-        jv_setn(v, u->key, u->keylen, ad_share(a, d ? d : u));
+        jv_setn(v, u->key, u->keylen, ad_share(a, d && d->type != JV_NULL ? d : u));
       }
       for (jv *d = st->usage->first; d; d = d->next)
         if (!jv_get(m, d->key)) jv_setn(v, d->key, d->keylen, ad_share(a, d));
