@@ -24,6 +24,7 @@ static const stream_case cases[] = {
   { "chat-text", AD_OPENAI, AD_CHAT, NULL, NULL, 0 },
   { "chat-parallel-tools", AD_OPENAI, AD_CHAT, NULL, NULL, 0 },
   { "chat-compatible", AD_OPENAI, AD_CHAT, NULL, NULL, 0 },
+  { "chat-late-name", AD_OPENAI, AD_CHAT, NULL, NULL, 0 },
   { "chat-refusal", AD_OPENAI, AD_CHAT, NULL, NULL, 0 },
   { "azure-length", AD_AZURE, AD_CHAT, NULL, NULL, 0 },
   { "chat-error", AD_OPENAI, AD_CHAT, "ASK_PROVIDER_ERROR",
