@@ -54,7 +54,8 @@ SANDBOX   = sandbox/copy.c sandbox/state.c sandbox/bounded.c sandbox/pattern.c s
             sandbox/strict.c sandbox/strict_io.c sandbox/strict_json.c sandbox/strict_crypto.c \
             sandbox/http.c sandbox/call.c sandbox/module.c sandbox/watch.c \
             sandbox/wire.c sandbox/isolate.c sandbox/child.c sandbox/confine.c
-ADAPTERS  = adapters/adapter.c adapters/openai.c adapters/responses.c adapters/anthropic.c adapters/gemini.c \
+ADAPTERS  = adapters/sse.c adapters/adapter.c adapters/openai.c adapters/responses.c adapters/anthropic.c adapters/gemini.c \
+            adapters/stream.c adapters/stream_chat.c adapters/stream_anthropic.c adapters/stream_responses.c adapters/stream_gemini.c \
             adapters/schema.c
 CORE_PURE = core/diag.c core/lex.c core/parse.c core/program.c core/program_check.c core/program_types.c core/program_config.c core/regex.c core/jsonschema.c core/idem.c core/pool.c \
             core/record.c core/idem_sqlite.c core/idem_redis.c core/idem_file.c
@@ -89,7 +90,7 @@ FUZZ_PACKAGES = clang libclang-rt-14-dev
 RESULTS   = $(BUILD)/test-results
 BUSTED    = $(LUA) /usr/bin/busted
 
-.PHONY: all test valgrind bench profile demo fuzz fuzz-pattern fuzz-adapters fuzz-wire install uninstall clean help deps
+.PHONY: all test valgrind bench profile demo fuzz fuzz-pattern fuzz-adapters fuzz-sse fuzz-wire install uninstall clean help deps
 
 all: $(BUILD)/luma/core.so $(BUILD)/luma-lua $(LIBLUMA)
 
@@ -105,6 +106,7 @@ help:
 	@echo "make fuzz       fuzz the parser (FUZZ_SECONDS=600)"
 	@echo "make fuzz-pattern  fuzz the sandbox's pattern matcher against Lua's"
 	@echo "make fuzz-adapters fuzz the providers' response parsers"
+	@echo "make fuzz-sse   fuzz the SSE reader and the providers' stream parsers"
 	@echo "make fuzz-wire  fuzz the decoder of what a handler process sends back"
 	@echo "make install    install into PREFIX=$(PREFIX) (DESTDIR too): the command, the Lua module,"
 	@echo "                luma/ffi.lua for LuaJIT, libluma, luma.h, luma.pc, the man page, the bash completion;"
@@ -298,6 +300,17 @@ fuzz-adapters:
 	  spec/fuzz/adapter_fuzz.c $(ADAPTERS) base/json.c base/arena.c base/strbuf.c base/utf8.c base/map.c \
 	  -lm -o build/fuzz/adapter_fuzz
 	build/fuzz/adapter_fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 build/fuzz/adapter-corpus
+
+# Streamed answers: the SSE reader and each family's stream parser, read
+# whole and in pieces (spec/fuzz/stream_fuzz.c).
+fuzz-sse:
+	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES="$(FUZZ_PACKAGES)"
+	mkdir -p build/fuzz/sse-corpus
+	cp -n spec/fuzz/sse-seeds/* build/fuzz/sse-corpus/
+	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Ibase -Iadapters \
+	  spec/fuzz/stream_fuzz.c $(ADAPTERS) base/json.c base/arena.c base/strbuf.c base/utf8.c base/map.c base/errors.c \
+	  -lm -o build/fuzz/stream_fuzz
+	build/fuzz/stream_fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 build/fuzz/sse-corpus
 
 # What a process-isolated child sends back, as the host decodes it (spec/fuzz/wire_fuzz.c).
 fuzz-wire:

@@ -423,12 +423,19 @@ static int parse(const ad_model *m, const ad_response *r, ar_arena *a, ad_turn *
     if (!err->message) err->message = "the response is not JSON";
     return 0;
   }
+  return ad_turn_of_body(m, body, a, turn, err);
+}
+
+/* The turn of a 2xx body (a response, or the one a stream stands for). */
+int ad_turn_of_body(const ad_model *m, const jv *body, ar_arena *a, ad_turn *turn, ad_error *err) {
+  char why[200] = "";
+  err->code = LE_ASK_RESPONSE_INVALID;
   if (body->type != JV_OBJ) {
     err->message = ar_printf(a, "%s's response is not a JSON object", provider_name(m));
     if (!err->message) err->message = "the response is not a JSON object";
     return 0;
   }
-  if (!f->turn_of(body, a, turn, why, sizeof why)) {
+  if (!family(m)->turn_of(body, a, turn, why, sizeof why)) {
     err->message = ar_printf(a, "%s's response cannot be read: %s", provider_name(m), why);
     if (!err->message) err->message = "the response cannot be read";
     return 0;
@@ -439,6 +446,26 @@ static int parse(const ad_model *m, const ad_response *r, ar_arena *a, ad_turn *
   }
   if (turn->ncalls > 0 && turn->stop == AD_STOP_END) turn->stop = AD_STOP_TOOLS;
   return 1;
+}
+
+const ad_family *ad_family_of(const ad_model *m) {
+  return family(m);
+}
+
+const char *ad_provider_name(const ad_model *m) {
+  return provider_name(m);
+}
+
+int ad_retryable_status(int status) {
+  return retryable_status(status);
+}
+
+const char *ad_redact(ar_arena *a, const char *s, const char *key) {
+  return redact(a, s, key);
+}
+
+void ad_excerpt(const char *body, size_t len, char *out, size_t n) {
+  excerpt(body, len, out, n);
 }
 
 long long ad_retry_delay(const ad_error *e, int attempt, double jitter) {

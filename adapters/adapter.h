@@ -169,6 +169,51 @@ int ad_build(const ad_conv *c, const ad_ask *ask, ar_arena *a, ad_request *out, 
    what the provider sends (HTML, empty, truncated JSON, no choices). */
 int ad_parse(const ad_model *m, const ad_response *r, ar_arena *a, ad_turn *turn, ad_error *err);
 
+/* Streaming: a 2xx text/event-stream answer (Chat Completions with
+   stream: true, the Responses API, Anthropic Messages, Gemini's
+   streamGenerateContent?alt=sse), read from bytes in pieces of any size. The
+   deltas come as the events do; at the end the turn is the one ad_parse
+   gives for the same content (the stream is assembled into the response it
+   stands for, which the family's parser reads). A stream cut before its
+   final event is never a turn: LE_ASK_TRUNCATED, retryable. An error event
+   is LE_ASK_PROVIDER_ERROR, classified by its HTTP equivalent; a stream
+   that is not the API's (an event past sse_max_event_bytes, data that is
+   not JSON) LE_ASK_STREAM_INVALID. */
+typedef enum {
+  AD_DELTA_TEXT,              /* text: a fragment of the answer */
+  AD_DELTA_REFUSAL,           /* text: a fragment of a refusal */
+  AD_DELTA_REASONING,         /* text: a fragment of reasoning or of its summary */
+  AD_DELTA_CALL_START,        /* call, id (NULL: none given), name */
+  AD_DELTA_CALL_ARGS,         /* call, text: a fragment of its JSON arguments */
+  AD_DELTA_CALL_DONE,         /* call, text: its whole arguments */
+  AD_DELTA_USAGE,             /* input_tokens, output_tokens (-1: not reported) */
+  AD_DELTA_END                /* stop, stop_reason: the turn is complete */
+} ad_delta_kind;
+
+/* One delta; its pointers live until the callback returns. */
+typedef struct ad_delta {
+  ad_delta_kind kind;
+  int call;                   /* the call's position among the turn's calls */
+  const char *id, *name;
+  const char *text;
+  size_t len;
+  long long input_tokens, output_tokens;
+  ad_stop stop;
+  const char *stop_reason;
+} ad_delta;
+
+typedef void (*ad_on_delta)(void *ud, const ad_delta *d);
+typedef struct ad_stream ad_stream;
+
+/* A stream of one answer of model m; its turn and errors will live in a.
+   NULL when out of memory. */
+ad_stream *ad_stream_new(const ad_model *m, ar_arena *a, ad_on_delta on_delta, void *ud);
+/* 1, or 0 and an error: the stream has failed, and stays so. */
+int ad_stream_feed(ad_stream *s, const char *bytes, size_t n, ad_error *err);
+/* The stream's end (EOF): 1 and the turn, or 0 and an error. */
+int ad_stream_end(ad_stream *s, ad_turn *turn, ad_error *err);
+void ad_stream_free(ad_stream *s);
+
 /* The wait before retry number `attempt` (0 for the first) of a retryable
    error: what the provider asked for, else exponential backoff from 500 ms
    doubling to at most 8000 ms, scaled by jitter (in [0.5, 1]). */

@@ -71,6 +71,16 @@ int ad_calls_alloc(ar_arena *a, ad_turn *t, int n);
 jv *ad_share(ar_arena *a, const jv *v);
 void ad_write_number(sb_buf *b, double d);
 
+/* adapter.c's, for the streams (stream.c): the family of a model, its
+   provider's name, whether an HTTP status is retried, a text with the key
+   replaced, a printable excerpt, and the turn of a 2xx body (as ad_parse reads it). */
+const ad_family *ad_family_of(const ad_model *m);
+const char *ad_provider_name(const ad_model *m);
+int ad_retryable_status(int status);
+const char *ad_redact(ar_arena *a, const char *s, const char *key);
+void ad_excerpt(const char *body, size_t len, char *out, size_t n);
+int ad_turn_of_body(const ad_model *m, const jv *body, ar_arena *a, ad_turn *turn, ad_error *err);
+
 /* The OpenAI families (openai.c): URL and auth of chat/completions or
    responses, the body's model field, and the error body. */
 int ad_openai_target(const ad_model *m, ar_arena *a, const char *what, ad_request *out, char *err, size_t errlen);

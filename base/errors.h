@@ -24,9 +24,10 @@
   X(ASK_REFUSED, 0, "the model refused to answer", NULL) \
   X(ASK_REPLAY_MISMATCH, 0, "a request to the model differs from the recording being replayed, or is not in it", NULL) \
   X(ASK_RESPONSE_INVALID, 0, "the provider's response is not what its API sends (not JSON, truncated, a field missing)", NULL) \
+  X(ASK_STREAM_INVALID, 0, "the provider's event stream is not what its API sends (an event past sse_max_event_bytes, an event that is not JSON)", NULL) \
   X(ASK_TIMEOUT, 1, "the provider did not answer within the model's timeout", NULL) \
   X(ASK_TOOL_LIMIT, 0, "the model asked for more tool calls than the agent's tool_rate_limit allows in one ask", NULL) \
-  X(ASK_TRUNCATED, 0, "the model's answer was cut at its token limit", NULL) \
+  X(ASK_TRUNCATED, 0, "the model's answer was cut: at its token limit, or a stream ended before its final event (that one is retryable)", NULL) \
   X(CACHE_STORE_ERROR, 0, "the cache_store cannot be opened", NULL) \
   X(CONFIG_INVALID, 0, "luma.config.json or a tool_module_policy is invalid, or cannot be enforced here", NULL) \
   X(HTTP_CANCELLED, 0, "a luma.http request was cancelled with its call", NULL) \

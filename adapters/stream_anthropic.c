@@ -1,0 +1,224 @@
+/* Anthropic Messages streamed: message_start (the message, content empty),
+   per block content_block_start, _delta and _stop, then message_delta (the
+   stop reason, the usage so far) and message_stop. input_json_delta
+   fragments are joined and parsed at the block's stop; a thinking block's
+   signature_delta sets its signature, kept exactly; ping and unknown events
+   are ignored; an error event is the provider's error. */
+#include "stream.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct an_block {
+  long long index;
+  jv *start;                  /* content_block of content_block_start, in s->out */
+  sb_buf text;                /* text, thinking: the block's text so far */
+  sb_buf json;                /* the input_json_delta fragments joined */
+  jv *signature;
+  int call;                   /* tool_use: the call's position; -1 */
+  int has_json;
+} an_block;
+
+typedef struct an_state {
+  jv *message;                /* message_start's, in s->out */
+  an_block *blocks;
+  int nblocks, cap, ncalls;
+  jv *stop_reason, *stop_sequence, *usage;   /* message_delta's */
+} an_state;
+
+static an_block *block_of(an_state *st, long long index) {
+  for (int i = st->nblocks - 1; i >= 0; i--)
+    if (st->blocks[i].index == index) return &st->blocks[i];
+  return NULL;
+}
+
+static int start_block(ad_stream *s, an_state *st, const jv *data) {
+  const jv *cb = ad_get(data, "content_block", JV_OBJ);
+  if (!cb) return ad_stream_fail(s, LE_ASK_STREAM_INVALID, "anthropic's content_block_start has no content_block");
+  if (st->nblocks == st->cap) {
+    int cap = st->cap ? st->cap * 2 : 4;
+    an_block *b = realloc(st->blocks, sizeof *b * (size_t)cap);
+    if (!b) return ad_stream_fail(s, LE_ASK_RESPONSE_INVALID, "out of memory");
+    st->blocks = b;
+    st->cap = cap;
+  }
+  an_block *b = &st->blocks[st->nblocks++];
+  memset(b, 0, sizeof *b);
+  b->index = ad_int(data, "index", st->nblocks - 1);
+  b->start = ad_copy(s->out, cb);
+  b->call = -1;
+  const char *type = ad_str(cb, "type");
+  const jv *text = ad_get(cb, type && strcmp(type, "thinking") == 0 ? "thinking" : "text", JV_STR);
+  if (text) {
+    sb_add(&b->text, text->s, text->len);
+    ad_stream_text(s, type && strcmp(type, "thinking") == 0 ? AD_DELTA_REASONING : AD_DELTA_TEXT, text->s, text->len);
+  }
+  if (type && strcmp(type, "tool_use") == 0) {
+    b->call = st->ncalls++;
+    ad_delta d;
+    memset(&d, 0, sizeof d);
+    d.kind = AD_DELTA_CALL_START;
+    d.call = b->call;
+    d.id = ad_str(cb, "id");
+    d.name = ad_str(cb, "name");
+    if (!d.name) return ad_stream_fail(s, LE_ASK_RESPONSE_INVALID, "anthropic's response cannot be read: a tool_use block has no name");
+    ad_stream_delta(s, &d);
+  }
+  return 1;
+}
+
+static int block_delta(ad_stream *s, an_state *st, const jv *data) {
+  an_block *b = block_of(st, ad_int(data, "index", -1));
+  const jv *delta = ad_get(data, "delta", JV_OBJ);
+  const char *type = ad_str(delta, "type");
+  if (!b || !type) return ad_stream_fail(s, LE_ASK_STREAM_INVALID, "anthropic's content_block_delta is for no block started");
+  const jv *v;
+  if (strcmp(type, "text_delta") == 0 && (v = ad_get(delta, "text", JV_STR))) {
+    sb_add(&b->text, v->s, v->len);
+    ad_stream_text(s, AD_DELTA_TEXT, v->s, v->len);
+  } else if (strcmp(type, "thinking_delta") == 0 && (v = ad_get(delta, "thinking", JV_STR))) {
+    sb_add(&b->text, v->s, v->len);
+    ad_stream_text(s, AD_DELTA_REASONING, v->s, v->len);
+  } else if (strcmp(type, "input_json_delta") == 0 && (v = ad_get(delta, "partial_json", JV_STR))) {
+    sb_add(&b->json, v->s, v->len);
+    b->has_json = 1;
+    if (b->call >= 0 && v->len) {
+      ad_delta d;
+      memset(&d, 0, sizeof d);
+      d.kind = AD_DELTA_CALL_ARGS;
+      d.call = b->call;
+      d.text = v->s;
+      d.len = v->len;
+      ad_stream_delta(s, &d);
+    }
+  } else if (strcmp(type, "signature_delta") == 0 && (v = ad_get(delta, "signature", JV_STR))) {
+    b->signature = ad_copy(s->out, v);   /* set, not appended */
+  }
+  return 1;
+}
+
+static int stop_block(ad_stream *s, an_state *st, const jv *data) {
+  an_block *b = block_of(st, ad_int(data, "index", -1));
+  if (!b) return ad_stream_fail(s, LE_ASK_STREAM_INVALID, "anthropic's content_block_stop is for no block started");
+  if (b->call < 0) return 1;
+  ad_delta d;
+  memset(&d, 0, sizeof d);
+  d.kind = AD_DELTA_CALL_DONE;
+  d.call = b->call;
+  d.text = b->json.len ? sb_str(&b->json) : "{}";
+  d.len = b->json.len ? b->json.len : 2;
+  ad_stream_delta(s, &d);
+  return 1;
+}
+
+static int an_event(ad_stream *s, const char *sse_type, const jv *data) {
+  an_state *st = s->fam;
+  const char *type = ad_str(data, "type");
+  if (!type) type = sse_type;
+  if (strcmp(type, "message_start") == 0) {
+    const jv *m = ad_get(data, "message", JV_OBJ);
+    if (!m) return ad_stream_fail(s, LE_ASK_STREAM_INVALID, "anthropic's message_start has no message");
+    st->message = ad_copy(s->out, m);
+  } else if (strcmp(type, "content_block_start") == 0) {
+    return start_block(s, st, data);
+  } else if (strcmp(type, "content_block_delta") == 0) {
+    return block_delta(s, st, data);
+  } else if (strcmp(type, "content_block_stop") == 0) {
+    return stop_block(s, st, data);
+  } else if (strcmp(type, "message_delta") == 0) {
+    const jv *delta = ad_get(data, "delta", JV_OBJ), *v;
+    if ((v = delta ? jv_get(delta, "stop_reason") : NULL)) st->stop_reason = ad_copy(s->out, v);
+    if ((v = delta ? jv_get(delta, "stop_sequence") : NULL)) st->stop_sequence = ad_copy(s->out, v);
+    if ((v = ad_get(data, "usage", JV_OBJ))) st->usage = ad_copy(s->out, v);   /* cumulative: replaced */
+  } else if (strcmp(type, "message_stop") == 0) {
+    if (!st->message) return ad_stream_fail(s, LE_ASK_STREAM_INVALID, "anthropic's stream has no message_start");
+    return ad_stream_finish(s);
+  } else if (strcmp(type, "error") == 0) {
+    return ad_stream_error(s, data, NULL);
+  }
+  return 1;   /* ping, and what a newer API adds */
+}
+
+/* A block as a whole response has it: the start's members, with the text,
+   the thinking and its signature, or the parsed input in place. */
+static jv *block_body(ad_stream *s, an_block *b) {
+  ar_arena *a = s->out;
+  const char *type = ad_str(b->start, "type");
+  int thinking = type && strcmp(type, "thinking") == 0;
+  const char *text_key = thinking ? "thinking" : type && strcmp(type, "text") == 0 ? "text" : NULL;
+  jv *input = NULL;
+  if (b->has_json || jv_get(b->start, "input")) {
+    if (b->json.len) {
+      char why[200];
+      input = json_parse(a, b->json.data, b->json.len, LIM_MODEL_JSON_DEPTH, why, sizeof why);
+      if (!input) {
+        ad_stream_fail(s, LE_ASK_STREAM_INVALID, "anthropic's input_json_delta fragments of block %lld are not JSON (%s)",
+                       b->index, why);
+        return NULL;
+      }
+    } else {
+      input = jv_obj(a);   /* nothing sent: {} */
+    }
+  }
+  jv *out = jv_obj(a);
+  int has_sig = 0;
+  for (jv *m = b->start->first; m; m = m->next) {
+    jv *v = m;
+    if (text_key && strcmp(m->key, text_key) == 0) v = ad_sb_str(a, &b->text);
+    else if (input && strcmp(m->key, "input") == 0) v = input, input = NULL;
+    else if (thinking && b->signature && strcmp(m->key, "signature") == 0) v = b->signature, has_sig = 1;
+    else v = ad_share(a, m);
+    jv_setn(out, m->key, m->keylen, v);
+  }
+  if (input) jv_set(out, "input", input);
+  if (thinking && b->signature && !has_sig) jv_set(out, "signature", b->signature);
+  return out;
+}
+
+static jv *an_body(ad_stream *s) {
+  an_state *st = s->fam;
+  ar_arena *a = s->out;
+  jv *content = jv_arr(a);
+  for (int i = 0; i < st->nblocks; i++) {
+    jv *b = block_body(s, &st->blocks[i]);
+    if (!b) return NULL;
+    jv_push(content, b);
+  }
+  jv *body = jv_obj(a);
+  int has[4] = { 0, 0, 0, 0 };
+  for (jv *m = st->message->first; m; m = m->next) {
+    jv *v;
+    if (strcmp(m->key, "content") == 0) v = content, has[0] = 1;
+    else if (strcmp(m->key, "stop_reason") == 0 && st->stop_reason) v = st->stop_reason, has[1] = 1;
+    else if (strcmp(m->key, "stop_sequence") == 0 && st->stop_sequence) v = st->stop_sequence, has[2] = 1;
+    else if (strcmp(m->key, "usage") == 0 && st->usage && m->type == JV_OBJ) {
+      /* message_start's usage, each member message_delta gives replaced
+         (as the SDKs do: a null there replaces nothing) */
+      v = jv_obj(a);
+      for (jv *u = m->first; u; u = u->next) {
+        jv *d = jv_get(st->usage, u->key);
+        jv_setn(v, u->key, u->keylen, ad_share(a, d && d->type != JV_NULL ? d : u));
+      }
+      for (jv *d = st->usage->first; d; d = d->next)
+        if (!jv_get(m, d->key)) jv_setn(v, d->key, d->keylen, ad_share(a, d));
+      has[3] = 1;
+    } else v = ad_share(a, m);
+    jv_setn(body, m->key, m->keylen, v);
+  }
+  if (!has[0]) jv_set(body, "content", content);
+  if (!has[1] && st->stop_reason) jv_set(body, "stop_reason", st->stop_reason);
+  if (!has[2] && st->stop_sequence) jv_set(body, "stop_sequence", st->stop_sequence);
+  if (!has[3] && st->usage) jv_set(body, "usage", st->usage);
+  return body;
+}
+
+static void an_free(ad_stream *s) {
+  an_state *st = s->fam;
+  for (int i = 0; i < st->nblocks; i++) {
+    sb_free(&st->blocks[i].text);
+    sb_free(&st->blocks[i].json);
+  }
+  free(st->blocks);
+}
+
+const ad_stream_family ad_stream_anthropic = { sizeof(an_state), an_event, an_body, an_free, "message_stop" };
