@@ -241,7 +241,8 @@ describe("luma-lua mcp against a hostile client (a raw pipe)", function()
     assert.are.equal(-32602, by_id[2].error.code)
     assert.matches("unknown tool 'slow'", by_id[2].error.message)
     assert.is_true(by_id[3].result.isError)
-    assert.matches("was not approved", by_id[3].result.content[1].text)
+    assert.matches("^%[TOOL_PERMISSION_DENIED%] Tool 'save' writes and was not approved: list it in LUMA_APPROVED_TOOLS",
+      by_id[3].result.content[1].text)
     assert.are.equal(-32602, by_id[4].error.code)
 
     local replies
