@@ -87,9 +87,9 @@ local MODERN = { ["io.modelcontextprotocol/protocolVersion"] = "2026-07-28",
 
 -- Runs the server on `lines` (standard input ends after them); returns the
 -- replies in order, those with an id by id, and the run.
-local function serve(dir, lines, args, reused_ids)
+local function serve(dir, lines, args, reused_ids, env)
   local r = h.run({ "mcp", dir .. "/program.luma", table.unpack(args or {}) },
-    { stdin = table.concat(lines, "\n") .. "\n" })
+    { stdin = table.concat(lines, "\n") .. "\n", env = env })
   local replies, by_id = {}, {}
   for line in r.stdout:gmatch("[^\n]+") do
     local m = json.decode(line)
@@ -245,6 +245,11 @@ describe("luma-lua mcp against a hostile client (a raw pipe)", function()
       by_id[3].result.content[1].text)
     assert.are.equal(-32602, by_id[4].error.code)
 
+    -- the one way to approve on stdio: LUMA_APPROVED_TOOLS
+    _, by_id = serve(dir, { INIT, rpc(1, "tools/call", { name = "save", arguments = { id = "x", text = "t" } }) },
+      { "--agent", "Writer" }, false, { LUMA_APPROVED_TOOLS = "save" })
+    assert.are.same({ id = "x" }, by_id[1].result.structuredContent)
+
     local replies
     replies, by_id = serve(dir, {
       INIT,
@@ -312,6 +317,15 @@ describe("luma-lua mcp against a hostile client (a raw pipe)", function()
     assert.are.equal(max, done)
     assert.are.equal(10, busy)
     assert.are.equal(max + 11, #replies)
+  end)
+
+  it("answers a flood of requests one by one, in order", function()
+    local lines = { INIT }
+    for i = 1, 20000 do lines[#lines + 1] = rpc(i, i % 2 == 0 and "ping" or "tools/list") end
+    local replies, _, r = serve(dir, lines)
+    assert.are.equal(0, r.status)
+    assert.are.equal(20001, #replies)
+    for i = 1, 20000 do assert.are.equal(i, replies[i + 1].id) end
   end)
 
   it("refuses at load a tool whose name MCP cannot serve", function()

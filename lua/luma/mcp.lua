@@ -136,7 +136,6 @@ function mcp.new(program, opts)
     by_name = by_name,
     scope = opts.agent and program:scope(opts.agent) or nil,
     session = nil,        -- the legacy version agreed by initialize
-    client = nil,         -- its clientInfo
     pending = {},         -- key(id) -> { id, call, modern }
     in_flight = 0,
     server_info = { name = "luma-lua", version = core.version },
@@ -189,7 +188,6 @@ function methods.initialize(S, msg)
   -- speaks: the client then decides whether to go on
   local version = contains(LEGACY, p.protocolVersion) and p.protocolVersion or LEGACY[1]
   S.session = version
-  S.client = type(p.clientInfo) == "table" and p.clientInfo or nil
   return reply(msg.id, {
     protocolVersion = version,
     capabilities = capabilities(),
