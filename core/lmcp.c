@@ -4,13 +4,16 @@
      reader:fill() -> bytes read (0: end of file), or nil and why
      reader:eof()
    core.mcp_wait({ fd, ... }, timeout_ms) -> { [fd] = true for each readable }
-   (timeout_ms < 0: no timeout). The JSON of a message is parsed by the one
+   (timeout_ms < 0: no timeout).
+   core.mcp_ignore_sigpipe(): a client that stops reading makes writes fail
+   (EPIPE) instead of killing the process. The JSON of a message is parsed by the one
    codec (base/json.c) within LIM_MCP_JSON_DEPTH; its text is never a Lua
    string. */
 #include "lmcp.h"
 
 #include <errno.h>
 #include <poll.h>
+#include <signal.h>
 #include <string.h>
 
 #include <lauxlib.h>
@@ -126,6 +129,12 @@ static int l_mcp_wait(lua_State *L) {
   return 1;
 }
 
+static int l_mcp_ignore_sigpipe(lua_State *L) {
+  (void)L;
+  signal(SIGPIPE, SIG_IGN);
+  return 0;
+}
+
 void lmcp_open(lua_State *L) {
   static const luaL_Reg methods[] = {
     { "next", l_reader_next },
@@ -145,4 +154,6 @@ void lmcp_open(lua_State *L) {
   lua_setfield(L, -2, "mcp_reader");
   lua_pushcfunction(L, l_mcp_wait);
   lua_setfield(L, -2, "mcp_wait");
+  lua_pushcfunction(L, l_mcp_ignore_sigpipe);
+  lua_setfield(L, -2, "mcp_ignore_sigpipe");
 }

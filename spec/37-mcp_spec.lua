@@ -328,6 +328,22 @@ describe("luma-lua mcp against a hostile client (a raw pipe)", function()
     for i = 1, 20000 do assert.are.equal(i, replies[i + 1].id) end
   end)
 
+  it("ends, without dying of SIGPIPE, when the client stops reading", function()
+    local status_file, err_file = h.tmpname(".status"), h.tmpname(".err")
+    local lines = { INIT }
+    for i = 1, 200 do lines[#lines + 1] = rpc(i, "tools/list") end
+    local input = h.write(h.tmpname(".in"), table.concat(lines, "\n") .. "\n")
+    h.sh("{ " .. h.quote(h.root .. "/bin/luma-lua") .. " mcp " .. h.quote(dir .. "/program.luma") .. " < " ..
+      h.quote(input) .. " 2> " .. h.quote(err_file) .. "; echo $? > " .. h.quote(status_file) ..
+      "; } | head -c 100 > /dev/null")
+    local status, stderr = h.read(status_file), h.read(err_file)
+    os.remove(status_file)
+    os.remove(err_file)
+    os.remove(input)
+    assert.are.equal("1\n", status)
+    assert.are.equal("luma-lua mcp: the client stopped reading: cancelled the calls in flight\n", stderr)
+  end)
+
   it("refuses at load a tool whose name MCP cannot serve", function()
     local long = string.rep("t", 129)
     local d = h.project { ["program.luma"] = "schema S { x: int }\ntool " .. long .. "(x: int) -> S {}\n",

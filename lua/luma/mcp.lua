@@ -328,36 +328,47 @@ end
 
 -- ------------------------------------------------------------- the stdio loop
 
+-- Writes replies; false once the client has stopped reading.
 local function write(msgs)
   for _, m in ipairs(msgs) do
     local ok, text = pcall(core.json_encode, m)
     if not ok then
       text = core.json_encode(fail(m.id, INTERNAL, "the reply cannot be written as JSON: " .. tostring(text)))
     end
-    io.stdout:write(text, "\n")
+    if not io.stdout:write(text, "\n") then return false end
   end
-  if #msgs > 0 then io.stdout:flush() end
+  if #msgs > 0 and not io.stdout:flush() then return false end
+  return true
 end
 
 -- Serves S on fds 0 and 1 until standard input ends and the calls in flight
 -- are done (or cancelled). Returns the exit status.
+-- A client that stops reading ends the server: its calls are cancelled.
 function mcp.serve(S, runtime)
+  core.mcp_ignore_sigpipe()
   local reader = core.mcp_reader(0, MAX_MESSAGE)
   local rtfd = runtime:fd()
+  local function gone()
+    for _, p in pairs(S.pending) do p.call:cancel() end
+    io.stderr:write("luma-lua mcp: the client stopped reading: cancelled the calls in flight\n")
+    return 1
+  end
   while true do
     -- every complete message held
     while true do
       local what, value = reader:next()
       if what == nil then break end
-      if what == "message" then write(mcp.handle(S, value))
+      local replies
+      if what == "message" then replies = mcp.handle(S, value)
       elseif what == "too_big" then
-        write { fail(nil, INVALID, "message longer than mcp_max_message_bytes (" .. MAX_MESSAGE .. " bytes): dropped") }
+        replies = { fail(nil, INVALID, "message longer than mcp_max_message_bytes (" .. MAX_MESSAGE .. " bytes): dropped") }
       else
-        write { fail(nil, PARSE, "parse error: " .. tostring(value)) }
+        replies = { fail(nil, PARSE, "parse error: " .. tostring(value)) }
       end
+      if not write(replies) then return gone() end
     end
     local _, wait_ms = runtime:poll()
-    write(mcp.finished(S))
+    if not write(mcp.finished(S)) then return gone() end
     if reader:eof() then
       if S.in_flight == 0 then return 0 end
     end
