@@ -273,7 +273,8 @@ function mcp.handle(S, msg)
   end
   if msg.method == nil then
     -- a response: this server sends no requests, so there is nothing to match
-    return {}
+    if msg.result ~= nil or msg.error ~= nil then return {} end
+    return { fail(id, INVALID, "a request needs a method") }
   end
   if type(msg.method) ~= "string" then
     return { fail(id, INVALID, "method must be a string") }
