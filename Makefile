@@ -58,18 +58,26 @@ ADAPTERS  = adapters/adapter.c adapters/openai.c adapters/responses.c adapters/a
             adapters/schema.c
 CORE_PURE = core/diag.c core/lex.c core/parse.c core/program.c core/program_check.c core/program_types.c core/program_config.c core/regex.c core/jsonschema.c core/idem.c core/pool.c \
             core/record.c core/idem_sqlite.c core/idem_redis.c core/idem_file.c core/mcp.c
-CORE_LUA  = core/validate.c core/validate_bind.c core/validate_issues.c core/pipeline.c core/call.c core/policy.c core/needs.c core/cache.c \
-            core/idempotent.c core/attempt.c core/output.c core/breaker.c core/telemetry.c core/runtime.c \
+CORE_LUA  = core/validate.c core/validate_bind.c core/validate_issues.c core/pipeline.c core/call.c core/verdict.c \
+            core/policy.c core/needs.c core/cache.c \
+            core/idempotent.c core/attempt.c core/output.c core/breaker.c core/telemetry.c core/runtime.c core/drive.c \
             core/ask.c core/asktools.c \
-            core/lprogram.c core/last.c core/lmodule.c core/lruntime.c core/lask.c core/lmcp.c core/lcore.c
+            core/lprogram.c core/last.c core/lmodule.c core/lruntime.c core/lconfigure.c core/lcall.c core/lask.c core/lmcp.c core/lcore.c
 CORE_SRC  = $(BASE) $(SANDBOX) $(ADAPTERS) $(CORE_PURE) $(CORE_LUA)
 CORE_OBJ  = $(CORE_SRC:%.c=$(BUILD)/obj/%.o)
 CTESTS    = $(patsubst spec/c/%.c,$(BUILD)/%,$(wildcard spec/c/test_*.c))
+# what specs preload, built with the tests
+SPEC_SOS  = $(BUILD)/forge_reply.so
 
 # libluma: the C API (core/luma.h, core/embed.c) with the Lua half compiled
 # in as text and a private Lua 5.4 linked statically, exporting only luma_*.
 LIBLUMA   = $(BUILD)/libluma.so
-LUA_STATIC ?= $(firstword $(wildcard /usr/lib/*/liblua5.4.a /usr/lib/liblua5.4.a /usr/local/lib/liblua.a))
+# Where the static Lua 5.4 is looked for. It comes with liblua5.4-dev, which
+# `deps` may install in the same run: the targets that run deps build in a
+# second make, which reads this after it; the recipe of liblua-private.a
+# looks again when make had found nothing.
+LUA_STATIC_SEARCH ?= /usr/lib/*/liblua5.4.a /usr/lib/liblua5.4.a /usr/local/lib/liblua.a
+LUA_STATIC ?= $(firstword $(wildcard $(LUA_STATIC_SEARCH)))
 LUA_FILES = $(sort $(wildcard lua/luma/*.lua))
 
 # Debian packages `make test` installs when run as root and one is missing.
@@ -99,7 +107,8 @@ help:
 	@echo "make fuzz-adapters fuzz the providers' response parsers"
 	@echo "make fuzz-wire  fuzz the decoder of what a handler process sends back"
 	@echo "make install    install into PREFIX=$(PREFIX) (DESTDIR too): the command, the Lua module,"
-	@echo "                libluma, luma.h, luma.pc, the man page, the bash completion"
+	@echo "                luma/ffi.lua for LuaJIT, libluma, luma.h, luma.pc, the man page, the bash completion;"
+	@echo "                ldconfig after an install into /usr or /usr/local"
 	@echo "make uninstall  remove exactly what make install installed"
 	@echo "make clean      remove build/"
 
@@ -109,7 +118,7 @@ $(BUILD)/obj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(INC_$(firstword $(subst /, ,$*))) -c $< -o $@
 
-$(BUILD)/obj/core/host.o: core/host.c core/luma.h
+$(BUILD)/obj/core/host.o: core/host.c core/luma.h core/lcore.h
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(INC_core) -DLUMA_LUADIR='"$(LUADIR)"' -c $< -o $@
 
@@ -135,8 +144,11 @@ $(BUILD)/obj/gen/luafiles.o: $(BUILD)/gen/luafiles.c core/luafiles.h
 # Debian's liblua5.4.a is not position-independent only in how it reads
 # stdin, stdout and stderr: those become variables of libluma (core/embed.c).
 $(BUILD)/liblua-private.a: $(LUA_STATIC)
+	@lua_a='$(LUA_STATIC)'; [ -n "$$lua_a" ] || lua_a=$$(ls -d $(LUA_STATIC_SEARCH) 2>/dev/null | head -n 1); \
+	if [ -z "$$lua_a" ]; then echo "no static Lua 5.4 in $(LUA_STATIC_SEARCH): install liblua5.4-dev (make deps) or set LUA_STATIC" >&2; exit 1; fi; \
+	echo "objcopy (stdin, stdout, stderr renamed) $$lua_a $@"; \
 	objcopy --redefine-sym stdin=luma_lua_stdin --redefine-sym stdout=luma_lua_stdout \
-	  --redefine-sym stderr=luma_lua_stderr $< $@
+	  --redefine-sym stderr=luma_lua_stderr "$$lua_a" $@
 
 $(LIBLUMA): $(CORE_OBJ) $(BUILD)/obj/core/embed.o $(BUILD)/obj/gen/luafiles.o $(BUILD)/liblua-private.a core/libluma.map
 	$(CC) -shared $(LDFLAGS) -Wl,--version-script=core/libluma.map -Wl,-soname,libluma.so.0 -Wl,-z,defs -o $@ \
@@ -148,7 +160,7 @@ $(BUILD)/test_libluma: spec/c/test_libluma.c spec/c/ctest.h $(LIBLUMA)
 	$(CC) $(CSTD) $(WARN) $(CFLAGS) $(SANFLAGS) -Icore -o $@ $< -L$(BUILD) -lluma -Wl,-rpath,$(abspath $(BUILD)) -lpthread
 
 # The C tests link the whole core (the sandbox's tests need Lua and libcurl).
-$(BUILD)/test_%: spec/c/test_%.c spec/c/ctest.h $(CORE_OBJ)
+$(BUILD)/test_%: spec/c/test_%.c spec/c/ctest.h spec/c/test_server.h $(CORE_OBJ)
 	$(CC) $(ALL_CFLAGS) $(INC_core) $(LDFLAGS) -o $@ $< $(CORE_OBJ) $(LUA_LIB) $(LIBS)
 
 deps:
@@ -166,7 +178,7 @@ deps:
 # The specs' temporary files go to a folder of the run's own, removed after it
 # whatever the outcome.
 test: deps
-	@$(MAKE) --no-print-directory all $(CTESTS)
+	@$(MAKE) --no-print-directory all $(CTESTS) $(SPEC_SOS)
 	@rm -f $(RESULTS); status=0; \
 	tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/luma-run-XXXXXX") && export TMPDIR=$$tmp || exit 1; \
 	for t in $(CTESTS); do LUMA_TEST_RESULTS=$(RESULTS) $(SAN_ENV) $$t || status=1; done; \
@@ -183,7 +195,7 @@ test: deps
 VALGRIND = valgrind -q --error-exitcode=99 --leak-check=full --fair-sched=yes
 valgrind: deps
 	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES=valgrind
-	@$(MAKE) --no-print-directory all $(CTESTS)
+	@$(MAKE) --no-print-directory all $(CTESTS) $(SPEC_SOS)
 	@rm -f $(RESULTS); status=0; \
 	tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/luma-run-XXXXXX") && export TMPDIR=$$tmp || exit 1; \
 	for t in $(CTESTS); do LUMA_TEST_RESULTS=$(RESULTS) $(VALGRIND) $$t || status=1; done; \
@@ -192,7 +204,11 @@ valgrind: deps
 	$(LUA) spec/support/total.lua $(RESULTS) $$(( $(words $(CTESTS)) + 1 )) || status=1; \
 	rm -rf "$$tmp"; exit $$status
 
-demo: deps all
+# The targets that need the Debian packages run deps first, then build in a
+# second make: what the Makefile finds on the machine (LUA_STATIC) is found
+# after deps has installed it, and -j never builds while deps installs.
+demo: deps
+	@$(MAKE) --no-print-directory all
 	LUMA_BUILD=$(BUILD) bin/luma-lua check examples/calculate.luma
 	LUMA_BUILD=$(BUILD) bin/luma-lua tools examples/calculate.luma
 	LUMA_BUILD=$(BUILD) bin/luma-lua examples/calculate.luma
@@ -203,6 +219,10 @@ demo: deps all
 
 $(BUILD)/bench_stores: bench/stores/run.c $(CORE_OBJ)
 	$(CC) $(ALL_CFLAGS) $(INC_core) $(LDFLAGS) -o $@ $< $(CORE_OBJ) $(LUA_LIB) $(LIBS)
+
+# spec/35: preloaded into luma-lua, makes a handler process forge its reply
+$(BUILD)/forge_reply.so: spec/support/forge_reply.c
+	$(CC) $(CSTD) $(WARN) $(CFLAGS) -fPIC -shared -o $@ $< -ldl
 
 # bench/pipeline: counts the allocator's calls in a process it is preloaded into
 $(BUILD)/bench_allocs.so: bench/pipeline/allocs.c
@@ -226,8 +246,9 @@ $(JIT_BUILD)/luma/core.so: $(JIT_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) -shared $(LDFLAGS) -o $@ $(JIT_OBJ) $(LIBS)
 
-bench: all $(BUILD)/bench_stores $(BUILD)/bench_scale $(BUILD)/bench_allocs.so $(JIT_BUILD)/luma/core.so
+bench: deps
 	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES="$(BENCH_PACKAGES)"
+	@$(MAKE) --no-print-directory all $(BUILD)/bench_stores $(BUILD)/bench_scale $(BUILD)/bench_allocs.so $(JIT_BUILD)/luma/core.so
 	@tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/luma-bench-XXXXXX") && $(BUILD)/bench_stores "$$tmp"; status=$$?; rm -rf "$$tmp"; exit $$status
 	@tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/luma-bench-XXXXXX") && $(BUILD)/bench_scale "$$tmp"; status=$$?; rm -rf "$$tmp"; exit $$status
 	LUMA_BUILD=$(BUILD) LUMA_JIT_BUILD=$(JIT_BUILD) $(LUA) bench/validate/run.lua
@@ -238,8 +259,9 @@ bench: all $(BUILD)/bench_stores $(BUILD)/bench_scale $(BUILD)/bench_allocs.so $
 # The direct call of bench/pipeline under callgrind: instructions per call,
 # and the functions that run the most of them (bench/pipeline/callgrind.lua).
 PROFILE_CALLS ?= 20000
-profile: all
+profile: deps
 	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES=valgrind
+	@$(MAKE) --no-print-directory all
 	LUMA_BUILD=$(BUILD) $(LUA) bench/pipeline/callgrind.lua $(PROFILE_CALLS)
 
 FUZZ_SECONDS ?= 600
@@ -279,30 +301,42 @@ fuzz-wire:
 	  base/json.c base/arena.c base/map.c $(LUA_LIB) -lm -o build/fuzz/wire_fuzz
 	build/fuzz/wire_fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 build/fuzz/wire-corpus
 
-# Where Debian's lua5.4 looks by default with PREFIX=/usr/local. Every file
-# installed is listed once, in INSTALLED; uninstall removes exactly those.
+# Where Debian's lua5.4 looks by default with PREFIX=/usr/local; luma/ffi.lua
+# also where LuaJIT looks (share/lua/5.1), for LÖVE and OpenResty. libluma is
+# libluma.so.$(VERSION), with libluma.so.0 (its soname) and libluma.so
+# linking to it. Every file installed is listed once, in INSTALLED;
+# uninstall removes exactly those.
+VERSION   := $(shell sed -n 's/^\#define LUMA_VERSION "\(.*\)"/\1/p' core/luma.h)
+JITLUADIR ?= $(PREFIX)/share/lua/5.1
 INSTALLED = $(PREFIX)/bin/luma-lua $(addprefix $(LUADIR)/luma/,$(notdir $(LUA_FILES))) $(CMODDIR)/luma/core.so \
-            $(LIBDIR)/libluma.so.0 $(LIBDIR)/libluma.so $(INCDIR)/luma.h $(LIBDIR)/pkgconfig/luma.pc \
-            $(MANDIR)/luma-lua.1 $(BASHCOMPDIR)/luma-lua
+            $(JITLUADIR)/luma/ffi.lua \
+            $(LIBDIR)/libluma.so.$(VERSION) $(LIBDIR)/libluma.so.0 $(LIBDIR)/libluma.so $(INCDIR)/luma.h \
+            $(LIBDIR)/pkgconfig/luma.pc $(MANDIR)/luma-lua.1 $(BASHCOMPDIR)/luma-lua
+# The dynamic linker's cache is refreshed after an install into a system
+# prefix (not under DESTDIR: the packager's tools do it there).
+LDCONFIG  ?= $(if $(DESTDIR),,$(if $(filter /usr /usr/local,$(PREFIX)),ldconfig))
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(LUADIR)/luma $(DESTDIR)$(CMODDIR)/luma $(DESTDIR)$(LIBDIR)/pkgconfig \
-	  $(DESTDIR)$(INCDIR) $(DESTDIR)$(MANDIR) $(DESTDIR)$(BASHCOMPDIR)
+	  $(DESTDIR)$(INCDIR) $(DESTDIR)$(MANDIR) $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(JITLUADIR)/luma
 	install -m 755 $(BUILD)/luma-lua $(DESTDIR)$(PREFIX)/bin/luma-lua
 	install -m 644 $(LUA_FILES) $(DESTDIR)$(LUADIR)/luma/
+	install -m 644 lua/luma/ffi.lua $(DESTDIR)$(JITLUADIR)/luma/ffi.lua
 	install -m 755 $(BUILD)/luma/core.so $(DESTDIR)$(CMODDIR)/luma/core.so
-	install -m 755 $(LIBLUMA) $(DESTDIR)$(LIBDIR)/libluma.so.0
+	install -m 755 $(LIBLUMA) $(DESTDIR)$(LIBDIR)/libluma.so.$(VERSION)
+	ln -sf libluma.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libluma.so.0
 	ln -sf libluma.so.0 $(DESTDIR)$(LIBDIR)/libluma.so
 	install -m 644 core/luma.h $(DESTDIR)$(INCDIR)/luma.h
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCDIR@|$(INCDIR)|' \
-	  -e "s|@VERSION@|$$(sed -n 's/^#define LUMA_VERSION \"\(.*\)\"/\1/p' core/luma.h)|" dist/luma.pc.in \
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(LIBDIR))|' \
+	  -e 's|@INCDIR@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(INCDIR))|' -e 's|@VERSION@|$(VERSION)|' dist/luma.pc.in \
 	  > $(DESTDIR)$(LIBDIR)/pkgconfig/luma.pc
 	install -m 644 dist/luma-lua.1 $(DESTDIR)$(MANDIR)/luma-lua.1
 	install -m 644 dist/luma-lua.bash-completion $(DESTDIR)$(BASHCOMPDIR)/luma-lua
+	$(if $(LDCONFIG),$(LDCONFIG))
 
 uninstall:
 	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
-	-rmdir $(DESTDIR)$(LUADIR)/luma $(DESTDIR)$(CMODDIR)/luma 2>/dev/null
+	-rmdir $(DESTDIR)$(LUADIR)/luma $(DESTDIR)$(CMODDIR)/luma $(DESTDIR)$(JITLUADIR)/luma 2>/dev/null
 
 clean:
 	rm -rf build

@@ -12,12 +12,28 @@
 
 #include "luma_limits.h"
 
+const ad_provider_info ad_providers[AD_NPROVIDERS] = {
+#define AD_PROVIDER_INFO_(id, name, family, key_env, base_url, responses) { name, key_env, base_url, responses },
+  AD_PROVIDERS(AD_PROVIDER_INFO_)
+#undef AD_PROVIDER_INFO_
+};
+
+const char *const ad_provider_names[AD_NPROVIDERS + 1] = {
+#define AD_PROVIDER_NAME_(id, name, family, key_env, base_url, responses) name,
+  AD_PROVIDERS(AD_PROVIDER_NAME_)
+#undef AD_PROVIDER_NAME_
+  NULL
+};
+
+static const ad_family *const families[AD_NPROVIDERS] = {
+#define AD_PROVIDER_FAMILY_(id, name, family, key_env, base_url, responses) &family,
+  AD_PROVIDERS(AD_PROVIDER_FAMILY_)
+#undef AD_PROVIDER_FAMILY_
+};
+
 static const ad_family *family(const ad_model *m) {
-  switch (m->provider) {
-    case AD_ANTHROPIC: return &ad_anthropic_family;
-    case AD_GEMINI: return &ad_gemini_family;
-    default: return m->api == AD_RESPONSES ? &ad_openai_responses : &ad_openai_chat;
-  }
+  if (m->api == AD_RESPONSES && ad_providers[m->provider].responses) return &ad_openai_responses;
+  return families[m->provider];
 }
 
 /* ------------------------------------------------------- conversation */
@@ -326,8 +342,7 @@ static void excerpt(const char *body, size_t len, char *out, size_t n) {
 }
 
 static const char *provider_name(const ad_model *m) {
-  static const char *const names[] = { "openai", "azure", "anthropic", "gemini" };
-  return (unsigned)m->provider < 4 ? names[m->provider] : "provider";
+  return (unsigned)m->provider < AD_NPROVIDERS ? ad_providers[m->provider].name : "provider";
 }
 
 /* s with every occurrence of the key replaced: a provider may quote it back. */
@@ -365,7 +380,7 @@ static int parse(const ad_model *m, const ad_response *r, ar_arena *a, ad_turn *
   err->retry_after_ms = -1;
   const ad_family *f = family(m);
   char why[200] = "";
-  jv *body = r->len ? json_parse(a, r->body, r->len, AD_JSON_DEPTH, why, sizeof why) : NULL;
+  jv *body = r->len ? json_parse(a, r->body, r->len, LIM_MODEL_JSON_DEPTH, why, sizeof why) : NULL;
   if (r->status < 200 || r->status >= 300) {
     const char *message = NULL, *type = NULL;
     long long delay = -1;

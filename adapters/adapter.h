@@ -17,11 +17,10 @@
 #include "arena.h"
 #include "errors.h"
 #include "json.h"
+#include "providers.h"
 #include "strbuf.h"
-
-/* In the order of the program model's pm_provider. */
-typedef enum { AD_OPENAI, AD_AZURE, AD_ANTHROPIC, AD_GEMINI } ad_provider;
-/* AD_RESPONSES is the OpenAI Responses API: openai and azure only. */
+/* AD_RESPONSES is the OpenAI Responses API, for the providers whose row in
+   providers.h offers it (the others speak their chat API). */
 typedef enum { AD_CHAT, AD_RESPONSES } ad_api;
 
 typedef struct ad_header {

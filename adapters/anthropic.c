@@ -32,7 +32,7 @@ static int an_build(const ad_conv *c, const ad_ask *q, ar_arena *a, ad_request *
   (void)errlen;
   const ad_model *m = c->model;
   static const char *const version[] = { "anthropic-version", "2023-06-01", NULL };
-  out->url = ad_url(a, m->base_url, "https://api.anthropic.com", "/v1/messages");
+  out->url = ad_url(a, m->base_url, ad_providers[m->provider].base_url, "/v1/messages");
   ad_headers(m, a, out, m->api_key ? "x-api-key" : NULL, m->api_key, version);
   sb_buf b;
   sb_init(&b);

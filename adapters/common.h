@@ -3,9 +3,7 @@
 #define LUMA_ADAPTERS_COMMON_H
 
 #include "adapter.h"
-
-/* The nesting a provider's response may have. */
-#define AD_JSON_DEPTH 100
+#include "luma_limits.h"
 
 /* One family: how it writes the conversation, requests, and reads answers. */
 typedef struct ad_family {

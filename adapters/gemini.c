@@ -46,7 +46,7 @@ static void ge_results(ad_conv *c, const ad_turn *t, const ad_result *r) {
     ar_arena a;
     ar_init(&a);
     char why[100];
-    jv *v = r[i].content ? json_parse(&a, r[i].content, r[i].len, AD_JSON_DEPTH, why, sizeof why) : NULL;
+    jv *v = r[i].content ? json_parse(&a, r[i].content, r[i].len, LIM_MODEL_JSON_DEPTH, why, sizeof why) : NULL;
     if (r[i].is_error && v && v->type == JV_OBJ && jv_get(v, "error")) {
       jv_write(&c->items, v, 0);
     } else {
@@ -76,7 +76,7 @@ static int ge_build(const ad_conv *c, const ad_ask *q, ar_arena *a, ad_request *
     snprintf(err, errlen, "the gemini model name '%s' cannot be put in a URL", m->name ? m->name : "");
     return 0;
   }
-  out->url = ad_url(a, m->base_url, "https://generativelanguage.googleapis.com",
+  out->url = ad_url(a, m->base_url, ad_providers[m->provider].base_url,
                     ar_printf(a, "/v1beta/models/%s:generateContent", name));
   ad_headers(m, a, out, m->api_key ? "x-goog-api-key" : NULL, m->api_key, NULL);
   sb_buf b;

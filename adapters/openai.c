@@ -23,7 +23,7 @@ int ad_openai_target(const ad_model *m, ar_arena *a, const char *what, ad_reques
     }
     ad_headers(m, a, out, m->api_key ? "api-key" : NULL, m->api_key, NULL);
   } else {
-    out->url = ad_url(a, m->base_url, "https://api.openai.com/v1", ar_printf(a, "/%s", what));
+    out->url = ad_url(a, m->base_url, ad_providers[m->provider].base_url, ar_printf(a, "/%s", what));
     ad_headers(m, a, out, m->api_key ? "Authorization" : NULL, m->api_key ? ar_printf(a, "Bearer %s", m->api_key) : NULL, NULL);
   }
   return 1;

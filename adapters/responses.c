@@ -18,10 +18,6 @@ static void resp_results(ad_conv *c, const ad_turn *t, const ad_result *r) {
 
 static int resp_build(const ad_conv *c, const ad_ask *q, ar_arena *a, ad_request *out, char *err, size_t errlen) {
   const ad_model *m = c->model;
-  if (m->provider != AD_OPENAI && m->provider != AD_AZURE) {
-    snprintf(err, errlen, "the Responses API is only for openai and azure");
-    return 0;
-  }
   if (!ad_openai_target(m, a, "responses", out, err, errlen)) return 0;
   sb_buf b;
   sb_init(&b);

@@ -180,7 +180,7 @@ static int has_sibling(const jv *s) {
 static jv *convert(sc_ctx *c, const jv *s, int depth) {
   ar_arena *a = c->a;
   dialect d = c->d;
-  if (!s || s->type != JV_OBJ || depth > AD_JSON_DEPTH) return ad_share(a, s);
+  if (!s || s->type != JV_OBJ || depth > LIM_MODEL_JSON_DEPTH) return ad_share(a, s);
   const jv *ref = jv_get(s, "$ref");
   if (ref && has_sibling(s)) {
     const jv *m = inlined(c, s, ref);

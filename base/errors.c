@@ -82,10 +82,17 @@ const char *le_format(char *out, size_t n, le_code code, ...) {
   return name;
 }
 
+le_code le_msg_code(le_msg msg) {
+  return (unsigned)msg < LE_NMSGS ? messages[msg].code : LE_RUNTIME_ERROR;
+}
+
+const char *le_msg_template(le_msg msg) {
+  return (unsigned)msg < LE_NMSGS ? messages[msg].tmpl : NULL;
+}
+
 le_code le_vformat_msg(char *out, size_t n, le_msg msg, va_list ap) {
-  const le_message *m = (unsigned)msg < LE_NMSGS ? &messages[msg] : NULL;
-  vformat(out, n, m ? m->tmpl : NULL, ap);
-  return m ? m->code : LE_RUNTIME_ERROR;
+  vformat(out, n, le_msg_template(msg), ap);
+  return le_msg_code(msg);
 }
 
 le_code le_format_msg(char *out, size_t n, le_msg msg, ...) {

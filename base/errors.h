@@ -94,6 +94,9 @@ const char *le_name(le_code code);          /* "TOOL_TIMEOUT" */
 const char *le_meaning(le_code code);
 int le_default_retryable(le_code code);
 const char *le_template(le_code code);      /* NULL when the message is not fixed */
+/* One of a code's several fixed messages: its code and its template. */
+le_code le_msg_code(le_msg msg);
+const char *le_msg_template(le_msg msg);
 /* The code named `name`: 1 and *out set, or 0 for a code not in the catalogue. */
 int le_lookup(const char *name, le_code *out);
 

@@ -2,7 +2,8 @@
    whether a user may set it through opts.limits (luma.load, luma.compile).
    C code reads the defaults as LIM_<NAME>; Lua reads core.limits, { [name] =
    default } with the name in lower case; the README's "Limits" table lists
-   the same rows (spec/15 checks it).
+   the same rows (spec/16 checks it, and that the C sources read every row
+   by its LIM_ name rather than writing its number again).
 
    X(NAME, default, settable, what it bounds). Defaults fit an int.
    (Not "limits.h": with -Ibase that name would hide the C library's.) */
@@ -43,6 +44,9 @@
   X(INPUT_KEY_DEPTH, 100, 0, "nesting of a tool input written as a cache or idempotency key") \
   X(CONTEXT_JSON_DEPTH, 64, 0, "nesting of a tool_contexts field parsed as json") \
   X(TRACE_DEPTH, 10, 0, "nesting of a telemetry event written to the trace file") \
+  X(CALL_ALL_MAX_CALLS, 10000, 0, "calls one program:call_all is given") \
+  X(HOST_CALL_DEPTH, 100, 0, "nesting of tool calls made by handlers that run in the host's state (program:register), each a C stack frame") \
+  X(MAX_WORKERS, 256, 0, "worker threads of a runtime (workers of luma.runtime and luma_new; by default one per CPU, at most this)") \
   /* idempotency stores */ \
   X(IDEM_MAX_DEPTH, 512, 0, "nesting of a result kept in an idempotency store") \
   X(IDEM_KDF_MAX_ITERATIONS, 10000000, 0, "PBKDF2 iterations an encrypted store file may ask for") \
@@ -64,6 +68,7 @@
   X(COPY_MAX_BYTES, 64 << 20, 0, "bytes of strings in one copy between states") \
   /* the libraries of a strict state */ \
   X(PRINT_MAX_BYTES, 64 << 10, 0, "bytes print may write in one call of a handler") \
+  X(SIGNAL_SLEEP_MAX_MS, 86400000, 0, "milliseconds one signal:sleep(ms) of a handler may ask for") \
   X(MAX_OPEN_FILES, 32, 0, "files a strict module may have open at once") \
   X(RANDOM_BYTES_MAX, 1 << 20, 0, "bytes crypto.random_bytes returns at once") \
   X(SANDBOX_JSON_MAX_TEXT, 8 << 20, 0, "bytes json.decode reads, and json.encode writes, in a strict state") \

@@ -1,4 +1,7 @@
-/* The ask's state machine: requests, responses, retries, and the final answer. */
+/* The ask's state machine: requests, responses, retries, and the final
+   answer. Only this file moves the ask's state; the tool calls' unit
+   (asktools.h) returns verdicts. */
+#include "ask.h"
 #include "askint.h"
 
 #include <limits.h>
@@ -9,38 +12,53 @@
 
 #include <lauxlib.h>
 
+#include "asktools.h"
 #include "compat.h"
 #include "jsonschema.h"
 #include "lerror.h"
-#include "record.h"
 #include "ljson.h"
 #include "luma_limits.h"
-#include "steps.h"
+#include "record.h"
+#include "telemetry.h"
 
 static int step_task(rt_task *t, long long *wait_ms);
 static void respond(ak_ask *a, const ad_response *r);
+static void answer(ak_ask *a);
 static void cancel_task(rt_task *t);
 static void release_task(rt_task *t);
 
 /* ------------------------------------------------------------ errors */
 
-void ak_fail(ak_ask *a, le_code code, int details, const char *fmt, ...) {
-  char msg[700];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  le_push(a->T, le_name(code), msg, le_default_retryable(code), details);
-  ak_fail_top(a);
-}
-
-void ak_fail_top(ak_ask *a) {
+/* The error on top becomes the outcome, and the ask ends. */
+static void fail_top(ak_ask *a) {
   lua_State *T = a->T;
   lua_pushstring(T, a->agent->name);
   lua_setfield(T, -2, "agent");
   lua_replace(T, AK_VALUE);
   a->ok = 0;
   a->state = AK_END;
+}
+
+/* An error of code, with this message (printf), ends the ask. */
+static void fail(ak_ask *a, le_code code, const char *fmt, ...)
+#if defined(__GNUC__)
+  __attribute__((format(printf, 3, 4)))
+#endif
+  ;
+static void fail(ak_ask *a, le_code code, const char *fmt, ...) {
+  char msg[700];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  le_push_code(a->T, code, msg, 0);
+  fail_top(a);
+}
+
+/* Moves the ask on a verdict of its tool calls: to next, or to its end. */
+static void move(ak_ask *a, st_verdict v, int next) {
+  if (v.kind == SV_ERROR) fail_top(a);
+  else if (v.kind == SV_NEXT) a->state = next;
 }
 
 /* ---------------------------------------------------------- lifecycle */
@@ -190,7 +208,7 @@ static int prepare(ak_ask *a) {
       lua_pop(T, 1);
       char msg[300];
       le_format(msg, sizeof msg, LE_ASK_KEY_MISSING, m->name, var);
-      ak_fail(a, LE_ASK_KEY_MISSING, 0, "%s", msg);
+      fail(a, LE_ASK_KEY_MISSING, "%s", msg);
       return 1;
     }
     am->api_key = ar_strdup(&a->arena, key);
@@ -244,7 +262,7 @@ static void send(ak_ask *a) {
   char err[300];
   memset(&a->req, 0, sizeof a->req);
   if (!ad_build(&a->conv, &q, &a->turn_arena, &r, err, sizeof err)) {
-    ak_fail(a, LE_ASK_PROVIDER_ERROR, 0, "Agent '%s' cannot ask model '%s': %s", a->agent->name, a->pm->name, err);
+    fail(a, LE_ASK_PROVIDER_ERROR, "Agent '%s' cannot ask model '%s': %s", a->agent->name, a->pm->name, err);
     return;
   }
   a->req = r;
@@ -254,7 +272,7 @@ static void send(ak_ask *a) {
     ad_response resp;
     a->attempt++;
     if (rc_replay_next(a->pg->replay, &r, &resp, err, sizeof err) != 0) {
-      ak_fail(a, LE_ASK_REPLAY_MISMATCH, 0, "Agent '%s': %s", a->agent->name, err);
+      fail(a, LE_ASK_REPLAY_MISMATCH, "Agent '%s': %s", a->agent->name, err);
       return;
     }
     resp.now_ms = pl_wall_ms(a->T, a->pg);
@@ -262,7 +280,7 @@ static void send(ak_ask *a) {
     return;
   }
   tp_header *h = ar_alloc(&a->turn_arena, sizeof *h * (size_t)(r.nheaders ? r.nheaders : 1));
-  if (!h) { ak_fail(a, LE_ASK_PROVIDER_ERROR, 0, "out of memory"); return; }
+  if (!h) { fail(a, LE_ASK_PROVIDER_ERROR, "out of memory"); return; }
   for (int i = 0; i < r.nheaders; i++)
     h[i] = (tp_header){ r.headers[i].name, strlen(r.headers[i].name), r.headers[i].value, strlen(r.headers[i].value) };
   long long left = a->exchange_start + model_timeout(a) - now;
@@ -272,7 +290,7 @@ static void send(ak_ask *a) {
   tp_transport *tp = rt_transport(a->rt, err, sizeof err);
   if (tp) a->tp = tp_start(tp, &req, on_transfer_end, a->rt, err, sizeof err);
   if (!tp || !a->tp) {
-    ak_fail(a, LE_ASK_PROVIDER_ERROR, 0, "Agent '%s' cannot send the request to model '%s': %s", a->agent->name,
+    fail(a, LE_ASK_PROVIDER_ERROR, "Agent '%s' cannot send the request to model '%s': %s", a->agent->name,
             a->pm->name, err);
     return;
   }
@@ -310,13 +328,13 @@ static void exchange_failed(ak_ask *a, const ad_error *e) {
   int d = lua_gettop(T);
   if (e->status) { lua_pushinteger(T, e->status); lua_setfield(T, d, "status"); }
   if (e->type) { lua_pushstring(T, e->type); lua_setfield(T, d, "type"); }
-  lua_pushstring(T, pm_provider_names[a->pm->provider]);
+  lua_pushstring(T, ad_providers[a->pm->provider].name);
   lua_setfield(T, d, "provider");
   lua_pushinteger(T, a->attempt);
   lua_setfield(T, d, "attempts");
   le_push(T, le_name(e->code), msg, e->retryable, d);
   lua_remove(T, d);
-  ak_fail_top(a);
+  fail_top(a);
 }
 
 /* The transfer ended: a turn, or a failed exchange. */
@@ -328,27 +346,27 @@ static void received(ak_ask *a) {
     e.code = res->code == TP_HTTP_TIMEOUT ? LE_ASK_TIMEOUT : res->code == TP_HTTP_TOO_LARGE ? LE_ASK_RESPONSE_INVALID
                                                                                            : LE_ASK_PROVIDER_ERROR;
     e.retryable = res->code == TP_HTTP_TIMEOUT || res->retryable;
-    snprintf(msg, sizeof msg, "Model '%s' (%s): %s", a->pm->name, pm_provider_names[a->pm->provider], res->message);
+    snprintf(msg, sizeof msg, "Model '%s' (%s): %s", a->pm->name, ad_providers[a->pm->provider].name, res->message);
     e.message = msg;
     exchange_failed(a, &e);
     return;
   }
   ad_header *h = ar_alloc(&a->turn_arena, sizeof *h * (res->n_headers ? res->n_headers : 1));
-  if (!h) { ak_fail(a, LE_ASK_RESPONSE_INVALID, 0, "out of memory"); return; }
+  if (!h) { fail(a, LE_ASK_RESPONSE_INVALID, "out of memory"); return; }
   for (size_t i = 0; i < res->n_headers; i++) h[i] = (ad_header){ res->headers[i].name, res->headers[i].value };
   ad_response r = { (int)res->status, h, (int)res->n_headers, res->body, res->body_len, pl_wall_ms(a->T, a->pg) };
   if (a->pg->record && rc_record(a->pg->record, &a->req, &r, a->model.api_key, msg, sizeof msg) != 0)
-    fprintf(stderr, "luma: %s\n", msg);
+    st_warn(a->T, a->pg, msg);
   respond(a, &r);
 }
 
-/* A response, from the transfer or a recording: a turn, or a failed exchange. */
 /* A provider's count added to a total (both >= 0), held at LLONG_MAX:
    the counts are not trusted. */
 static long long count_held(long long total, long long n) {
   return n > LLONG_MAX - total ? LLONG_MAX : total + n;
 }
 
+/* A response, from the transfer or a recording: a turn, or a failed exchange. */
 static void respond(ak_ask *a, const ad_response *r) {
   ad_error e = { LE_ASK_PROVIDER_ERROR, 0, NULL, NULL, 0, -1 };
   if (!ad_parse(&a->model, r, &a->turn_arena, &a->turn, &e)) {
@@ -360,28 +378,28 @@ static void respond(ak_ask *a, const ad_response *r) {
   if (a->turn.input_tokens > 0) a->input_tokens = count_held(a->input_tokens, a->turn.input_tokens);
   if (a->turn.output_tokens > 0) a->output_tokens = count_held(a->output_tokens, a->turn.output_tokens);
   /* calls are read from the content, whatever the stop reason says */
-  if (a->turn.ncalls > 0) ak_begin_tools(a);
-  else ak_answer(a);
+  if (a->turn.ncalls > 0) move(a, ak_begin_tools(a), AK_TOOLS);
+  else answer(a);
 }
 
 /* The final answer: JSON of the ask's schema, else a re-ask or an error. */
-void ak_answer(ak_ask *a) {
+static void answer(ak_ask *a) {
   lua_State *T = a->T;
   const ad_turn *t = &a->turn;
   const char *who = a->agent->name;
   switch (t->stop) {
     case AD_STOP_REFUSAL:
-      if (t->refusal) ak_fail(a, LE_ASK_REFUSED, 0, "Agent '%s': the model refused: %s", who, t->refusal);
-      else ak_fail(a, LE_ASK_REFUSED, 0, "Agent '%s': the model refused, and gave no reason (%s).", who,
+      if (t->refusal) fail(a, LE_ASK_REFUSED, "Agent '%s': the model refused: %s", who, t->refusal);
+      else fail(a, LE_ASK_REFUSED, "Agent '%s': the model refused, and gave no reason (%s).", who,
                    t->stop_reason ? t->stop_reason : "refusal");
       return;
     case AD_STOP_FILTER:
     case AD_STOP_BLOCKED:
-      ak_fail(a, LE_ASK_BLOCKED, 0, "Agent '%s': the provider's safety filter blocked the %s (%s).", who,
+      fail(a, LE_ASK_BLOCKED, "Agent '%s': the provider's safety filter blocked the %s (%s).", who,
               t->stop == AD_STOP_BLOCKED ? "prompt" : "answer", t->stop_reason ? t->stop_reason : "no reason given");
       return;
     case AD_STOP_LENGTH:
-      ak_fail(a, LE_ASK_TRUNCATED, 0, "Agent '%s': the model's answer was cut at its token limit%s.", who,
+      fail(a, LE_ASK_TRUNCATED, "Agent '%s': the model's answer was cut at its token limit%s.", who,
               a->pm->max_tokens > 0 ? " (max_tokens)" : "");
       return;
     default:
@@ -446,7 +464,7 @@ void ak_answer(ak_ask *a) {
   if (t->text) lua_pushlstring(T, t->text, t->text_len); else lua_pushnil(T);
   lua_setfield(T, -2, "answer");
   lua_pop(T, 1);
-  ak_fail_top(a);
+  fail_top(a);
 }
 
 /* ------------------------------------------------------- the machine */
@@ -461,12 +479,12 @@ static void run_states(ak_ask *a) {
     if (__atomic_load_n(&a->cancelled, __ATOMIC_ACQUIRE) && a->state < AK_END) {
       if (a->tp) { tp_release(a->tp); a->tp = NULL; }
       if (!ak_cancel_tools(a)) return;   /* the tools stop first */
-      ak_fail(a, LE_ASK_CANCELLED, 0, "Agent '%s': the ask was cancelled.", a->agent->name);
+      fail(a, LE_ASK_CANCELLED, "Agent '%s': the ask was cancelled.", a->agent->name);
     }
     switch (a->state) {
       case AK_START: {
         int r = prepare(a);
-        if (r < 0) ak_fail(a, LE_ASK_PROVIDER_ERROR, 0, "out of memory");
+        if (r < 0) fail(a, LE_ASK_PROVIDER_ERROR, "out of memory");
         else if (r == 0) a->state = AK_SEND;
         break;
       }
@@ -480,9 +498,12 @@ static void run_states(ak_ask *a) {
         if (pl_mono_ms(a->T, a->pg) < a->wake_at) return;
         a->state = AK_SEND;
         break;
-      case AK_TOOLS:
-        if (!ak_step_tools(a)) return;
+      case AK_TOOLS: {
+        st_verdict v = ak_step_tools(a);
+        if (v.kind == SV_WAIT) return;
+        move(a, v, AK_SEND);
         break;
+      }
       case AK_END: end(a); return;
       default: return;
     }

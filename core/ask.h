@@ -22,7 +22,10 @@
 
 #include "pipeline.h"
 
+#ifndef LUMA_AK_ASK_T
+#define LUMA_AK_ASK_T
 typedef struct ak_ask ak_ask;
+#endif
 
 typedef struct ak_params {
   const char *prompt;         /* the user's text */

@@ -1,15 +1,21 @@
-/* What the ask's units share: the ask itself (ask.c: requests and answers;
-   asktools.c: the model's tool calls and the ask's telemetry event). */
+/* What the ask's units share: the ask's record (ask.c: its state machine,
+   requests and answers; asktools.c: the model's tool calls and the ask's
+   telemetry event). Types only: ask.c alone moves the ask's state. */
 #ifndef LUMA_ASKINT_H
 #define LUMA_ASKINT_H
 
 #include <stdint.h>
 
 #include "adapter.h"
-#include "ask.h"
 #include "call.h"
 #include "errors.h"
+#include "pipeline.h"
 #include "runtime.h"
+
+#ifndef LUMA_AK_ASK_T
+#define LUMA_AK_ASK_T
+typedef struct ak_ask ak_ask;   /* ask.h's handle */
+#endif
 
 /* The ask's one value on its thread: the answer, or the error. */
 enum { AK_VALUE = 1, AK_NVALUES = 1 };
@@ -72,25 +78,5 @@ struct ak_ask {
   int fatal;                  /* a slot whose error ends the ask, + 1; 0: none */
   unsigned long long rng;
 };
-
-/* Stores an error (a catalogue code, the message, details at that stack
-   index or 0) as the outcome, and ends the ask. */
-void ak_fail(ak_ask *a, le_code code, int details, const char *fmt, ...)
-#if defined(__GNUC__)
-  __attribute__((format(printf, 4, 5)))
-#endif
-  ;
-/* The error on top becomes the outcome. */
-void ak_fail_top(ak_ask *a);
-void ak_answer(ak_ask *a);
-
-/* asktools.c */
-void ak_begin_tools(ak_ask *a);
-/* 1 once every call of the turn answered (the state moved on), 0 to wait. */
-int ak_step_tools(ak_ask *a);
-/* Cancels the turn's calls; 1 once none is left running. */
-int ak_cancel_tools(ak_ask *a);
-void ak_drop_slots(ak_ask *a);
-void ak_emit(ak_ask *a);
 
 #endif

@@ -1,18 +1,20 @@
 /* The model's tool calls of one turn: each through the one pipeline, up to
    the agent's tool_concurrency at once, each with exactly one result for the
    model; and the ask's telemetry event. */
-#include "askint.h"
+#include "asktools.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "callint.h"
 #include "compat.h"
+#include "drive.h"
 #include "json.h"
 #include "lcall.h"
 #include "ljson.h"
 #include "luma_limits.h"
-#include "steps.h"
+#include "telemetry.h"
 #include "utf8.h"
 
 /* Errors the model can correct by calling again differently: they go back
@@ -82,24 +84,22 @@ static void prepare_slot(ak_ask *a, int i) {
   s->call = c;
 }
 
-void ak_begin_tools(ak_ask *a) {
+st_verdict ak_begin_tools(ak_ask *a) {
   const ad_turn *t = &a->turn;
   ad_conv_turn(&a->conv, t);
   a->tool_calls += t->ncalls;
   a->rate_used += t->ncalls;
   long long limit = a->agent->tool_rate_limit;
-  if (limit >= 0 && a->rate_used > limit) {
-    ak_fail(a, LE_ASK_TOOL_LIMIT, 0,
-            "Agent '%s': the model asked for %d tool calls in this ask, more than its tool_rate_limit of %lld.",
-            a->agent->name, a->rate_used, limit);
-    return;
-  }
+  if (limit >= 0 && a->rate_used > limit)
+    return st_fail(a->T, LE_ASK_TOOL_LIMIT,
+                   "Agent '%s': the model asked for %d tool calls in this ask, more than its tool_rate_limit of %lld.",
+                   a->agent->name, a->rate_used, limit);
   a->slots = calloc((size_t)t->ncalls, sizeof *a->slots);
-  if (!a->slots) { ak_fail(a, LE_ASK_PROVIDER_ERROR, 0, "out of memory"); return; }
+  if (!a->slots) return st_fail(a->T, LE_ASK_PROVIDER_ERROR, "out of memory");
   a->nslots = t->ncalls;
   a->fatal = 0;
   for (int i = 0; i < t->ncalls; i++) prepare_slot(a, i);
-  a->state = AK_TOOLS;
+  return sv_next();
 }
 
 /* The result of a call that is done, as JSON text for the model, cut at the
@@ -162,7 +162,7 @@ static void collect(ak_ask *a, int i) {
   keep(s, &b, !ok);
 }
 
-int ak_step_tools(ak_ask *a) {
+st_verdict ak_step_tools(ak_ask *a) {
   a->starting = 0;
   long long conc = a->agent->tool_concurrency > 0 ? a->agent->tool_concurrency : 1;
   int running = 0, answered = 0;
@@ -192,27 +192,22 @@ int ak_step_tools(ak_ask *a) {
   if (a->fatal && answered < a->nslots)
     for (int i = 0; i < a->nslots; i++)
       if (a->slots[i].started && !a->slots[i].answered) cl_cancel(a->slots[i].call);
-  if (answered < a->nslots) return 0;
+  if (answered < a->nslots) return sv_is(SV_WAIT);
   if (a->fatal) {
-    /* the outcome already holds the error that ended it */
-    lua_State *T = a->T;
-    lua_pushstring(T, a->agent->name);
-    lua_setfield(T, AK_VALUE, "agent");
-    a->ok = 0;
-    a->state = AK_END;
+    /* the error that ended it was kept in the outcome's place */
     ak_drop_slots(a);
-    return 1;
+    lua_pushvalue(a->T, AK_VALUE);
+    return sv_is(SV_ERROR);
   }
   ad_result *r = calloc((size_t)a->nslots, sizeof *r);
-  if (!r) { ak_fail(a, LE_ASK_PROVIDER_ERROR, 0, "out of memory"); return 1; }
+  if (!r) return st_fail(a->T, LE_ASK_PROVIDER_ERROR, "out of memory");
   for (int i = 0; i < a->nslots; i++) r[i] = (ad_result){ a->slots[i].content, a->slots[i].len, a->slots[i].is_error };
   ad_conv_results(&a->conv, &a->turn, r);
   free(r);
   ak_drop_slots(a);
   a->tool_rounds++;
-  a->state = ad_conv_ok(&a->conv) ? AK_SEND : AK_END;
-  if (a->state == AK_END) ak_fail(a, LE_ASK_PROVIDER_ERROR, 0, "out of memory");
-  return 1;
+  if (!ad_conv_ok(&a->conv)) return st_fail(a->T, LE_ASK_PROVIDER_ERROR, "out of memory");
+  return sv_next();
 }
 
 int ak_cancel_tools(ak_ask *a) {
@@ -259,7 +254,7 @@ void ak_emit(ak_ask *a) {
   lua_setfield(T, e, "agent");
   lua_pushstring(T, a->pm->model ? a->pm->model : a->pm->deployment);
   lua_setfield(T, e, "model");
-  lua_pushstring(T, pm_provider_names[a->pm->provider]);
+  lua_pushstring(T, ad_providers[a->pm->provider].name);
   lua_setfield(T, e, "provider");
   lua_pushinteger(T, a->turns);
   lua_setfield(T, e, "turns");

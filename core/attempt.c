@@ -1,9 +1,11 @@
-/* Step 10: the handler's attempts. A host handler (program:register) runs
+/* STEP_RUN (steps.h): the handler's attempts. A host handler (program:register) runs
    here, on the driver's thread, in the home state; a module's handler runs
    in a state of its module, as a job of the runtime's pool. A retryable
    error is tried again after the backoff, as a timer of the call, never a
    sleep; no attempt starts past the deadline. */
-#include "steps.h"
+#include "attempt.h"
+
+#include "pipeline.h"
 
 #include <limits.h>
 #include <string.h>
@@ -11,6 +13,8 @@
 #include <lauxlib.h>
 
 #include "lerror.h"
+#include "policy.h"
+#include "runtime.h"
 
 /* A call that finds every state of its module busy looks again this soon. */
 #define ST_STATE_WAIT_MS 2
@@ -37,28 +41,24 @@ static long long backoff_ms(const pm_tool *t, int attempt) {
   }
 }
 
-static int timed_out(lua_State *T, cl_call *c) {
-  return st_fail_fixed(T, c, LE_TOOL_TIMEOUT, c->t->name, c->timeout);
+static st_verdict timed_out(lua_State *T, cl_call *c) {
+  return st_fail(T, LE_TOOL_TIMEOUT, le_template(LE_TOOL_TIMEOUT), c->t->name, c->timeout);
 }
 
 /* After an attempt, whose outcome is on top: done, or tried again later. */
-static void after_attempt(lua_State *T, cl_call *c, int status) {
+static st_verdict after_attempt(lua_State *T, cl_call *c, int status) {
   const pm_tool *t = c->t;
-  c->state = CS_FINISH;
-  if (__atomic_load_n(&c->cancelled, __ATOMIC_ACQUIRE)) {
-    st_fail_fixed(T, c, LE_TOOL_CANCELLED, t->name);
-    return;
-  }
-  if (status == 0) { st_ok_top(T, c); return; }
-  st_fail_top(T, c);
-  if (!st_error_retryable(T, CV_VALUE) || strcmp(st_error_code(T, CV_VALUE), "TOOL_TIMEOUT") == 0 ||
-      c->ev.attempts > t->retries)
-    return;
+  if (__atomic_load_n(&c->cancelled, __ATOMIC_ACQUIRE))
+    return st_fail(T, LE_TOOL_CANCELLED, le_template(LE_TOOL_CANCELLED), t->name);
+  if (status == 0) return sv_is(SV_RESULT);
+  st_verdict v = st_fail_top(T);
+  int e = lua_gettop(T);
+  if (!st_error_retryable(T, e) || strcmp(st_error_code(T, e), "TOOL_TIMEOUT") == 0 || c->ev.attempts > t->retries)
+    return v;
   long long now = pl_mono_ms(T, c->pg), wait = backoff_ms(t, c->ev.attempts);
   /* a wait past the deadline would see the signal fire: stop here */
-  if (wait >= c->deadline - now) return;
-  c->wake_at = now + wait;
-  c->state = wait > 0 ? CS_BACKOFF : CS_RUN;
+  if (wait >= c->deadline - now) return v;
+  return wait > 0 ? sv_at(SV_BACKOFF, now + wait) : sv_is(SV_RETRY);
 }
 
 /* The host's signal: a table whose fields say whether the deadline passed. */
@@ -69,15 +69,16 @@ static int host_signal_check(lua_State *L) {
 }
 
 /* One attempt of a handler registered from the host: it runs in the home
-   state, so only its signal and the time it took bound it. */
-static int run_host(lua_State *T, cl_call *c, long long timeout_ms) {
+   state, so only its signal and the time it took bound it. SV_NEXT: it
+   returned, with its result on top; SV_ERROR: it failed. */
+static st_verdict run_host(lua_State *T, cl_call *c, long long timeout_ms) {
   const pm_tool *t = c->t;
   char why[200];
   pl_push_anchor(T, c->pg, "host");
   lua_getfield(T, -1, t->name);
   lua_remove(T, -2);
   if (sx_copy(T, CV_INPUT, T, &c->pg->limits, why, sizeof why) != 0)
-    return st_fail(T, c, LE_TOOL_INPUT_INVALID, "%s.input cannot be passed to the handler: %s", t->name, why);
+    return st_fail(T, LE_TOOL_INPUT_INVALID, "%s.input cannot be passed to the handler: %s", t->name, why);
   lua_createtable(T, 0, 3);
   lua_pushboolean(T, 0);
   lua_setfield(T, -2, "aborted");
@@ -87,7 +88,7 @@ static int run_host(lua_State *T, cl_call *c, long long timeout_ms) {
   long long start = pl_mono_ms(T, c->pg);
   if (rt_enter(c->rt) != 0) {
     lua_pop(T, 4);
-    return st_fail(T, c, LE_TOOL_FAILED, "Tool '%s' was called from handlers nested too deeply.", t->name);
+    return st_fail(T, LE_TOOL_FAILED, "Tool '%s' was called from handlers nested too deeply.", t->name);
   }
   int status = lua_pcall(T, 3, 1, 0);
   rt_leave(c->rt);
@@ -96,16 +97,16 @@ static int run_host(lua_State *T, cl_call *c, long long timeout_ms) {
     lua_pop(T, 1);
     return timed_out(T, c);
   }
-  if (status == LUA_OK) return 0;
+  if (status == LUA_OK) return sv_next();
   int e = lua_gettop(T);
-  if (le_is_error(T, e)) return -1;
+  if (le_is_error(T, e)) return sv_is(SV_ERROR);
   if (lua_type(T, e) != LUA_TSTRING) {
     lua_pop(T, 1);
     lua_pushfstring(T, "Tool '%s' raised a %s value.", t->name, luaL_typename(T, e));
   }
   le_push_code(T, LE_TOOL_FAILED, lua_tostring(T, -1), 0);
   lua_remove(T, -2);
-  return -1;
+  return sv_is(SV_ERROR);
 }
 
 void st_job_run(wp_job *job) {
@@ -117,11 +118,11 @@ void st_job_run(wp_job *job) {
   sx_execute(c->sx, &c->run, 1);
 }
 
-static void make_ready(cl_call *c);
+static st_verdict make_ready(cl_call *c);
 
 /* The handler's job becomes ready (or it runs here, for a lone blocking
    call): c holds state s of module m. */
-static void run_on(lua_State *T, cl_call *c, sx_module *m, sx_state *s, long long left) {
+static st_verdict run_on(lua_State *T, cl_call *c, sx_module *m, sx_state *s, long long left) {
   const pm_tool *t = c->t;
   pl_program *pg = c->pg;
   sx_retain(m);
@@ -140,39 +141,33 @@ static void run_on(lua_State *T, cl_call *c, sx_module *m, sx_state *s, long lon
   if (c->inline_ok) {
     /* the driver would only wait for it: it runs here */
     sx_execute(s, &c->run, 1);
-    st_collect(T, c);
-    return;
+    return st_collect(T, c);
   }
-  make_ready(c);
+  return make_ready(c);
 }
 
-static void make_ready(cl_call *c) {
+static st_verdict make_ready(cl_call *c) {
   c->job_ready = 1;
   c->job_done = 0;
   if (c->gate) (*c->gate)++;
-  c->state = CS_HANDLER;
+  return sv_is(SV_HANDLER);
 }
 
 /* No state for the call: its module was closed, or none was free in time. */
-static void no_state(lua_State *T, cl_call *c, sx_module *m, const char *why) {
-  if (sx_closed(m)) st_module_closed(T, c);
-  else st_fail(T, c, LE_TOOL_TIMEOUT, "Tool '%s' could not run: %s.", c->t->name, why);
-  c->state = CS_FINISH;
+static st_verdict no_state(lua_State *T, cl_call *c, sx_module *m, const char *why) {
+  if (sx_closed(m)) return st_module_closed(T, c);
+  return st_fail(T, LE_TOOL_TIMEOUT, "Tool '%s' could not run: %s.", c->t->name, why);
 }
 
-void st_attempt(lua_State *T, cl_call *c) {
+st_verdict st_attempt(lua_State *T, cl_call *c) {
   const pm_tool *t = c->t;
   pl_program *pg = c->pg;
   long long now = pl_mono_ms(T, pg), left = c->deadline - now;
   c->ev.attempts++;
-  if (left <= 0 && !c->queued_at) {
-    timed_out(T, c);
-    c->state = CS_FINISH;
-    return;
-  }
+  if (left <= 0 && !c->queued_at) return timed_out(T, c);
   if (pg->kind[t->index] == PL_HOST) {
-    after_attempt(T, c, run_host(T, c, left));
-    return;
+    st_verdict v = run_host(T, c, left);
+    return after_attempt(T, c, v.kind == SV_NEXT ? 0 : -1);
   }
   sx_module *m = pg->module[t->index];
   char why[200];
@@ -192,8 +187,7 @@ void st_attempt(lua_State *T, cl_call *c) {
       c->making = 1;
       c->made = NULL;
       c->make_deadline_ns = sx_now_ns() + left * 1000000LL;
-      make_ready(c);
-      return;
+      return make_ready(c);
     }
     s = sx_make(m, sx_now_ns() + left * 1000000LL, why, sizeof why);
   }
@@ -204,19 +198,16 @@ void st_attempt(lua_State *T, cl_call *c) {
         /* every state is busy: not an attempt yet; it waits its turn at most
            its timeout, and the time it waits does not count against it */
         c->ev.attempts--;
-        c->wake_at = now + ST_STATE_WAIT_MS;
-        c->state = CS_STATE_WAIT;
-        return;
+        return sv_at(SV_WAIT, now + ST_STATE_WAIT_MS);
       }
     }
-    no_state(T, c, m, why);
-    return;
+    return no_state(T, c, m, why);
   }
-  run_on(T, c, m, s, left);
+  return run_on(T, c, m, s, left);
 }
 
 /* The job that made a state is done: the handler's job follows. */
-static void made(lua_State *T, cl_call *c) {
+static st_verdict made(lua_State *T, cl_call *c) {
   sx_module *m = c->module;
   sx_state *s = c->made;
   c->making = 0;
@@ -224,16 +215,17 @@ static void made(lua_State *T, cl_call *c) {
   c->module = NULL;
   c->job_done = 0;
   long long left = c->deadline - pl_mono_ms(T, c->pg);
+  st_verdict v;
   if (!s) {
-    no_state(T, c, m, c->make_why);
+    v = no_state(T, c, m, c->make_why);
   } else if (left <= 0) {
     sx_release(s);
-    timed_out(T, c);
-    c->state = CS_FINISH;
+    v = timed_out(T, c);
   } else {
-    run_on(T, c, m, s, left);
+    v = run_on(T, c, m, s, left);
   }
   sx_unref(m);
+  return v;
 }
 
 static void give_back(cl_call *c) {
@@ -260,8 +252,8 @@ void st_abandon(cl_call *c) {
   give_back(c);
 }
 
-void st_collect(lua_State *T, cl_call *c) {
-  if (c->making) { made(T, c); return; }
+st_verdict st_collect(lua_State *T, cl_call *c) {
+  if (c->making) return made(T, c);
   int status = sx_collect(c->sx, T, &c->run);
   give_back(c);
   c->job_done = 0;
@@ -269,9 +261,7 @@ void st_collect(lua_State *T, cl_call *c) {
     /* the handler had what was left of the deadline; the message names the
        tool's timeout, as the specification writes it */
     lua_pop(T, 1);
-    timed_out(T, c);
-    c->state = CS_FINISH;
-    return;
+    return timed_out(T, c);
   }
-  after_attempt(T, c, status);
+  return after_attempt(T, c, status);
 }

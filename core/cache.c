@@ -1,4 +1,4 @@
-/* Step 8: the cache (cache: true), keyed by the tool's name and its input's
+/* STEP_CACHE (steps.h): the cache (cache: true), keyed by the tool's name and its input's
    canonical JSON; and single flight: a call whose key matches a call in
    flight shares that call's run.
 
@@ -8,7 +8,9 @@
    the hash of the canonical input, and a process that finds the entry being
    computed by another waits for it (single flight across processes). A store
    that cannot be reached or read is passed by: the call runs uncached. */
-#include "steps.h"
+#include "cache.h"
+
+#include "pipeline.h"
 
 #include "luma_limits.h"
 
@@ -53,7 +55,7 @@ static cl_call *leader_for(lua_State *T, cl_call *c) {
 }
 
 /* The cache_store's answer for the key in c->chash (see st_cache_lookup). */
-static int shared_lookup(lua_State *T, cl_call *c) {
+static st_verdict shared_lookup(lua_State *T, cl_call *c) {
   pl_program *pg = c->pg;
   const pm_tool *t = c->t;
   char err[256];
@@ -62,44 +64,41 @@ static int shared_lookup(lua_State *T, cl_call *c) {
   switch (st) {
     case ID_RUN:
       c->cache_held = 1;
-      return 0;
+      return sv_next();
     case ID_REPLAY: {
       int read = lj_push_text(T, stored, strlen(stored), LIM_IDEM_MAX_DEPTH, err, sizeof err);
       free(stored);
-      if (!read) return 0;   /* an entry that cannot be read is a miss */
+      if (!read) return sv_next();   /* an entry that cannot be read is a miss */
       c->ev.cache_hit = 1;
-      st_ok_top(T, c);
-      return 1;
+      return sv_is(SV_RESULT);
     }
     case ID_WAIT: {
       long long now = pl_mono_ms(T, pg);
       if (now + ST_CACHE_WAIT_MS >= c->deadline)
-        return st_fail(T, c, LE_TOOL_TIMEOUT, "Tool '%s' timed out waiting for another process computing the same call.",
+        return st_fail(T, LE_TOOL_TIMEOUT, "Tool '%s' timed out waiting for another process computing the same call.",
                        t->name);
-      c->wake_at = now + ST_CACHE_WAIT_MS;
-      c->state = CS_CACHE_WAIT;
-      return 0;
+      return sv_at(SV_WAIT, now + ST_CACHE_WAIT_MS);
     }
     default:
-      return 0;   /* unavailable, or failing: the call runs uncached */
+      return sv_next();   /* unavailable, or failing: the call runs uncached */
   }
 }
 
-int st_cache_lookup(lua_State *T, cl_call *c) {
-  if (!c->t->cache) return 0;
+st_verdict st_cache_lookup(lua_State *T, cl_call *c) {
+  if (!c->t->cache) return sv_next();
   /* a call that polls another process's entry (CS_CACHE_WAIT) looks again
      with the key and hash it made the first time */
   if (lua_isnil(T, CV_CKEY)) {
     push_key(T, c->t);
     lua_replace(T, CV_CKEY);
-    if (lua_isnil(T, CV_CKEY)) return 0;
+    if (lua_isnil(T, CV_CKEY)) return sv_next();
   }
   cl_call *lead = leader_for(T, c);
   if (lead) {
     c->leader = lead;
     lead->refs++;
     c->ev.single_flight = 1;
-    return 1;
+    return sv_is(SV_FOLLOW);
   }
   if (c->pg->cache) {
     if (!c->chash[0]) {
@@ -115,10 +114,9 @@ int st_cache_lookup(lua_State *T, cl_call *c) {
   char err[200];
   if (!lua_isnil(T, -1) && sx_copy(T, -1, T, &c->pg->limits, err, sizeof err) == 0) {
     c->ev.cache_hit = 1;
-    st_ok_top(T, c);
-    return 1;
+    return sv_is(SV_RESULT);
   }
-  return 0;
+  return sv_next();
 }
 
 void st_cache_release(cl_call *c) {

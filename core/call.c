@@ -1,93 +1,29 @@
-/* The call's state machine: each state, what moves it on, and where it waits. */
-#include "steps.h"
+/* The call's state machine: each state, what moves it on, and where it
+   waits. The steps (steps.h) return verdicts; only this file moves a call's
+   state or sets its outcome. */
+#include "call.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <lauxlib.h>
 
-#include "compat.h"
+#include "attempt.h"
+#include "breaker.h"
+#include "cache.h"
+#include "callint.h"
 #include "idem.h"
-#include "lcall.h"
-#include "lerror.h"
+#include "idempotent.h"
 #include "ljson.h"
-
-/* ---------------------------------------------------------- errors */
-
-static int set_failed(lua_State *T, cl_call *c) {
-  lua_pushstring(T, c->t->name);
-  lua_setfield(T, -2, "tool");
-  lua_replace(T, CV_VALUE);
-  c->ok = 0;
-  return -1;
-}
-
-int st_fail(lua_State *T, cl_call *c, le_code code, const char *fmt, ...) {
-  char msg[600];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  le_push_code(T, code, msg, 0);
-  return set_failed(T, c);
-}
-
-int st_fail_fixed(lua_State *T, cl_call *c, le_code code, ...) {
-  char msg[600];
-  va_list ap;
-  va_start(ap, code);
-  le_vformat(msg, sizeof msg, code, ap);
-  va_end(ap);
-  le_push_code(T, code, msg, 0);
-  return set_failed(T, c);
-}
-
-int st_fail_msg(lua_State *T, cl_call *c, le_msg m, ...) {
-  char msg[600];
-  va_list ap;
-  va_start(ap, m);
-  le_code code = le_vformat_msg(msg, sizeof msg, m, ap);
-  va_end(ap);
-  le_push_code(T, code, msg, 0);
-  return set_failed(T, c);
-}
-
-int st_fail_top(lua_State *T, cl_call *c) {
-  if (!le_is_error(T, -1)) {
-    const char *msg = lua_type(T, -1) == LUA_TSTRING ? lua_tostring(T, -1) : "an error that is not a string";
-    le_push_code(T, LE_TOOL_FAILED, msg, 0);
-    lua_remove(T, -2);
-  }
-  return set_failed(T, c);
-}
-
-int st_fail_validation(lua_State *T, cl_call *c, le_code code, const lv_result *r) {
-  lv_push_error(T, le_name(code), r);
-  return set_failed(T, c);
-}
-
-void st_ok_top(lua_State *T, cl_call *c) {
-  lua_replace(T, CV_VALUE);
-  c->ok = 1;
-}
-
-const char *st_error_code(lua_State *T, int e) {
-  lua_pushstring(T, "code");
-  lc_rawget(T, e);
-  const char *code = lua_type(T, -1) == LUA_TSTRING ? lua_tostring(T, -1) : "TOOL_FAILED";
-  lua_pop(T, 1);  /* kept alive by the error */
-  return code;
-}
-
-int st_error_retryable(lua_State *T, int e) {
-  lua_pushstring(T, "retryable");
-  lc_rawget(T, e);
-  int r = lua_toboolean(T, -1);
-  lua_pop(T, 1);
-  return r;
-}
+#include "needs.h"
+#include "output.h"
+#include "pipeline.h"
+#include "policy.h"
+#include "runtime.h"
+#include "steps.h"
+#include "telemetry.h"
+#include "verdict.h"
 
 /* ------------------------------------------------------- lifecycle */
 
@@ -137,8 +73,7 @@ cl_call *cl_new(pl_program *pg, const pm_tool *t, pl_scope *scope, char *err, si
   return c;
 }
 
-/* Frees a call kept as a spare (pl_unref, when the program goes). */
-void cl_destroy(lua_State *L, cl_call *c) {
+static void destroy(lua_State *L, cl_call *c) {
   luaL_unref(L, LUA_REGISTRYINDEX, c->tref);
   free(c);
 }
@@ -173,7 +108,7 @@ void cl_release(cl_call *c) {
     pg->spare = c;
     pg->nspare++;
   } else {
-    cl_destroy(pg->L, c);
+    destroy(pg->L, c);
   }
   pl_unref(pg);
 }
@@ -202,45 +137,66 @@ int cl_ok(const cl_call *c) {
 
 /* ---------------------------------------------------------- states */
 
-/* Steps 1 to 7, and the deadline. */
+/* The value a verdict carries on top becomes the call's outcome. */
+static void take_outcome(lua_State *T, cl_call *c, sv_kind kind) {
+  if (kind != SV_RESULT) {
+    lua_pushstring(T, c->t->name);
+    lua_setfield(T, -2, "tool");
+  }
+  lua_replace(T, CV_VALUE);
+  c->ok = kind == SV_RESULT;
+}
+
+/* Moves the call on a step's verdict: to `next` when the step lets it go
+   on, to `wait` when the step says not yet. */
+static void move(lua_State *T, cl_call *c, st_verdict v, int next, int wait) {
+  switch (v.kind) {
+    case SV_NEXT: c->state = next; break;
+    case SV_RESULT:
+    case SV_ERROR: take_outcome(T, c, v.kind); c->state = CS_FINISH; break;
+    case SV_FOLLOW: c->state = CS_FOLLOW; break;
+    case SV_WAIT: c->wake_at = v.at; c->state = wait; break;
+    case SV_RETRY: take_outcome(T, c, SV_ERROR); c->state = CS_RUN; break;
+    case SV_BACKOFF: take_outcome(T, c, SV_ERROR); c->wake_at = v.at; c->state = CS_BACKOFF; break;
+    case SV_HANDLER: c->state = CS_HANDLER; break;
+  }
+}
+
+/* STEP_INPUT: the input fits the tool's parameters. */
+static st_verdict check_input(lua_State *T, cl_call *c) {
+  const pm_tool *t = c->t;
+  lv_result r;
+  int bad = lv_validate(c->pg->v, T, CV_INPUT, t->input, t->input->display, LV_INPUT, &r);
+  st_verdict v = bad ? st_fail_validation(T, LE_TOOL_INPUT_INVALID, &r) : sv_next();
+  lv_result_free(&r);
+  return v;
+}
+
+/* STEP_REGISTRY to STEP_NEEDS (the breaker's open state first), and the deadline. */
 static void start(lua_State *T, cl_call *c) {
   const pm_tool *t = c->t;
   c->start = pl_mono_ms(T, c->pg);
-  c->state = CS_FINISH;
-  if (st_breaker_open(T, c) != 0 || st_permissions(T, c) != 0) return;
-  lv_result r;
-  int bad = lv_validate(c->pg->v, T, CV_INPUT, t->input, t->input->display, LV_INPUT, &r);
-  if (bad) st_fail_validation(T, c, LE_TOOL_INPUT_INVALID, &r);
-  lv_result_free(&r);
-  if (bad || st_needs(T, c) != 0) return;
-  if (!lua_isnil(T, CV_NEEDS) && t->cache) {
-    st_fail_msg(T, c, LE_MSG_CACHE_WITH_NEEDS, t->name);
-    return;
+  st_verdict v = st_breaker_open(T, c);
+  if (v.kind == SV_NEXT) v = st_permissions(T, c);
+  if (v.kind == SV_NEXT) v = check_input(T, c);
+  if (v.kind == SV_NEXT) v = st_needs(T, c);
+  if (v.kind == SV_NEXT && !lua_isnil(T, CV_NEEDS) && t->cache)
+    v = st_fail(T, le_msg_code(LE_MSG_CACHE_WITH_NEEDS), le_msg_template(LE_MSG_CACHE_WITH_NEEDS), t->name);
+  if (v.kind == SV_NEXT) {
+    c->timeout = st_effective_timeout(c);
+    c->deadline = c->start + c->timeout;
   }
-  c->timeout = st_effective_timeout(c);
-  c->deadline = c->start + c->timeout;
-  c->state = CS_LOOKUP;
+  move(T, c, v, CS_LOOKUP, CS_START);
 }
 
-/* Steps 8 and 9. */
+/* STEP_CACHE and STEP_IDEMPOTENCY. */
 static void lookup(lua_State *T, cl_call *c) {
-  c->state = CS_FINISH;
-  int r = st_cache_lookup(T, c);
-  if (r != 0) {
-    if (c->leader) c->state = CS_FOLLOW;
+  st_verdict v = st_cache_lookup(T, c);
+  if (v.kind == SV_NEXT && c->t->idempotent) {
+    move(T, c, st_idem_lookup(T, c), CS_RUN, CS_IDEM_WAIT);
     return;
   }
-  if (c->state == CS_CACHE_WAIT) return;
-  if (c->t->idempotent) {
-    r = st_idem_lookup(T, c);
-    if (r < 0) return;
-    if (r > 0) {
-      if (c->leader) c->state = CS_FOLLOW;
-      return;
-    }
-    if (c->state == CS_IDEM_WAIT) return;
-  }
-  c->state = CS_RUN;
+  move(T, c, v, CS_RUN, CS_CACHE_WAIT);
 }
 
 /* A follower gets its own copy of its leader's outcome; a leader that was
@@ -253,7 +209,7 @@ static void follow(lua_State *T, cl_call *c) {
     c->ev.single_flight = c->ev.idempotent_replay = 0;
     c->state = CS_LOOKUP;
   } else {
-    st_follow(T, c, lead);
+    take_outcome(T, c, st_follow(T, c, lead).kind);
     c->state = CS_END;
   }
   cl_release(lead);
@@ -266,8 +222,7 @@ static void run_states(lua_State *T, cl_call *c) {
     if (cancelled(c) && c->state < CS_FINISH && !(c->state == CS_HANDLER && (c->job_out || c->job_done))) {
       if (c->state == CS_HANDLER) st_abandon(c);   /* a job made ready, never run */
       if (c->leader) { cl_release(c->leader); c->leader = NULL; }
-      st_fail_fixed(T, c, LE_TOOL_CANCELLED, c->t->name);
-      c->state = CS_FINISH;
+      move(T, c, st_fail(T, LE_TOOL_CANCELLED, le_template(LE_TOOL_CANCELLED), c->t->name), CS_FINISH, CS_FINISH);
     }
     switch (c->state) {
       case CS_START: start(T, c); break;
@@ -278,8 +233,7 @@ static void run_states(lua_State *T, cl_call *c) {
         break;
       case CS_IDEM_WAIT:
         if (pl_mono_ms(T, c->pg) < c->wake_at) return;
-        c->state = CS_FINISH;
-        if (st_idem_begin(T, c) == 0 && c->state == CS_FINISH) c->state = CS_RUN;
+        move(T, c, st_idem_begin(T, c), CS_RUN, CS_IDEM_WAIT);
         break;
       case CS_FOLLOW:
         follow(T, c);
@@ -291,19 +245,21 @@ static void run_states(lua_State *T, cl_call *c) {
         if (c->state != CS_RUN && pl_mono_ms(T, c->pg) < c->wake_at) return;
         c->state = CS_RUN;
         if (c->hold || (c->gate && *c->gate >= c->gate_limit)) return;
-        st_attempt(T, c);
+        move(T, c, st_attempt(T, c), CS_RUN, CS_STATE_WAIT);
         if (c->state == CS_HANDLER || c->state == CS_STATE_WAIT) return;
         break;
       case CS_HANDLER:
         if (!c->job_done) return;
-        st_collect(T, c);
+        move(T, c, st_collect(T, c), CS_RUN, CS_STATE_WAIT);
         break;
-      case CS_FINISH:
-        st_finish(T, c);
+      case CS_FINISH: {
+        st_verdict v = st_finish(T, c);
+        if (v.kind == SV_ERROR) take_outcome(T, c, SV_ERROR);
         c->state = CS_END;
         break;
+      }
       case CS_END:
-        if (!c->ok) st_count_failure(T, c);
+        if (!c->ok && st_count_failure(T, c).kind == SV_ERROR) take_outcome(T, c, SV_ERROR);
         st_emit(T, c);
         c->state = CS_DONE;
         unlink_call(c);
@@ -353,70 +309,6 @@ cl_status cl_step(cl_call *c, long long *wait_ms) {
       return CL_WAIT_TIMER;
     default: return CL_WAIT_HANDLER;
   }
-}
-
-/* -------------------------------------------------- the Lua binding */
-
-void lcl_put_input(lua_State *L, int idx, cl_call *c, int copy) {
-  lua_State *T = c->T;
-  idx = lc_absindex(L, idx);
-  if (copy) {
-    char why[200];
-    sx_limits lim = c->pg->limits;
-    if (sx_copy(L, idx, T, &lim, why, sizeof why) != 0) {
-      /* validation will say what is wrong with it */
-      lua_pushvalue(L, idx);
-      lua_xmove(L, T, 1);
-    }
-  } else {
-    lua_pushvalue(L, idx);
-    lua_xmove(L, T, 1);
-  }
-  lua_replace(T, CV_INPUT);
-}
-
-void lcl_put_scope_anchor(lua_State *L, int idx, cl_call *c) {
-  lua_pushvalue(L, idx);
-  lua_xmove(L, c->T, 1);
-  lua_replace(c->T, CV_SCOPE);
-}
-
-int lcl_take(lua_State *L, cl_call *c, st_event *ev) {
-  lua_pushvalue(c->T, CV_VALUE);
-  lua_pushvalue(c->T, CV_WARN);
-  lua_xmove(c->T, L, 2);
-  *ev = c->ev;
-  return c->ok;
-}
-
-void lcl_push_meta(lua_State *L, const st_event *ev, int warnings) {
-  int warned = warnings && !lua_isnil(L, warnings);
-  lua_createtable(L, 0, warned ? 5 : 4);   /* 4 fields fit 4 slots; a fifth takes 8 */
-  if (warned) {
-    lua_pushvalue(L, warnings);
-    lua_setfield(L, -2, "warnings");
-  }
-  lua_pushinteger(L, ev->attempts);
-  lua_setfield(L, -2, "attempts");
-  lua_pushboolean(L, ev->cache_hit);
-  lua_setfield(L, -2, "cache_hit");
-  lua_pushboolean(L, ev->single_flight);
-  lua_setfield(L, -2, "single_flight");
-  lua_pushboolean(L, ev->idempotent_replay);
-  lua_setfield(L, -2, "idempotent_replay");
-}
-
-int lcl_push_outcome(lua_State *L, cl_call *c) {
-  luaL_checkstack(L, 4, "returning a tool's result");
-  st_event ev;
-  int ok = lcl_take(L, c, &ev);
-  if (!ok) {
-    lua_pop(L, 1);
-    return -1;
-  }
-  lcl_push_meta(L, &ev, lua_gettop(L));
-  lua_remove(L, -2);
-  return 0;
 }
 
 int cl_set_input_json(cl_call *c, const char *json, size_t len, char *err, size_t errlen) {

@@ -23,7 +23,10 @@ struct pl_program;
 struct pl_scope;
 struct pm_tool;
 
+#ifndef LUMA_CL_CALL_T
+#define LUMA_CL_CALL_T
 typedef struct cl_call cl_call;
+#endif
 
 typedef enum { CL_DONE, CL_WAIT_HANDLER, CL_WAIT_TIMER } cl_status;
 
@@ -49,6 +52,9 @@ void cl_set_ask(cl_call *c, const char *ask_id);
 int cl_done(const cl_call *c);
 /* 1 when the call is done and succeeded. */
 int cl_ok(const cl_call *c);
+
+/* Drops a reference a driver (rt_start) or a follower took. */
+void cl_release(cl_call *c);
 
 /* Releases the caller's reference. A call whose handler is still running
    is cancelled and freed when the handler returns. */

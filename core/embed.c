@@ -13,6 +13,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "luma.h"
+#include "lcore.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -28,6 +29,7 @@
 
 #include "luafiles.h"
 #include "lruntime.h"
+#include "luma_limits.h"
 #include "runtime.h"
 #include "sandbox.h"
 
@@ -250,8 +252,8 @@ luma_runtime *luma_new(const luma_options *o, luma_error *err) {
     set_error(err, "INVALID_ARGUMENT", "luma_new: sleep_ms needs now_ms (the clock it sleeps on)");
     return NULL;
   }
-  if (o && o->workers > 256) {
-    set_error(err, "INVALID_ARGUMENT", "luma_new: workers must be at most 256, not %d", o->workers);
+  if (o && o->workers > LIM_MAX_WORKERS) {
+    set_error(err, "INVALID_ARGUMENT", "luma_new: workers must be at most %d, not %d", LIM_MAX_WORKERS, o->workers);
     return NULL;
   }
   luma_runtime *rt = calloc(1, sizeof *rt);
@@ -581,7 +583,8 @@ int luma_fd(luma_runtime *rt) {
 }
 
 int luma_ready(const luma_call *c) {
-  return c && __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != LUMA_PENDING;
+  if (!c) return LUMA_FAILED;
+  return __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != LUMA_PENDING;
 }
 
 int luma_wait(luma_call *c, long long timeout_ms) {
@@ -594,7 +597,7 @@ int luma_wait(luma_call *c, long long timeout_ms) {
     lock(rt);
     poll_locked(rt, &wait);
     unlock(rt);
-    if (luma_ready(c)) return 1;
+    if (luma_ready(c) == 1) return 1;
     long long now = mono_ms();
     if (end >= 0 && now >= end) return 0;
     if (end >= 0 && (wait < 0 || wait > end - now)) wait = end - now;

@@ -15,7 +15,7 @@
 #include <lualib.h>
 
 #include "lineedit.h"
-#include "luma.h"
+#include "lcore.h"
 
 #ifndef LUMA_LUADIR
 #define LUMA_LUADIR "/usr/local/share/lua/5.4"

@@ -1,17 +1,18 @@
 /*
  * The idempotency stores (idem.h): the store handle and its dispatch to a
- * back end, the records and their table, the decisions of a begin and a
- * commit, and the memory store. The file store's format and locking are in
- * idem_file.c; sqlite and redis are back ends with ops (idemint.h).
+ * back end's ops (idemint.h), what the back ends share, the records' table
+ * with the decisions of a begin and a commit (the memory and file stores keep
+ * their records in one), and the memory store. The other back ends are
+ * idem_file.c, idem_sqlite.c and idem_redis.c.
  */
 #define _DEFAULT_SOURCE
 
-#include "idem.h"
-#include "idem_store.h"
+#include "idemint.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -225,7 +226,7 @@ int id_check_args(const char *tool, const char *key, size_t keylen, const char *
 }
 
 /* "tool NUL key", malloc'd. */
-static char *ck_make(const char *tool, const char *key, size_t keylen, size_t *len) {
+char *id_rec_key(const char *tool, const char *key, size_t keylen, size_t *len) {
   size_t tl = strlen(tool);
   char *k = malloc(tl + 1 + keylen);
   if (!k) return NULL;
@@ -279,13 +280,13 @@ int id_pid_alive(long long pid, long long want_start) {
   return want_start == 0 || start == want_start;
 }
 
-int id_owner_alive(const id_store *s, const id_rec *r) {
-  if (!s->start) return r->pid > 0 && r->pid <= INT_MAX && !(kill((pid_t)r->pid, 0) == -1 && errno == ESRCH);
+int id_owner_alive(const id_owner *me, const id_rec *r) {
+  if (!me->start) return r->pid > 0 && r->pid <= INT_MAX && !(kill((pid_t)r->pid, 0) == -1 && errno == ESRCH);
   return id_pid_alive(r->pid, r->start);
 }
 
-static int owned_here(const id_store *s, const id_rec *r) {
-  return !s->file || (r->pid == (long long)s->pid && r->start == s->start && strcmp(r->token, s->token) == 0);
+static int owned_here(const id_owner *me, const id_rec *r) {
+  return !me->shared || (r->pid == (long long)me->pid && r->start == me->start && strcmp(r->token, me->token) == 0);
 }
 
 long long id_add_ttl(long long now, long long ttl) {
@@ -294,16 +295,16 @@ long long id_add_ttl(long long now, long long ttl) {
 
 /* A record that can no longer answer is absent: expired, or claimed by a
    process that died. */
-static id_rec *live_find(id_store *s, const char *k, size_t klen, long long now) {
-  id_rec *r = id_tb_find(&s->t, k, klen);
-  if (r && !r->pending && r->expires_at <= now) { id_tb_drop(&s->t, r); r = NULL; }
-  if (r && r->pending && s->file && !id_owner_alive(s, r)) { id_tb_drop(&s->t, r); r = NULL; }
+static id_rec *live_find(id_table *t, const id_owner *me, const char *k, size_t klen, long long now) {
+  id_rec *r = id_tb_find(t, k, klen);
+  if (r && !r->pending && r->expires_at <= now) { id_tb_drop(t, r); r = NULL; }
+  if (r && r->pending && me->shared && !id_owner_alive(me, r)) { id_tb_drop(t, r); r = NULL; }
   return r;
 }
 
-static id_status decide_begin(id_store *s, const char *k, size_t klen, const char *hash, long long now,
-                              char **result, char *err, size_t errlen) {
-  id_rec *r = live_find(s, k, klen, now);
+id_status id_tb_begin(id_table *t, const id_owner *me, const char *k, size_t klen, const char *hash, long long now,
+                      char **result, char *err, size_t errlen) {
+  id_rec *r = live_find(t, me, k, klen, now);
   if (r) {
     if (memcmp(r->hash, hash, 64) != 0) return ID_CONFLICT;
     if (r->pending) return ID_WAIT;
@@ -317,90 +318,151 @@ static id_status decide_begin(id_store *s, const char *k, size_t klen, const cha
   if (!r) goto nomem;
   r->pending = 1;
   r->at = now;
-  r->pid = (long long)s->pid;
-  r->start = s->start;
-  memcpy(r->token, s->token, sizeof r->token);
-  if (!id_tb_add(&s->t, r)) { id_rec_free(r); goto nomem; }
+  r->pid = (long long)me->pid;
+  r->start = me->start;
+  memcpy(r->token, me->token, sizeof r->token);
+  if (!id_tb_add(t, r)) { id_rec_free(r); goto nomem; }
   return ID_RUN;
 nomem:
   seterr(err, errlen, "idempotency: out of memory");
   return ID_ERROR;
 }
 
-/* 1: stored, 0: a record with the same input was kept, -1: error. Takes
-   ownership of text on 1. */
-static int decide_commit(id_store *s, const char *tool, const char *k, size_t klen, const char *hash, char *text,
-                         size_t len, long long now, long long ttl, char *err, size_t errlen) {
-  id_rec *r = live_find(s, k, klen, now);
+int id_tb_commit(id_table *t, const id_owner *me, const char *tool, const char *k, size_t klen, const char *hash,
+                 const char *text, size_t len, long long now, long long ttl, char *err, size_t errlen) {
+  id_rec *r = live_find(t, me, k, klen, now);
   if (r && memcmp(r->hash, hash, 64) != 0) {
     seterr(err, errlen, "idempotency: tool '%s': the key is %s with another input", tool,
            r->pending ? "claimed" : "stored");
     return -1;
   }
   if (r && !r->pending) return 0;
-  if (!r) {
+  char *copy = malloc(len + 1);
+  if (copy && !r) {
     r = id_rec_new(k, klen, hash);
-    if (!r || !id_tb_add(&s->t, r)) {
+    if (!r || !id_tb_add(t, r)) {
       id_rec_free(r);
-      seterr(err, errlen, "idempotency: out of memory");
-      return -1;
+      r = NULL;
     }
   }
+  if (!copy || !r) {
+    free(copy);
+    seterr(err, errlen, "idempotency: out of memory");
+    return -1;
+  }
+  memcpy(copy, text, len);
+  copy[len] = '\0';
   r->pending = 0;
   r->at = now;
   r->expires_at = id_add_ttl(now, ttl);
-  r->result = text;
+  r->result = copy;
   r->result_len = len;
   r->pid = r->start = 0;
   r->token[0] = '\0';
   return 1;
 }
 
-static int enter(id_store *s, long long now, char *err, size_t errlen) {
-  pthread_mutex_lock(&s->lock);
-  if (!s->file || id_file_enter(s, now, err, errlen) == 0) return 0;
-  pthread_mutex_unlock(&s->lock);
-  return -1;
+int id_tb_release(id_table *t, const id_owner *me, const char *k, size_t klen) {
+  id_rec *r = id_tb_find(t, k, klen);
+  if (!r || !r->pending || !owned_here(me, r)) return 0;
+  id_tb_drop(t, r);
+  return 1;
 }
 
-static void leave(id_store *s) {
-  if (s->file) id_file_unlock(s);
-  pthread_mutex_unlock(&s->lock);
-}
-
-id_store *id_store_new(int file) {
-  id_store *s = calloc(1, sizeof *s);
-  if (!s) return NULL;
-  if (pthread_mutex_init(&s->lock, NULL) != 0) {
-    free(s);
-    return NULL;
+size_t id_tb_release_all(id_table *t, const id_owner *me) {
+  size_t dropped = 0;
+  for (size_t i = 0; i < t->cap; i++) {
+    for (id_rec *r = t->slots[i], *next; r; r = next) {
+      next = r->next;
+      if (r->pending && owned_here(me, r)) {
+        id_tb_drop(t, r);
+        dropped++;
+      }
+    }
   }
-  s->file = file;
-  s->lockfd = -1;
-  return s;
+  return dropped;
 }
 
-void id_store_free(id_store *s) {
-  id_tb_free(&s->t);
-  if (s->lockfd >= 0) close(s->lockfd);
-  if (s->pass) explicit_bzero(s->pass, s->passlen);
-  explicit_bzero(s->key, sizeof s->key);
-  free(s->pass);
-  free(s->path);
-  free(s->lockpath);
-  free(s->dir);
-  free(s->base);
-  free(s->quarantine);
-  pthread_mutex_destroy(&s->lock);
-  free(s);
+/* ------------------------------------------------ the memory store */
+
+typedef struct mem_store {
+  pthread_mutex_t lock;       /* guards t */
+  id_table t;
+} mem_store;
+
+static const id_owner nobody;
+
+static id_status mem_begin(void *impl, const char *tool, const char *key, size_t keylen, const char *hash,
+                           long long now, char **result, char *err, size_t errlen) {
+  mem_store *m = impl;
+  size_t klen;
+  char *k = id_rec_key(tool, key, keylen, &klen);
+  if (!k) {
+    seterr(err, errlen, "idempotency: out of memory");
+    return ID_ERROR;
+  }
+  pthread_mutex_lock(&m->lock);
+  id_status st = id_tb_begin(&m->t, &nobody, k, klen, hash, now, result, err, errlen);
+  pthread_mutex_unlock(&m->lock);
+  free(k);
+  return st;
 }
+
+static int mem_commit(void *impl, const char *tool, const char *key, size_t keylen, const char *hash,
+                      const char *text, size_t len, long long now, long long ttl, char *err, size_t errlen) {
+  mem_store *m = impl;
+  size_t klen;
+  char *k = id_rec_key(tool, key, keylen, &klen);
+  if (!k) {
+    seterr(err, errlen, "idempotency: out of memory");
+    return -1;
+  }
+  pthread_mutex_lock(&m->lock);
+  int rc = id_tb_commit(&m->t, &nobody, tool, k, klen, hash, text, len, now, ttl, err, errlen);
+  pthread_mutex_unlock(&m->lock);
+  free(k);
+  return rc < 0 ? -1 : 0;
+}
+
+static void mem_abort(void *impl, const char *tool, const char *key, size_t keylen) {
+  mem_store *m = impl;
+  size_t klen;
+  char *k = id_rec_key(tool, key, keylen, &klen);
+  if (!k) return;
+  pthread_mutex_lock(&m->lock);
+  id_tb_release(&m->t, &nobody, k, klen);
+  pthread_mutex_unlock(&m->lock);
+  free(k);
+}
+
+static void mem_close(void *impl) {
+  mem_store *m = impl;
+  id_tb_free(&m->t);
+  pthread_mutex_destroy(&m->lock);
+  free(m);
+}
+
+static const id_ops mem_ops = { mem_begin, mem_commit, mem_abort, mem_close, NULL };
 
 id_store *id_open_memory(void) {
-  return id_store_new(0);
+  mem_store *m = calloc(1, sizeof *m);
+  if (!m) return NULL;
+  if (pthread_mutex_init(&m->lock, NULL) != 0) {
+    free(m);
+    return NULL;
+  }
+  return id_wrap(&mem_ops, m);
 }
 
+/* ------------------------------------------------------ the handle */
+
+struct id_store {
+  const id_ops *ops;
+  void *impl;
+};
+
 id_store *id_wrap(const id_ops *ops, void *impl) {
-  id_store *s = id_store_new(0);
+  id_store *s = calloc(1, sizeof *s);
   if (!s) {
     ops->close(impl);
     return NULL;
@@ -412,32 +474,12 @@ id_store *id_wrap(const id_ops *ops, void *impl) {
 
 void id_close(id_store *s) {
   if (!s) return;
-  if (s->ops) {
-    s->ops->close(s->impl);
-    id_store_free(s);
-    return;
-  }
-  if (s->file && enter(s, LLONG_MIN, NULL, 0) == 0) {
-    int dropped = 0;
-    for (size_t i = 0; i < s->t.cap; i++) {
-      for (id_rec *r = s->t.slots[i], *next; r; r = next) {
-        next = r->next;
-        if (r->pending && owned_here(s, r)) {
-          id_tb_drop(&s->t, r);
-          dropped++;
-        }
-      }
-    }
-    if (dropped) id_file_save(s, NULL, 0);
-    leave(s);
-  }
-  id_store_free(s);
+  s->ops->close(s->impl);
+  free(s);
 }
 
 id_status id_begin(id_store *s, const char *tool, const char *key, size_t keylen, const char *input_hash,
                    long long now_ms, char **result, char *err, size_t errlen) {
-  size_t klen;
-  char *k;
   if (result) *result = NULL;
   if (err && errlen) err[0] = '\0';
   if (!result) {
@@ -445,19 +487,7 @@ id_status id_begin(id_store *s, const char *tool, const char *key, size_t keylen
     return ID_ERROR;
   }
   if (id_check_args(tool, key, keylen, input_hash, err, errlen) != 0) return ID_ERROR;
-  if (s->ops) return s->ops->begin(s->impl, tool, key, keylen, input_hash, now_ms, result, err, errlen);
-  if (!(k = ck_make(tool, key, keylen, &klen))) {
-    seterr(err, errlen, "idempotency: out of memory");
-    return ID_ERROR;
-  }
-  id_status st = ID_ERROR;
-  if (enter(s, now_ms, err, errlen) == 0) {
-    st = decide_begin(s, k, klen, input_hash, now_ms, result, err, errlen);
-    if (st == ID_RUN && s->file && id_file_save(s, err, errlen) != 0) st = ID_ERROR;
-    leave(s);
-  }
-  free(k);
-  return st;
+  return s->ops->begin(s->impl, tool, key, keylen, input_hash, now_ms, result, err, errlen);
 }
 
 /* The result as compact JSON text, malloc'd; NULL with err if it is not JSON. */
@@ -483,7 +513,7 @@ static char *normalize(const char *json, size_t len, size_t *outlen, char *err, 
 int id_commit(id_store *s, const char *tool, const char *key, size_t keylen, const char *input_hash,
               const char *result_json, size_t result_len, long long now_ms, long long ttl_ms, char *err,
               size_t errlen) {
-  size_t klen, tlen;
+  size_t tlen;
   if (err && errlen) err[0] = '\0';
   if (id_check_args(tool, key, keylen, input_hash, err, errlen) != 0) return -1;
   if (ttl_ms <= 0) {
@@ -492,54 +522,16 @@ int id_commit(id_store *s, const char *tool, const char *key, size_t keylen, con
   }
   char *text = normalize(result_json, result_len, &tlen, err, errlen);
   if (!text) return -1;
-  if (s->ops) {
-    int r = s->ops->commit(s->impl, tool, key, keylen, input_hash, text, tlen, now_ms, ttl_ms, err, errlen);
-    free(text);
-    return r;
-  }
-  char *k = ck_make(tool, key, keylen, &klen);
-  if (!k) {
-    free(text);
-    seterr(err, errlen, "idempotency: out of memory");
-    return -1;
-  }
-  int rc = -1;
-  if (enter(s, now_ms, err, errlen) == 0) {
-    rc = decide_commit(s, tool, k, klen, input_hash, text, tlen, now_ms, ttl_ms, err, errlen);
-    if (rc == 1) text = NULL;
-    if (rc == 1 && s->file) rc = id_file_save(s, err, errlen) == 0 ? 0 : -1;
-    if (rc == 1) rc = 0;
-    leave(s);
-  }
+  int rc = s->ops->commit(s->impl, tool, key, keylen, input_hash, text, tlen, now_ms, ttl_ms, err, errlen);
   free(text);
-  free(k);
   return rc;
 }
 
 void id_abort(id_store *s, const char *tool, const char *key, size_t keylen) {
-  size_t klen;
   if (!tool || (!key && keylen)) return;
-  if (s->ops) {
-    s->ops->abort(s->impl, tool, key, keylen);
-    return;
-  }
-  char *k = ck_make(tool, key, keylen, &klen);
-  if (!k) return;
-  if (enter(s, LLONG_MIN, NULL, 0) == 0) {
-    id_rec *r = id_tb_find(&s->t, k, klen);
-    if (r && r->pending && owned_here(s, r)) {
-      id_tb_drop(&s->t, r);
-      if (s->file) id_file_save(s, NULL, 0);
-    }
-    leave(s);
-  }
-  free(k);
+  s->ops->abort(s->impl, tool, key, keylen);
 }
 
 int id_quarantined(id_store *s, char *path, size_t pathcap) {
-  pthread_mutex_lock(&s->lock);
-  int n = s->quarantines;
-  if (n && path && pathcap) snprintf(path, pathcap, "%s", s->quarantine);
-  pthread_mutex_unlock(&s->lock);
-  return n;
+  return s->ops->quarantined ? s->ops->quarantined(s->impl, path, pathcap) : 0;
 }

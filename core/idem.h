@@ -1,8 +1,10 @@
 /*
- * The idempotency stores of the tool pipeline (SPEC §3), Lua-free. A tool
- * marked idempotent runs once per (tool, key): later calls with the same key
- * and input get the stored result, the same key with another input is a
- * conflict, and a record expires after its TTL.
+ * The idempotency stores of the tool pipeline (SPEC §3), Lua-free: the
+ * interface every store offers, and the memory store; the other stores are
+ * opened through their own headers (idem_file.h, idem_sqlite.h,
+ * idem_redis.h). A tool marked idempotent runs once per (tool, key): later
+ * calls with the same key and input get the stored result, the same key with
+ * another input is a conflict, and a record expires after its TTL.
  *
  * `memory` is process-local. `file` is shared by the processes of one
  * machine: every read-modify-write holds flock(LOCK_EX) on `<path>.lock`
@@ -26,9 +28,8 @@
 
 #include "luma_limits.h"
 
-/* Nesting limit of a stored result (the file adds three levels around it);
-   the old name, until pipeline.c reads LIM_IDEM_MAX_DEPTH itself. */
-/* PBKDF2-HMAC-SHA256 iterations for a new encrypted file. */
+/* PBKDF2-HMAC-SHA256 iterations of a key derived from a passphrase (a new
+   file's, sqlite's and redis's). */
 #define ID_KDF_ITERATIONS 200000u
 
 typedef struct id_store id_store;
@@ -40,52 +41,6 @@ typedef enum { ID_RUN, ID_REPLAY, ID_CONFLICT, ID_WAIT, ID_ERROR, ID_UNAVAILABLE
 
 /* A new empty process-local store, or NULL when memory runs out. */
 id_store *id_open_memory(void);
-
-/*
- * Opens the file store at path, creating it (mode 0600) when absent.
- * passphrase NULL: the records are plain JSON; otherwise (non-empty) they are
- * encrypted with AES-256-GCM under PBKDF2-HMAC-SHA256(passphrase, the file's
- * salt, the file's iteration count: ID_KDF_ITERATIONS for a new file), derived
- * once here, again only if another process recreates the file with a new
- * salt. Under the lock it removes the temp files of dead writers, expired
- * records and claims of dead processes. A file that is not JSON or not an
- * envelope is moved aside (see id_quarantined) and replaced by an empty
- * store; that is not an error. Errors (NULL, with a one-line reason in err):
- * I/O, an empty passphrase, an envelope version this code does not know, an
- * encrypted file without a passphrase or a plain one with a passphrase, and a
- * file that fails authentication (wrong passphrase or tampering), which is
- * left exactly as it was.
- */
-id_store *id_open_file(const char *path, const char *passphrase, long long now_ms, char *err, size_t errlen);
-/* id_open_file with another iteration count for a new file: tests only. */
-id_store *id_open_file_kdf(const char *path, const char *passphrase, unsigned iterations, long long now_ms,
-                           char *err, size_t errlen);
-
-/*
- * Opens the SQLite store at path (idem_sqlite.c), creating it when absent:
- * WAL mode, one transaction per reserve or complete, safe across the
- * processes of a machine; a claim whose process died is taken over. With a
- * passphrase, each stored result is sealed with AES-256-GCM. Errors (NULL,
- * err names the file): not a SQLite database or corrupt (never recreated),
- * a database of something else, a wrong passphrase, encryption that differs
- * from what was asked, I/O.
- */
-id_store *id_open_sqlite(const char *path, const char *passphrase, char *err, size_t errlen);
-
-/* The Redis store (idem_redis.c): shared by processes and machines. */
-typedef struct id_redis_options {
-  const char *url;                /* redis://[user:password@]host:port/db */
-  const char *password;           /* overrides the url's, or NULL */
-  const char *prefix;             /* of every key; NULL: "luma:" */
-  long long lease_ms;             /* how long a claim lives without its result; <= 0: 60000 */
-  int run_when_unavailable;       /* 1: ID_RUN_UNGUARDED instead of ID_UNAVAILABLE */
-  const char *passphrase;         /* seal every result (AES-256-GCM), or NULL */
-} id_redis_options;
-
-/* NULL with err for a bad url, rediss:// (this hiredis has no TLS), or
-   credentials the server refuses. A server that is down is not an error
-   here: its calls are unavailable until it is back. */
-id_store *id_open_redis(const id_redis_options *o, char *err, size_t errlen);
 
 /* Releases the pending claims this store still holds, then frees it. NULL is
    fine. */

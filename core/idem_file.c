@@ -1,18 +1,19 @@
 /*
  * The file store of idempotency records (idem.h): one JSON file, rewritten
  * whole under a lock file on every write (temp file, fsync, rename), optionally
- * encrypted per file with AES-256-GCM; a corrupt file is moved aside. The
- * table and the decisions it shares with the memory store are in idem.c.
+ * encrypted per file with AES-256-GCM; a corrupt file is moved aside. Its
+ * records sit in a table of idem.c (idemint.h), as the memory store's do.
  */
 #define _DEFAULT_SOURCE
 
-#include "idem.h"
-#include "idem_store.h"
+#include "idem_file.h"
+#include "idemint.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +35,32 @@
 
 #define seterr id_seterr
 
-static int syserr(const id_store *s, char *err, size_t errlen, const char *what) {
+typedef struct fs_store {
+  pthread_mutex_t lock;       /* guards every field below */
+  id_table t;                 /* the file's records as of the last load */
+  id_owner me;                /* pid: the process that lockfd and our claims belong to */
+  char *path, *lockpath, *dir, *base;
+  int lockfd;
+  char *pass;                 /* NULL: plain file */
+  size_t passlen;
+  unsigned iterations;        /* of the key below, or for a new file when there is none */
+  unsigned char salt[16], key[32];
+  int have_key;
+  /* t is the file with this identity and lock generation; the generation
+     catches a rewrite that reused inode, size and mtime */
+  int cached;
+  dev_t dev;
+  ino_t ino;
+  off_t size;
+  struct timespec mtime;
+  unsigned long long gen;
+  unsigned long long lockgen; /* read from the lock file when it was taken */
+  size_t expired;             /* records the last read of the file left out */
+  int quarantines;
+  char *quarantine;
+} fs_store;
+
+static int syserr(const fs_store *s, char *err, size_t errlen, const char *what) {
   seterr(err, errlen, "idempotency store %s: %s: %s", s->path, what, strerror(errno));
   return -1;
 }
@@ -114,7 +140,7 @@ static void put_header(sb_buf *b, unsigned iterations, const char *salt, const c
             ID_VERSION, iterations, salt, nonce);
 }
 
-static int derive_key(id_store *s, const unsigned char salt[16], unsigned iterations, char *err, size_t errlen) {
+static int derive_key(fs_store *s, const unsigned char salt[16], unsigned iterations, char *err, size_t errlen) {
   if (cr_pbkdf2_sha256(s->pass, s->passlen, salt, 16, iterations, s->key) != 0) {
     s->have_key = 0;
     seterr(err, errlen, "idempotency store %s: key derivation failed", s->path);
@@ -127,7 +153,7 @@ static int derive_key(id_store *s, const unsigned char salt[16], unsigned iterat
 }
 
 /* The whole file for the current table; 0, or -1 with err. */
-static int render(id_store *s, sb_buf *out, char *err, size_t errlen) {
+static int render(fs_store *s, sb_buf *out, char *err, size_t errlen) {
   sb_buf recs;
   sb_init(&recs);
   put_records(&recs, &s->t);
@@ -252,7 +278,7 @@ bad:
 
 /* Fills t from the records array, leaving out (and counting in s->expired)
    the expired records. 0, or 1 when the array is malformed. */
-static int read_records(id_store *s, const jv *records, long long now, id_table *t, char *why, size_t whylen) {
+static int read_records(fs_store *s, const jv *records, long long now, id_table *t, char *why, size_t whylen) {
   if (!records || records->type != JV_ARR) {
     seterr(why, whylen, "no records array");
     return 1;
@@ -285,7 +311,7 @@ static int read_records(id_store *s, const jv *records, long long now, id_table 
 
 /* The records of an encrypted envelope. 0: t filled; 1: malformed (why);
    -1: refused (err), for a failed authentication above all. */
-static int read_encrypted(id_store *s, const jv *root, long long now, id_table *t, char *why, size_t whylen,
+static int read_encrypted(fs_store *s, const jv *root, long long now, id_table *t, char *why, size_t whylen,
                           char *err, size_t errlen) {
   const jv *kdf = member(root, "kdf"), *salt64 = get_str(kdf, "salt");
   const jv *nonce64 = get_str(root, "nonce"), *data64 = get_str(root, "ciphertext");
@@ -347,7 +373,7 @@ static int read_encrypted(id_store *s, const jv *root, long long now, id_table *
 /* The file's text into t. 0: done; 1: not an envelope, to quarantine (why);
    -1: refused (err): a version from the future, the wrong encryption mode, a
    failed authentication. */
-static int read_envelope(id_store *s, const char *text, size_t len, long long now, id_table *t, char *why,
+static int read_envelope(fs_store *s, const char *text, size_t len, long long now, id_table *t, char *why,
                          size_t whylen, char *err, size_t errlen) {
   ar_arena a;
   char perr[128];
@@ -381,23 +407,23 @@ static int read_envelope(id_store *s, const char *text, size_t len, long long no
 }
 
 /* The lock file says who holds it and how many times the store was written. */
-static int fs_mark(id_store *s, unsigned long long gen) {
+static int fs_mark(fs_store *s, unsigned long long gen) {
   char buf[80];
-  int n = snprintf(buf, sizeof buf, "pid %ld\ngeneration %llu\n", (long)s->pid, gen);
+  int n = snprintf(buf, sizeof buf, "pid %ld\ngeneration %llu\n", (long)s->me.pid, gen);
   return pwrite(s->lockfd, buf, (size_t)n, 0) == n && ftruncate(s->lockfd, n) == 0;
 }
 
 /* Takes the lock file, and reopens it first in a forked child: the inherited
    descriptor shares the parent's open file description, and so its flock. */
-static int fs_lock(id_store *s, char *err, size_t errlen) {
+static int fs_lock(fs_store *s, char *err, size_t errlen) {
   pid_t pid = getpid();
-  if (pid != s->pid) {
+  if (pid != s->me.pid) {
     int fd = open(s->lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0) return syserr(s, err, errlen, "open lock file");
     close(s->lockfd);
     s->lockfd = fd;
-    s->pid = pid;
-    s->start = id_self_start();
+    s->me.pid = pid;
+    s->me.start = id_self_start();
     s->cached = 0;
   }
   while (flock(s->lockfd, LOCK_EX) == -1)
@@ -414,13 +440,13 @@ static int fs_lock(id_store *s, char *err, size_t errlen) {
   return 0;
 }
 
-void id_file_unlock(id_store *s) {
+static void fs_unlock(fs_store *s) {
   flock(s->lockfd, LOCK_UN);
 }
 
 /* Durability of the rename; a file system that cannot sync directories still
    renamed atomically, so a failure here is not an error. */
-static void fs_sync_dir(const id_store *s) {
+static void fs_sync_dir(const fs_store *s) {
   int fd = open(s->dir, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;
   fsync(fd);
@@ -429,7 +455,7 @@ static void fs_sync_dir(const id_store *s) {
 
 /* Under the lock no writer is between creating its temp file and renaming
    it, so every temp file of this store belongs to a writer that died. */
-static void fs_remove_temps(const id_store *s) {
+static void fs_remove_temps(const fs_store *s) {
   DIR *d = opendir(s->dir);
   if (!d) return;
   size_t bl = strlen(s->base);
@@ -457,7 +483,7 @@ static int write_all(int fd, const char *p, size_t len) {
   return 0;
 }
 
-static void remember(id_store *s, const struct stat *st, unsigned long long gen) {
+static void remember(fs_store *s, const struct stat *st, unsigned long long gen) {
   s->cached = 1;
   s->dev = st->st_dev;
   s->ino = st->st_ino;
@@ -468,13 +494,13 @@ static void remember(id_store *s, const struct stat *st, unsigned long long gen)
 
 /* Writes the table: temp file, fsync, generation bump, rename, directory
    fsync. 0, or -1 with err and the file as it was. */
-int id_file_save(id_store *s, char *err, size_t errlen) {
+static int fs_save(fs_store *s, char *err, size_t errlen) {
   sb_buf text;
   struct stat st;
   sb_init(&text);
   s->cached = 0;
   if (render(s, &text, err, errlen) != 0) { sb_free(&text); return -1; }
-  char *tmp = str_printf("%s.tmp-%ld", s->path, (long)s->pid);
+  char *tmp = str_printf("%s.tmp-%ld", s->path, (long)s->me.pid);
   if (!tmp) {
     sb_free(&text);
     seterr(err, errlen, "idempotency: out of memory");
@@ -508,7 +534,7 @@ int id_file_save(id_store *s, char *err, size_t errlen) {
   return rc;
 }
 
-static int fs_quarantine(id_store *s, long long now, char *err, size_t errlen) {
+static int fs_quarantine(fs_store *s, long long now, char *err, size_t errlen) {
   char *q = NULL;
   struct stat st;
   int free_name = 0;
@@ -537,7 +563,7 @@ static int fs_quarantine(id_store *s, long long now, char *err, size_t errlen) {
 /* Makes s->t the file's records (without those expired at now), unless it
    already is. A missing file is an empty store and is created; a corrupt one
    is moved aside and replaced. 0, or -1 with err. */
-static int fs_load(id_store *s, long long now, char *err, size_t errlen) {
+static int fs_load(fs_store *s, long long now, char *err, size_t errlen) {
   struct stat st;
   int fd = open(s->path, O_RDONLY | O_CLOEXEC);
   if (fd < 0 && errno != ENOENT) return syserr(s, err, errlen, "open");
@@ -555,7 +581,7 @@ static int fs_load(id_store *s, long long now, char *err, size_t errlen) {
   /* an empty file is a fresh store (made by mktemp, say), not a corrupt one */
   if (fd < 0 || st.st_size == 0) {
     if (fd >= 0) close(fd);
-    return id_file_save(s, err, errlen);
+    return fs_save(s, err, errlen);
   }
   sb_buf text;
   sb_init(&text);
@@ -591,17 +617,17 @@ static int fs_load(id_store *s, long long now, char *err, size_t errlen) {
   s->expired = 0;
   if (rc < 0) return -1;
   if (fs_quarantine(s, now, err, errlen) != 0) return -1;
-  return id_file_save(s, err, errlen);
+  return fs_save(s, err, errlen);
 }
 
-int id_file_enter(id_store *s, long long now, char *err, size_t errlen) {
+static int fs_enter(fs_store *s, long long now, char *err, size_t errlen) {
   if (fs_lock(s, err, errlen) != 0) return -1;
   if (fs_load(s, now, err, errlen) == 0) return 0;
-  id_file_unlock(s);
+  fs_unlock(s);
   return -1;
 }
 
-static int split_path(id_store *s, const char *path) {
+static int split_path(fs_store *s, const char *path) {
   const char *slash = strrchr(path, '/');
   s->path = str_printf("%s", path);
   s->lockpath = str_printf("%s.lock", path);
@@ -614,12 +640,12 @@ static int split_path(id_store *s, const char *path) {
 
 /* Claims of processes that died are dropped at open, as are expired records
    (when the file was read); either way the file is rewritten without them. */
-static int purge_dead(id_store *s) {
+static int purge_dead(fs_store *s) {
   int dropped = 0;
   for (size_t i = 0; i < s->t.cap; i++) {
     for (id_rec *r = s->t.slots[i], *next; r; r = next) {
       next = r->next;
-      if (r->pending && !id_owner_alive(s, r)) {
+      if (r->pending && !id_owner_alive(&s->me, r)) {
         id_tb_drop(&s->t, r);
         dropped++;
       }
@@ -627,6 +653,116 @@ static int purge_dead(id_store *s) {
   }
   return dropped;
 }
+
+static fs_store *fs_new(void) {
+  fs_store *s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  if (pthread_mutex_init(&s->lock, NULL) != 0) {
+    free(s);
+    return NULL;
+  }
+  s->me.shared = 1;
+  s->lockfd = -1;
+  return s;
+}
+
+static void fs_free(fs_store *s) {
+  id_tb_free(&s->t);
+  if (s->lockfd >= 0) close(s->lockfd);
+  if (s->pass) explicit_bzero(s->pass, s->passlen);
+  explicit_bzero(s->key, sizeof s->key);
+  free(s->pass);
+  free(s->path);
+  free(s->lockpath);
+  free(s->dir);
+  free(s->base);
+  free(s->quarantine);
+  pthread_mutex_destroy(&s->lock);
+  free(s);
+}
+
+/* Every call holds s->lock and the lock file, on the file's records as of now. */
+static int enter(fs_store *s, long long now, char *err, size_t errlen) {
+  pthread_mutex_lock(&s->lock);
+  if (fs_enter(s, now, err, errlen) == 0) return 0;
+  pthread_mutex_unlock(&s->lock);
+  return -1;
+}
+
+static void leave(fs_store *s) {
+  fs_unlock(s);
+  pthread_mutex_unlock(&s->lock);
+}
+
+static id_status fs_begin(void *impl, const char *tool, const char *key, size_t keylen, const char *hash,
+                          long long now, char **result, char *err, size_t errlen) {
+  fs_store *s = impl;
+  size_t klen;
+  char *k = id_rec_key(tool, key, keylen, &klen);
+  if (!k) {
+    seterr(err, errlen, "idempotency: out of memory");
+    return ID_ERROR;
+  }
+  id_status st = ID_ERROR;
+  if (enter(s, now, err, errlen) == 0) {
+    st = id_tb_begin(&s->t, &s->me, k, klen, hash, now, result, err, errlen);
+    if (st == ID_RUN && fs_save(s, err, errlen) != 0) st = ID_ERROR;
+    leave(s);
+  }
+  free(k);
+  return st;
+}
+
+static int fs_commit(void *impl, const char *tool, const char *key, size_t keylen, const char *hash,
+                     const char *text, size_t len, long long now, long long ttl, char *err, size_t errlen) {
+  fs_store *s = impl;
+  size_t klen;
+  char *k = id_rec_key(tool, key, keylen, &klen);
+  if (!k) {
+    seterr(err, errlen, "idempotency: out of memory");
+    return -1;
+  }
+  int rc = -1;
+  if (enter(s, now, err, errlen) == 0) {
+    rc = id_tb_commit(&s->t, &s->me, tool, k, klen, hash, text, len, now, ttl, err, errlen);
+    if (rc == 1) rc = fs_save(s, err, errlen) == 0 ? 0 : -1;
+    leave(s);
+  }
+  free(k);
+  return rc;
+}
+
+static void fs_abort(void *impl, const char *tool, const char *key, size_t keylen) {
+  fs_store *s = impl;
+  size_t klen;
+  char *k = id_rec_key(tool, key, keylen, &klen);
+  if (!k) return;
+  if (enter(s, LLONG_MIN, NULL, 0) == 0) {
+    if (id_tb_release(&s->t, &s->me, k, klen)) fs_save(s, NULL, 0);
+    leave(s);
+  }
+  free(k);
+}
+
+static void fs_close(void *impl) {
+  fs_store *s = impl;
+  if (enter(s, LLONG_MIN, NULL, 0) == 0) {
+    if (id_tb_release_all(&s->t, &s->me) > 0) fs_save(s, NULL, 0);
+    leave(s);
+  }
+  fs_free(s);
+}
+
+static int fs_quarantined(void *impl, char *path, size_t pathcap) {
+  fs_store *s = impl;
+  pthread_mutex_lock(&s->lock);
+  int n = s->quarantines;
+  if (n && path && pathcap) snprintf(path, pathcap, "%s", s->quarantine);
+  pthread_mutex_unlock(&s->lock);
+  return n;
+}
+
+static const id_ops fs_ops = { fs_begin, fs_commit, fs_abort, fs_close, fs_quarantined };
 
 id_store *id_open_file_kdf(const char *path, const char *passphrase, unsigned iterations, long long now_ms,
                            char *err, size_t errlen) {
@@ -643,39 +779,39 @@ id_store *id_open_file_kdf(const char *path, const char *passphrase, unsigned it
     seterr(err, errlen, "idempotency: %u key derivation iterations is out of range", iterations);
     return NULL;
   }
-  id_store *s = id_store_new(1);
+  fs_store *s = fs_new();
   if (!s || !split_path(s, path) || (passphrase && !(s->pass = str_printf("%s", passphrase)))) {
-    if (s) id_store_free(s);
+    if (s) fs_free(s);
     seterr(err, errlen, "idempotency: out of memory");
     return NULL;
   }
   s->passlen = passphrase ? strlen(passphrase) : 0;
   s->iterations = iterations;
-  s->pid = getpid();
-  s->start = id_self_start();
-  if (id_new_token(s->token) != 0) {
+  s->me.pid = getpid();
+  s->me.start = id_self_start();
+  if (id_new_token(s->me.token) != 0) {
     seterr(err, errlen, "idempotency: no random bytes");
-    id_store_free(s);
+    fs_free(s);
     return NULL;
   }
   s->lockfd = open(s->lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (s->lockfd < 0) {
     syserr(s, err, errlen, "open lock file");
-    id_store_free(s);
+    fs_free(s);
     return NULL;
   }
   int rc = fs_lock(s, err, errlen);
   if (rc == 0) {
     fs_remove_temps(s);
     rc = fs_load(s, now_ms, err, errlen);
-    if (rc == 0 && (purge_dead(s) > 0 || s->expired > 0)) rc = id_file_save(s, err, errlen);
-    id_file_unlock(s);
+    if (rc == 0 && (purge_dead(s) > 0 || s->expired > 0)) rc = fs_save(s, err, errlen);
+    fs_unlock(s);
   }
   if (rc != 0) {
-    id_store_free(s);
+    fs_free(s);
     return NULL;
   }
-  return s;
+  return id_wrap(&fs_ops, s);
 }
 
 id_store *id_open_file(const char *path, const char *passphrase, long long now_ms, char *err, size_t errlen) {

@@ -38,7 +38,7 @@
 #include <hiredis/hiredis.h>
 
 #include "crypto.h"
-#include "idem.h"
+#include "idem_redis.h"
 #include "idemint.h"
 
 #define RD_TIMEOUT_MS 1000
@@ -415,7 +415,7 @@ static void rd_close(void *impl) {
   free(s);
 }
 
-static const id_ops RD_OPS = { rd_begin, rd_commit, rd_abort, rd_close };
+static const id_ops RD_OPS = { rd_begin, rd_commit, rd_abort, rd_close, NULL };
 
 /* %XX in the user and password of a URL */
 static char *unescape(const char *p, size_t n) {

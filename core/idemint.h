@@ -1,13 +1,15 @@
 /*
- * Inside the idempotency stores (idem.h): what the back ends share. idem.c
- * holds the store handle and the memory store, idem_file.c the file store;
- * idem.c dispatches every call of a store with ops (idem_sqlite.c,
- * idem_redis.c) to it.
+ * Inside the idempotency stores (idem.h): what the back ends share. Every
+ * store is a back end behind id_ops (memory in idem.c, idem_file.c,
+ * idem_sqlite.c, idem_redis.c); idem.c dispatches each call of a store to
+ * its ops, and holds what the back ends share, including the records' table
+ * that the memory and file stores keep their records in.
  */
 #ifndef LUMA_IDEMINT_H
 #define LUMA_IDEMINT_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "idem.h"
 
@@ -19,6 +21,8 @@ typedef struct id_ops {
                 const char *text, size_t len, long long now_ms, long long ttl_ms, char *err, size_t errlen);
   void (*abort)(void *impl, const char *tool, const char *key, size_t keylen);
   void (*close)(void *impl);
+  /* id_quarantined, or NULL for a back end that never moves a file aside */
+  int (*quarantined)(void *impl, char *path, size_t pathcap);
 } id_ops;
 
 /* A store whose calls go to ops; NULL when memory runs out (impl is then
@@ -59,5 +63,65 @@ char *id_unseal(const unsigned char key[32], const char *tool, const char *k, si
 int id_check_make(const unsigned char key[32], unsigned char out[ID_CHECK_LEN]);
 /* Whether check (len bytes) was made under key. */
 int id_check_ok(const unsigned char key[32], const void *check, size_t len);
+
+/* One record, keyed by "tool NUL key" (a tool name holds no NUL). A done
+   record has a result and an expiry; a pending one (a claim) has an owner. */
+typedef struct id_rec {
+  char *k;
+  size_t klen;
+  char hash[65];
+  int pending;
+  long long at;               /* created_at when done, claimed_at when pending */
+  long long expires_at;       /* done */
+  char *result;               /* done: compact JSON text, NUL-terminated */
+  size_t result_len;
+  long long pid, start;       /* pending, shared table: owner process and its start time */
+  char token[17];             /* pending, shared table: the owner's store handle */
+  struct id_rec *next;
+} id_rec;
+
+/* Chained hash table; cap is a power of two, or 0 when empty. */
+typedef struct id_table {
+  id_rec **slots;
+  size_t cap, n;
+} id_table;
+
+/* Who takes a claim in a table. A table shared by processes (the file
+   store's) names the process (its pid, and its start time: 0 when /proc is
+   unreadable) and the store handle (token), and a claim whose process died
+   is no claim; a process's own table (the memory store's) has no owner
+   (shared 0), and every claim in it is the process's own. */
+typedef struct id_owner {
+  int shared;
+  pid_t pid;
+  long long start;
+  char token[17];
+} id_owner;
+
+/* The records and the table; keys are "tool NUL key" (id_rec_key, malloc'd). */
+char *id_rec_key(const char *tool, const char *key, size_t keylen, size_t *len);
+id_rec *id_rec_new(const char *k, size_t klen, const char *hash);
+void id_rec_free(id_rec *r);
+id_rec *id_tb_find(id_table *t, const char *k, size_t len);
+/* Adds r, whose key must not be present; returns 0 when memory runs out. */
+int id_tb_add(id_table *t, id_rec *r);
+void id_tb_drop(id_table *t, id_rec *r);
+void id_tb_free(id_table *t);
+/* Whether s[0..len) is lowercase hex digits. */
+int id_hex_ok(const char *s, size_t len);
+/* Whether the process that made the claim r still runs. */
+int id_owner_alive(const id_owner *me, const id_rec *r);
+
+/* The decisions on a table (its owner holds the table's lock): id_begin's
+   (a claim for me on ID_RUN), id_commit's (text is copied; 1: stored, 0: a
+   record with the same input was kept, -1: err), and id_abort's (1 when a
+   claim of mine was dropped); id_tb_release_all drops all my claims (at
+   close) and counts them. */
+id_status id_tb_begin(id_table *t, const id_owner *me, const char *k, size_t klen, const char *hash, long long now,
+                      char **result, char *err, size_t errlen);
+int id_tb_commit(id_table *t, const id_owner *me, const char *tool, const char *k, size_t klen, const char *hash,
+                 const char *text, size_t len, long long now, long long ttl, char *err, size_t errlen);
+int id_tb_release(id_table *t, const id_owner *me, const char *k, size_t klen);
+size_t id_tb_release_all(id_table *t, const id_owner *me);
 
 #endif

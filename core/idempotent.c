@@ -1,8 +1,10 @@
-/* Step 9 and its settlement in step 12: idempotent tools run once per key.
+/* STEP_IDEMPOTENCY (steps.h) and its settlement in STEP_RECORD: idempotent tools run once per key.
    A call whose key (and input) matches a call in flight of this program
    shares its run; otherwise the store decides: run (a claim is held),
    replay, conflict, or wait for the claim of another process or call. */
-#include "steps.h"
+#include "idempotent.h"
+
+#include "pipeline.h"
 
 #include "luma_limits.h"
 
@@ -18,8 +20,8 @@
 /* A busy key is looked at again after this long. */
 #define ST_IDEM_WAIT_MS 10
 
-/* Pushes the idempotency key of the input as a string. */
-static int push_key(lua_State *T, cl_call *c) {
+/* Pushes the idempotency key of the input as a string (SV_NEXT). */
+static st_verdict push_key(lua_State *T, cl_call *c) {
   const pm_tool *t = c->t;
   lua_pushvalue(T, CV_INPUT);
   for (int i = 0; i < t->idempotency_key.n; i++) {
@@ -29,11 +31,11 @@ static int push_key(lua_State *T, cl_call *c) {
     lua_remove(T, -2);
   }
   switch (lua_type(T, -1)) {
-    case LUA_TSTRING: return 0;
+    case LUA_TSTRING: return sv_next();
     case LUA_TBOOLEAN:
       lua_pushstring(T, lua_toboolean(T, -1) ? "true" : "false");
       lua_remove(T, -2);
-      return 0;
+      return sv_next();
     case LUA_TNUMBER: {
       sb_buf b;
       sb_init(&b);
@@ -43,27 +45,28 @@ static int push_key(lua_State *T, cl_call *c) {
       sb_free(&b);
       if (r != 0) break;
       lua_remove(T, -2);
-      return 0;
+      return sv_next();
     }
     default: break;
   }
-  return st_fail(T, c, LE_TOOL_INPUT_INVALID, "Tool '%s' has no usable idempotency key in its input.", t->name);
+  return st_fail(T, LE_TOOL_INPUT_INVALID, "Tool '%s' has no usable idempotency key in its input.", t->name);
 }
 
-static int conflict(lua_State *T, cl_call *c) {
-  return st_fail(T, c, LE_TOOL_IDEMPOTENCY_CONFLICT,
+static st_verdict conflict(lua_State *T, cl_call *c) {
+  return st_fail(T, LE_TOOL_IDEMPOTENCY_CONFLICT,
                  "Tool '%s' was already called with idempotency key '%.200s' and another input.", c->t->name, c->ikey);
 }
 
-int st_idem_lookup(lua_State *T, cl_call *c) {
+st_verdict st_idem_lookup(lua_State *T, cl_call *c) {
   const pm_tool *t = c->t;
-  if (push_key(T, c) != 0) return -1;
+  st_verdict v = push_key(T, c);
+  if (v.kind != SV_NEXT) return v;
   lua_replace(T, CV_IKEY);
   size_t len;
   const char *key = lua_tolstring(T, CV_IKEY, &len);
   free(c->ikey);
   c->ikey = malloc(len + 1);
-  if (!c->ikey) return st_fail(T, c, LE_TOOL_FAILED, "out of memory");
+  if (!c->ikey) return st_fail(T, LE_TOOL_FAILED, "out of memory");
   memcpy(c->ikey, key, len + 1);
   c->ikeylen = len;
   sb_buf b;
@@ -71,7 +74,7 @@ int st_idem_lookup(lua_State *T, cl_call *c) {
   char err[256];
   if (lj_encode(T, CV_INPUT, &b, 0, LIM_INPUT_KEY_DEPTH, err, sizeof err) != 0) {
     sb_free(&b);
-    return st_fail(T, c, LE_TOOL_INPUT_INVALID, "%s.input cannot be hashed: %s", t->name, err);
+    return st_fail(T, LE_TOOL_INPUT_INVALID, "%s.input cannot be hashed: %s", t->name, err);
   }
   cr_sha256_hex(b.data ? b.data : "", b.len, c->hash);
   sb_free(&b);
@@ -82,12 +85,12 @@ int st_idem_lookup(lua_State *T, cl_call *c) {
     c->leader = o;
     o->refs++;
     c->ev.idempotent_replay = 1;
-    return 1;
+    return sv_is(SV_FOLLOW);
   }
   return st_idem_begin(T, c);
 }
 
-int st_idem_begin(lua_State *T, cl_call *c) {
+st_verdict st_idem_begin(lua_State *T, cl_call *c) {
   pl_program *pg = c->pg;
   const pm_tool *t = c->t;
   char err[256];
@@ -96,44 +99,41 @@ int st_idem_begin(lua_State *T, cl_call *c) {
   switch (st) {
     case ID_RUN:
       c->held = 1;
-      return 0;
+      return sv_next();
     case ID_REPLAY: {
       int read = lj_push_text(T, stored, strlen(stored), LIM_IDEM_MAX_DEPTH, err, sizeof err);
       free(stored);
-      if (!read) return st_fail(T, c, LE_IDEMPOTENCY_STORE_ERROR, "A stored result of tool '%s' cannot be read: %s", t->name, err);
+      if (!read) return st_fail(T, LE_IDEMPOTENCY_STORE_ERROR, "A stored result of tool '%s' cannot be read: %s", t->name, err);
       c->ev.idempotent_replay = 1;
-      st_ok_top(T, c);
-      return 1;
+      return sv_is(SV_RESULT);
     }
     case ID_CONFLICT:
       return conflict(T, c);
     case ID_RUN_UNGUARDED:
-      return 0;   /* the store said so: the handler runs without the guarantee */
+      return sv_next();   /* the store said so: the handler runs without the guarantee */
     case ID_UNAVAILABLE:
-      return st_fail(T, c, LE_TOOL_IDEMPOTENCY_UNAVAILABLE, "Tool '%s' did not run: %s.", t->name, err);
+      return st_fail(T, LE_TOOL_IDEMPOTENCY_UNAVAILABLE, "Tool '%s' did not run: %s.", t->name, err);
     case ID_WAIT: {
       /* another process, or another call, runs it: look again later */
       long long now = pl_mono_ms(T, pg);
       if (now + ST_IDEM_WAIT_MS >= c->deadline)
-        return st_fail(T, c, LE_TOOL_TIMEOUT, "Tool '%s' timed out waiting for another call with idempotency key '%.200s'.",
+        return st_fail(T, LE_TOOL_TIMEOUT, "Tool '%s' timed out waiting for another call with idempotency key '%.200s'.",
                        t->name, c->ikey);
-      c->wake_at = now + ST_IDEM_WAIT_MS;
-      c->state = CS_IDEM_WAIT;
-      return 0;
+      return sv_at(SV_WAIT, now + ST_IDEM_WAIT_MS);
     }
     default:
-      return st_fail(T, c, LE_IDEMPOTENCY_STORE_ERROR, "The idempotency store failed for tool '%s': %s", t->name, err);
+      return st_fail(T, LE_IDEMPOTENCY_STORE_ERROR, "The idempotency store failed for tool '%s': %s", t->name, err);
   }
 }
 
-int st_idem_settle(lua_State *T, cl_call *c, int result) {
+st_verdict st_idem_settle(lua_State *T, cl_call *c, int result) {
   pl_program *pg = c->pg;
   const pm_tool *t = c->t;
-  if (!c->held) return 0;
+  if (!c->held) return sv_next();
   c->held = 0;
   if (!result) {
     id_abort(pg->idem, t->name, c->ikey, c->ikeylen);
-    return 0;
+    return sv_next();
   }
   sb_buf b;
   sb_init(&b);
@@ -145,7 +145,7 @@ int st_idem_settle(lua_State *T, cl_call *c, int result) {
   sb_free(&b);
   if (r != 0) {
     id_abort(pg->idem, t->name, c->ikey, c->ikeylen);
-    return st_fail(T, c, LE_IDEMPOTENCY_STORE_ERROR, "The result of tool '%s' could not be stored: %s", t->name, err);
+    return st_fail(T, LE_IDEMPOTENCY_STORE_ERROR, "The result of tool '%s' could not be stored: %s", t->name, err);
   }
-  return 0;
+  return sv_next();
 }

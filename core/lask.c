@@ -9,6 +9,7 @@
 
 #include "ask.h"
 #include "compat.h"
+#include "drive.h"
 #include "lerror.h"
 #include "lruntime.h"
 

@@ -10,7 +10,9 @@
  *               ask{prompt, type, using?}
  *   types: string, int, float, bool, any, enum{values}, name{name}, array{items}
  */
-#include "lprogram.h"
+#include "last.h"
+
+#include <lauxlib.h>
 
 #include "compat.h"
 
@@ -29,7 +31,7 @@ static void node(lua_State *L, const char *kind, ast_pos pos) {
   lua_setfield(L, -2, "col");
 }
 
-void la_push_strs(lua_State *L, const ast_str *items, int n) {
+void lt_push_strs(lua_State *L, const ast_str *items, int n) {
   lua_createtable(L, n, 0);
   for (int i = 0; i < n; i++) {
     lua_pushlstring(L, items[i].s, items[i].len);
@@ -42,7 +44,7 @@ static void push_type(lua_State *L, const ast_type *t) {
   node(L, kinds[t->kind], t->pos);
   if (t->kind == TY_NAME) { lua_pushstring(L, t->name); lua_setfield(L, -2, "name"); }
   if (t->kind == TY_ENUM) {
-    la_push_strs(L, t->values, t->nvalues);
+    lt_push_strs(L, t->values, t->nvalues);
     lua_setfield(L, -2, "values");
   }
   if (t->kind == TY_ARRAY) { push_type(L, t->elem); lua_setfield(L, -2, "items"); }
@@ -209,7 +211,7 @@ static void push_params(lua_State *L, const ast_field *f) {
   }
 }
 
-void la_push_program(lua_State *L, const pm_program *p) {
+void lt_push_program(lua_State *L, const pm_program *p) {
   lua_createtable(L, 0, 2);
   push_block(L, p->ast->stmts);
   lua_setfield(L, -2, "statements");

@@ -1,5 +1,6 @@
-/* What the Lua binding of calls (lruntime.c) needs from call.c: putting a
-   Lua value in as the input, and taking the outcome out. */
+/* The Lua binding's side of a call (lcall.c), for lruntime.c and the ask's
+   tool calls: putting a Lua value in as the input, and taking the outcome
+   out. */
 #ifndef LUMA_LCALL_H
 #define LUMA_LCALL_H
 

@@ -1,6 +1,6 @@
 /* luaopen_luma_core: one entry that opens each concern's binding. */
 #define _GNU_SOURCE   /* dladdr, RTLD_NODELETE */
-#include "luma.h"
+#include "lcore.h"
 
 #include <ctype.h>
 #include <dlfcn.h>

@@ -3,6 +3,8 @@
        (nil: no complete line held; read more)
      reader:fill() -> bytes read (0: end of file), or nil and why
      reader:eof()
+     reader:admit() -> true, counting one more request in flight; false at
+       LIM_MCP_MAX_IN_FLIGHT (the client's bound); reader:release() when one ends
    core.mcp_wait({ fd, ... }, timeout_ms) -> { [fd] = true for each readable }
    (timeout_ms < 0: no timeout).
    core.mcp_ignore_sigpipe(): a client that stops reading makes writes fail
@@ -29,6 +31,7 @@ typedef struct reader_box {
   mcp_reader r;
   int fd;
   int open;
+  int in_flight;
 } reader_box;
 
 static reader_box *check_reader(lua_State *L) {
@@ -54,6 +57,7 @@ static int l_mcp_reader(lua_State *L) {
   if (mcp_reader_init(&b->r, (size_t)max) != 0) return luaL_error(L, "out of memory");
   b->fd = fd;
   b->open = 1;
+  b->in_flight = 0;
   return 1;
 }
 
@@ -101,6 +105,21 @@ static int l_reader_eof(lua_State *L) {
   return 1;
 }
 
+static int l_reader_admit(lua_State *L) {
+  reader_box *b = check_reader(L);
+  int ok = b->in_flight < LIM_MCP_MAX_IN_FLIGHT;
+  if (ok) b->in_flight++;
+  lua_pushboolean(L, ok);
+  return 1;
+}
+
+static int l_reader_release(lua_State *L) {
+  reader_box *b = check_reader(L);
+  luaL_argcheck(L, b->in_flight > 0, 1, "no request in flight");
+  b->in_flight--;
+  return 0;
+}
+
 static int l_mcp_wait(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_Integer timeout = luaL_optinteger(L, 2, -1);
@@ -140,6 +159,8 @@ void lmcp_open(lua_State *L) {
     { "next", l_reader_next },
     { "fill", l_reader_fill },
     { "eof", l_reader_eof },
+    { "admit", l_reader_admit },
+    { "release", l_reader_release },
     { NULL, NULL }
   };
   if (luaL_newmetatable(L, LMCP_READER)) {

@@ -12,6 +12,8 @@
 #include "lerror.h"
 #include "ljson.h"
 #include "lask.h"
+#include "lconfigure.h"
+#include "last.h"
 #include "lruntime.h"
 #include "luma_limits.h"
 #include "pipeline.h"
@@ -220,7 +222,7 @@ static void push_type(lua_State *L, const pm_type *t, int depth) {
   set_str(L, "kind", kinds[t->kind]);
   if (t->kind == PT_SCHEMA) set_str(L, "name", t->schema->name);
   if (t->kind == PT_ENUM) {
-    la_push_strs(L, t->values, t->nvalues);
+    lt_push_strs(L, t->values, t->nvalues);
     lua_setfield(L, -2, "values");
   }
   if (t->kind == PT_ARRAY && depth < LIM_TYPE_DESCRIBE_DEPTH) {
@@ -326,6 +328,7 @@ static void push_tool_info(lua_State *L, lp_program *lp, const pm_tool *t) {
   push_fields(L, lp, t->input);
   lua_setfield(L, -2, "params");
   set_str(L, "side_effects", effects[t->side_effects]);
+  set_str(L, "handler", pm_handler_names[t->handler]);
   set_bool(L, "cache", t->cache);
   set_str(L, "scope", t->scope);
   set_str(L, "credential", t->credential);
@@ -369,7 +372,7 @@ static void push_agent_info(lua_State *L, const pm_agent *ag) {
   if (ag->tool_timeout >= 0) set_int(L, "tool_timeout", ag->tool_timeout);
   if (ag->tool_timeout_max >= 0) set_int(L, "tool_timeout_max", ag->tool_timeout_max);
   set_int(L, "retries", ag->retries >= 0 ? ag->retries : 0);
-  set_int(L, "tool_result_max_bytes", ag->tool_result_max_bytes > 0 ? ag->tool_result_max_bytes : 65536);
+  set_int(L, "tool_result_max_bytes", ag->tool_result_max_bytes > 0 ? ag->tool_result_max_bytes : LIM_TOOL_RESULT_MAX_BYTES);
   set_str(L, "tool_policy", policies[ag->tool_policy]);
   if (ag->tool_scopes.present) {
     push_strings(L, ag->tool_scopes.items, ag->tool_scopes.n);
@@ -394,7 +397,7 @@ static void push_model_info(lua_State *L, const pm_model *m) {
   lua_createtable(L, 0, 10);
   set_str(L, "kind", "model");
   set_str(L, "name", m->name);
-  set_str(L, "provider", pm_provider_names[m->provider]);
+  set_str(L, "provider", ad_providers[m->provider].name);
   set_str(L, "model", m->model);
   set_str(L, "base_url", m->base_url);
   set_str(L, "api", pm_api_names[m->api]);
@@ -600,7 +603,7 @@ static int l_chunkname(lua_State *L) {
 
 static int l_ast(lua_State *L) {
   lp_program *lp = lp_check(L, 1);
-  la_push_program(L, lp->p);
+  lt_push_program(L, lp->p);
   return 1;
 }
 
@@ -621,22 +624,23 @@ static const pm_tool *check_tool(lua_State *L, lp_program *lp, int idx) {
 /* program:register(name, fn): a handler run in this Lua state */
 static int l_register(lua_State *L) {
   lp_program *lp = lp_check(L, 1);
-  return lr_register(L, lp->pg, check_tool(L, lp, 2));
+  return lg_register(L, lp->pg, check_tool(L, lp, 2));
 }
 
 /* program:attach(module) -> { tool names registered } */
 static int l_attach(lua_State *L) {
-  return lr_attach(L, lp_check(L, 1)->pg);
+  return lg_attach(L, lp_check(L, 1)->pg);
 }
 
-/* program:missing_handlers() -> { declared tools without a handler } */
+/* program:missing_handlers() -> { declared tools without a handler }, but
+   for those the host handles (handler: "host") */
 static int l_missing(lua_State *L) {
-  return lr_missing(L, lp_check(L, 1)->pg);
+  return lg_missing(L, lp_check(L, 1)->pg);
 }
 
 /* program:configure{ ... } */
 static int l_configure(lua_State *L) {
-  return lr_configure(L, lp_check(L, 1)->pg);
+  return lg_configure(L, lp_check(L, 1)->pg);
 }
 
 /* program:scope(agent) -> a scope for one agent method call */

@@ -1,4 +1,4 @@
-/* The Lua binding of programs ("luma.Program") and of their syntax trees. */
+/* The Lua binding of programs ("luma.Program"). */
 #ifndef LUMA_LPROGRAM_H
 #define LUMA_LPROGRAM_H
 
@@ -37,10 +37,5 @@ lp_program *lp_check(lua_State *L, int idx);
 void lp_open(lua_State *L);
 /* The tool named by the string at idx, or NULL (cached by name). */
 const pm_tool *lp_find_tool(lua_State *L, lp_program *lp, int idx);
-
-/* Pushes a list of (possibly NUL-holding) strings. */
-void la_push_strs(lua_State *L, const ast_str *items, int n);
-/* Pushes the syntax tree of p as plain tables (see last.c for the shape). */
-void la_push_program(lua_State *L, const pm_program *p);
 
 #endif

@@ -9,15 +9,13 @@
 #include <lauxlib.h>
 
 #include "call.h"
+#include "callint.h"
 #include "compat.h"
-#include "idem.h"
-#include "lcall.h"
+#include "drive.h"
 #include "errors.h"
+#include "lcall.h"
 #include "lerror.h"
 #include "luma_limits.h"
-#include "lmodule.h"
-#include "record.h"
-#include "steps.h"
 
 #define LR_RUNTIME "luma.Runtime"
 #define LR_SCOPE "luma.Scope"
@@ -80,8 +78,8 @@ static int l_runtime(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     lua_getfield(L, 1, "workers");
     if (!lua_isnil(L, -1)) {
-      if (!lc_isinteger(L, -1) || lua_tointeger(L, -1) < 1 || lua_tointeger(L, -1) > 256)
-        return luaL_error(L, "runtime: workers must be an integer from 1 to 256");
+      if (!lc_isinteger(L, -1) || lua_tointeger(L, -1) < 1 || lua_tointeger(L, -1) > LIM_MAX_WORKERS)
+        return luaL_error(L, "runtime: workers must be an integer from 1 to %d", LIM_MAX_WORKERS);
       o.workers = (int)lua_tointeger(L, -1);
     }
     lua_pop(L, 1);
@@ -305,14 +303,15 @@ int lr_call_all(lua_State *L, pl_program *pg) {
     if (!lua_isnil(L, -1)) {
       if (!lc_isinteger(L, -1) || lua_tointeger(L, -1) < 1)
         return luaL_error(L, "call_all: concurrency must be a positive integer");
-      concurrency = lua_tointeger(L, -1) > 1000000 ? 1000000 : (int)lua_tointeger(L, -1);
+      /* more than the calls there can be is all of them at once */
+      concurrency = lua_tointeger(L, -1) > LIM_CALL_ALL_MAX_CALLS ? LIM_CALL_ALL_MAX_CALLS : (int)lua_tointeger(L, -1);
     }
     lua_getfield(L, 3, "scope");
     scope = lua_isnil(L, -1) ? 0 : lua_gettop(L);
   }
   pl_scope *sc = lr_check_scope(L, pg, scope);
   int n = (int)lc_rawlen(L, 2);
-  if (n > 10000) return luaL_error(L, "call_all: at most 10000 calls at once");
+  if (n > LIM_CALL_ALL_MAX_CALLS) return luaL_error(L, "call_all: at most %d calls at once", LIM_CALL_ALL_MAX_CALLS);
   luaL_checkstack(L, 3 * n + 16, "calling tools");
   /* scratch without finalizers (a finalizer costs more than a small call):
      nothing can raise between the first call's making and the last one's
@@ -374,224 +373,6 @@ int lr_call_all(lua_State *L, pl_program *pg) {
     lua_setfield(L, -2, "ok");
     lua_rawseti(L, out, i + 1);
   }
-  return 1;
-}
-
-/* ------------------------------------------------ registration, config */
-
-static int conflict(lua_State *L, const pm_tool *t) {
-  char msg[300];
-  le_format(msg, sizeof msg, LE_TOOL_REGISTRY_CONFLICT, t->name);
-  return le_raise_code(L, LE_TOOL_REGISTRY_CONFLICT, msg, 0);
-}
-
-int lr_register(lua_State *L, pl_program *pg, const pm_tool *t) {
-  luaL_checktype(L, 3, LUA_TFUNCTION);
-  if (pl_register_host(L, pg, t, 3) != 0) return conflict(L, t);
-  lua_settop(L, 1);
-  return 1;
-}
-
-int lr_attach(lua_State *L, pl_program *pg) {
-  sx_module *m = lm_check(L, 2);
-  int n;
-  const char *const *names = sx_exports(m, &n);
-  lua_newtable(L);
-  int k = 0;
-  for (int i = 0; i < n; i++) {
-    const pm_tool *t = pm_find_tool(pg->p, names[i]);
-    if (!t) continue;
-    int r = pl_register_module(pg, t, m);
-    if (r == -2) return luaL_error(L, "out of memory");
-    if (r != 0) return conflict(L, t);
-    lua_pushstring(L, t->name);
-    lua_rawseti(L, -2, ++k);
-  }
-  return 1;
-}
-
-int lr_missing(lua_State *L, pl_program *pg) {
-  lua_newtable(L);
-  int k = 0;
-  for (int i = 0; i < pg->p->ntools; i++)
-    if (pg->kind[i] == PL_NONE) {
-      lua_pushstring(L, pg->p->tools[i]->name);
-      lua_rawseti(L, -2, ++k);
-    }
-  return 1;
-}
-
-/* Which of a program's stores configure sets: the idempotency records, or
-   the cache shared across processes (cache_store). */
-typedef struct store_kind {
-  const char *what;         /* in messages */
-  const char *key_env;      /* the encryption key's variable */
-  const char *code;         /* of an error opening it */
-} store_kind;
-
-static const store_kind IDEMPOTENCY = { "idempotency store", "LUMA_IDEMPOTENCY_KEY", "IDEMPOTENCY_STORE_ERROR" };
-static const store_kind CACHE = { "cache store", "LUMA_CACHE_KEY", "CACHE_STORE_ERROR" };
-
-static void install_store(pl_program *pg, const store_kind *k, id_store *st, long long ttl_ms) {
-  if (k == &IDEMPOTENCY) {
-    id_close(pg->idem);
-    pg->idem = st;
-  } else {
-    id_close(pg->cache);
-    pg->cache = st;
-    pg->cache_ttl_ms = ttl_ms > 0 ? ttl_ms : LIM_CACHE_TTL_MS;
-  }
-}
-
-/* configure's `idempotency` or `cache` for redis: { url, prefix, lease_ms, password_env, on_unavailable } */
-static int configure_redis(lua_State *L, pl_program *pg, int spec, const store_kind *k, long long ttl_ms) {
-  id_redis_options o = { 0 };
-  lua_getfield(L, spec, "url");
-  o.url = luaL_checkstring(L, -1);
-  lua_getfield(L, spec, "prefix");
-  o.prefix = lua_tostring(L, -1);
-  lua_getfield(L, spec, "lease_ms");
-  o.lease_ms = lc_isinteger(L, -1) ? (long long)lua_tointeger(L, -1) : 0;
-  lua_getfield(L, spec, "on_unavailable");
-  o.run_when_unavailable = lua_isstring(L, -1) && strcmp(lua_tostring(L, -1), "run") == 0;
-  lua_getfield(L, spec, "encryption");
-  if (!lua_isnil(L, -1)) {
-    o.passphrase = pl_lookup(L, pg, k->key_env);
-    if (!o.passphrase || !*o.passphrase) {
-      lua_pushfstring(L, "The %s is encrypted (aes-256-gcm), but %s is not set.", k->what, k->key_env);
-      return le_raise(L, k->code, lua_tostring(L, -1), 0);
-    }
-  }
-  lua_getfield(L, spec, "password_env");
-  if (lua_isstring(L, -1)) {
-    const char *name = lua_tostring(L, -1);
-    o.password = pl_lookup(L, pg, name);
-    if (!o.password || !*o.password) {
-      lua_pushfstring(L, "The redis %s takes its password from %s, which is not set.", k->what, name);
-      return le_raise(L, k->code, lua_tostring(L, -1), 0);
-    }
-  }
-  char err[512];
-  id_store *st = id_open_redis(&o, err, sizeof err);
-  if (!st) {
-    lua_pushfstring(L, "Cannot open the %s: %s", k->what, err);
-    return le_raise(L, k->code, lua_tostring(L, -1), 0);
-  }
-  install_store(pg, k, st, ttl_ms);
-  return 0;
-}
-
-/* configure's `idempotency` or `cache` = { backend, path, encryption, ttl_ms (cache) } */
-static int configure_store(lua_State *L, pl_program *pg, int spec, const store_kind *k) {
-  lua_getfield(L, spec, "backend");
-  const char *backend = luaL_optstring(L, -1, "memory");
-  lua_getfield(L, spec, "path");
-  const char *path = lua_tostring(L, -1);
-  lua_getfield(L, spec, "encryption");
-  int encrypt = !lua_isnil(L, -1);
-  lua_getfield(L, spec, "ttl_ms");
-  long long ttl_ms = lc_isinteger(L, -1) ? (long long)lua_tointeger(L, -1) : 0;
-  if (strcmp(backend, "memory") == 0) {
-    /* the cache's memory store is the program's own table (cache.c) */
-    if (k == &CACHE) install_store(pg, k, NULL, ttl_ms);
-    return 0;
-  }
-  if (strcmp(backend, "redis") == 0) return configure_redis(L, pg, spec, k, ttl_ms);
-  int sqlite = strcmp(backend, "sqlite") == 0;
-  if (!sqlite && strcmp(backend, "file") != 0)
-    return luaL_error(L, "configure: unknown %s backend '%s' (memory, file, sqlite or redis)", k->what, backend);
-  if (!path) return luaL_error(L, "configure: the %s %s needs a path", backend, k->what);
-  const char *pass = NULL;
-  if (encrypt) {
-    pass = pl_lookup(L, pg, k->key_env);
-    if (!pass || !*pass) {
-      lua_pushfstring(L, "The %s is encrypted (aes-256-gcm), but %s is not set.", k->what, k->key_env);
-      return le_raise(L, k->code, lua_tostring(L, -1), 0);
-    }
-  }
-  char err[512];
-  id_store *st = sqlite ? id_open_sqlite(path, pass, err, sizeof err) : id_open_file(path, pass, pl_wall_ms(L, pg), err, sizeof err);
-  if (!st) {
-    lua_pushfstring(L, "Cannot open the %s '%s': %s", k->what, path, err);
-    return le_raise(L, k->code, lua_tostring(L, -1), 0);
-  }
-  char moved[512];
-  if (id_quarantined(st, moved, sizeof moved))
-    fprintf(stderr, "luma: the %s '%s' was corrupt: it was moved to '%s' and a new one created\n", k->what, path,
-            moved);
-  install_store(pg, k, st, ttl_ms);
-  return 0;
-}
-
-/* program:configure{ contexts =, on_event =, clock =, approve =, lookup =,
-   trace =, record =, replay =, idempotency =, cache =, default_timeout_ms = } */
-int lr_configure(lua_State *L, pl_program *pg) {
-  luaL_checktype(L, 2, LUA_TTABLE);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, pg->anchor);
-  int anchor = lua_gettop(L);
-  static const char *const keys[] = { "contexts", "on_event", "clock", "approve", "lookup" };
-  static const int types[] = { LUA_TTABLE, LUA_TFUNCTION, LUA_TTABLE, LUA_TFUNCTION, LUA_TFUNCTION };
-  int *flags[] = { NULL, &pg->has_sink, &pg->has_clock, &pg->has_approve, &pg->has_lookup };
-  for (int i = 0; i < 5; i++) {
-    lua_getfield(L, 2, keys[i]);
-    if (!lua_isnil(L, -1)) {
-      if (lua_type(L, -1) != types[i])
-        return luaL_error(L, "configure: '%s' must be a %s", keys[i], lua_typename(L, types[i]));
-      lua_setfield(L, anchor, keys[i]);
-      if (flags[i]) *flags[i] = 1;
-    } else {
-      lua_pop(L, 1);
-    }
-  }
-  lua_getfield(L, 2, "trace");
-  if (!lua_isnil(L, -1)) {
-    const char *path = luaL_checkstring(L, -1);
-    FILE *f = fopen(path, "a");
-    if (!f) {
-      lua_pushfstring(L, "cannot open the trace file '%s'", path);
-      return le_raise(L, "IO_ERROR", lua_tostring(L, -1), 0);
-    }
-    if (pg->trace) fclose(pg->trace);
-    pg->trace = f;
-  }
-  lua_pop(L, 1);
-  lua_getfield(L, 2, "record");
-  if (!lua_isnil(L, -1)) {
-    char err[300];
-    rc_recorder *r = rc_record_open(luaL_checkstring(L, -1), err, sizeof err);
-    if (!r) return le_raise(L, "IO_ERROR", err, 0);
-    rc_record_close(pg->record);
-    pg->record = r;
-  }
-  lua_pop(L, 1);
-  lua_getfield(L, 2, "replay");
-  if (!lua_isnil(L, -1)) {
-    char err[300];
-    rc_replay *r = rc_replay_open(luaL_checkstring(L, -1), err, sizeof err);
-    if (!r) return le_raise(L, "IO_ERROR", err, 0);
-    rc_replay_close(pg->replay);
-    pg->replay = r;
-  }
-  lua_pop(L, 1);
-  lua_getfield(L, 2, "idempotency");
-  if (!lua_isnil(L, -1)) {
-    luaL_checktype(L, -1, LUA_TTABLE);
-    configure_store(L, pg, lua_gettop(L), &IDEMPOTENCY);
-  }
-  lua_settop(L, anchor);
-  lua_getfield(L, 2, "cache");
-  if (!lua_isnil(L, -1)) {
-    luaL_checktype(L, -1, LUA_TTABLE);
-    configure_store(L, pg, lua_gettop(L), &CACHE);
-  }
-  lua_settop(L, anchor);
-  lua_getfield(L, 2, "default_timeout_ms");
-  if (!lua_isnil(L, -1)) {
-    if (!lc_isinteger(L, -1) || lua_tointeger(L, -1) <= 0)
-      return luaL_error(L, "configure: 'default_timeout_ms' must be a positive integer");
-    pg->default_timeout_ms = (long long)lua_tointeger(L, -1);
-  }
-  lua_settop(L, 1);
   return 1;
 }
 

@@ -25,14 +25,6 @@ pl_scope *lr_check_scope(lua_State *L, pl_program *pg, int idx);
    the methods (or none) as __index. */
 void lr_new_metatable(lua_State *L, const char *name, lua_CFunction gc, const luaL_Reg *methods);
 
-/* program:register(name, fn): t is the tool, fn at index 3 */
-int lr_register(lua_State *L, pl_program *pg, const pm_tool *t);
-/* program:attach(module) -> { names registered } */
-int lr_attach(lua_State *L, pl_program *pg);
-/* program:missing_handlers() */
-int lr_missing(lua_State *L, pl_program *pg);
-/* program:configure{ ... } */
-int lr_configure(lua_State *L, pl_program *pg);
 /* program:scope(agent) */
 int lr_scope(lua_State *L, pl_program *pg);
 /* program:call(name, input) / program:invoke(scope, name, input): the

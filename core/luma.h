@@ -1,17 +1,15 @@
 /*
  * luma-lua: the public C interface.
  *
- * Two ways in:
+ * libluma (the luma_* functions below) is for hosts that do not want to
+ * know Lua, or that run a Lua of their own (LuaJIT in LÖVE and OpenResty).
+ * The library carries a private Lua 5.4: it exports only luma_* symbols, so
+ * it loads next to any other Lua, and tool handlers still run in enforced
+ * Lua 5.4 sandboxes. Link with -lluma (pkg-config luma); every function
+ * declared here is exported by it.
  *
- * 1. libluma (the luma_* functions below), for hosts that do not want to know
- *    Lua, or that run a Lua of their own (LuaJIT in LÖVE and OpenResty). The
- *    library carries a private Lua 5.4: it exports only luma_* symbols, so it
- *    loads next to any other Lua, and tool handlers still run in enforced
- *    Lua 5.4 sandboxes. Link with -lluma (pkg-config luma).
- *
- * 2. luaopen_luma_core, for a host that runs Lua 5.4 itself and links the
- *    luma.core module in (as the luma-lua command does); programs are then
- *    used through the `luma` Lua module.
+ * A host that runs Lua 5.4 itself needs none of this: its scripts
+ * `require "luma"`, which loads the luma.core module (lib/lua/5.4/luma/core.so).
  *
  * VALUES cross the API as JSON text: UTF-8, NUL-terminated.
  *
@@ -82,8 +80,9 @@ typedef struct luma_options {
      is copied at once; it may be overwritten by the next lookup. NULL:
      getenv. */
   const char *(*lookup)(void *ud, const char *name);
-  /* One telemetry event per tool call (and per ask), as JSON; the text is
-     valid during the callback. */
+  /* One telemetry event per tool call (and per ask), as JSON, and the
+     runtime's warnings ({"kind": "warning", "message": ...}: libluma never
+     writes to stderr); the text is valid during the callback. */
   void (*on_event)(void *ud, const char *event_json, size_t len);
 } luma_options;
 
@@ -115,7 +114,10 @@ LUMA_API luma_runtime *luma_new(const luma_options *o, luma_error *err);
    (see OWNERSHIP). NULL is ignored. */
 LUMA_API void luma_destroy(luma_runtime *rt);
 
-/* Reads and compiles a .luma file, its config and its tool modules.
+/* Reads and compiles a .luma file, its config and its tool modules. It
+   BLOCKS until each tool module's top-level code has run in its sandbox
+   (at most module_load_timeout_ms, 10 s, a module): load at start-up, not
+   in a frame or a request.
    config: a luma.config.json path; NULL: the one next to the program, if
    any; "": none. tool_modules: more module paths, NULL-terminated (or NULL).
    NULL with err filled on failure (PROGRAM_INVALID lists every problem). */
@@ -153,7 +155,9 @@ LUMA_API int luma_poll(luma_runtime *rt, long long *wait_ms);
 /* A descriptor that turns readable when a handler or a transfer finished:
    put it in the host's event loop. -1 for a NULL runtime. */
 LUMA_API int luma_fd(luma_runtime *rt);
-/* 1 when the call is done (luma_poll steps it), else 0. */
+/* 1 when the call is done (luma_poll steps it), else 0; LUMA_FAILED for a
+   NULL call (a luma_start that failed), so that a loop `while
+   (luma_ready(c) == 0)` ends instead of spinning. */
 LUMA_API int luma_ready(const luma_call *c);
 /* Steps the runtime until the call is done or timeout_ms passed (< 0: no
    limit; more than timeout_cap_ms, 2^31-1: the cap). 1 when done, 0 on
@@ -169,11 +173,6 @@ LUMA_API int luma_result(luma_call *c, const char **json, size_t *len, luma_erro
 LUMA_API void luma_cancel(luma_call *c);
 /* Frees the handle; a call still in flight is cancelled. NULL is ignored. */
 LUMA_API void luma_call_free(luma_call *c);
-
-/* ---- for hosts that run Lua 5.4 themselves ---- */
-struct lua_State;
-/* The luma.core module: compile(), error(), is_error(), null, version. */
-LUMA_API int luaopen_luma_core(struct lua_State *L);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,9 @@
-/* Step 7: the tool's needs, each a context of luma.config.json whose fields
+/* STEP_NEEDS (steps.h): the tool's needs, each a context of luma.config.json whose fields
    come from the host's lookup (by default the process environment), parsed
    and checked against the need's schema. They reach the handler only. */
-#include "steps.h"
+#include "needs.h"
+
+#include "pipeline.h"
 
 #include "luma_limits.h"
 
@@ -21,7 +23,7 @@ static int listed(const pm_strings *list, const char *s) {
 }
 
 /* Pushes the value of one context field; spec is the field's { env, parse }. */
-static int push_field(lua_State *T, cl_call *c, const char *need, const char *field, int spec) {
+static st_verdict push_field(lua_State *T, cl_call *c, const char *need, const char *field, int spec) {
   const pm_tool *t = c->t;
   lua_getfield(T, spec, "env");
   const char *var = lua_tostring(T, -1);
@@ -31,13 +33,13 @@ static int push_field(lua_State *T, cl_call *c, const char *need, const char *fi
   if (!parse) parse = "string";
   const char *value = var ? pl_lookup(T, c->pg, var) : (lua_pushnil(T), NULL);
   if (!value)
-    return st_fail(T, c, LE_TOOL_CONTEXT_INVALID, "Tool '%s' needs '%s', but %s (for %s) is not set.", t->name, need,
+    return st_fail(T, LE_TOOL_CONTEXT_INVALID, "Tool '%s' needs '%s', but %s (for %s) is not set.", t->name, need,
                    var ? var : "?", field);
   int at = lua_gettop(T);
   char *end;
   int ok = 0;
   if (strcmp(parse, "string") == 0) {
-    return 0;   /* the looked-up string is already on top */
+    return sv_next();   /* the looked-up string is already on top */
   } else if (strcmp(parse, "boolean") == 0) {
     if (strcmp(value, "true") == 0 || strcmp(value, "false") == 0) { lua_pushboolean(T, value[0] == 't'); ok = 1; }
   } else if (strcmp(parse, "integer") == 0) {
@@ -58,22 +60,22 @@ static int push_field(lua_State *T, cl_call *c, const char *need, const char *fi
   }
   if (ok) {
     lua_remove(T, at);
-    return 0;
+    return sv_next();
   }
-  return st_fail(T, c, LE_TOOL_CONTEXT_INVALID, "Tool '%s' needs '%s', but %s (for %s) is not a valid %s.", t->name,
+  return st_fail(T, LE_TOOL_CONTEXT_INVALID, "Tool '%s' needs '%s', but %s (for %s) is not a valid %s.", t->name,
                  need, var, field, parse);
 }
 
-int st_needs(lua_State *T, cl_call *c) {
+st_verdict st_needs(lua_State *T, cl_call *c) {
   const pm_tool *t = c->t;
   const pm_agent *ag = c->scope ? c->scope->agent : NULL;
-  if (t->nneeds == 0) return 0;
+  if (t->nneeds == 0) return sv_next();
   lua_newtable(T);
   int out = lua_gettop(T);
   for (int i = 0; i < t->nneeds; i++) {
     const pm_need *need = &t->needs[i];
     if (ag && ag->tool_contexts.present && !listed(&ag->tool_contexts, need->name))
-      return st_fail(T, c, LE_TOOL_CONTEXT_INVALID, "Tool '%s' needs '%s', which the agent's tool_contexts do not allow.",
+      return st_fail(T, LE_TOOL_CONTEXT_INVALID, "Tool '%s' needs '%s', which the agent's tool_contexts do not allow.",
                      t->name, need->name);
     int found = pl_push_anchor(T, c->pg, "contexts") == LUA_TTABLE;
     if (found) {
@@ -82,7 +84,7 @@ int st_needs(lua_State *T, cl_call *c) {
       found = lua_type(T, -1) == LUA_TTABLE;
     }
     if (!found)
-      return st_fail(T, c, LE_TOOL_CONTEXT_INVALID,
+      return st_fail(T, LE_TOOL_CONTEXT_INVALID,
                      "Tool '%s' needs '%s', which no tool_contexts entry of the configuration provides.", t->name,
                      need->name);
     int spec = lua_gettop(T);
@@ -91,7 +93,8 @@ int st_needs(lua_State *T, cl_call *c) {
     lua_pushnil(T);
     while (lua_next(T, spec)) {
       const char *field = lua_tostring(T, -2);
-      if (push_field(T, c, need->name, field, lua_gettop(T)) != 0) return -1;
+      st_verdict v = push_field(T, c, need->name, field, lua_gettop(T));
+      if (v.kind != SV_NEXT) return v;
       lua_pushvalue(T, -3);
       lua_insert(T, -2);
       lua_rawset(T, value);
@@ -101,12 +104,12 @@ int st_needs(lua_State *T, cl_call *c) {
     snprintf(root, sizeof root, "%s.needs.%s", t->name, need->name);
     lv_result r;
     int bad = lv_validate(c->pg->v, T, value, need->schema, root, LV_INPUT, &r);
-    if (bad) st_fail_validation(T, c, LE_TOOL_CONTEXT_INVALID, &r);
+    st_verdict v = bad ? st_fail_validation(T, LE_TOOL_CONTEXT_INVALID, &r) : sv_next();
     lv_result_free(&r);
-    if (bad) return -1;
+    if (bad) return v;
     lua_setfield(T, out, need->name);
     lua_settop(T, out);
   }
   lua_replace(T, CV_NEEDS);
-  return 0;
+  return sv_next();
 }

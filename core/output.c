@@ -1,19 +1,24 @@
-/* Step 11: the result is validated against the tool's return schema (soft
-   rules become warnings), a handler's own error against its `error` schema;
-   then step 12's writes: the idempotency record and the cache. */
-#include "steps.h"
+/* STEP_OUTPUT (steps.h): the result is validated against the tool's return
+   schema (soft rules become warnings), a handler's own error against its
+   `error` schema; then STEP_RECORD's writes: the idempotency record and the
+   cache. */
+#include "output.h"
+
+#include "pipeline.h"
 
 #include <stdio.h>
 #include <string.h>
 
+#include "cache.h"
 #include "compat.h"
+#include "idempotent.h"
 
 /* With `error: Schema`, a handler's own error (not one of the runtime's
    TOOL_ codes) must fit it. */
-static void check_typed_error(lua_State *T, cl_call *c) {
+static st_verdict check_typed_error(lua_State *T, cl_call *c) {
   const pm_tool *t = c->t;
   const char *code = st_error_code(T, CV_VALUE);
-  if (!t->error || strncmp(code, "TOOL_", 5) == 0) return;
+  if (!t->error || strncmp(code, "TOOL_", 5) == 0) return sv_next();
   lua_createtable(T, 0, 4);
   static const char *const fields[] = { "code", "message", "retryable", "details" };
   for (int i = 0; i < 4; i++) {
@@ -26,30 +31,30 @@ static void check_typed_error(lua_State *T, cl_call *c) {
   lv_result r;
   int bad = lv_validate(c->pg->v, T, -1, t->error, root, LV_OUTPUT, &r);
   lua_pop(T, 1);
-  if (bad) st_fail_validation(T, c, LE_TOOL_ERROR_INVALID, &r);
+  st_verdict v = bad ? st_fail_validation(T, LE_TOOL_ERROR_INVALID, &r) : sv_next();
   lv_result_free(&r);
+  return v;
 }
 
-void st_finish(lua_State *T, cl_call *c) {
+st_verdict st_finish(lua_State *T, cl_call *c) {
   const pm_tool *t = c->t;
   if (!c->ok) {
     st_idem_settle(T, c, 0);
     st_cache_release(c);
-    check_typed_error(T, c);
-    return;
+    return check_typed_error(T, c);
   }
   if (c->ev.cache_hit || c->ev.idempotent_replay) {
     st_cache_release(c);
-    return;
+    return sv_next();
   }
   lv_result r;
   int bad = lv_validate(c->pg->v, T, CV_VALUE, t->output, t->output_root, LV_OUTPUT, &r);
   if (bad) {
     st_idem_settle(T, c, 0);
     st_cache_release(c);
-    st_fail_validation(T, c, LE_TOOL_OUTPUT_INVALID, &r);
+    st_verdict v = st_fail_validation(T, LE_TOOL_OUTPUT_INVALID, &r);
     lv_result_free(&r);
-    return;
+    return v;
   }
   if (r.nwarnings) {
     lv_push_issues(T, r.warnings, r.nwarnings);
@@ -57,21 +62,22 @@ void st_finish(lua_State *T, cl_call *c) {
   }
   lv_result_free(&r);
   /* the idempotency store and the cache keep their own copies */
-  if (st_idem_settle(T, c, 1) != 0) {
+  st_verdict v = st_idem_settle(T, c, 1);
+  if (v.kind != SV_NEXT) {
     st_cache_release(c);
-    return;
+    return v;
   }
   st_cache_store(T, c);
+  return v;
 }
 
-void st_follow(lua_State *T, cl_call *c, cl_call *lead) {
+st_verdict st_follow(lua_State *T, cl_call *c, cl_call *lead) {
   char err[200];
-  lua_pushvalue(lead->T, CV_VALUE);
-  lua_xmove(lead->T, T, 1);
-  if (sx_copy(T, -1, T, &c->pg->limits, err, sizeof err) == 0) lua_remove(T, -2);
-  lua_replace(T, CV_VALUE);
-  c->ok = lead->ok;
   lua_pushvalue(lead->T, CV_WARN);
   lua_xmove(lead->T, T, 1);
   lua_replace(T, CV_WARN);
+  lua_pushvalue(lead->T, CV_VALUE);
+  lua_xmove(lead->T, T, 1);
+  if (sx_copy(T, -1, T, &c->pg->limits, err, sizeof err) == 0) lua_remove(T, -2);
+  return sv_is(lead->ok ? SV_RESULT : SV_ERROR);
 }

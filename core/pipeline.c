@@ -14,7 +14,7 @@
 #include "lerror.h"
 #include "record.h"
 #include "runtime.h"
-#include "steps.h"
+#include "callint.h"
 
 pl_program *pl_new(rt_runtime *rt, pm_program *p, lv_program *v) {
   lua_State *L = rt_home(rt);
@@ -68,9 +68,11 @@ void pl_unref(pl_program *pg) {
   pl_close(pg);
   lua_State *L = pg->L;
   while (pg->spare) {
-    struct cl_call *c = pg->spare;
+    cl_call *c = pg->spare;
     pg->spare = c->pg_next;
-    cl_destroy(L, c);
+    /* a spare call (call.c's cl_release) is its thread and its memory */
+    luaL_unref(L, LUA_REGISTRYINDEX, c->tref);
+    free(c);
   }
   luaL_unref(L, LUA_REGISTRYINDEX, pg->anchor);
   if (pg->trace) fclose(pg->trace);

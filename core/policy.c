@@ -1,7 +1,10 @@
-/* Steps 1 to 5: the registry, the credential, the scope and tool_policy.
+/* STEP_REGISTRY to STEP_APPROVAL (steps.h): the registry, the credential,
+   the scope and tool_policy.
    Approval is the host's decision (anchor.approve), never read here from a
    terminal or the environment; without one, a write tool is not approved. */
-#include "steps.h"
+#include "policy.h"
+
+#include "pipeline.h"
 
 #include <string.h>
 
@@ -28,33 +31,36 @@ static int approved(lua_State *T, cl_call *c, const pm_agent *ag) {
   return yes;
 }
 
-int st_module_closed(lua_State *T, cl_call *c) {
-  return st_fail(T, c, LE_TOOL_NOT_FOUND, "'%s' is not registered in the tool registry: its tool module was closed.",
+st_verdict st_module_closed(lua_State *T, cl_call *c) {
+  return st_fail(T, LE_TOOL_NOT_FOUND, "'%s' is not registered in the tool registry: its tool module was closed.",
                  c->t->name);
 }
 
-int st_permissions(lua_State *T, cl_call *c) {
+st_verdict st_permissions(lua_State *T, cl_call *c) {
   const pm_tool *t = c->t;
   const pm_agent *ag = c->scope ? c->scope->agent : NULL;
   pl_program *pg = c->pg;
   if (ag && !agent_allows(ag, t))
-    return st_fail_msg(T, c, LE_MSG_NOT_ALLOWED_DIRECTLY, ag->name, t->name);
+    return st_fail(T, le_msg_code(LE_MSG_NOT_ALLOWED_DIRECTLY), le_msg_template(LE_MSG_NOT_ALLOWED_DIRECTLY), ag->name,
+                   t->name);
   if (pg->kind[t->index] == PL_NONE)
-    return st_fail_fixed(T, c, LE_TOOL_NOT_FOUND, t->name);
+    return st_fail(T, LE_TOOL_NOT_FOUND, le_template(LE_TOOL_NOT_FOUND), t->name);
   if (pg->kind[t->index] == PL_MODULE && sx_closed(pg->module[t->index]))
     return st_module_closed(T, c);
   if (t->credential) {
     int set = pl_lookup(T, pg, t->credential) != NULL;
     lua_pop(T, 1);
-    if (!set) return st_fail_msg(T, c, LE_MSG_MISSING_CREDENTIAL, t->name, t->credential);
+    if (!set)
+      return st_fail(T, le_msg_code(LE_MSG_MISSING_CREDENTIAL), le_msg_template(LE_MSG_MISSING_CREDENTIAL), t->name,
+                     t->credential);
   }
   if (ag && t->scope && ag->tool_scopes.present && !listed(&ag->tool_scopes, t->scope))
-    return st_fail_msg(T, c, LE_MSG_SCOPE_DENIED, t->name, t->scope);
+    return st_fail(T, le_msg_code(LE_MSG_SCOPE_DENIED), le_msg_template(LE_MSG_SCOPE_DENIED), t->name, t->scope);
   if (ag && t->side_effects == SE_WRITE && ag->tool_policy == POL_DENY_WRITE)
-    return st_fail_msg(T, c, LE_MSG_DENY_WRITE, t->name, ag->name);
+    return st_fail(T, le_msg_code(LE_MSG_DENY_WRITE), le_msg_template(LE_MSG_DENY_WRITE), t->name, ag->name);
   if (ag && t->side_effects == SE_WRITE && ag->tool_policy == POL_APPROVAL && !approved(T, c, ag))
-    return st_fail(T, c, LE_TOOL_PERMISSION_DENIED,
+    return st_fail(T, LE_TOOL_PERMISSION_DENIED,
                    "Tool '%s' writes and was not approved: list it in LUMA_APPROVED_TOOLS (agent '%s' has tool_policy approval).",
                    t->name, ag->name);
-  return 0;
+  return sv_next();
 }

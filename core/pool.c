@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "luma_limits.h"
 #include "sandbox.h"
 
 struct wp_pool {
@@ -21,7 +22,7 @@ struct wp_pool {
 
 int wp_cpus(void) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n < 1 ? 1 : n > 256 ? 256 : (int)n;
+  return n < 1 ? 1 : n > LIM_MAX_WORKERS ? LIM_MAX_WORKERS : (int)n;
 }
 
 static void *worker(void *arg) {

@@ -611,22 +611,34 @@ static void build_tool(pm_ctx *c, ast_decl *d) {
 
 /* ---------------------------------------------------- agents and models */
 
+/* "openai and azure": the providers that offer the Responses API. */
+static const char *responses_providers(ar_arena *a) {
+  const char *s = NULL;
+  int left = 0;
+  for (int i = 0; i < AD_NPROVIDERS; i++) left += ad_providers[i].responses;
+  for (int i = 0; i < AD_NPROVIDERS; i++) {
+    if (!ad_providers[i].responses) continue;
+    left--;
+    s = s ? ar_printf(a, "%s%s%s", s, left ? ", " : " and ", ad_providers[i].name) : ad_providers[i].name;
+  }
+  return s ? s : "none";
+}
+
 static void check_model(pm_ctx *c, ast_decl *d) {
   pm_model *m = d->model;
   pm_read_model_config(c, d, m, ar_printf(c->a, "Model '%s'", d->name));
   if (!m->has_provider) {
     if (!pm_config_entry(d, "provider"))
-      ERR(c, d->name_pos, "Model '%s' must set provider: one of \"openai\", \"azure\", \"anthropic\", \"gemini\".", d->name);
+      ERR(c, d->name_pos, "Model '%s' must set provider: one of %s.", d->name, pm_quoted(c->a, ad_provider_names));
     return;
   }
-  if (m->provider == PROV_AZURE) {
-    if (!m->deployment) ERR(c, d->name_pos, "Model '%s' uses azure and must set deployment.", d->name);
-    if (!m->base_url) ERR(c, d->name_pos, "Model '%s' uses azure and must set base_url.", d->name);
-  } else if (!m->model) {
-    ERR(c, d->name_pos, "Model '%s' must set name: the provider's model name.", d->name);
-  }
-  if (m->api == API_RESPONSES && m->provider != PROV_OPENAI && m->provider != PROV_AZURE)
-    ERR(c, pm_config_entry(d, "api")->value->pos, "Model '%s': api \"responses\" is the OpenAI Responses API: only for openai and azure.", d->name);
+  if (m->provider == AD_AZURE && !m->deployment) ERR(c, d->name_pos, "Model '%s' uses azure and must set deployment.", d->name);
+  if (!ad_providers[m->provider].base_url && !m->base_url)
+    ERR(c, d->name_pos, "Model '%s' uses %s and must set base_url.", d->name, ad_providers[m->provider].name);
+  if (m->provider != AD_AZURE && !m->model) ERR(c, d->name_pos, "Model '%s' must set name: the provider's model name.", d->name);
+  if (m->api == API_RESPONSES && !ad_providers[m->provider].responses)
+    ERR(c, pm_config_entry(d, "api")->value->pos, "Model '%s': api \"responses\" is the OpenAI Responses API: only for %s.", d->name,
+        responses_providers(c->a));
   if (m->base_url && strncmp(m->base_url, "http://", 7) != 0 && strncmp(m->base_url, "https://", 8) != 0)
     ERR(c, pm_config_entry(d, "base_url")->value->pos, "Model '%s': base_url must start with http:// or https://.", d->name);
 }
@@ -749,7 +761,6 @@ const char *pm_near_tool(const pm_program *p, const char *name) {
 }
 
 const char *pm_model_key_env(const pm_model *m) {
-  static const char *const defaults[] = { "OPENAI_API_KEY", "AZURE_OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY" };
   if (m->no_api_key) return NULL;
-  return m->api_key_env ? m->api_key_env : defaults[m->provider];
+  return m->api_key_env ? m->api_key_env : ad_providers[m->provider].key_env;
 }

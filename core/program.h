@@ -12,6 +12,7 @@
 #include "arena.h"
 #include "ast.h"
 #include "diag.h"
+#include "providers.h"
 
 struct lre;
 
@@ -83,6 +84,10 @@ struct pm_schema {
 
 typedef enum { SE_NONE, SE_READ, SE_WRITE } pm_side_effects;
 typedef enum { BO_NONE, BO_FIXED, BO_EXPONENTIAL } pm_backoff;
+/* Who runs a tool: a tool module's handler, or the host (luma_register,
+   program:register), which `check` then does not look for in the modules. */
+typedef enum { HANDLER_MODULE, HANDLER_HOST } pm_handler;
+extern const char *const pm_handler_names[];    /* by pm_handler, NULL-terminated */
 typedef enum { POL_ALLOW, POL_DENY_WRITE, POL_APPROVAL } pm_policy;
 
 typedef struct pm_need {
@@ -105,6 +110,7 @@ typedef struct pm_tool {
   const char *output_root;    /* "<name>.output", the root of its paths in messages */
   const char *description;
   int side_effects;           /* pm_side_effects */
+  int handler;                /* pm_handler */
   int cache;
   const char *scope;
   const char *credential;
@@ -121,8 +127,6 @@ typedef struct pm_tool {
   int index;
 } pm_tool;
 
-typedef enum { PROV_OPENAI, PROV_AZURE, PROV_ANTHROPIC, PROV_GEMINI } pm_provider;
-extern const char *const pm_provider_names[];   /* by pm_provider, NULL-terminated */
 typedef enum { API_CHAT, API_RESPONSES } pm_api;
 extern const char *const pm_api_names[];        /* by pm_api, NULL-terminated */
 
@@ -136,7 +140,7 @@ typedef struct pm_headers {
 typedef struct pm_model {
   const char *name;
   ast_pos pos;
-  int provider;               /* pm_provider */
+  int provider;               /* ad_provider: a row of adapters/providers.h */
   int has_provider;
   int api;                    /* pm_api */
   int has_api;

@@ -31,8 +31,8 @@ typedef struct ck_key {
 
 static const char *const side_effect_choices[] = { "none", "read", "write", NULL };
 static const char *const backoff_choices[] = { "none", "fixed", "exponential", NULL };
+const char *const pm_handler_names[] = { "module", "host", NULL };
 static const char *const policy_choices[] = { "allow", "deny_write", "approval", NULL };
-const char *const pm_provider_names[] = { "openai", "azure", "anthropic", "gemini", NULL };
 const char *const pm_api_names[] = { "chat", "responses", NULL };
 
 #define OFF(type, field) offsetof(type, field)
@@ -40,6 +40,7 @@ const char *const pm_api_names[] = { "chat", "responses", NULL };
 static const ck_key tool_keys[] = {
   { "description", CK_STRING, 0, NULL, OFF(pm_tool, description), 0 },
   { "side_effects", CK_CHOICE, 0, side_effect_choices, OFF(pm_tool, side_effects), 0 },
+  { "handler", CK_CHOICE, 0, pm_handler_names, OFF(pm_tool, handler), 0 },
   { "cache", CK_BOOL, 0, NULL, OFF(pm_tool, cache), 0 },
   { "scope", CK_STRING, 0, NULL, OFF(pm_tool, scope), 0 },
   { "credential", CK_ENVNAME, 0, NULL, OFF(pm_tool, credential), 0 },
@@ -72,7 +73,7 @@ static const ck_key agent_keys[] = {
 };
 
 static const ck_key model_keys[] = {
-  { "provider", CK_CHOICE, 0, pm_provider_names, OFF(pm_model, provider), OFF(pm_model, has_provider) },
+  { "provider", CK_CHOICE, 0, ad_provider_names, OFF(pm_model, provider), OFF(pm_model, has_provider) },
   { "name", CK_STRING, 0, NULL, OFF(pm_model, model), 0 },
   { "base_url", CK_STRING, 0, NULL, OFF(pm_model, base_url), 0 },
   { "api", CK_CHOICE, 0, pm_api_names, OFF(pm_model, api), OFF(pm_model, has_api) },
@@ -189,11 +190,7 @@ static void read_entry(pm_ctx *c, const char *owner, const ck_key *k, const ast_
       for (; k->choices[n]; n++)
         if (v->kind == EX_STRING && strcmp(v->str.s, k->choices[n]) == 0) found = n;
       if (found < 0) {
-        char list[200] = "";
-        for (int i = 0; i < n; i++) {
-          size_t used = strlen(list);
-          snprintf(list + used, sizeof list - used, "%s\"%s\"", i ? ", " : "", k->choices[i]);
-        }
+        const char *list = pm_quoted(c->a, k->choices);
         const char *near = v->kind == EX_STRING ? dg_suggest(v->str.s, k->choices, n) : NULL;
         ERR(c, v->pos, "%s must be one of %s.%s", prefix, list, near ? ar_printf(c->a, " Did you mean \"%s\"?", near) : "");
         return;
@@ -284,6 +281,12 @@ static void read_config(pm_ctx *c, const ast_decl *d, const ck_key *keys, void *
     }
     read_entry(c, owner, k, e, obj);
   }
+}
+
+const char *pm_quoted(ar_arena *a, const char *const *names) {
+  const char *s = "";
+  for (int i = 0; names[i]; i++) s = ar_printf(a, "%s%s\"%s\"", s, i ? ", " : "", names[i]);
+  return s;
 }
 
 const ast_config *pm_config_entry(const ast_decl *d, const char *key) {

@@ -46,6 +46,8 @@ void pm_read_tool_config(pm_ctx *c, const ast_decl *d, pm_tool *t, const char *o
 void pm_read_agent_config(pm_ctx *c, const ast_decl *d, pm_agent *a, const char *owner);
 void pm_read_model_config(pm_ctx *c, const ast_decl *d, pm_model *m, const char *owner);
 const ast_config *pm_config_entry(const ast_decl *d, const char *key);
+/* "a", "b", "c": the names of a NULL-terminated list, quoted, for a message. */
+const char *pm_quoted(ar_arena *a, const char *const *names);
 
 /* program_types.c: the static type of a value in the statements. */
 typedef enum { VT_UNKNOWN, VT_NULL, VT_BOOL, VT_INT, VT_FLOAT, VT_STRING, VT_ARRAY, VT_OBJECT, VT_RECORD } vt_kind;

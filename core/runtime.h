@@ -4,6 +4,8 @@
  * descriptor that turns readable when a handler finished), and the calls in
  * flight. One runtime serves many programs.
  *
+ * The drivers that step calls, and rt_close, are in drive.h.
+ *
  * Threads: the runtime belongs to the thread that owns its home Lua state;
  * every function here is called from it. Workers only run handlers (in the
  * modules' own states) and report back through rt_complete.
@@ -39,9 +41,6 @@ typedef struct rt_options {
 rt_runtime *rt_new(lua_State *home, const rt_options *o, char *err, size_t errlen);
 void rt_retain(rt_runtime *rt);
 void rt_unref(rt_runtime *rt);
-/* Cancels every call in flight and waits for the handlers running on the
-   pool to stop; later calls fail. Idempotent. */
-void rt_close(rt_runtime *rt);
 int rt_closed(const rt_runtime *rt);
 lua_State *rt_home(const rt_runtime *rt);
 int rt_workers(const rt_runtime *rt);
@@ -50,21 +49,6 @@ int rt_workers(const rt_runtime *rt);
    handler finished. rt_poll clears it. */
 int rt_fd(const rt_runtime *rt);
 
-/* Steps every call started with rt_start that can move, without blocking.
-   Returns the number of those calls still in flight, and in *wait_ms how
-   long the host may sleep (-1: until the descriptor turns readable) before
-   calling again. */
-int rt_poll(rt_runtime *rt, long long *wait_ms);
-
-/* Adds a call to those rt_poll steps (the runtime holds a reference until
-   it is done and collected). */
-void rt_start(rt_runtime *rt, struct cl_call *c);
-
-/* Drives the given calls to their end, blocking this thread: the driver of
-   program:call, call_all and the CLI. At most `concurrency` of their handlers
-   run at once (<= 0: no limit beyond the pool); a lone handler with nothing
-   else to wait for runs on this thread. */
-void rt_drive(rt_runtime *rt, struct cl_call **calls, int n, int concurrency);
 
 /* Waits until a handler finished or timeout_ms passed (< 0: no limit). */
 void rt_wait_fd(rt_runtime *rt, long long timeout_ms);
@@ -77,8 +61,10 @@ void rt_notify(rt_runtime *rt);
    NULL with a message in err when it cannot be made. */
 tp_transport *rt_transport(rt_runtime *rt, char *err, size_t errlen);
 
-/* For call.c: hands a prepared job to the pool (or runs it here). */
+/* For the drivers (drive.h): hands a prepared job to the pool (or runs it
+   here); runs it on this thread. */
 int rt_submit(rt_runtime *rt, struct cl_call *c);
+void rt_run_here(rt_runtime *rt, struct cl_call *c);
 /* Cancels c (cl_cancel): any thread. */
 void rt_cancel_job(rt_runtime *rt, struct cl_call *c);
 /* For the pool's workers: the job of c finished. */

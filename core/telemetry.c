@@ -1,7 +1,11 @@
 /* One telemetry event per call: to the program's on_event function and, with
    a trace file, as a JSON line. Inputs, results, secrets and needs are never
    in it. */
-#include "steps.h"
+#include "telemetry.h"
+
+#include "pipeline.h"
+
+#include "verdict.h"
 
 #include "luma_limits.h"
 
@@ -61,25 +65,48 @@ void st_emit(lua_State *T, cl_call *c) {
   lua_settop(T, e - 1);
 }
 
-void st_publish(lua_State *T, pl_program *pg, int e) {
-  if (pg->trace) {
-    sb_buf b;
-    sb_init(&b);
-    char err[128];
-    if (lj_encode(T, e, &b, 0, LIM_TRACE_DEPTH, err, sizeof err) == 0) {
-      fwrite(b.data, 1, b.len, pg->trace);
-      fputc('\n', pg->trace);
-      fflush(pg->trace);
-    }
-    sb_free(&b);
+static void trace_line(lua_State *T, pl_program *pg, int e) {
+  sb_buf b;
+  sb_init(&b);
+  char err[128];
+  if (lj_encode(T, e, &b, 0, LIM_TRACE_DEPTH, err, sizeof err) == 0) {
+    fwrite(b.data, 1, b.len, pg->trace);
+    fputc('\n', pg->trace);
+    fflush(pg->trace);
   }
+  sb_free(&b);
+}
+
+static int push_warning(lua_State *T, const char *message) {
+  lua_createtable(T, 0, 2);
+  lua_pushliteral(T, "warning");
+  lua_setfield(T, -2, "kind");
+  lua_pushstring(T, message);
+  lua_setfield(T, -2, "message");
+  return lua_gettop(T);
+}
+
+void st_publish(lua_State *T, pl_program *pg, int e) {
+  if (pg->trace) trace_line(T, pg, e);
   if (pg->has_sink) {
     pl_push_anchor(T, pg, "on_event");
     lua_pushvalue(T, e);
     if (lua_pcall(T, 1, 0, 0) != LUA_OK) {
-      const char *msg = lua_type(T, -1) == LUA_TSTRING ? lua_tostring(T, -1) : "an error that is not a string";
-      fprintf(stderr, "luma: on_event failed: %s\n", msg);
+      /* told to the trace only: the sink that failed is not asked again */
+      if (pg->trace) {
+        const char *msg = lua_type(T, -1) == LUA_TSTRING ? lua_tostring(T, -1) : "an error that is not a string";
+        lua_pushfstring(T, "on_event failed: %s", msg);
+        trace_line(T, pg, push_warning(T, lua_tostring(T, -1)));
+        lua_pop(T, 2);
+      }
       lua_pop(T, 1);
     }
   }
+}
+
+void st_warn(lua_State *T, pl_program *pg, const char *message) {
+  if (!pg->has_sink && !pg->trace) return;
+  int e = push_warning(T, message);
+  st_publish(T, pg, e);
+  lua_settop(T, e - 1);
 }

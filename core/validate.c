@@ -3,7 +3,7 @@
    inferring tags in place; and the program's @defaults checked at load.
    What it found wrong is recorded by validate_issues.c; the program's names
    and defaults are bound by validate_bind.c. */
-#include "validate_impl.h"
+#include "validateint.h"
 
 #include <math.h>
 #include <stdarg.h>

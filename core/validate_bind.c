@@ -1,7 +1,7 @@
 /* A program bound to a Lua state: its field names interned there (a key is
    matched to a field by its string object), its default values stored
    there, and their fresh copies. */
-#include "validate_impl.h"
+#include "validateint.h"
 
 #include <stdlib.h>
 #include <string.h>

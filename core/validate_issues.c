@@ -1,7 +1,7 @@
 /* What validation found wrong: each violation recorded with its path
    (formatted only once it is known to be kept), and the violations given to
    Lua as a structured error, at once or lazily. */
-#include "validate_impl.h"
+#include "validateint.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 -- Builds the same module as the Makefile (spec/08-build_spec.lua checks that
--- the source lists agree): luarocks make rockspec/luma-lua-scm-1.rockspec
+-- the source lists agree): luarocks --lua-version=5.4 make --deps-mode=none rockspec/luma-lua-scm-1.rockspec
 rockspec_format = "3.0"
 package = "luma-lua"
 version = "scm-1"
@@ -29,10 +29,10 @@ build = {
         "adapters/schema.c",
         "core/diag.c", "core/lex.c", "core/parse.c", "core/program.c", "core/program_check.c", "core/program_types.c", "core/program_config.c", "core/regex.c", "core/jsonschema.c", "core/idem.c",
         "core/pool.c", "core/record.c", "core/idem_sqlite.c", "core/idem_redis.c", "core/idem_file.c", "core/mcp.c",
-        "core/validate.c", "core/validate_bind.c", "core/validate_issues.c", "core/pipeline.c", "core/call.c", "core/policy.c", "core/needs.c", "core/cache.c",
-        "core/idempotent.c", "core/attempt.c", "core/output.c", "core/breaker.c", "core/telemetry.c", "core/runtime.c",
+        "core/validate.c", "core/validate_bind.c", "core/validate_issues.c", "core/pipeline.c", "core/call.c", "core/verdict.c", "core/policy.c", "core/needs.c", "core/cache.c",
+        "core/idempotent.c", "core/attempt.c", "core/output.c", "core/breaker.c", "core/telemetry.c", "core/runtime.c", "core/drive.c",
         "core/ask.c", "core/asktools.c",
-        "core/lprogram.c", "core/last.c", "core/lmodule.c", "core/lruntime.c", "core/lask.c", "core/lmcp.c", "core/lcore.c",
+        "core/lprogram.c", "core/last.c", "core/lmodule.c", "core/lruntime.c", "core/lconfigure.c", "core/lcall.c", "core/lask.c", "core/lmcp.c", "core/lcore.c",
       },
       incdirs = { "base", "sandbox", "adapters", "core" },
       defines = { "_POSIX_C_SOURCE=200809L" },

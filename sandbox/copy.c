@@ -7,8 +7,7 @@
 
 #include "compat.h"
 #include "ljson.h"
-
-#define SX_DEPTH_CAP 500
+#include "luma_limits.h"
 
 typedef struct sx_copier {
   lua_State *from, *to;
@@ -18,15 +17,15 @@ typedef struct sx_copier {
   unsigned entries;               /* pairs copied, for reading the clock now and then */
   int depth;
   int root_keys;                  /* > 0: the root should be a record of about so many string keys */
-  const void *tables[SX_DEPTH_CAP + 1];
+  const void *tables[LIM_COPY_DEPTH_CAP + 1];
   char *err;
   size_t errlen;
 } sx_copier;
 
 void sx_default_limits(sx_limits *lim) {
-  lim->max_depth = 100;
-  lim->max_values = 1000000;
-  lim->max_bytes = 64u << 20;
+  lim->max_depth = LIM_COPY_DEPTH;
+  lim->max_values = LIM_COPY_MAX_VALUES;
+  lim->max_bytes = (size_t)LIM_COPY_MAX_BYTES;
   lim->finite_numbers = 0;
   lim->deadline_ns = 0;
 }
@@ -130,7 +129,7 @@ static int copy_record(sx_copier *c, int idx, int keys) {
 static int copy_table(sx_copier *c, int idx) {
   lua_State *from = c->from, *to = c->to;
   const void *p = lua_topointer(from, idx);
-  if (c->depth >= c->lim->max_depth || c->depth >= SX_DEPTH_CAP) {
+  if (c->depth >= c->lim->max_depth || c->depth >= LIM_COPY_DEPTH_CAP) {
     char n[24];
     snprintf(n, sizeof n, "%d", c->depth);
     return fail(c, "it is nested more than %s levels deep", n);

@@ -23,6 +23,7 @@
 #include "json.h"
 #include "lerror.h"
 #include "ljson.h"
+#include "luma_limits.h"
 #include "strbuf.h"
 #include "transport.h"
 
@@ -323,7 +324,7 @@ static void push_response(lua_State *L, sh_transfer *t, const tp_result *res) {
   lua_setfield(L, -2, "body");
   if (json) {
     char err[160];
-    jv *v = json_parse(&t->arena, res->body, res->body_len, SH_JSON_MAX_DEPTH, err, sizeof err);
+    jv *v = json_parse(&t->arena, res->body, res->body_len, LIM_HTTP_JSON_DEPTH, err, sizeof err);
     if (v) {
       lj_push(L, v, 0);
       lua_setfield(L, -2, "json");
@@ -375,7 +376,7 @@ static int perform(lua_State *L, const sh_config *cfg, const sh_request *r) {
   size_t body_len = 0;
   if (r->body && lua_type(L, r->body) == LUA_TTABLE) {
     char err[128];
-    if (lj_encode(L, r->body, &t->request, 0, SH_JSON_MAX_DEPTH, err, sizeof err) != 0)
+    if (lj_encode(L, r->body, &t->request, 0, LIM_HTTP_JSON_DEPTH, err, sizeof err) != 0)
       invalid(L, t, "the body cannot be sent as JSON: %s", err);
     if (t->request.len > lim->max_request_bytes)
       fail(L, t, "HTTP_TOO_LARGE", 0, "the request body is larger than the limit of %zu bytes", lim->max_request_bytes);
@@ -411,7 +412,7 @@ static int perform(lua_State *L, const sh_config *cfg, const sh_request *r) {
   req.user_agent = "luma-lua";
   req.timeout_ms = timeout;
   req.max_response_bytes = lim->max_response_bytes;
-  req.max_redirects = SH_MAX_REDIRECTS;
+  req.max_redirects = LIM_HTTP_MAX_REDIRECTS;
   char err[256];
   t->tp = start(&req, err, sizeof err);
   if (!t->tp) invalid(L, t, "%s", err);
@@ -511,9 +512,9 @@ void sh_push_http(lua_State *L, sh_deadline_fn deadline, sh_error_fn error, cons
   sh_config *cfg = lua_newuserdata(L, sizeof *cfg);
   cfg->deadline = deadline;
   cfg->error = error;
-  cfg->limits.timeout_ms = limits && limits->timeout_ms > 0 ? limits->timeout_ms : SH_DEFAULT_TIMEOUT_MS;
-  cfg->limits.max_response_bytes = limits && limits->max_response_bytes ? limits->max_response_bytes : SH_DEFAULT_MAX_BYTES;
-  cfg->limits.max_request_bytes = limits && limits->max_request_bytes ? limits->max_request_bytes : SH_DEFAULT_MAX_BYTES;
+  cfg->limits.timeout_ms = limits && limits->timeout_ms > 0 ? limits->timeout_ms : LIM_HTTP_TIMEOUT_MS;
+  cfg->limits.max_response_bytes = limits && limits->max_response_bytes ? limits->max_response_bytes : (size_t)LIM_HTTP_MAX_BYTES;
+  cfg->limits.max_request_bytes = limits && limits->max_request_bytes ? limits->max_request_bytes : (size_t)LIM_HTTP_MAX_BYTES;
   lc_setfuncs(L, fns, 1);
 }
 

@@ -1,7 +1,7 @@
 /*
  * luma.http: the HTTP client of a state whose policy says allow_network,
  * on the process's one HTTP transport (base/transport.h).
- * Only http:// and https:// (redirects too, at most SH_MAX_REDIRECTS), a
+ * Only http:// and https:// (redirects too, at most LIM_HTTP_MAX_REDIRECTS), a
  * fixed list of methods, no CR/LF/NUL in headers, bounded bodies, and every
  * request stopped by the call's deadline. Failures raise error objects
  * (base/lerror.h) { code = "HTTP_ERROR" | "HTTP_TIMEOUT" | "HTTP_TOO_LARGE",
@@ -17,11 +17,6 @@
 /* The metatable of a request in progress (a userdata owning its buffers). */
 #define SH_TRANSFER_MT "luma.HttpTransfer"
 
-#define SH_DEFAULT_TIMEOUT_MS 30000
-#define SH_DEFAULT_MAX_BYTES ((size_t)8 << 20)
-#define SH_MAX_REDIRECTS 5
-#define SH_JSON_MAX_DEPTH 100
-
 /* The deadline the requests of a state must respect: returns the
    milliseconds left, 0 once the call's deadline passed or its signal fired
    (never a negative number for a passed deadline), or a negative number when
@@ -30,11 +25,11 @@
    coroutine), so it must not raise nor run Lua code. */
 typedef long long (*sh_deadline_fn)(lua_State *L);
 
-/* A 0 field means its default. */
+/* A 0 field means its default: LIM_HTTP_TIMEOUT_MS, LIM_HTTP_MAX_BYTES. */
 typedef struct sh_limits {
-  long long timeout_ms;        /* per request, when no deadline is nearer (default 30000) */
-  size_t max_response_bytes;   /* body limit, and the limit of the response's header block (default 8 MiB) */
-  size_t max_request_bytes;    /* body limit (default 8 MiB) */
+  long long timeout_ms;        /* per request, when no deadline is nearer */
+  size_t max_response_bytes;   /* body limit, and the limit of the response's header block */
+  size_t max_request_bytes;    /* body limit */
 } sh_limits;
 
 /* Makes the value a failure raises, in place of the error object: it pushes

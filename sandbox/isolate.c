@@ -60,6 +60,7 @@
 #include "crypto.h"
 #include "errors.h"
 #include "lerror.h"
+#include "luma_limits.h"
 #include "state.h"
 #include "strbuf.h"
 #include "wire.h"
@@ -76,9 +77,8 @@ struct sx_child {
 #endif
 
 /* How long a new child may take to load the module, past the load budget
-   of module.c (10 s) or the call's deadline. */
+   (LIM_MODULE_LOAD_TIMEOUT_MS) or the call's deadline. */
 #define SPAWN_SLACK_MS 1000
-#define SPAWN_LOAD_MS 10000
 #define READY_MAX ((size_t)1 << 20)
 /* After a child closed its socket, how long its exit status is waited for
    before it is killed (it may have closed the socket and gone on). */
@@ -88,7 +88,13 @@ struct sx_child {
    file system), which the host does not wait out. */
 #define KILL_WAIT_MS 2000
 
-enum { IO_OK = 0, IO_DEAD = -1, IO_LATE = -2, IO_CANCELLED = -3, IO_BAD = -4 };
+/* How a wait, a send or a receive ended. IO_BAD: a frame larger than it
+   may be; IO_SHORT: cut short; IO_EXTRA: more bytes than the frame holds. */
+enum { IO_OK = 0, IO_DEAD = -1, IO_LATE = -2, IO_CANCELLED = -3, IO_BAD = -4, IO_SHORT = -5, IO_EXTRA = -6,
+       IO_NOMEM = -7 };
+
+/* The least a reply holds: its kind and whether the child's state broke. */
+#define REPLY_MIN 2
 
 /* The most a reply may take: the values the copy limits allow, each with
    its tag and length, and room for an error's fields. */
@@ -139,11 +145,12 @@ static int send_all(sx_state *s, const char *p, size_t n, long long until_ns) {
   return IO_OK;
 }
 
-static int recv_all(sx_state *s, char *p, size_t n, long long until_ns) {
+/* Reads n bytes to p; *got counts those that came. */
+static int recv_all(sx_state *s, char *p, size_t n, long long until_ns, size_t *got) {
   int fd = s->child->fd;
   while (n > 0) {
     ssize_t k = recv(fd, p, n, 0);
-    if (k > 0) { p += k; n -= (size_t)k; continue; }
+    if (k > 0) { p += k; n -= (size_t)k; *got += (size_t)k; continue; }
     if (k == 0) return IO_DEAD;
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -156,12 +163,16 @@ static int recv_all(sx_state *s, char *p, size_t n, long long until_ns) {
   return IO_OK;
 }
 
-/* A frame of at most cap bytes, malloc'd in *out. A small frame comes in
-   one read: the wait comes first, as the reply is never there at once. */
-
-static int recv_frame(sx_state *s, char **out, size_t *n, size_t cap, long long until_ns) {
+/* A frame of at least min and at most cap bytes, malloc'd in *out. A small
+   frame comes in one read: the wait comes first, as the reply is never
+   there at once. When the frame is cut short (IO_SHORT: the child ended
+   in it, or its length is below min), *n is how many of its bytes came and
+   *want how many it needed. */
+static int recv_frame(sx_state *s, char **out, size_t *n, size_t *want, size_t min, size_t cap, long long until_ns) {
   char first[FIRST_READ];
   *out = NULL;
+  *n = 0;
+  *want = sizeof(uint32_t);
   int r = wait_fd(s, s->child->fd, POLLIN, until_ns);
   if (r != IO_OK) return r;
   ssize_t got;
@@ -170,18 +181,27 @@ static int recv_frame(sx_state *s, char **out, size_t *n, size_t cap, long long 
   else if (got <= 0) return IO_DEAD;
   size_t have = (size_t)got;
   if (have < sizeof(uint32_t)) {
-    r = recv_all(s, first + have, sizeof(uint32_t) - have, until_ns);
+    *n = have;
+    r = recv_all(s, first + have, sizeof(uint32_t) - have, until_ns, n);
+    if (r == IO_DEAD && *n > 0) return IO_SHORT;
     if (r != IO_OK) return r;
     have = sizeof(uint32_t);
   }
   uint32_t len;
   memcpy(&len, first, sizeof len);
-  if (len < 1 || len > cap || have - sizeof len > len) return IO_BAD;
+  *n = have;
+  *want = sizeof len + (size_t)len;
+  if (len > cap) return IO_BAD;
+  if (have > *want) return IO_EXTRA;
+  if (len < min) return IO_SHORT;
   char *buf = malloc(len);
-  if (!buf) return IO_BAD;
+  if (!buf) return IO_NOMEM;
   memcpy(buf, first + sizeof len, have - sizeof len);
-  r = recv_all(s, buf + (have - sizeof len), len - (have - sizeof len), until_ns);
-  if (r != IO_OK) { free(buf); return r; }
+  r = recv_all(s, buf + (have - sizeof len), len - (have - sizeof len), until_ns, n);
+  if (r != IO_OK) {
+    free(buf);
+    return r == IO_DEAD ? IO_SHORT : r;
+  }
   *out = buf;
   *n = len;
   return IO_OK;
@@ -393,6 +413,15 @@ static int push_reply(lua_State *M) {
   }
   const char *code = lua_tolstring(M, 1, &codelen);
   lua_tolstring(M, 2, &msglen);
+  /* the child's own collect ran out of time copying the result: its call
+     expired, as with K_TIMEOUT (a handler's ToolError cannot carry this
+     code: the child refuses it as the host would) */
+  if (codelen == sizeof "TOOL_TIMEOUT" - 1 && memcmp(code, "TOOL_TIMEOUT", codelen) == 0) {
+    r->run->expired = 1;
+    lua_settop(M, 0);
+    lua_pushnil(M);
+    return 1;
+  }
   /* a handler's own code, or one the sandbox reports for it */
   static const char *const runtime[] = { "TOOL_FAILED", "TOOL_MEMORY_LIMIT", "TOOL_OUTPUT_INVALID",
                                          "TOOL_INPUT_INVALID", "TOOL_CONTEXT_INVALID", "TOOL_NOT_FOUND" };
@@ -443,6 +472,37 @@ static void put_request(sx_state *s, const sx_run *run, sb_buf *b) {
   if (sx_wire_put(M, run->input_slot, b) != 0 || sx_wire_put(M, run->needs_slot, b) != 0) b->failed = 1;
 }
 
+/* Whether an idle child has ended, or sent something out of turn: between
+   calls a child says nothing. */
+static int idle_child_gone(const sx_child *c) {
+  struct pollfd p = { c->fd, POLLIN, 0 };
+  return c->pid <= 0 || poll(&p, 1, 0) > 0;
+}
+
+static int start_child(sx_state *s, long long deadline_ns, char *err, size_t errlen);
+
+/* Ends s's child process (killed, reaped, its socket closed), keeping the
+   rest of s->child for a new one. */
+static void end_process(sx_child *c) {
+  if (c->fd >= 0) close(c->fd);
+  c->fd = -1;
+  kill_child(c);
+}
+
+/* The failure of a reply cut short, in msg. */
+static void short_reply(sx_child *c, size_t got, size_t want, char *msg, size_t len) {
+  char why[160];
+  if (got >= sizeof(uint32_t) && want - sizeof(uint32_t) < REPLY_MIN) {
+    kill_child(c);
+    snprintf(msg, len, "The handler process sent a truncated reply: %zu bytes, where a reply has at least %d.",
+             want - sizeof(uint32_t), REPLY_MIN);
+    return;
+  }
+  if (c->pid > 0) died(c, why, sizeof why);
+  else snprintf(why, sizeof why, "handler process is gone");
+  snprintf(msg, len, "The handler process sent a truncated reply: %zu of its %zu bytes; %s.", got, want, why);
+}
+
 void sx_remote_execute(sx_state *s, sx_run *runs, int n) {
   sx_child *c = s->child;
   const sx_policy *pol = sx_policy_of(s->module);
@@ -454,19 +514,38 @@ void sx_remote_execute(sx_state *s, sx_run *runs, int n) {
     run->expired = run->out_of_memory = 0;
     run->deadline_ns = run->opts.timeout_ms > 0 ? sx_now_ns() + run->opts.timeout_ms * 1000000LL : 0;
     long long until = run->deadline_ns ? run->deadline_ns + (long long)pol->kill_grace_ms * 1000000LL : 0;
-    char why[200];
+    char why[300];
     const char *failure = NULL;
     char *frame = NULL;
-    size_t len = 0;
+    size_t len = 0, want = 0;
     int r = IO_DEAD;
-    if (c->pid > 0 && !s->broken) {
+    /* a child that ended while idle (killed from outside, or gone on its
+       own) is replaced before the request is sent: nothing of the call
+       reached it */
+    if (!s->broken && c->fd >= 0 && idle_child_gone(c)) {
+      end_process(c);
+      char err[200];
+      if (start_child(s, run->deadline_ns, err, sizeof err) != 0) {
+        snprintf(why, sizeof why, "handler process had ended, and a new one did not start: %s", err);
+        failure = why;
+        r = IO_OK;
+      }
+    }
+    if (!failure && c->pid > 0 && !s->broken) {
       sb_buf b;
       sb_init(&b);
       frame_start(&b);
       put_request(s, run, &b);
       r = frame_end(&b) != 0 ? IO_BAD : send_all(s, b.data, b.len, until);
       sb_free(&b);
-      if (r == IO_OK) r = recv_frame(s, &frame, &len, reply_cap(&run->opts.limits), until);
+      if (r == IO_OK) r = recv_frame(s, &frame, &len, &want, REPLY_MIN, reply_cap(&run->opts.limits), until);
+      /* a reply later than the copy of a result may take is late, even
+         within kill_grace_ms (which only bounds how long the child lives) */
+      if (r == IO_OK && run->deadline_ns && sx_now_ns() > run->deadline_ns + SX_COPY_GRACE_MS * 1000000LL) {
+        free(frame);
+        frame = NULL;
+        r = IO_LATE;
+      }
     }
     switch (r) {
       case IO_OK: break;
@@ -482,13 +561,25 @@ void sx_remote_execute(sx_state *s, sx_run *runs, int n) {
         kill_child(c);
         failure = "The handler process sent a reply larger than the copy limits allow.";
         break;
+      case IO_EXTRA:
+        kill_child(c);
+        failure = "The handler process sent a malformed reply.";
+        break;
+      case IO_NOMEM:
+        kill_child(c);
+        failure = "The host ran out of memory for the handler process's reply.";
+        break;
+      case IO_SHORT:
+        short_reply(c, len, want, why, sizeof why);
+        failure = why;
+        break;
       default:
         if (c->pid > 0) died(c, why, sizeof why);
         else snprintf(why, sizeof why, "handler process is gone");
         failure = why;
         break;
     }
-    if (r != IO_OK) s->broken = 1;
+    if (r != IO_OK || failure) s->broken = 1;
     if (r == IO_LATE) {
       lua_pushnil(s->L);
     } else if (!take_reply(s, run, frame, len, failure)) {
@@ -533,24 +624,17 @@ bad:
   return NULL;
 }
 
-sx_state *sx_spawn(sx_module *m, long long deadline_ns, char *err, size_t errlen) {
+/* Forks s's child (s->child holds no process) and waits until it is ready:
+   its module loaded within deadline_ns (0: the load budget). -1 with a
+   message in err, and no process left. */
+static int start_child(sx_state *s, long long deadline_ns, char *err, size_t errlen) {
+  sx_module *m = s->module;
   const sx_policy *pol = sx_policy_of(m);
-  sx_state *s = sx_state_new(0, err, errlen);
-  if (!s) return NULL;
-  s->module = m;
-  sx_child *c = calloc(1, sizeof *c);
+  sx_child *c = s->child;
   int sv[2] = { -1, -1 };
-  if (!c) {
-    snprintf(err, errlen, "out of memory");
-    sx_state_free(s);
-    return NULL;
-  }
-  c->fd = c->wake = c->pidfd = -1;
-  s->child = c;
-  c->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (c->wake < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
     snprintf(err, errlen, "cannot start a handler process: %s", strerror(errno));
-    goto fail;
+    return -1;
   }
   /* what a state's setup makes once per process is made here, not in the
      child, where another thread of the host may have been making it at the
@@ -564,7 +648,7 @@ sx_state *sx_spawn(sx_module *m, long long deadline_ns, char *err, size_t errlen
     snprintf(err, errlen, "cannot start a handler process: %s", strerror(errno));
     close(sv[0]);
     close(sv[1]);
-    goto fail;
+    return -1;
   }
   if (pid == 0) {
     close(sv[0]);
@@ -575,21 +659,21 @@ sx_state *sx_spawn(sx_module *m, long long deadline_ns, char *err, size_t errlen
   c->pidfd = open_pidfd(c);
   c->fd = sv[0];
   fcntl(c->fd, F_SETFL, fcntl(c->fd, F_GETFL) | O_NONBLOCK);
-  long long until = (deadline_ns ? deadline_ns : sx_now_ns() + SPAWN_LOAD_MS * 1000000LL) +
+  long long until = (deadline_ns ? deadline_ns : sx_now_ns() + (long long)LIM_MODULE_LOAD_TIMEOUT_MS * 1000000LL) +
                     ((long long)pol->kill_grace_ms + SPAWN_SLACK_MS) * 1000000LL;
   char *frame = NULL;
-  size_t len = 0;
-  int r = recv_frame(s, &frame, &len, READY_MAX, until);
+  size_t len = 0, want = 0;
+  int r = recv_frame(s, &frame, &len, &want, 1, READY_MAX, until);
   if (r == IO_OK && frame[0] == K_READY) {
     int n = 0;
     char **names = ready_names(frame, len, &n);
     free(frame);
-    if (names && sx_adopt_exports(m, names, n) == 0) return s;
+    if (names && sx_adopt_exports(m, names, n) == 0) return 0;
     snprintf(err, errlen, "the handler process sent a malformed list of its tools");
-    goto fail;
+    end_process(c);
+    return -1;
   }
   if (r == IO_OK && frame[0] == K_FAILED) snprintf(err, errlen, "%.*s", (int)(len - 1), frame + 1);
-  else if (r == IO_OK) snprintf(err, errlen, "the handler process sent a malformed greeting");
   else if (r == IO_LATE) snprintf(err, errlen, "the handler process did not load the module in time");
   else if (r == IO_DEAD) {
     char why[160];
@@ -597,7 +681,25 @@ sx_state *sx_spawn(sx_module *m, long long deadline_ns, char *err, size_t errlen
     snprintf(err, errlen, "%s while loading the module", why);
   } else snprintf(err, errlen, "the handler process sent a malformed greeting");
   free(frame);
-fail:
+  end_process(c);
+  return -1;
+}
+
+sx_state *sx_spawn(sx_module *m, long long deadline_ns, char *err, size_t errlen) {
+  sx_state *s = sx_state_new(0, err, errlen);
+  if (!s) return NULL;
+  s->module = m;
+  sx_child *c = calloc(1, sizeof *c);
+  if (!c) {
+    snprintf(err, errlen, "out of memory");
+    sx_state_free(s);
+    return NULL;
+  }
+  c->fd = c->wake = c->pidfd = -1;
+  s->child = c;
+  c->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (c->wake < 0) snprintf(err, errlen, "cannot start a handler process: %s", strerror(errno));
+  else if (start_child(s, deadline_ns, err, errlen) == 0) return s;
   sx_child_end(s);
   sx_state_free(s);
   return NULL;

@@ -14,13 +14,11 @@
 #include "compat.h"
 #include "crypto.h"
 #include "isolate.h"
+#include "luma_limits.h"
 #include "require.h"
 #include "watch.h"
 #include "state.h"
 #include "strict.h"
-
-/* Running a module's top-level code may take this long. */
-#define SX_LOAD_TIMEOUT_MS 10000
 
 /* A module: where it comes from, what it may use, and its states. */
 struct sx_module {
@@ -206,7 +204,7 @@ int sx_closed(const sx_module *m) {
 
 /* Under the lock: takes the idle states out of m (a busy one goes when it
    is released) into a list, which drop_all empties once the lock is let go:
-   closing a state runs its __gc (up to SX_CLOSE_TIMEOUT_MS) and ends its
+   closing a state runs its __gc (up to LIM_STATE_CLOSE_TIMEOUT_MS) and ends its
    process (up to a wait for the kill), and other threads need the lock
    meanwhile. Without memory for the list they go at once, under it. */
 static sx_state **take_idle(sx_module *m, int *n) {
@@ -467,9 +465,9 @@ static int run_module(sx_module *m, sx_state *s, long long deadline_ns, char *er
     }
   }
   lua_pushfstring(L, "@%s", m->path);
-  /* at most SX_LOAD_TIMEOUT_MS, and never past the deadline of the call
+  /* at most LIM_MODULE_LOAD_TIMEOUT_MS, and never past the deadline of the call
      that needs the state; the parse counts too */
-  long long limit = sx_now_ns() + (long long)SX_LOAD_TIMEOUT_MS * 1000000LL;
+  long long limit = sx_now_ns() + (long long)LIM_MODULE_LOAD_TIMEOUT_MS * 1000000LL;
   if (deadline_ns && deadline_ns < limit) limit = deadline_ns;
   s->tool = "(module load)";
   s->timeout_ms = (limit - sx_now_ns()) / 1000000LL;

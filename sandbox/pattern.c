@@ -12,12 +12,11 @@
 #include "lua.h"
 #include "lauxlib.h"
 
+#include "luma_limits.h"
 #include "pattern.h"
 
 #if LUA_VERSION_NUM >= 504
 
-#define SP_MAXCAPTURES 32   /* LUA_MAXCAPTURES */
-#define SP_MAXDEPTH 200     /* nested matcher calls, MAXCCALLS of lstrlib */
 #define SP_ESC '%'
 
 /* Length of a capture still open, and of a position capture "()". */
@@ -49,7 +48,7 @@ typedef struct sp_state {
   long left;        /* steps until the next tick */
   int depth;        /* nested matcher calls still allowed */
   int ncap;
-  sp_capture cap[SP_MAXCAPTURES];
+  sp_capture cap[LIM_PATTERN_MAX_CAPTURES];
 } sp_state;
 
 typedef struct sp_iter {
@@ -75,12 +74,12 @@ static void state_init(sp_state *ms, lua_State *L, sp_tick_fn tick,
   ms->pat_end = pat_end;
   ms->tick = tick;
   ms->left = SP_TICK;
-  ms->depth = SP_MAXDEPTH;
+  ms->depth = LIM_PATTERN_MAX_DEPTH;
   ms->ncap = 0;
 }
 
 static void state_reset(sp_state *ms) {
-  ms->depth = SP_MAXDEPTH;
+  ms->depth = LIM_PATTERN_MAX_DEPTH;
   ms->ncap = 0;
 }
 
@@ -215,7 +214,7 @@ static const char *match_backref(sp_state *ms, const char *s, int digit) {
 static const char *open_capture(sp_state *ms, const char *s, const char *p,
                                 ptrdiff_t kind) {
   const char *r;
-  if (ms->ncap >= SP_MAXCAPTURES) luaL_error(ms->L, "too many captures");
+  if (ms->ncap >= LIM_PATTERN_MAX_CAPTURES) luaL_error(ms->L, "too many captures");
   ms->cap[ms->ncap].at = s;
   ms->cap[ms->ncap].len = kind;
   ms->ncap++;
@@ -264,7 +263,7 @@ static const char *expand_lazy(sp_state *ms, const char *s, const char *p,
 
 /* Matches pattern p (up to ms->pat_end) at s: the end of the match, or
    NULL. Items that need no backtracking loop here; the others recurse, and
-   SP_MAXDEPTH bounds the recursion as Lua's matchdepth does. */
+   LIM_PATTERN_MAX_DEPTH bounds the recursion as Lua's matchdepth does. */
 static const char *match_here(sp_state *ms, const char *s, const char *p) {
   const char *ep;
   int suffix;

@@ -14,6 +14,7 @@
 
 #include "bounded.h"
 #include "compat.h"
+#include "luma_limits.h"
 
 /* The rules of a state, kept in its registry. */
 static const char deps_key = 0;
@@ -25,8 +26,8 @@ char *sx_read_source(const char *path, size_t *len, char *err, size_t errlen) {
   size_t cap = 0, n = 0;
   for (;;) {
     if (n == cap) {
-      if (cap >= SX_MAX_SOURCE) {
-        snprintf(err, errlen, "'%s' is larger than %u bytes", path, SX_MAX_SOURCE);
+      if (cap >= LIM_MODULE_MAX_SOURCE) {
+        snprintf(err, errlen, "'%s' is larger than %d bytes", path, LIM_MODULE_MAX_SOURCE);
         free(buf);
         fclose(f);
         return NULL;

@@ -7,16 +7,13 @@
 
 #include <lua.h>
 
-/* A module or dependency file larger than this is refused. */
-#define SX_MAX_SOURCE (16u << 20)
-
 typedef struct sx_require {
   const char *const *dependencies;    /* the names require may load; NULL: no list */
   int ndependencies;
   const char *root;                   /* where they are read from; NULL: nowhere */
 } sx_require;
 
-/* A whole file (at most SX_MAX_SOURCE bytes), NUL-terminated, to free; NULL
+/* A whole file (at most LIM_MODULE_MAX_SOURCE bytes), NUL-terminated, to free; NULL
    with a message in err. */
 char *sx_read_source(const char *path, size_t *len, char *err, size_t errlen);
 

@@ -15,6 +15,7 @@
 #include "errors.h"
 #include "lerror.h"
 #include "ljson.h"
+#include "luma_limits.h"
 
 /* The hook looks at the clock every `count` VM instructions, SX_HOOK_MIN to
    SX_HOOK_MAX: the count doubles while looks come quicker than
@@ -175,24 +176,22 @@ static int l_tool_error(lua_State *L) {
 }
 
 /* print writes to stderr: stdout belongs to the host (results, protocols);
-   and at most SX_PRINT_MAX bytes a call, so that a loop cannot flood it. */
-#define SX_PRINT_MAX (64u << 10)
-
+   and at most LIM_PRINT_MAX_BYTES a call, so that a loop cannot flood it. */
 static int l_print(lua_State *L) {
   sx_state *m = sx_state_of(L);
   int n = lua_gettop(L);
   for (int i = 1; i <= n; i++) {
     size_t len;
     const char *s = lc_tolstring(L, i, &len);
-    if (m->printed < SX_PRINT_MAX) {
-      size_t room = SX_PRINT_MAX - m->printed, k = len < room ? len : room;
+    if (m->printed < (size_t)LIM_PRINT_MAX_BYTES) {
+      size_t room = (size_t)LIM_PRINT_MAX_BYTES - m->printed, k = len < room ? len : room;
       if (i > 1) fputc('\t', stderr);
       fwrite(s, 1, k, stderr);
       m->printed += k + 1;
     }
     lua_pop(L, 1);
   }
-  if (m->printed <= SX_PRINT_MAX) fputc('\n', stderr);
+  if (m->printed <= (size_t)LIM_PRINT_MAX_BYTES) fputc('\n', stderr);
   fflush(stderr);
   return 0;
 }
@@ -208,7 +207,8 @@ static int l_signal_check(lua_State *L) {
 static int l_signal_sleep(lua_State *L) {
   sx_state *m = sx_state_of(L);
   lua_Number ms = luaL_checknumber(L, 2);
-  luaL_argcheck(L, ms >= 0 && ms <= 86400000, 2, "a number of milliseconds from 0 to 86400000 expected");
+  if (!(ms >= 0 && ms <= LIM_SIGNAL_SLEEP_MAX_MS))
+    return luaL_argerror(L, 2, lua_pushfstring(L, "a number of milliseconds from 0 to %d expected", LIM_SIGNAL_SLEEP_MAX_MS));
   long long end = sx_now_ns() + (long long)(ms * 1e6);
   for (;;) {
     if (aborted(m)) { lua_pushboolean(L, 0); return 1; }
@@ -478,15 +478,14 @@ sx_state *sx_state_new(size_t memory_limit, char *err, size_t errlen) {
   return s;
 }
 
-/* Closing runs pending __close handlers: they get a deadline too. */
-#define SX_CLOSE_TIMEOUT_MS 1000
-
+/* Closing runs pending __close handlers: they get a deadline too
+   (LIM_STATE_CLOSE_TIMEOUT_MS). */
 void sx_state_free(sx_state *s) {
   if (!s) return;
   if (s->L) {
     s->tool = "(closing the state)";
-    s->timeout_ms = SX_CLOSE_TIMEOUT_MS;
-    s->deadline_ns = sx_now_ns() + SX_CLOSE_TIMEOUT_MS * 1000000LL;
+    s->timeout_ms = LIM_STATE_CLOSE_TIMEOUT_MS;
+    s->deadline_ns = sx_now_ns() + LIM_STATE_CLOSE_TIMEOUT_MS * 1000000LL;
     sx_start_hook(s);
     lua_close(s->L);
   }

@@ -35,6 +35,24 @@
 
 #if LUA_VERSION_NUM >= 504
 
+/* The libraries every strict state opens. */
+static const struct { const char *name; lua_CFunction open; } libs[] = {
+  { "_G", luaopen_base }, { LUA_LOADLIBNAME, luaopen_package }, { LUA_COLIBNAME, luaopen_coroutine },
+  { LUA_TABLIBNAME, luaopen_table }, { LUA_STRLIBNAME, luaopen_string }, { LUA_MATHLIBNAME, luaopen_math },
+  { LUA_UTF8LIBNAME, luaopen_utf8 },
+};
+/* Globals of the base library that a strict state goes without. */
+static const char *const removed[] = { "dofile", "loadfile", "warn", NULL };
+/* The options of collectgarbage in a strict state (s_collectgarbage). */
+static const char *const gc_options[] = { "collect", "step", "count", "isrunning", NULL };
+/* os, with the builtin "os" (getenv comes with allow_env alone). */
+static const char *const os_names[] = { "clock", "date", "time", "difftime", NULL };
+/* The fields of package that go, and the modules left out of package.loaded. */
+static const char *const package_fields[] = { "loadlib", "cpath", "path", "searchpath", NULL };
+static const char *const unloaded[] = { LUA_LOADLIBNAME, "cjson", NULL };
+/* The library tables made read-only, as globals and in package.loaded. */
+static const char *const frozen[] = { "string", "table", "math", "utf8", "coroutine", "os", "io", "json", "crypto", "luma", NULL };
+
 static int is_locked(lua_State *L, int idx);
 static int refuse_metatable_write(lua_State *L);
 
@@ -44,11 +62,10 @@ static int refuse_metatable_write(lua_State *L);
    cannot stop the collector nor retune it. */
 static int s_collectgarbage(lua_State *L) {
   sx_tick(L);   /* called in a loop, each call can be long: check the deadline */
-  static const char *const allowed[] = { "collect", "step", "count", "isrunning", NULL };
   const char *opt = luaL_optstring(L, 1, "collect");
   int i = 0;
-  while (allowed[i] && strcmp(allowed[i], opt) != 0) i++;
-  if (!allowed[i]) return luaL_error(L, "collectgarbage('%s') is not available in a strict tool module", opt);
+  while (gc_options[i] && strcmp(gc_options[i], opt) != 0) i++;
+  if (!gc_options[i]) return luaL_error(L, "collectgarbage('%s') is not available in a strict tool module", opt);
   lua_Integer step = luaL_optinteger(L, 2, 0);
   lua_settop(L, 0);
   lua_pushvalue(L, lua_upvalueindex(1));
@@ -182,16 +199,10 @@ static void http_error(lua_State *L, const char *code, const char *message, int 
 }
 
 void sx_open_strict(lua_State *L, const sx_strict *conf) {
-  static const struct { const char *name; lua_CFunction open; } libs[] = {
-    { "_G", luaopen_base }, { LUA_LOADLIBNAME, luaopen_package }, { LUA_COLIBNAME, luaopen_coroutine },
-    { LUA_TABLIBNAME, luaopen_table }, { LUA_STRLIBNAME, luaopen_string }, { LUA_MATHLIBNAME, luaopen_math },
-    { LUA_UTF8LIBNAME, luaopen_utf8 },
-  };
   for (size_t i = 0; i < sizeof libs / sizeof libs[0]; i++) {
     luaL_requiref(L, libs[i].name, libs[i].open, 1);
     lua_pop(L, 1);
   }
-  static const char *const removed[] = { "dofile", "loadfile", "warn", NULL };
   for (const char *const *r = removed; *r; r++) {
     lua_pushnil(L);
     lua_setglobal(L, *r);
@@ -211,7 +222,6 @@ void sx_open_strict(lua_State *L, const sx_strict *conf) {
     provide(L, "json");
   }
   if ((p->builtins & SX_OS) || p->allow_env) {
-    static const char *const os_names[] = { "clock", "date", "time", "difftime", NULL };
     luaL_requiref(L, "os", luaopen_os, 0);
     lua_newtable(L);
     if (p->builtins & SX_OS)
@@ -237,8 +247,7 @@ void sx_open_strict(lua_State *L, const sx_strict *conf) {
   sx_open_luma(L);
   if (p->allow_network) {
     lua_getglobal(L, "luma");
-    sh_limits lim = { 30000, 8u << 20, 8u << 20 };
-    sh_push_http(L, http_deadline, http_error, &lim);
+    sh_push_http(L, http_deadline, http_error, NULL);
     lua_setfield(L, -2, "http");
     lua_pop(L, 1);
   }
@@ -247,14 +256,12 @@ void sx_open_strict(lua_State *L, const sx_strict *conf) {
      the dependency searcher (the manifest's dependencies, else the project) */
   lua_getglobal(L, LUA_LOADLIBNAME);
   sx_set_searchers(L, -1);
-  static const char *const package_fields[] = { "loadlib", "cpath", "path", "searchpath", NULL };
   for (const char *const *f = package_fields; *f; f++) {
     lua_pushnil(L);
     lua_setfield(L, -2, *f);
   }
   lua_pop(L, 1);
   lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
-  static const char *const unloaded[] = { LUA_LOADLIBNAME, "cjson", NULL };
   for (const char *const *u = unloaded; *u; u++) {
     lua_pushnil(L);
     lua_setfield(L, -2, *u);
@@ -327,7 +334,6 @@ void sx_freeze_strict(lua_State *L) {
   protect_metatable(L);
   luaL_getmetatable(L, SH_TRANSFER_MT);
   protect_metatable(L);
-  static const char *const frozen[] = { "string", "table", "math", "utf8", "coroutine", "os", "io", "json", "crypto", "luma", NULL };
   lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
   int loaded = lua_gettop(L);
   for (const char *const *f = frozen; *f; f++) {

@@ -6,6 +6,7 @@
 
 #include "compat.h"
 #include "crypto.h"
+#include "luma_limits.h"
 #include "state.h"
 
 #if LUA_VERSION_NUM >= 504
@@ -71,7 +72,8 @@ static int c_b64_decode(lua_State *L) {
 static int c_random(lua_State *L) {
   sx_tick(L);   /* called in a loop, each call can be long: check the deadline */
   lua_Integer n = luaL_checkinteger(L, 1);
-  luaL_argcheck(L, n >= 0 && n <= (1 << 20), 1, "between 0 and 1048576 bytes");
+  if (n < 0 || n > LIM_RANDOM_BYTES_MAX)
+    return luaL_argerror(L, 1, lua_pushfstring(L, "between 0 and %d bytes", LIM_RANDOM_BYTES_MAX));
   luaL_Buffer b;
   char *out = luaL_buffinitsize(L, &b, (size_t)n);
   if (cr_random(out, (size_t)n) != 0) return luaL_error(L, "no random bytes available");

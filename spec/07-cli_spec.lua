@@ -91,6 +91,36 @@ describe("luma-lua check, with the config and tool modules a run would load", fu
       "Did you mean 'stor'?", r.stderr, 1, true)
   end)
 
+  describe("with a tool the embedding host handles (handler: \"host\")", function()
+    local HOSTED = CONTRACTS .. 'tool host_calc() -> R { handler: "host" }\n'
+
+    it("is ok though no tool module exports it", function()
+      local dir = h.project { ["program.luma"] = HOSTED, ["tools.lua"] = BOTH,
+        ["luma.config.json"] = '{ "tool_modules": ["tools.lua"] }' }
+      local r = h.run { "check", dir .. "/program.luma" }
+      assert.are.equal(0, r.status, r.stderr)
+      assert.are.equal("ok\n", r.stdout)
+      assert.are.equal("", r.stderr)
+    end)
+
+    it("reports a tool module that exports it, since the host's handler would conflict", function()
+      local dir = h.project { ["program.luma"] = HOSTED,
+        ["tools.lua"] = BOTH:gsub("^return {", "return { host_calc = function() end,"),
+        ["luma.config.json"] = '{ "tool_modules": ["tools.lua"] }' }
+      local r = h.run { "check", dir .. "/program.luma" }
+      assert.are.equal(1, r.status)
+      assert.matches("program.luma: tool 'host_calc' is declared handler: \"host\", but tools.lua exports it", r.stderr, 1, true)
+    end)
+
+    it("refuses another value, naming the two", function()
+      local dir = h.project { ["program.luma"] = CONTRACTS .. 'tool host_calc() -> R { handler: "hots" }\n' }
+      local r = h.run { "check", dir .. "/program.luma" }
+      assert.are.equal(1, r.status)
+      assert.matches("program.luma:4:34: Tool 'host_calc': 'handler' must be one of \"module\", \"host\". " ..
+        "Did you mean \"host\"?", r.stderr, 1, true)
+    end)
+  end)
+
   it("warns about a handler that no tool declares, and is ok", function()
     local dir = project("return { lookup = function() end, store = function() end, stroe = function() end }\n")
     local r = h.run { "check", dir .. "/program.luma" }

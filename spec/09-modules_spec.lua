@@ -115,6 +115,22 @@ describe("tool modules", function()
     assert.are.equal("", r.stdout)
   end)
 
+  it("leave a tool declared handler: \"host\" to the host, which registers it after the load", function()
+    local dir = project { ["program.luma"] = 'schema R { v: int }\ntool lookup() -> R {}\n' ..
+      'tool host_calc(a: int) -> R { handler: "host" }\nx = tool lookup({})',
+      ["tools.lua"] = "return { lookup = function() return { v = 1 } end }" }
+    local p = luma.load(dir .. "/program.luma", { tool_modules = { dir .. "/tools.lua" } })
+    assert.are.same({}, p:missing_handlers())
+    assert.are.equal("host", p:declaration("host_calc").handler)
+    assert.are.equal("module", p:declaration("lookup").handler)
+    -- the statements run: the host's tool is not looked for in the modules
+    assert.are.same({ v = 1 }, p:run().x)
+    -- a call before the host registers it has no handler yet
+    assert.are.equal("TOOL_NOT_FOUND", h.raised(p.call, p, "host_calc", { a = 1 }).code)
+    p:register("host_calc", function(input) return { v = input.a * 2 } end)
+    assert.are.same({ v = 4 }, (p:call("host_calc", { a = 2 })))
+  end)
+
   it("say which modules were loaded, and the closest export, when none has a contract's handler", function()
     local dir = project { ["program.luma"] = h.calculate .. 'x = tool calculate({ a: 1, b: 2, operation: "add" })',
       ["tools.lua"] = "return { calculat = function() end }" }

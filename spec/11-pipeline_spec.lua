@@ -353,6 +353,18 @@ agent Capped {
     assert.are.same({ "TOOL_TIMEOUT", "Tool 'spin' timed out after 60 ms." }, { err.code, err.message })
   end)
 
+  it("fails a handler registered from the host that returns past its timeout with TOOL_TIMEOUT", function()
+    local dir = h.project { ["program.luma"] = slow }
+    local p = assert(h.load(dir, { config = false }))
+    p:register("spin", function()
+      local t = os.clock()
+      while os.clock() - t < 0.3 do end
+      return { result = 1 }
+    end)
+    local err = h.raised(p.call, p, "spin", { mode = "ignore" })
+    assert.are.same({ "TOOL_TIMEOUT", "Tool 'spin' timed out after 150 ms." }, { err.code, err.message })
+  end)
+
   it("keeps the module usable after a timeout", function()
     local p = spin_program()
     h.raised(p.call, p, "spin", { mode = "ignore" })
@@ -605,5 +617,19 @@ describe("telemetry", function()
     p:configure { on_event = function() error("sink down") end }
     p:register("calculate", function() return { result = 1 } end)
     assert.are.same({ result = 1 }, add(p))
+  end)
+
+  it("tells a failure of on_event to the trace, as a warning, and not to stderr", function()
+    local trace = h.tmpname("-trace")
+    local p = program()
+    p:configure { on_event = function() error("sink down", 0) end, trace = trace }
+    p:register("calculate", function() return { result = 1 } end)
+    add(p)
+    local lines = {}
+    for line in h.read(trace):gmatch("[^\n]+") do lines[#lines + 1] = cjson.decode(line) end
+    os.remove(trace)
+    assert.are.equal(2, #lines)
+    assert.are.equal("calculate", lines[1].tool)
+    assert.are.same({ kind = "warning", message = "on_event failed: sink down" }, lines[2])
   end)
 end)

@@ -202,11 +202,30 @@ end
     h.write(dir .. "/store.json", "{ not json")
     local r = h.run({ "program.luma" }, { cwd = dir, env = { LUMA_SPEC_LOG = "/dev/null" } })
     assert.are.equal(0, r.status, r.stderr)
-    assert.matches("^luma: the idempotency store '.*store.json' was corrupt: it was moved to '.*store.json.corrupt%-%d+'", r.stderr)
+    assert.matches("^warning: the idempotency store '.*store.json' was corrupt: it was moved to '.*store.json.corrupt%-%d+'",
+      r.stderr)
     local f = assert(io.popen("ls " .. h.quote(dir)))
     local listing = f:read("*a")
     f:close()
     assert.matches("store.json.corrupt%-%d+", listing)
+  end)
+
+  it("says so to the host's on_event, and writes nothing to stderr itself", function()
+    local dir = file_project('{ "backend": "file", "path": "store.json" }')
+    h.write(dir .. "/store.json", "{ not json")
+    local script = h.write(dir .. "/host.lua", [[
+package.path = arg[1] .. "/lua/?.lua;" .. arg[1] .. "/lua/?/init.lua;" .. package.path
+package.cpath = arg[2] .. "/?.so;" .. package.cpath
+local luma = require "luma"
+luma.load("program.luma", { on_event = function(e) print(e.kind, e.message) end })
+]])
+    local build = h.root .. "/" .. (os.getenv("LUMA_BUILD") or "build")
+    local status, out, err = h.sh("cd " .. h.quote(dir) .. " && lua5.4 " .. h.quote(script) .. " " .. h.quote(h.root) ..
+      " " .. h.quote(build))
+    assert.are.equal(0, status, err)
+    assert.are.equal("", err)
+    assert.matches("^warning\tthe idempotency store '.*store.json' was corrupt: it was moved to '.*store.json.corrupt%-%d+' " ..
+      "and a new one created\n$", out)
   end)
 end)
 

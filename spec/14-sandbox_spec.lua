@@ -331,6 +331,96 @@ describe("max_concurrency", function()
   end)
 end)
 
+-- ------------------------------------------- files other processes change
+
+describe("strict io against other processes", function()
+  -- (valgrind runs the threads of a process one at a time: a round of
+  -- creators waiting on each other takes it far longer)
+  local ROUNDS, FILES = h.by_instrumentation(500, 500, 50), 10
+  -- Each round, every creator marks its arrival and waits for the others'
+  -- marks, then all open the same FILES new files, <round>.txt,
+  -- <round>-2.txt..., one after the other, to append their letter to each.
+  -- x = "<me>:<the others>:<rounds>".
+  local CREATE = [[
+    local me, others, rounds = input.x:match("^(%a):(%a+):(%d+)$")
+    local function there(name) local f = io.open(name) if f then f:close() end return f ~= nil end
+    local refused = {}
+    for i = 1, tonumber(rounds) do
+      assert(io.open(me .. i .. ".mark", "w")):close()
+      for other in others:gmatch("%a") do while not there(other .. i .. ".mark") do end end
+      for k = 1, FILES do
+        local f, e = io.open(i .. (k > 1 and "-" .. k or "") .. ".txt", "a")
+        if f then f:write(me) f:close() else refused[#refused + 1] = e end
+      end
+    end
+    return { v = table.concat(refused, "\n") }]]
+  local TIMEOUT = h.by_instrumentation(30000, 90000, 300000)
+
+  -- A project of creators: A and B in this process, C in a luma-lua process
+  -- of its own; `attack`, when given, is a shell command started in the
+  -- project's folder with them. -> the creators' refusals, and the folder.
+  local function race(attack)
+    local dir = h.project {
+      ["program.luma"] = "schema Out { v?: string }\n" ..
+        string.format("tool create(x: string) -> Out { timeout: %d }\n", TIMEOUT) ..
+        "agent Racer {\n  tools: [create]\n  fn run(x: string) -> Out { tool create({ x: x }) }\n}\n",
+      ["tools.lua"] = "local FILES = " .. FILES .. " return { create = function(input)\n" .. CREATE .. "\nend }\n",
+      ["luma.config.json"] = config { sandbox = "strict", allow_builtins = { "io" }, max_concurrency = 2 },
+    }
+    local p = assert(h.load(dir))
+    local attacker = attack and assert(io.popen("cd " .. h.quote(dir) .. " && " .. attack .. " 2>&1; echo \"exit $?\""))
+    local other = assert(io.popen(string.format("cd %s && %s/bin/luma-lua run program.luma --agent Racer " ..
+      "--input '{\"x\": \"C:AB:%d\"}' 2>&1; echo \"exit $?\"", h.quote(dir), h.quote(h.root), ROUNDS)))
+    local out = p:call_all({ { "create", { x = "A:BC:" .. ROUNDS } }, { "create", { x = "B:AC:" .. ROUNDS } } },
+      { concurrency = 2 })
+    local text = other:read("a")
+    other:close()
+    assert.matches("exit 0\n$", text)
+    local refused = {}
+    for _, v in ipairs { assert(core.json_decode(text:match("^(.*\n)exit"))).v, out[1].ok and out[1].result.v,
+      out[2].ok and out[2].result.v } do
+      if v ~= "" then refused[#refused + 1] = v end
+    end
+    for i = 1, 2 do assert.is_true(out[i].ok, out[i].error and out[i].error.message) end
+    if attacker then
+      local said = attacker:read("a")
+      attacker:close()
+      assert.are.equal("exit 0\n", said)
+    end
+    return table.concat(refused, "\n"), dir
+  end
+
+  it("lets every creator of the same new file open it, round after round", function()
+    local refused, dir = race()
+    assert.are.equal("", refused)
+    for i = 1, ROUNDS do
+      for k = 1, FILES do
+        local name = i .. (k > 1 and "-" .. k or "") .. ".txt"
+        local letters = h.read(dir .. "/" .. name)
+        assert.are.equal(3, #letters, name .. ": " .. letters)
+      end
+    end
+  end)
+
+  it("refuses a symlink to a file outside swapped in during the race, and never writes through it", function()
+    local outside = h.project { ["target.txt"] = "" }
+    -- each round, once A has marked it, the file becomes a link outside
+    local swap = string.format("env -u LD_PRELOAD perl -e '" ..
+      "my ($rounds, $target) = @ARGV; my $end = time + 300;" ..
+      "for my $i (1 .. $rounds) { until (-e \"A$i.mark\") { die \"no round $i\" if time > $end }" ..
+      " symlink($target, \"$i.tmp\") or die $!; rename(\"$i.tmp\", \"$i.txt\") or die $! }' %d %s",
+      ROUNDS, h.quote(outside .. "/target.txt"))
+    local refused = race(swap)
+    assert.are.equal("", h.read(outside .. "/target.txt"))
+    local n = 0
+    for line in refused:gmatch("[^\n]+") do
+      n = n + 1
+      assert.matches("^%d+%.txt: outside the project, not available to a strict tool module$", line)
+    end
+    assert.is_true(n > 0, "the link was never seen")
+  end)
+end)
+
 -- ------------------------------------------------------ the hostile corpus
 
 -- Each entry: handler body, and the one outcome it must end in: `v` (the
@@ -424,6 +514,15 @@ local CORPUS = {
       if f then opened[#opened + 1] = path f:close() end
     end
     return { v = "[" .. table.concat(opened, ",") .. "]" }]], v = "[]" },
+  file_not_regular = { [[
+    local said = {}
+    for _, case in ipairs { { "sub", "r" }, { "sub/..", "a" }, { "fifo", "r" }, { "fifo", "w" } } do
+      local f, e = io.open(case[1], case[2])
+      said[#said + 1] = f and "opened" or e:match("[^/]*$")
+    end
+    return { v = table.concat(said, "; ") }]],
+    v = "sub: Is a directory; ..: Is a directory; fifo: not a regular file, not available to a strict tool module; " ..
+      "fifo: not a regular file, not available to a strict tool module" },
   file_lines_outside = { "for l in io.lines('/etc/passwd') do end", code = "TOOL_FAILED",
     message = "/etc/passwd: outside the project, not available to a strict tool module" },
   file_write_code = { [[
@@ -587,8 +686,8 @@ describe("a hostile corpus of handlers, each ending cleanly, stopped by " .. mec
     p, dir = sandboxed(STRICT, handlers, { ["lib/keep.lua"] = "return {}", ["sub/keep.txt"] = "",
       ["lib/slow.lua"] = "return a" .. (" or a"):rep(3e5) }, timeouts)
     assert(os.execute(string.format("ln -s /proc/self/environ %s/env_link && ln -s /etc/passwd %s/link_out && " ..
-      "ln -s %s/mod.lua %s/link_mod.lua && ln -s /tmp/luma-escape.txt %s/escape_link",
-      h.quote(dir), h.quote(dir), h.quote(outside), h.quote(dir), h.quote(dir))))
+      "ln -s %s/mod.lua %s/link_mod.lua && ln -s /tmp/luma-escape.txt %s/escape_link && mkfifo %s/fifo",
+      h.quote(dir), h.quote(dir), h.quote(outside), h.quote(dir), h.quote(dir), h.quote(dir))))
   end)
 
   it("has at least 40 attacks", function()

@@ -92,3 +92,159 @@ describe("copy_max_values", function()
     assert.are.equal("big.output cannot be returned: it holds more than 1000000 values", err.message)
   end)
 end)
+
+-- The C sources of the runtime, each as { path, code, strings }: code is the
+-- text with comments and string literals blanked (lines kept), strings the
+-- text with only the string literals' contents left.
+local function c_sources()
+  local list, p = {}, assert(io.popen("cd " .. h.quote(h.root) ..
+    " && ls base/*.[ch] core/*.[ch] sandbox/*.[ch] adapters/*.[ch]"))
+  for path in p:lines() do
+    if path ~= "base/luma_limits.h" then
+      local src, code, strs, i = h.read(h.root .. "/" .. path), {}, {}, 1
+      local function keep(text, as_code)
+        code[#code + 1] = as_code and text or (text:gsub("[^\n]", " "))
+        strs[#strs + 1] = as_code and (text:gsub("[^\n]", " ")) or text
+      end
+      while i <= #src do
+        local two = src:sub(i, i + 1)
+        if two == "/*" or two == "//" then
+          local stop = two == "/*" and select(2, src:find("*/", i + 2, true)) or (src:find("\n", i, true) or #src + 1) - 1
+          local blank = src:sub(i, stop):gsub("[^\n]", " ")
+          code[#code + 1], strs[#strs + 1], i = blank, blank, stop + 1
+        elseif two:sub(1, 1) == '"' or two:sub(1, 1) == "'" then
+          local q, j = two:sub(1, 1), i + 1
+          while j <= #src and src:sub(j, j) ~= q do j = j + (src:sub(j, j) == "\\" and 2 or 1) end
+          keep(q, true)
+          if q == '"' then keep(src:sub(i + 1, j - 1), false) else   -- a character ('5') is no number
+            local blank = src:sub(i + 1, j - 1):gsub(".", " ")
+            code[#code + 1], strs[#strs + 1] = blank, blank
+          end
+          keep(q, true)
+          i = j + 1
+        else
+          keep(src:sub(i, i), true)
+          i = i + 1
+        end
+      end
+      list[#list + 1] = { path, table.concat(code), table.concat(strs), src }
+    end
+  end
+  p:close()
+  return list
+end
+
+local function lines_of(text)
+  local t = {}
+  for line in (text .. "\n"):gmatch("([^\n]*)\n") do t[#t + 1] = line end
+  return t
+end
+
+-- Numbers of the table that a C source may still write, each where it means
+-- something else: { path, text on the line, reason }. An entry that no
+-- longer matches anything fails too, so that the list stays true.
+local OTHER_MEANINGS = {
+  { "adapters/adapter.c", "delay_ms(v, 1000)", "Retry-After in seconds, scaled to milliseconds" },
+  { "adapters/adapter.c", "status >= 500", "an HTTP status class" },
+  { "adapters/adapter.c", "r->status < 200", "an HTTP status class" },
+  { "adapters/adapter.c", "long long d = 500;", "the first backoff of a retried ask, in ms (PROVIDERS.md)" },
+  { "adapters/adapter.c", "r->status == 400 && type", "an HTTP status: Azure's 400 content_filter" },
+  { "adapters/adapter.c", "answered 400 content_filter", "an HTTP status: Azure's 400 content_filter, in its message" },
+  { "core/program_types.c", "fits in 64 bits", "the width of an integer, in bits" },
+  { "adapters/anthropic.c", "AD_ANTHROPIC_MAX_TOKENS 4096", "the max_tokens Anthropic needs when a model sets none" },
+  { "base/crypto.c", "MBEDTLS_CIPHER_ID_AES, key, 256", "AES-256: a key size in bits" },
+  { "base/transport.c", "TP_POLL_MS 1000", "how long the transport sleeps at most between polls" },
+  { "core/idem_redis.c", "RD_TIMEOUT_MS 1000", "Redis's connect and command timeout" },
+  { "core/idem_redis.c", "RD_BACKOFF_MIN_MS 100", "the first wait before reconnecting to Redis" },
+  { "core/idem_redis.c", "RD_BACKOFF_MAX_MS 5000", "the longest wait before reconnecting to Redis" },
+  { "core/embed.c", "wait > 1000000 ? 1000000", "the longest one poll() of luma_wait sleeps, in ms" },
+  { "core/idem.c", "must be 64 lowercase hex digits", "a SHA-256 in hex" },
+  { "core/idem_sqlite.c", "64)", "a SHA-256 in hex (the table's CHECK)" },
+  { "core/pipeline.c", "default_timeout_ms = 30000", "the default of the default_timeout_ms setting" },
+  { "core/program.c", "retry_delay = 100", "the default of a tool's retry_delay setting" },
+  { "core/program.c", "idempotency_ttl_ms = 300000", "the default of a tool's idempotency_ttl_ms setting" },
+  { "core/record.c", "RC_DEPTH 512", "nesting of a recorded exchange (record/replay of asks)" },
+  { "core/validate.c", "pattern_len > 200 ? 200", "bytes of a pattern quoted in a violation's message" },
+  { "core/validate.c", "fits in 64 bits", "the width of an integer" },
+  { "sandbox/bounded.c", "SX_TICK_ELEMENTS 4096", "elements between two looks at the deadline" },
+  { "sandbox/bounded.c", "SX_LOAD_SLICE (4u << 10)", "bytes of source parsed between two looks at the deadline" },
+  { "sandbox/child.c", "65536", "the descriptors a new child closes" },
+  { "sandbox/child.c", "LUA_GCCOUNT, 0) > 4096", "KiB the child's state may hold before it collects" },
+  { "sandbox/child.h", "FIRST_READ 4096", "bytes of a child's first read" },
+  { "sandbox/confine.c", "CONFINE_ROOM ((size_t)64 << 20)", "memory a confined child needs besides its state" },
+  { "sandbox/isolate.c", "SPAWN_SLACK_MS 1000", "time a new child may take past its load budget" },
+  { "sandbox/isolate.c", "READY_MAX ((size_t)1 << 20)", "bytes of a child's ready message" },
+  { "sandbox/isolate.c", "REAP_WAIT_MS 500", "how long a closed child's exit is waited for" },
+  { "sandbox/isolate.c", "((size_t)1 << 20)", "room for an error's fields in a child's reply" },
+  { "sandbox/isolate.c", "struct timespec one = { 0, 1000000 }", "a millisecond, in nanoseconds" },
+  { "sandbox/pattern.h", "SP_TICK 1000", "matcher steps between two looks at the deadline" },
+  { "sandbox/sandbox.h", "SX_KILL_GRACE_MS 100", "the default of kill_grace_ms" },
+  { "sandbox/sandbox.h", "SX_CLOCK_EVERY 256", "values copied between two looks at the clock" },
+  { "sandbox/sandbox.h", "SX_COPY_GRACE_MS 100", "time a copy may take past the deadline" },
+  { "sandbox/state.c", "coroutine.close is nested more than 100 deep", "a bound of the strict state's Lua prelude" },
+  { "sandbox/watch.c", "SX_WATCH_SLOTS 512", "slots of the deadline watcher" },
+  { "sandbox/watch.c", "RESENDS_MAX 200", "how often the watcher repeats a stop signal" },
+}
+
+describe("the table of limits in the C sources", function()
+  it("has every LIM_ name read somewhere in the code, not only in the table", function()
+    local code = {}
+    for _, f in ipairs(c_sources()) do code[#code + 1] = f[2] end
+    code = table.concat(code, "\n")
+    local unread = {}
+    for name in pairs(core.limits) do
+      if not code:find("%f[%w_]LIM_" .. name:upper() .. "%f[^%w_]") then unread[#unread + 1] = name end
+    end
+    table.sort(unread)
+    assert.are.same({}, unread)
+  end)
+
+  -- A number of the README's table written again in code is a second
+  -- owner of its limit. Numbers below 100 are left out of the code (a base
+  -- 10, 64 hex digits, 5 arguments): the LIM_ names stand for those. Not
+  -- counted either: array sizes, operands of * / % (units: 1000 ms to a
+  -- second), hexadecimal, and _NS constants (the table has no nanoseconds).
+  -- Messages are checked for every number: they show the value, so they
+  -- are built from it.
+  it("writes no number of the README's table as a literal of its own", function()
+    local numbers = {}
+    for _, row in ipairs(readme_limits()) do numbers[row[2]] = row[1] end
+    local found, used = {}, {}
+    local function hit(path, lineno, line, value, text)
+      for i, other in ipairs(OTHER_MEANINGS) do
+        if other[1] == path and line:find(other[2], 1, true) then used[i] = true return end
+      end
+      found[#found + 1] = ("%s:%d: %s (%s) in: %s"):format(path, lineno, text, numbers[value], line:match("^%s*(.-)%s*$"))
+    end
+    for _, f in ipairs(c_sources()) do
+      local path, code, strs, src = f[1], lines_of(f[2]), lines_of(f[3]), lines_of(f[4])
+      for n, line in ipairs(code) do
+        local skip_define = line:match("^%s*#%s*define%s+[%w_]+_NS%f[^%w_]")
+        -- shifts first: 8u << 20; their operands are not read again
+        line = line:gsub("%f[%w_]()(%d+)[uUlL]*%s*<<%s*(%d+)%f[^%w_]", function(at, a, b)
+          local v = math.tointeger(tonumber(a) * 2 ^ tonumber(b))
+          if numbers[v] and v >= 100 then hit(path, n, src[n], v, a .. " << " .. b) end
+          return (" "):rep(#a + #b + 4)
+        end)
+        for at, digits, stop in line:gmatch("%f[%w_.]()(%d[%w_.]*)()") do
+          local v = digits:match("^[1-9]%d*[uUlL]*$") and tonumber((digits:gsub("[uUlL]+$", "")))
+          local before, after = line:sub(1, at - 1):match("(%S?)%s*$"), line:sub(stop):match("^%s*(%S?)")
+          if v and numbers[v] and v >= 100 and not skip_define and not (before == "[" and after == "]")
+              and not before:match("[*/%%]") and not after:match("[*/%%]") then
+            hit(path, n, src[n], v, digits)
+          end
+        end
+        for digits in strs[n]:gmatch("%f[%w_.%%%-]%d+%f[^%w_.%-]") do
+          local v = tonumber(digits)
+          if numbers[v] then hit(path, n, src[n], v, '"' .. digits .. '"') end
+        end
+      end
+    end
+    local stale = {}
+    for i, other in ipairs(OTHER_MEANINGS) do
+      if not used[i] then stale[#stale + 1] = other[1] .. ": " .. other[2] end
+    end
+    assert.are.same({}, found)
+    assert.are.same({}, stale)
+  end)
+end)

@@ -64,6 +64,28 @@ agent A {
     assert.truthy(rec:find("[REDACTED]", 1, true))
   end)
 
+  it("tells the host through its events when the recording cannot be written, and goes on", function()
+    server:reset()
+    server:script { chat(nil, { { "c1", "add", '{"a":1,"b":2}' } }), chat('{"total":3}') }
+    local d = project()
+    os.remove(d .. "/trace.jsonl")
+    local r = h.run({ d .. "/flow.luma", "--agent", "A", "--input", '{"x": 1}', "--trace", d .. "/trace.jsonl",
+                      "--record", "/dev/full" }, { env = { LUMA_CLI_KEY = KEY } })
+    assert.are.equal(0, r.status, r.stderr)
+    assert.are.same({ total = 3 }, luma.json.decode(r.stdout))
+    -- the command, as the host, prints the runtime's warnings
+    assert.are.equal("warning: cannot write the recording\nwarning: cannot write the recording\n", r.stderr)
+    local warnings = 0
+    for line in h.read(d .. "/trace.jsonl"):gmatch("[^\n]+") do
+      local e = luma.json.decode(line)
+      if e.kind == "warning" then
+        assert.are.same({ kind = "warning", message = "cannot write the recording" }, e)
+        warnings = warnings + 1
+      end
+    end
+    assert.are.equal(2, warnings)
+  end)
+
   it("replays the recording without the network or a key", function()
     local d = project()
     server:reset()

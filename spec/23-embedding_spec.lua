@@ -45,6 +45,7 @@ tool slow(ms: int) -> Text { timeout: 10000 }
 tool spin() -> Text { timeout: 10000 }
 tool hog() -> Text { timeout: 10000 }
 tool forever() -> Text { timeout: 300 }
+tool host_add(a: int, b: int) -> Sum { handler: "host" }
 model M { provider: "openai"
   name: "gpt-test"
   base_url: "%s/v1/"
@@ -136,6 +137,44 @@ describe("LuaJIT through the FFI binding (luma.ffi)", function()
     assert.are.equal(table.concat({
       "add\t3", "twice\t42", "bad json\tJSON_INVALID", "unknown\tTOOL_NOT_FOUND", "invalid\tTOOL_INPUT_INVALID",
       "cancel\tTOOL_CANCELLED", "await\t4", "closed\tINVALID_ARGUMENT", "" }, "\n"), out)
+  end)
+
+  it("runs the host's own handlers (luma_register), on the thread that polls", function()
+    local out = luajit [[
+      local rt = luma.runtime { workers = 2 }
+      local p = rt:load("program.luma")
+      local calls = 0
+      p:register("host_add", function(input, needs)
+        calls = calls + 1
+        if input.a < 0 then error({ code = "TOOL_ERROR", message = "no negatives", retryable = false }) end
+        if input.a == 0 then error("plain", 0) end
+        assert(needs == nil or type(needs) == "table")
+        return { total = input.a + input.b }
+      end)
+      -- polled in a loop the JIT would compile: the callback still works
+      for i = 1, 200 do
+        local f = p:start("host_add", { a = i, b = 1 })
+        while not f:ready() do end
+        assert(f:result().total == i + 1)
+      end
+      print("calls", calls)
+      local f = p:start("host_add", { a = -1, b = 1 })
+      f:wait()
+      local ok, e = pcall(f.result, f)
+      print("raised", e.code, e.message)
+      f = p:start("host_add", { a = 0, b = 1 })
+      f:wait()
+      ok, e = pcall(f.result, f)
+      print("plain", e.code, e.message)
+      ok, e = pcall(p.register, p, "nope", function() end)
+      print("unknown", e.code)
+      ok, e = pcall(p.register, p, "add", function() end)
+      print("taken", e.code)
+      rt:close()
+    ]]
+    assert.are.equal(table.concat({ "calls\t200", "raised\tTOOL_ERROR\tno negatives",
+      'plain\tTOOL_FAILED\tthe C handler of \'host_add\' failed: {"message":"plain"}',
+      "unknown\tTOOL_NOT_FOUND", "taken\tTOOL_REGISTRY_CONFLICT", "" }, "\n"), out)
   end)
 
   it("enforces the sandbox's limits there: memory and deadline fail the call, the host lives on", function()
@@ -232,6 +271,20 @@ describe("the README's Embedding section", function()
     end)
   end)
 
+  it("has a C snippet that stops with the error when the call cannot start", function()
+    local code, n = blocks[1].code:gsub('luma_start%(p, "greet"', 'luma_start(p, "no_such_tool"')
+    assert.are.equal(1, n, "the snippet starts no call of greet")
+    in_example(function(dir)
+      h.write(dir .. "/snippet.c", code)
+      cc(h.quote(dir .. "/snippet.c") .. " -I" .. h.quote(h.root .. "/core") .. " -L" .. h.quote(build) ..
+        " -lluma -Wl,-rpath," .. h.quote(build) .. " -o " .. h.quote(dir .. "/snippet"))
+      -- a snippet that spins on a call it never had is stopped after 10 s (status 124)
+      local status, out, err = sh("cd " .. h.quote(dir) .. " && timeout 10 ./snippet")
+      assert.are.equal(1, status, out .. err)
+      assert.matches("^TOOL_NOT_FOUND: .*no_such_tool", err)
+    end)
+  end)
+
   it("has a Lua 5.4 snippet and a LuaJIT snippet that run", function()
     assert.are.same({ "lua", "lua" }, { blocks[2].lang, blocks[3].lang })
     in_example(function(dir)
@@ -247,6 +300,22 @@ describe("the README's Embedding section", function()
       assert(status == 0, out .. err)
       assert.are.equal("Hello, Ada!\n", out)
     end)
+  end)
+end)
+
+describe("the README's concurrency settings", function()
+  it("are those examples/openresty runs with (spec/24: 20 calls of 300 ms at once)", function()
+    local section = h.read(h.root .. "/README.md"):match("\n## Embedding\n(.-)\n## ")
+    local text = section:match("%*%*How many calls at once%.%*%*(.-)\n\n%*%*") or section:match("%*%*How many calls at once%.%*%*(.*)")
+    assert.is_truthy(text, "no paragraph on how many calls run at once")
+    assert.matches("max_concurrency`%s+is%s+1", text)
+    assert.matches("one%s+thread%s+per%s+CPU", text)
+    local policy = text:match("```json\n(.-)```")
+    local config = luma.json.decode(h.read(h.root .. "/examples/openresty/luma.config.json"))
+    assert.are.same(config.tool_module_policy, luma.json.decode(policy).tool_module_policy)
+    local runtime = text:match("`(app%.runtime =%s*luma%.runtime { workers = %d+ })`")
+    assert.is_truthy(runtime)
+    assert.is_truthy(h.read(h.root .. "/examples/openresty/app.lua"):find(runtime:gsub("%s+", " "), 1, true))
   end)
 end)
 

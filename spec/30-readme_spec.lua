@@ -135,3 +135,19 @@ describe("the README's code blocks", function()
     end
   end)
 end)
+
+describe("the README's models", function()
+  -- the program model's providers are adapters/providers.h's rows; they
+  -- show in the message for a model that names none
+  it("list every provider a model may name, in the table's order", function()
+    local ok, err = pcall(luma.compile, 'model N { name: "x" }\n', "models.luma")
+    assert.is_false(ok)
+    local accepted = {}
+    for name in tostring(err):match("must set provider: one of ([^\n]*)%."):gmatch('"([%w_]+)"') do
+      accepted[#accepted + 1] = name
+    end
+    local listed = {}
+    for name in README:match('provider: "openai" *# ([^\n]*)'):gmatch("[%w_]+") do listed[#listed + 1] = name end
+    assert.are.same(accepted, listed)
+  end)
+end)

@@ -26,6 +26,7 @@ local SOURCE = [[
 schema Any { v?: any }
 tool evil(kind: string) -> Any { timeout: 500 }
 tool roomy(kind: string) -> Any { timeout: 20000 }
+tool copy(kind: string) -> Any { timeout: 3000 }
 tool ping() -> Any {}
 ]]
 
@@ -116,8 +117,25 @@ kinds.wait = function()
   return { v = "not killed" }
 end
 
-local function any(input) return kinds[input.kind]() end
-return { evil = any, roomy = any, ping = function() return { v = "pong" } end }
+-- 900,000 values returned 2 ms before the deadline: copying them out of
+-- the state takes longer than the 100 ms a copy may run past it
+kinds.late_copy = function(signal)
+  local t = {}
+  for i = 1, 900 do
+    local row = {}
+    for j = 1, 1000 do row[j] = j end
+    t[i] = row
+  end
+  if signal.remaining_ms > 2 then signal:sleep(signal.remaining_ms - 2) end
+  return { v = t }
+end
+
+-- results that spec/support/forge_reply.c, preloaded, turns into forged replies
+kinds.forge_empty = function() return { v = "LUMA-FORGE-EMPTY" } end
+kinds.forge_cut = function() return { v = "LUMA-FORGE-CUT14" } end
+
+local function any(input, signal) return kinds[input.kind](signal) end
+return { evil = any, roomy = any, copy = any, ping = function() return { v = "pong" } end }
 ]==]
 
 local function config(policy)
@@ -493,6 +511,89 @@ describe("tool_module_policy.kill_grace_ms", function()
     if not os.getenv("LUMA_VALGRIND") then
       assert.is_true(took[800] >= DEADLINE_MS + 800, took[800] .. " ms")
     end
+  end)
+end)
+
+-- Issue 24, point 9: what the host answers is what happened in the child.
+describe("the answers of a process-isolated module", function()
+  local policy = { sandbox = "strict", max_memory_mb = 64, max_concurrency = 1, isolation = "process",
+    kill_grace_ms = 2000 }
+
+  -- A program of the module, and the pid of its one process.
+  local function one_process()
+    local before = children()
+    local dir = project(policy)
+    local p = assert(h.load(dir))
+    for pid in pairs(children()) do
+      if not before[pid] then return p, dir, pid end
+    end
+    error("no process was started")
+  end
+
+  local function done(p, dir)
+    p:close()
+    os.execute("rm -rf " .. h.quote(dir))
+  end
+
+  it("are TOOL_TIMEOUT for a result that comes 200 ms after the deadline, within kill_grace_ms", function()
+    local p, dir, pid = one_process()
+    finally(function() done(p, dir) end)
+    -- stopped, the process reads the request only once continued, 700 ms
+    -- after the call starts, and answers at once: 200 ms after its deadline
+    assert(os.execute("kill -STOP " .. pid))
+    assert(os.execute("env -u LD_PRELOAD sh -c 'sleep 0.7; kill -CONT " .. pid .. "' &"))
+    local ok, err, ms = timed(p, "evil", "values")
+    assert.is_false(ok, "the late result was taken")
+    assert.are.equal("TOOL_TIMEOUT", err.code)
+    assert.is_true(ms < DEADLINE_MS + 2000, ms .. " ms: the process was killed instead")
+    assert.are.equal("pong", p:call("ping", {}).v)
+  end)
+
+  it("are TOOL_TIMEOUT when the process reports its own: its copy of the result passed the deadline", function()
+    local p, dir = one_process()
+    finally(function() done(p, dir) end)
+    local ok, err = timed(p, "copy", "late_copy")
+    assert.is_false(ok)
+    assert.are.equal("TOOL_TIMEOUT", err.code, err.message)
+    assert.are.equal("Tool 'copy' timed out after 3000 ms.", err.message)
+  end)
+
+  for _, signal in ipairs { "KILL", "TERM" } do
+    it("come from a new process when the idle one ended (SIG" .. signal .. " from outside)", function()
+      local p, dir, pid = one_process()
+      finally(function() done(p, dir) end)
+      assert.are.equal("pong", p:call("ping", {}).v)
+      assert(os.execute("kill -" .. signal .. " " .. pid))
+      -- until it has ended
+      for _ = 1, 200 do
+        local kids = children()
+        if kids[pid] ~= "S" and kids[pid] ~= "R" then break end
+        os.execute("sleep 0.01")
+      end
+      assert.are.equal("pong", p:call("ping", {}).v)
+      local kids = children()
+      assert.is_nil(kids[pid], "the ended process was not reaped")
+      assert.are.equal(1, count(kids))
+    end)
+  end
+
+  it("say a reply of 0 bytes, or one cut at 14 bytes, is truncated (a forged reply, through luma-lua)", function()
+    local forge = h.root .. "/" .. (os.getenv("LUMA_BUILD") or "build") .. "/forge_reply.so"
+    assert(io.open(forge), forge .. " is not built: make " .. forge:sub(#h.root + 2))
+    local preload = ((os.getenv("LD_PRELOAD") or "") .. " " .. forge):gsub("^ ", "")
+    local dir = project(policy, {
+      ["empty.luma"] = SOURCE .. 'r = tool evil({ kind: "forge_empty" })\n',
+      ["cut.luma"] = SOURCE .. 'r = tool evil({ kind: "forge_cut" })\n',
+    })
+    finally(function() os.execute("rm -rf " .. h.quote(dir)) end)
+    local empty = h.run({ "empty.luma", "--config", "luma.config.json" }, { cwd = dir, env = { LD_PRELOAD = preload } })
+    assert.are.equal(1, empty.status, empty.stderr)
+    assert.matches("[TOOL_FAILED] The handler process sent a truncated reply: 0 bytes, where a reply has at least 2.",
+      empty.stderr, 1, true)
+    local cut = h.run({ "cut.luma", "--config", "luma.config.json" }, { cwd = dir, env = { LD_PRELOAD = preload } })
+    assert.are.equal(1, cut.status, cut.stderr)
+    assert.matches("%[TOOL_FAILED%] The handler process sent a truncated reply: 14 of its %d+ bytes; " ..
+      "handler process died: exit status 0%.", cut.stderr)
   end)
 end)
 

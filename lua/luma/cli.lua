@@ -59,7 +59,15 @@ local function usage_error(message)
 end
 
 -- Loads a program; on failure returns nil and the structured error.
+-- The command is the host: the runtime's warnings (events of kind
+-- "warning": a recording it cannot write, a corrupt store it replaced) go to
+-- its stderr.
+local function on_event(e)
+  if e.kind == "warning" then err("warning: " .. e.message) end
+end
+
 local function load_program(path, opts)
+  opts.on_event = on_event
   local ok, result = pcall(luma.load, path, opts)
   if ok then return result end
   if not luma.is_error(result) then error(result, 0) end
@@ -254,7 +262,9 @@ end
 
 -- check PROGRAM [--config FILE] [--tool-module FILE]...: what a run would
 -- load (the program, its config, its tool modules), and whether every tool
--- has a handler; a handler no tool declares is a warning.
+-- has a handler (but those declared handler: "host", which the embedding
+-- host registers, and which no module may export); a handler no tool
+-- declares is a warning.
 function commands.check(args)
   local o, status = program_options(args, "check")
   if not o then return status end
@@ -287,6 +297,10 @@ function commands.check(args)
           local near = core.suggest(name, tools)
           err(string.format("warning: %s exports '%s', which no tool of %s declares%s", m.path, name, o.program,
             near and (" (did you mean '" .. near .. "'?)") or ""))
+        elseif program:declaration(name).handler == "host" then
+          err(string.format("%s: tool '%s' is declared handler: \"host\", but %s exports it (the host's " ..
+            "luma_register would conflict with it)", o.program, name, m.path))
+          errors = errors + 1
         end
       end
     end
@@ -421,6 +435,7 @@ function commands.run(args)
   end
   local loaded, program = pcall(luma.load, o.program, {
     tool_modules = o.tool_modules, config = o.config, trace = o.trace, record = o.record, replay = o.replay,
+    on_event = on_event,
   })
   if not loaded then return report(program, true) end
   if o.emit_lua then

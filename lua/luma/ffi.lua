@@ -13,6 +13,15 @@
 --   f:json()    -- true, result JSON | false, error JSON, code, message (no decoding)
 --   f:await([sleep])  -- in a coroutine: yields the future until done; with
 --                     -- sleep (e.g. ngx.sleep), sleeps between polls instead
+--   program:register("tool", function(input, needs) return { ... } end)
+--               -- a handler of the host's own (luma_register): it runs on the
+--               -- thread that polls (f:ready, f:wait, rt:poll); raising
+--               -- { code, message, retryable, details } fails the call with it
+--
+-- What luma.h has that this binding does not: luma_options' callbacks (the
+-- clock now_ms/sleep_ms, approve, lookup, on_event), luma_program_close (a
+-- program goes with its runtime), luma_set_deadline_signal and
+-- luma_deadline_signal.
 --
 -- Values are Lua tables, encoded to JSON and decoded back here; luma.json is
 -- the codec (luma.null is JSON null; luma.array(t) marks an empty array).
@@ -47,7 +56,11 @@ int luma_wait(luma_call *c, long long timeout_ms);
 int luma_result(luma_call *c, const char **json, size_t *len, luma_error *err);
 void luma_cancel(luma_call *c);
 void luma_call_free(luma_call *c);
+typedef int (*luma_handler)(void *ud, const char *input_json, const char *needs_json, char **out);
+int luma_register(luma_program *p, const char *tool, luma_handler fn, void *ud, luma_error *err);
 ]]
+-- a handler's *out is freed by libluma: it is allocated with the C library's malloc
+if not pcall(function() return ffi.C.malloc end) then ffi.cdef "void *malloc(size_t size);" end
 
 local C_OK, C_FAILED = 0, -1
 
@@ -314,6 +327,8 @@ function Runtime:close()
   if self.ptr ~= nil then
     lib.luma_destroy(ffi.gc(self.ptr, nil))
     self.ptr = nil
+    for _, cb in ipairs(self.callbacks or {}) do cb:free() end
+    self.callbacks = nil
   end
 end
 
@@ -347,6 +362,51 @@ function Program:start(tool, input)
   local c = lib.luma_start(self.ptr, tool, to_json(input, "input"), err)
   if c == nil then raise(err) end
   return new_future(self.rt, c)
+end
+
+-- ------------------------------------------------------- host handlers
+
+local function error_json(e)
+  if type(e) == "table" and type(e.code) == "string" then
+    return luma.json.encode { code = e.code, message = tostring(e.message or e.code), retryable = e.retryable == true,
+      details = e.details }
+  end
+  return luma.json.encode { message = tostring(e) }
+end
+
+-- A copy of s in memory of malloc's, which libluma frees.
+local function c_string(s)
+  local p = ffi.C.malloc(#s + 1)
+  if p == nil then return nil end
+  ffi.copy(p, s, #s + 1)
+  return ffi.cast("char *", p)
+end
+
+-- libluma calls a handler from inside luma_poll or luma_wait: the Lua that
+-- calls those must not be compiled by the JIT, which cannot call back.
+local polling = { Future.ready, Future.wait, Future.await, Runtime.poll }
+
+function Program:register(tool, fn)
+  live(self)
+  if type(fn) ~= "function" then error("register: the handler must be a function", 2) end
+  local cb = ffi.cast("luma_handler", function(_, input, needs, out)
+    local ok, r = pcall(function()
+      local n = luma.json.decode(ffi.string(needs))
+      return luma.json.encode(fn(luma.json.decode(ffi.string(input)), n ~= null and n or nil))
+    end)
+    out[0] = c_string(ok and r or error_json(r))
+    return ok and C_OK or C_FAILED
+  end)
+  local err = ffi.new("luma_error")
+  if lib.luma_register(self.ptr, tool, cb, nil, err) ~= C_OK then
+    cb:free()
+    raise(err)
+  end
+  local rt = self.rt
+  rt.callbacks = rt.callbacks or {}
+  rt.callbacks[#rt.callbacks + 1] = cb
+  for _, f in ipairs(polling) do jit.off(f) end
+  return self
 end
 
 function Program:agent(name)

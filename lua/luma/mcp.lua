@@ -30,7 +30,6 @@ local PARSE, INVALID, NO_METHOD, BAD_PARAMS, INTERNAL = -32700, -32600, -32601, 
 local BUSY = -32000
 local UNSUPPORTED_VERSION = -32022
 
-local MAX_IN_FLIGHT = core.limits.mcp_max_in_flight
 local MAX_MESSAGE = core.limits.mcp_max_message_bytes
 
 local array_mt = core.array_mt
@@ -127,8 +126,10 @@ function mcp.call_result(ok, result)
   return { content = array { { type = "text", text = text } }, isError = true }
 end
 
--- A new server state for `program` (and `agent`, or nil: every tool).
-function mcp.new(program, opts)
+-- A new server state for `program` (and `agent`, or nil: every tool), for
+-- the client whose messages `reader` (core.mcp_reader) frames: it also
+-- bounds the requests in flight.
+function mcp.new(program, reader, opts)
   local tools, by_name = assert(mcp.tools(program, opts.agent, opts.network))
   local S = {
     program = program,
@@ -136,8 +137,8 @@ function mcp.new(program, opts)
     by_name = by_name,
     scope = opts.agent and program:scope(opts.agent) or nil,
     session = nil,        -- the legacy version agreed by initialize
+    reader = reader,
     pending = {},         -- key(id) -> { id, call, modern }
-    in_flight = 0,
     server_info = { name = "luma-lua", version = core.version },
   }
   return S
@@ -242,17 +243,17 @@ methods["tools/call"] = function(S, msg, modern)
   if type(args) ~= "table" or getmetatable(args) == array_mt then
     return fail(msg.id, BAD_PARAMS, "tools/call: params.arguments must be an object")
   end
-  if S.in_flight >= MAX_IN_FLIGHT then
+  if not S.reader:admit() then
     return fail(msg.id, BUSY, "too many tools/call requests in flight (mcp_max_in_flight = " ..
-      MAX_IN_FLIGHT .. "): wait for one to end")
+      core.limits.mcp_max_in_flight .. "): wait for one to end")
   end
   local ok, call = pcall(S.program.start, S.program, p.name, args, S.scope and { scope = S.scope } or nil)
   if not ok then
+    S.reader:release()
     local r = mcp.call_result(false, call)
     return reply(msg.id, modern and modern_result(S, r) or r)
   end
   S.pending[key(msg.id)] = { id = msg.id, call = call, modern = modern }
-  S.in_flight = S.in_flight + 1
   return nil
 end
 
@@ -317,7 +318,7 @@ function mcp.finished(S)
   for k, p in pairs(S.pending) do
     if p.call:done() then
       S.pending[k] = nil
-      S.in_flight = S.in_flight - 1
+      S.reader:release()
       if not p.cancelled then
         local r = mcp.call_result(pcall(p.call.result, p.call))
         out[#out + 1] = reply(p.id, p.modern and modern_result(S, r) or r)
@@ -347,7 +348,7 @@ end
 -- A client that stops reading ends the server: its calls are cancelled.
 function mcp.serve(S, runtime)
   core.mcp_ignore_sigpipe()
-  local reader = core.mcp_reader(0, MAX_MESSAGE)
+  local reader = S.reader
   local rtfd = runtime:fd()
   local function gone()
     for _, p in pairs(S.pending) do p.call:cancel() end
@@ -370,12 +371,10 @@ function mcp.serve(S, runtime)
     end
     local _, wait_ms = runtime:poll()
     if not write(mcp.finished(S)) then return gone() end
-    if reader:eof() then
-      if S.in_flight == 0 then return 0 end
-    end
+    if reader:eof() and next(S.pending) == nil then return 0 end
     local fds = { rtfd }
     if not reader:eof() then fds[2] = 0 end
-    local ready = core.mcp_wait(fds, S.in_flight > 0 and (wait_ms or -1) or -1)
+    local ready = core.mcp_wait(fds, next(S.pending) and (wait_ms or -1) or -1)
     if ready[0] then
       local n, why = reader:fill()
       if not n then
@@ -437,7 +436,8 @@ function mcp.main(args, err, print_load_error)
     if luma.is_error(check_err) then print_load_error(check_err) return 2 end
     error(check_err, 0)
   end
-  return mcp.serve(mcp.new(program, { agent = agent, network = network }), runtime)
+  local reader = core.mcp_reader(0, MAX_MESSAGE)
+  return mcp.serve(mcp.new(program, reader, { agent = agent, network = network }), runtime)
 end
 
 return mcp

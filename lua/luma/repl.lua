@@ -87,6 +87,7 @@ end
 -- ------------------------------------------------------------ programs
 
 local function on_event(e)
+  if e.kind == "warning" then io.stderr:write(paint("33", "warning: " .. e.message), "\n") return end
   S.events[#S.events + 1] = e
   if S.trace then say(paint("2", "event: " .. core.json_encode(e))) end
 end

@@ -24,121 +24,32 @@
 #include "lerror.h"
 #include "json.h"
 #include "strbuf.h"
+#include "test_server.h"
 
-static long long now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(long ms) {
-  struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-  nanosleep(&ts, NULL);
-}
-
-/* ---- the server ---- */
-
-typedef struct test_server {
-  int fd;
-  int port;
-  pthread_t thread;
-  pthread_mutex_t lock;
-  int stop;                       /* guarded by lock */
-  int connections;                /* accepted so far, guarded by lock */
-} test_server;
-
-static test_server srv = { -1, 0, 0, PTHREAD_MUTEX_INITIALIZER, 0, 0 };
-
-static int stopping(void) {
-  pthread_mutex_lock(&srv.lock);
-  int stop = srv.stop;
-  pthread_mutex_unlock(&srv.lock);
-  return stop;
-}
-
-static int connections(void) {
-  pthread_mutex_lock(&srv.lock);
-  int n = srv.connections;
-  pthread_mutex_unlock(&srv.lock);
-  return n;
-}
-
-static int send_all(int conn, const char *p, size_t len) {
-  while (len) {
-    ssize_t n = send(conn, p, len, MSG_NOSIGNAL);
-    if (n <= 0) return -1;
-    p += n;
-    len -= (size_t)n;
-  }
-  return 0;
-}
+/* ---- the server (test_server.h) and its routes ---- */
 
 static void respond(int conn, int head_only, int status, const char *reason, const char *headers,
                     const char *body, size_t len) {
-  sb_buf b;
-  sb_init(&b);
-  sb_printf(&b, "HTTP/1.1 %d %s\r\nConnection: close\r\n%sContent-Length: %zu\r\n\r\n", status, reason, headers, len);
-  if (!head_only) sb_add(&b, body, len);
-  send_all(conn, b.data, b.len);
-  sb_free(&b);
-}
-
-static char lower(char c) {
-  return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
-}
-
-static int has_prefix_ci(const char *s, const char *prefix) {
-  for (; *prefix; s++, prefix++)
-    if (lower(*s) != *prefix) return 0;
-  return 1;
-}
-
-/* Reads one request: the head up to the blank line, then Content-Length bytes. */
-static int read_request(int conn, sb_buf *req, size_t *head_len, size_t *body_len) {
-  long long start = now_ms();
-  *head_len = *body_len = 0;
-  for (;;) {
-    if (*head_len) {
-      if (req->len >= *head_len + *body_len) return 0;
-    } else {
-      const char *end = strstr(sb_str(req), "\r\n\r\n");
-      if (end) {
-        *head_len = (size_t)(end - req->data) + 4;
-        for (const char *line = strstr(req->data, "\r\n"); line && line < end; line = strstr(line + 2, "\r\n"))
-          if (has_prefix_ci(line + 2, "content-length:")) *body_len = strtoul(line + 2 + 15, NULL, 10);
-        continue;
-      }
-    }
-    if (req->len > ((size_t)4 << 20) || now_ms() - start > 5000 || stopping()) return -1;
-    struct pollfd p = { conn, POLLIN, 0 };
-    if (poll(&p, 1, 50) <= 0) continue;
-    char chunk[4096];
-    ssize_t n = recv(conn, chunk, sizeof chunk, 0);
-    if (n <= 0) return -1;
-    sb_add(req, chunk, (size_t)n);
-  }
-}
-
-/* True once the client closed its end. */
-static int client_gone(int conn) {
-  struct pollfd p = { conn, POLLIN, 0 };
-  char c;
-  return poll(&p, 1, 0) > 0 && recv(conn, &c, 1, MSG_PEEK) <= 0;
+  sb_buf h;
+  sb_init(&h);
+  sb_printf(&h, "Connection: close\r\n%s", headers);
+  ts_respond(conn, head_only, status, reason, h.data, body, len);
+  sb_free(&h);
 }
 
 /* { method, path, headers = { lower-case name = value }, body } */
-static void echo(int conn, const char *method, const char *path, sb_buf *req, size_t head_len, size_t body_len) {
+static void echo(int conn, const char *method, const char *path, char *req, size_t head_len, size_t body_len) {
   ar_arena a;
   ar_init(&a);
   jv *o = jv_obj(&a), *h = jv_obj(&a);
   jv_set(o, "method", jv_cstr(&a, method));
   jv_set(o, "path", jv_cstr(&a, path));
-  char *end = req->data + head_len - 2;
-  for (char *line = strstr(req->data, "\r\n") + 2; line < end;) {
+  char *end = req + head_len - 2;
+  for (char *line = strstr(req, "\r\n") + 2; line < end;) {
     char *eol = strstr(line, "\r\n");
     char *colon = memchr(line, ':', (size_t)(eol - line));
     if (colon) {
-      for (char *c = line; c < colon; c++) *c = lower(*c);
+      for (char *c = line; c < colon; c++) *c = ts_lower(*c);
       char *v = colon + 1;
       while (*v == ' ') v++;
       char *name = ar_strndup(&a, line, (size_t)(colon - line));
@@ -147,7 +58,7 @@ static void echo(int conn, const char *method, const char *path, sb_buf *req, si
     line = eol + 2;
   }
   jv_set(o, "headers", h);
-  jv_set(o, "body", jv_str(&a, req->data + head_len, body_len));
+  jv_set(o, "body", jv_str(&a, req + head_len, body_len));
   sb_buf out;
   sb_init(&out);
   jv_write(&out, o, 0);
@@ -156,15 +67,11 @@ static void echo(int conn, const char *method, const char *path, sb_buf *req, si
   ar_free(&a);
 }
 
-static void serve(int conn) {
-  sb_buf req;
-  sb_init(&req);
-  size_t head_len, body_len;
+/* Each connection answers one request. */
+static int route(int conn, int serial, char *req, size_t head_len, size_t body_len) {
+  (void)serial;
   char method[16] = "", path[256] = "";
-  if (read_request(conn, &req, &head_len, &body_len) != 0 || sscanf(req.data, "%15s %255s", method, path) != 2) {
-    sb_free(&req);
-    return;
-  }
+  if (sscanf(req, "%15s %255s", method, path) != 2) return 0;
   int head = strcmp(method, "HEAD") == 0;
   static char big[65536];
   memset(big, 'x', sizeof big);
@@ -184,10 +91,10 @@ static void serve(int conn) {
   } else if (strcmp(path, "/big-stream") == 0) {
     /* no Content-Length: the body ends when the connection does */
     const char *h = "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Type: text/plain\r\n\r\n";
-    if (send_all(conn, h, strlen(h)) == 0)
-      for (size_t sent = 0; sent < sizeof big && send_all(conn, big + sent, 4096) == 0; sent += 4096) {}
+    if (ts_send_all(conn, h, strlen(h)) == 0)
+      for (size_t sent = 0; sent < sizeof big && ts_send_all(conn, big + sent, 4096) == 0; sent += 4096) {}
   } else if (strcmp(path, "/slow") == 0) {
-    for (int i = 0; i < 250 && !stopping() && !client_gone(conn); i++) sleep_ms(20);
+    for (int i = 0; i < 250 && !ts_stopping() && !ts_client_gone(conn); i++) ts_sleep_ms(20);
     respond(conn, head, 200, "OK", "Content-Type: text/plain\r\n", "late", 4);
   } else if (strcmp(path, "/redirect") == 0) {
     respond(conn, head, 302, "Found", "Location: /text\r\n", "", 0);
@@ -198,60 +105,11 @@ static void serve(int conn) {
   } else if (strcmp(path, "/redirect-loop") == 0) {
     respond(conn, head, 302, "Found", "Location: /redirect-loop\r\n", "", 0);
   } else if (strcmp(path, "/echo") == 0) {
-    echo(conn, method, path, &req, head_len, body_len);
+    echo(conn, method, path, req, head_len, body_len);
   } else {
     respond(conn, head, 404, "Not Found", "Content-Type: text/plain\r\n", "not found", 9);
   }
-  sb_free(&req);
-}
-
-static void *server_main(void *arg) {
-  (void)arg;
-  while (!stopping()) {
-    struct pollfd p = { srv.fd, POLLIN, 0 };
-    if (poll(&p, 1, 50) <= 0) continue;
-    int conn = accept(srv.fd, NULL, NULL);
-    if (conn < 0) continue;
-    pthread_mutex_lock(&srv.lock);
-    srv.connections++;
-    pthread_mutex_unlock(&srv.lock);
-    serve(conn);
-    shutdown(conn, SHUT_WR);
-    close(conn);
-  }
-  return NULL;
-}
-
-/* A socket bound to an ephemeral port of 127.0.0.1; its port in *port. */
-static int bind_loopback(int *port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  struct sockaddr_in a;
-  memset(&a, 0, sizeof a);
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof a;
-  if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
-    close(fd);
-    return -1;
-  }
-  *port = ntohs(a.sin_port);
-  return fd;
-}
-
-static int server_start(void) {
-  srv.fd = bind_loopback(&srv.port);
-  if (srv.fd < 0 || listen(srv.fd, 16) != 0) return -1;
-  return pthread_create(&srv.thread, NULL, server_main, NULL);
-}
-
-static void server_stop(void) {
-  pthread_mutex_lock(&srv.lock);
-  srv.stop = 1;
-  pthread_mutex_unlock(&srv.lock);
-  pthread_join(srv.thread, NULL);
-  close(srv.fd);
+  return 0;
 }
 
 /* ---- deadlines ---- */
@@ -265,16 +123,16 @@ static long long deadline_none(lua_State *L) { (void)L; return -1; }
 static long long signal_at;
 static long long deadline_signal(lua_State *L) {
   (void)L;
-  return signal_at && now_ms() >= signal_at ? 0 : 60000;
+  return signal_at && ts_now_ms() >= signal_at ? 0 : 60000;
 }
 
 static int l_arm_signal(lua_State *L) {
-  signal_at = lua_isnoneornil(L, 1) ? 0 : now_ms() + luaL_checkinteger(L, 1);
+  signal_at = lua_isnoneornil(L, 1) ? 0 : ts_now_ms() + luaL_checkinteger(L, 1);
   return 0;
 }
 
 static int l_connections(lua_State *L) {
-  lua_pushinteger(L, connections());
+  lua_pushinteger(L, ts_connections());
   return 1;
 }
 
@@ -332,7 +190,7 @@ static lua_State *new_state(int closed_port) {
   lua_setglobal(L, "tagged");
   lua_pushlightuserdata(L, NULL);
   lua_setglobal(L, "null");
-  lua_pushfstring(L, "http://127.0.0.1:%d", srv.port);
+  lua_pushfstring(L, "http://127.0.0.1:%d", ts.port);
   lua_setglobal(L, "URL");
   lua_pushfstring(L, "http://127.0.0.1:%d", closed_port);
   lua_setglobal(L, "CLOSED");
@@ -544,15 +402,15 @@ static void test_out_of_memory(void) {
   lua_State *L = lua_newstate(budget_alloc, &b);
   luaL_openlibs(L);
   push_client(L, "http", NULL, NULL);
-  lua_pushfstring(L, "http://127.0.0.1:%d", srv.port);
+  lua_pushfstring(L, "http://127.0.0.1:%d", ts.port);
   lua_setglobal(L, "URL");
   CT_CHECK(luaL_loadstring(L, "return http.get(URL .. '/big')") == LUA_OK, "loading");
   lua_gc(L, LUA_GCCOLLECT, 0);
-  int before = connections();
+  int before = ts_connections();
   b.limit = b.used + 16384;
   int status = lua_pcall(L, 0, 1, 0);
   CT_CHECK(status == LUA_ERRMEM, "a 64 KiB body in a state with 16 KiB left: status %d", status);
-  CT_CHECK(connections() == before + 1, "the memory ran out after the request, not before it");
+  CT_CHECK(ts_connections() == before + 1, "the memory ran out after the request, not before it");
   b.limit = 0;
   /* the transfer's C buffers go with its userdata */
   lua_close(L);
@@ -570,7 +428,7 @@ static void *worker_main(void *arg) {
   lua_State *L = luaL_newstate();
   luaL_openlibs(L);
   push_client(L, "http", NULL, NULL);
-  lua_pushfstring(L, "http://127.0.0.1:%d", srv.port);
+  lua_pushfstring(L, "http://127.0.0.1:%d", ts.port);
   lua_setglobal(L, "URL");
   const char *code = "local n = 0 for i = 1, 3 do n = n + #http.get(URL .. '/text').body end return n";
   if (luaL_loadstring(L, code) == LUA_OK && lua_pcall(L, 0, 1, 0) == LUA_OK) w->ok = lua_tointeger(L, -1) == 15;
@@ -592,28 +450,22 @@ static void test_threads(void) {
 
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
-  /* the server is on the loopback: no proxy of the environment in between */
-  unsetenv("http_proxy");
-  unsetenv("HTTP_PROXY");
-  unsetenv("https_proxy");
-  unsetenv("HTTPS_PROXY");
-  unsetenv("all_proxy");
-  unsetenv("ALL_PROXY");
-  if (server_start() != 0) {
+  ts_unset_proxies();
+  if (ts_start(route) != 0) {
     fprintf(stderr, "cannot start the test server\n");
     return 1;
   }
   int closed_port = 0;
-  int closed = bind_loopback(&closed_port);
+  int closed = ts_bind_loopback(&closed_port);
   close(closed);
 
   test_threads();
   lua_State *L = new_state(closed_port);
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     const http_case *c = &cases[i];
-    long long start = now_ms();
+    long long start = ts_now_ms();
     const char *got = run(L, c->code);
-    long long took = now_ms() - start;
+    long long took = ts_now_ms() - start;
     CT_CHECK(strcmp(c->expected, got) == 0, "%s: expected \"%s\", got \"%s\"", c->name, c->expected, got);
     if (c->max_ms) CT_CHECK(took <= c->max_ms, "%s: took %lld ms, more than %ld", c->name, took, c->max_ms);
   }
@@ -621,6 +473,6 @@ int main(void) {
   lua_close(L);
   test_out_of_memory();
 
-  server_stop();
+  ts_stop();
   return ct_finish("http");
 }

@@ -23,6 +23,7 @@
 #include "crypto.h"
 #include "ctest.h"
 #include "idem.h"
+#include "idem_file.h"
 #include "json.h"
 
 /* Encrypted stores in tests derive their key with this many iterations; the

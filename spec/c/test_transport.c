@@ -17,106 +17,17 @@
 
 #include "ctest.h"
 #include "strbuf.h"
+#include "test_server.h"
 #include "transport.h"
 
-static long long now_ms(void) {
-  return tp_now_ns() / 1000000;
-}
-
-static void sleep_ms(long ms) {
-  struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-  nanosleep(&ts, NULL);
-}
-
-/* ---- the server ---- */
-
-#define MAX_CONNS 256
-
-typedef struct test_server {
-  int fd, port;
-  pthread_t thread;
-  pthread_mutex_t lock;
-  int stop;                       /* guarded by lock */
-  int connections;                /* accepted so far, guarded by lock */
-  pthread_t conns[MAX_CONNS];     /* guarded by lock */
-} test_server;
-
-static test_server srv = { -1, 0, 0, PTHREAD_MUTEX_INITIALIZER, 0, 0, { 0 } };
-
-static int stopping(void) {
-  pthread_mutex_lock(&srv.lock);
-  int stop = srv.stop;
-  pthread_mutex_unlock(&srv.lock);
-  return stop;
-}
-
-static int connections(void) {
-  pthread_mutex_lock(&srv.lock);
-  int n = srv.connections;
-  pthread_mutex_unlock(&srv.lock);
-  return n;
-}
-
-static int send_all(int conn, const char *p, size_t len) {
-  while (len) {
-    ssize_t n = send(conn, p, len, MSG_NOSIGNAL);
-    if (n <= 0) return -1;
-    p += n;
-    len -= (size_t)n;
-  }
-  return 0;
-}
+/* ---- the server (test_server.h) and its routes ---- */
 
 static void respond(int conn, int head_only, int status, const char *headers, const char *body, size_t len) {
-  sb_buf b;
-  sb_init(&b);
-  sb_printf(&b, "HTTP/1.1 %d Whatever\r\n%sContent-Length: %zu\r\n\r\n", status, headers, len);
-  if (!head_only) sb_add(&b, body, len);
-  send_all(conn, b.data, b.len);
-  sb_free(&b);
-}
-
-static int has_prefix_ci(const char *s, const char *prefix) {
-  for (; *prefix; s++, prefix++)
-    if ((*s >= 'A' && *s <= 'Z' ? *s - 'A' + 'a' : *s) != *prefix) return 0;
-  return 1;
-}
-
-/* Reads one request into req (which may hold the start of the next one):
-   the head up to the blank line, then Content-Length bytes. 0, or -1 when
-   the client went away or the server stops. */
-static int read_request(int conn, sb_buf *req, size_t *head_len, size_t *body_len) {
-  *head_len = *body_len = 0;
-  for (;;) {
-    if (*head_len) {
-      if (req->len >= *head_len + *body_len) return 0;
-    } else {
-      const char *end = strstr(sb_str(req), "\r\n\r\n");
-      if (end) {
-        *head_len = (size_t)(end - req->data) + 4;
-        for (const char *line = strstr(req->data, "\r\n"); line && line < end; line = strstr(line + 2, "\r\n"))
-          if (has_prefix_ci(line + 2, "content-length:")) *body_len = strtoul(line + 2 + 15, NULL, 10);
-        continue;
-      }
-    }
-    if (stopping()) return -1;
-    struct pollfd p = { conn, POLLIN, 0 };
-    if (poll(&p, 1, 50) <= 0) continue;
-    char chunk[4096];
-    ssize_t n = recv(conn, chunk, sizeof chunk, 0);
-    if (n <= 0) return -1;
-    sb_add(req, chunk, (size_t)n);
-  }
-}
-
-static int client_gone(int conn) {
-  struct pollfd p = { conn, POLLIN, 0 };
-  char c;
-  return poll(&p, 1, 0) > 0 && recv(conn, &c, 1, MSG_PEEK) <= 0;
+  ts_respond(conn, head_only, status, "Whatever", headers, body, len);
 }
 
 /* Answers one request; 1 when the connection stays open for the next. */
-static int serve_one(int conn, int serial, const char *req, size_t head_len, size_t body_len) {
+static int route(int conn, int serial, char *req, size_t head_len, size_t body_len) {
   char method[16] = "", path[256] = "";
   if (sscanf(req, "%15s %255s", method, path) != 2) return 0;
   int head = strcmp(method, "HEAD") == 0;
@@ -153,15 +64,15 @@ static int serve_one(int conn, int serial, const char *req, size_t head_len, siz
     static char chunk[4096];
     memset(chunk, 'y', sizeof chunk);
     const char *h = "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n";
-    if (send_all(conn, h, strlen(h)) == 0)
-      for (int i = 0; i < 16 && send_all(conn, chunk, sizeof chunk) == 0; i++) {}
+    if (ts_send_all(conn, h, strlen(h)) == 0)
+      for (int i = 0; i < 16 && ts_send_all(conn, chunk, sizeof chunk) == 0; i++) {}
     return 0;
   } else if (strcmp(path, "/slow") == 0) {
-    for (int i = 0; i < 250 && !stopping() && !client_gone(conn); i++) sleep_ms(20);
+    for (int i = 0; i < 250 && !ts_stopping() && !ts_client_gone(conn); i++) ts_sleep_ms(20);
     respond(conn, head, 200, "Connection: close\r\n", "late", 4);
     return 0;
   } else if (strcmp(path, "/sleep200") == 0) {
-    sleep_ms(200);
+    ts_sleep_ms(200);
     respond(conn, head, 200, keep, "rested", 6);
   } else if (strcmp(path, "/redirect") == 0) {
     respond(conn, head, 302, "Location: /text\r\nConnection: keep-alive\r\n", "", 0);
@@ -171,87 +82,6 @@ static int serve_one(int conn, int serial, const char *req, size_t head_len, siz
     respond(conn, head, 404, keep, "not found", 9);
   }
   return 1;
-}
-
-typedef struct conn_arg {
-  int fd, serial;
-} conn_arg;
-
-static void *conn_main(void *arg) {
-  conn_arg a = *(conn_arg *)arg;
-  free(arg);
-  sb_buf req;
-  sb_init(&req);
-  size_t head_len, body_len;
-  while (read_request(a.fd, &req, &head_len, &body_len) == 0) {
-    int again = serve_one(a.fd, a.serial, req.data, head_len, body_len);
-    size_t used = head_len + body_len;
-    memmove(req.data, req.data + used, req.len - used);
-    req.len -= used;
-    req.data[req.len] = '\0';
-    if (!again) break;
-  }
-  sb_free(&req);
-  shutdown(a.fd, SHUT_WR);
-  close(a.fd);
-  return NULL;
-}
-
-static void *server_main(void *arg) {
-  (void)arg;
-  while (!stopping()) {
-    struct pollfd p = { srv.fd, POLLIN, 0 };
-    if (poll(&p, 1, 50) <= 0) continue;
-    int fd = accept(srv.fd, NULL, NULL);
-    if (fd < 0) continue;
-    conn_arg *a = malloc(sizeof *a);
-    pthread_mutex_lock(&srv.lock);
-    int serial = srv.connections;
-    if (a && serial < MAX_CONNS) {
-      a->fd = fd;
-      a->serial = serial;
-      if (pthread_create(&srv.conns[serial], NULL, conn_main, a) == 0) {
-        srv.connections++;
-        a = NULL;
-        fd = -1;
-      }
-    }
-    pthread_mutex_unlock(&srv.lock);
-    free(a);
-    if (fd >= 0) close(fd);
-  }
-  return NULL;
-}
-
-static int bind_loopback(int *port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  struct sockaddr_in a;
-  memset(&a, 0, sizeof a);
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
-    close(fd);
-    return -1;
-  }
-  *port = ntohs(a.sin_port);
-  return fd;
-}
-
-static int server_start(void) {
-  srv.fd = bind_loopback(&srv.port);
-  if (srv.fd < 0 || listen(srv.fd, 64) != 0) return -1;
-  return pthread_create(&srv.thread, NULL, server_main, NULL);
-}
-
-static void server_stop(void) {
-  pthread_mutex_lock(&srv.lock);
-  srv.stop = 1;
-  pthread_mutex_unlock(&srv.lock);
-  pthread_join(srv.thread, NULL);
-  for (int i = 0; i < connections(); i++) pthread_join(srv.conns[i], NULL);
-  close(srv.fd);
 }
 
 /* ---- helpers ---- */
@@ -409,10 +239,10 @@ static void test_limits(void) {
 static void test_timeout(void) {
   tp_request r = request(TP_GET, "/slow");
   r.timeout_ms = 200;
-  long long start = now_ms();
+  long long start = ts_now_ms();
   tp_transfer *t;
   const tp_result *res = fetch(&r, &t);
-  long long took = now_ms() - start;
+  long long took = ts_now_ms() - start;
   CT_CHECK(res && res->code == TP_HTTP_TIMEOUT && res->retryable, "the request's timeout: %s",
            res ? res->message : "not started");
   if (res) CT_EQ_STR("the request timed out after 200 ms", res->message);
@@ -425,12 +255,12 @@ static void test_deadline(void) {
   r.timeout_ms = 10000;
   char err[256];
   int done = 0;
-  long long start = now_ms();
+  long long start = ts_now_ms();
   tp_transfer *t = tp_start(tp, &r, on_done, &done, err, sizeof err);
   CT_CHECK(t != NULL, "started: %s", err);
   if (!t) return;
   int rc = tp_wait(t, tp_now_ns() + 200000000LL, NULL);
-  long long took = now_ms() - start;
+  long long took = ts_now_ms() - start;
   const tp_result *res = tp_outcome(t);
   CT_CHECK(rc == TP_ENDED && res && res->code == TP_HTTP_TIMEOUT && res->retryable, "the deadline ends it");
   if (res) CT_EQ_STR("the call's deadline passed during the request", res->message);
@@ -441,10 +271,10 @@ static void test_deadline(void) {
   /* a deadline already passed ends it at once */
   r = request(TP_GET, "/slow");
   t = tp_start(tp, &r, NULL, NULL, err, sizeof err);
-  start = now_ms();
+  start = ts_now_ms();
   rc = t ? tp_wait(t, 1, NULL) : -1;
   res = t ? tp_outcome(t) : NULL;
-  CT_CHECK(rc == TP_ENDED && res && res->code == TP_HTTP_TIMEOUT && now_ms() - start < 500, "a past deadline");
+  CT_CHECK(rc == TP_ENDED && res && res->code == TP_HTTP_TIMEOUT && ts_now_ms() - start < 500, "a past deadline");
   tp_release(t);
 }
 
@@ -457,7 +287,7 @@ typedef struct later {
 
 static void *later_main(void *arg) {
   later *l = arg;
-  sleep_ms(l->ms);
+  ts_sleep_ms(l->ms);
   if (l->flag) __atomic_store_n(l->flag, 1, __ATOMIC_RELEASE);
   if (l->cancel) tp_cancel(l->cancel);
   return NULL;
@@ -471,19 +301,19 @@ static void test_stop(void) {
   CT_CHECK(t != NULL, "started: %s", err);
   if (!t) return;
   later l = { 0, 100, &stop, NULL };
-  long long start = now_ms();
+  long long start = ts_now_ms();
   pthread_create(&l.thread, NULL, later_main, &l);
   int rc = tp_wait(t, 0, &stop);
-  long long took = now_ms() - start;
+  long long took = ts_now_ms() - start;
   pthread_join(l.thread, NULL);
   CT_CHECK(rc == TP_STOPPED, "the stop flag ends the wait, got %d", rc);
   CT_CHECK(took >= 90 && took < 400, "noticed promptly: %lld ms after 100", took);
   CT_CHECK(tp_outcome(t) == NULL && tp_poll(t, 0) == 0, "the transfer goes on");
   tp_cancel(t);
-  start = now_ms();
+  start = ts_now_ms();
   rc = tp_wait(t, 0, NULL);
   const tp_result *res = tp_outcome(t);
-  CT_CHECK(rc == TP_ENDED && res && res->code == TP_HTTP_CANCELLED && now_ms() - start < 400, "then cancelled");
+  CT_CHECK(rc == TP_ENDED && res && res->code == TP_HTTP_CANCELLED && ts_now_ms() - start < 400, "then cancelled");
   CT_CHECK(done_count(&done) == 1, "done called once, %d times", done_count(&done));
   tp_release(t);
 }
@@ -496,10 +326,10 @@ static void test_cancel(void) {
   CT_CHECK(t != NULL, "started: %s", err);
   if (!t) return;
   later l = { 0, 100, NULL, t };
-  long long start = now_ms();
+  long long start = ts_now_ms();
   pthread_create(&l.thread, NULL, later_main, &l);
   int rc = tp_wait(t, 0, NULL);
-  long long took = now_ms() - start;
+  long long took = ts_now_ms() - start;
   pthread_join(l.thread, NULL);
   const tp_result *res = tp_outcome(t);
   CT_CHECK(rc == TP_ENDED && res && res->code == TP_HTTP_CANCELLED && !res->retryable, "tp_cancel ends it");
@@ -512,10 +342,10 @@ static void test_cancel(void) {
   /* released while in flight: cancelled, done called before tp_release returns */
   done = 0;
   t = tp_start(tp, &r, on_done, &done, err, sizeof err);
-  sleep_ms(50);
-  start = now_ms();
+  ts_sleep_ms(50);
+  start = ts_now_ms();
   tp_release(t);
-  CT_CHECK(done_count(&done) == 1 && now_ms() - start < 400, "released in flight: done %d times", done_count(&done));
+  CT_CHECK(done_count(&done) == 1 && ts_now_ms() - start < 400, "released in flight: done %d times", done_count(&done));
 }
 
 static void test_many(void) {
@@ -523,7 +353,7 @@ static void test_many(void) {
   tp_transfer *t[N];
   int done[N];
   char err[256];
-  long long start = now_ms();
+  long long start = ts_now_ms();
   for (int i = 0; i < N; i++) {
     done[i] = 0;
     tp_request r = request(TP_GET, "/sleep200");
@@ -537,7 +367,7 @@ static void test_many(void) {
     const tp_result *res = tp_outcome(t[i]);
     ok += res && res->code == TP_OK && strcmp(res->body, "rested") == 0;
   }
-  long long took = now_ms() - start;
+  long long took = ts_now_ms() - start;
   CT_CHECK(ok == N, "%d of %d transfers answered", ok, N);
   CT_CHECK(took < 1500, "20 transfers of 200 ms at once took %lld ms (one by one: 4000)", took);
   for (int i = 0; i < N; i++) {
@@ -558,13 +388,13 @@ static void test_reuse(void) {
   }
   tp_request r = request(TP_GET, "/conn");
   tp_transfer *a, *b;
-  int before = connections();
+  int before = ts_connections();
   const tp_result *ra = fetch(&r, &a);
   const tp_result *rb = fetch(&r, &b);
   CT_CHECK(ra && rb && ra->code == TP_OK && rb->code == TP_OK, "two requests");
   if (ra && rb && ra->code == TP_OK && rb->code == TP_OK)
     CT_CHECK(strcmp(ra->body, rb->body) == 0, "one connection: served on %s then %s", ra->body, rb->body);
-  CT_CHECK(connections() - before == 1, "the server saw %d connections, expected 1", connections() - before);
+  CT_CHECK(ts_connections() - before == 1, "the server saw %d connections, expected 1", ts_connections() - before);
   tp_release(a);
   tp_release(b);
   tp_free(tp);
@@ -632,7 +462,7 @@ static void test_refusals(void) {
     { "HEAD with a body", NULL, { 0 }, TP_HEAD, "x", 5000, "a HEAD request has no body" },
     { "no timeout", NULL, { 0 }, TP_GET, NULL, 0, "timeout_ms must be at least 1, not 0" },
   };
-  int before = connections();
+  int before = ts_connections();
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     tp_request r = request(bad[i].method, "/echo");
     if (bad[i].url) r.url = bad[i].url;
@@ -649,8 +479,8 @@ static void test_refusals(void) {
     CT_CHECK(done == 0, "%s: done never called", bad[i].name);
     tp_release(t);
   }
-  sleep_ms(50);
-  CT_CHECK(connections() == before, "nothing was sent: %d connections", connections() - before);
+  ts_sleep_ms(50);
+  CT_CHECK(ts_connections() == before, "nothing was sent: %d connections", ts_connections() - before);
 }
 
 static int threads(void) {
@@ -706,11 +536,11 @@ static void test_free_in_flight(void) {
     tp_request r = request(TP_GET, i % 2 ? "/slow" : "/sleep200");
     t[i] = tp_start(own, &r, on_done, &done[i], err, sizeof err);
   }
-  sleep_ms(50);
+  ts_sleep_ms(50);
   tp_release(t[0]);
-  long long start = now_ms();
+  long long start = ts_now_ms();
   tp_free(own);
-  CT_CHECK(now_ms() - start < 1000, "tp_free returns promptly: %lld ms", now_ms() - start);
+  CT_CHECK(ts_now_ms() - start < 1000, "tp_free returns promptly: %lld ms", ts_now_ms() - start);
   for (int i = 0; i < N; i++) {
     CT_CHECK(done_count(&done[i]) == 1, "transfer %d: done called %d times", i, done_count(&done[i]));
     if (i == 0) continue;
@@ -731,19 +561,17 @@ static void test_free_in_flight(void) {
 
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
-  static const char *const proxies[] = { "http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy",
-                                         "ALL_PROXY", NULL };
-  for (const char *const *p = proxies; *p; p++) unsetenv(*p);
+  ts_unset_proxies();
   int closed_port = 0;
-  int closed = bind_loopback(&closed_port);
+  int closed = ts_bind_loopback(&closed_port);
   close(closed);
   test_lazy_thread(closed_port);
 
-  if (server_start() != 0) {
+  if (ts_start(route) != 0) {
     fprintf(stderr, "cannot start the test server\n");
     return 1;
   }
-  snprintf(url_base, sizeof url_base, "http://127.0.0.1:%d", srv.port);
+  snprintf(url_base, sizeof url_base, "http://127.0.0.1:%d", ts.port);
   char err[256];
   tp = tp_new(err, sizeof err);
   CT_CHECK(tp != NULL, "tp_new: %s", err);
@@ -764,6 +592,6 @@ int main(void) {
     test_free_in_flight();
     tp_free(tp);
   }
-  server_stop();
+  ts_stop();
   return ct_finish("transport");
 }

@@ -14,7 +14,7 @@
 
 #include "diag.h"
 #include "jsonschema.h"
-#include "luma.h"
+#include "lcore.h"
 #include "program.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

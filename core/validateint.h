@@ -1,8 +1,8 @@
 /* What the parts of the validator share (validate.c, validate_bind.c,
    validate_issues.c): the program as bound to a Lua state, and the walk's
    context. Not for other files: they use validate.h. */
-#ifndef LUMA_VALIDATE_IMPL_H
-#define LUMA_VALIDATE_IMPL_H
+#ifndef LUMA_VALIDATEINT_H
+#define LUMA_VALIDATEINT_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,0 +1,30 @@
+/* The drivers of calls (drive.c), over a runtime (runtime.h). Threads: the
+   thread that owns the runtime's home state. */
+#ifndef LUMA_DRIVE_H
+#define LUMA_DRIVE_H
+
+#include "runtime.h"
+
+struct cl_call;
+
+/* Cancels every call in flight and waits for the handlers running on the
+   pool to stop; later calls fail. Idempotent. */
+void rt_close(rt_runtime *rt);
+
+/* Steps every call started with rt_start that can move, without blocking.
+   Returns the number of those calls still in flight, and in *wait_ms how
+   long the host may sleep (-1: until the descriptor turns readable) before
+   calling again. */
+int rt_poll(rt_runtime *rt, long long *wait_ms);
+
+/* Adds a call to those rt_poll steps (the runtime holds a reference until
+   it is done and collected). */
+void rt_start(rt_runtime *rt, struct cl_call *c);
+
+/* Drives the given calls to their end, blocking this thread: the driver of
+   program:call, call_all and the CLI. At most `concurrency` of their handlers
+   run at once (<= 0: no limit beyond the pool); a lone handler with nothing
+   else to wait for runs on this thread. */
+void rt_drive(rt_runtime *rt, struct cl_call **calls, int n, int concurrency);
+
+#endif

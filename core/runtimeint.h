@@ -1,0 +1,28 @@
+/* The runtime's record, for its two halves: runtime.c (what calls share)
+   and drive.c (the drivers that step them). Types only. */
+#ifndef LUMA_RUNTIMEINT_H
+#define LUMA_RUNTIMEINT_H
+
+#include <pthread.h>
+
+#include "callint.h"
+#include "runtime.h"
+
+struct rt_runtime {
+  int refs;
+  int closed;
+  lua_State *home;                /* a thread of its own in the host's state, never running */
+  int home_ref;
+  int workers;
+  wp_pool *pool;                  /* made at the first job */
+  int efd;                        /* readable when a job finished */
+  pthread_mutex_t lock;           /* guards done, and the calls' job_out */
+  cl_call *done;                  /* calls whose job finished, not yet drained */
+  cl_call *polled;                /* calls started with rt_start, in flight */
+  rt_task *tasks;                 /* tasks added with rt_add_task, in flight */
+  int notified;                   /* rt_notify wrote the descriptor (atomic) */
+  tp_transport *tp;               /* made at the first rt_transport */
+  int depth;
+};
+
+#endif
