@@ -7,12 +7,15 @@
 -- the loop waits on stdin and the runtime's fd at once, so a slow tool holds
 -- up neither tools/list nor other calls.
 --
--- The framing (one message a line, at most mcp_max_message_bytes) and the
--- JSON parsing (the core's codec, at most mcp_json_depth) are C
--- (core/mcp.c, core/lmcp.c); the protocol, a handful of table lookups, is
--- here. What the server does with a message depends only on it and on
--- `state` (the era, the pending calls), never on I/O: `handle` is a pure
--- step that returns the replies to write.
+-- Where the bounds are: the framing (one message a line, at most
+-- mcp_max_message_bytes, never held whole when longer), the JSON parsing (the
+-- core's codec, at most mcp_json_depth) and the count of calls in flight
+-- (mcp_max_in_flight) are C (core/mcp.c, core/lmcp.c): they meet the client's
+-- bytes first. The protocol is a handful of table lookups per message and
+-- stays here, where it reads the program's declarations: `handle` writes
+-- nothing and reads nothing; given a message and the state (the era, the
+-- calls pending) it returns the replies, and `finished` those of calls that
+-- ended. The stdio loop is the only I/O.
 local luma = require "luma"
 local core = require "luma.core"
 local approval = require "luma.approval"
