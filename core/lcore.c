@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "diag.h"
+#include "lmcp.h"
 
 #include "compat.h"
 #include "lerror.h"
@@ -169,6 +170,7 @@ LUMA_API int luaopen_luma_core(lua_State *L) {
   lm_open(L);
   lr_open(L);
   la_open(L);
+  lmcp_open(L);
   push_limits(L);
   lua_setfield(L, -2, "limits");
   lua_pushlightuserdata(L, NULL);

@@ -238,7 +238,7 @@ describe("luma-lua options", function()
   it("says a bare word that is no file and no command is no such command, listing them", function()
     local r = h.run { "frobnicate", "x.luma" }
     assert.are.equal(2, r.status)
-    assert.are.equal("luma-lua: no such command 'frobnicate'; the commands are check, help, init, repl, run, schema, " ..
+    assert.are.equal("luma-lua: no such command 'frobnicate'; the commands are check, help, init, mcp, repl, run, schema, " ..
       "tools, validate, version\nRun 'luma-lua --help' for usage.\n", r.stderr)
   end)
 

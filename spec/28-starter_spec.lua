@@ -98,7 +98,7 @@ describe("the man page", function()
     local names = {}
     for c in pairs(commands) do names[#names + 1] = c end
     table.sort(names)
-    assert.are.same({ "check", "help", "init", "repl", "run", "schema", "tools", "validate", "version" }, names)
+    assert.are.same({ "check", "help", "init", "mcp", "repl", "run", "schema", "tools", "validate", "version" }, names)
     local synopsis = man:match("\n%.SH SYNOPSIS\n(.-)\n%.SH ")
     for _, c in ipairs(names) do
       -- in the synopsis, and an entry of its own under COMMANDS

@@ -64,7 +64,8 @@ function helpers.run(args, opts)
   for _, k in ipairs(opts.unset or {}) do env = env .. "-u " .. k .. " " end
   for k, v in pairs(opts.env or {}) do env = env .. k .. "=" .. shell_quote(v) .. " " end
   if env ~= "" then env = "env " .. env end
-  local stdin = opts.stdin and ("< " .. shell_quote(helpers.write(helpers.tmpname(".in"), opts.stdin))) or "< /dev/null"
+  local input = opts.stdin and helpers.write(helpers.tmpname(".in"), opts.stdin)
+  local stdin = input and ("< " .. shell_quote(input)) or "< /dev/null"
   -- under `make valgrind` the command itself runs under valgrind too
   local command = root .. "/bin/luma-lua"
   if os.getenv("LUMA_VALGRIND") then
@@ -79,6 +80,7 @@ function helpers.run(args, opts)
   local result = { status = status, stdout = helpers.read(out), stderr = helpers.read(err) }
   os.remove(out)
   os.remove(err)
+  if input then os.remove(input) end
   return result
 end
 

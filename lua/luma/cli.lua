@@ -19,6 +19,8 @@ commands:
                            ({ name, description, parameters } for each tool)
   schema PROGRAM NAME      print the JSON Schema of one schema (of a tool's input,
                            for a tool's name)
+  mcp PROGRAM [--agent A]  serve the program's tools (or agent A's) over MCP on
+                           stdio, to any MCP client (both protocol eras)
   validate PROGRAM SCHEMA [JSON | @file | -]
                            validate a value (standard input when absent): print
                            it with its defaults filled (exit 0), or every
@@ -127,6 +129,11 @@ end
 
 local commands = {}
 
+-- luma.mcp owns the command: its options, the protocol and the stdio loop.
+function commands.mcp(args)
+  return require("luma.mcp").main(args, err, print_load_error)
+end
+
 -- Each command's own help (luma-lua CMD --help).
 local HELP = {
   run = [[
@@ -165,6 +172,14 @@ Prints the program's tool declarations as JSON: { name, description, parameters 
 usage: luma-lua schema PROGRAM NAME
 Prints the JSON Schema of one schema of the program; for a tool's name, the
 schema of its input (as the REPL's :schema does).
+]],
+  mcp = [[
+usage: luma-lua mcp PROGRAM [--agent A] [--config FILE] [--tool-module FILE]...
+Serves the program's tools over the Model Context Protocol on standard input
+and output (one JSON-RPC message a line; logs go to standard error). Clients
+may initialize (2025-06-18, 2025-11-25) or send 2026-07-28 requests as they
+are. Every tools/call runs through the pipeline; --agent A serves only A's
+tools, under A's policy. Exits when standard input ends.
 ]],
   validate = [[
 usage: luma-lua validate PROGRAM SCHEMA [JSON | @file | -]

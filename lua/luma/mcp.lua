@@ -1,0 +1,446 @@
+-- luma-lua mcp: a program's tools served over the Model Context Protocol, on
+-- stdio. Both eras: a client that sends `initialize` (2025-06-18,
+-- 2025-11-25) gets a session for the life of the process; a request whose
+-- params._meta names the 2026-07-28 revision is answered on its own
+-- (stateless, with server/discover and resultType). Every tools/call is a
+-- program:start through the one pipeline, run on the runtime's worker pool:
+-- the loop waits on stdin and the runtime's fd at once, so a slow tool holds
+-- up neither tools/list nor other calls.
+--
+-- Where the bounds are: the framing (one message a line, at most
+-- mcp_max_message_bytes, never held whole when longer), the JSON parsing (the
+-- core's codec, at most mcp_json_depth) and the count of calls in flight
+-- (mcp_max_in_flight) are C (core/mcp.c, core/lmcp.c): they meet the client's
+-- bytes first. The protocol is a handful of table lookups per message and
+-- stays here, where it reads the program's declarations: `handle` writes
+-- nothing and reads nothing; given a message and the state (the era, the
+-- calls pending) it returns the replies, and `finished` those of calls that
+-- ended. The stdio loop is the only I/O.
+local luma = require "luma"
+local core = require "luma.core"
+local approval = require "luma.approval"
+
+local mcp = {}
+
+local LEGACY = { "2025-11-25", "2025-06-18" }       -- newest first
+local MODERN = { "2026-07-28" }
+local SUPPORTED = { "2025-06-18", "2025-11-25", "2026-07-28" }
+local META_VERSION = "io.modelcontextprotocol/protocolVersion"
+local META_CAPS = "io.modelcontextprotocol/clientCapabilities"
+local META_SERVER = "io.modelcontextprotocol/serverInfo"
+
+local PARSE, INVALID, NO_METHOD, BAD_PARAMS, INTERNAL = -32700, -32600, -32601, -32602, -32603
+local BUSY = -32000
+local UNSUPPORTED_VERSION = -32022
+
+local MAX_MESSAGE = core.limits.mcp_max_message_bytes
+
+local array_mt = core.array_mt
+local function array(t) return setmetatable(t, array_mt) end
+local function contains(list, v)
+  for _, x in ipairs(list) do if x == v then return true end end
+  return false
+end
+
+-- ------------------------------------------------------------- tool table
+
+-- MCP's tool name rule (2025-11-25 and later).
+function mcp.valid_name(name)
+  return #name >= 1 and #name <= 128 and not name:find("[^A-Za-z0-9_.-]")
+end
+
+-- The annotations the configuration supports: hints, never promises.
+local function annotations(decl, network)
+  local a = {
+    readOnlyHint = decl.side_effects ~= "write",
+    idempotentHint = decl.side_effects ~= "write" or decl.idempotent == true,
+  }
+  if decl.side_effects == "write" then a.destructiveHint = true end
+  if network ~= nil then a.openWorldHint = network end
+  return a
+end
+
+-- The tools served: every tool of the program, or of one agent. Returns the
+-- list in declaration order and a map by name; or nil and why.
+-- `network`: true, false or nil (unknown) for what the handlers may reach.
+function mcp.tools(program, agent, network)
+  local names
+  if agent then
+    local d = program:declaration(agent)
+    if not d or d.kind ~= "agent" then
+      return nil, "no agent '" .. agent .. "' in the program"
+    end
+    names = d.tools or {}
+  else
+    names = {}
+    for _, t in ipairs(program:tools()) do names[#names + 1] = t.name end
+  end
+  local params = {}
+  for _, t in ipairs(program:tools()) do params[t.name] = t.parameters end
+  local list, by_name = {}, {}
+  for _, name in ipairs(names) do
+    if not mcp.valid_name(name) then
+      return nil, "tool '" .. name .. "' cannot be served over MCP: a tool name is 1 to 128 of " ..
+        "A-Z a-z 0-9 _ - . (it has " .. #name .. " bytes)"
+    end
+    local decl = program:declaration(name)
+    local tool = {
+      name = name,
+      description = decl.description ~= "" and decl.description or nil,
+      inputSchema = params[name],
+      annotations = annotations(decl, network),
+    }
+    local out = decl.output and program:json_schema(decl.output)
+    -- an outputSchema must have an object root (2025-11-25); a union has none
+    if type(out) == "table" and out.type == "object" then tool.outputSchema = out end
+    list[#list + 1] = tool
+    by_name[name] = tool
+  end
+  return array(list), by_name
+end
+
+-- ------------------------------------------------------------- the protocol
+
+local function reply(id, result) return { jsonrpc = "2.0", id = id, result = result } end
+local function fail(id, code, message, data)
+  return { jsonrpc = "2.0", id = id, error = { code = code, message = message, data = data } }
+end
+
+-- pending calls are keyed by type and value: 1 and "1" are two ids
+local function key(id) return type(id) .. ":" .. tostring(id) end
+
+local function text_of(v)
+  local ok, s = pcall(core.json_encode, v)
+  return ok and s or tostring(v)
+end
+
+-- What a finished call gives the client.
+function mcp.call_result(ok, result)
+  if ok then
+    local r = { content = array { { type = "text", text = text_of(result) } } }
+    if type(result) == "table" and getmetatable(result) ~= array_mt then r.structuredContent = result end
+    r.isError = false
+    return r
+  end
+  local e = result
+  local text
+  if luma.is_error(e) then text = "[" .. tostring(e.code) .. "] " .. tostring(e.message)
+  else text = "[TOOL_FAILED] " .. tostring(e) end
+  return { content = array { { type = "text", text = text } }, isError = true }
+end
+
+-- A new server state for `program` (and `agent`, or nil: every tool), for
+-- the client whose messages `reader` (core.mcp_reader) frames: it also
+-- bounds the requests in flight.
+function mcp.new(program, reader, opts)
+  local tools, by_name = assert(mcp.tools(program, opts.agent, opts.network))
+  local S = {
+    program = program,
+    tools = tools,
+    by_name = by_name,
+    scope = opts.agent and program:scope(opts.agent) or nil,
+    session = nil,        -- the legacy version agreed by initialize
+    reader = reader,
+    pending = {},         -- key(id) -> { id, call, modern }
+    server_info = { name = "luma-lua", version = core.version },
+  }
+  return S
+end
+
+local function modern_result(S, result)
+  result.resultType = "complete"
+  result._meta = { [META_SERVER] = S.server_info }
+  return result
+end
+
+local function capabilities() return { tools = { listChanged = false } } end
+
+-- Which era a request speaks: "modern", "legacy", or nil and an error.
+local function era(S, msg)
+  local params = msg.params
+  local meta = type(params) == "table" and params._meta or nil
+  local version = nil
+  if type(meta) == "table" then version = meta[META_VERSION] end
+  if version ~= nil then
+    if type(version) ~= "string" or not contains(MODERN, version) then
+      return nil, fail(msg.id, UNSUPPORTED_VERSION,
+        "protocol version " .. text_of(version) .. " is not supported: this server speaks " ..
+        table.concat(SUPPORTED, ", ") .. " (2026-07-28 per request; the others after initialize)",
+        { supported = array { table.unpack(MODERN) }, requested = version })
+    end
+    if type(meta[META_CAPS]) ~= "table" then
+      return nil, fail(msg.id, BAD_PARAMS, "params._meta[\"" .. META_CAPS .. "\"] is required with " ..
+        META_VERSION .. " (an object; {} for none)")
+    end
+    return "modern"
+  end
+  if S.session then return "legacy" end
+  return nil, fail(msg.id, BAD_PARAMS, "no protocol version: send initialize first (" ..
+    table.concat(LEGACY, ", ") .. "), or give params._meta[\"" .. META_VERSION .. "\"] = \"" ..
+    MODERN[1] .. "\" on each request", { supported = array { table.unpack(SUPPORTED) } })
+end
+
+local methods = {}
+
+function methods.initialize(S, msg)
+  local p = msg.params
+  if type(p) ~= "table" or type(p.protocolVersion) ~= "string" then
+    return fail(msg.id, BAD_PARAMS, "initialize: params.protocolVersion must be a string",
+      { supported = array { table.unpack(LEGACY) } })
+  end
+  -- the client's version when this server speaks it, else the newest it
+  -- speaks: the client then decides whether to go on
+  local version = contains(LEGACY, p.protocolVersion) and p.protocolVersion or LEGACY[1]
+  S.session = version
+  return reply(msg.id, {
+    protocolVersion = version,
+    capabilities = capabilities(),
+    serverInfo = S.server_info,
+  })
+end
+
+function methods.ping(S, msg)
+  return reply(msg.id, {})
+end
+
+methods["server/discover"] = function(S, msg, modern)
+  return reply(msg.id, modern_result(S, {
+    supportedVersions = array { table.unpack(SUPPORTED) },
+    capabilities = capabilities(),
+    serverInfo = S.server_info,
+    ttlMs = 3600000,
+    cacheScope = "public",
+  }))
+end
+
+methods["tools/list"] = function(S, msg, modern)
+  local p = msg.params
+  if type(p) == "table" and p.cursor ~= nil then
+    -- every tool fits one page: no cursor was ever given out
+    return fail(msg.id, BAD_PARAMS, "tools/list: unknown cursor " .. text_of(p.cursor))
+  end
+  local result = { tools = S.tools }
+  if modern then
+    result.ttlMs = 3600000
+    result.cacheScope = "public"
+    modern_result(S, result)
+  end
+  return reply(msg.id, result)
+end
+
+methods["tools/call"] = function(S, msg, modern)
+  local p = msg.params
+  if type(p) ~= "table" or type(p.name) ~= "string" then
+    return fail(msg.id, BAD_PARAMS, "tools/call: params.name must be a string")
+  end
+  if not S.by_name[p.name] then
+    local names = {}
+    for _, t in ipairs(S.tools) do names[#names + 1] = t.name end
+    local hint = core.suggest(p.name, names)
+    return fail(msg.id, BAD_PARAMS, "tools/call: unknown tool '" .. p.name .. "'" ..
+      (hint and (". Did you mean '" .. hint .. "'?") or "") ..
+      " (this server has: " .. table.concat(names, ", ") .. ")")
+  end
+  local args = p.arguments
+  if args == nil or args == core.null then args = {} end
+  if type(args) ~= "table" or getmetatable(args) == array_mt then
+    return fail(msg.id, BAD_PARAMS, "tools/call: params.arguments must be an object")
+  end
+  if not S.reader:admit() then
+    return fail(msg.id, BUSY, "too many tools/call requests in flight (mcp_max_in_flight = " ..
+      core.limits.mcp_max_in_flight .. "): wait for one to end")
+  end
+  local ok, call = pcall(S.program.start, S.program, p.name, args, S.scope and { scope = S.scope } or nil)
+  if not ok then
+    S.reader:release()
+    local r = mcp.call_result(false, call)
+    return reply(msg.id, modern and modern_result(S, r) or r)
+  end
+  S.pending[key(msg.id)] = { id = msg.id, call = call, modern = modern }
+  return nil
+end
+
+-- One message in; the replies to write out (a list, maybe empty).
+function mcp.handle(S, msg)
+  if type(msg) ~= "table" or getmetatable(msg) == array_mt then
+    if type(msg) == "table" then
+      return { fail(nil, INVALID, "batches are not supported: send one message a line") }
+    end
+    return { fail(nil, INVALID, "a message must be a JSON object") }
+  end
+  local id = msg.id
+  if id ~= nil and not (type(id) == "string" or math.type(id) == "integer") then
+    return { fail(nil, INVALID, "id must be a string or an integer, not " .. text_of(id)) }
+  end
+  if msg.jsonrpc ~= "2.0" then
+    return { fail(id, INVALID, "jsonrpc must be \"2.0\"") }
+  end
+  if msg.method == nil then
+    -- a response: this server sends no requests, so there is nothing to match
+    if msg.result ~= nil or msg.error ~= nil then return {} end
+    return { fail(id, INVALID, "a request needs a method") }
+  end
+  if type(msg.method) ~= "string" then
+    return { fail(id, INVALID, "method must be a string") }
+  end
+  if msg.params ~= nil and (type(msg.params) ~= "table" or getmetatable(msg.params) == array_mt) then
+    return { fail(id, INVALID, "params must be an object") }
+  end
+  if id == nil then
+    -- notifications: no reply, ever
+    if msg.method == "notifications/cancelled" and type(msg.params) == "table" then
+      local rid = msg.params.requestId
+      local p = rid ~= nil and S.pending[key(rid)]
+      if p then
+        p.call:cancel()
+        p.cancelled = true   -- it ends as TOOL_CANCELLED; no reply is sent
+      end
+    end
+    return {}
+  end
+  if S.pending[key(id)] then
+    return { fail(id, INVALID, "id " .. text_of(id) .. " is already used by a request in flight") }
+  end
+  local method = methods[msg.method]
+  if msg.method == "initialize" then return { method(S, msg) } end
+  if not method then
+    return { fail(id, NO_METHOD, "unknown method '" .. msg.method .. "'") }
+  end
+  local e, problem = era(S, msg)
+  if not e then
+    if msg.method == "ping" then return { method(S, msg) } end
+    return { problem }
+  end
+  local r = method(S, msg, e == "modern")
+  return r and { r } or {}
+end
+
+-- The calls that ended: their replies (cancelled ones give none).
+function mcp.finished(S)
+  local out = {}
+  for k, p in pairs(S.pending) do
+    if p.call:done() then
+      S.pending[k] = nil
+      S.reader:release()
+      if not p.cancelled then
+        local r = mcp.call_result(pcall(p.call.result, p.call))
+        out[#out + 1] = reply(p.id, p.modern and modern_result(S, r) or r)
+      end
+    end
+  end
+  return out
+end
+
+-- ------------------------------------------------------------- the stdio loop
+
+-- Writes replies; false once the client has stopped reading.
+local function write(msgs)
+  for _, m in ipairs(msgs) do
+    local ok, text = pcall(core.json_encode, m)
+    if not ok then
+      text = core.json_encode(fail(m.id, INTERNAL, "the reply cannot be written as JSON: " .. tostring(text)))
+    end
+    if not io.stdout:write(text, "\n") then return false end
+  end
+  if #msgs > 0 and not io.stdout:flush() then return false end
+  return true
+end
+
+-- Serves S on fds 0 and 1 until standard input ends and the calls in flight
+-- are done (or cancelled). Returns the exit status.
+-- A client that stops reading ends the server: its calls are cancelled.
+function mcp.serve(S, runtime)
+  core.mcp_ignore_sigpipe()
+  local reader = S.reader
+  local rtfd = runtime:fd()
+  local function gone()
+    for _, p in pairs(S.pending) do p.call:cancel() end
+    io.stderr:write("luma-lua mcp: the client stopped reading: cancelled the calls in flight\n")
+    return 1
+  end
+  while true do
+    -- every complete message held
+    while true do
+      local what, value = reader:next()
+      if what == nil then break end
+      local replies
+      if what == "message" then replies = mcp.handle(S, value)
+      elseif what == "too_big" then
+        replies = { fail(nil, INVALID, "message longer than mcp_max_message_bytes (" .. MAX_MESSAGE .. " bytes): dropped") }
+      else
+        replies = { fail(nil, PARSE, "parse error: " .. tostring(value)) }
+      end
+      if not write(replies) then return gone() end
+    end
+    local _, wait_ms = runtime:poll()
+    if not write(mcp.finished(S)) then return gone() end
+    if reader:eof() and next(S.pending) == nil then return 0 end
+    local fds = { rtfd }
+    if not reader:eof() then fds[2] = 0 end
+    local ready = core.mcp_wait(fds, next(S.pending) and (wait_ms or -1) or -1)
+    if ready[0] then
+      local n, why = reader:fill()
+      if not n then
+        io.stderr:write("luma-lua mcp: cannot read standard input: ", why, "\n")
+        return 1
+      end
+    end
+  end
+end
+
+-- luma-lua mcp PROGRAM [--agent A] [--config FILE] [--tool-module FILE]...
+-- Returns the exit status; `err` writes a line to stderr.
+function mcp.main(args, err, print_load_error)
+  local path, agent, config, modules = nil, nil, nil, {}
+  local i = 1
+  while i <= #args do
+    local a = args[i]
+    if a == "--agent" or a == "--config" or a == "--tool-module" then
+      local v = args[i + 1]
+      if not v then err("luma-lua: " .. a .. " needs a value") return 2 end
+      if a == "--agent" then agent = v elseif a == "--config" then config = v else modules[#modules + 1] = v end
+      i = i + 2
+    elseif a:sub(1, 1) == "-" then
+      err("luma-lua: mcp: unknown option '" .. a .. "'")
+      return 2
+    elseif path then
+      err("luma-lua: mcp needs one PROGRAM")
+      return 2
+    else
+      path = a
+      i = i + 1
+    end
+  end
+  if not path then err("luma-lua: mcp needs one PROGRAM") return 2 end
+  local runtime = luma.runtime {}
+  -- stdin is the protocol: approval is never asked at the terminal (the
+  -- client is not asked in this version): a write tool of an agent with
+  -- tool_policy "approval" runs only when LUMA_APPROVED_TOOLS lists it
+  local approve = function(tool) return approval.listed(os.getenv("LUMA_APPROVED_TOOLS"), tool) end
+  local ok, program = pcall(luma.load, path, {
+    runtime = runtime, config = config, tool_modules = modules, approve = approve,
+  })
+  if not ok then
+    if luma.is_error(program) then print_load_error(program) return 2 end
+    error(program, 0)
+  end
+  local network
+  local cfg = (require "luma.config")
+  local cpath = config or cfg.find(path)
+  if cpath then
+    local c = cfg.read(cpath)
+    local pol = c and c.tool_module_policy
+    if pol and pol.sandbox == "strict" then network = pol.allow_network == true end
+  end
+  local tools, why = mcp.tools(program, agent, network)
+  if not tools then err("Error: " .. why) return 2 end
+  local check_ok, check_err = pcall(program.check_registry, program)
+  if not check_ok then
+    if luma.is_error(check_err) then print_load_error(check_err) return 2 end
+    error(check_err, 0)
+  end
+  local reader = core.mcp_reader(0, MAX_MESSAGE)
+  return mcp.serve(mcp.new(program, reader, { agent = agent, network = network }), runtime)
+end
+
+return mcp

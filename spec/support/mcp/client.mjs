@@ -1,0 +1,42 @@
+// An official MCP TypeScript client against a stdio server, for spec/37.
+//   node client.mjs v1|v2-legacy|v2-auto|v2-pin TOOL ARGS_JSON BAD_ARGS_JSON -- COMMAND ARG...
+// Prints one JSON object: the era the client ended in, the protocol version,
+// tools/list, a call, a call the pipeline refuses, and a call of an unknown tool.
+const [flavour, tool, args, badArgs, dashdash, command, ...commandArgs] = process.argv.slice(2);
+if (dashdash !== "--") throw new Error("usage: client.mjs FLAVOUR TOOL ARGS BAD_ARGS -- COMMAND ARG...");
+
+let Client, StdioClientTransport, options = {};
+if (flavour === "v1") {
+  ({ Client } = await import("@modelcontextprotocol/sdk/client/index.js"));
+  ({ StdioClientTransport } = await import("@modelcontextprotocol/sdk/client/stdio.js"));
+} else {
+  ({ Client } = await import("@modelcontextprotocol/client"));
+  ({ StdioClientTransport } = await import("@modelcontextprotocol/client/stdio"));
+  const mode = { "v2-legacy": "legacy", "v2-auto": "auto", "v2-pin": { pin: "2026-07-28" } }[flavour];
+  options = { versionNegotiation: { mode } };
+}
+
+const client = new Client({ name: "spec37", version: "1.0.0" }, options);
+const transport = new StdioClientTransport({ command, args: commandArgs, stderr: "pipe" });
+let stderr = "";
+transport.stderr?.on("data", (d) => { stderr += d; });
+const out = {};
+try {
+  await client.connect(transport);
+  out.version = client.getNegotiatedProtocolVersion?.() ?? transport.protocolVersion ?? null;
+  out.server = client.getServerVersion?.() ?? null;
+  out.tools = (await client.listTools()).tools;
+  out.call = await client.callTool({ name: tool, arguments: JSON.parse(args) });
+  out.bad = await client.callTool({ name: tool, arguments: JSON.parse(badArgs) });
+  try {
+    out.unknown = await client.callTool({ name: "no_such_tool", arguments: {} });
+  } catch (e) {
+    out.unknown = { error: { code: e.code, message: e.message } };
+  }
+  await client.close();
+} catch (e) {
+  out.failure = String(e && e.stack || e);
+  out.stderr = stderr;
+}
+process.stdout.write(JSON.stringify(out) + "\n");
+process.exit(0);
