@@ -306,6 +306,8 @@ static int s_io_lines(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
   if (!room_for_a_file(L)) return luaL_error(L, "%s: " TOO_MANY_FILES, path, LIM_MAX_OPEN_FILES);
   int formats = lua_gettop(L) - 1;
+  /* the path, the file, its lines, the file again and a copy of each format */
+  luaL_checkstack(L, formats + 8, "too many arguments to io.lines");
   const char *root, *why = OUTSIDE;
   const char *full = full_path(L, path, &root);
   if (!full || !push_file(L, root, full, "r", &why)) {
