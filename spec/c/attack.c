@@ -14,6 +14,15 @@
  * A report is one line per try, "what: refused (error)" or "what:
  * SUCCEEDED ...". The tries are real: one that succeeds kills, slows or
  * changes the host, or rewrites its files, which the spec also checks.
+ *
+ * Two names arm a forged reply instead (spec/35), as code that took over
+ * the child could send: the child's next write() (it writes each reply
+ * frame with one write; the host never writes a frame with it) becomes
+ *   forge_empty  a frame of 0 bytes, then the child goes on;
+ *   forge_cut    the reply's first 14 bytes only, then the child exits
+ *                with status 0.
+ * This is the one spec-only library preloaded into luma: every spec that
+ * reaches code inside a handler process does it through these names.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -23,6 +32,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -282,11 +292,42 @@ static void abstract_socket(const char *root) {
   if (fd >= 0) close(fd);
 }
 
+/* The child's next write(), once armed. */
+static enum { HONEST, FORGE_EMPTY, FORGE_CUT } forge;
+
+static void forge_empty(const char *root) {
+  (void)root;
+  forge = FORGE_EMPTY;
+  say("armed: forge_empty\n");
+}
+
+static void forge_cut(const char *root) {
+  (void)root;
+  forge = FORGE_CUT;
+  say("armed: forge_cut\n");
+}
+
+ssize_t write(int fd, const void *buf, size_t n) {
+  ssize_t (*real)(int, const void *, size_t) = (ssize_t (*)(int, const void *, size_t))dlsym(RTLD_NEXT, "write");
+  int how = getpid() == host ? HONEST : forge;
+  forge = HONEST;
+  if (how == FORGE_EMPTY) {
+    uint32_t zero = 0;
+    return real(fd, &zero, sizeof zero) == (ssize_t)sizeof zero ? (ssize_t)n : -1;
+  }
+  if (how == FORGE_CUT && n > 14) {
+    if (real(fd, buf, 14) == 14) _exit(0);
+    return -1;
+  }
+  return real(fd, buf, n);
+}
+
 static const struct { const char *name; void (*run)(const char *root); } attacks[] = {
   { "mem", host_memory }, { "config", config }, { "setown", owner_signal }, { "signals", signals },
   { "limits", host_limits }, { "stdout", host_stdout }, { "mount", mounts }, { "tiocsti", tiocsti },
   { "namespaces", namespaces }, { "userfaultfd", userfault }, { "environ", environment },
   { "fds", descriptors }, { "pid", pid }, { "socket", abstract_socket }, { "caps", capabilities },
+  { "forge_empty", forge_empty }, { "forge_cut", forge_cut },
 };
 
 /* The module source that hands the report back as a long string. */
