@@ -191,7 +191,7 @@ static int prepare(ak_ask *a) {
   const pm_model *m = a->pm;
   ad_model *am = &a->model;
   am->provider = (ad_provider)m->provider;
-  am->api = m->api == API_RESPONSES ? AD_RESPONSES : AD_CHAT;
+  am->api = (ad_api)m->api;
   am->name = m->model;
   am->base_url = m->base_url;
   am->deployment = m->deployment;
