@@ -76,6 +76,14 @@ static long open_path(const char *fmt, int flags, int pid) {
   return fd;
 }
 
+/* One try: text written to the host's /proc file fmt. */
+static void write_host_file(const char *what, const char *fmt, const char *text) {
+  long fd = open_path(fmt, O_WRONLY, host);
+  if (fd >= 0 && write((int)fd, text, strlen(text)) != (ssize_t)strlen(text)) {}
+  outcome(what, fd);
+  if (fd >= 0) close((int)fd);
+}
+
 /* The host's memory, opened for writing: a write over its code would run. */
 static void host_memory(const char *root) {
   (void)root;
@@ -146,19 +154,13 @@ static void host_limits(const char *root) {
   CPU_SET(0, &set);
   outcome("sched_setaffinity host", sched_setaffinity(host, sizeof set, &set));
   outcome("ioprio_set host idle", syscall(SYS_ioprio_set, 1, host, 3 << 13));
-  long fd = open_path("/proc/%d/oom_score_adj", O_WRONLY, host);
-  if (fd >= 0 && write((int)fd, "1000", 4) != 4) {}
-  outcome("write /proc/host/oom_score_adj", fd);
-  if (fd >= 0) close((int)fd);
+  write_host_file("write /proc/host/oom_score_adj", "/proc/%d/oom_score_adj", "1000");
 }
 
 /* Forged output on the host's stdout. */
 static void host_stdout(const char *root) {
   (void)root;
-  long fd = open_path("/proc/%d/fd/1", O_WRONLY, host);
-  if (fd >= 0 && write((int)fd, "FORGED\n", 7) != 7) {}
-  outcome("write /proc/host/fd/1", fd);
-  if (fd >= 0) close((int)fd);
+  write_host_file("write /proc/host/fd/1", "/proc/%d/fd/1", "FORGED\n");
 }
 
 static void mounts(const char *root) {
