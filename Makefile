@@ -68,7 +68,7 @@ CORE_SRC  = $(BASE) $(SANDBOX) $(ADAPTERS) $(CORE_PURE) $(CORE_LUA)
 CORE_OBJ  = $(CORE_SRC:%.c=$(BUILD)/obj/%.o)
 CTESTS    = $(patsubst spec/c/%.c,$(BUILD)/%,$(wildcard spec/c/test_*.c))
 # what specs preload, built with the tests
-SPEC_SOS  = $(BUILD)/forge_reply.so $(BUILD)/attack.so
+SPEC_SOS  = $(BUILD)/attack.so
 
 # libluma: the C API (core/luma.h, core/embed.c) with the Lua half compiled
 # in as text and a private Lua 5.4 linked statically, exporting only luma_*.
@@ -165,8 +165,10 @@ $(BUILD)/test_libluma: spec/c/test_libluma.c spec/c/ctest.h $(LIBLUMA)
 $(BUILD)/test_%: spec/c/test_%.c spec/c/ctest.h spec/c/test_server.h $(CORE_OBJ)
 	$(CC) $(ALL_CFLAGS) $(INC_core) $(LDFLAGS) -o $@ $< $(CORE_OBJ) $(LUA_LIB) $(LIBS)
 
-# spec/39's native attack code, preloaded into a host (never instrumented:
-# it runs as an exploit would, and a sanitizer's runtime is preloaded first)
+# The one spec-only library: code run inside a handler process, preloaded
+# into a host (spec/39's native attacks, spec/35's forged replies; never
+# instrumented: it runs as an exploit would, and a sanitizer's runtime is
+# preloaded first)
 ATTACK_SO = $(BUILD)/attack.so
 $(ATTACK_SO): spec/c/attack.c
 	@mkdir -p $(dir $@)
@@ -228,10 +230,6 @@ demo: deps
 
 $(BUILD)/bench_stores: bench/stores/run.c $(CORE_OBJ)
 	$(CC) $(ALL_CFLAGS) $(INC_core) $(LDFLAGS) -o $@ $< $(CORE_OBJ) $(LUA_LIB) $(LIBS)
-
-# spec/35: preloaded into luma-lua, makes a handler process forge its reply
-$(BUILD)/forge_reply.so: spec/support/forge_reply.c
-	$(CC) $(CSTD) $(WARN) $(CFLAGS) -fPIC -shared -o $@ $< -ldl
 
 # bench/pipeline: counts the allocator's calls in a process it is preloaded into
 $(BUILD)/bench_allocs.so: bench/pipeline/allocs.c

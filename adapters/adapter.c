@@ -25,6 +25,8 @@ const char *const ad_provider_names[AD_NPROVIDERS + 1] = {
   NULL
 };
 
+const char *const ad_api_names[] = { "chat", "responses", NULL };
+
 static const ad_family *const families[AD_NPROVIDERS] = {
 #define AD_PROVIDER_FAMILY_(id, name, family, key_env, base_url, responses) &family,
   AD_PROVIDERS(AD_PROVIDER_FAMILY_)

@@ -19,10 +19,6 @@
 #include "json.h"
 #include "providers.h"
 #include "strbuf.h"
-/* AD_RESPONSES is the OpenAI Responses API, for the providers whose row in
-   providers.h offers it (the others speak their chat API). */
-typedef enum { AD_CHAT, AD_RESPONSES } ad_api;
-
 typedef struct ad_header {
   const char *name;
   const char *value;

@@ -38,4 +38,11 @@ extern const ad_provider_info ad_providers[AD_NPROVIDERS];
 /* The names by ad_provider, NULL-terminated (a list of choices). */
 extern const char *const ad_provider_names[AD_NPROVIDERS + 1];
 
+/* The API a model speaks (a model's `api`). AD_RESPONSES is the OpenAI
+   Responses API, for the providers whose row offers it (the others speak
+   their chat API). */
+typedef enum { AD_CHAT, AD_RESPONSES } ad_api;
+/* The names by ad_api, NULL-terminated (a list of choices). */
+extern const char *const ad_api_names[];
+
 #endif

@@ -4,7 +4,6 @@
 #include "ask.h"
 #include "askint.h"
 
-#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +18,7 @@
 #include "ljson.h"
 #include "luma_limits.h"
 #include "record.h"
+#include "satadd.h"
 #include "telemetry.h"
 
 static int step_task(rt_task *t, long long *wait_ms);
@@ -191,7 +191,7 @@ static int prepare(ak_ask *a) {
   const pm_model *m = a->pm;
   ad_model *am = &a->model;
   am->provider = (ad_provider)m->provider;
-  am->api = m->api == API_RESPONSES ? AD_RESPONSES : AD_CHAT;
+  am->api = (ad_api)m->api;
   am->name = m->model;
   am->base_url = m->base_url;
   am->deployment = m->deployment;
@@ -366,12 +366,6 @@ static void received(ak_ask *a) {
   respond(a, &r);
 }
 
-/* A provider's count added to a total (both >= 0), held at LLONG_MAX:
-   the counts are not trusted. */
-static long long count_held(long long total, long long n) {
-  return n > LLONG_MAX - total ? LLONG_MAX : total + n;
-}
-
 /* A response, from the transfer or a recording: a turn, or a failed exchange. */
 static void respond(ak_ask *a, const ad_response *r) {
   ad_error e = { LE_ASK_PROVIDER_ERROR, 0, NULL, NULL, 0, -1 };
@@ -381,8 +375,9 @@ static void respond(ak_ask *a, const ad_response *r) {
   }
   a->attempt = 0;
   a->turns++;
-  if (a->turn.input_tokens > 0) a->input_tokens = count_held(a->input_tokens, a->turn.input_tokens);
-  if (a->turn.output_tokens > 0) a->output_tokens = count_held(a->output_tokens, a->turn.output_tokens);
+  /* a provider's counts are not trusted: held at LLONG_MAX */
+  if (a->turn.input_tokens > 0) a->input_tokens = sat_add(a->input_tokens, a->turn.input_tokens);
+  if (a->turn.output_tokens > 0) a->output_tokens = sat_add(a->output_tokens, a->turn.output_tokens);
   /* calls are read from the content, whatever the stop reason says */
   if (a->turn.ncalls > 0) move(a, ak_begin_tools(a), AK_TOOLS);
   else answer(a);

@@ -89,6 +89,19 @@ int rt_poll(rt_runtime *rt, long long *wait_ms) {
   return active;
 }
 
+int rt_poll_until(rt_runtime *rt, int (*done)(void *arg, int active), void *arg, long long timeout_ms) {
+  long long end = tp_deadline_ms(timeout_ms);
+  for (;;) {
+    long long wait;
+    int active = rt_poll(rt, &wait);
+    if (done(arg, active)) return 1;
+    long long now = tp_now_ns() / 1000000;
+    if (end >= 0 && now >= end) return 0;
+    if (end >= 0 && (wait < 0 || wait > end - now)) wait = end - now;
+    rt_wait_fd(rt, wait);
+  }
+}
+
 void rt_drive(rt_runtime *rt, cl_call **calls, int n, int concurrency) {
   int gate = 0;
   for (int i = 0; i < n; i++) {

@@ -17,6 +17,12 @@ void rt_close(rt_runtime *rt);
    calling again. */
 int rt_poll(rt_runtime *rt, long long *wait_ms);
 
+/* Calls rt_poll, sleeping on the descriptor between steps, until
+   done(arg, active) (active: what rt_poll returned) or timeout_ms passes
+   (< 0: none; 0: one step). Returns whether done said so: the wait of
+   call:wait, ask:wait, runtime:wait and their poll. */
+int rt_poll_until(rt_runtime *rt, int (*done)(void *arg, int active), void *arg, long long timeout_ms);
+
 /* Adds a call to those rt_poll steps (the runtime holds a reference until
    it is done and collected). */
 void rt_start(rt_runtime *rt, struct cl_call *c);

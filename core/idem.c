@@ -23,6 +23,7 @@
 #include "arena.h"
 #include "crypto.h"
 #include "json.h"
+#include "satadd.h"
 #include "strbuf.h"
 #include "utf8.h"
 
@@ -289,10 +290,6 @@ static int owned_here(const id_owner *me, const id_rec *r) {
   return !me->shared || (r->pid == (long long)me->pid && r->start == me->start && strcmp(r->token, me->token) == 0);
 }
 
-long long id_add_ttl(long long now, long long ttl) {
-  return now > LLONG_MAX - ttl ? LLONG_MAX : now + ttl;
-}
-
 /* A record that can no longer answer is absent: expired, or claimed by a
    process that died. */
 static id_rec *live_find(id_table *t, const id_owner *me, const char *k, size_t klen, long long now) {
@@ -354,7 +351,7 @@ int id_tb_commit(id_table *t, const id_owner *me, const char *tool, const char *
   copy[len] = '\0';
   r->pending = 0;
   r->at = now;
-  r->expires_at = id_add_ttl(now, ttl);
+  r->expires_at = sat_add(now, ttl);
   r->result = copy;
   r->result_len = len;
   r->pid = r->start = 0;

@@ -28,6 +28,7 @@
 #include "crypto.h"
 #include "idem_sqlite.h"
 #include "idemint.h"
+#include "satadd.h"
 
 #define SQ_FORMAT "luma-idempotency"
 #define SQ_VERSION 1
@@ -331,7 +332,7 @@ static int sq_commit(void *impl, const char *tool, const char *key, size_t keyle
     }
   }
   sqlite3_reset(s->get);
-  if (live < 0 || put(s, tool, key, keylen, hash, 0, id_add_ttl(now, ttl), value, slen) != 0) {
+  if (live < 0 || put(s, tool, key, keylen, hash, 0, sat_add(now, ttl), value, slen) != 0) {
     seterr(err, errlen, "idempotency store %s: %s", s->path, why(s));
     rollback(s);
     goto out;

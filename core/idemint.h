@@ -35,8 +35,6 @@ int id_check_args(const char *tool, const char *key, size_t keylen, const char *
 long long id_self_start(void);
 /* Whether the process pid, started at start (0: unknown), still runs. */
 int id_pid_alive(long long pid, long long start);
-/* now + ttl, saturated. */
-long long id_add_ttl(long long now, long long ttl);
 /* A one-line reason into err (NULL or errlen 0: nothing). */
 void id_seterr(char *err, size_t errlen, const char *fmt, ...)
 #if defined(__GNUC__)

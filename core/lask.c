@@ -72,20 +72,15 @@ static ak_ask *new_ask(lua_State *L, pl_program *pg) {
   return b->a;
 }
 
+static int ask_done(void *a, int active) {
+  (void)active;
+  return ak_done(a);
+}
+
 /* Polls the ask's runtime until the ask is done or timeout_ms (< 0: none)
    passes; returns whether it is done. */
 static int wait_for(ak_ask *a, rt_runtime *rt, long long timeout_ms) {
-  long long end = tp_deadline_ms(timeout_ms);
-  for (;;) {
-    long long wait;
-    rt_poll(rt, &wait);
-    if (ak_done(a)) return 1;
-    if (wait == 0) continue;
-    long long now = tp_now_ns() / 1000000;
-    if (end >= 0 && now >= end) return 0;
-    if (end >= 0 && (wait < 0 || wait > end - now)) wait = end - now;
-    rt_wait_fd(rt, wait);
-  }
+  return rt_poll_until(rt, ask_done, a, timeout_ms);
 }
 
 int la_ask(lua_State *L, pl_program *pg) {

@@ -402,7 +402,7 @@ static void push_model_info(lua_State *L, const pm_model *m) {
   set_str(L, "provider", ad_providers[m->provider].name);
   set_str(L, "model", m->model);
   set_str(L, "base_url", m->base_url);
-  set_str(L, "api", pm_api_names[m->api]);
+  set_str(L, "api", ad_api_names[m->api]);
   set_str(L, "api_key_env", pm_model_key_env(m));
   set_str(L, "deployment", m->deployment);
   set_str(L, "api_version", m->api_version);

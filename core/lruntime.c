@@ -100,17 +100,12 @@ static int l_runtime_poll(lua_State *L) {
 
 /* Polls rt until `done(c)` (or every call, with c NULL) or timeout_ms (< 0:
    none) passes; returns whether it got there. */
+static int call_done(void *c, int active) {
+  return c ? cl_done(c) : active == 0;
+}
+
 static int wait_for(rt_runtime *rt, cl_call *c, long long timeout_ms) {
-  long long end = tp_deadline_ms(timeout_ms);
-  for (;;) {
-    long long wait;
-    int active = rt_poll(rt, &wait);
-    if (c ? cl_done(c) : active == 0) return 1;
-    long long now = tp_now_ns() / 1000000;
-    if (end >= 0 && now >= end) return 0;
-    if (end >= 0 && (wait < 0 || wait > end - now)) wait = end - now;
-    if (!c || !cl_done(c)) rt_wait_fd(rt, wait);
-  }
+  return rt_poll_until(rt, call_done, c, timeout_ms);
 }
 
 long long lr_opt_wait_ms(lua_State *L, int idx) {

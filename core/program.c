@@ -640,7 +640,7 @@ static void check_model(pm_ctx *c, ast_decl *d) {
   if (!ad_providers[m->provider].base_url && !m->base_url)
     ERR(c, d->name_pos, "Model '%s' uses %s and must set base_url.", d->name, ad_providers[m->provider].name);
   if (m->provider != AD_AZURE && !m->model) ERR(c, d->name_pos, "Model '%s' must set name: the provider's model name.", d->name);
-  if (m->api == API_RESPONSES && !ad_providers[m->provider].responses)
+  if (m->api == AD_RESPONSES && !ad_providers[m->provider].responses)
     ERR(c, pm_config_entry(d, "api")->value->pos, "Model '%s': api \"responses\" is the OpenAI Responses API: only for %s.", d->name,
         responses_providers(c->a));
   if (m->base_url && strncmp(m->base_url, "http://", 7) != 0 && strncmp(m->base_url, "https://", 8) != 0)

@@ -127,9 +127,6 @@ typedef struct pm_tool {
   int index;
 } pm_tool;
 
-typedef enum { API_CHAT, API_RESPONSES } pm_api;
-extern const char *const pm_api_names[];        /* by pm_api, NULL-terminated */
-
 /* `headers: { "Name": "value", ... }` of a model, in the order written. */
 typedef struct pm_headers {
   const char **names;
@@ -142,7 +139,7 @@ typedef struct pm_model {
   ast_pos pos;
   int provider;               /* ad_provider: a row of adapters/providers.h */
   int has_provider;
-  int api;                    /* pm_api */
+  int api;                    /* ad_api: adapters/providers.h */
   int has_api;
   const char *model;          /* the provider's model name */
   const char *base_url;

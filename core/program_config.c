@@ -33,7 +33,6 @@ static const char *const side_effect_choices[] = { "none", "read", "write", NULL
 static const char *const backoff_choices[] = { "none", "fixed", "exponential", NULL };
 const char *const pm_handler_names[] = { "module", "host", NULL };
 static const char *const policy_choices[] = { "allow", "deny_write", "approval", NULL };
-const char *const pm_api_names[] = { "chat", "responses", NULL };
 
 #define OFF(type, field) offsetof(type, field)
 
@@ -76,7 +75,7 @@ static const ck_key model_keys[] = {
   { "provider", CK_CHOICE, 0, ad_provider_names, OFF(pm_model, provider), OFF(pm_model, has_provider) },
   { "name", CK_STRING, 0, NULL, OFF(pm_model, model), 0 },
   { "base_url", CK_STRING, 0, NULL, OFF(pm_model, base_url), 0 },
-  { "api", CK_CHOICE, 0, pm_api_names, OFF(pm_model, api), OFF(pm_model, has_api) },
+  { "api", CK_CHOICE, 0, ad_api_names, OFF(pm_model, api), OFF(pm_model, has_api) },
   { "api_key_env", CK_KEYVAR, 0, NULL, OFF(pm_model, api_key_env), OFF(pm_model, no_api_key) },
   { "deployment", CK_STRING, 0, NULL, OFF(pm_model, deployment), 0 },
   { "api_version", CK_STRING, 0, NULL, OFF(pm_model, api_version), 0 },

@@ -16,6 +16,7 @@
 #if LUA_VERSION_NUM >= 504
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <linux/userfaultfd.h>
 #include <sched.h>
 #include <signal.h>
@@ -40,14 +41,21 @@
 #endif
 #endif
 
-#if defined(__has_include)
-#if __has_include(<valgrind/valgrind.h>)
-#include <valgrind/valgrind.h>
-#endif
-#endif
-#ifndef RUNNING_ON_VALGRIND
-#define RUNNING_ON_VALGRIND 0
-#endif
+static int under_valgrind;
+static pthread_once_t valgrind_once = PTHREAD_ONCE_INIT;
+
+static void look_for_valgrind(void) {
+  FILE *f = fopen("/proc/self/maps", "re");
+  if (!f) return;
+  char line[512];
+  while (!under_valgrind && fgets(line, sizeof line, f)) under_valgrind = strstr(line, "vgpreload") != NULL;
+  fclose(f);
+}
+
+int sx_under_valgrind(void) {
+  pthread_once(&valgrind_once, look_for_valgrind);
+  return under_valgrind;
+}
 
 /* Room for what the child holds besides its state: the input and the
    result as copies, as bytes on the wire and in a buffer, and its threads'
@@ -75,7 +83,7 @@ static int limit_memory(const sx_policy *p, size_t copy_bytes, char *err, size_t
   (void)p; (void)copy_bytes; (void)err; (void)errlen;
   return 0;
 #else
-  if (!p->memory_limit || RUNNING_ON_VALGRIND) return 0;
+  if (!p->memory_limit || sx_under_valgrind()) return 0;
   size_t now = mapped_now();
   if (!now) {
     snprintf(err, errlen, "cannot read the handler process's address space (/proc/self/statm)");
@@ -221,7 +229,7 @@ static int prctl_rules(scmp_filter_ctx ctx) {
 
 static int filter(const sx_policy *p, char *err, size_t errlen) {
   /* valgrind knows prctl's way of loading a filter, not seccomp(2)'s */
-  if (RUNNING_ON_VALGRIND) seccomp_api_set(1);
+  if (sx_under_valgrind()) seccomp_api_set(1);
   scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
   if (!ctx) {
     snprintf(err, errlen, "cannot make a seccomp filter (out of memory)");
@@ -363,7 +371,7 @@ static int clear_environment(const sx_policy *p, char *err, size_t errlen) {
   /* valgrind's client runs on a stack of valgrind's making: the kernel's
      copy is valgrind's own */
   uintptr_t start = 0, end = 0;
-  if (!RUNNING_ON_VALGRIND && environment_area(&start, &end) != 0) {
+  if (!sx_under_valgrind() && environment_area(&start, &end) != 0) {
     snprintf(err, errlen, "cannot find the handler process's environment (/proc/self/stat)");
     return -1;
   }
@@ -389,7 +397,7 @@ static int write_file(const char *path, const char *text) {
    permissions (CAP_DAC_OVERRIDE), change the machine or other users'
    processes. 1 when it is in one. */
 static int enter_user_namespace(void) {
-  if (RUNNING_ON_VALGRIND) return 0;
+  if (sx_under_valgrind()) return 0;
   uid_t uid = geteuid();
   gid_t gid = getegid();
   if (unshare(CLONE_NEWUSER) != 0) return 0;
@@ -405,7 +413,7 @@ static int enter_user_namespace(void) {
 }
 
 int sx_user_namespaces(void) {
-  if (RUNNING_ON_VALGRIND) return 0;
+  if (sx_under_valgrind()) return 0;
   static int known = -1;
   int ok = __atomic_load_n(&known, __ATOMIC_RELAXED);
   if (ok >= 0) return ok;
@@ -468,7 +476,7 @@ int sx_landlock_abi(void) {
   int abi = __atomic_load_n(&known, __ATOMIC_RELAXED);
   if (abi >= 0) return abi;
   /* valgrind (3.19) knows no Landlock call, and says so at each */
-  long got = RUNNING_ON_VALGRIND ? 0 : syscall(SYS_landlock_create_ruleset, NULL, 0, LL_CREATE_RULESET_VERSION);
+  long got = sx_under_valgrind() ? 0 : syscall(SYS_landlock_create_ruleset, NULL, 0, LL_CREATE_RULESET_VERSION);
   abi = got > 0 ? (int)got : 0;
   __atomic_store_n(&known, abi, __ATOMIC_RELAXED);
   return abi;
@@ -556,7 +564,7 @@ int sx_confine_layers(const char **holds, int max_holds, const char **missing, i
   HOLDS("descriptors: only the socket to the host, /dev/null, and the host's stderr when it came across exec");
   HOLDS("rlimits: no core dumps; RLIMIT_AS near max_memory_mb (not under a sanitizer or valgrind)");
   /* libseccomp asks the kernel once (seccomp(2) or prctl) */
-  if (seccomp_api_get() >= 1 || RUNNING_ON_VALGRIND)
+  if (seccomp_api_get() >= 1 || sx_under_valgrind())
     HOLDS("seccomp: no exec, process, namespace, mount, ptrace; signals, limits and scheduling on itself only");
   else
     MISSING("seccomp: this kernel has no seccomp filters; process isolation cannot start");

@@ -213,25 +213,12 @@ static int recv_frame(sx_state *s, char **out, size_t *n, size_t *want, size_t m
    frees the pid for another process to take, and a kill by pid could then
    reach that one. The descriptor is opened right after the fork, and
    checked to be our child's (waitid answers for children only). */
-#ifdef SYS_pidfd_open
-/* valgrind (3.19) knows no pidfd_open, and says so on stderr at each call:
-   under it, children are killed and reaped by pid */
-static int under_valgrind;
-static pthread_once_t valgrind_once = PTHREAD_ONCE_INIT;
-
-static void look_for_valgrind(void) {
-  FILE *f = fopen("/proc/self/maps", "re");
-  if (!f) return;
-  char line[512];
-  while (!under_valgrind && fgets(line, sizeof line, f)) under_valgrind = strstr(line, "vgpreload") != NULL;
-  fclose(f);
-}
-#endif
 
 static int open_pidfd(sx_child *c) {
 #ifdef SYS_pidfd_open
-  pthread_once(&valgrind_once, look_for_valgrind);
-  if (under_valgrind) return -1;
+  /* valgrind (3.19) knows no pidfd_open, and says so on stderr at each
+     call: under it, children are killed and reaped by pid */
+  if (sx_under_valgrind()) return -1;
   int fd = (int)syscall(SYS_pidfd_open, c->pid, 0);
   if (fd < 0) {
     /* a zombie keeps its pid: gone means reaped already, its pid free.
@@ -641,6 +628,9 @@ static int start_child(sx_state *s, long long deadline_ns, char *err, size_t err
      fork: the stop wrappers' chunk, and the random generator (which then
      reseeds in each child, its fork handlers keeping its lock sane) */
   sx_state_prime();
+  /* looked at here, where /proc/self/maps is readable: the confined child
+     asks it again */
+  (void)sx_under_valgrind();
   unsigned char seed;
   cr_random(&seed, 1);
   pid_t host = getpid();

@@ -60,4 +60,10 @@ typedef struct sx_confinement {
    the network. */
 int sx_confine(const sx_confinement *c, char *err, size_t errlen);
 
+/* Whether this process runs under valgrind (its preload is mapped), looked
+   at once, at run time: valgrind does not know every call the confinement
+   makes, and its heap shares the address space RLIMIT_AS limits. Asked in
+   the host before a fork, the answer is there for the child. */
+int sx_under_valgrind(void);
+
 #endif

@@ -130,9 +130,10 @@ kinds.late_copy = function(signal)
   return { v = t }
 end
 
--- results that spec/support/forge_reply.c, preloaded, turns into forged replies
-kinds.forge_empty = function() return { v = "LUMA-FORGE-EMPTY" } end
-kinds.forge_cut = function() return { v = "LUMA-FORGE-CUT14" } end
+-- replies that spec/c/attack.c, preloaded, forges once armed from inside
+-- the child (require "luma_attack.forge_empty" / "luma_attack.forge_cut")
+kinds.forge_empty = function() return { v = require "luma_attack.forge_empty" } end
+kinds.forge_cut = function() return { v = require "luma_attack.forge_cut" } end
 
 local function any(input, signal) return kinds[input.kind](signal) end
 return { evil = any, roomy = any, copy = any, ping = function() return { v = "pong" } end }
@@ -579,12 +580,13 @@ describe("the answers of a process-isolated module", function()
   end
 
   it("say a reply of 0 bytes, or one cut at 14 bytes, is truncated (a forged reply, through luma-lua)", function()
-    local forge = h.root .. "/" .. (os.getenv("LUMA_BUILD") or "build") .. "/forge_reply.so"
+    local forge = h.root .. "/" .. (os.getenv("LUMA_BUILD") or "build") .. "/attack.so"
     assert(io.open(forge), forge .. " is not built: make " .. forge:sub(#h.root + 2))
     local preload = ((os.getenv("LD_PRELOAD") or "") .. " " .. forge):gsub("^ ", "")
     local dir = project(policy, {
       ["empty.luma"] = SOURCE .. 'r = tool evil({ kind: "forge_empty" })\n',
       ["cut.luma"] = SOURCE .. 'r = tool evil({ kind: "forge_cut" })\n',
+      ["luma_attack/forge_empty.lua"] = "", ["luma_attack/forge_cut.lua"] = "",
     })
     finally(function() os.execute("rm -rf " .. h.quote(dir)) end)
     local empty = h.run({ "empty.luma", "--config", "luma.config.json" }, { cwd = dir, env = { LD_PRELOAD = preload } })

@@ -14,6 +14,15 @@
  * A report is one line per try, "what: refused (error)" or "what:
  * SUCCEEDED ...". The tries are real: one that succeeds kills, slows or
  * changes the host, or rewrites its files, which the spec also checks.
+ *
+ * Two names arm a forged reply instead (spec/35), as code that took over
+ * the child could send: the child's next write() (it writes each reply
+ * frame with one write; the host never writes a frame with it) becomes
+ *   forge_empty  a frame of 0 bytes, then the child goes on;
+ *   forge_cut    the reply's first 14 bytes only, then the child exits
+ *                with status 0.
+ * This is the one spec-only library preloaded into luma: every spec that
+ * reaches code inside a handler process does it through these names.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -23,6 +32,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +74,14 @@ static long open_path(const char *fmt, int flags, int pid) {
   snprintf(path, sizeof path, fmt, pid);
   int fd = open(path, flags | O_CLOEXEC);
   return fd;
+}
+
+/* One try: text written to the host's /proc file fmt. */
+static void write_host_file(const char *what, const char *fmt, const char *text) {
+  long fd = open_path(fmt, O_WRONLY, host);
+  if (fd >= 0 && write((int)fd, text, strlen(text)) != (ssize_t)strlen(text)) {}
+  outcome(what, fd);
+  if (fd >= 0) close((int)fd);
 }
 
 /* The host's memory, opened for writing: a write over its code would run. */
@@ -136,19 +154,13 @@ static void host_limits(const char *root) {
   CPU_SET(0, &set);
   outcome("sched_setaffinity host", sched_setaffinity(host, sizeof set, &set));
   outcome("ioprio_set host idle", syscall(SYS_ioprio_set, 1, host, 3 << 13));
-  long fd = open_path("/proc/%d/oom_score_adj", O_WRONLY, host);
-  if (fd >= 0 && write((int)fd, "1000", 4) != 4) {}
-  outcome("write /proc/host/oom_score_adj", fd);
-  if (fd >= 0) close((int)fd);
+  write_host_file("write /proc/host/oom_score_adj", "/proc/%d/oom_score_adj", "1000");
 }
 
 /* Forged output on the host's stdout. */
 static void host_stdout(const char *root) {
   (void)root;
-  long fd = open_path("/proc/%d/fd/1", O_WRONLY, host);
-  if (fd >= 0 && write((int)fd, "FORGED\n", 7) != 7) {}
-  outcome("write /proc/host/fd/1", fd);
-  if (fd >= 0) close((int)fd);
+  write_host_file("write /proc/host/fd/1", "/proc/%d/fd/1", "FORGED\n");
 }
 
 static void mounts(const char *root) {
@@ -282,11 +294,42 @@ static void abstract_socket(const char *root) {
   if (fd >= 0) close(fd);
 }
 
+/* The child's next write(), once armed. */
+static enum { HONEST, FORGE_EMPTY, FORGE_CUT } forge;
+
+static void forge_empty(const char *root) {
+  (void)root;
+  forge = FORGE_EMPTY;
+  say("armed: forge_empty\n");
+}
+
+static void forge_cut(const char *root) {
+  (void)root;
+  forge = FORGE_CUT;
+  say("armed: forge_cut\n");
+}
+
+ssize_t write(int fd, const void *buf, size_t n) {
+  ssize_t (*real)(int, const void *, size_t) = (ssize_t (*)(int, const void *, size_t))dlsym(RTLD_NEXT, "write");
+  int how = getpid() == host ? HONEST : forge;
+  forge = HONEST;
+  if (how == FORGE_EMPTY) {
+    uint32_t zero = 0;
+    return real(fd, &zero, sizeof zero) == (ssize_t)sizeof zero ? (ssize_t)n : -1;
+  }
+  if (how == FORGE_CUT && n > 14) {
+    if (real(fd, buf, 14) == 14) _exit(0);
+    return -1;
+  }
+  return real(fd, buf, n);
+}
+
 static const struct { const char *name; void (*run)(const char *root); } attacks[] = {
   { "mem", host_memory }, { "config", config }, { "setown", owner_signal }, { "signals", signals },
   { "limits", host_limits }, { "stdout", host_stdout }, { "mount", mounts }, { "tiocsti", tiocsti },
   { "namespaces", namespaces }, { "userfaultfd", userfault }, { "environ", environment },
   { "fds", descriptors }, { "pid", pid }, { "socket", abstract_socket }, { "caps", capabilities },
+  { "forge_empty", forge_empty }, { "forge_cut", forge_cut },
 };
 
 /* The module source that hands the report back as a long string. */

@@ -33,14 +33,6 @@
 #include "ctest.h"
 #include "isolate.h"
 
-#if defined(__has_include)
-#if __has_include(<valgrind/valgrind.h>)
-#include <valgrind/valgrind.h>
-#endif
-#endif
-#ifndef RUNNING_ON_VALGRIND
-#define RUNNING_ON_VALGRIND 0
-#endif
 
 
 static int instrumented(void);
@@ -57,7 +49,7 @@ enum {
 static int environment_empty(int network) {
   extern char **environ;
   if (getenv("PATH") || getenv("HOME") || (!network && environ && environ[0])) return 0;
-  if (RUNNING_ON_VALGRIND) return 1;
+  if (sx_under_valgrind()) return 1;
   int fd = open("/proc/self/environ", O_RDONLY);
   if (fd < 0) return errno == EACCES;   /* Landlock may hide it: then nothing shows either */
   char buf[4096];
@@ -141,7 +133,7 @@ static int owner_signals_refused(pid_t host) {
   int fds[2];
   if (pipe(fds) != 0) return 0;
   int ok = eperm(fcntl(fds[0], F_SETOWN, host)) && eperm(fcntl(fds[0], F_SETSIG, SIGKILL)) &&
-           (RUNNING_ON_VALGRIND || eperm(syscall(SYS_fcntl, fds[0], (long)(((unsigned long)1 << 32) | F_SETOWN), host)));
+           (sx_under_valgrind() || eperm(syscall(SYS_fcntl, fds[0], (long)(((unsigned long)1 << 32) | F_SETOWN), host)));
   struct f_owner_ex owner = { F_OWNER_PID, host };
   ok = ok && eperm(fcntl(fds[0], F_SETOWN_EX, &owner)) && fcntl(fds[0], F_GETFL) >= 0;
   close(fds[0]);
@@ -162,7 +154,7 @@ static int prctl_limited(void) {
 
 /* valgrind answers the new mount API itself (ENOSYS), before the kernel */
 static int mounts_refused(void) {
-  if (RUNNING_ON_VALGRIND) return eperm(syscall(SYS_umount2, "/", MNT_DETACH)) && eperm(mount("none", "/", "tmpfs", 0, NULL));
+  if (sx_under_valgrind()) return eperm(syscall(SYS_umount2, "/", MNT_DETACH)) && eperm(mount("none", "/", "tmpfs", 0, NULL));
   return eperm(syscall(SYS_fsopen, "tmpfs", 0)) && eperm(syscall(SYS_fspick, AT_FDCWD, "/", 0)) &&
          eperm(syscall(SYS_open_tree, AT_FDCWD, "/", 0)) && eperm(syscall(SYS_umount2, "/", MNT_DETACH)) &&
          eperm(syscall(SYS_move_mount, -1, "", -1, "", 0)) && eperm(syscall(SYS_mount_setattr, -1, "", 0, NULL, 0)) &&
@@ -246,7 +238,7 @@ static int probe(const sx_policy *p) {
   int ok = 0;
   char *argv[] = { (char *)"/bin/true", NULL };
   /* valgrind cannot go on after an execve it let through fails */
-  if (RUNNING_ON_VALGRIND) ok |= EXEC;
+  if (sx_under_valgrind()) ok |= EXEC;
   else if (execv("/bin/true", argv) < 0 && errno == EPERM) ok |= EXEC;
   pid_t pid = fork();
   if (pid == 0) _exit(0);
@@ -264,8 +256,8 @@ static int probe(const sx_policy *p) {
   if (limits_on_self_only(host)) ok |= LIMITS;
   /* valgrind refuses a clone that is neither a thread nor a fork itself,
      and warns of ioctls and fcntls it does not know */
-  if (RUNNING_ON_VALGRIND || tiocsti_refused()) ok |= IOCTL;
-  if (RUNNING_ON_VALGRIND ? eperm(unshare(CLONE_NEWUSER)) : namespaced_clone_refused()) ok |= NSCLONE;
+  if (sx_under_valgrind() || tiocsti_refused()) ok |= IOCTL;
+  if (sx_under_valgrind() ? eperm(unshare(CLONE_NEWUSER)) : namespaced_clone_refused()) ok |= NSCLONE;
   if (owner_signals_refused(host)) ok |= FCNTL;
   if (prctl_limited()) ok |= PRCTL;
   if (mounts_refused()) ok |= MOUNT;
@@ -312,7 +304,7 @@ static int instrumented(void) {
   return 1;
 #else
   const char *preload = getenv("LD_PRELOAD");
-  return (preload && strstr(preload, "asan")) || RUNNING_ON_VALGRIND;
+  return (preload && strstr(preload, "asan")) || sx_under_valgrind();
 #endif
 }
 
