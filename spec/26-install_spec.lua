@@ -113,7 +113,12 @@ int main(void) {
     assert.are.equal("0.1.0\n", out)
 
     -- LuaJIT finds luma.ffi where it looks in a prefix (share/lua/5.1) and runs a tool through libluma
-    status, out, err = h.sh("cd " .. h.quote(dir) .. " && env -i PATH=/usr/bin:/bin LUA_PATH=" ..
+    -- (a sanitized build's libluma needs its runtime preloaded, as the run has it)
+    local keep = ""
+    for _, v in ipairs({ "LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS" }) do
+      if os.getenv(v) then keep = keep .. " " .. v .. "=" .. h.quote(os.getenv(v)) end
+    end
+    status, out, err = h.sh("cd " .. h.quote(dir) .. " && env -i PATH=/usr/bin:/bin" .. keep .. " LUA_PATH=" ..
       h.quote(prefix .. "/share/lua/5.1/?.lua") .. " luajit -e '" ..
       "local luma = require(\"luma.ffi\").open(\"" .. prefix .. "/lib/libluma.so\") " ..
       "local f = luma.runtime():load(\"calculate.luma\"):start(\"calculate\", { a = 2, b = 3, operation = \"add\" }) " ..
