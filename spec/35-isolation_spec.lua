@@ -595,8 +595,10 @@ describe("the answers of a process-isolated module", function()
       empty.stderr, 1, true)
     local cut = h.run({ "cut.luma", "--config", "luma.config.json" }, { cwd = dir, env = { LD_PRELOAD = preload } })
     assert.are.equal(1, cut.status, cut.stderr)
+    -- (under valgrind the child's own exit runs valgrind's leak check, whose
+    -- findings in a process that ends mid-call change its status to 99)
     assert.matches("%[TOOL_FAILED%] The handler process sent a truncated reply: 14 of its %d+ bytes; " ..
-      "handler process died: exit status 0%.", cut.stderr)
+      "handler process died: exit status " .. h.by_instrumentation("0", "0", "%d+") .. "%.", cut.stderr)
   end)
 end)
 
