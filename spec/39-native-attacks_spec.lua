@@ -18,6 +18,9 @@ local UNPRELOADED = "env -u LD_PRELOAD "
 
 local ATTACKS = { "mem", "config", "setown", "signals", "limits", "stdout", "mount", "tiocsti", "namespaces",
   "userfaultfd", "environ", "fds", "pid", "socket", "caps" }
+-- The red team's attacks (branch redteam): each line of their reports must
+-- say refused. Where one SUCCEEDED the confinement has a hole.
+local REDTEAM = { "metadata", "sysv", "memfd", "compat", "proc", "sigio" }
 
 -- What each attack must report: every try refused, and these lines.
 local EXPECTED = {
@@ -124,8 +127,11 @@ local function project(user)
   dir = dir:gsub("%s+$", "")
   local files = { ["program.luma"] = SOURCE, ["tools.lua"] = TOOLS, ["host.lua"] = HOST,
     ["luma.config.json"] = core.json_encode({ tool_modules = { "tools.lua" },
-      tool_module_policy = { sandbox = "strict", isolation = "process", max_concurrency = 1 } }) }
+      tool_module_policy = { sandbox = "strict", isolation = "process", max_concurrency = 1,
+        max_memory_mb = 16 } }) }
   for _, name in ipairs(ATTACKS) do files["luma_attack/" .. name .. ".lua"] = "" end
+  for _, name in ipairs(REDTEAM) do files["luma_attack/" .. name .. ".lua"] = "" end
+  files["luma_attack/sigiokill.lua"] = ""
   assert(os.execute(UNPRELOADED .. "mkdir -p " .. h.quote(dir .. "/luma_attack")))
   for name, content in pairs(files) do h.write(dir .. "/" .. name, content) end
   assert(os.execute(UNPRELOADED .. "chmod -R a+rwX " .. h.quote(dir)))
@@ -148,7 +154,7 @@ end
 -- Runs the host in dir, as `user` ("nobody" or nil), with the attack
 -- library preloaded after what the run already preloads (a sanitizer's
 -- runtime), a secret in its environment, and `redirect` for stderr.
-local function host(dir, args, user, redirect)
+local function host(dir, args, user, redirect, env)
   local preload = os.getenv("LD_PRELOAD")
   preload = (preload and preload ~= "" and preload .. " " or "") .. ATTACK_SO
   local as = user and "setpriv --reuid=65534 --regid=65534 --clear-groups " or ""
@@ -156,7 +162,7 @@ local function host(dir, args, user, redirect)
   for i, a in ipairs(args) do quoted[i] = h.quote(a) end
   -- (the shell waits rather than exec the host: a host that is killed is
   -- reported on the stderr of the run, not of busted)
-  local cmd = string.format("cd %s && env LUMA_ATTACK_SECRET=hunter2 LD_PRELOAD=%s %slua5.4 host.lua %s %s %s %s < /dev/null %s; exit $?",
+  local cmd = string.format("cd %s && env " .. (env or "") .. " LUMA_ATTACK_SECRET=hunter2 LD_PRELOAD=%s %slua5.4 host.lua %s %s %s %s < /dev/null %s; exit $?",
     h.quote(dir), h.quote(preload), as, h.quote(h.root), h.quote(BUILD), h.quote(dir), table.concat(quoted, " "),
     redirect or "")
   return h.sh(cmd)
@@ -268,6 +274,54 @@ describe_native("native attacks from a process-isolated handler (issue 24)", fun
         assert.matches("\n  missing: Landlock: none ", r.stdout)
       end
       assert.matches("\nok\n$", r.stdout)
+    end)
+    remove(dir)
+    if not ok then error(err, 0) end
+  end)
+
+  for _, user in ipairs { false, "nobody" } do
+    it("the red team's attacks are refused" .. (user and " as nobody" or " as root"), function()
+      if user and not is_root() then
+        pending("needs root to run the host as nobody")
+        return
+      end
+      local dir = project(user or nil)
+      -- the host's user owns its project, as it would
+      if user then os.execute(UNPRELOADED .. "chown 65534:65534 " .. h.quote(dir .. "/luma.config.json")) end
+      local config = h.read(dir .. "/luma.config.json")
+      local _, mode = h.sh(UNPRELOADED .. "stat -c %a " .. h.quote(dir .. "/luma.config.json"))
+      local ok, err = pcall(function()
+        local status, out, errout = host(dir, { "attacks", table.unpack(REDTEAM) }, user or nil)
+        assert.are.equal(0, status, errout)
+        assert.is_truthy(contains(out, "host alive\n"), out)
+        local by = reports(out)
+        for _, name in ipairs(REDTEAM) do
+          assert.is_truthy(by[name], "no report of " .. name .. ":\n" .. out)
+          assert.is_falsy(contains(by[name], "ERROR"), by[name])
+        end
+        assert.is_falsy(contains(out, "SUCCEEDED"), out)
+        assert.are.equal(config, h.read(dir .. "/luma.config.json"))
+        local _, now = h.sh(UNPRELOADED .. "stat -c %a " .. h.quote(dir .. "/luma.config.json"))
+        assert.are.equal(mode, now)
+      end)
+      remove(dir)
+      if not ok then error(err, 0) end
+    end)
+  end
+
+  -- Linux 6.10 and 6.11 have Landlock's ABI 5, Ubuntu 24.04's 6.8 ABI 4,
+  -- Debian 12's 6.1 ABI 2: no signal scoping, the filter alone stands
+  -- between a child and SIGIO to its host (FIOSETOWN on its socket).
+  it("a child cannot send its host SIGIO without Landlock's signal scoping (ABI 5)", function()
+    if LANDLOCK < 5 then
+      pending("needs Landlock ABI 5 or later to stand for it")
+      return
+    end
+    local dir = project()
+    local ok, err = pcall(function()
+      local status, out, errout = host(dir, { "attacks", "sigiokill", "pid" }, nil, nil, "LUMA_ATTACK_LANDLOCK_ABI=5")
+      assert.are.equal(0, status, "host ended with " .. tostring(status) .. ": " .. errout .. out)
+      assert.is_truthy(contains(out, "host alive\n"), out)
     end)
     remove(dir)
     if not ok then error(err, 0) end
