@@ -132,6 +132,7 @@ local function project(user)
   for _, name in ipairs(ATTACKS) do files["luma_attack/" .. name .. ".lua"] = "" end
   for _, name in ipairs(REDTEAM) do files["luma_attack/" .. name .. ".lua"] = "" end
   files["luma_attack/sigiokill.lua"] = ""
+  files["luma_attack/rootcaps.lua"] = ""
   assert(os.execute(UNPRELOADED .. "mkdir -p " .. h.quote(dir .. "/luma_attack")))
   for name, content in pairs(files) do h.write(dir .. "/" .. name, content) end
   assert(os.execute(UNPRELOADED .. "chmod -R a+rwX " .. h.quote(dir)))
@@ -323,6 +324,33 @@ describe_native("native attacks from a process-isolated handler (issue 24)", fun
       assert.are.equal(0, status, "host ended with " .. tostring(status) .. ": " .. errout .. out)
       assert.is_truthy(contains(out, "host alive\n"), out)
     end)
+    remove(dir)
+    if not ok then error(err, 0) end
+  end)
+
+  -- Where user namespaces are refused (a sysctl, a security module), a root
+  -- host's child keeps root's capabilities; Landlock does not see chown or
+  -- chmod, so they reach every file by path, not only the granted folders
+  -- (LUMA_ATTACK_NO_USERNS makes the child's unshare fail).
+  it("a root host's child without a user namespace cannot chown or chmod files outside its folders", function()
+    if not is_root() then
+      pending("needs root")
+      return
+    end
+    local dir = project()
+    local outside = dir .. ".outside"
+    local ok, err = pcall(function()
+      h.write(outside, "x")
+      assert(os.execute(UNPRELOADED .. "chown 65534:65534 " .. h.quote(outside) .. " && chmod 600 " .. h.quote(outside)))
+      local status, out, errout = host(dir, { "attacks", "rootcaps" }, nil, nil, "LUMA_ATTACK_NO_USERNS=1")
+      assert.are.equal(0, status, errout)
+      local report = reports(out).rootcaps
+      assert.is_truthy(report, out)
+      assert.is_falsy(contains(report, "SUCCEEDED"), report)
+      local _, st = h.sh(UNPRELOADED .. "stat -c '%u %a' " .. h.quote(outside))
+      assert.are.equal("65534 600", (st:gsub("%s+$", "")))
+    end)
+    os.remove(outside)
     remove(dir)
     if not ok then error(err, 0) end
   end)

@@ -56,11 +56,15 @@ static size_t used;
 /* LUMA_ATTACK_LANDLOCK_ABI, read in the host: a child's environment is
    emptied before it asks */
 static long landlock_abi_said = -1;
+/* LUMA_ATTACK_NO_USERNS: unshare(CLONE_NEWUSER) fails in the child, as
+   where a sysctl or a security module refuses user namespaces */
+static int no_user_namespace;
 
 __attribute__((constructor)) static void remember_host(void) {
   host = getpid();
   const char *abi = getenv("LUMA_ATTACK_LANDLOCK_ABI");
   if (abi) landlock_abi_said = atol(abi);
+  no_user_namespace = getenv("LUMA_ATTACK_NO_USERNS") != NULL;
 }
 
 static void say(const char *fmt, ...) {
@@ -408,6 +412,25 @@ static void proc_walk(const char *root) {
   outcome("readlink /proc/host/fd/1", readlink(path, target, sizeof target));
   snprintf(path, sizeof path, "/proc/%d/exe", (int)host);
   outcome("readlink /proc/host/exe", readlink(path, target, sizeof target));
+  static const char *const planted[] = { "/dev/shm/luma-attack-planted", "/tmp/luma-attack-planted",
+                                         "/var/tmp/luma-attack-planted" };
+  for (size_t i = 0; i < sizeof planted / sizeof planted[0]; i++) {
+    char what[96];
+    snprintf(what, sizeof what, "create %s", planted[i]);
+    fd = open(planted[i], O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    outcome(what, fd);
+    if (fd >= 0) {
+      close((int)fd);
+      unlink(planted[i]);
+    }
+  }
+  /* every descriptor the child holds past 2, and what it is */
+  for (int d = 3; d < 1024; d++) {
+    char link[64];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", d);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n > 0) say("fd %d: %.*s\n", d, (int)n, target);
+  }
 }
 
 /* SIGIO to the host, F_SETOWN's way but through the socket ioctls the
@@ -513,6 +536,24 @@ static void compat(const char *root) {
   else say("x32 kill host 0: SUCCEEDED (%ld)\n", x32_result);
 }
 
+/* What a root host's child keeps without a user namespace: capabilities
+   over every file by path (Landlock does not see chown, chmod), and over its
+   own limits. <project>.outside is a file of nobody's, mode 600, outside
+   every granted folder. */
+static void root_caps(const char *root) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s.outside", root);
+  outcome("chown another user's file outside the granted folders", chown(path, geteuid(), getegid()));
+  outcome("chmod it 0666", chmod(path, 0666));
+  struct rlimit as;
+  getrlimit(RLIMIT_AS, &as);
+  say("RLIMIT_AS: %s\n", as.rlim_cur == RLIM_INFINITY ? "none" : "set");
+  struct rlimit none = { RLIM_INFINITY, RLIM_INFINITY };
+  long r = as.rlim_cur == RLIM_INFINITY ? -1 : syscall(SYS_prlimit64, 0, RLIMIT_AS, &none, NULL);
+  if (as.rlim_cur == RLIM_INFINITY) errno = ENOENT;
+  outcome("raise RLIMIT_AS to none", r);
+}
+
 static const struct { const char *name; void (*run)(const char *root); } attacks[] = {
   { "mem", host_memory }, { "config", config }, { "setown", owner_signal }, { "signals", signals },
   { "limits", host_limits }, { "stdout", host_stdout }, { "mount", mounts }, { "tiocsti", tiocsti },
@@ -520,6 +561,7 @@ static const struct { const char *name; void (*run)(const char *root); } attacks
   { "fds", descriptors }, { "pid", pid }, { "socket", abstract_socket }, { "caps", capabilities },
   { "metadata", metadata }, { "sysv", sysv }, { "memfd", memfd }, { "compat", compat }, { "proc", proc_walk },
   { "sigio", sigio }, { "sigiokill", sigio_kill },
+  { "rootcaps", root_caps },
 };
 
 /* The module source that hands the report back as a long string. */
@@ -576,4 +618,13 @@ long syscall(long nr, ...) {
     r = landlock_abi_said;
 #endif
   return r;
+}
+
+int unshare(int flags) {
+  if (no_user_namespace && (flags & CLONE_NEWUSER)) {
+    errno = EPERM;
+    return -1;
+  }
+  int (*real)(int) = (int (*)(int))dlsym(RTLD_NEXT, "unshare");
+  return real(flags);
 }
