@@ -133,6 +133,7 @@ local function project(user)
   for _, name in ipairs(REDTEAM) do files["luma_attack/" .. name .. ".lua"] = "" end
   files["luma_attack/sigiokill.lua"] = ""
   files["luma_attack/rootcaps.lua"] = ""
+  files["luma_attack/terminal.lua"] = ""
   assert(os.execute(UNPRELOADED .. "mkdir -p " .. h.quote(dir .. "/luma_attack")))
   for name, content in pairs(files) do h.write(dir .. "/" .. name, content) end
   assert(os.execute(UNPRELOADED .. "chmod -R a+rwX " .. h.quote(dir)))
@@ -155,7 +156,7 @@ end
 -- Runs the host in dir, as `user` ("nobody" or nil), with the attack
 -- library preloaded after what the run already preloads (a sanitizer's
 -- runtime), a secret in its environment, and `redirect` for stderr.
-local function host(dir, args, user, redirect, env)
+local function host_command(dir, args, user, redirect, env)
   local preload = os.getenv("LD_PRELOAD")
   preload = (preload and preload ~= "" and preload .. " " or "") .. ATTACK_SO
   local as = user and "setpriv --reuid=65534 --regid=65534 --clear-groups " or ""
@@ -166,7 +167,11 @@ local function host(dir, args, user, redirect, env)
   local cmd = string.format("cd %s && env " .. (env or "") .. " LUMA_ATTACK_SECRET=hunter2 LD_PRELOAD=%s %slua5.4 host.lua %s %s %s %s < /dev/null %s; exit $?",
     h.quote(dir), h.quote(preload), as, h.quote(h.root), h.quote(BUILD), h.quote(dir), table.concat(quoted, " "),
     redirect or "")
-  return h.sh(cmd)
+  return cmd
+end
+
+local function host(dir, args, user, redirect, env)
+  return h.sh(host_command(dir, args, user, redirect, env))
 end
 
 -- The report of each attack: { name = text }.
@@ -351,6 +356,24 @@ describe_native("native attacks from a process-isolated handler (issue 24)", fun
       assert.are.equal("65534 600", (st:gsub("%s+$", "")))
     end)
     os.remove(outside)
+    remove(dir)
+    if not ok then error(err, 0) end
+  end)
+
+  -- A host run from an interactive shell, its stderr the terminal: the
+  -- child is in the host's session, so it can make a process group of its
+  -- own the terminal's foreground one and set TOSTOP; the host's next write
+  -- to the terminal stops it (SIGTTOU comes from the terminal: no filter
+  -- rule or Landlock scope sees it).
+  it("a child cannot stop a host on a terminal (TIOCSPGRP, TOSTOP)", function()
+    local dir = project()
+    local ok, err = pcall(function()
+      local cmd = "( " .. host_command(dir, { "attacks", "terminal", "pid" }, nil, "") .. " ); echo \"host ended: $?\""
+      local _, out = h.sh(UNPRELOADED .. "python3 " .. h.quote(h.root .. "/spec/support/pty_job.py") .. " 20 bash -c "
+        .. h.quote("set -m; " .. cmd))
+      assert.is_truthy(contains(out, "host alive"), out)
+      assert.is_truthy(contains(out, "host ended: 0\n"), out)
+    end)
     remove(dir)
     if not ok then error(err, 0) end
   end)

@@ -31,6 +31,7 @@
 #include <pthread.h>
 #include <poll.h>
 #include <sys/ioctl.h>
+#include <termios.h>
 #include <sys/ipc.h>
 #include <sys/mman.h>
 #include <sys/msg.h>
@@ -566,6 +567,29 @@ static void root_caps(const char *root) {
   outcome("raise RLIMIT_AS to none", r);
 }
 
+/* The host's terminal, when its stderr is one and came across to the child
+   (a child is in the host's session): a process group of the child's own
+   made the terminal's foreground one, and TOSTOP set, so that the host's
+   next write to the terminal stops it (SIGTTOU, from the terminal, which no
+   filter or Landlock scope sees). */
+static void terminal(const char *root) {
+  (void)root;
+  int tty = -1;
+  for (int fd = 0; fd <= 2 && tty < 0; fd++)
+    if (isatty(fd)) tty = fd;
+  say("terminal: fd %d\n", tty);
+  if (tty < 0) return;
+  outcome("setpgid(0, 0)", setpgid(0, 0));
+  pid_t me = getpgrp();
+  signal(SIGTTOU, SIG_IGN);
+  outcome("ioctl TIOCSPGRP to the child's group", ioctl(tty, TIOCSPGRP, &me));
+  struct termios t;
+  if (tcgetattr(tty, &t) == 0) {
+    t.c_lflag |= TOSTOP;
+    outcome("tcsetattr TOSTOP", tcsetattr(tty, TCSANOW, &t));
+  }
+}
+
 static const struct { const char *name; void (*run)(const char *root); } attacks[] = {
   { "mem", host_memory }, { "config", config }, { "setown", owner_signal }, { "signals", signals },
   { "limits", host_limits }, { "stdout", host_stdout }, { "mount", mounts }, { "tiocsti", tiocsti },
@@ -573,7 +597,7 @@ static const struct { const char *name; void (*run)(const char *root); } attacks
   { "fds", descriptors }, { "pid", pid }, { "socket", abstract_socket }, { "caps", capabilities },
   { "metadata", metadata }, { "sysv", sysv }, { "memfd", memfd }, { "compat", compat }, { "proc", proc_walk },
   { "sigio", sigio }, { "sigiokill", sigio_kill },
-  { "rootcaps", root_caps },
+  { "rootcaps", root_caps }, { "terminal", terminal },
 };
 
 /* The module source that hands the report back as a long string. */
