@@ -16,6 +16,7 @@
 #if LUA_VERSION_NUM >= 504
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <linux/userfaultfd.h>
 #include <sched.h>
 #include <signal.h>
@@ -195,12 +196,38 @@ static const int refused[] = {
   SCMP_SYS(syslog), SCMP_SYS(iopl), SCMP_SYS(ioperm), SCMP_SYS(vhangup),
 };
 
+/* A file's metadata by path or descriptor: its mode, owner, times and
+   extended attributes. Landlock checks opening, making and removing files,
+   not these, so without the filter they reach every file of the host's
+   user by path (and with root's capabilities, every file), outside the
+   granted folders; the strict io and Lua's os and io library need none of
+   them (os.rename and os.remove are rename and unlink). The xattr reads go
+   too: a handler has no use for a file's labels. */
+static const int metadata[] = {
+  SCMP_SYS(chmod), SCMP_SYS(fchmod), SCMP_SYS(fchmodat), SCMP_SYS(chown), SCMP_SYS(fchown), SCMP_SYS(lchown),
+  SCMP_SYS(fchownat), SCMP_SYS(utime), SCMP_SYS(utimes), SCMP_SYS(utimensat), SCMP_SYS(futimesat),
+  SCMP_SYS(setxattr), SCMP_SYS(lsetxattr), SCMP_SYS(fsetxattr), SCMP_SYS(removexattr), SCMP_SYS(lremovexattr),
+  SCMP_SYS(fremovexattr), SCMP_SYS(getxattr), SCMP_SYS(lgetxattr), SCMP_SYS(fgetxattr), SCMP_SYS(listxattr),
+  SCMP_SYS(llistxattr), SCMP_SYS(flistxattr),
+};
+
+/* The calls newer than libseccomp 2.5 (Debian 12's) that belong to the
+   lists above, by their number, the same on these architectures: fchmodat2
+   (Linux 6.6), the *xattrat calls (6.13), open_tree_attr (6.15), file_getattr
+   and file_setattr (6.17). */
+#if defined(__x86_64__) || defined(__aarch64__) || defined(__i386__) || defined(__arm__)
+static const int refused_by_number[] = { 452, 463, 464, 465, 466, __NR_open_tree_attr, 468, 469 };
+#endif
+
 static int add_refused(scmp_filter_ctx ctx) {
   int rc = 0;
   for (size_t i = 0; rc == 0 && i < sizeof refused / sizeof refused[0]; i++)
     rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), refused[i], 0);
-#ifdef __NR_open_tree_attr
-  if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), __NR_open_tree_attr, 0);
+  for (size_t i = 0; rc == 0 && i < sizeof metadata / sizeof metadata[0]; i++)
+    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), metadata[i], 0);
+#if defined(__x86_64__) || defined(__aarch64__) || defined(__i386__) || defined(__arm__)
+  for (size_t i = 0; rc == 0 && i < sizeof refused_by_number / sizeof refused_by_number[0]; i++)
+    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), refused_by_number[i], 0);
 #endif
   return rc;
 }
@@ -404,6 +431,40 @@ static int enter_user_namespace(void) {
   return rc == 0 ? 1 : -1;
 }
 
+/* No capability left: the bounding set emptied (where the child may: it
+   needs CAP_SETPCAP, which an unprivileged one lacks and then never gets),
+   no ambient one, and none permitted, effective or inheritable. Without a
+   user namespace a root host's child would keep root's over every file by
+   path (Landlock does not see chown or chmod) and over its own limits. Done
+   before the filter, which refuses the prctl and capset this needs. */
+static int drop_capabilities(char *err, size_t errlen) {
+  struct __user_cap_header_struct head = { _LINUX_CAPABILITY_VERSION_3, 0 };
+  struct __user_cap_data_struct data[2];
+  memset(data, 0, sizeof data);
+  if (syscall(SYS_capget, &head, data) != 0) {
+    snprintf(err, errlen, "cannot read the handler process's capabilities: %s", strerror(errno));
+    return -1;
+  }
+  int setpcap = (data[0].effective >> CAP_SETPCAP) & 1;
+  for (int cap = 0; cap < 64 && prctl(PR_CAPBSET_READ, cap, 0, 0, 0) >= 0; cap++)
+    if (setpcap && prctl(PR_CAPBSET_READ, cap, 0, 0, 0) == 1 && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0) {
+      snprintf(err, errlen, "cannot drop capability %d from the handler process's bounding set: %s", cap,
+               strerror(errno));
+      return -1;
+    }
+  /* ambient capabilities are Linux 4.3's: EINVAL before */
+  if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL) {
+    snprintf(err, errlen, "cannot clear the handler process's ambient capabilities: %s", strerror(errno));
+    return -1;
+  }
+  memset(data, 0, sizeof data);
+  if (syscall(SYS_capset, &head, data) != 0) {
+    snprintf(err, errlen, "cannot drop the handler process's capabilities: %s", strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
 int sx_user_namespaces(void) {
   if (RUNNING_ON_VALGRIND) return 0;
   static int known = -1;
@@ -587,10 +648,14 @@ int sx_confine(const sx_confinement *c, char *err, size_t errlen) {
   const sx_policy *p = c->policy;
   if (tie_to_host(c->host, err, errlen) != 0) return -1;
   if (clear_environment(p, err, errlen) != 0) return -1;
-  if (enter_user_namespace() < 0) {
+  int in_namespace = enter_user_namespace();
+  if (in_namespace < 0) {
     snprintf(err, errlen, "cannot map the handler process's ids in its user namespace: %s", strerror(errno));
     return -1;
   }
+  /* in a user namespace the capabilities reach only inside it; dropped
+     there too, as nothing after this needs them */
+  if (drop_capabilities(err, errlen) != 0) return -1;
   /* a crash is reported by its signal; a core image of the host's whole
      address space would only take time and disk */
   struct rlimit none = { 0, 0 };
