@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <asm/termbits.h>   /* struct termios2, which TCSETS2 measures */
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -272,9 +273,18 @@ static int filter(const sx_policy *p, char *err, size_t errlen) {
   if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioprio_set), 1, SCMP_A0(SCMP_CMP_NE, IOPRIO_WHO_PROCESS));
   if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioprio_set), 1, SCMP_A1(SCMP_CMP_NE, 0));
   /* no keystrokes pushed into a terminal the child inherited (nor a
-     console's selection pasted), no userfaultfd from /dev/userfaultfd; the
-     kernel reads the request as 32 bits */
-  static const unsigned long ioctls[] = { TIOCSTI, TIOCLINUX, USERFAULTFD_IOC_NEW };
+     console's selection pasted), no change to a terminal's settings, its
+     foreground group, line discipline, size or modem lines (the child has
+     left the host's session, so it has no controlling terminal: this is
+     the belt), no userfaultfd from /dev/userfaultfd; the kernel reads the
+     request as 32 bits */
+  static const unsigned long ioctls[] = {
+    TIOCSTI, TIOCLINUX, USERFAULTFD_IOC_NEW,
+    TIOCSPGRP, TIOCSCTTY, TIOCNOTTY, TIOCCONS, TIOCSETD, TIOCSWINSZ, TIOCVHANGUP, TIOCSLCKTRMIOS,
+    TCSETS, TCSETSW, TCSETSF, TCSETA, TCSETAW, TCSETAF, TCSETS2, TCSETSW2, TCSETSF2, TCSETX, TCSETXW, TCSETXF,
+    TCXONC, TCFLSH, TCSBRK, TCSBRKP, TIOCSBRK, TIOCCBRK, TIOCEXCL, TIOCNXCL, TIOCPKT, TIOCMSET, TIOCMBIS,
+    TIOCMBIC, TIOCSSOFTCAR, TIOCSSERIAL, TIOCSRS485, TIOCSIG,
+  };
   for (size_t i = 0; rc == 0 && i < sizeof ioctls / sizeof ioctls[0]; i++)
     rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1,
                           SCMP_A1(SCMP_CMP_MASKED_EQ, LOW32, (scmp_datum_t)ioctls[i]));
@@ -647,6 +657,13 @@ int sx_confine_layers(const char **holds, int max_holds, const char **missing, i
 int sx_confine(const sx_confinement *c, char *err, size_t errlen) {
   const sx_policy *p = c->policy;
   if (tie_to_host(c->host, err, errlen) != 0) return -1;
+  /* a session of its own, so no controlling terminal: the child can no
+     longer make its group the host's terminal's foreground one (the host's
+     next write would stop it) */
+  if (setsid() < 0) {
+    snprintf(err, errlen, "cannot start the handler process's session: %s", strerror(errno));
+    return -1;
+  }
   if (clear_environment(p, err, errlen) != 0) return -1;
   int in_namespace = enter_user_namespace();
   if (in_namespace < 0) {

@@ -11,7 +11,8 @@
  * (thread clones with a CLONE_NEW* bit, unshare, setns), no F_SETOWN or
  * F_SETSIG, no mount (the new API included), no PR_SET_PDEATHSIG; no
  * change to a file's mode, owner, times or extended attributes, and no
- * capability left.
+ * capability left; a session of its own, and no ioctl that changes a
+ * terminal.
  */
 #define _GNU_SOURCE
 
@@ -51,7 +52,7 @@ static int instrumented(void);
 enum {
   EXEC = 1, FORK = 2, PTRACE = 4, THREAD = 8, SOCKET = 16, CORE = 32, BIG = 64, SIGNAL = 128,
   LIMITS = 1 << 8, IOCTL = 1 << 9, NSCLONE = 1 << 10, FCNTL = 1 << 11, PRCTL = 1 << 12, MOUNT = 1 << 13,
-  SCHED = 1 << 14, ENV = 1 << 15, FILES = 1 << 16, METADATA = 1 << 17, NOCAPS = 1 << 18,
+  SCHED = 1 << 14, ENV = 1 << 15, FILES = 1 << 16, METADATA = 1 << 17, NOCAPS = 1 << 18, TERMINAL = 1 << 19,
 };
 
 /* Nothing of the environment is left (but the proxy settings with the
@@ -130,6 +131,22 @@ static int tiocsti_refused(void) {
   return eperm(syscall(SYS_ioctl, 0, (long)(((unsigned long)1 << 32) | TIOCSTI), &c)) &&
          eperm(syscall(SYS_ioctl, 0, (long)TIOCSTI, &c)) &&
          eperm(syscall(SYS_ioctl, 0, (long)(((unsigned long)1 << 32) | USERFAULTFD_IOC_NEW), 0));
+}
+
+/* A session of its own (no controlling terminal), and the ioctls that change
+   a terminal refused whatever the high bits of the request (valgrind warns
+   of a request it does not know: there the session only). */
+static int terminal_refused(void) {
+  if (getsid(0) != getpid()) return 0;
+  if (RUNNING_ON_VALGRIND) return 1;
+  static const unsigned long requests[] = { TIOCSPGRP, TIOCSCTTY, TIOCNOTTY, TCSETS, TCSETSW, TCSETSF, TCSETA,
+                                            TCXONC, TCFLSH, TIOCSETD, TIOCSWINSZ, TIOCCONS, TIOCSTI };
+  int pgrp = getpid();
+  for (size_t i = 0; i < sizeof requests / sizeof requests[0]; i++)
+    if (!eperm(syscall(SYS_ioctl, 0, (long)(((unsigned long)0xdead << 32) | requests[i]), &pgrp)) ||
+        !eperm(syscall(SYS_ioctl, 0, (long)requests[i], &pgrp)))
+      return 0;
+  return 1;
 }
 
 /* A thread's clone with a namespace bit: refused by the filter (EPERM),
@@ -311,6 +328,7 @@ static int probe(const sx_policy *p) {
   if (environment_empty(p->allow_network)) ok |= ENV;
   if (files_as_policy(host)) ok |= FILES;
   if (metadata_refused()) ok |= METADATA;
+  if (terminal_refused()) ok |= TERMINAL;
   if (no_capabilities()) ok |= NOCAPS;
   /* far past the limit and the room for copies */
   void *big = malloc((size_t)4 << 30);
@@ -358,7 +376,7 @@ static int instrumented(void) {
 
 int main(void) {
   int all = EXEC | FORK | PTRACE | THREAD | SOCKET | CORE | SIGNAL | LIMITS | IOCTL | NSCLONE | FCNTL | PRCTL |
-            MOUNT | SCHED | ENV | FILES | METADATA | NOCAPS | (instrumented() ? 0 : BIG);
+            MOUNT | SCHED | ENV | FILES | METADATA | NOCAPS | TERMINAL | (instrumented() ? 0 : BIG);
   /* asked in a child of its own, so that the confined children load the
      resolver's modules and read its files under the filter themselves */
   pid_t probe_pid = fork();
