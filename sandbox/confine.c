@@ -284,6 +284,11 @@ static int filter(const sx_policy *p, char *err, size_t errlen) {
     TCSETS, TCSETSW, TCSETSF, TCSETA, TCSETAW, TCSETAF, TCSETS2, TCSETSW2, TCSETSF2, TCSETX, TCSETXW, TCSETXF,
     TCXONC, TCFLSH, TCSBRK, TCSBRKP, TIOCSBRK, TIOCCBRK, TIOCEXCL, TIOCNXCL, TIOCPKT, TIOCMSET, TIOCMBIS,
     TIOCMBIC, TIOCSSOFTCAR, TIOCSSERIAL, TIOCSRS485, TIOCSIG,
+    /* a socket's owner, F_SETOWN's way (FIOSETOWN, SIOCSPGRP): with the
+       host as owner and FIOASYNC on, room coming free on the socket to the
+       host sends the host SIGIO, whose default action ends it. Landlock's
+       signal scoping (ABI 6) does not cover this before Linux 6.12 */
+    FIOSETOWN, SIOCSPGRP, FIOASYNC,
   };
   for (size_t i = 0; rc == 0 && i < sizeof ioctls / sizeof ioctls[0]; i++)
     rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1,
