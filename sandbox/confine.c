@@ -212,6 +212,17 @@ static const int metadata[] = {
   SCMP_SYS(llistxattr), SCMP_SYS(flistxattr),
 };
 
+/* Kernel objects that are not files, so not Landlock's, which the runtime
+   does not use: System V shared memory, message queues and semaphores, and
+   POSIX message queues (named per machine, they outlive the process, and
+   shared memory is not counted in RLIMIT_AS while unmapped). */
+static const int ipc[] = {
+  SCMP_SYS(shmget), SCMP_SYS(shmat), SCMP_SYS(shmdt), SCMP_SYS(shmctl), SCMP_SYS(msgget), SCMP_SYS(msgsnd),
+  SCMP_SYS(msgrcv), SCMP_SYS(msgctl), SCMP_SYS(semget), SCMP_SYS(semop), SCMP_SYS(semtimedop), SCMP_SYS(semctl),
+  SCMP_SYS(mq_open), SCMP_SYS(mq_unlink), SCMP_SYS(mq_timedsend), SCMP_SYS(mq_timedreceive), SCMP_SYS(mq_notify),
+  SCMP_SYS(mq_getsetattr),
+};
+
 /* The calls newer than libseccomp 2.5 (Debian 12's) that belong to the
    lists above, by their number, the same on these architectures: fchmodat2
    (Linux 6.6), the *xattrat calls (6.13), open_tree_attr (6.15), file_getattr
@@ -226,6 +237,8 @@ static int add_refused(scmp_filter_ctx ctx) {
     rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), refused[i], 0);
   for (size_t i = 0; rc == 0 && i < sizeof metadata / sizeof metadata[0]; i++)
     rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), metadata[i], 0);
+  for (size_t i = 0; rc == 0 && i < sizeof ipc / sizeof ipc[0]; i++)
+    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), ipc[i], 0);
 #if defined(__x86_64__) || defined(__aarch64__) || defined(__i386__) || defined(__arm__)
   for (size_t i = 0; rc == 0 && i < sizeof refused_by_number / sizeof refused_by_number[0]; i++)
     rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), refused_by_number[i], 0);
@@ -670,11 +683,15 @@ int sx_confine(const sx_confinement *c, char *err, size_t errlen) {
     return -1;
   }
   if (clear_environment(p, err, errlen) != 0) return -1;
-  int in_namespace = enter_user_namespace();
-  if (in_namespace < 0) {
+  if (enter_user_namespace() < 0) {
     snprintf(err, errlen, "cannot map the handler process's ids in its user namespace: %s", strerror(errno));
     return -1;
   }
+  /* an IPC namespace of its own where it may (in its user namespace, or
+     with a root host's capabilities): System V objects and POSIX message
+     queues of its own, none of the machine's. Where it may not, the filter
+     still refuses them all */
+  (void)unshare(CLONE_NEWIPC);
   /* in a user namespace the capabilities reach only inside it; dropped
      there too, as nothing after this needs them */
   if (drop_capabilities(err, errlen) != 0) return -1;

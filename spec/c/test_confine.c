@@ -12,7 +12,7 @@
  * F_SETSIG (nor FIOSETOWN, SIOCSPGRP, FIOASYNC), no mount (the new API included), no PR_SET_PDEATHSIG; no
  * change to a file's mode, owner, times or extended attributes, and no
  * capability left; a session of its own, and no ioctl that changes a
- * terminal.
+ * terminal; no System V IPC or POSIX message queue.
  */
 #define _GNU_SOURCE
 
@@ -52,7 +52,7 @@ static int instrumented(void);
 enum {
   EXEC = 1, FORK = 2, PTRACE = 4, THREAD = 8, SOCKET = 16, CORE = 32, BIG = 64, SIGNAL = 128,
   LIMITS = 1 << 8, IOCTL = 1 << 9, NSCLONE = 1 << 10, FCNTL = 1 << 11, PRCTL = 1 << 12, MOUNT = 1 << 13,
-  SCHED = 1 << 14, ENV = 1 << 15, FILES = 1 << 16, METADATA = 1 << 17, NOCAPS = 1 << 18, TERMINAL = 1 << 19,
+  SCHED = 1 << 14, ENV = 1 << 15, FILES = 1 << 16, METADATA = 1 << 17, NOCAPS = 1 << 18, TERMINAL = 1 << 19, SYSV = 1 << 20,
 };
 
 /* Nothing of the environment is left (but the proxy settings with the
@@ -147,6 +147,15 @@ static int terminal_refused(void) {
         !eperm(syscall(SYS_ioctl, 0, (long)requests[i], &pgrp)))
       return 0;
   return 1;
+}
+
+/* System V shared memory, message queues, semaphores and POSIX message
+   queues: none (valgrind answers shmat itself, after asking shmctl). */
+static int ipc_refused(void) {
+  return eperm(syscall(SYS_shmget, 0 /* IPC_PRIVATE */, 4096, 01600)) && eperm(syscall(SYS_msgget, 0, 01600)) &&
+         eperm(syscall(SYS_semget, 0, 1, 01600)) && (RUNNING_ON_VALGRIND || eperm(syscall(SYS_shmat, 0, NULL, 0))) &&
+         eperm(syscall(SYS_mq_open, "luma-confine", O_RDWR | O_CREAT, 0600, NULL)) &&
+         eperm(syscall(SYS_mq_unlink, "luma-confine"));
 }
 
 /* A thread's clone with a namespace bit: refused by the filter (EPERM),
@@ -337,6 +346,7 @@ static int probe(const sx_policy *p) {
   if (files_as_policy(host)) ok |= FILES;
   if (metadata_refused()) ok |= METADATA;
   if (terminal_refused()) ok |= TERMINAL;
+  if (ipc_refused()) ok |= SYSV;
   if (no_capabilities()) ok |= NOCAPS;
   /* far past the limit and the room for copies */
   void *big = malloc((size_t)4 << 30);
@@ -384,7 +394,7 @@ static int instrumented(void) {
 
 int main(void) {
   int all = EXEC | FORK | PTRACE | THREAD | SOCKET | CORE | SIGNAL | LIMITS | IOCTL | NSCLONE | FCNTL | PRCTL |
-            MOUNT | SCHED | ENV | FILES | METADATA | NOCAPS | TERMINAL | (instrumented() ? 0 : BIG);
+            MOUNT | SCHED | ENV | FILES | METADATA | NOCAPS | TERMINAL | SYSV | (instrumented() ? 0 : BIG);
   /* asked in a child of its own, so that the confined children load the
      resolver's modules and read its files under the filter themselves */
   pid_t probe_pid = fork();
