@@ -215,12 +215,16 @@ static const int metadata[] = {
 /* Kernel objects that are not files, so not Landlock's, which the runtime
    does not use: System V shared memory, message queues and semaphores, and
    POSIX message queues (named per machine, they outlive the process, and
-   shared memory is not counted in RLIMIT_AS while unmapped). */
+   shared memory is not counted in RLIMIT_AS while unmapped); nor memory
+   files. */
 static const int ipc[] = {
   SCMP_SYS(shmget), SCMP_SYS(shmat), SCMP_SYS(shmdt), SCMP_SYS(shmctl), SCMP_SYS(msgget), SCMP_SYS(msgsnd),
   SCMP_SYS(msgrcv), SCMP_SYS(msgctl), SCMP_SYS(semget), SCMP_SYS(semop), SCMP_SYS(semtimedop), SCMP_SYS(semctl),
   SCMP_SYS(mq_open), SCMP_SYS(mq_unlink), SCMP_SYS(mq_timedsend), SCMP_SYS(mq_timedreceive), SCMP_SYS(mq_notify),
   SCMP_SYS(mq_getsetattr),
+  /* memory files: a memfd's pages are not counted in RLIMIT_AS, however
+     many (nothing in the runtime, the C library, libcurl or Lua makes one) */
+  SCMP_SYS(memfd_create), SCMP_SYS(memfd_secret),
 };
 
 /* The calls newer than libseccomp 2.5 (Debian 12's) that belong to the

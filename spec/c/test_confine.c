@@ -12,7 +12,7 @@
  * F_SETSIG (nor FIOSETOWN, SIOCSPGRP, FIOASYNC), no mount (the new API included), no PR_SET_PDEATHSIG; no
  * change to a file's mode, owner, times or extended attributes, and no
  * capability left; a session of its own, and no ioctl that changes a
- * terminal; no System V IPC or POSIX message queue.
+ * terminal; no System V IPC, POSIX message queue or memfd.
  */
 #define _GNU_SOURCE
 
@@ -150,12 +150,15 @@ static int terminal_refused(void) {
 }
 
 /* System V shared memory, message queues, semaphores and POSIX message
-   queues: none (valgrind answers shmat itself, after asking shmctl). */
+   queues, memory files: none (valgrind answers shmat itself, after asking
+   shmctl, and memfd_secret, which it does not know). */
 static int ipc_refused(void) {
   return eperm(syscall(SYS_shmget, 0 /* IPC_PRIVATE */, 4096, 01600)) && eperm(syscall(SYS_msgget, 0, 01600)) &&
          eperm(syscall(SYS_semget, 0, 1, 01600)) && (RUNNING_ON_VALGRIND || eperm(syscall(SYS_shmat, 0, NULL, 0))) &&
          eperm(syscall(SYS_mq_open, "luma-confine", O_RDWR | O_CREAT, 0600, NULL)) &&
-         eperm(syscall(SYS_mq_unlink, "luma-confine"));
+         eperm(syscall(SYS_mq_unlink, "luma-confine")) && eperm(syscall(SYS_memfd_create, "luma", 0)) &&
+         eperm(syscall(SYS_memfd_create, "luma", (long)((unsigned long)1 << 32))) &&
+         (RUNNING_ON_VALGRIND || eperm(syscall(SYS_memfd_secret, 0)));
 }
 
 /* A thread's clone with a namespace bit: refused by the filter (EPERM),
