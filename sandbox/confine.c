@@ -5,7 +5,8 @@
    VM exploit): the child cannot reach the host, its files or the machine.
    The Lua-level limits (max_memory_mb through the allocator, the deadline
    through the hook and the host's kill) stay the first line. In order:
-   the tie to the host (parent death), the environment, a user namespace,
+   the tie to the host (parent death), a session of its own, the
+   environment, a user namespace and an IPC namespace, no capability,
    rlimits, Landlock, the seccomp filter (last: it refuses what the others
    need). spec/39 attacks each from inside the child. */
 #define _GNU_SOURCE
@@ -646,19 +647,24 @@ int sx_confine_layers(const char **holds, int max_holds, const char **missing, i
 #define MISSING(s) do { if (m < max_missing) missing[m++] = (s); } while (0)
   HOLDS("parent-death signal: the handler process dies with the host's thread that started it");
   HOLDS("environment: emptied but for what the policy lets through");
-  HOLDS("descriptors: only the socket to the host, /dev/null, and the host's stderr when it came across exec");
+  HOLDS("descriptors: only the socket to the host, /dev/null, and the host's stderr when it came across exec and "
+        "is not a terminal; a session of its own (no controlling terminal)");
+  HOLDS("capabilities: none (dropped before the filter, whatever the host's user)");
   HOLDS("rlimits: no core dumps; RLIMIT_AS near max_memory_mb (not under a sanitizer or valgrind)");
   /* libseccomp asks the kernel once (seccomp(2) or prctl) */
   if (seccomp_api_get() >= 1 || RUNNING_ON_VALGRIND)
-    HOLDS("seccomp: no exec, process, namespace, mount, ptrace; signals, limits and scheduling on itself only");
+    HOLDS("seccomp: no exec, process, namespace, mount, ptrace; signals, limits and scheduling on itself only; no "
+          "change to a file's mode, owner, times or xattrs; no terminal ioctl that changes one, no socket owner; no "
+          "System V IPC, POSIX message queue or memfd");
   else
     MISSING("seccomp: this kernel has no seccomp filters; process isolation cannot start");
   if (sx_user_namespaces())
     HOLDS("user namespace: the same ids, but no capability outside it (a root host's child cannot pass file "
           "permissions)");
   else
-    MISSING("user namespace: the kernel allows none here; a root host's handler process keeps root's capabilities "
-            "(the filter still refuses what they would reach)");
+    MISSING("user namespace: the kernel allows none here; a root host's handler process is still root to the "
+            "file system (its capabilities are dropped: it passes no permission, and the filter refuses chown and "
+            "chmod), and shares the machine's IPC namespace (the filter refuses System V IPC)");
   int abi = sx_landlock_abi();
   if (abi >= 1) HOLDS("Landlock files: the system's libraries, /dev/null, and the module's folders only");
   if (abi >= 1) HOLDS("Landlock ptrace scoping: no /proc/<pid>/mem of the host or any process outside");
