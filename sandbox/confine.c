@@ -168,14 +168,6 @@ static const unsigned long clone_new[] = {
   CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET,
 };
 
-/* The whole new mount API, open_tree_attr (Linux 6.15) included, which
-   libseccomp 2.5 has no name for. */
-#ifndef __NR_open_tree_attr
-#if defined(__x86_64__) || defined(__aarch64__) || defined(__i386__) || defined(__arm__)
-#define __NR_open_tree_attr 467
-#endif
-#endif
-
 /* what could reach another process, the mounts, or the machine (a root
    host's child keeps its capabilities), or kernel surface a Lua handler
    has no use for */
@@ -230,10 +222,10 @@ static const int ipc[] = {
 
 /* The calls newer than libseccomp 2.5 (Debian 12's) that belong to the
    lists above, by their number, the same on these architectures: fchmodat2
-   (Linux 6.6), the *xattrat calls (6.13), open_tree_attr (6.15), file_getattr
-   and file_setattr (6.17). */
+   (Linux 6.6), the *xattrat calls (6.13), open_tree_attr (6.15: the whole
+   new mount API is refused), file_getattr and file_setattr (6.17). */
 #if defined(__x86_64__) || defined(__aarch64__) || defined(__i386__) || defined(__arm__)
-static const int refused_by_number[] = { 452, 463, 464, 465, 466, __NR_open_tree_attr, 468, 469 };
+static const int refused_by_number[] = { 452, 463, 464, 465, 466, 467, 468, 469 };
 #endif
 
 static int add_refused(scmp_filter_ctx ctx) {

@@ -206,7 +206,11 @@ static int mounts_refused(void) {
   return eperm(syscall(SYS_fsopen, "tmpfs", 0)) && eperm(syscall(SYS_fspick, AT_FDCWD, "/", 0)) &&
          eperm(syscall(SYS_open_tree, AT_FDCWD, "/", 0)) && eperm(syscall(SYS_umount2, "/", MNT_DETACH)) &&
          eperm(syscall(SYS_move_mount, -1, "", -1, "", 0)) && eperm(syscall(SYS_mount_setattr, -1, "", 0, NULL, 0)) &&
-         eperm(syscall(SYS_pivot_root, "/", "/")) && eperm(mount("none", "/", "tmpfs", 0, NULL));
+         eperm(syscall(SYS_pivot_root, "/", "/")) && eperm(mount("none", "/", "tmpfs", 0, NULL))
+#if defined(__x86_64__) || defined(__aarch64__)
+         && eperm(syscall(467 /* open_tree_attr */, AT_FDCWD, "/", 0, NULL, 0))
+#endif
+         ;
 }
 
 static void *nothing(void *arg) { return arg; }
