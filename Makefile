@@ -172,7 +172,7 @@ $(BUILD)/test_%: spec/c/test_%.c spec/c/ctest.h spec/c/test_server.h $(CORE_OBJ)
 ATTACK_SO = $(BUILD)/attack.so
 $(ATTACK_SO): spec/c/attack.c
 	@mkdir -p $(dir $@)
-	$(CC) -O2 -g -Wall -Wextra -fPIC -shared -o $@ $< -ldl
+	$(CC) -O2 -g -Wall -Wextra -fPIC -shared -o $@ $< -ldl -lpthread
 
 deps:
 	@missing=""; for p in $(DEB_PACKAGES) $(EXTRA_PACKAGES); do \

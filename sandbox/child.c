@@ -61,8 +61,13 @@ static void child_fail(int fd, const char *msg) {
    descriptor of the host's but stderr. fds 0 and 1 are /dev/null; fd 2 is
    kept only if it was open across the host's exec (a stderr never has
    FD_CLOEXEC): a host started with fd 2 closed has its own descriptors
-   there (an eventfd, a socket, a database), which become /dev/null. The
-   socket moves above 2 if it was there. Returns the socket's fd. */
+   there (an eventfd, a socket, a database), which become /dev/null. A
+   stderr that is a terminal becomes /dev/null too: a handler process keeps
+   no terminal (sx_confine also leaves the host's session, and the filter
+   refuses the ioctls that change one), as escape sequences written to it
+   reach the user's terminal emulator (its clipboard, its title, answers it
+   types back). The socket moves above 2 if it was there. Returns the
+   socket's fd. */
 static int child_reset(int keep) {
   sigset_t none;
   sigemptyset(&none);
@@ -80,7 +85,7 @@ static int child_reset(int keep) {
     keep = moved;
   }
   int err_flags = fcntl(2, F_GETFD);
-  int host_stderr = err_flags >= 0 && !(err_flags & FD_CLOEXEC);
+  int host_stderr = err_flags >= 0 && !(err_flags & FD_CLOEXEC) && !isatty(2);
   int null = open("/dev/null", O_RDWR);
   if (null < 0) _exit(0);
   dup2(null, 0);

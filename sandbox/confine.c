@@ -5,7 +5,8 @@
    VM exploit): the child cannot reach the host, its files or the machine.
    The Lua-level limits (max_memory_mb through the allocator, the deadline
    through the hook and the host's kill) stay the first line. In order:
-   the tie to the host (parent death), the environment, a user namespace,
+   the tie to the host (parent death), a session of its own, the
+   environment, a user namespace and an IPC namespace, no capability,
    rlimits, Landlock, the seccomp filter (last: it refuses what the others
    need). spec/39 attacks each from inside the child. */
 #define _GNU_SOURCE
@@ -17,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <linux/capability.h>
 #include <linux/userfaultfd.h>
 #include <sched.h>
 #include <signal.h>
@@ -24,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <asm/termbits.h>   /* struct termios2, which TCSETS2 measures */
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -173,14 +176,6 @@ static const unsigned long clone_new[] = {
   CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET,
 };
 
-/* The whole new mount API, open_tree_attr (Linux 6.15) included, which
-   libseccomp 2.5 has no name for. */
-#ifndef __NR_open_tree_attr
-#if defined(__x86_64__) || defined(__aarch64__) || defined(__i386__) || defined(__arm__)
-#define __NR_open_tree_attr 467
-#endif
-#endif
-
 /* what could reach another process, the mounts, or the machine (a root
    host's child keeps its capabilities), or kernel surface a Lua handler
    has no use for */
@@ -203,6 +198,44 @@ static const int refused[] = {
   SCMP_SYS(syslog), SCMP_SYS(iopl), SCMP_SYS(ioperm), SCMP_SYS(vhangup),
 };
 
+/* A file's metadata by path or descriptor: its mode, owner, times and
+   extended attributes. Landlock checks opening, making and removing files,
+   not these, so without the filter they reach every file of the host's
+   user by path (and with root's capabilities, every file), outside the
+   granted folders; the strict io and Lua's os and io library need none of
+   them (os.rename and os.remove are rename and unlink). The xattr reads go
+   too: a handler has no use for a file's labels. */
+static const int metadata[] = {
+  SCMP_SYS(chmod), SCMP_SYS(fchmod), SCMP_SYS(fchmodat), SCMP_SYS(chown), SCMP_SYS(fchown), SCMP_SYS(lchown),
+  SCMP_SYS(fchownat), SCMP_SYS(utime), SCMP_SYS(utimes), SCMP_SYS(utimensat), SCMP_SYS(futimesat),
+  SCMP_SYS(setxattr), SCMP_SYS(lsetxattr), SCMP_SYS(fsetxattr), SCMP_SYS(removexattr), SCMP_SYS(lremovexattr),
+  SCMP_SYS(fremovexattr), SCMP_SYS(getxattr), SCMP_SYS(lgetxattr), SCMP_SYS(fgetxattr), SCMP_SYS(listxattr),
+  SCMP_SYS(llistxattr), SCMP_SYS(flistxattr),
+};
+
+/* Kernel objects that are not files, so not Landlock's, which the runtime
+   does not use: System V shared memory, message queues and semaphores, and
+   POSIX message queues (named per machine, they outlive the process, and
+   shared memory is not counted in RLIMIT_AS while unmapped); nor memory
+   files. */
+static const int ipc[] = {
+  SCMP_SYS(shmget), SCMP_SYS(shmat), SCMP_SYS(shmdt), SCMP_SYS(shmctl), SCMP_SYS(msgget), SCMP_SYS(msgsnd),
+  SCMP_SYS(msgrcv), SCMP_SYS(msgctl), SCMP_SYS(semget), SCMP_SYS(semop), SCMP_SYS(semtimedop), SCMP_SYS(semctl),
+  SCMP_SYS(mq_open), SCMP_SYS(mq_unlink), SCMP_SYS(mq_timedsend), SCMP_SYS(mq_timedreceive), SCMP_SYS(mq_notify),
+  SCMP_SYS(mq_getsetattr),
+  /* memory files: a memfd's pages are not counted in RLIMIT_AS, however
+     many (nothing in the runtime, the C library, libcurl or Lua makes one) */
+  SCMP_SYS(memfd_create), SCMP_SYS(memfd_secret),
+};
+
+/* The calls newer than libseccomp 2.5 (Debian 12's) that belong to the
+   lists above, by their number, the same on these architectures: fchmodat2
+   (Linux 6.6), the *xattrat calls (6.13), open_tree_attr (6.15: the whole
+   new mount API is refused), file_getattr and file_setattr (6.17). */
+#if defined(__x86_64__) || defined(__aarch64__) || defined(__i386__) || defined(__arm__)
+static const int refused_by_number[] = { 452, 463, 464, 465, 466, 467, 468, 469 };
+#endif
+
 static int add_refused(scmp_filter_ctx ctx) {
   int rc = 0;
   for (size_t i = 0; rc == 0 && i < sizeof refused / sizeof refused[0]; i++) {
@@ -211,8 +244,13 @@ static int add_refused(scmp_filter_ctx ctx) {
     if (refused[i] == SCMP_SYS(tkill) && sx_under_valgrind()) continue;
     rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), refused[i], 0);
   }
-#ifdef __NR_open_tree_attr
-  if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), __NR_open_tree_attr, 0);
+  for (size_t i = 0; rc == 0 && i < sizeof metadata / sizeof metadata[0]; i++)
+    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), metadata[i], 0);
+  for (size_t i = 0; rc == 0 && i < sizeof ipc / sizeof ipc[0]; i++)
+    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), ipc[i], 0);
+#if defined(__x86_64__) || defined(__aarch64__) || defined(__i386__) || defined(__arm__)
+  for (size_t i = 0; rc == 0 && i < sizeof refused_by_number / sizeof refused_by_number[0]; i++)
+    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), refused_by_number[i], 0);
 #endif
   return rc;
 }
@@ -257,9 +295,23 @@ static int filter(const sx_policy *p, char *err, size_t errlen) {
   if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioprio_set), 1, SCMP_A0(SCMP_CMP_NE, IOPRIO_WHO_PROCESS));
   if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioprio_set), 1, SCMP_A1(SCMP_CMP_NE, 0));
   /* no keystrokes pushed into a terminal the child inherited (nor a
-     console's selection pasted), no userfaultfd from /dev/userfaultfd; the
-     kernel reads the request as 32 bits */
-  static const unsigned long ioctls[] = { TIOCSTI, TIOCLINUX, USERFAULTFD_IOC_NEW };
+     console's selection pasted), no change to a terminal's settings, its
+     foreground group, line discipline, size or modem lines (the child has
+     left the host's session, so it has no controlling terminal: this is
+     the belt), no userfaultfd from /dev/userfaultfd; the kernel reads the
+     request as 32 bits */
+  static const unsigned long ioctls[] = {
+    TIOCSTI, TIOCLINUX, USERFAULTFD_IOC_NEW,
+    TIOCSPGRP, TIOCSCTTY, TIOCNOTTY, TIOCCONS, TIOCSETD, TIOCSWINSZ, TIOCVHANGUP, TIOCSLCKTRMIOS,
+    TCSETS, TCSETSW, TCSETSF, TCSETA, TCSETAW, TCSETAF, TCSETS2, TCSETSW2, TCSETSF2, TCSETX, TCSETXW, TCSETXF,
+    TCXONC, TCFLSH, TCSBRK, TCSBRKP, TIOCSBRK, TIOCCBRK, TIOCEXCL, TIOCNXCL, TIOCPKT, TIOCMSET, TIOCMBIS,
+    TIOCMBIC, TIOCSSOFTCAR, TIOCSSERIAL, TIOCSRS485, TIOCSIG,
+    /* a socket's owner, F_SETOWN's way (FIOSETOWN, SIOCSPGRP): with the
+       host as owner and FIOASYNC on, room coming free on the socket to the
+       host sends the host SIGIO, whose default action ends it. Landlock's
+       signal scoping (ABI 6) does not cover this before Linux 6.12 */
+    FIOSETOWN, SIOCSPGRP, FIOASYNC,
+  };
   for (size_t i = 0; rc == 0 && i < sizeof ioctls / sizeof ioctls[0]; i++)
     rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1,
                           SCMP_A1(SCMP_CMP_MASKED_EQ, LOW32, (scmp_datum_t)ioctls[i]));
@@ -416,6 +468,40 @@ static int enter_user_namespace(void) {
   return rc == 0 ? 1 : -1;
 }
 
+/* No capability left: the bounding set emptied (where the child may: it
+   needs CAP_SETPCAP, which an unprivileged one lacks and then never gets),
+   no ambient one, and none permitted, effective or inheritable. Without a
+   user namespace a root host's child would keep root's over every file by
+   path (Landlock does not see chown or chmod) and over its own limits. Done
+   before the filter, which refuses the prctl and capset this needs. */
+static int drop_capabilities(char *err, size_t errlen) {
+  struct __user_cap_header_struct head = { _LINUX_CAPABILITY_VERSION_3, 0 };
+  struct __user_cap_data_struct data[2];
+  memset(data, 0, sizeof data);
+  if (syscall(SYS_capget, &head, data) != 0) {
+    snprintf(err, errlen, "cannot read the handler process's capabilities: %s", strerror(errno));
+    return -1;
+  }
+  int setpcap = (data[0].effective >> CAP_SETPCAP) & 1;
+  for (int cap = 0; cap < 64 && prctl(PR_CAPBSET_READ, cap, 0, 0, 0) >= 0; cap++)
+    if (setpcap && prctl(PR_CAPBSET_READ, cap, 0, 0, 0) == 1 && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0) {
+      snprintf(err, errlen, "cannot drop capability %d from the handler process's bounding set: %s", cap,
+               strerror(errno));
+      return -1;
+    }
+  /* ambient capabilities are Linux 4.3's: EINVAL before */
+  if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL) {
+    snprintf(err, errlen, "cannot clear the handler process's ambient capabilities: %s", strerror(errno));
+    return -1;
+  }
+  memset(data, 0, sizeof data);
+  if (syscall(SYS_capset, &head, data) != 0) {
+    snprintf(err, errlen, "cannot drop the handler process's capabilities: %s", strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
 int sx_user_namespaces(void) {
   if (sx_under_valgrind()) return 0;
   static int known = -1;
@@ -565,19 +651,24 @@ int sx_confine_layers(const char **holds, int max_holds, const char **missing, i
 #define MISSING(s) do { if (m < max_missing) missing[m++] = (s); } while (0)
   HOLDS("parent-death signal: the handler process dies with the host's thread that started it");
   HOLDS("environment: emptied but for what the policy lets through");
-  HOLDS("descriptors: only the socket to the host, /dev/null, and the host's stderr when it came across exec");
+  HOLDS("descriptors: only the socket to the host, /dev/null, and the host's stderr when it came across exec and "
+        "is not a terminal; a session of its own (no controlling terminal)");
+  HOLDS("capabilities: none (dropped before the filter, whatever the host's user)");
   HOLDS("rlimits: no core dumps; RLIMIT_AS near max_memory_mb (not under a sanitizer or valgrind)");
   /* libseccomp asks the kernel once (seccomp(2) or prctl) */
   if (seccomp_api_get() >= 1 || sx_under_valgrind())
-    HOLDS("seccomp: no exec, process, namespace, mount, ptrace; signals, limits and scheduling on itself only");
+    HOLDS("seccomp: no exec, process, namespace, mount, ptrace; signals, limits and scheduling on itself only; no "
+          "change to a file's mode, owner, times or xattrs; no terminal ioctl that changes one, no socket owner; no "
+          "System V IPC, POSIX message queue or memfd");
   else
     MISSING("seccomp: this kernel has no seccomp filters; process isolation cannot start");
   if (sx_user_namespaces())
     HOLDS("user namespace: the same ids, but no capability outside it (a root host's child cannot pass file "
           "permissions)");
   else
-    MISSING("user namespace: the kernel allows none here; a root host's handler process keeps root's capabilities "
-            "(the filter still refuses what they would reach)");
+    MISSING("user namespace: the kernel allows none here; a root host's handler process is still root to the "
+            "file system (its capabilities are dropped: it passes no permission, and the filter refuses chown and "
+            "chmod), and shares the machine's IPC namespace (the filter refuses System V IPC)");
   int abi = sx_landlock_abi();
   if (abi >= 1) HOLDS("Landlock files: the system's libraries, /dev/null, and the module's folders only");
   if (abi >= 1) HOLDS("Landlock ptrace scoping: no /proc/<pid>/mem of the host or any process outside");
@@ -598,11 +689,26 @@ int sx_confine_layers(const char **holds, int max_holds, const char **missing, i
 int sx_confine(const sx_confinement *c, char *err, size_t errlen) {
   const sx_policy *p = c->policy;
   if (tie_to_host(c->host, err, errlen) != 0) return -1;
+  /* a session of its own, so no controlling terminal: the child can no
+     longer make its group the host's terminal's foreground one (the host's
+     next write would stop it) */
+  if (setsid() < 0) {
+    snprintf(err, errlen, "cannot start the handler process's session: %s", strerror(errno));
+    return -1;
+  }
   if (clear_environment(p, err, errlen) != 0) return -1;
   if (enter_user_namespace() < 0) {
     snprintf(err, errlen, "cannot map the handler process's ids in its user namespace: %s", strerror(errno));
     return -1;
   }
+  /* an IPC namespace of its own where it may (in its user namespace, or
+     with a root host's capabilities): System V objects and POSIX message
+     queues of its own, none of the machine's. Where it may not, the filter
+     still refuses them all */
+  (void)unshare(CLONE_NEWIPC);
+  /* in a user namespace the capabilities reach only inside it; dropped
+     there too, as nothing after this needs them */
+  if (drop_capabilities(err, errlen) != 0) return -1;
   /* a crash is reported by its signal; a core image of the host's whole
      address space would only take time and disk */
   struct rlimit none = { 0, 0 };

@@ -18,6 +18,9 @@ local UNPRELOADED = "env -u LD_PRELOAD "
 
 local ATTACKS = { "mem", "config", "setown", "signals", "limits", "stdout", "mount", "tiocsti", "namespaces",
   "userfaultfd", "environ", "fds", "pid", "socket", "caps" }
+-- The red team's attacks (branch redteam): each line of their reports must
+-- say refused. Where one SUCCEEDED the confinement has a hole.
+local REDTEAM = { "metadata", "sysv", "memfd", "compat", "proc", "sigio" }
 
 -- What each attack must report: every try refused, and these lines.
 local EXPECTED = {
@@ -124,8 +127,13 @@ local function project(user)
   dir = dir:gsub("%s+$", "")
   local files = { ["program.luma"] = SOURCE, ["tools.lua"] = TOOLS, ["host.lua"] = HOST,
     ["luma.config.json"] = core.json_encode({ tool_modules = { "tools.lua" },
-      tool_module_policy = { sandbox = "strict", isolation = "process", max_concurrency = 1 } }) }
+      tool_module_policy = { sandbox = "strict", isolation = "process", max_concurrency = 1,
+        max_memory_mb = 16 } }) }
   for _, name in ipairs(ATTACKS) do files["luma_attack/" .. name .. ".lua"] = "" end
+  for _, name in ipairs(REDTEAM) do files["luma_attack/" .. name .. ".lua"] = "" end
+  files["luma_attack/sigiokill.lua"] = ""
+  files["luma_attack/rootcaps.lua"] = ""
+  files["luma_attack/terminal.lua"] = ""
   assert(os.execute(UNPRELOADED .. "mkdir -p " .. h.quote(dir .. "/luma_attack")))
   for name, content in pairs(files) do h.write(dir .. "/" .. name, content) end
   assert(os.execute(UNPRELOADED .. "chmod -R a+rwX " .. h.quote(dir)))
@@ -148,7 +156,7 @@ end
 -- Runs the host in dir, as `user` ("nobody" or nil), with the attack
 -- library preloaded after what the run already preloads (a sanitizer's
 -- runtime), a secret in its environment, and `redirect` for stderr.
-local function host(dir, args, user, redirect)
+local function host_command(dir, args, user, redirect, env)
   local preload = os.getenv("LD_PRELOAD")
   preload = (preload and preload ~= "" and preload .. " " or "") .. ATTACK_SO
   local as = user and "setpriv --reuid=65534 --regid=65534 --clear-groups " or ""
@@ -156,10 +164,14 @@ local function host(dir, args, user, redirect)
   for i, a in ipairs(args) do quoted[i] = h.quote(a) end
   -- (the shell waits rather than exec the host: a host that is killed is
   -- reported on the stderr of the run, not of busted)
-  local cmd = string.format("cd %s && env LUMA_ATTACK_SECRET=hunter2 LD_PRELOAD=%s %slua5.4 host.lua %s %s %s %s < /dev/null %s; exit $?",
+  local cmd = string.format("cd %s && env " .. (env or "") .. " LUMA_ATTACK_SECRET=hunter2 LD_PRELOAD=%s %slua5.4 host.lua %s %s %s %s < /dev/null %s; exit $?",
     h.quote(dir), h.quote(preload), as, h.quote(h.root), h.quote(BUILD), h.quote(dir), table.concat(quoted, " "),
     redirect or "")
-  return h.sh(cmd)
+  return cmd
+end
+
+local function host(dir, args, user, redirect, env)
+  return h.sh(host_command(dir, args, user, redirect, env))
 end
 
 -- The report of each attack: { name = text }.
@@ -268,6 +280,99 @@ describe_native("native attacks from a process-isolated handler (issue 24)", fun
         assert.matches("\n  missing: Landlock: none ", r.stdout)
       end
       assert.matches("\nok\n$", r.stdout)
+    end)
+    remove(dir)
+    if not ok then error(err, 0) end
+  end)
+
+  for _, user in ipairs { false, "nobody" } do
+    it("the red team's attacks are refused" .. (user and " as nobody" or " as root"), function()
+      if user and not is_root() then
+        pending("needs root to run the host as nobody")
+        return
+      end
+      local dir = project(user or nil)
+      -- the host's user owns its project, as it would
+      if user then os.execute(UNPRELOADED .. "chown 65534:65534 " .. h.quote(dir .. "/luma.config.json")) end
+      local config = h.read(dir .. "/luma.config.json")
+      local _, mode = h.sh(UNPRELOADED .. "stat -c %a " .. h.quote(dir .. "/luma.config.json"))
+      local ok, err = pcall(function()
+        local status, out, errout = host(dir, { "attacks", table.unpack(REDTEAM) }, user or nil)
+        assert.are.equal(0, status, errout)
+        assert.is_truthy(contains(out, "host alive\n"), out)
+        local by = reports(out)
+        for _, name in ipairs(REDTEAM) do
+          assert.is_truthy(by[name], "no report of " .. name .. ":\n" .. out)
+          assert.is_falsy(contains(by[name], "ERROR"), by[name])
+        end
+        assert.is_falsy(contains(out, "SUCCEEDED"), out)
+        assert.are.equal(config, h.read(dir .. "/luma.config.json"))
+        local _, now = h.sh(UNPRELOADED .. "stat -c %a " .. h.quote(dir .. "/luma.config.json"))
+        assert.are.equal(mode, now)
+      end)
+      remove(dir)
+      if not ok then error(err, 0) end
+    end)
+  end
+
+  -- Linux 6.10 and 6.11 have Landlock's ABI 5, Ubuntu 24.04's 6.8 ABI 4,
+  -- Debian 12's 6.1 ABI 2: no signal scoping, the filter alone stands
+  -- between a child and SIGIO to its host (FIOSETOWN on its socket).
+  it("a child cannot send its host SIGIO without Landlock's signal scoping (ABI 5)", function()
+    if LANDLOCK < 5 then
+      pending("needs Landlock ABI 5 or later to stand for it")
+      return
+    end
+    local dir = project()
+    local ok, err = pcall(function()
+      local status, out, errout = host(dir, { "attacks", "sigiokill", "pid" }, nil, nil, "LUMA_ATTACK_LANDLOCK_ABI=5")
+      assert.are.equal(0, status, "host ended with " .. tostring(status) .. ": " .. errout .. out)
+      assert.is_truthy(contains(out, "host alive\n"), out)
+    end)
+    remove(dir)
+    if not ok then error(err, 0) end
+  end)
+
+  -- Where user namespaces are refused (a sysctl, a security module), a root
+  -- host's child keeps root's capabilities; Landlock does not see chown or
+  -- chmod, so they reach every file by path, not only the granted folders
+  -- (LUMA_ATTACK_NO_USERNS makes the child's unshare fail).
+  it("a root host's child without a user namespace cannot chown or chmod files outside its folders", function()
+    if not is_root() then
+      pending("needs root")
+      return
+    end
+    local dir = project()
+    local outside = dir .. ".outside"
+    local ok, err = pcall(function()
+      h.write(outside, "x")
+      assert(os.execute(UNPRELOADED .. "chown 65534:65534 " .. h.quote(outside) .. " && chmod 600 " .. h.quote(outside)))
+      local status, out, errout = host(dir, { "attacks", "rootcaps" }, nil, nil, "LUMA_ATTACK_NO_USERNS=1")
+      assert.are.equal(0, status, errout)
+      local report = reports(out).rootcaps
+      assert.is_truthy(report, out)
+      assert.is_falsy(contains(report, "SUCCEEDED"), report)
+      local _, st = h.sh(UNPRELOADED .. "stat -c '%u %a' " .. h.quote(outside))
+      assert.are.equal("65534 600", (st:gsub("%s+$", "")))
+    end)
+    os.remove(outside)
+    remove(dir)
+    if not ok then error(err, 0) end
+  end)
+
+  -- A host run from an interactive shell, its stderr the terminal: the
+  -- child is in the host's session, so it can make a process group of its
+  -- own the terminal's foreground one and set TOSTOP; the host's next write
+  -- to the terminal stops it (SIGTTOU comes from the terminal: no filter
+  -- rule or Landlock scope sees it).
+  it("a child cannot stop a host on a terminal (TIOCSPGRP, TOSTOP)", function()
+    local dir = project()
+    local ok, err = pcall(function()
+      local cmd = "( " .. host_command(dir, { "attacks", "terminal", "pid" }, nil, "") .. " ); echo \"host ended: $?\""
+      local _, out = h.sh(UNPRELOADED .. "python3 " .. h.quote(h.root .. "/spec/support/pty_job.py") .. " 20 bash -c "
+        .. h.quote("set -m; " .. cmd))
+      assert.is_truthy(contains(out, "host alive"), out)
+      assert.is_truthy(contains(out, "host ended: 0\n"), out)
     end)
     remove(dir)
     if not ok then error(err, 0) end

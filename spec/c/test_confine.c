@@ -9,7 +9,10 @@
  * the parent's, even with a pid whose high bits are set), no TIOCSTI or
  * USERFAULTFD_IOC_NEW whatever the high bits of the request, no namespace
  * (thread clones with a CLONE_NEW* bit, unshare, setns), no F_SETOWN or
- * F_SETSIG, no mount (the new API included), no PR_SET_PDEATHSIG.
+ * F_SETSIG (nor FIOSETOWN, SIOCSPGRP, FIOASYNC), no mount (the new API included), no PR_SET_PDEATHSIG; no
+ * change to a file's mode, owner, times or extended attributes, and no
+ * capability left; a session of its own, and no ioctl that changes a
+ * terminal; no System V IPC, POSIX message queue or memfd.
  */
 #define _GNU_SOURCE
 
@@ -26,6 +29,7 @@
 #include <sys/ptrace.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -40,7 +44,7 @@ static int instrumented(void);
 enum {
   EXEC = 1, FORK = 2, PTRACE = 4, THREAD = 8, SOCKET = 16, CORE = 32, BIG = 64, SIGNAL = 128,
   LIMITS = 1 << 8, IOCTL = 1 << 9, NSCLONE = 1 << 10, FCNTL = 1 << 11, PRCTL = 1 << 12, MOUNT = 1 << 13,
-  SCHED = 1 << 14, ENV = 1 << 15, FILES = 1 << 16,
+  SCHED = 1 << 14, ENV = 1 << 15, FILES = 1 << 16, METADATA = 1 << 17, NOCAPS = 1 << 18, TERMINAL = 1 << 19, SYSV = 1 << 20,
 };
 
 /* Nothing of the environment is left (but the proxy settings with the
@@ -121,6 +125,34 @@ static int tiocsti_refused(void) {
          eperm(syscall(SYS_ioctl, 0, (long)(((unsigned long)1 << 32) | USERFAULTFD_IOC_NEW), 0));
 }
 
+/* A session of its own (no controlling terminal), and the ioctls that change
+   a terminal refused whatever the high bits of the request (valgrind warns
+   of a request it does not know: there the session only). */
+static int terminal_refused(void) {
+  if (getsid(0) != getpid()) return 0;
+  if (sx_under_valgrind()) return 1;
+  static const unsigned long requests[] = { TIOCSPGRP, TIOCSCTTY, TIOCNOTTY, TCSETS, TCSETSW, TCSETSF, TCSETA,
+                                            TCXONC, TCFLSH, TIOCSETD, TIOCSWINSZ, TIOCCONS, TIOCSTI };
+  int pgrp = getpid();
+  for (size_t i = 0; i < sizeof requests / sizeof requests[0]; i++)
+    if (!eperm(syscall(SYS_ioctl, 0, (long)(((unsigned long)0xdead << 32) | requests[i]), &pgrp)) ||
+        !eperm(syscall(SYS_ioctl, 0, (long)requests[i], &pgrp)))
+      return 0;
+  return 1;
+}
+
+/* System V shared memory, message queues, semaphores and POSIX message
+   queues, memory files: none (valgrind answers shmat itself, after asking
+   shmctl, and memfd_secret, which it does not know). */
+static int ipc_refused(void) {
+  return eperm(syscall(SYS_shmget, 0 /* IPC_PRIVATE */, 4096, 01600)) && eperm(syscall(SYS_msgget, 0, 01600)) &&
+         eperm(syscall(SYS_semget, 0, 1, 01600)) && (sx_under_valgrind() || eperm(syscall(SYS_shmat, 0, NULL, 0))) &&
+         eperm(syscall(SYS_mq_open, "luma-confine", O_RDWR | O_CREAT, 0600, NULL)) &&
+         eperm(syscall(SYS_mq_unlink, "luma-confine")) && eperm(syscall(SYS_memfd_create, "luma", 0)) &&
+         eperm(syscall(SYS_memfd_create, "luma", (long)((unsigned long)1 << 32))) &&
+         (sx_under_valgrind() || eperm(syscall(SYS_memfd_secret, 0)));
+}
+
 /* A thread's clone with a namespace bit: refused by the filter (EPERM),
    where the kernel alone would say EINVAL for this combination. */
 static int namespaced_clone_refused(void) {
@@ -136,6 +168,14 @@ static int owner_signals_refused(pid_t host) {
            (sx_under_valgrind() || eperm(syscall(SYS_fcntl, fds[0], (long)(((unsigned long)1 << 32) | F_SETOWN), host)));
   struct f_owner_ex owner = { F_OWNER_PID, host };
   ok = ok && eperm(fcntl(fds[0], F_SETOWN_EX, &owner)) && fcntl(fds[0], F_GETFL) >= 0;
+  /* the ioctls' way: FIOSETOWN, SIOCSPGRP, FIOASYNC, with high bits set
+     (valgrind warns of FIOSETOWN, which it does not know, and of a request
+     with high bits) */
+  static const unsigned long requests[] = { FIOSETOWN, SIOCSPGRP, FIOASYNC };
+  int arg = (int)host;
+  for (size_t i = sx_under_valgrind() ? 1 : 0; ok && i < sizeof requests / sizeof requests[0]; i++)
+    ok = eperm(syscall(SYS_ioctl, fds[0], (long)requests[i], &arg)) &&
+         (sx_under_valgrind() || eperm(syscall(SYS_ioctl, fds[0], (long)(((unsigned long)1 << 32) | requests[i]), &arg)));
   close(fds[0]);
   close(fds[1]);
   return ok;
@@ -158,7 +198,11 @@ static int mounts_refused(void) {
   return eperm(syscall(SYS_fsopen, "tmpfs", 0)) && eperm(syscall(SYS_fspick, AT_FDCWD, "/", 0)) &&
          eperm(syscall(SYS_open_tree, AT_FDCWD, "/", 0)) && eperm(syscall(SYS_umount2, "/", MNT_DETACH)) &&
          eperm(syscall(SYS_move_mount, -1, "", -1, "", 0)) && eperm(syscall(SYS_mount_setattr, -1, "", 0, NULL, 0)) &&
-         eperm(syscall(SYS_pivot_root, "/", "/")) && eperm(mount("none", "/", "tmpfs", 0, NULL));
+         eperm(syscall(SYS_pivot_root, "/", "/")) && eperm(mount("none", "/", "tmpfs", 0, NULL))
+#if defined(__x86_64__) || defined(__aarch64__)
+         && eperm(syscall(467 /* open_tree_attr */, AT_FDCWD, "/", 0, NULL, 0))
+#endif
+         ;
 }
 
 static void *nothing(void *arg) { return arg; }
@@ -233,6 +277,41 @@ static int sockets_as_policy(int network) {
          refused(AF_X25, SOCK_SEQPACKET);
 }
 
+/* A file's mode, owner, times and extended attributes, by path or
+   descriptor: refused before the kernel looks for the file (EPERM, not
+   ENOENT), the raw calls newer than libseccomp 2.5 too. */
+static int metadata_refused(void) {
+  static const char *const none = "/nonexistent-luma-confine";
+  struct timespec times[2] = { { 0, 0 }, { 0, 0 } };
+  char buf[16];
+  int ok = eperm(chmod(none, 0)) && eperm(fchmod(0, 0)) && eperm(fchmodat(AT_FDCWD, none, 0, 0)) &&
+           eperm(chown(none, 0, 0)) && eperm(fchown(0, 0, 0)) && eperm(lchown(none, 0, 0)) &&
+           eperm(fchownat(AT_FDCWD, none, 0, 0, 0)) && eperm(utimensat(AT_FDCWD, none, times, 0)) &&
+           eperm(syscall(SYS_utimes, none, NULL)) && eperm(syscall(SYS_setxattr, none, "user.x", "x", 1, 0)) &&
+           eperm(syscall(SYS_fsetxattr, 0, "user.x", "x", 1, 0)) && eperm(syscall(SYS_removexattr, none, "user.x")) &&
+           eperm(syscall(SYS_getxattr, none, "user.x", buf, sizeof buf));
+#if defined(__x86_64__) || defined(__aarch64__)
+  /* fchmodat2, setxattrat, removexattrat, file_setattr; valgrind answers
+     a number it does not know itself */
+  if (!sx_under_valgrind())
+    ok = ok && eperm(syscall(452, AT_FDCWD, none, 0, 0)) && eperm(syscall(463, AT_FDCWD, none, 0, "user.x", NULL, 0)) &&
+         eperm(syscall(466, AT_FDCWD, none, 0, "user.x")) && eperm(syscall(469, AT_FDCWD, none, NULL, 0, 0));
+#endif
+  return ok;
+}
+
+/* No capability left, whatever user ran the test (root without a user
+   namespace included): none effective, permitted or inheritable. */
+static int no_capabilities(void) {
+  struct { unsigned version; int pid; } head = { 0x20080522 /* _LINUX_CAPABILITY_VERSION_3 */, 0 };
+  struct { unsigned effective, permitted, inheritable; } data[2];
+  memset(data, 0xff, sizeof data);
+  if (syscall(SYS_capget, &head, data) != 0) return 0;
+  for (int i = 0; i < 2; i++)
+    if (data[i].effective || data[i].permitted || data[i].inheritable) return 0;
+  return 1;
+}
+
 /* In the child: a bit for each thing that behaved as the policy says. */
 static int probe(const sx_policy *p) {
   int ok = 0;
@@ -264,6 +343,10 @@ static int probe(const sx_policy *p) {
   if (scheduling_on_self_only(host)) ok |= SCHED;
   if (environment_empty(p->allow_network)) ok |= ENV;
   if (files_as_policy(host)) ok |= FILES;
+  if (metadata_refused()) ok |= METADATA;
+  if (terminal_refused()) ok |= TERMINAL;
+  if (ipc_refused()) ok |= SYSV;
+  if (no_capabilities()) ok |= NOCAPS;
   /* far past the limit and the room for copies */
   void *big = malloc((size_t)4 << 30);
   if (!big) ok |= BIG;
@@ -310,7 +393,7 @@ static int instrumented(void) {
 
 int main(void) {
   int all = EXEC | FORK | PTRACE | THREAD | SOCKET | CORE | SIGNAL | LIMITS | IOCTL | NSCLONE | FCNTL | PRCTL |
-            MOUNT | SCHED | ENV | FILES | (instrumented() ? 0 : BIG);
+            MOUNT | SCHED | ENV | FILES | METADATA | NOCAPS | TERMINAL | SYSV | (instrumented() ? 0 : BIG);
   /* asked in a child of its own, so that the confined children load the
      resolver's modules and read its files under the filter themselves */
   pid_t probe_pid = fork();
