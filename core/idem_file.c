@@ -762,7 +762,7 @@ static int fs_quarantined(void *impl, char *path, size_t pathcap) {
   return n;
 }
 
-static const id_ops fs_ops = { fs_begin, fs_commit, fs_abort, fs_close, fs_quarantined };
+static const id_ops fs_ops = { fs_begin, fs_commit, fs_abort, fs_close, fs_quarantined, NULL };
 
 id_store *id_open_file_kdf(const char *path, const char *passphrase, unsigned iterations, long long now_ms,
                            char *err, size_t errlen) {

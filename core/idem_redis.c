@@ -284,6 +284,12 @@ static const char RELEASE[] =
   "if v and string.sub(v, 1, 19) == 'P|' .. ARGV[1] .. '|' then return redis.call('DEL', KEYS[1]) end\n"
   "return 0\n";
 
+/* KEYS[1]; ARGV: token, lease_ms -> 1 renewed, 0 the claim is gone or another's */
+static const char RENEW[] =
+  "local v = redis.call('GET', KEYS[1])\n"
+  "if v and string.sub(v, 1, 19) == 'P|' .. ARGV[1] .. '|' then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end\n"
+  "return 0\n";
+
 static id_status rd_begin(void *impl, const char *tool, const char *key, size_t keylen, const char *hash,
                           long long now, char **result, char *err, size_t errlen) {
   (void)now;
@@ -400,6 +406,29 @@ static void rd_abort(void *impl, const char *tool, const char *key, size_t keyle
   free(k);
 }
 
+static int rd_renew(void *impl, const char *tool, const char *key, size_t keylen, const char *hash, char *err,
+                    size_t errlen) {
+  (void)hash;
+  rd_store *s = impl;
+  size_t klen;
+  char *k = key_of(s, tool, key, keylen, &klen);
+  if (!k) { seterr(err, errlen, "idempotency: out of memory"); return -1; }
+  char lease[24];
+  snprintf(lease, sizeof lease, "%lld", s->lease_ms);
+  int rc = -1;
+  pthread_mutex_lock(&s->lock);
+  if (connect_now(s, err, errlen) == 0) {
+    redisReply *r = redisCommand(s->c, "EVAL %s 1 %b %s %s", RENEW, k, klen, s->token, lease);
+    if (!failed(s, r, err, errlen)) {
+      rc = r->type == REDIS_REPLY_INTEGER && r->integer == 1 ? 1 : 0;
+      freeReplyObject(r);
+    }
+  }
+  pthread_mutex_unlock(&s->lock);
+  free(k);
+  return rc;
+}
+
 static void rd_close(void *impl) {
   rd_store *s = impl;
   if (s->c) redisFree(s->c);
@@ -415,7 +444,7 @@ static void rd_close(void *impl) {
   free(s);
 }
 
-static const id_ops RD_OPS = { rd_begin, rd_commit, rd_abort, rd_close, NULL };
+static const id_ops RD_OPS = { rd_begin, rd_commit, rd_abort, rd_close, NULL, rd_renew };
 
 /* %XX in the user and password of a URL */
 static char *unescape(const char *p, size_t n) {
@@ -536,5 +565,8 @@ id_store *id_open_redis(const id_redis_options *o, char *err, size_t errlen) {
     rd_close(s);
     return NULL;
   }
-  return id_wrap(&RD_OPS, s);
+  long long lease = s->lease_ms;
+  id_store *st = id_wrap(&RD_OPS, s);
+  id_set_lease(st, lease);
+  return st;
 }

@@ -378,7 +378,7 @@ static void sq_close(void *impl) {
   sq_free(s);
 }
 
-static const id_ops SQ_OPS = { sq_begin, sq_commit, sq_abort, sq_close, NULL };
+static const id_ops SQ_OPS = { sq_begin, sq_commit, sq_abort, sq_close, NULL, NULL };
 
 static const char SCHEMA[] =
   "CREATE TABLE IF NOT EXISTS luma_meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);"

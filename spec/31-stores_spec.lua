@@ -160,8 +160,9 @@ elseif mode == "one" then
     f:write(pid)
     f:close()
   end
-  local r, meta = p:call("db_write", { request_id = arg[4], value = "same" })
-  io.write(r.key, " ", tostring(meta.idempotent_replay), "\n")
+  local ok, r, meta = pcall(p.call, p, "db_write", { request_id = arg[4], value = "same" })
+  if ok then io.write(r.key, " ", tostring(meta.idempotent_replay), "\n")
+  else io.write(tostring(r.code), ": ", tostring(r.message), "\n") end
 end
 ]]
 
@@ -581,6 +582,54 @@ describe("the redis store", function()
     end)
     server:remove()
     assert(ok, e)
+  end)
+
+  -- the lease (1000 ms) is shorter than the handler (2.5 s): the holder
+  -- renews its claim while the handler runs
+  local function leased(prefix)
+    local dir = project('{ "type": "redis", "url": "' .. redis_url() .. '", "prefix": "' .. prefix ..
+      '", "lease_ms": 1000 }')
+    h.write(dir .. "/worker.lua", WORKER)
+    return dir
+  end
+
+  it("renews a claim while its handler runs past the lease: one run, and the second caller replays it", function()
+    local dir = leased(h.tmpname(":"))
+    local log = dir .. "/run.log"
+    local env = { LUMA_SPEC_LOG = log, LUMA_SPEC_SLEEP = "2.5" }
+    local status, out, errout = h.sh(spawn(dir, "one lease-1", env) .. " & sleep 0.3; " ..
+      spawn(dir, "one lease-1", env) .. "; wait")
+    assert.are.equal(0, status, out .. errout)
+    assert.are.same({ "lease-1" }, lines(log))
+    local said = {}
+    for line in out:gmatch("[^\n]+") do said[#said + 1] = line end
+    table.sort(said)
+    assert.are.same({ "lease-1 false", "lease-1 true" }, said)
+    os.execute("rm -rf " .. h.quote(dir))
+  end)
+
+  it("fails the handler's call, storing nothing, when its claim is taken from it", function()
+    local prefix = h.tmpname(":")
+    local dir = leased(prefix)
+    local log = dir .. "/run.log"
+    local env = { LUMA_SPEC_LOG = log, LUMA_SPEC_SLEEP = "2.5" }
+    -- an operator deletes the claim while the handler runs
+    local clear = "env -u LD_PRELOAD redis-cli -p " .. redis.port .. " EVAL " .. h.quote(
+      "for _, k in ipairs(redis.call('KEYS', ARGV[1])) do redis.call('DEL', k) end return 0") .. " 0 " ..
+      h.quote(prefix .. "idem*") .. " > /dev/null"
+    local status, out, errout = h.sh("start=$(date +%s%N); " .. spawn(dir, "one lost-1", env) .. " & sleep 0.5; " ..
+      clear .. "; wait; echo took $(( ($(date +%s%N) - start) / 1000000 ))")
+    local took = tonumber(out:match("took (%d+)"))
+    assert.are.equal(0, status, out .. errout)
+    assert.matches("^IDEMPOTENCY_STORE_ERROR: Tool 'db_write' lost its claim on idempotency key 'lost%-1' while its " ..
+      "handler ran", out)
+    -- the handler's signal fired: it did not sleep its 2.5 s out
+    assert.is_true(took < 2400, "the handler was not stopped: " .. took .. " ms" .. out .. errout)
+    -- nothing was stored: the next call runs it
+    status, out = h.sh(spawn(dir, "one lost-1", { LUMA_SPEC_LOG = log }))
+    assert.are.equal("lost-1 false\n", out)
+    assert.are.same({ "lost-1", "lost-1" }, lines(log))
+    os.execute("rm -rf " .. h.quote(dir))
   end)
 
   it("refuses rediss:// with a clear message, as this hiredis has no TLS", function()
