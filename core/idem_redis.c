@@ -12,6 +12,8 @@
  *     sets "C|<input hash>|<result>" with the record's TTL;
  *   - a holder that died leaves a key that expires with its lease: the next
  *     caller takes it over.
+ * A record's key is printable: <prefix>idem:<tool>:<SHA-256 of the key, hex>
+ * (key_of), so that redis-cli --scan and DEL reach it.
  * With a passphrase, each result is sealed (AES-256-GCM, idemint.h) under a
  * key derived with PBKDF2 from the passphrase and a salt kept in Redis with a
  * check value (<prefix>meta, written once by the first process); a store
@@ -236,16 +238,28 @@ static int connect_now(rd_store *s, char *err, size_t errlen) {
   return 0;
 }
 
-/* prefix + "idem:" + tool + NUL + key */
+/* The key of (tool, key), printable so that an operator can find and clear
+   it with redis-cli: prefix + "idem:" + tool + ":" + the SHA-256 of the key
+   bytes in hex. Bytes of the tool name that redis-cli or a --pattern would
+   take for something else (controls, space, DEL, * ? [ ] \ and %) are %XX;
+   the hash has a fixed length, so the last ':' ends the tool name. */
 static char *key_of(rd_store *s, const char *tool, const char *key, size_t keylen, size_t *len) {
   size_t pl = strlen(s->prefix), tl = strlen(tool);
-  char *k = malloc(pl + 5 + tl + 1 + keylen + 1);
+  char *k = malloc(pl + 5 + 3 * tl + 1 + 64 + 1);
   if (!k) return NULL;
   memcpy(k, s->prefix, pl);
   memcpy(k + pl, "idem:", 5);
-  memcpy(k + pl + 5, tool, tl + 1);
-  if (keylen) memcpy(k + pl + 5 + tl + 1, key, keylen);
-  *len = pl + 5 + tl + 1 + keylen;
+  size_t n = pl + 5;
+  for (size_t i = 0; i < tl; i++) {
+    unsigned char b = (unsigned char)tool[i];
+    if (b <= 0x20 || b == 0x7f || strchr("*?[]\\%", b)) n += (size_t)snprintf(k + n, 4, "%%%02X", b);
+    else k[n++] = (char)b;
+  }
+  k[n++] = ':';
+  cr_sha256_hex(keylen ? key : "", keylen, k + n);
+  n += 64;
+  k[n] = '\0';
+  *len = n;
   return k;
 }
 

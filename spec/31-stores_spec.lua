@@ -632,6 +632,41 @@ describe("the redis store", function()
     os.execute("rm -rf " .. h.quote(dir))
   end)
 
+  it("keeps each key under a printable name that an operator can find and delete to clear a stuck claim", function()
+    local prefix = h.tmpname(":")
+    local dir = project('{ "type": "redis", "url": "' .. redis_url() .. '", "prefix": "' .. prefix .. '" }')
+    h.write(dir .. "/worker.lua", WORKER)
+    local log = dir .. "/run.log"
+    local cli = "env -u LD_PRELOAD redis-cli -p " .. redis.port .. " "
+    -- a holder killed mid-handler leaves its claim for the lease (60 s by default)
+    local pidfile = dir .. "/holder.pid"
+    os.execute(spawn(dir, "one order-1", { LUMA_SPEC_LOG = log, LUMA_SPEC_SLEEP = "30", LUMA_SPEC_PIDFILE = pidfile }) ..
+      " > /dev/null 2>&1 &")
+    for _ = 1, 100 do
+      if #lines(log) > 0 then break end
+      os.execute("sleep 0.05")
+    end
+    assert.are.equal(1, #lines(log), "the holder did not start its handler")
+    os.execute("kill -9 $(cat " .. h.quote(pidfile) .. ")")
+    -- the README's way: find the claim by tool, look at it, delete it
+    local status, found = h.sh(cli .. "--scan --pattern " .. h.quote(prefix .. "idem:db_write:*"))
+    assert.are.equal(0, status)
+    local _, digest = h.sh("printf %s order-1 | sha256sum")
+    local want = prefix .. "idem:db_write:" .. digest:match("^%x+")
+    assert.are.equal(want .. "\n", found)
+    local _, value = h.sh(cli .. "--raw GET " .. h.quote(want))
+    assert.matches("^P|%x+|%x+\n$", value)
+    assert.are.equal(0, (h.sh(cli .. "DEL " .. h.quote(want))))
+    -- the next call runs at once, and its result is under the same name
+    local out, errout
+    status, out, errout = h.sh(spawn(dir, "one order-1", { LUMA_SPEC_LOG = log }))
+    assert.are.equal("order-1 false\n", out, errout)
+    assert.are.same({ "order-1", "order-1" }, lines(log))
+    _, value = h.sh(cli .. "--raw GET " .. h.quote(want))
+    assert.matches("^C|%x+|{", value)
+    os.execute("rm -rf " .. h.quote(dir))
+  end)
+
   it("refuses rediss:// with a clear message, as this hiredis has no TLS", function()
     local dir = project('{ "type": "redis", "url": "rediss://127.0.0.1:6380/0" }')
     local err = h.raised(load, dir)
