@@ -667,6 +667,38 @@ describe("the redis store", function()
     os.execute("rm -rf " .. h.quote(dir))
   end)
 
+  it("sends each script once and its hash afterwards (EVALSHA), and gives it again to a server that forgot it", function()
+    local server = redis_server.start()
+    local ok, e = pcall(function()
+      local dir = project('{ "type": "redis", "url": "' .. server.url .. '" }')
+      logged(dir)
+      local cli = "env -u LD_PRELOAD redis-cli -p " .. server.port .. " "
+      local function calls(name)
+        local _, info = h.sh(cli .. "INFO commandstats")
+        return tonumber(info:match("cmdstat_" .. name .. ":calls=(%d+)") or "0")
+      end
+      local p = load(dir)
+      for i = 1, 20 do p:call("db_write", { request_id = "k" .. (i % 5), value = "v" }) end
+      assert.are.equal(0, calls("eval"))
+      -- 20 reserves and 5 completes, each with the script's hash
+      assert.are.equal(25, calls("evalsha"))
+      assert.is_true(calls("script") <= 2, "SCRIPT LOAD " .. calls("script") .. " times")
+      -- a server that forgot its scripts is given them again
+      assert.are.equal(0, (h.sh(cli .. "SCRIPT FLUSH")))
+      local r, meta = p:call("db_write", { request_id = "after-flush", value = "v" })
+      assert.are.equal("after-flush", r.key)
+      assert.is_false(meta.idempotent_replay)
+      r, meta = p:call("db_write", { request_id = "after-flush", value = "v" })
+      assert.is_true(meta.idempotent_replay)
+      assert.are.equal(0, calls("eval"))
+      p:close()
+      assert.are.same({ "k1", "k2", "k3", "k4", "k0", "after-flush" }, lines(dir .. "/run.log"))
+      os.execute("rm -rf " .. h.quote(dir))
+    end)
+    server:remove()
+    assert(ok, e)
+  end)
+
   it("refuses rediss:// with a clear message, as this hiredis has no TLS", function()
     local dir = project('{ "type": "redis", "url": "rediss://127.0.0.1:6380/0" }')
     local err = h.raised(load, dir)
