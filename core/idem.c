@@ -480,6 +480,7 @@ struct id_store {
   id_kept *lost;              /* lost claims not yet committed or aborted */
   int running, stop;
   pthread_t thread;
+  pid_t thread_pid;           /* a child of fork() has no such thread: it starts its own */
 };
 
 static long long mono_ms(void) {
@@ -594,10 +595,11 @@ int id_keep(id_store *s, const char *tool, const char *key, size_t keylen, const
   k->due = k->last_ok + (s->lease_ms / 3 > 0 ? s->lease_ms / 3 : 1);
   pthread_mutex_lock(&s->klock);
   int rc = 0;
-  if (!s->running) {
+  if (!s->running || s->thread_pid != getpid()) {
     s->stop = 0;
+    s->thread_pid = getpid();
     if (pthread_create(&s->thread, NULL, renewer, s) == 0) s->running = 1;
-    else rc = -1;
+    else { s->running = 0; rc = -1; }
   }
   if (rc == 0) {
     k->next = s->kept;
@@ -623,7 +625,7 @@ static int unkeep(id_store *s, const char *tool, const char *key, size_t keylen)
 
 void id_close(id_store *s) {
   if (!s) return;
-  if (s->running) {
+  if (s->running && s->thread_pid == getpid()) {
     pthread_mutex_lock(&s->klock);
     s->stop = 1;
     pthread_cond_signal(&s->kwake);

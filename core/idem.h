@@ -82,10 +82,13 @@ int id_commit(id_store *s, const char *tool, const char *key, size_t keylen, con
  * store for a whole lease, on_lost(arg) is called once, from that thread;
  * id_commit then refuses to store a result (-1, err says the claim was
  * lost). id_commit and id_abort on (tool, key) stop the renewals: after they
- * return on_lost is not running and is never called. A store whose claims
- * have no lease (memory, file, sqlite: a claim lasts while its process lives)
- * renews nothing. 0, or -1 when memory or a thread runs out (the claim is
- * then only as long as the lease).
+ * return on_lost is not running and is never called. The file and sqlite
+ * stores' claims have no lease (a claim lasts while its process lives): they
+ * are looked at every second, so that a claim taken over (by a process that
+ * judged its holder dead) or removed is lost the same way. The memory store's
+ * cannot be lost: nothing is renewed. 0, or -1 when memory or a thread runs
+ * out (the claim is then only as long as the lease). A child of fork() starts
+ * its own thread at its first id_keep.
  */
 int id_keep(id_store *s, const char *tool, const char *key, size_t keylen, const char *input_hash,
             void (*on_lost)(void *arg), void *arg);

@@ -453,6 +453,29 @@ end
   end)
 end)
 
+describe("the sqlite store's claims", function()
+  it("fail the handler's call, storing nothing, when another takes the claim from it", function()
+    local dir = project(STORES.sqlite())
+    h.write(dir .. "/worker.lua", WORKER)
+    local log = dir .. "/run.log"
+    local env = { LUMA_SPEC_LOG = log, LUMA_SPEC_SLEEP = "2.5" }
+    -- the claim is deleted under the handler (as an operator, or a process
+    -- of another PID namespace that judged its holder dead, would)
+    local clear = "sqlite3 " .. h.quote(dir .. "/store.db") .. " 'DELETE FROM luma_idem WHERE pending = 1'"
+    local status, out, errout = h.sh("start=$(date +%s%N); " .. spawn(dir, "one lost-2", env) .. " & sleep 0.5; " ..
+      clear .. "; wait; echo took $(( ($(date +%s%N) - start) / 1000000 ))")
+    assert.are.equal(0, status, out .. errout)
+    assert.matches("^IDEMPOTENCY_STORE_ERROR: Tool 'db_write' lost its claim on idempotency key 'lost%-2' while its " ..
+      "handler ran", out)
+    local took = tonumber(out:match("took (%d+)"))
+    assert.is_true(took < 2400, "the handler was not stopped: " .. took .. " ms")
+    status, out = h.sh(spawn(dir, "one lost-2", { LUMA_SPEC_LOG = log }))
+    assert.are.equal("lost-2 false\n", out)
+    assert.are.same({ "lost-2", "lost-2" }, lines(log))
+    os.execute("rm -rf " .. h.quote(dir))
+  end)
+end)
+
 -- ------------------------------------------------------------------ redis
 
 describe("the redis store", function()

@@ -1065,6 +1065,24 @@ static void test_lease_renewal(void) {
   /* a claim kept at close is dropped with the store */
   CT_CHECK(id_keep(s, "t", "k5", 2, H, on_lease_lost, &lease_lost) == 0, "keep k5");
   id_close(s);
+  /* a file store looks at a running handler's claim: gone (the file
+     removed under it) is lost, and the commit stores nothing */
+  const char *path = tmp_path("kept.json");
+  s = open_file(path, NULL, T0);
+  CT_CHECK(s != NULL, "open %s", path);
+  if (s) {
+    int lost = count(&lease_lost);
+    CT_CHECK(id_begin(s, "t", "k", 1, H, T0, &res, err, sizeof err) == ID_RUN, "file begin: %s", err);
+    CT_CHECK(id_keep(s, "t", "k", 1, H, on_lease_lost, &lease_lost) == 0, "file keep");
+    nap_ms(1200);
+    CT_CHECK(count(&lease_lost) == lost, "a file claim still held is not lost");
+    unlink(path);
+    CT_CHECK(reaches(&lease_lost, lost + 1) == lost + 1, "a file claim removed is lost");
+    CT_CHECK(id_commit(s, "t", "k", 1, H, "{}", 2, T0, TTL, err, sizeof err) == -1, "a lost file claim stores nothing");
+    CT_CHECK(id_begin(s, "t", "k", 1, H, T0, &res, err, sizeof err) == ID_RUN, "and the key runs again");
+    id_abort(s, "t", "k", 1);
+    id_close(s);
+  }
   /* a store whose claims have no lease renews nothing */
   s = id_open_memory();
   CT_CHECK(id_keep(s, "t", "k", 1, H, on_lease_lost, &lease_lost) == 0, "keep on memory is nothing to do");
