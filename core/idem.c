@@ -684,8 +684,8 @@ int id_commit(id_store *s, const char *tool, const char *key, size_t keylen, con
   }
   if (unkeep(s, tool, key, keylen)) {
     /* the claim expired under the handler: another call may hold it now */
-    seterr(err, errlen, "idempotency: tool '%s': the claim on the key was lost while the handler ran (its lease of "
-                        "%lld ms could not be renewed); the result is not stored", tool, s->lease_ms);
+    seterr(err, errlen, "idempotency: tool '%s': the claim on the key was lost while the handler ran (not renewed "
+                        "within %lld ms, removed, or another's now); the result is not stored", tool, s->lease_ms);
     s->ops->abort(s->impl, tool, key, keylen);
     return -1;
   }

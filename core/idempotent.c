@@ -147,8 +147,8 @@ st_verdict st_idem_settle(lua_State *T, cl_call *c, int result) {
   if (__atomic_load_n(&c->claim_lost, __ATOMIC_ACQUIRE)) {
     id_abort(pg->idem, t->name, c->ikey, c->ikeylen);
     return st_fail(T, LE_IDEMPOTENCY_STORE_ERROR,
-                   "Tool '%s' lost its claim on idempotency key '%.200s' while its handler ran (the store's lease "
-                   "could not be renewed, and another call may hold the key now); its result was not stored.",
+                   "Tool '%s' lost its claim on idempotency key '%.200s' while its handler ran (the claim was not "
+                   "renewed in time, was removed, or another call holds it now); its result was not stored.",
                    t->name, c->ikey);
   }
   if (!result) {
