@@ -139,8 +139,11 @@ static st_verdict run_on(lua_State *T, cl_call *c, sx_module *m, sx_state *s, lo
   c->run.opts.limits = pg->limits;
   sx_prepare(s, T, &c->run, 1);
   if (c->inline_ok) {
-    /* the driver would only wait for it: it runs here */
+    /* the driver would only wait for it: it runs here, where a cancel from
+       another thread (a lost idempotency claim) still reaches its signal */
+    rt_inline(c->rt, c, 1);
     sx_execute(s, &c->run, 1);
+    rt_inline(c->rt, c, 0);
     return st_collect(T, c);
   }
   return make_ready(c);

@@ -74,6 +74,7 @@ struct cl_call {
   char chash[65];
   /* STEP_IDEMPOTENCY: the claim taken, settled in STEP_RECORD */
   int held;
+  int claim_lost;                 /* the store's renewal lost the claim: read and written atomically */
   char hash[65];
   char *ikey;
   size_t ikeylen;
@@ -92,6 +93,7 @@ struct cl_call {
   char make_why[200];
   sx_run run;
   int job_ready, job_out, job_done;   /* job_out and job_done are guarded by the runtime's lock */
+  int inline_run;                     /* the handler runs inline, on the driver's thread: the same lock */
   int *gate;                      /* handlers of its batch running now (rt_drive), or NULL */
   int gate_limit;
   /* lists */

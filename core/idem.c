@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "arena.h"
@@ -439,7 +440,7 @@ static void mem_close(void *impl) {
   free(m);
 }
 
-static const id_ops mem_ops = { mem_begin, mem_commit, mem_abort, mem_close, NULL };
+static const id_ops mem_ops = { mem_begin, mem_commit, mem_abort, mem_close, NULL, NULL };
 
 id_store *id_open_memory(void) {
   mem_store *m = calloc(1, sizeof *m);
@@ -453,14 +454,114 @@ id_store *id_open_memory(void) {
 
 /* ------------------------------------------------------ the handle */
 
+/* A claim kept while its handler runs (id_keep). */
+typedef struct id_kept {
+  char *tool, *key;
+  size_t keylen;
+  char hash[65];
+  void (*on_lost)(void *arg);
+  void *arg;
+  long long due, last_ok;     /* monotonic ms */
+  int lost;
+  struct id_kept *next;
+} id_kept;
+
 struct id_store {
   const id_ops *ops;
   void *impl;
+  long long lease_ms;         /* 0: the claims have no lease */
+  /* the renewals: the thread runs while kept is not empty (or until stop) */
+  pthread_mutex_t klock;      /* guards kept, lost, stop, thread; held through a beat */
+  pthread_cond_t kwake;
+  id_kept *kept;
+  id_kept *lost;              /* lost claims not yet committed or aborted */
+  int running, stop;
+  pthread_t thread;
+  pid_t thread_pid;           /* a child of fork() has no such thread: it starts its own */
 };
+
+static long long mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void kept_free(id_kept *k) {
+  if (!k) return;
+  free(k->tool);
+  free(k->key);
+  free(k);
+}
+
+static int kept_is(const id_kept *k, const char *tool, const char *key, size_t keylen) {
+  return k->keylen == keylen && strcmp(k->tool, tool) == 0 && (!keylen || memcmp(k->key, key, keylen) == 0);
+}
+
+/* Unlinks the kept claim on (tool, key) from list; s->klock held. */
+static id_kept *kept_take(id_kept **list, const char *tool, const char *key, size_t keylen) {
+  for (id_kept **p = list; *p; p = &(*p)->next) {
+    if (!kept_is(*p, tool, key, keylen)) continue;
+    id_kept *k = *p;
+    *p = k->next;
+    k->next = NULL;
+    return k;
+  }
+  return NULL;
+}
+
+/* The renewals: each kept claim a third of the lease apart. A claim found
+   lost, or not renewed for a whole lease, moves to s->lost and its owner is
+   told. klock is held through a beat, so that id_commit and id_abort wait
+   for on_lost to return. */
+static void *renewer(void *arg) {
+  id_store *s = arg;
+  long long every = s->lease_ms / 3 > 0 ? s->lease_ms / 3 : 1;
+  pthread_mutex_lock(&s->klock);
+  while (!s->stop) {
+    long long now = mono_ms(), next = now + every;
+    for (id_kept **p = &s->kept; *p;) {
+      id_kept *k = *p;
+      if (k->due <= now) {
+        char err[256] = "";
+        int r = s->ops->renew(s->impl, k->tool, k->key, k->keylen, k->hash, err, sizeof err);
+        now = mono_ms();
+        if (r > 0) k->last_ok = now;
+        if (r == 0 || (r < 0 && now - k->last_ok >= s->lease_ms)) {
+          *p = k->next;
+          k->next = s->lost;
+          s->lost = k;
+          k->lost = 1;
+          k->on_lost(k->arg);
+          continue;
+        }
+        k->due = now + every;
+      }
+      if (k->due < next) next = k->due;
+      p = &k->next;
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    long long wait = next - mono_ms();
+    if (wait < 1) wait = 1;
+    until.tv_sec += wait / 1000;
+    until.tv_nsec += (wait % 1000) * 1000000;
+    if (until.tv_nsec >= 1000000000) { until.tv_sec++; until.tv_nsec -= 1000000000; }
+    pthread_cond_timedwait(&s->kwake, &s->klock, &until);
+  }
+  pthread_mutex_unlock(&s->klock);
+  return NULL;
+}
 
 id_store *id_wrap(const id_ops *ops, void *impl) {
   id_store *s = calloc(1, sizeof *s);
-  if (!s) {
+  if (!s || pthread_mutex_init(&s->klock, NULL) != 0) {
+    free(s);
+    ops->close(impl);
+    return NULL;
+  }
+  if (pthread_cond_init(&s->kwake, NULL) != 0) {
+    pthread_mutex_destroy(&s->klock);
+    free(s);
     ops->close(impl);
     return NULL;
   }
@@ -469,9 +570,70 @@ id_store *id_wrap(const id_ops *ops, void *impl) {
   return s;
 }
 
+void id_set_lease(id_store *s, long long lease_ms) {
+  if (s) s->lease_ms = lease_ms > 0 ? lease_ms : 0;
+}
+
+int id_keep(id_store *s, const char *tool, const char *key, size_t keylen, const char *input_hash,
+            void (*on_lost)(void *arg), void *arg) {
+  if (!s->ops->renew || s->lease_ms <= 0) return 0;
+  if (!tool || (!key && keylen) || !input_hash || strlen(input_hash) != 64 || !on_lost) return -1;
+  id_kept *k = calloc(1, sizeof *k);
+  if (!k) return -1;
+  k->tool = strdup(tool);
+  k->key = malloc(keylen ? keylen : 1);
+  if (!k->tool || !k->key) { kept_free(k); return -1; }
+  if (keylen) memcpy(k->key, key, keylen);
+  k->keylen = keylen;
+  memcpy(k->hash, input_hash, 65);
+  k->on_lost = on_lost;
+  k->arg = arg;
+  k->last_ok = mono_ms();
+  k->due = k->last_ok + (s->lease_ms / 3 > 0 ? s->lease_ms / 3 : 1);
+  pthread_mutex_lock(&s->klock);
+  int rc = 0;
+  if (!s->running || s->thread_pid != getpid()) {
+    s->stop = 0;
+    s->thread_pid = getpid();
+    if (pthread_create(&s->thread, NULL, renewer, s) == 0) s->running = 1;
+    else { s->running = 0; rc = -1; }
+  }
+  if (rc == 0) {
+    k->next = s->kept;
+    s->kept = k;
+    pthread_cond_signal(&s->kwake);
+  }
+  pthread_mutex_unlock(&s->klock);
+  if (rc != 0) kept_free(k);
+  return rc;
+}
+
+/* Stops the renewals of (tool, key); 1 when its claim was found lost. */
+static int unkeep(id_store *s, const char *tool, const char *key, size_t keylen) {
+  if (!s->ops->renew) return 0;
+  pthread_mutex_lock(&s->klock);
+  id_kept *k = kept_take(&s->kept, tool, key, keylen);
+  if (!k) k = kept_take(&s->lost, tool, key, keylen);
+  pthread_mutex_unlock(&s->klock);
+  int lost = k && k->lost;
+  kept_free(k);
+  return lost;
+}
+
 void id_close(id_store *s) {
   if (!s) return;
+  if (s->running && s->thread_pid == getpid()) {
+    pthread_mutex_lock(&s->klock);
+    s->stop = 1;
+    pthread_cond_signal(&s->kwake);
+    pthread_mutex_unlock(&s->klock);
+    pthread_join(s->thread, NULL);
+  }
+  for (id_kept *l = s->kept; l;) { id_kept *n = l->next; kept_free(l); l = n; }
+  for (id_kept *l = s->lost; l;) { id_kept *n = l->next; kept_free(l); l = n; }
   s->ops->close(s->impl);
+  pthread_cond_destroy(&s->kwake);
+  pthread_mutex_destroy(&s->klock);
   free(s);
 }
 
@@ -517,6 +679,13 @@ int id_commit(id_store *s, const char *tool, const char *key, size_t keylen, con
     seterr(err, errlen, "idempotency: tool '%s': ttl_ms must be greater than zero", tool);
     return -1;
   }
+  if (unkeep(s, tool, key, keylen)) {
+    /* the claim expired under the handler: another call may hold it now */
+    seterr(err, errlen, "idempotency: tool '%s': the claim on the key was lost while the handler ran (not renewed "
+                        "within %lld ms, removed, or another's now); the result is not stored", tool, s->lease_ms);
+    s->ops->abort(s->impl, tool, key, keylen);
+    return -1;
+  }
   char *text = normalize(result_json, result_len, &tlen, err, errlen);
   if (!text) return -1;
   int rc = s->ops->commit(s->impl, tool, key, keylen, input_hash, text, tlen, now_ms, ttl_ms, err, errlen);
@@ -526,6 +695,7 @@ int id_commit(id_store *s, const char *tool, const char *key, size_t keylen, con
 
 void id_abort(id_store *s, const char *tool, const char *key, size_t keylen) {
   if (!tool || (!key && keylen)) return;
+  unkeep(s, tool, key, keylen);
   s->ops->abort(s->impl, tool, key, keylen);
 }
 

@@ -74,6 +74,25 @@ int id_commit(id_store *s, const char *tool, const char *key, size_t keylen, con
               const char *result_json, size_t result_len, long long now_ms, long long ttl_ms, char *err,
               size_t errlen);
 
+/*
+ * Keeps the claim this store took on (tool, key) at ID_RUN while its handler
+ * runs: a thread of the store renews it every third of the store's lease
+ * (the redis store's lease_ms). When a renewal finds the claim lost (it
+ * expired and another owner took it, or it is gone), or cannot reach the
+ * store for a whole lease, on_lost(arg) is called once, from that thread;
+ * id_commit then refuses to store a result (-1, err says the claim was
+ * lost). id_commit and id_abort on (tool, key) stop the renewals: after they
+ * return on_lost is not running and is never called. The file and sqlite
+ * stores' claims have no lease (a claim lasts while its process lives): they
+ * are looked at every second, so that a claim taken over (by a process that
+ * judged its holder dead) or removed is lost the same way. The memory store's
+ * cannot be lost: nothing is renewed. 0, or -1 when memory or a thread runs
+ * out (the claim is then only as long as the lease). A child of fork() starts
+ * its own thread at its first id_keep.
+ */
+int id_keep(id_store *s, const char *tool, const char *key, size_t keylen, const char *input_hash,
+            void (*on_lost)(void *arg), void *arg);
+
 /* Drops the pending claim on (tool, key) that this store holds, so that the
    next id_begin runs; a stored result stays. A failure to rewrite the file is
    not reported: the claim is released at id_close or when the process ends. */

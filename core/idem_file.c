@@ -60,6 +60,9 @@ typedef struct fs_store {
   char *quarantine;
 } fs_store;
 
+/* id_keep looks at a claim held by a running handler every third of this. */
+#define FS_CHECK_MS 3000
+
 static int syserr(const fs_store *s, char *err, size_t errlen, const char *what) {
   seterr(err, errlen, "idempotency store %s: %s: %s", s->path, what, strerror(errno));
   return -1;
@@ -762,7 +765,29 @@ static int fs_quarantined(void *impl, char *path, size_t pathcap) {
   return n;
 }
 
-static const id_ops fs_ops = { fs_begin, fs_commit, fs_abort, fs_close, fs_quarantined };
+/* Whether this store still holds its claim on (tool, key) (id_keep: looked
+   at every third of FS_CHECK_MS): 1, 0, or -1 when the file cannot be read. */
+static int fs_renew(void *impl, const char *tool, const char *key, size_t keylen, const char *hash, char *err,
+                    size_t errlen) {
+  fs_store *s = impl;
+  size_t klen;
+  char *k = id_rec_key(tool, key, keylen, &klen);
+  if (!k) {
+    seterr(err, errlen, "idempotency: out of memory");
+    return -1;
+  }
+  int held = -1;
+  if (enter(s, LLONG_MIN, err, errlen) == 0) {
+    const id_rec *r = id_tb_find(&s->t, k, klen);
+    held = r && r->pending && r->pid == (long long)s->me.pid && r->start == s->me.start &&
+           strcmp(r->token, s->me.token) == 0 && memcmp(r->hash, hash, 64) == 0;
+    leave(s);
+  }
+  free(k);
+  return held;
+}
+
+static const id_ops fs_ops = { fs_begin, fs_commit, fs_abort, fs_close, fs_quarantined, fs_renew };
 
 id_store *id_open_file_kdf(const char *path, const char *passphrase, unsigned iterations, long long now_ms,
                            char *err, size_t errlen) {
@@ -811,7 +836,12 @@ id_store *id_open_file_kdf(const char *path, const char *passphrase, unsigned it
     fs_free(s);
     return NULL;
   }
-  return id_wrap(&fs_ops, s);
+  id_store *st = id_wrap(&fs_ops, s);
+  /* a claim has no lease (it lasts while its process lives); while its
+     handler runs, it is looked at (id_keep), so that one taken over or
+     removed fails the call */
+  id_set_lease(st, FS_CHECK_MS);
+  return st;
 }
 
 id_store *id_open_file(const char *path, const char *passphrase, long long now_ms, char *err, size_t errlen) {

@@ -12,6 +12,8 @@
  *     sets "C|<input hash>|<result>" with the record's TTL;
  *   - a holder that died leaves a key that expires with its lease: the next
  *     caller takes it over.
+ * A record's key is printable: <prefix>idem:<tool>:<SHA-256 of the key, hex>
+ * (key_of), so that redis-cli --scan and DEL reach it.
  * With a passphrase, each result is sealed (AES-256-GCM, idemint.h) under a
  * key derived with PBKDF2 from the passphrase and a salt kept in Redis with a
  * check value (<prefix>meta, written once by the first process); a store
@@ -25,7 +27,8 @@
  * never in an error.
  *
  * Calls are round trips on the caller's thread (a loopback one is about
- * 0.1 ms); one connection per store, behind a lock.
+ * 0.1 ms); one connection per store, behind a lock. The scripts run by their
+ * hash (EVALSHA, run_script), loaded again when the server says NOSCRIPT.
  */
 #define _DEFAULT_SOURCE   /* explicit_bzero */
 
@@ -60,6 +63,7 @@ typedef struct rd_store {
   int wrong;                      /* <prefix>meta refuses this store: its message is in why */
   char why[300];
   unsigned char key[32];
+  char sha[4][41];                /* the scripts' SHA-1 as SCRIPT LOAD gave it, or "" */
 } rd_store;
 
 #define seterr id_seterr
@@ -236,16 +240,28 @@ static int connect_now(rd_store *s, char *err, size_t errlen) {
   return 0;
 }
 
-/* prefix + "idem:" + tool + NUL + key */
+/* The key of (tool, key), printable so that an operator can find and clear
+   it with redis-cli: prefix + "idem:" + tool + ":" + the SHA-256 of the key
+   bytes in hex. Bytes of the tool name that redis-cli or a --pattern would
+   take for something else (controls, space, DEL, * ? [ ] \ and %) are %XX;
+   the hash has a fixed length, so the last ':' ends the tool name. */
 static char *key_of(rd_store *s, const char *tool, const char *key, size_t keylen, size_t *len) {
   size_t pl = strlen(s->prefix), tl = strlen(tool);
-  char *k = malloc(pl + 5 + tl + 1 + keylen + 1);
+  char *k = malloc(pl + 5 + 3 * tl + 1 + 64 + 1);
   if (!k) return NULL;
   memcpy(k, s->prefix, pl);
   memcpy(k + pl, "idem:", 5);
-  memcpy(k + pl + 5, tool, tl + 1);
-  if (keylen) memcpy(k + pl + 5 + tl + 1, key, keylen);
-  *len = pl + 5 + tl + 1 + keylen;
+  size_t n = pl + 5;
+  for (size_t i = 0; i < tl; i++) {
+    unsigned char b = (unsigned char)tool[i];
+    if (b <= 0x20 || b == 0x7f || strchr("*?[]\\%", b)) n += (size_t)snprintf(k + n, 4, "%%%02X", b);
+    else k[n++] = (char)b;
+  }
+  k[n++] = ':';
+  cr_sha256_hex(keylen ? key : "", keylen, k + n);
+  n += 64;
+  k[n] = '\0';
+  *len = n;
   return k;
 }
 
@@ -284,6 +300,61 @@ static const char RELEASE[] =
   "if v and string.sub(v, 1, 19) == 'P|' .. ARGV[1] .. '|' then return redis.call('DEL', KEYS[1]) end\n"
   "return 0\n";
 
+/* KEYS[1]; ARGV: token, lease_ms -> 1 renewed, 0 the claim is gone or another's */
+static const char RENEW[] =
+  "local v = redis.call('GET', KEYS[1])\n"
+  "if v and string.sub(v, 1, 19) == 'P|' .. ARGV[1] .. '|' then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end\n"
+  "return 0\n";
+
+enum { SC_RESERVE, SC_COMPLETE, SC_RELEASE, SC_RENEW };
+static const char *const SCRIPT[] = { RESERVE, COMPLETE, RELEASE, RENEW };
+
+/* SCRIPT LOAD: the script's SHA-1 into s->sha[which]; 0, or -1 with err. */
+static int load_script(rd_store *s, int which, char *err, size_t errlen) {
+  redisReply *r = redisCommand(s->c, "SCRIPT LOAD %s", SCRIPT[which]);
+  if (failed(s, r, err, errlen)) return -1;
+  int ok = r->type == REDIS_REPLY_STRING && r->len == 40;
+  if (ok) memcpy(s->sha[which], r->str, 41);
+  else seterr(err, errlen, "Redis at %s gave an unexpected answer to SCRIPT LOAD", s->where);
+  freeReplyObject(r);
+  return ok ? 0 : -1;
+}
+
+/* Runs a script on KEYS[1] = k with its arguments: EVALSHA, so that a call
+   (and a waiter's every look) sends the hash rather than the script; a
+   server that does not know it (NOSCRIPT: restarted, or SCRIPT FLUSH) is
+   given it again. The reply, or NULL with err (failed() was told). s->lock
+   held, connected. */
+static redisReply *run_script(rd_store *s, int which, const char *k, size_t klen, int nargs, const char **args,
+                              const size_t *lens, char *err, size_t errlen) {
+  const char *argv[8];
+  size_t argl[8];
+  argv[0] = "EVALSHA";
+  argl[0] = 7;
+  argv[2] = "1";
+  argl[2] = 1;
+  argv[3] = k;
+  argl[3] = klen;
+  for (int i = 0; i < nargs; i++) {
+    argv[4 + i] = args[i];
+    argl[4 + i] = lens ? lens[i] : strlen(args[i]);
+  }
+  for (int attempt = 0; attempt < 2; attempt++) {
+    if (!s->sha[which][0] && load_script(s, which, err, errlen) != 0) return NULL;
+    argv[1] = s->sha[which];
+    argl[1] = 40;
+    redisReply *r = redisCommandArgv(s->c, 4 + nargs, argv, argl);
+    if (r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0 && attempt == 0) {
+      freeReplyObject(r);
+      s->sha[which][0] = '\0';
+      continue;
+    }
+    if (failed(s, r, err, errlen)) return NULL;
+    return r;
+  }
+  return NULL;
+}
+
 static id_status rd_begin(void *impl, const char *tool, const char *key, size_t keylen, const char *hash,
                           long long now, char **result, char *err, size_t errlen) {
   (void)now;
@@ -299,13 +370,12 @@ static id_status rd_begin(void *impl, const char *tool, const char *key, size_t 
     st = s->run_unavailable ? ID_RUN_UNGUARDED : ID_UNAVAILABLE;
     goto out;
   }
-  redisReply *r = redisCommand(s->c, "EVAL %s 1 %b %s %s %s", RESERVE, k, klen, s->token, hash, lease);
+  const char *args[] = { s->token, hash, lease };
+  redisReply *r = run_script(s, SC_RESERVE, k, klen, 3, args, NULL, err, errlen);
   if (!r) {
-    failed(s, r, err, errlen);
-    st = s->run_unavailable ? ID_RUN_UNGUARDED : ID_UNAVAILABLE;
+    if (!s->c) st = s->run_unavailable ? ID_RUN_UNGUARDED : ID_UNAVAILABLE;
     goto out;
   }
-  if (failed(s, r, err, errlen)) goto out;
   if (r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && r->element[0]->type == REDIS_REPLY_STRING) {
     const char *what = r->element[0]->str;
     if (strcmp(what, "RUN") == 0) st = ID_RUN;
@@ -374,8 +444,10 @@ static int rd_commit(void *impl, const char *tool, const char *key, size_t keyle
   }
   pthread_mutex_lock(&s->lock);
   if (connect_now(s, err, errlen) != 0) goto out;
-  redisReply *r = redisCommand(s->c, "EVAL %s 1 %b %s %s %b %s", COMPLETE, k, klen, s->token, hash, text, vlen, ttls);
-  if (failed(s, r, err, errlen)) goto out;
+  const char *args[] = { s->token, hash, text, ttls };
+  const size_t lens[] = { strlen(s->token), strlen(hash), vlen, strlen(ttls) };
+  redisReply *r = run_script(s, SC_COMPLETE, k, klen, 4, args, lens, err, errlen);
+  if (!r) goto out;
   if (r->type == REDIS_REPLY_INTEGER && r->integer >= 0) rc = 0;
   else seterr(err, errlen, "idempotency: tool '%s': the lease ran out and another call holds the key now", tool);
   freeReplyObject(r);
@@ -393,11 +465,36 @@ static void rd_abort(void *impl, const char *tool, const char *key, size_t keyle
   if (!k) return;
   pthread_mutex_lock(&s->lock);
   if (connect_now(s, NULL, 0) == 0) {
-    redisReply *r = redisCommand(s->c, "EVAL %s 1 %b %s", RELEASE, k, klen, s->token);
-    if (!failed(s, r, NULL, 0)) freeReplyObject(r);
+    const char *args[] = { s->token };
+    redisReply *r = run_script(s, SC_RELEASE, k, klen, 1, args, NULL, NULL, 0);
+    if (r) freeReplyObject(r);
   }
   pthread_mutex_unlock(&s->lock);
   free(k);
+}
+
+static int rd_renew(void *impl, const char *tool, const char *key, size_t keylen, const char *hash, char *err,
+                    size_t errlen) {
+  (void)hash;
+  rd_store *s = impl;
+  size_t klen;
+  char *k = key_of(s, tool, key, keylen, &klen);
+  if (!k) { seterr(err, errlen, "idempotency: out of memory"); return -1; }
+  char lease[24];
+  snprintf(lease, sizeof lease, "%lld", s->lease_ms);
+  int rc = -1;
+  pthread_mutex_lock(&s->lock);
+  if (connect_now(s, err, errlen) == 0) {
+    const char *args[] = { s->token, lease };
+    redisReply *r = run_script(s, SC_RENEW, k, klen, 2, args, NULL, err, errlen);
+    if (r) {
+      rc = r->type == REDIS_REPLY_INTEGER && r->integer == 1 ? 1 : 0;
+      freeReplyObject(r);
+    }
+  }
+  pthread_mutex_unlock(&s->lock);
+  free(k);
+  return rc;
 }
 
 static void rd_close(void *impl) {
@@ -415,7 +512,7 @@ static void rd_close(void *impl) {
   free(s);
 }
 
-static const id_ops RD_OPS = { rd_begin, rd_commit, rd_abort, rd_close, NULL };
+static const id_ops RD_OPS = { rd_begin, rd_commit, rd_abort, rd_close, NULL, rd_renew };
 
 /* %XX in the user and password of a URL */
 static char *unescape(const char *p, size_t n) {
@@ -536,5 +633,8 @@ id_store *id_open_redis(const id_redis_options *o, char *err, size_t errlen) {
     rd_close(s);
     return NULL;
   }
-  return id_wrap(&RD_OPS, s);
+  long long lease = s->lease_ms;
+  id_store *st = id_wrap(&RD_OPS, s);
+  id_set_lease(st, lease);
+  return st;
 }

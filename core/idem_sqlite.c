@@ -33,6 +33,11 @@
 #define SQ_FORMAT "luma-idempotency"
 #define SQ_VERSION 1
 #define SQ_BUSY_MS 2000
+/* A claim has no lease here (it lasts while its process lives), but while
+   its handler runs it is looked at every third of this (id_keep): one that
+   another process took over (it judged the holder dead: another PID
+   namespace) or that an operator deleted fails the call then. */
+#define SQ_CHECK_MS 3000
 
 typedef struct sq_store {
   pthread_mutex_t lock;           /* one connection: one caller at a time */
@@ -379,7 +384,32 @@ static void sq_close(void *impl) {
   sq_free(s);
 }
 
-static const id_ops SQ_OPS = { sq_begin, sq_commit, sq_abort, sq_close, NULL };
+/* Whether this store still holds its claim on (tool, key): 1, 0, or -1 when
+   the database cannot be read now. */
+static int sq_renew(void *impl, const char *tool, const char *key, size_t keylen, const char *hash, char *err,
+                    size_t errlen) {
+  sq_store *s = impl;
+  pthread_mutex_lock(&s->lock);
+  sqlite3_reset(s->get);
+  bind_key(s->get, tool, key, keylen);
+  int rc = sqlite3_step(s->get), held = -1;
+  if (rc == SQLITE_DONE) {
+    held = 0;
+  } else if (rc == SQLITE_ROW) {
+    const char *h = (const char *)sqlite3_column_text(s->get, 0);
+    const char *token = (const char *)sqlite3_column_text(s->get, 4);
+    held = sqlite3_column_int(s->get, 1) == 1 && sqlite3_column_int64(s->get, 2) == s->pid &&
+           sqlite3_column_int64(s->get, 3) == s->start && token && strcmp(token, s->token) == 0 && h &&
+           strlen(h) == 64 && memcmp(h, hash, 64) == 0;
+  } else {
+    seterr(err, errlen, "idempotency store %s: %s", s->path, why(s));
+  }
+  sqlite3_reset(s->get);
+  pthread_mutex_unlock(&s->lock);
+  return held;
+}
+
+static const id_ops SQ_OPS = { sq_begin, sq_commit, sq_abort, sq_close, NULL, sq_renew };
 
 static const char SCHEMA[] =
   "CREATE TABLE IF NOT EXISTS luma_meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);"
@@ -452,5 +482,7 @@ id_store *id_open_sqlite(const char *path, const char *passphrase, char *err, si
     sq_free(s);
     return NULL;
   }
-  return id_wrap(&SQ_OPS, s);
+  id_store *st = id_wrap(&SQ_OPS, s);
+  id_set_lease(st, SQ_CHECK_MS);
+  return st;
 }

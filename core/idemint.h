@@ -23,11 +23,19 @@ typedef struct id_ops {
   void (*close)(void *impl);
   /* id_quarantined, or NULL for a back end that never moves a file aside */
   int (*quarantined)(void *impl, char *path, size_t pathcap);
+  /* Extends this store's claim on (tool, key) by its lease: 1 renewed, 0
+     lost (the claim is gone or another owner holds it), -1 err (unreachable:
+     tried again at the next beat). NULL for a back end whose claims have no
+     lease. */
+  int (*renew)(void *impl, const char *tool, const char *key, size_t keylen, const char *input_hash, char *err,
+               size_t errlen);
 } id_ops;
 
 /* A store whose calls go to ops; NULL when memory runs out (impl is then
    closed with ops->close). */
 id_store *id_wrap(const id_ops *ops, void *impl);
+/* The lease of s's claims (ms): id_keep renews them a third of it apart. */
+void id_set_lease(id_store *s, long long lease_ms);
 
 /* The checks of every call: 0, or -1 with err. */
 int id_check_args(const char *tool, const char *key, size_t keylen, const char *hash, char *err, size_t errlen);

@@ -15,6 +15,7 @@
 #include "idem.h"
 #include "json.h"
 #include "ljson.h"
+#include "runtime.h"
 #include "strbuf.h"
 
 /* A busy key is looked at again after this long. */
@@ -90,6 +91,15 @@ st_verdict st_idem_lookup(lua_State *T, cl_call *c) {
   return st_idem_begin(T, c);
 }
 
+/* From the store's renewing thread: the claim expired under the handler, and
+   another call may run it now. The handler's signal fires (as a cancel
+   does); STEP_RECORD then says why. */
+static void claim_lost(void *arg) {
+  cl_call *c = arg;
+  __atomic_store_n(&c->claim_lost, 1, __ATOMIC_RELEASE);
+  rt_cancel_job(c->rt, c);
+}
+
 st_verdict st_idem_begin(lua_State *T, cl_call *c) {
   pl_program *pg = c->pg;
   const pm_tool *t = c->t;
@@ -99,6 +109,9 @@ st_verdict st_idem_begin(lua_State *T, cl_call *c) {
   switch (st) {
     case ID_RUN:
       c->held = 1;
+      __atomic_store_n(&c->claim_lost, 0, __ATOMIC_RELEASE);
+      /* renewed while the handler runs; a lost claim fires its signal */
+      id_keep(pg->idem, t->name, c->ikey, c->ikeylen, c->hash, claim_lost, c);
       return sv_next();
     case ID_REPLAY: {
       int read = lj_push_text(T, stored, strlen(stored), LIM_IDEM_MAX_DEPTH, err, sizeof err);
@@ -131,6 +144,13 @@ st_verdict st_idem_settle(lua_State *T, cl_call *c, int result) {
   const pm_tool *t = c->t;
   if (!c->held) return sv_next();
   c->held = 0;
+  if (__atomic_load_n(&c->claim_lost, __ATOMIC_ACQUIRE)) {
+    id_abort(pg->idem, t->name, c->ikey, c->ikeylen);
+    return st_fail(T, LE_IDEMPOTENCY_STORE_ERROR,
+                   "Tool '%s' lost its claim on idempotency key '%.200s' while its handler ran (the claim was not "
+                   "renewed in time, was removed, or another call holds it now); its result was not stored.",
+                   t->name, c->ikey);
+  }
   if (!result) {
     id_abort(pg->idem, t->name, c->ikey, c->ikeylen);
     return sv_next();

@@ -39,8 +39,10 @@ static st_verdict check_typed_error(lua_State *T, cl_call *c) {
 st_verdict st_finish(lua_State *T, cl_call *c) {
   const pm_tool *t = c->t;
   if (!c->ok) {
-    st_idem_settle(T, c, 0);
+    /* a claim lost under the handler says so, rather than its cancel */
+    st_verdict lost = st_idem_settle(T, c, 0);
     st_cache_release(c);
+    if (lost.kind == SV_ERROR) return lost;
     return check_typed_error(T, c);
   }
   if (c->ev.cache_hit || c->ev.idempotent_replay) {

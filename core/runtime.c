@@ -171,7 +171,13 @@ int rt_submit(rt_runtime *rt, cl_call *c) {
 void rt_cancel_job(rt_runtime *rt, cl_call *c) {
   pthread_mutex_lock(&rt->lock);
   __atomic_store_n(&c->cancelled, 1, __ATOMIC_RELEASE);
-  if (c->job_out && c->sx) sx_interrupt(c->sx);
+  if ((c->job_out || c->inline_run) && c->sx) sx_interrupt(c->sx);
+  pthread_mutex_unlock(&rt->lock);
+}
+
+void rt_inline(rt_runtime *rt, cl_call *c, int on) {
+  pthread_mutex_lock(&rt->lock);
+  c->inline_run = on;
   pthread_mutex_unlock(&rt->lock);
 }
 

@@ -65,6 +65,9 @@ tp_transport *rt_transport(rt_runtime *rt, char *err, size_t errlen);
    here); runs it on this thread. */
 int rt_submit(rt_runtime *rt, struct cl_call *c);
 void rt_run_here(rt_runtime *rt, struct cl_call *c);
+/* A handler that runs on the driver's thread, inline (attempt.c): on tells
+   rt_cancel_job that its state may be interrupted, off that it may not. */
+void rt_inline(rt_runtime *rt, struct cl_call *c, int on);
 /* Cancels c (cl_cancel): any thread. */
 void rt_cancel_job(rt_runtime *rt, struct cl_call *c);
 /* For the pool's workers: the job of c finished. */

@@ -160,8 +160,9 @@ elseif mode == "one" then
     f:write(pid)
     f:close()
   end
-  local r, meta = p:call("db_write", { request_id = arg[4], value = "same" })
-  io.write(r.key, " ", tostring(meta.idempotent_replay), "\n")
+  local ok, r, meta = pcall(p.call, p, "db_write", { request_id = arg[4], value = "same" })
+  if ok then io.write(r.key, " ", tostring(meta.idempotent_replay), "\n")
+  else io.write(tostring(r.code), ": ", tostring(r.message), "\n") end
 end
 ]]
 
@@ -452,6 +453,29 @@ end
   end)
 end)
 
+describe("the sqlite store's claims", function()
+  it("fail the handler's call, storing nothing, when another takes the claim from it", function()
+    local dir = project(STORES.sqlite())
+    h.write(dir .. "/worker.lua", WORKER)
+    local log = dir .. "/run.log"
+    local env = { LUMA_SPEC_LOG = log, LUMA_SPEC_SLEEP = "2.5" }
+    -- the claim is deleted under the handler (as an operator, or a process
+    -- of another PID namespace that judged its holder dead, would)
+    local clear = "sqlite3 " .. h.quote(dir .. "/store.db") .. " 'DELETE FROM luma_idem WHERE pending = 1'"
+    local status, out, errout = h.sh("start=$(date +%s%N); " .. spawn(dir, "one lost-2", env) .. " & sleep 0.5; " ..
+      clear .. "; wait; echo took $(( ($(date +%s%N) - start) / 1000000 ))")
+    assert.are.equal(0, status, out .. errout)
+    assert.matches("^IDEMPOTENCY_STORE_ERROR: Tool 'db_write' lost its claim on idempotency key 'lost%-2' while its " ..
+      "handler ran", out)
+    local took = tonumber(out:match("took (%d+)"))
+    assert.is_true(took < 2400, "the handler was not stopped: " .. took .. " ms")
+    status, out = h.sh(spawn(dir, "one lost-2", { LUMA_SPEC_LOG = log }))
+    assert.are.equal("lost-2 false\n", out)
+    assert.are.same({ "lost-2", "lost-2" }, lines(log))
+    os.execute("rm -rf " .. h.quote(dir))
+  end)
+end)
+
 -- ------------------------------------------------------------------ redis
 
 describe("the redis store", function()
@@ -577,6 +601,121 @@ describe("the redis store", function()
         '{ "type": "redis", "url": "redis://:url-pw-9@127.0.0.1:' .. server.port .. '/0" } }')
       err = h.raised(load, dir)
       assert.is_nil(err.message:find("url-pw-9", 1, true), err.message)
+      os.execute("rm -rf " .. h.quote(dir))
+    end)
+    server:remove()
+    assert(ok, e)
+  end)
+
+  -- the lease (1000 ms) is shorter than the handler (2.5 s): the holder
+  -- renews its claim while the handler runs
+  local function leased(prefix)
+    local dir = project('{ "type": "redis", "url": "' .. redis_url() .. '", "prefix": "' .. prefix ..
+      '", "lease_ms": 1000 }')
+    h.write(dir .. "/worker.lua", WORKER)
+    return dir
+  end
+
+  it("renews a claim while its handler runs past the lease: one run, and the second caller replays it", function()
+    local dir = leased(h.tmpname(":"))
+    local log = dir .. "/run.log"
+    local env = { LUMA_SPEC_LOG = log, LUMA_SPEC_SLEEP = "2.5" }
+    local status, out, errout = h.sh(spawn(dir, "one lease-1", env) .. " & sleep 0.3; " ..
+      spawn(dir, "one lease-1", env) .. "; wait")
+    assert.are.equal(0, status, out .. errout)
+    assert.are.same({ "lease-1" }, lines(log))
+    local said = {}
+    for line in out:gmatch("[^\n]+") do said[#said + 1] = line end
+    table.sort(said)
+    assert.are.same({ "lease-1 false", "lease-1 true" }, said)
+    os.execute("rm -rf " .. h.quote(dir))
+  end)
+
+  it("fails the handler's call, storing nothing, when its claim is taken from it", function()
+    local prefix = h.tmpname(":")
+    local dir = leased(prefix)
+    local log = dir .. "/run.log"
+    local env = { LUMA_SPEC_LOG = log, LUMA_SPEC_SLEEP = "2.5" }
+    -- an operator deletes the claim while the handler runs
+    local clear = "env -u LD_PRELOAD redis-cli -p " .. redis.port .. " EVAL " .. h.quote(
+      "for _, k in ipairs(redis.call('KEYS', ARGV[1])) do redis.call('DEL', k) end return 0") .. " 0 " ..
+      h.quote(prefix .. "idem*") .. " > /dev/null"
+    local status, out, errout = h.sh("start=$(date +%s%N); " .. spawn(dir, "one lost-1", env) .. " & sleep 0.5; " ..
+      clear .. "; wait; echo took $(( ($(date +%s%N) - start) / 1000000 ))")
+    local took = tonumber(out:match("took (%d+)"))
+    assert.are.equal(0, status, out .. errout)
+    assert.matches("^IDEMPOTENCY_STORE_ERROR: Tool 'db_write' lost its claim on idempotency key 'lost%-1' while its " ..
+      "handler ran", out)
+    -- the handler's signal fired: it did not sleep its 2.5 s out
+    assert.is_true(took < 2400, "the handler was not stopped: " .. took .. " ms" .. out .. errout)
+    -- nothing was stored: the next call runs it
+    status, out = h.sh(spawn(dir, "one lost-1", { LUMA_SPEC_LOG = log }))
+    assert.are.equal("lost-1 false\n", out)
+    assert.are.same({ "lost-1", "lost-1" }, lines(log))
+    os.execute("rm -rf " .. h.quote(dir))
+  end)
+
+  it("keeps each key under a printable name that an operator can find and delete to clear a stuck claim", function()
+    local prefix = h.tmpname(":")
+    local dir = project('{ "type": "redis", "url": "' .. redis_url() .. '", "prefix": "' .. prefix .. '" }')
+    h.write(dir .. "/worker.lua", WORKER)
+    local log = dir .. "/run.log"
+    local cli = "env -u LD_PRELOAD redis-cli -p " .. redis.port .. " "
+    -- a holder killed mid-handler leaves its claim for the lease (60 s by default)
+    local pidfile = dir .. "/holder.pid"
+    os.execute(spawn(dir, "one order-1", { LUMA_SPEC_LOG = log, LUMA_SPEC_SLEEP = "30", LUMA_SPEC_PIDFILE = pidfile }) ..
+      " > /dev/null 2>&1 &")
+    for _ = 1, 100 do
+      if #lines(log) > 0 then break end
+      os.execute("sleep 0.05")
+    end
+    assert.are.equal(1, #lines(log), "the holder did not start its handler")
+    os.execute("kill -9 $(cat " .. h.quote(pidfile) .. ")")
+    -- the README's way: find the claim by tool, look at it, delete it
+    local status, found = h.sh(cli .. "--scan --pattern " .. h.quote(prefix .. "idem:db_write:*"))
+    assert.are.equal(0, status)
+    local _, digest = h.sh("printf %s order-1 | sha256sum")
+    local want = prefix .. "idem:db_write:" .. digest:match("^%x+")
+    assert.are.equal(want .. "\n", found)
+    local _, value = h.sh(cli .. "--raw GET " .. h.quote(want))
+    assert.matches("^P|%x+|%x+\n$", value)
+    assert.are.equal(0, (h.sh(cli .. "DEL " .. h.quote(want))))
+    -- the next call runs at once, and its result is under the same name
+    local out, errout
+    status, out, errout = h.sh(spawn(dir, "one order-1", { LUMA_SPEC_LOG = log }))
+    assert.are.equal("order-1 false\n", out, errout)
+    assert.are.same({ "order-1", "order-1" }, lines(log))
+    _, value = h.sh(cli .. "--raw GET " .. h.quote(want))
+    assert.matches("^C|%x+|{", value)
+    os.execute("rm -rf " .. h.quote(dir))
+  end)
+
+  it("sends each script once and its hash afterwards (EVALSHA), and gives it again to a server that forgot it", function()
+    local server = redis_server.start()
+    local ok, e = pcall(function()
+      local dir = project('{ "type": "redis", "url": "' .. server.url .. '" }')
+      logged(dir)
+      local cli = "env -u LD_PRELOAD redis-cli -p " .. server.port .. " "
+      local function calls(name)
+        local _, info = h.sh(cli .. "INFO commandstats")
+        return tonumber(info:match("cmdstat_" .. name .. ":calls=(%d+)") or "0")
+      end
+      local p = load(dir)
+      for i = 1, 20 do p:call("db_write", { request_id = "k" .. (i % 5), value = "v" }) end
+      assert.are.equal(0, calls("eval"))
+      -- 20 reserves and 5 completes, each with the script's hash
+      assert.are.equal(25, calls("evalsha"))
+      assert.is_true(calls("script") <= 2, "SCRIPT LOAD " .. calls("script") .. " times")
+      -- a server that forgot its scripts is given them again
+      assert.are.equal(0, (h.sh(cli .. "SCRIPT FLUSH")))
+      local r, meta = p:call("db_write", { request_id = "after-flush", value = "v" })
+      assert.are.equal("after-flush", r.key)
+      assert.is_false(meta.idempotent_replay)
+      r, meta = p:call("db_write", { request_id = "after-flush", value = "v" })
+      assert.is_true(meta.idempotent_replay)
+      assert.are.equal(0, calls("eval"))
+      p:close()
+      assert.are.same({ "k1", "k2", "k3", "k4", "k0", "after-flush" }, lines(dir .. "/run.log"))
       os.execute("rm -rf " .. h.quote(dir))
     end)
     server:remove()

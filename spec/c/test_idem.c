@@ -24,6 +24,7 @@
 #include "ctest.h"
 #include "idem.h"
 #include "idem_file.h"
+#include "idemint.h"
 #include "json.h"
 
 /* Encrypted stores in tests derive their key with this many iterations; the
@@ -975,6 +976,119 @@ static void run_threads(id_store *s, const char *label) {
   CT_CHECK(runs == 20 && bad == 0, "%s: 4 threads, 20 keys: %d runs, %d bad", label, runs, bad);
 }
 
+/* A back end whose claims have a lease: renew answers what `answer` says
+   and counts; begin always runs, commit and abort count. */
+static int lease_answer, lease_renewals, lease_commits, lease_aborts, lease_lost;
+
+static id_status lease_begin(void *impl, const char *tool, const char *key, size_t keylen, const char *hash,
+                             long long now, char **result, char *err, size_t errlen) {
+  (void)impl; (void)tool; (void)key; (void)keylen; (void)hash; (void)now; (void)result; (void)err; (void)errlen;
+  return ID_RUN;
+}
+static int lease_commit(void *impl, const char *tool, const char *key, size_t keylen, const char *hash,
+                        const char *text, size_t len, long long now, long long ttl, char *err, size_t errlen) {
+  (void)impl; (void)tool; (void)key; (void)keylen; (void)hash; (void)text; (void)len; (void)now; (void)ttl;
+  (void)err; (void)errlen;
+  __atomic_add_fetch(&lease_commits, 1, __ATOMIC_SEQ_CST);
+  return 0;
+}
+static void lease_abort(void *impl, const char *tool, const char *key, size_t keylen) {
+  (void)impl; (void)tool; (void)key; (void)keylen;
+  __atomic_add_fetch(&lease_aborts, 1, __ATOMIC_SEQ_CST);
+}
+static void lease_close(void *impl) { (void)impl; }
+static int lease_renew(void *impl, const char *tool, const char *key, size_t keylen, const char *hash, char *err,
+                       size_t errlen) {
+  (void)impl; (void)tool; (void)key; (void)keylen; (void)hash; (void)err; (void)errlen;
+  __atomic_add_fetch(&lease_renewals, 1, __ATOMIC_SEQ_CST);
+  return __atomic_load_n(&lease_answer, __ATOMIC_SEQ_CST);
+}
+static const id_ops LEASE_OPS = { lease_begin, lease_commit, lease_abort, lease_close, NULL, lease_renew };
+
+static void on_lease_lost(void *arg) {
+  __atomic_add_fetch((int *)arg, 1, __ATOMIC_SEQ_CST);
+}
+
+static void nap_ms(long ms) {
+  struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+}
+
+static int count(int *n) { return __atomic_load_n(n, __ATOMIC_SEQ_CST); }
+
+/* Waits (up to 3 s, for a loaded machine) until *n is at least want. */
+static int reaches(int *n, int want) {
+  for (int i = 0; i < 300 && count(n) < want; i++) nap_ms(10);
+  return count(n);
+}
+
+static void test_lease_renewal(void) {
+  static const char H[] = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+  char err[256];
+  char *res = NULL;
+  id_store *s = id_wrap(&LEASE_OPS, NULL);
+  CT_CHECK(s != NULL, "id_wrap");
+  id_set_lease(s, 60);
+  /* renewed every 20 ms while held; a commit stores and stops it */
+  __atomic_store_n(&lease_answer, 1, __ATOMIC_SEQ_CST);
+  CT_CHECK(id_begin(s, "t", "k1", 2, H, T0, &res, err, sizeof err) == ID_RUN, "begin runs");
+  CT_CHECK(id_keep(s, "t", "k1", 2, H, on_lease_lost, &lease_lost) == 0, "keep");
+  int renewed = reaches(&lease_renewals, 4);
+  CT_CHECK(renewed >= 4, "a claim held under a 60 ms lease is renewed again and again (%d)", renewed);
+  CT_CHECK(count(&lease_lost) == 0, "a renewed claim is not lost");
+  CT_CHECK(id_commit(s, "t", "k1", 2, H, "{}", 2, T0, TTL, err, sizeof err) == 0, "commit a kept claim: %s", err);
+  CT_CHECK(count(&lease_commits) == 1, "the result is stored");
+  renewed = count(&lease_renewals);
+  nap_ms(80);
+  CT_CHECK(count(&lease_renewals) == renewed, "no renewal after the commit");
+  /* a renewal that finds the claim another's: told once, and the commit refuses */
+  CT_CHECK(id_keep(s, "t", "k2", 2, H, on_lease_lost, &lease_lost) == 0, "keep k2");
+  __atomic_store_n(&lease_answer, 0, __ATOMIC_SEQ_CST);
+  CT_CHECK(reaches(&lease_lost, 1) == 1, "a lost claim is told once (%d)", count(&lease_lost));
+  int aborts = count(&lease_aborts);
+  CT_CHECK(id_commit(s, "t", "k2", 2, H, "{}", 2, T0, TTL, err, sizeof err) == -1, "a lost claim stores nothing");
+  CT_CHECK(strstr(err, "the claim on the key was lost while the handler ran") != NULL, "the error says why: %s", err);
+  CT_CHECK(count(&lease_commits) == 1 && count(&lease_aborts) == aborts + 1, "nothing stored, the claim released");
+  /* a store that cannot be reached for a whole lease: lost */
+  __atomic_store_n(&lease_answer, -1, __ATOMIC_SEQ_CST);
+  CT_CHECK(id_keep(s, "t", "k3", 2, H, on_lease_lost, &lease_lost) == 0, "keep k3");
+  nap_ms(40);
+  CT_CHECK(count(&lease_lost) == 1, "one failed renewal is not yet a loss");
+  CT_CHECK(reaches(&lease_lost, 2) == 2, "a lease without a renewal is lost (%d)", count(&lease_lost));
+  id_abort(s, "t", "k3", 2);
+  /* an abort stops the renewals: no callback after it returns */
+  __atomic_store_n(&lease_answer, 0, __ATOMIC_SEQ_CST);
+  CT_CHECK(id_keep(s, "t", "k4", 2, H, on_lease_lost, &lease_lost) == 0, "keep k4");
+  id_abort(s, "t", "k4", 2);
+  nap_ms(60);
+  CT_CHECK(count(&lease_lost) == 2, "an aborted claim is never told lost");
+  /* a claim kept at close is dropped with the store */
+  CT_CHECK(id_keep(s, "t", "k5", 2, H, on_lease_lost, &lease_lost) == 0, "keep k5");
+  id_close(s);
+  /* a file store looks at a running handler's claim: gone (the file
+     removed under it) is lost, and the commit stores nothing */
+  const char *path = tmp_path("kept.json");
+  s = open_file(path, NULL, T0);
+  CT_CHECK(s != NULL, "open %s", path);
+  if (s) {
+    int lost = count(&lease_lost);
+    CT_CHECK(id_begin(s, "t", "k", 1, H, T0, &res, err, sizeof err) == ID_RUN, "file begin: %s", err);
+    CT_CHECK(id_keep(s, "t", "k", 1, H, on_lease_lost, &lease_lost) == 0, "file keep");
+    nap_ms(1200);
+    CT_CHECK(count(&lease_lost) == lost, "a file claim still held is not lost");
+    unlink(path);
+    CT_CHECK(reaches(&lease_lost, lost + 1) == lost + 1, "a file claim removed is lost");
+    CT_CHECK(id_commit(s, "t", "k", 1, H, "{}", 2, T0, TTL, err, sizeof err) == -1, "a lost file claim stores nothing");
+    CT_CHECK(id_begin(s, "t", "k", 1, H, T0, &res, err, sizeof err) == ID_RUN, "and the key runs again");
+    id_abort(s, "t", "k", 1);
+    id_close(s);
+  }
+  /* a store whose claims have no lease renews nothing */
+  s = id_open_memory();
+  CT_CHECK(id_keep(s, "t", "k", 1, H, on_lease_lost, &lease_lost) == 0, "keep on memory is nothing to do");
+  id_close(s);
+}
+
 static void test_threads(void) {
   id_store *s = id_open_memory();
   run_threads(s, "memory");
@@ -999,7 +1113,7 @@ int main(void) {
     { "encryption", test_encryption }, { "production kdf", test_production_kdf },
     { "claims across processes", test_claims_across_processes }, { "forked handle", test_forked_handle },
     { "outside changes", test_outside_changes }, { "threads", test_threads }, { "race", test_race },
-    { "kill -9", test_kill9 },
+    { "kill -9", test_kill9 }, { "lease renewal", test_lease_renewal },
   };
   for (size_t i = 0; i < sizeof tests / sizeof *tests; i++) {
     struct timespec a, b;
