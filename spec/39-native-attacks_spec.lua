@@ -378,6 +378,57 @@ describe_native("native attacks from a process-isolated handler (issue 24)", fun
     if not ok then error(err, 0) end
   end)
 
+  -- Second red team (branch redteam2). EXPECTED TO FAIL until closed: the
+  -- project is readable in every handler process, and flock(LOCK_EX) (or a
+  -- POSIX read lock) needs only a read descriptor. The child locks the file
+  -- idempotency store's lock file and idles; the host's next idempotent
+  -- call waits in flock() with no timeout, for as long as the child lives.
+  it("a child cannot hold a lock the host waits on (the file store's flock) [EXPECTED TO FAIL]", function()
+    local dir = project()
+    local ok, err = pcall(function()
+      h.write(dir .. "/luma_attack/flock.lua", "")
+      h.write(dir .. "/program.luma", SOURCE .. [[
+tool put(request_id: string) -> Report {
+  side_effects: "write"
+  idempotent: true
+  idempotency_key: request_id
+  timeout: 2000
+}
+]])
+      h.write(dir .. "/tools.lua", [[
+return {
+  attack = function(input) return { text = require("luma_attack." .. input.name) } end,
+  put = function(input) return { text = "put " .. input.request_id } end,
+}
+]])
+      h.write(dir .. "/luma.config.json", core.json_encode({ tool_modules = { "tools.lua" },
+        idempotency_store = { type = "file" },
+        tool_module_policy = { sandbox = "strict", isolation = "process", max_concurrency = 1, max_memory_mb = 16 } }))
+      h.write(dir .. "/host.lua", [[
+local root, build, dir = ...
+package.path = root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua;" .. package.path
+package.cpath = build .. "/?.so;" .. package.cpath
+local luma = require "luma"
+local p = luma.load(dir .. "/program.luma")
+local function call(tool, input)
+  local ok, r = pcall(p.call, p, tool, input)
+  return ok and r.text or ("ERROR " .. tostring(type(r) == "table" and r.message or r))
+end
+print(call("put", { request_id = "a" }))
+io.write("== flock", string.char(10), call("attack", { name = "flock" }))
+io.flush()
+print(call("put", { request_id = "b" }))
+print("host alive")
+]])
+      local status, out, errout = h.sh(UNPRELOADED .. "timeout 15 sh -c " .. h.quote(host_command(dir, {})))
+      assert.is_falsy(contains(out, "SUCCEEDED"), out)
+      assert.is_truthy(contains(out, "put b\n"), "the host's idempotent call blocked (status "
+        .. tostring(status) .. "):\n" .. out .. errout)
+    end)
+    remove(dir)
+    if not ok then error(err, 0) end
+  end)
+
   for _, how in ipairs { "kill", "exit" } do
     local what = how == "kill" and "is SIGKILLed" or "calls os.exit"
     it("the handler process dies when its host " .. what .. " with a call in flight", function()

@@ -57,6 +57,7 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/un.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #define HIGH ((unsigned long)1 << 32)
@@ -639,6 +640,38 @@ static void terminal(const char *root) {
   }
 }
 
+/* ---------------------------------------------------------------- redteam2
+   Locks the host takes on files in the project. The project is readable in
+   every handler process (Landlock grants it LL_READ), and flock(LOCK_EX)
+   needs only a read descriptor: the child takes the lock files of the
+   default idempotency and cache stores (and the config, and the sqlite
+   store), keeps the descriptors open while it idles, and the host's next
+   idempotent call blocks in flock() for as long as the child lives (the
+   file store waits with no timeout). EXPECTED TO FAIL (the attack works)
+   until the child cannot lock files the host locks. */
+static void lock_files(const char *root) {
+  static const char *const names[] = { ".luma-idempotency.json.lock", ".luma-cache.json.lock",
+                                       ".luma-idempotency.db", "luma.config.json" };
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    char path[4096], what[256];
+    snprintf(path, sizeof path, "%s/%s", root, names[i]);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    snprintf(what, sizeof what, "flock LOCK_EX %s, read-only", names[i]);
+    if (fd < 0) { outcome(what, fd); continue; }
+    /* kept open: the lock lasts as long as the child */
+    outcome(what, flock(fd, LOCK_EX | LOCK_NB));
+  }
+  /* the same through POSIX record locks (sqlite's) and a lease, which make
+     the host's opens of the file for writing wait lease-break-time (45 s):
+     a read lock needs only a read descriptor */
+  char path[4096];
+  snprintf(path, sizeof path, "%s/luma.config.json", root);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  struct flock l = { .l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0 };
+  outcome("fcntl F_OFD_SETLK F_RDLCK luma.config.json", fd < 0 ? fd : fcntl(fd, F_OFD_SETLK, &l));
+  outcome("fcntl F_SETLEASE F_RDLCK luma.config.json", fd < 0 ? fd : fcntl(fd, F_SETLEASE, F_RDLCK));
+}
+
 static const struct { const char *name; void (*run)(const char *root); } attacks[] = {
   { "mem", host_memory }, { "config", config }, { "setown", owner_signal }, { "signals", signals },
   { "limits", host_limits }, { "stdout", host_stdout }, { "mount", mounts }, { "tiocsti", tiocsti },
@@ -647,7 +680,7 @@ static const struct { const char *name; void (*run)(const char *root); } attacks
   { "forge_empty", forge_empty }, { "forge_cut", forge_cut },
   { "metadata", metadata }, { "sysv", sysv }, { "memfd", memfd }, { "compat", compat }, { "proc", proc_walk },
   { "sigio", sigio }, { "sigiokill", sigio_kill },
-  { "rootcaps", root_caps }, { "terminal", terminal },
+  { "rootcaps", root_caps }, { "terminal", terminal }, { "flock", lock_files },
 };
 
 /* The module source that hands the report back as a long string. */
