@@ -17,7 +17,7 @@ local LANDLOCK = core.confinement().landlock_abi
 local UNPRELOADED = "env -u LD_PRELOAD "
 
 local ATTACKS = { "mem", "config", "setown", "signals", "limits", "stdout", "mount", "tiocsti", "namespaces",
-  "userfaultfd", "environ", "fds", "pid", "socket", "caps" }
+  "userfaultfd", "environ", "fds", "pid", "socket", "caps", "envmem" }
 -- The red team's attacks (branch redteam): each line of their reports must
 -- say refused. Where one SUCCEEDED the confinement has a hole.
 local REDTEAM = { "metadata", "sysv", "memfd", "compat", "proc", "sigio" }
@@ -45,6 +45,9 @@ local EXPECTED = {
   fds = { "fd 0: /dev/null", "fd 1: /dev/null" },
   socket = { "socket AF_UNIX: refused" },
   caps = {},
+  -- (redteam2) the secret of the host's environment in none of the child's
+  -- readable memory: not in the stack's strings, nor a copy elsewhere
+  envmem = { "host secret in memory: refused (ENOENT)" },
 }
 -- In a user namespace of its own a root host's child holds no capability
 -- outside it; as nobody, the file permissions refuse these anyway.
