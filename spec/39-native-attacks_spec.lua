@@ -59,6 +59,10 @@ end
 -- Without Landlock the files of the host's user stay reachable: said in
 -- README's "Limits, honestly", and these lines are not expected then.
 if LANDLOCK > 0 then
+  -- (redteam2) memory-backed folders, the root, and /proc/self's links out
+  table.insert(ATTACKS, "reach")
+  EXPECTED.reach = { "create /dev/shm/luma-attack: refused", "create /tmp/luma-attack-reach: refused",
+    "open / to list it: refused", "open /proc/self/root/etc/hostname: refused", "open /proc/self/cwd/..: refused" }
   table.insert(EXPECTED.mem, "open /proc/host/mem: refused (EACCES)")
   table.insert(EXPECTED.userfaultfd, "open /dev/userfaultfd: refused")
 else
@@ -427,6 +431,23 @@ print("host alive")
       assert.is_falsy(contains(out, "SUCCEEDED"), out)
       assert.is_truthy(contains(out, "put b\n"), "the host's idempotent call blocked (status "
         .. tostring(status) .. "):\n" .. out .. errout)
+    end)
+    remove(dir)
+    if not ok then error(err, 0) end
+  end)
+
+  -- Second red team. EXPECTED TO FAIL until closed: a host whose stderr is a
+  -- directory (started with 2</) passes it to the child, which lists that
+  -- directory through it (Landlock checks listing when a directory is
+  -- opened, not on a descriptor opened before). Fix: child_reset keeps fd 2
+  -- only when it is not a directory.
+  it("the handler process gets no directory descriptor from the host's stderr [EXPECTED TO FAIL]", function()
+    local dir = project()
+    local ok, err = pcall(function()
+      h.write(dir .. "/luma_attack/reach.lua", "")
+      local _, out = host(dir, { "attacks", "reach" }, nil, "2</")
+      assert.is_truthy(contains(out, "host alive\n"), out)
+      assert.is_falsy(contains(out, "directory descriptor"), out)
     end)
     remove(dir)
     if not ok then error(err, 0) end

@@ -705,6 +705,44 @@ static void env_in_memory(const char *root) {
   if (!found) say("host secret in memory: refused (ENOENT)\n");
 }
 
+/* What the child holds and reaches outside its folders: its descriptors
+   (a directory one would be a way around Landlock's checks of listing),
+   and memory-backed folders to fill (/dev/shm, /tmp). */
+static void reach(const char *root) {
+  (void)root;
+  for (int fd = 0; fd < 64; fd++) {
+    char link[64], target[256];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n < 0) continue;
+    target[n] = '\0';
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+      say("directory descriptor %d %s: SUCCEEDED (%d)\n", fd, target, fd);
+      char buf[4096];
+      outcome("  getdents64 on it", syscall(SYS_getdents64, fd, buf, sizeof buf));
+      long f = openat(fd, "etc/hostname", O_RDONLY | O_CLOEXEC);
+      outcome("  openat(it, etc/hostname)", f);
+      if (f >= 0) close((int)f);
+    } else say("fd %d: %s\n", fd, target);
+  }
+  long r = open("/dev/shm/luma-attack", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  outcome("create /dev/shm/luma-attack", r);
+  if (r >= 0) { close((int)r); unlink("/dev/shm/luma-attack"); }
+  r = open("/tmp/luma-attack-reach", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  outcome("create /tmp/luma-attack-reach", r);
+  if (r >= 0) { close((int)r); unlink("/tmp/luma-attack-reach"); }
+  r = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  outcome("open / to list it", r);
+  if (r >= 0) close((int)r);
+  r = open("/proc/self/root/etc/hostname", O_RDONLY | O_CLOEXEC);
+  outcome("open /proc/self/root/etc/hostname", r);
+  if (r >= 0) close((int)r);
+  r = open("/proc/self/cwd/..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  outcome("open /proc/self/cwd/..", r);
+  if (r >= 0) close((int)r);
+}
+
 static const struct { const char *name; void (*run)(const char *root); } attacks[] = {
   { "mem", host_memory }, { "config", config }, { "setown", owner_signal }, { "signals", signals },
   { "limits", host_limits }, { "stdout", host_stdout }, { "mount", mounts }, { "tiocsti", tiocsti },
@@ -713,7 +751,7 @@ static const struct { const char *name; void (*run)(const char *root); } attacks
   { "forge_empty", forge_empty }, { "forge_cut", forge_cut },
   { "metadata", metadata }, { "sysv", sysv }, { "memfd", memfd }, { "compat", compat }, { "proc", proc_walk },
   { "sigio", sigio }, { "sigiokill", sigio_kill },
-  { "rootcaps", root_caps }, { "terminal", terminal }, { "flock", lock_files }, { "envmem", env_in_memory },
+  { "rootcaps", root_caps }, { "terminal", terminal }, { "flock", lock_files }, { "envmem", env_in_memory }, { "reach", reach },
 };
 
 /* The module source that hands the report back as a long string. */
