@@ -72,12 +72,16 @@ static long landlock_abi_said = -1;
 /* LUMA_ATTACK_NO_USERNS: unshare(CLONE_NEWUSER) fails in the child, as
    where a sysctl or a security module refuses user namespaces */
 static int no_user_namespace;
+/* LUMA_ATTACK_INT80, read in the host: the child's environment is emptied
+   before the attack asks (asked there, the int $0x80 try never ran) */
+static int try_int80;
 
 __attribute__((constructor)) static void remember_host(void) {
   host = getpid();
   const char *abi = getenv("LUMA_ATTACK_LANDLOCK_ABI");
   if (abi) landlock_abi_said = atol(abi);
   no_user_namespace = getenv("LUMA_ATTACK_NO_USERNS") != NULL;
+  try_int80 = getenv("LUMA_ATTACK_INT80") != NULL;
 }
 
 static void say(const char *fmt, ...) {
@@ -586,7 +590,7 @@ static void compat(const char *root) {
   x32_result = 1;
   /* a kernel without IA32 emulation answers int $0x80 with SIGSEGV, which
      ends the whole process: tried only where 32-bit code can run */
-  if (access("/proc/sys/abi/vsyscall32", F_OK) == 0 && getenv("LUMA_ATTACK_INT80")) {
+  if (access("/proc/sys/abi/vsyscall32", F_OK) == 0 && try_int80) {
     if (pthread_create(&t, NULL, int80_thread, NULL) == 0) pthread_join(t, NULL);
     if (int80_result == 1) say("int 0x80 kill host 0: refused (thread killed)\n");
     else if (int80_result < 0) say("int 0x80 kill host 0: refused (%s)\n", strerrorname_np((int)-int80_result));
