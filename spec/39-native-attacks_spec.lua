@@ -453,6 +453,27 @@ print("host alive")
     if not ok then error(err, 0) end
   end)
 
+  -- Second red team. EXPECTED TO FAIL until closed: threads are allowed,
+  -- and with small stacks RLIMIT_AS does not bound how many; no
+  -- RLIMIT_NPROC or pids cgroup holds the child, so it can take every pid
+  -- of the machine (kernel.pid_max) and the host can start no thread or
+  -- process. The attack makes 1,000 (the machine is shared) and says
+  -- SUCCEEDED when all were made. Fix: RLIMIT_NPROC in the child's user
+  -- namespace (counted there for its own tasks only; its capabilities are
+  -- dropped, so it is enforced), or a pids cgroup.
+  it("a handler process cannot make tasks without a bound [EXPECTED TO FAIL]", function()
+    local dir = project()
+    local ok, err = pcall(function()
+      h.write(dir .. "/luma_attack/tasks.lua", "")
+      local status, out, errout = host(dir, { "attacks", "tasks" })
+      assert.are.equal(0, status, errout)
+      assert.is_truthy(contains(out, "host alive\n"), out)
+      assert.is_falsy(contains(out, "SUCCEEDED"), out)
+    end)
+    remove(dir)
+    if not ok then error(err, 0) end
+  end)
+
   for _, how in ipairs { "kill", "exit" } do
     local what = how == "kill" and "is SIGKILLed" or "calls os.exit"
     it("the handler process dies when its host " .. what .. " with a call in flight", function()

@@ -747,6 +747,37 @@ static void reach(const char *root) {
   if (r >= 0) close((int)r);
 }
 
+/* Tasks without a bound: threads are allowed (clone with CLONE_THREAD),
+   and with stacks of 16 KiB RLIMIT_AS does not bound how many. Each is a
+   task of the machine's, and no RLIMIT_NPROC or pids cgroup holds the
+   child: it can take every pid (kernel.pid_max) and kernel memory the
+   address-space limit does not see, and the host can no longer start a
+   thread or a process. Only THREADS_TRIED are made here (the machine is
+   shared): all made is the hole. EXPECTED TO FAIL until the child has a
+   bound on its tasks. */
+#define THREADS_TRIED 1000
+#define THREAD_STACK (16 << 10)
+static int idle_task(void *arg) {
+  (void)arg;
+  for (;;) syscall(SYS_pause);
+  return 0;
+}
+
+static void tasks(const char *root) {
+  (void)root;
+  char *stacks = mmap(NULL, (size_t)THREADS_TRIED * THREAD_STACK, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (stacks == MAP_FAILED) { outcome("map the stacks", -1); return; }
+  int made = 0, e = 0;
+  for (; made < THREADS_TRIED; made++) {
+    int r = clone(idle_task, stacks + (size_t)(made + 1) * THREAD_STACK,
+                  CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM, NULL);
+    if (r < 0) { e = errno; break; }
+  }
+  if (made == THREADS_TRIED) say("threads made, unbounded: SUCCEEDED (%d)\n", made);
+  else say("threads made: %d, then refused (%s)\n", made, strerrorname_np(e) ? strerrorname_np(e) : "?");
+}
+
 static const struct { const char *name; void (*run)(const char *root); } attacks[] = {
   { "mem", host_memory }, { "config", config }, { "setown", owner_signal }, { "signals", signals },
   { "limits", host_limits }, { "stdout", host_stdout }, { "mount", mounts }, { "tiocsti", tiocsti },
@@ -755,7 +786,7 @@ static const struct { const char *name; void (*run)(const char *root); } attacks
   { "forge_empty", forge_empty }, { "forge_cut", forge_cut },
   { "metadata", metadata }, { "sysv", sysv }, { "memfd", memfd }, { "compat", compat }, { "proc", proc_walk },
   { "sigio", sigio }, { "sigiokill", sigio_kill },
-  { "rootcaps", root_caps }, { "terminal", terminal }, { "flock", lock_files }, { "envmem", env_in_memory }, { "reach", reach },
+  { "rootcaps", root_caps }, { "terminal", terminal }, { "flock", lock_files }, { "envmem", env_in_memory }, { "reach", reach }, { "tasks", tasks },
 };
 
 /* The module source that hands the report back as a long string. */
