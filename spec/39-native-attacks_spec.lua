@@ -474,6 +474,33 @@ print("host alive")
     if not ok then error(err, 0) end
   end)
 
+  -- Second red team. EXPECTED TO FAIL until closed: with allow_network the
+  -- child, after an honest reply, sends one byte out of turn on the Unix
+  -- socket to the host with a descriptor attached (SCM_RIGHTS): a TCP
+  -- socket with unsent data its peer never reads and SO_LINGER of an hour,
+  -- and drops its own reference. At the next call the host sees the idle
+  -- child talked, and closes its end: that purges the message in the
+  -- host's thread, whose last close of the TCP socket waits in tcp_close
+  -- for the hour (the same when a recv() drops it, or at the module's
+  -- close), past any deadline and uncancellable. Fix: the child's replies
+  -- on a pipe, which carries no descriptor (or SO_PASSRIGHTS 0 on the
+  -- host's end, Linux 6.16).
+  it("a child cannot block its host with a descriptor sent on the socket [EXPECTED TO FAIL]", function()
+    local dir = project()
+    local ok, err = pcall(function()
+      h.write(dir .. "/luma_attack/linger.lua", "")
+      h.write(dir .. "/luma.config.json", core.json_encode({ tool_modules = { "tools.lua" },
+        tool_module_policy = { sandbox = "strict", isolation = "process", max_concurrency = 1, max_memory_mb = 16,
+          allow_network = true } }))
+      local t = core.monotonic_ms()
+      local _, out, errout = h.sh(UNPRELOADED .. "timeout 15 sh -c " .. h.quote(host_command(dir, { "attacks", "linger", "pid" })))
+      assert.is_truthy(contains(out, "host alive\n"), "the host was held " .. (core.monotonic_ms() - t) .. " ms:\n"
+        .. out .. errout)
+    end)
+    remove(dir)
+    if not ok then error(err, 0) end
+  end)
+
   for _, how in ipairs { "kill", "exit" } do
     local what = how == "kill" and "is SIGKILLed" or "calls os.exit"
     it("the handler process dies when its host " .. what .. " with a call in flight", function()

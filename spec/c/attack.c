@@ -57,6 +57,9 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/un.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <time.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -324,7 +327,7 @@ static void abstract_socket(const char *root) {
 }
 
 /* The child's next write(), once armed. */
-static enum { HONEST, FORGE_EMPTY, FORGE_CUT } forge;
+static enum { HONEST, FORGE_EMPTY, FORGE_CUT, FORGE_LINGER } forge;
 
 static void forge_empty(const char *root) {
   (void)root;
@@ -338,6 +341,41 @@ static void forge_cut(const char *root) {
   say("armed: forge_cut\n");
 }
 
+/* A TCP socket on 127.0.0.1 with unsent data its peer never reads (a
+   listener whose connection is never accepted), and SO_LINGER of an hour:
+   closing its last reference waits for the data to go. */
+static int linger_socket(void) {
+  int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+  socklen_t al = sizeof a;
+  if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof a) != 0 || listen(l, 1) != 0 ||
+      getsockname(l, (struct sockaddr *)&a, &al) != 0)
+    return -1;
+  int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (c < 0) return -1;
+  int small = 4096;
+  setsockopt(l, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  setsockopt(c, SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+  if (connect(c, (struct sockaddr *)&a, sizeof a) != 0 && errno != EINPROGRESS) return -1;
+  struct timespec wait = { 0, 50000000 };
+  nanosleep(&wait, NULL);
+  static char junk[65536];
+  ssize_t (*real)(int, const void *, size_t) = (ssize_t (*)(int, const void *, size_t))dlsym(RTLD_NEXT, "write");
+  while (real(c, junk, sizeof junk) > 0) {}
+  struct linger lg = { 1, 3600 };
+  setsockopt(c, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+  int flags = fcntl(c, F_GETFL);
+  fcntl(c, F_SETFL, flags & ~O_NONBLOCK);
+  /* the listener (and its unaccepted connection) stays open in the child */
+  return c;
+}
+
+static void forge_linger(const char *root) {
+  (void)root;
+  forge = FORGE_LINGER;
+  say("armed: forge_linger\n");
+}
+
 ssize_t write(int fd, const void *buf, size_t n) {
   ssize_t (*real)(int, const void *, size_t) = (ssize_t (*)(int, const void *, size_t))dlsym(RTLD_NEXT, "write");
   int how = getpid() == host ? HONEST : forge;
@@ -345,6 +383,29 @@ ssize_t write(int fd, const void *buf, size_t n) {
   if (how == FORGE_EMPTY) {
     uint32_t zero = 0;
     return real(fd, &zero, sizeof zero) == (ssize_t)sizeof zero ? (ssize_t)n : -1;
+  }
+  if (how == FORGE_LINGER) {
+    /* the honest reply, then one byte out of turn with a TCP socket whose
+       close lingers attached, and this process's reference dropped at once
+       (the host is not reading: the message's is the last). The host's next
+       call sees the child talked while idle and closes its end, which
+       purges the message in the host's thread: that close waits */
+    ssize_t k = real(fd, buf, n);
+    int lfd = linger_socket();
+    if (k == (ssize_t)n && lfd >= 0) {
+      char control[CMSG_SPACE(sizeof(int))];
+      memset(control, 0, sizeof control);
+      struct iovec iov = { (void *)"!", 1 };
+      struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control, .msg_controllen = sizeof control };
+      struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int));
+      memcpy(CMSG_DATA(c), &lfd, sizeof lfd);
+      if (sendmsg(fd, &m, MSG_NOSIGNAL) != 1) {}
+    }
+    if (lfd >= 0) close(lfd);
+    return k;
   }
   if (how == FORGE_CUT && n > 14) {
     if (real(fd, buf, 14) == 14) _exit(0);
@@ -786,7 +847,7 @@ static const struct { const char *name; void (*run)(const char *root); } attacks
   { "forge_empty", forge_empty }, { "forge_cut", forge_cut },
   { "metadata", metadata }, { "sysv", sysv }, { "memfd", memfd }, { "compat", compat }, { "proc", proc_walk },
   { "sigio", sigio }, { "sigiokill", sigio_kill },
-  { "rootcaps", root_caps }, { "terminal", terminal }, { "flock", lock_files }, { "envmem", env_in_memory }, { "reach", reach }, { "tasks", tasks },
+  { "rootcaps", root_caps }, { "terminal", terminal }, { "flock", lock_files }, { "envmem", env_in_memory }, { "reach", reach }, { "tasks", tasks }, { "linger", forge_linger },
 };
 
 /* The module source that hands the report back as a long string. */
