@@ -390,8 +390,8 @@ ssize_t write(int fd, const void *buf, size_t n) {
        (the host is not reading: the message's is the last). The host's next
        call sees the child talked while idle and closes its end, which
        purges the message in the host's thread: that close waits */
+    int lfd = linger_socket();   /* made first: the byte follows the reply at once */
     ssize_t k = real(fd, buf, n);
-    int lfd = linger_socket();
     if (k == (ssize_t)n && lfd >= 0) {
       char control[CMSG_SPACE(sizeof(int))];
       memset(control, 0, sizeof control);
