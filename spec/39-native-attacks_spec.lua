@@ -17,7 +17,7 @@ local LANDLOCK = core.confinement().landlock_abi
 local UNPRELOADED = "env -u LD_PRELOAD "
 
 local ATTACKS = { "mem", "config", "setown", "signals", "limits", "stdout", "mount", "tiocsti", "namespaces",
-  "userfaultfd", "environ", "fds", "pid", "socket", "caps" }
+  "userfaultfd", "environ", "fds", "pid", "socket", "caps", "envmem" }
 -- The red team's attacks (branch redteam): each line of their reports must
 -- say refused. Where one SUCCEEDED the confinement has a hole.
 local REDTEAM = { "metadata", "sysv", "memfd", "compat", "proc", "sigio" }
@@ -45,6 +45,9 @@ local EXPECTED = {
   fds = { "fd 0: /dev/null", "fd 1: /dev/null" },
   socket = { "socket AF_UNIX: refused" },
   caps = {},
+  -- (redteam2) the secret of the host's environment in none of the child's
+  -- readable memory: not in the stack's strings, nor a copy elsewhere
+  envmem = { "host secret in memory: refused (ENOENT)" },
 }
 -- In a user namespace of its own a root host's child holds no capability
 -- outside it; as nobody, the file permissions refuse these anyway.
@@ -56,6 +59,10 @@ end
 -- Without Landlock the files of the host's user stay reachable: said in
 -- README's "Limits, honestly", and these lines are not expected then.
 if LANDLOCK > 0 then
+  -- (redteam2) memory-backed folders, the root, and /proc/self's links out
+  table.insert(ATTACKS, "reach")
+  EXPECTED.reach = { "create /dev/shm/luma-attack: refused", "create /tmp/luma-attack-reach: refused",
+    "open / to list it: refused", "open /proc/self/root/etc/hostname: refused", "open /proc/self/cwd/..: refused" }
   table.insert(EXPECTED.mem, "open /proc/host/mem: refused (EACCES)")
   table.insert(EXPECTED.userfaultfd, "open /dev/userfaultfd: refused")
 else
@@ -376,6 +383,122 @@ describe_native("native attacks from a process-isolated handler (issue 24)", fun
         .. h.quote("set -m; " .. cmd))
       assert.is_truthy(contains(out, "host alive"), out)
       assert.is_truthy(contains(out, "host ended: 0\n"), out)
+    end)
+    remove(dir)
+    if not ok then error(err, 0) end
+  end)
+
+  -- Second red team (branch redteam2). EXPECTED TO FAIL until closed: the
+  -- project is readable in every handler process, and flock(LOCK_EX) (or a
+  -- POSIX read lock) needs only a read descriptor. The child locks the file
+  -- idempotency store's lock file and idles; the host's next idempotent
+  -- call waits in flock() with no timeout, for as long as the child lives.
+  it("a child cannot hold a lock the host waits on (the file store's flock) [EXPECTED TO FAIL]", function()
+    local dir = project()
+    local ok, err = pcall(function()
+      h.write(dir .. "/luma_attack/flock.lua", "")
+      h.write(dir .. "/program.luma", SOURCE .. [[
+tool put(request_id: string) -> Report {
+  side_effects: "write"
+  idempotent: true
+  idempotency_key: request_id
+  timeout: 2000
+}
+]])
+      h.write(dir .. "/tools.lua", [[
+return {
+  attack = function(input) return { text = require("luma_attack." .. input.name) } end,
+  put = function(input) return { text = "put " .. input.request_id } end,
+}
+]])
+      h.write(dir .. "/luma.config.json", core.json_encode({ tool_modules = { "tools.lua" },
+        idempotency_store = { type = "file" },
+        tool_module_policy = { sandbox = "strict", isolation = "process", max_concurrency = 1, max_memory_mb = 16 } }))
+      h.write(dir .. "/host.lua", [[
+local root, build, dir = ...
+package.path = root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua;" .. package.path
+package.cpath = build .. "/?.so;" .. package.cpath
+local luma = require "luma"
+local p = luma.load(dir .. "/program.luma")
+local function call(tool, input)
+  local ok, r = pcall(p.call, p, tool, input)
+  return ok and r.text or ("ERROR " .. tostring(type(r) == "table" and r.message or r))
+end
+print(call("put", { request_id = "a" }))
+io.write("== flock", string.char(10), call("attack", { name = "flock" }))
+io.flush()
+print(call("put", { request_id = "b" }))
+print("host alive")
+]])
+      local status, out, errout = h.sh(UNPRELOADED .. "timeout 15 sh -c " .. h.quote(host_command(dir, {})))
+      assert.is_falsy(contains(out, "SUCCEEDED"), out)
+      assert.is_truthy(contains(out, "put b\n"), "the host's idempotent call blocked (status "
+        .. tostring(status) .. "):\n" .. out .. errout)
+    end)
+    remove(dir)
+    if not ok then error(err, 0) end
+  end)
+
+  -- Second red team. EXPECTED TO FAIL until closed: a host whose stderr is a
+  -- directory (started with 2</) passes it to the child, which lists that
+  -- directory through it (Landlock checks listing when a directory is
+  -- opened, not on a descriptor opened before). Fix: child_reset keeps fd 2
+  -- only when it is not a directory.
+  it("the handler process gets no directory descriptor from the host's stderr [EXPECTED TO FAIL]", function()
+    local dir = project()
+    local ok, err = pcall(function()
+      h.write(dir .. "/luma_attack/reach.lua", "")
+      local _, out = host(dir, { "attacks", "reach" }, nil, "2</")
+      assert.is_truthy(contains(out, "host alive\n"), out)
+      assert.is_falsy(contains(out, "directory descriptor"), out)
+    end)
+    remove(dir)
+    if not ok then error(err, 0) end
+  end)
+
+  -- Second red team. EXPECTED TO FAIL until closed: threads are allowed,
+  -- and with small stacks RLIMIT_AS does not bound how many; no
+  -- RLIMIT_NPROC or pids cgroup holds the child, so it can take every pid
+  -- of the machine (kernel.pid_max) and the host can start no thread or
+  -- process. The attack makes 1,000 (the machine is shared) and says
+  -- SUCCEEDED when all were made. Fix: RLIMIT_NPROC in the child's user
+  -- namespace (counted there for its own tasks only; its capabilities are
+  -- dropped, so it is enforced), or a pids cgroup.
+  it("a handler process cannot make tasks without a bound [EXPECTED TO FAIL]", function()
+    local dir = project()
+    local ok, err = pcall(function()
+      h.write(dir .. "/luma_attack/tasks.lua", "")
+      local status, out, errout = host(dir, { "attacks", "tasks" })
+      assert.are.equal(0, status, errout)
+      assert.is_truthy(contains(out, "host alive\n"), out)
+      assert.is_falsy(contains(out, "SUCCEEDED"), out)
+    end)
+    remove(dir)
+    if not ok then error(err, 0) end
+  end)
+
+  -- Second red team. EXPECTED TO FAIL until closed: with allow_network the
+  -- child, after an honest reply, sends one byte out of turn on the Unix
+  -- socket to the host with a descriptor attached (SCM_RIGHTS): a TCP
+  -- socket with unsent data its peer never reads and SO_LINGER of an hour,
+  -- and drops its own reference. At the next call the host sees the idle
+  -- child talked, and closes its end: that purges the message in the
+  -- host's thread, whose last close of the TCP socket waits in tcp_close
+  -- for the hour (the same when a recv() drops it, or at the module's
+  -- close), past any deadline and uncancellable. Fix: the child's replies
+  -- on a pipe, which carries no descriptor (or SO_PASSRIGHTS 0 on the
+  -- host's end, Linux 6.16).
+  it("a child cannot block its host with a descriptor sent on the socket [EXPECTED TO FAIL]", function()
+    local dir = project()
+    local ok, err = pcall(function()
+      h.write(dir .. "/luma_attack/linger.lua", "")
+      h.write(dir .. "/luma.config.json", core.json_encode({ tool_modules = { "tools.lua" },
+        tool_module_policy = { sandbox = "strict", isolation = "process", max_concurrency = 1, max_memory_mb = 16,
+          allow_network = true } }))
+      local t = core.monotonic_ms()
+      local _, out, errout = h.sh(UNPRELOADED .. "timeout 15 sh -c " .. h.quote(host_command(dir, { "attacks", "linger", "pid" })))
+      assert.is_truthy(contains(out, "host alive\n"), "the host was held " .. (core.monotonic_ms() - t) .. " ms:\n"
+        .. out .. errout)
     end)
     remove(dir)
     if not ok then error(err, 0) end

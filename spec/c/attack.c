@@ -57,6 +57,10 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/un.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <time.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #define HIGH ((unsigned long)1 << 32)
@@ -71,12 +75,16 @@ static long landlock_abi_said = -1;
 /* LUMA_ATTACK_NO_USERNS: unshare(CLONE_NEWUSER) fails in the child, as
    where a sysctl or a security module refuses user namespaces */
 static int no_user_namespace;
+/* LUMA_ATTACK_INT80, read in the host: the child's environment is emptied
+   before the attack asks (asked there, the int $0x80 try never ran) */
+static int try_int80;
 
 __attribute__((constructor)) static void remember_host(void) {
   host = getpid();
   const char *abi = getenv("LUMA_ATTACK_LANDLOCK_ABI");
   if (abi) landlock_abi_said = atol(abi);
   no_user_namespace = getenv("LUMA_ATTACK_NO_USERNS") != NULL;
+  try_int80 = getenv("LUMA_ATTACK_INT80") != NULL;
 }
 
 static void say(const char *fmt, ...) {
@@ -319,7 +327,7 @@ static void abstract_socket(const char *root) {
 }
 
 /* The child's next write(), once armed. */
-static enum { HONEST, FORGE_EMPTY, FORGE_CUT } forge;
+static enum { HONEST, FORGE_EMPTY, FORGE_CUT, FORGE_LINGER } forge;
 
 static void forge_empty(const char *root) {
   (void)root;
@@ -333,6 +341,41 @@ static void forge_cut(const char *root) {
   say("armed: forge_cut\n");
 }
 
+/* A TCP socket on 127.0.0.1 with unsent data its peer never reads (a
+   listener whose connection is never accepted), and SO_LINGER of an hour:
+   closing its last reference waits for the data to go. */
+static int linger_socket(void) {
+  int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+  socklen_t al = sizeof a;
+  if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof a) != 0 || listen(l, 1) != 0 ||
+      getsockname(l, (struct sockaddr *)&a, &al) != 0)
+    return -1;
+  int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (c < 0) return -1;
+  int small = 4096;
+  setsockopt(l, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  setsockopt(c, SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+  if (connect(c, (struct sockaddr *)&a, sizeof a) != 0 && errno != EINPROGRESS) return -1;
+  struct timespec wait = { 0, 50000000 };
+  nanosleep(&wait, NULL);
+  static char junk[65536];
+  ssize_t (*real)(int, const void *, size_t) = (ssize_t (*)(int, const void *, size_t))dlsym(RTLD_NEXT, "write");
+  while (real(c, junk, sizeof junk) > 0) {}
+  struct linger lg = { 1, 3600 };
+  setsockopt(c, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+  int flags = fcntl(c, F_GETFL);
+  fcntl(c, F_SETFL, flags & ~O_NONBLOCK);
+  /* the listener (and its unaccepted connection) stays open in the child */
+  return c;
+}
+
+static void forge_linger(const char *root) {
+  (void)root;
+  forge = FORGE_LINGER;
+  say("armed: forge_linger\n");
+}
+
 ssize_t write(int fd, const void *buf, size_t n) {
   ssize_t (*real)(int, const void *, size_t) = (ssize_t (*)(int, const void *, size_t))dlsym(RTLD_NEXT, "write");
   int how = getpid() == host ? HONEST : forge;
@@ -340,6 +383,29 @@ ssize_t write(int fd, const void *buf, size_t n) {
   if (how == FORGE_EMPTY) {
     uint32_t zero = 0;
     return real(fd, &zero, sizeof zero) == (ssize_t)sizeof zero ? (ssize_t)n : -1;
+  }
+  if (how == FORGE_LINGER) {
+    /* the honest reply, then one byte out of turn with a TCP socket whose
+       close lingers attached, and this process's reference dropped at once
+       (the host is not reading: the message's is the last). The host's next
+       call sees the child talked while idle and closes its end, which
+       purges the message in the host's thread: that close waits */
+    int lfd = linger_socket();   /* made first: the byte follows the reply at once */
+    ssize_t k = real(fd, buf, n);
+    if (k == (ssize_t)n && lfd >= 0) {
+      char control[CMSG_SPACE(sizeof(int))];
+      memset(control, 0, sizeof control);
+      struct iovec iov = { (void *)"!", 1 };
+      struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control, .msg_controllen = sizeof control };
+      struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int));
+      memcpy(CMSG_DATA(c), &lfd, sizeof lfd);
+      if (sendmsg(fd, &m, MSG_NOSIGNAL) != 1) {}
+    }
+    if (lfd >= 0) close(lfd);
+    return k;
   }
   if (how == FORGE_CUT && n > 14) {
     if (real(fd, buf, 14) == 14) _exit(0);
@@ -585,7 +651,7 @@ static void compat(const char *root) {
   x32_result = 1;
   /* a kernel without IA32 emulation answers int $0x80 with SIGSEGV, which
      ends the whole process: tried only where 32-bit code can run */
-  if (access("/proc/sys/abi/vsyscall32", F_OK) == 0 && getenv("LUMA_ATTACK_INT80")) {
+  if (access("/proc/sys/abi/vsyscall32", F_OK) == 0 && try_int80) {
     if (pthread_create(&t, NULL, int80_thread, NULL) == 0) pthread_join(t, NULL);
     if (int80_result == 1) say("int 0x80 kill host 0: refused (thread killed)\n");
     else if (int80_result < 0) say("int 0x80 kill host 0: refused (%s)\n", strerrorname_np((int)-int80_result));
@@ -639,6 +705,140 @@ static void terminal(const char *root) {
   }
 }
 
+/* ---------------------------------------------------------------- redteam2
+   Locks the host takes on files in the project. The project is readable in
+   every handler process (Landlock grants it LL_READ), and flock(LOCK_EX)
+   needs only a read descriptor: the child takes the lock files of the
+   default idempotency and cache stores (and the config, and the sqlite
+   store), keeps the descriptors open while it idles, and the host's next
+   idempotent call blocks in flock() for as long as the child lives (the
+   file store waits with no timeout). EXPECTED TO FAIL (the attack works)
+   until the child cannot lock files the host locks. */
+static void lock_files(const char *root) {
+  static const char *const names[] = { ".luma-idempotency.json.lock", ".luma-cache.json.lock",
+                                       ".luma-idempotency.db", "luma.config.json" };
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    char path[4096], what[256];
+    snprintf(path, sizeof path, "%s/%s", root, names[i]);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    snprintf(what, sizeof what, "flock LOCK_EX %s, read-only", names[i]);
+    if (fd < 0) { outcome(what, fd); continue; }
+    /* kept open: the lock lasts as long as the child */
+    outcome(what, flock(fd, LOCK_EX | LOCK_NB));
+  }
+  /* the same through POSIX record locks (sqlite's) and a lease, which make
+     the host's opens of the file for writing wait lease-break-time (45 s):
+     a read lock needs only a read descriptor */
+  char path[4096];
+  snprintf(path, sizeof path, "%s/luma.config.json", root);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  struct flock l = { .l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0 };
+  outcome("fcntl F_OFD_SETLK F_RDLCK luma.config.json", fd < 0 ? fd : fcntl(fd, F_OFD_SETLK, &l));
+  outcome("fcntl F_SETLEASE F_RDLCK luma.config.json", fd < 0 ? fd : fcntl(fd, F_SETLEASE, F_RDLCK));
+}
+
+/* The host's environment left in the child's memory: every readable
+   private mapping searched for the value of LUMA_ATTACK_SECRET (the spec
+   sets it in the host's environment; the needle is made at run time, so
+   that this library's own bytes do not match). */
+static void env_in_memory(const char *root) {
+  (void)root;
+  char needle[32];
+  snprintf(needle, sizeof needle, "%s%s", "hunt", "er2");
+  FILE *f = fopen("/proc/self/maps", "re");
+  if (!f) { say("read /proc/self/maps: refused\n"); return; }
+  char line[512];
+  int found = 0;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long a, b;
+    char perm[8], name[256] = "";
+    if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %255s", &a, &b, perm, name) < 3 || perm[0] != 'r') continue;
+    if (strstr(name, "[vvar") || strstr(name, "[vsys")) continue;
+    for (const char *p = (const char *)a; p && p + 7 <= (const char *)b;) {
+      p = memmem(p, (size_t)((const char *)b - p), needle, 7);
+      if (!p) break;
+      /* not the needle, nor this report (which quotes what it found) */
+      if (p != needle && (p < report || p >= report + sizeof report) && found < 8) {
+        say("host secret in memory at %s %s+%#lx: SUCCEEDED (%.*s)\n", perm, name[0] ? name : "anon",
+            (unsigned long)(p - (const char *)a), 7, p);
+      }
+      if (p != needle && (p < report || p >= report + sizeof report)) found++;
+      p += 7;
+    }
+  }
+  fclose(f);
+  if (!found) say("host secret in memory: refused (ENOENT)\n");
+}
+
+/* What the child holds and reaches outside its folders: its descriptors
+   (a directory one would be a way around Landlock's checks of listing),
+   and memory-backed folders to fill (/dev/shm, /tmp). */
+static void reach(const char *root) {
+  (void)root;
+  for (int fd = 0; fd < 64; fd++) {
+    char link[64], target[256];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n < 0) continue;
+    target[n] = '\0';
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+      say("directory descriptor %d %s: SUCCEEDED (%d)\n", fd, target, fd);
+      char buf[4096];
+      outcome("  getdents64 on it", syscall(SYS_getdents64, fd, buf, sizeof buf));
+      long f = openat(fd, "etc/hostname", O_RDONLY | O_CLOEXEC);
+      outcome("  openat(it, etc/hostname)", f);
+      if (f >= 0) close((int)f);
+    } else say("fd %d: %s\n", fd, target);
+  }
+  long r = open("/dev/shm/luma-attack", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  outcome("create /dev/shm/luma-attack", r);
+  if (r >= 0) { close((int)r); unlink("/dev/shm/luma-attack"); }
+  r = open("/tmp/luma-attack-reach", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  outcome("create /tmp/luma-attack-reach", r);
+  if (r >= 0) { close((int)r); unlink("/tmp/luma-attack-reach"); }
+  r = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  outcome("open / to list it", r);
+  if (r >= 0) close((int)r);
+  r = open("/proc/self/root/etc/hostname", O_RDONLY | O_CLOEXEC);
+  outcome("open /proc/self/root/etc/hostname", r);
+  if (r >= 0) close((int)r);
+  r = open("/proc/self/cwd/..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  outcome("open /proc/self/cwd/..", r);
+  if (r >= 0) close((int)r);
+}
+
+/* Tasks without a bound: threads are allowed (clone with CLONE_THREAD),
+   and with stacks of 16 KiB RLIMIT_AS does not bound how many. Each is a
+   task of the machine's, and no RLIMIT_NPROC or pids cgroup holds the
+   child: it can take every pid (kernel.pid_max) and kernel memory the
+   address-space limit does not see, and the host can no longer start a
+   thread or a process. Only THREADS_TRIED are made here (the machine is
+   shared): all made is the hole. EXPECTED TO FAIL until the child has a
+   bound on its tasks. */
+#define THREADS_TRIED 1000
+#define THREAD_STACK (16 << 10)
+static int idle_task(void *arg) {
+  (void)arg;
+  for (;;) syscall(SYS_pause);
+  return 0;
+}
+
+static void tasks(const char *root) {
+  (void)root;
+  char *stacks = mmap(NULL, (size_t)THREADS_TRIED * THREAD_STACK, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (stacks == MAP_FAILED) { outcome("map the stacks", -1); return; }
+  int made = 0, e = 0;
+  for (; made < THREADS_TRIED; made++) {
+    int r = clone(idle_task, stacks + (size_t)(made + 1) * THREAD_STACK,
+                  CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM, NULL);
+    if (r < 0) { e = errno; break; }
+  }
+  if (made == THREADS_TRIED) say("threads made, unbounded: SUCCEEDED (%d)\n", made);
+  else say("threads made: %d, then refused (%s)\n", made, strerrorname_np(e) ? strerrorname_np(e) : "?");
+}
+
 static const struct { const char *name; void (*run)(const char *root); } attacks[] = {
   { "mem", host_memory }, { "config", config }, { "setown", owner_signal }, { "signals", signals },
   { "limits", host_limits }, { "stdout", host_stdout }, { "mount", mounts }, { "tiocsti", tiocsti },
@@ -647,7 +847,7 @@ static const struct { const char *name; void (*run)(const char *root); } attacks
   { "forge_empty", forge_empty }, { "forge_cut", forge_cut },
   { "metadata", metadata }, { "sysv", sysv }, { "memfd", memfd }, { "compat", compat }, { "proc", proc_walk },
   { "sigio", sigio }, { "sigiokill", sigio_kill },
-  { "rootcaps", root_caps }, { "terminal", terminal },
+  { "rootcaps", root_caps }, { "terminal", terminal }, { "flock", lock_files }, { "envmem", env_in_memory }, { "reach", reach }, { "tasks", tasks }, { "linger", forge_linger },
 };
 
 /* The module source that hands the report back as a long string. */
