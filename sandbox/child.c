@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <lauxlib.h>
@@ -66,8 +67,11 @@ static void child_fail(int fd, const char *msg) {
    no terminal (sx_confine also leaves the host's session, and the filter
    refuses the ioctls that change one), as escape sequences written to it
    reach the user's terminal emulator (its clipboard, its title, answers it
-   types back). The socket moves above 2 if it was there. Returns the
-   socket's fd. */
+   types back). A stderr that is a directory (a host started with 2</)
+   becomes /dev/null: Landlock checks a directory's listing when it is
+   opened, so the child could list it (and open below it with openat)
+   through a descriptor opened before. The socket moves above 2 if it was
+   there. Returns the socket's fd. */
 static int child_reset(int keep) {
   sigset_t none;
   sigemptyset(&none);
@@ -85,7 +89,9 @@ static int child_reset(int keep) {
     keep = moved;
   }
   int err_flags = fcntl(2, F_GETFD);
-  int host_stderr = err_flags >= 0 && !(err_flags & FD_CLOEXEC) && !isatty(2);
+  struct stat err_stat;
+  int host_stderr = err_flags >= 0 && !(err_flags & FD_CLOEXEC) && !isatty(2) &&
+                    fstat(2, &err_stat) == 0 && !S_ISDIR(err_stat.st_mode);
   int null = open("/dev/null", O_RDWR);
   if (null < 0) _exit(0);
   dup2(null, 0);

@@ -439,12 +439,12 @@ print("host alive")
     if not ok then error(err, 0) end
   end)
 
-  -- Second red team. EXPECTED TO FAIL until closed: a host whose stderr is a
-  -- directory (started with 2</) passes it to the child, which lists that
-  -- directory through it (Landlock checks listing when a directory is
-  -- opened, not on a descriptor opened before). Fix: child_reset keeps fd 2
-  -- only when it is not a directory.
-  it("the handler process gets no directory descriptor from the host's stderr [EXPECTED TO FAIL]", function()
+  -- Second red team: a host whose stderr is a directory (started with 2</)
+  -- passed it to the child, which listed that directory through it
+  -- (Landlock checks listing when a directory is opened, not on a
+  -- descriptor opened before). child_reset keeps fd 2 only when it is not
+  -- a directory.
+  it("the handler process gets no directory descriptor from the host's stderr", function()
     local dir = project()
     local ok, err = pcall(function()
       h.write(dir .. "/luma_attack/reach.lua", "")
