@@ -321,6 +321,30 @@ static int filter(const sx_policy *p, char *err, size_t errlen) {
   for (size_t i = 0; rc == 0 && i < sizeof fcntls / sizeof fcntls[0]; i++)
     rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(fcntl), 1,
                           SCMP_A1(SCMP_CMP_MASKED_EQ, LOW32, (scmp_datum_t)fcntls[i]));
+  /* no lock on a file: the project is readable in the child, and a read
+     descriptor is enough for flock(LOCK_EX), a POSIX or open-file read
+     lock, or a lease, which the host then waits on (the file stores'
+     flock with no timeout; a lease makes the host's open for writing wait
+     lease-break-time). Nothing in the child takes one: Lua, lua-cjson,
+     libcurl (no cookie jar or file it writes) and the C library's stdio
+     lock in memory. F_GETLK only reads. fcntl64 is the same call on
+     32-bit architectures, where F_SETLK64 and F_SETLKW64 are 13 and 14 */
+  if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(flock), 0);
+  static const int locks[] = {
+    F_SETLK, F_SETLKW, F_OFD_SETLK, F_OFD_SETLKW, F_SETLEASE,
+#if __SIZEOF_LONG__ == 4
+    13 /* F_SETLK64 */, 14 /* F_SETLKW64 */,
+#endif
+  };
+  for (size_t i = 0; rc == 0 && i < sizeof locks / sizeof locks[0]; i++) {
+    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(fcntl), 1,
+                          SCMP_A1(SCMP_CMP_MASKED_EQ, LOW32, (scmp_datum_t)locks[i]));
+#ifdef __NR_fcntl64
+    if (rc == 0)
+      rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(fcntl64), 1,
+                            SCMP_A1(SCMP_CMP_MASKED_EQ, LOW32, (scmp_datum_t)locks[i]));
+#endif
+  }
   if (rc == 0) rc = prctl_rules(ctx);
   /* threads are fine (the deadline watch, libcurl's resolver); processes
      and namespaces are not. clone's flags are its first argument, but its

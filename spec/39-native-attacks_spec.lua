@@ -388,12 +388,13 @@ describe_native("native attacks from a process-isolated handler (issue 24)", fun
     if not ok then error(err, 0) end
   end)
 
-  -- Second red team (branch redteam2). EXPECTED TO FAIL until closed: the
-  -- project is readable in every handler process, and flock(LOCK_EX) (or a
-  -- POSIX read lock) needs only a read descriptor. The child locks the file
-  -- idempotency store's lock file and idles; the host's next idempotent
-  -- call waits in flock() with no timeout, for as long as the child lives.
-  it("a child cannot hold a lock the host waits on (the file store's flock) [EXPECTED TO FAIL]", function()
+  -- Second red team (branch redteam2): the project is readable in every
+  -- handler process, and flock(LOCK_EX) (or a POSIX read lock) needs only
+  -- a read descriptor. The child locked the file idempotency store's lock
+  -- file and idled; the host's next idempotent call waited in flock() with
+  -- no timeout. The filter refuses flock and the fcntls that set a lock or
+  -- a lease.
+  it("a child cannot hold a lock the host waits on (the file store's flock)", function()
     local dir = project()
     local ok, err = pcall(function()
       h.write(dir .. "/luma_attack/flock.lua", "")

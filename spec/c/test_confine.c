@@ -12,7 +12,9 @@
  * F_SETSIG (nor FIOSETOWN, SIOCSPGRP, FIOASYNC), no mount (the new API included), no PR_SET_PDEATHSIG; no
  * change to a file's mode, owner, times or extended attributes, and no
  * capability left; a session of its own, and no ioctl that changes a
- * terminal; no System V IPC, POSIX message queue or memfd.
+ * terminal; no System V IPC, POSIX message queue or memfd; no file lock
+ * (flock, F_SETLK, F_SETLKW, F_OFD_SETLK, F_OFD_SETLKW, F_SETLEASE), where
+ * F_GETLK still answers.
  */
 #define _GNU_SOURCE
 
@@ -23,6 +25,7 @@
 #include <linux/userfaultfd.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
@@ -45,6 +48,7 @@ enum {
   EXEC = 1, FORK = 2, PTRACE = 4, THREAD = 8, SOCKET = 16, CORE = 32, BIG = 64, SIGNAL = 128,
   LIMITS = 1 << 8, IOCTL = 1 << 9, NSCLONE = 1 << 10, FCNTL = 1 << 11, PRCTL = 1 << 12, MOUNT = 1 << 13,
   SCHED = 1 << 14, ENV = 1 << 15, FILES = 1 << 16, METADATA = 1 << 17, NOCAPS = 1 << 18, TERMINAL = 1 << 19, SYSV = 1 << 20,
+  LOCKS = 1 << 21,
 };
 
 /* Nothing of the environment is left (but the proxy settings with the
@@ -181,6 +185,19 @@ static int owner_signals_refused(pid_t host) {
   return ok;
 }
 
+/* No lock on a file the host may lock, whatever the high bits of the
+   command; F_GETLK still answers (the file is made before the filter is
+   loaded, in the test's folder for temporary files). */
+static int locks_refused(int fd) {
+  struct flock l = { .l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0 };
+  struct flock asked = l;
+  int ok = eperm(flock(fd, LOCK_EX | LOCK_NB)) && eperm(flock(fd, LOCK_SH | LOCK_NB)) &&
+           eperm(fcntl(fd, F_SETLK, &l)) && eperm(fcntl(fd, F_SETLKW, &l)) && eperm(fcntl(fd, F_OFD_SETLK, &l)) &&
+           eperm(fcntl(fd, F_OFD_SETLKW, &l)) && eperm(fcntl(fd, F_SETLEASE, F_RDLCK)) &&
+           (sx_under_valgrind() || eperm(syscall(SYS_fcntl, fd, (long)(((unsigned long)1 << 32) | F_SETLK), &l)));
+  return ok && fcntl(fd, F_GETLK, &asked) == 0 && asked.l_type == F_UNLCK;
+}
+
 /* The parent-death signal cannot be cleared; reads and the thread's name
    still work. */
 static int prctl_limited(void) {
@@ -313,6 +330,8 @@ static int no_capabilities(void) {
 }
 
 /* In the child: a bit for each thing that behaved as the policy says. */
+static int lock_fd = -1;
+
 static int probe(const sx_policy *p) {
   int ok = 0;
   char *argv[] = { (char *)"/bin/true", NULL };
@@ -347,6 +366,7 @@ static int probe(const sx_policy *p) {
   if (terminal_refused()) ok |= TERMINAL;
   if (ipc_refused()) ok |= SYSV;
   if (no_capabilities()) ok |= NOCAPS;
+  if (lock_fd >= 0 && locks_refused(lock_fd)) ok |= LOCKS;
   /* far past the limit and the room for copies */
   void *big = malloc((size_t)4 << 30);
   if (!big) ok |= BIG;
@@ -393,7 +413,7 @@ static int instrumented(void) {
 
 int main(void) {
   int all = EXEC | FORK | PTRACE | THREAD | SOCKET | CORE | SIGNAL | LIMITS | IOCTL | NSCLONE | FCNTL | PRCTL |
-            MOUNT | SCHED | ENV | FILES | METADATA | NOCAPS | TERMINAL | SYSV | (instrumented() ? 0 : BIG);
+            MOUNT | SCHED | ENV | FILES | METADATA | NOCAPS | TERMINAL | SYSV | LOCKS | (instrumented() ? 0 : BIG);
   /* asked in a child of its own, so that the confined children load the
      resolver's modules and read its files under the filter themselves */
   pid_t probe_pid = fork();
@@ -402,6 +422,11 @@ int main(void) {
   waitpid(probe_pid, &probe_status, 0);
   name_resolves_unconfined = WIFEXITED(probe_status) && WEXITSTATUS(probe_status) == 1;
   if (!name_resolves_unconfined) fprintf(stderr, "confine: this machine's name does not resolve; not checked under the filter\n");
+  const char *tmp = getenv("TMPDIR");
+  char lock_path[4096];
+  snprintf(lock_path, sizeof lock_path, "%s/luma-confine-lock-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  lock_fd = mkstemp(lock_path);
+  if (lock_fd >= 0) unlink(lock_path);
   int got = confined(0);
   CT_CHECK((got & all) == all, "without the network: got %#x, want %#x", got, all);
   got = confined(1);
