@@ -231,7 +231,7 @@ void sx_child_main(sx_module *m, int fd, pid_t host, long long deadline_ns) {
   fd = child_reset(fd);
   sx_limits lim;
   sx_default_limits(&lim);
-  sx_confinement c = { sx_policy_of(m), lim.max_bytes, host, NULL, NULL };
+  sx_confinement c = { sx_policy_of(m), lim.max_bytes, host, NULL, NULL, fd };
   sx_roots_of(m, &c.project_root, &c.dependency_root);
   if (sx_confine(&c, err, sizeof err) != 0) child_fail(fd, err);
   sx_state *s = sx_compose(m, deadline_ns, err, sizeof err);

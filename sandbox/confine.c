@@ -269,7 +269,9 @@ static int prctl_rules(scmp_filter_ctx ctx) {
   return rc;
 }
 
-static int filter(const sx_policy *p, char *err, size_t errlen) {
+static int host_socket_rules(scmp_filter_ctx ctx, int fd);
+
+static int filter(const sx_policy *p, int host_socket, char *err, size_t errlen) {
   /* valgrind knows prctl's way of loading a filter, not seccomp(2)'s */
   if (sx_under_valgrind()) seccomp_api_set(1);
   scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
@@ -346,6 +348,7 @@ static int filter(const sx_policy *p, char *err, size_t errlen) {
 #endif
   }
   if (rc == 0) rc = prctl_rules(ctx);
+  if (rc == 0) rc = host_socket_rules(ctx, host_socket);
   /* threads are fine (the deadline watch, libcurl's resolver); processes
      and namespaces are not. clone's flags are its first argument, but its
      second on s390 */
@@ -365,6 +368,55 @@ static int filter(const sx_policy *p, char *err, size_t errlen) {
     return -1;
   }
   return 0;
+}
+
+/* ------------------------------------------------------------ no descriptor to the host */
+
+/* SO_PASSRIGHTS is 83 in asm-generic/socket.h (Linux 6.16); Debian 12's
+   headers lack it. alpha, mips, parisc and sparc number their options in
+   their own socket.h: there the filter's rules alone hold */
+#if !defined(SO_PASSRIGHTS) && !defined(__alpha__) && !defined(__mips__) && !defined(__hppa__) && !defined(__sparc__)
+#define SO_PASSRIGHTS 83
+#endif
+
+int sx_refuse_rights(int fd) {
+#ifdef SO_PASSRIGHTS
+  int off = 0;
+  return setsockopt(fd, SOL_SOCKET, SO_PASSRIGHTS, &off, sizeof off) == 0 ? 0 : -1;
+#else
+  (void)fd;
+  return -1;
+#endif
+}
+
+int sx_passrights(void) {
+  static int known = -1;
+  if (known < 0) {
+    int sv[2];
+    known = socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0 && sx_refuse_rights(sv[0]) == 0;
+    if (known) { close(sv[0]); close(sv[1]); }
+  }
+  return known;
+}
+
+/* The belt for kernels without SO_PASSRIGHTS: no sendmsg or sendmmsg (the
+   only calls that carry SCM_RIGHTS) on the socket to the host, whose
+   replies go by write(), and no copy of it to another number (dup, dup2,
+   dup3, F_DUPFD, F_DUPFD_CLOEXEC). The kernel reads a descriptor as 32
+   bits. Nothing else reaches the socket: pidfd_getfd and io_uring are
+   refused, and /proc/self/fd/N does not open a socket */
+static int host_socket_rules(scmp_filter_ctx ctx, int fd) {
+  if (fd < 0) return 0;
+  const int calls[] = { SCMP_SYS(sendmsg), SCMP_SYS(sendmmsg), SCMP_SYS(dup), SCMP_SYS(dup2), SCMP_SYS(dup3) };
+  int rc = 0;
+  for (size_t i = 0; rc == 0 && i < sizeof calls / sizeof calls[0]; i++)
+    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), calls[i], 1, SCMP_A0(SCMP_CMP_MASKED_EQ, LOW32, (scmp_datum_t)fd));
+  static const int dups[] = { F_DUPFD, F_DUPFD_CLOEXEC };
+  for (size_t i = 0; rc == 0 && i < sizeof dups / sizeof dups[0]; i++)
+    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(fcntl), 2,
+                          SCMP_A0(SCMP_CMP_MASKED_EQ, LOW32, (scmp_datum_t)fd),
+                          SCMP_A1(SCMP_CMP_MASKED_EQ, LOW32, (scmp_datum_t)dups[i]));
+  return rc;
 }
 
 /* ------------------------------------------------------------ the host's death */
@@ -678,6 +730,12 @@ int sx_confine_layers(const char **holds, int max_holds, const char **missing, i
   HOLDS("descriptors: only the socket to the host, /dev/null, and the host's stderr when it came across exec and "
         "is not a terminal; a session of its own (no controlling terminal)");
   HOLDS("capabilities: none (dropped before the filter, whatever the host's user)");
+  if (sx_passrights())
+    HOLDS("descriptors to the host: none (SO_PASSRIGHTS 0 on the host's end, and the filter refuses sendmsg on "
+          "the child's end and copies of it)");
+  else
+    MISSING("SO_PASSRIGHTS (Linux 6.16): the host's end cannot refuse descriptors; the filter still refuses sendmsg "
+            "on the child's end and copies of it");
   HOLDS("rlimits: no core dumps; RLIMIT_AS near max_memory_mb (not under a sanitizer or valgrind)");
   /* libseccomp asks the kernel once (seccomp(2) or prctl) */
   if (seccomp_api_get() >= 1 || sx_under_valgrind())
@@ -745,10 +803,19 @@ int sx_confine(const sx_confinement *c, char *err, size_t errlen) {
   }
   int abi = sx_landlock_abi();
   if (abi > 0 && landlock(c, abi, err, errlen) != 0) return -1;
-  return filter(p, err, errlen);
+  return filter(p, c->host_socket, err, errlen);
 }
 
 #else /* LuaJIT and Lua 5.1: no policy, so no isolation (core/lmodule.c) */
+int sx_refuse_rights(int fd) {
+  (void)fd;
+  return -1;
+}
+
+int sx_passrights(void) {
+  return 0;
+}
+
 int sx_landlock_abi(void) {
   return 0;
 }

@@ -623,6 +623,12 @@ static int start_child(sx_state *s, long long deadline_ns, char *err, size_t err
     snprintf(err, errlen, "cannot start a handler process: %s", strerror(errno));
     return -1;
   }
+  /* the host never takes a descriptor from the child: one sent out of
+     turn (a TCP socket lingering an hour) would be closed in the host's
+     thread when its end is closed or a recv drops it, which then waits for
+     the linger. Where the kernel cannot refuse it, the child's filter
+     refuses sendmsg on its end */
+  (void)sx_refuse_rights(sv[0]);
   /* what a state's setup makes once per process is made here, not in the
      child, where another thread of the host may have been making it at the
      fork: the stop wrappers' chunk, and the random generator (which then

@@ -46,6 +46,7 @@ typedef struct sx_confinement {
   pid_t host;                     /* the host's pid, taken before the fork */
   const char *project_root;       /* readable (writable with "io"); NULL: none */
   const char *dependency_root;    /* readable; NULL: none */
+  int host_socket;                /* the child's end of the socket to the host */
 } sx_confinement;
 
 /* confine.c: the child's backstops, before it runs any code of the module:
@@ -59,6 +60,15 @@ typedef struct sx_confinement {
    what reaches another process, and new sockets unless the policy allows
    the network. */
 int sx_confine(const sx_confinement *c, char *err, size_t errlen);
+
+/* confine.c: the host's end fd of a socket to a child takes no descriptor
+   (SO_PASSRIGHTS 0, Linux 6.16): a descriptor sent with it is refused at
+   the child's sendmsg (EPERM). 0, or -1 where the kernel has no such
+   option (the child's filter then refuses sendmsg on its end, and copies
+   of it). */
+int sx_refuse_rights(int fd);
+/* Whether this kernel has SO_PASSRIGHTS (asked once). */
+int sx_passrights(void);
 
 /* Whether this process runs under valgrind (its preload is mapped), looked
    at once, at run time: valgrind does not know every call the confinement

@@ -478,18 +478,15 @@ print("host alive")
     if not ok then error(err, 0) end
   end)
 
-  -- Second red team. EXPECTED TO FAIL until closed: with allow_network the
-  -- child, after an honest reply, sends one byte out of turn on the Unix
-  -- socket to the host with a descriptor attached (SCM_RIGHTS): a TCP
-  -- socket with unsent data its peer never reads and SO_LINGER of an hour,
-  -- and drops its own reference. At the next call the host sees the idle
-  -- child talked, and closes its end: that purges the message in the
-  -- host's thread, whose last close of the TCP socket waits in tcp_close
-  -- for the hour (the same when a recv() drops it, or at the module's
-  -- close), past any deadline and uncancellable. Fix: the child's replies
-  -- on a pipe, which carries no descriptor (or SO_PASSRIGHTS 0 on the
-  -- host's end, Linux 6.16).
-  it("a child cannot block its host with a descriptor sent on the socket [EXPECTED TO FAIL]", function()
+  -- Second red team: with allow_network the child, after an honest reply,
+  -- sent one byte out of turn on the Unix socket to the host with a
+  -- descriptor attached (SCM_RIGHTS): a TCP socket with unsent data its
+  -- peer never reads and SO_LINGER of an hour, and dropped its own
+  -- reference. The host's close of its end purged it in the host's
+  -- thread, whose last close of the TCP socket waited in tcp_close for the
+  -- hour. The host's end has SO_PASSRIGHTS 0 (Linux 6.16), and the child's
+  -- filter refuses sendmsg on its end and copies of it.
+  it("a child cannot block its host with a descriptor sent on the socket", function()
     local dir = project()
     local ok, err = pcall(function()
       h.write(dir .. "/luma_attack/linger.lua", "")

@@ -14,7 +14,9 @@
  * capability left; a session of its own, and no ioctl that changes a
  * terminal; no System V IPC, POSIX message queue or memfd; no file lock
  * (flock, F_SETLK, F_SETLKW, F_OFD_SETLK, F_OFD_SETLKW, F_SETLEASE), where
- * F_GETLK still answers.
+ * F_GETLK still answers; no sendmsg on the socket to the host, nor a copy
+ * of it; and the host's end takes no descriptor (SO_PASSRIGHTS) where the
+ * kernel has it.
  */
 #define _GNU_SOURCE
 
@@ -48,7 +50,7 @@ enum {
   EXEC = 1, FORK = 2, PTRACE = 4, THREAD = 8, SOCKET = 16, CORE = 32, BIG = 64, SIGNAL = 128,
   LIMITS = 1 << 8, IOCTL = 1 << 9, NSCLONE = 1 << 10, FCNTL = 1 << 11, PRCTL = 1 << 12, MOUNT = 1 << 13,
   SCHED = 1 << 14, ENV = 1 << 15, FILES = 1 << 16, METADATA = 1 << 17, NOCAPS = 1 << 18, TERMINAL = 1 << 19, SYSV = 1 << 20,
-  LOCKS = 1 << 21,
+  LOCKS = 1 << 21, HOSTSOCK = 1 << 22,
 };
 
 /* Nothing of the environment is left (but the proxy settings with the
@@ -196,6 +198,30 @@ static int locks_refused(int fd) {
            eperm(fcntl(fd, F_OFD_SETLKW, &l)) && eperm(fcntl(fd, F_SETLEASE, F_RDLCK)) &&
            (sx_under_valgrind() || eperm(syscall(SYS_fcntl, fd, (long)(((unsigned long)1 << 32) | F_SETLK), &l)));
   return ok && fcntl(fd, F_GETLK, &asked) == 0 && asked.l_type == F_UNLCK;
+}
+
+/* The socket to the host (its end set as isolate.c sets it): no sendmsg
+   or sendmmsg on it, no copy of it to another number, whatever the high
+   bits; write() still goes through, and a descriptor sent on a copy made
+   before would be refused by the host's end where the kernel has
+   SO_PASSRIGHTS. Another socket's sendmsg and dup still work. */
+static int host_socket_fd = -1, host_end_fd = -1;
+
+static int host_socket_guarded(void) {
+  int fd = host_socket_fd;
+  char byte = 'x';
+  struct iovec io = { &byte, 1 };
+  struct msghdr msg = { .msg_iov = &io, .msg_iovlen = 1 };
+  struct mmsghdr mm = { .msg_hdr = msg };
+  int ok = eperm(sendmsg(fd, &msg, 0)) && eperm(syscall(SYS_sendmmsg, fd, &mm, 1, 0)) && eperm(dup(fd)) &&
+           eperm(dup2(fd, 100)) && eperm(dup3(fd, 100, 0)) && eperm(fcntl(fd, F_DUPFD, 100)) &&
+           eperm(fcntl(fd, F_DUPFD_CLOEXEC, 100)) &&
+           (sx_under_valgrind() || eperm(syscall(SYS_dup, (long)(((unsigned long)1 << 32) | (unsigned)fd)))) &&
+           write(fd, &byte, 1) == 1;
+  int other = dup(host_end_fd);
+  ok = ok && other >= 0 && sendmsg(other, &msg, 0) == 1;
+  if (other >= 0) close(other);
+  return ok;
 }
 
 /* The parent-death signal cannot be cleared; reads and the thread's name
@@ -367,6 +393,7 @@ static int probe(const sx_policy *p) {
   if (ipc_refused()) ok |= SYSV;
   if (no_capabilities()) ok |= NOCAPS;
   if (lock_fd >= 0 && locks_refused(lock_fd)) ok |= LOCKS;
+  if (host_socket_fd >= 0 && host_socket_guarded()) ok |= HOSTSOCK;
   /* far past the limit and the room for copies */
   void *big = malloc((size_t)4 << 30);
   if (!big) ok |= BIG;
@@ -383,7 +410,12 @@ static int confined(int allow_network) {
   p.isolation = SX_ISOLATE_PROCESS;
   int bits[2];
   if (pipe(bits) != 0) return -1;
-  sx_confinement c = { &p, (size_t)64 << 20, getpid(), NULL, NULL };
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return -1;
+  sx_refuse_rights(sv[0]);
+  host_socket_fd = sv[1];
+  host_end_fd = sv[0];
+  sx_confinement c = { &p, (size_t)64 << 20, getpid(), NULL, NULL, sv[1] };
   pid_t pid = fork();
   if (pid == 0) {
     char err[256];
@@ -394,6 +426,8 @@ static int confined(int allow_network) {
     _exit(write(bits[1], &got, sizeof got) == sizeof got ? 0 : 1);
   }
   close(bits[1]);
+  close(sv[0]);
+  close(sv[1]);
   int got = 0;
   if (read(bits[0], &got, sizeof got) != sizeof got) got = 0;
   close(bits[0]);
@@ -411,9 +445,40 @@ static int instrumented(void) {
 #endif
 }
 
+/* The host's end takes no descriptor where the kernel has SO_PASSRIGHTS:
+   the sender's sendmsg fails with EPERM; without a descriptor it goes. */
+static void passrights_checked(void) {
+  if (!sx_passrights()) {
+    fprintf(stderr, "confine: this kernel has no SO_PASSRIGHTS; the filter's rules alone hold\n");
+    return;
+  }
+  int sv[2];
+  CT_CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0, "socketpair");
+  CT_CHECK(sx_refuse_rights(sv[0]) == 0, "SO_PASSRIGHTS: %s", strerror(errno));
+  char byte = 'x';
+  struct iovec io = { &byte, 1 };
+  union { struct cmsghdr h; char room[CMSG_SPACE(sizeof(int))]; } u;
+  memset(&u, 0, sizeof u);
+  struct msghdr msg = { .msg_iov = &io, .msg_iovlen = 1, .msg_control = u.room, .msg_controllen = sizeof u.room };
+  struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  int sent = 0;
+  memcpy(CMSG_DATA(c), &sent, sizeof sent);
+  errno = 0;
+  ssize_t r = sendmsg(sv[1], &msg, 0);
+  CT_CHECK(r < 0 && errno == EPERM, "a descriptor sent to the host's end: %zd (%s), want EPERM", r, strerror(errno));
+  struct msghdr plain = { .msg_iov = &io, .msg_iovlen = 1 };
+  CT_CHECK(sendmsg(sv[1], &plain, 0) == 1, "a plain sendmsg to the host's end: %s", strerror(errno));
+  close(sv[0]);
+  close(sv[1]);
+}
+
 int main(void) {
+  passrights_checked();
   int all = EXEC | FORK | PTRACE | THREAD | SOCKET | CORE | SIGNAL | LIMITS | IOCTL | NSCLONE | FCNTL | PRCTL |
-            MOUNT | SCHED | ENV | FILES | METADATA | NOCAPS | TERMINAL | SYSV | LOCKS | (instrumented() ? 0 : BIG);
+            MOUNT | SCHED | ENV | FILES | METADATA | NOCAPS | TERMINAL | SYSV | LOCKS | HOSTSOCK | (instrumented() ? 0 : BIG);
   /* asked in a child of its own, so that the confined children load the
      resolver's modules and read its files under the filter themselves */
   pid_t probe_pid = fork();
