@@ -11,6 +11,7 @@
    need). spec/39 attacks each from inside the child. */
 #define _GNU_SOURCE
 #include "isolate.h"
+#include "luma_limits.h"
 
 #include <stdio.h>
 
@@ -741,16 +742,18 @@ int sx_confine_layers(const char **holds, int max_holds, const char **missing, i
   if (seccomp_api_get() >= 1 || sx_under_valgrind())
     HOLDS("seccomp: no exec, process, namespace, mount, ptrace; signals, limits and scheduling on itself only; no "
           "change to a file's mode, owner, times or xattrs; no terminal ioctl that changes one, no socket owner; no "
-          "System V IPC, POSIX message queue or memfd");
+          "System V IPC, POSIX message queue or memfd; no file lock or lease");
   else
     MISSING("seccomp: this kernel has no seccomp filters; process isolation cannot start");
   if (sx_user_namespaces())
     HOLDS("user namespace: the same ids, but no capability outside it (a root host's child cannot pass file "
-          "permissions)");
+          "permissions); RLIMIT_NPROC bounds the child's tasks there (handler_max_tasks), but for a root host's "
+          "child, which the kernel exempts");
   else
     MISSING("user namespace: the kernel allows none here; a root host's handler process is still root to the "
             "file system (its capabilities are dropped: it passes no permission, and the filter refuses chown and "
-            "chmod), and shares the machine's IPC namespace (the filter refuses System V IPC)");
+            "chmod), and shares the machine's IPC namespace (the filter refuses System V IPC); no bound on the "
+            "child's tasks (RLIMIT_NPROC would count every task of the host's user)");
   int abi = sx_landlock_abi();
   if (abi >= 1) HOLDS("Landlock files: the system's libraries, /dev/null, and the module's folders only");
   if (abi >= 1) HOLDS("Landlock ptrace scoping: no /proc/<pid>/mem of the host or any process outside");
@@ -779,9 +782,25 @@ int sx_confine(const sx_confinement *c, char *err, size_t errlen) {
     return -1;
   }
   if (clear_environment(p, err, errlen) != 0) return -1;
-  if (enter_user_namespace() < 0) {
+  int in_userns = enter_user_namespace();
+  if (in_userns < 0) {
     snprintf(err, errlen, "cannot map the handler process's ids in its user namespace: %s", strerror(errno));
     return -1;
+  }
+  /* a bound on its tasks: threads are allowed, and with small stacks
+     RLIMIT_AS does not bound how many, so a child could take every pid of
+     the machine. RLIMIT_NPROC counts the tasks of the real uid in the
+     user namespace (Linux 5.14), here the child's own, where the kernel
+     enforces it for any uid but root's (a root host's child, mapped to 0,
+     is exempt: that needs a pids cgroup, which luma does not make).
+     Without a user namespace it would count every task of the host's
+     user, the host's threads included, so it is not set there */
+  if (in_userns > 0) {
+    struct rlimit tasks = { LIM_HANDLER_MAX_TASKS, LIM_HANDLER_MAX_TASKS };
+    if (setrlimit(RLIMIT_NPROC, &tasks) != 0) {
+      snprintf(err, errlen, "cannot bound the handler process's tasks: %s", strerror(errno));
+      return -1;
+    }
   }
   /* an IPC namespace of its own where it may (in its user namespace, or
      with a root host's capabilities): System V objects and POSIX message

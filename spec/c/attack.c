@@ -712,8 +712,8 @@ static void terminal(const char *root) {
    default idempotency and cache stores (and the config, and the sqlite
    store), keeps the descriptors open while it idles, and the host's next
    idempotent call blocks in flock() for as long as the child lives (the
-   file store waits with no timeout). EXPECTED TO FAIL (the attack works)
-   until the child cannot lock files the host locks. */
+   file store waits with no timeout). Closed: the filter refuses flock and
+   the fcntls that set a lock or a lease. */
 static void lock_files(const char *root) {
   static const char *const names[] = { ".luma-idempotency.json.lock", ".luma-cache.json.lock",
                                        ".luma-idempotency.db", "luma.config.json" };
@@ -814,8 +814,8 @@ static void reach(const char *root) {
    child: it can take every pid (kernel.pid_max) and kernel memory the
    address-space limit does not see, and the host can no longer start a
    thread or a process. Only THREADS_TRIED are made here (the machine is
-   shared): all made is the hole. EXPECTED TO FAIL until the child has a
-   bound on its tasks. */
+   shared): all made is the hole. Closed for a host that is not root:
+   RLIMIT_NPROC in the child's user namespace (handler_max_tasks). */
 #define THREADS_TRIED 1000
 #define THREAD_STACK (16 << 10)
 static int idle_task(void *arg) {

@@ -16,7 +16,7 @@
  * (flock, F_SETLK, F_SETLKW, F_OFD_SETLK, F_OFD_SETLKW, F_SETLEASE), where
  * F_GETLK still answers; no sendmsg on the socket to the host, nor a copy
  * of it; and the host's end takes no descriptor (SO_PASSRIGHTS) where the
- * kernel has it.
+ * kernel has it; RLIMIT_NPROC at handler_max_tasks in a user namespace.
  */
 #define _GNU_SOURCE
 
@@ -41,6 +41,7 @@
 
 #include "ctest.h"
 #include "isolate.h"
+#include "luma_limits.h"
 
 
 
@@ -50,7 +51,7 @@ enum {
   EXEC = 1, FORK = 2, PTRACE = 4, THREAD = 8, SOCKET = 16, CORE = 32, BIG = 64, SIGNAL = 128,
   LIMITS = 1 << 8, IOCTL = 1 << 9, NSCLONE = 1 << 10, FCNTL = 1 << 11, PRCTL = 1 << 12, MOUNT = 1 << 13,
   SCHED = 1 << 14, ENV = 1 << 15, FILES = 1 << 16, METADATA = 1 << 17, NOCAPS = 1 << 18, TERMINAL = 1 << 19, SYSV = 1 << 20,
-  LOCKS = 1 << 21, HOSTSOCK = 1 << 22,
+  LOCKS = 1 << 21, HOSTSOCK = 1 << 22, NPROC = 1 << 23,
 };
 
 /* Nothing of the environment is left (but the proxy settings with the
@@ -394,6 +395,11 @@ static int probe(const sx_policy *p) {
   if (no_capabilities()) ok |= NOCAPS;
   if (lock_fd >= 0 && locks_refused(lock_fd)) ok |= LOCKS;
   if (host_socket_fd >= 0 && host_socket_guarded()) ok |= HOSTSOCK;
+  /* a bound on its tasks in its user namespace (where there is one; not
+     under valgrind, which enters none) */
+  if (!sx_user_namespaces() || sx_under_valgrind() ||
+      (getrlimit(RLIMIT_NPROC, &r) == 0 && r.rlim_cur == LIM_HANDLER_MAX_TASKS && r.rlim_max == LIM_HANDLER_MAX_TASKS))
+    ok |= NPROC;
   /* far past the limit and the room for copies */
   void *big = malloc((size_t)4 << 30);
   if (!big) ok |= BIG;
@@ -478,7 +484,7 @@ static void passrights_checked(void) {
 int main(void) {
   passrights_checked();
   int all = EXEC | FORK | PTRACE | THREAD | SOCKET | CORE | SIGNAL | LIMITS | IOCTL | NSCLONE | FCNTL | PRCTL |
-            MOUNT | SCHED | ENV | FILES | METADATA | NOCAPS | TERMINAL | SYSV | LOCKS | HOSTSOCK | (instrumented() ? 0 : BIG);
+            MOUNT | SCHED | ENV | FILES | METADATA | NOCAPS | TERMINAL | SYSV | LOCKS | HOSTSOCK | NPROC | (instrumented() ? 0 : BIG);
   /* asked in a child of its own, so that the confined children load the
      resolver's modules and read its files under the filter themselves */
   pid_t probe_pid = fork();
