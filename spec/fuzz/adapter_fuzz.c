@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "adapter.h"
+#include "fuzz_model.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -49,16 +50,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 2) return 0;
   static const int statuses[] = { 200, 200, 200, 400, 429, 503, 529, 401 };
   ad_model m;
-  memset(&m, 0, sizeof m);
-  switch (data[0] % 5) {
-    case 0: m.provider = AD_OPENAI; break;
-    case 1: m.provider = AD_AZURE; m.deployment = "d"; m.base_url = "https://x"; break;
-    case 2: m.provider = AD_OPENAI; m.api = AD_RESPONSES; break;
-    case 3: m.provider = AD_ANTHROPIC; break;
-    default: m.provider = AD_GEMINI; break;
-  }
-  m.name = "model-1";
-  m.api_key = "secret-key-123";
+  fuzz_model(&m, data[0]);
   const char *rest = (const char *)data + 2;
   size_t len = size - 2;
   ad_header headers[8];
@@ -118,7 +110,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
   } else {
     if (!e.message) abort();
-    if (strstr(e.message, "secret-key-123")) {
+    if (strstr(e.message, FUZZ_KEY)) {
       fprintf(stderr, "the key is in a message: %s\n", e.message);
       abort();
     }

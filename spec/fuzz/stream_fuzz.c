@@ -16,6 +16,7 @@
 
 #include "adapter.h"
 #include "sse.h"
+#include "fuzz_model.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -117,7 +118,7 @@ static void stream_read(const ad_model *m, const char *p, size_t n, unsigned see
     ad_conv_free(&c);
   } else {
     if (!e.message) abort();
-    if (strstr(e.message, "secret-key-123")) {
+    if (strstr(e.message, FUZZ_KEY)) {
       fprintf(stderr, "the key is in a message: %s\n", e.message);
       abort();
     }
@@ -137,16 +138,7 @@ static void same(const char *what, sb_buf *x, sb_buf *y) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 2) return 0;
   ad_model m;
-  memset(&m, 0, sizeof m);
-  switch (data[0] % 5) {
-    case 0: m.provider = AD_OPENAI; break;
-    case 1: m.provider = AD_AZURE; m.deployment = "d"; m.base_url = "https://x"; break;
-    case 2: m.provider = AD_OPENAI; m.api = AD_RESPONSES; break;
-    case 3: m.provider = AD_ANTHROPIC; break;
-    default: m.provider = AD_GEMINI; break;
-  }
-  m.name = "model-1";
-  m.api_key = "secret-key-123";
+  fuzz_model(&m, data[0]);
   const char *p = (const char *)data + 2;
   size_t n = size - 2;
   sb_buf x, y;
