@@ -602,6 +602,7 @@ struct lv_dcheck {
   pm_program *p;
   unsigned char **state;      /* [schema][field] */
   int bad;
+  int depth;                  /* defaults being checked, each inside the one before (a C frame each) */
 };
 
 /* Checks one @default as an input is, writing in place: it is filled as a
@@ -615,6 +616,16 @@ static void check_default(struct lv_dcheck *d, int i, int j) {
   pm_program *p = d->p;
   const pm_field *f = &p->schemas[i]->fields[j];
   const lv_rec *r = &v->recs[i];
+  if (d->depth >= LIM_DEFAULT_VALUE_DEPTH) {
+    /* each default filled into the one before nests the value one level more */
+    d->bad++;
+    dg_error(&p->diag, f->default_value->pos.line, f->default_value->pos.col,
+             "@default of '%s' fills defaults nested more than %d levels deep (a default whose type has fields "
+             "with defaults of their own, and so on)",
+             f->name, LIM_DEFAULT_VALUE_DEPTH);
+    d->state[i][j] = 2;
+    return;
+  }
   int top = lua_gettop(L);
   luaL_checkstack(L, 6, "checking defaults");
   /* large (its path), and this recurses: a userdata, which an error frees */
@@ -638,7 +649,9 @@ static void check_default(struct lv_dcheck *d, int i, int j) {
   c->dc = d;
   lua_pushinteger(L, r->defaults[j]);
   int value = anchor + 1, key = anchor + 2;
+  d->depth++;
   check_value(c, f->type, value, lua_type(L, value), anchor, key);
+  d->depth--;
   lua_settop(L, anchor);
   if (finish(&res)) {
     d->bad++;
@@ -664,7 +677,7 @@ static void check_default(struct lv_dcheck *d, int i, int j) {
 }
 
 int lv_check_defaults(lv_program *v, lua_State *L, pm_program *p) {
-  struct lv_dcheck d = { v, L, p, NULL, 0 };
+  struct lv_dcheck d = { v, L, p, NULL, 0, 0 };
   /* the states, in a userdata that an error frees: a row per schema */
   size_t nfields = 0;
   for (int i = 0; i < p->nschemas; i++) nfields += (size_t)p->schemas[i]->nfields;

@@ -157,6 +157,21 @@ schema A { n: int @default(2.0), ns: int[] @default([1.0, 2]), doc: Document @de
     end)
   end
 
+  -- each level was a C frame: a 20,000-level chain overflowed the stack (a crash of check and load)
+  it("report defaults that fill defaults more than 200 levels deep, at the one past the bound", function()
+    local function chain(n)
+      local src = {}
+      for i = 1, n - 1 do src[i] = ("schema S%d { s: S%d @default({}) }"):format(i, i + 1) end
+      src[n] = ("schema S%d { v: int @default(1) }"):format(n)
+      return table.concat(src, "\n")
+    end
+    assert.truthy(h.compile(chain(200)))
+    local _, err = h.compile(chain(20000))
+    local d = err.details.diagnostics[1]
+    assert.are.same({ 201, 32, "@default of 's' fills defaults nested more than 200 levels deep (a default " ..
+      "whose type has fields with defaults of their own, and so on)" }, { d.line, d.col, d.message })
+  end)
+
   it("report a bad @default at the value", function()
     local _, err = h.compile("schema A {\n  x: int @range(0, 5) @default(10)\n}")
     local d = err.details.diagnostics[1]
