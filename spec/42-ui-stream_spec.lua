@@ -267,6 +267,15 @@ describe("luma.nginx under a real nginx, read by the ai package over HTTP", func
   end)
   teardown(function() if nginx then nginx:stop() end end)
 
+  -- -> body, status
+  local function post(url, body)
+    local http, ltn12 = require "socket.http", require "ltn12"
+    local out = {}
+    local _, status = http.request { url = url, method = "POST", source = ltn12.source.string(body),
+      headers = { ["content-length"] = #body }, sink = ltn12.sink.table(out) }
+    return table.concat(out), status
+  end
+
   local function check_sum(r, id)
     assert.are.same({}, r.invalid, nginx:log())
     assert.are.equal("ready", r.status, tostring(r.error) .. "\n" .. nginx:log())
@@ -284,14 +293,14 @@ describe("luma.nginx under a real nginx, read by the ai package over HTTP", func
   end
 
   -- the text appeared piece by piece as the events came, 50 ms apart
-  local function check_streamed(r)
+  local function check_streamed(r, whole, ms)
     local first, last
     for _, u in ipairs(r.updates) do
       if u.text ~= "" and not first then first = u.ms end
-      if u.text == "Let me add them.The sum is 5." and not last then last = u.ms end
+      if u.text == (whole or "Let me add them.The sum is 5.") and not last then last = u.ms end
     end
     assert.is_truthy(first and last, json.encode(r.updates))
-    assert.is_true(last - first >= 350, string.format("the text came in %d ms: not streamed", last - first))
+    assert.is_true(last - first >= (ms or 350), string.format("the text came in %d ms: not streamed", last - first))
   end
 
   for _, case in ipairs {
@@ -311,6 +320,26 @@ describe("luma.nginx under a real nginx, read by the ai package over HTTP", func
     end)
   end
 
+  it("serves the README's snippet: useChat's prompt read from its POST, answered back as it streams", function()
+    local section = h.read(h.root .. "/README.md"):match("%*%*Serving an ask to a browser's useChat%*%*(.-)\n%*%*")
+    assert.is_truthy(section, "the README has no paragraph on serving an ask to useChat")
+    local snippet = section:match("```lua\n(.-)```")
+    assert.is_truthy(h.read(h.root .. "/spec/fixtures/uistream/app.lua"):find(snippet, 1, true),
+      "the README's snippet is not in spec/fixtures/uistream/app.lua")
+    local r = ai_chat(h.quote(nginx.url .. "/api/echo") .. " --ping " .. h.quote(nginx.url .. "/ping") ..
+      " --text 'add two and three'")
+    assert.are.same({}, r.invalid)
+    assert.are.equal("ready", r.status, tostring(r.error))
+    assert.are.equal("You said: add two and three", parts_of(r.messages[2], "text")[1].text)
+    check_streamed(r, "You said: add two and three", 150)
+    local out, status = post(nginx.url .. "/api/echo", "not json")
+    assert.are.equal(400, status)
+    assert.matches("^the request's body is not a JSON object: ", out)
+    out, status = post(nginx.url .. "/api/echo", '{"messages": []}')
+    assert.are.equal(400, status)
+    assert.are.equal("the request's messages hold no user message\n", out)
+  end)
+
   it("sends a failed ask as useChat's error, and a source that raises as one", function()
     local r = ai_chat(h.quote(nginx.url .. "/api/fails"))
     assert.are.same({}, r.invalid)
@@ -324,13 +353,16 @@ describe("luma.nginx under a real nginx, read by the ai package over HTTP", func
   end)
 
   it("cancels the ask when the client goes away", function()
-    local status = h.sh("curl -s -N --max-time 0.3 -X POST " .. h.quote(nginx.url .. "/api/long"))
-    assert.are.equal(28, status)   -- curl's timeout: the stream was still going
     local socket = require "socket"
+    local c = assert(socket.connect("127.0.0.1", nginx.port))
+    c:settimeout(2)
+    c:send("POST /api/long HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n")
+    local seen = {}
+    repeat seen[#seen + 1] = assert(c:receive("*l")) until seen[#seen]:find("word 3 ", 1, true)
+    c:close()   -- the stream was still going: 200 events, 20 ms apart
     local state
     for _ = 1, 100 do
-      local _, out = h.sh("curl -s " .. h.quote(nginx.url .. "/api/state"))
-      state = out
+      state = post(nginx.url .. "/api/state", "")
       if state:match("^true nil") then break end
       socket.sleep(0.05)
     end

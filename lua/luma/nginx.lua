@@ -5,10 +5,11 @@
 --   location /api/chat {
 --     content_by_lua_block {
 --       local stream = require "luma.nginx"
+--       local req = stream.request()            -- useChat's POST; req.prompt: the last user text
 --       stream.respond(ask)                     -- an ask: for ev in ask:events()
 --       -- or stream.respond(iterator | { events })
 --       -- or stream.respond_callback(function(on_event)
---       --      return agent:ask(prompt, { on_event = on_event })
+--       --      return agent:ask(req.prompt, { on_event = on_event })
 --       --    end)
 --     }
 --   }
@@ -22,6 +23,42 @@
 local uistream = require "luma.uistream"
 
 local nginx = {}
+
+-- What useChat POSTs ({ id, messages, trigger, messageId }) -> { prompt = the
+-- text of the last user message, messages, id, trigger, message_id, body },
+-- or nil and what was wrong with it.
+function nginx.request()
+  ngx.req.read_body()
+  local data = ngx.req.get_body_data()
+  if not data then
+    local path = ngx.req.get_body_file()
+    local f = path and io.open(path, "rb")
+    if f then
+      data = f:read("*a")
+      f:close()
+    end
+  end
+  if not data or data == "" then return nil, "the request has no body: useChat POSTs { id, messages }" end
+  local body, err = require("cjson.safe").decode(data)
+  if type(body) ~= "table" then return nil, "the request's body is not a JSON object: " .. tostring(err or body) end
+  if type(body.messages) ~= "table" then return nil, "the request's body has no messages array" end
+  local prompt
+  for i = #body.messages, 1, -1 do
+    local m = body.messages[i]
+    if type(m) == "table" and m.role == "user" then
+      local text = {}
+      for _, part in ipairs(type(m.parts) == "table" and m.parts or {}) do
+        if type(part) == "table" and part.type == "text" and type(part.text) == "string" then text[#text + 1] = part.text end
+      end
+      prompt = table.concat(text)
+      break
+    end
+  end
+  if not prompt then return nil, "the request's messages hold no user message" end
+  local function str(v) return type(v) == "string" and v or nil end
+  return { prompt = prompt, messages = body.messages, id = str(body.id), trigger = str(body.trigger),
+    message_id = str(body.messageId), body = body }
+end
 
 -- Headers, status, and an encoder for the request.
 local function open(opts)

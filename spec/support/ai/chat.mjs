@@ -3,7 +3,8 @@
 // DefaultChatTransport, which POSTs the messages and reads the answer with
 // parseJsonEventStream(uiMessageChunkSchema) and processUIMessageStream.
 //
-//   node chat.mjs URL [--ping URL2]   POSTs a user message to URL (URL2 fetched once text shows)
+//   node chat.mjs URL [--ping URL2] [--text T]   POSTs a user message (T, or "hello") to URL;
+//                                                URL2 is fetched once text shows
 //   node chat.mjs -                              the stream is read from stdin
 //
 // Prints one JSON object: status, error, finishReason, the messages, every
@@ -105,7 +106,7 @@ if (opt("--ping")) {
   });
 }
 
-await chat.sendMessage({ text: "hello" });
+await chat.sendMessage({ text: opt("--text") || "hello" });
 out.status = chat.status;
 out.error = chat.error ? chat.error.message : undefined;
 out.finishReason = finished && finished.finishReason;
