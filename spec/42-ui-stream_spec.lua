@@ -300,7 +300,8 @@ describe("luma.nginx under a real nginx, read by the ai package over HTTP", func
       if u.text == (whole or "Let me add them.The sum is 5.") and not last then last = u.ms end
     end
     assert.is_truthy(first and last, json.encode(r.updates))
-    assert.is_true(last - first >= (ms or 350), string.format("the text came in %d ms: not streamed", last - first))
+    -- (the events are 50 ms apart: 550 ms from the first text to the last; 8 ms when not streamed)
+    assert.is_true(last - first >= (ms or 300), string.format("the text came in %d ms: not streamed", last - first))
   end
 
   for _, case in ipairs {
@@ -314,9 +315,9 @@ describe("luma.nginx under a real nginx, read by the ai package over HTTP", func
       check_sum(r, case[3])
       check_streamed(r)
       assert.are.equal("pong\n", r.ping.text)
-      assert.is_false(r.ping.streamDone, "the stream had ended before the second request was answered")
-      assert.is_true(r.ms - r.ping.at >= 300, string.format("answered at %d ms, the stream ended at %d ms", r.ping.at, r.ms))
-      assert.is_true(r.ping.ms < h.by_instrumentation(100, 300, 1000), "the second request took " .. r.ping.ms .. " ms")
+      assert.is_false(r.ping.streamDone, string.format("the second request was answered at %d ms, after the stream's end (%d ms)",
+        r.ping.at, r.ms))
+      assert.is_true(r.ping.ms < h.by_instrumentation(250, 500, 1500), "the second request took " .. r.ping.ms .. " ms")
     end)
   end
 
@@ -331,7 +332,7 @@ describe("luma.nginx under a real nginx, read by the ai package over HTTP", func
     assert.are.same({}, r.invalid)
     assert.are.equal("ready", r.status, tostring(r.error))
     assert.are.equal("You said: add two and three", parts_of(r.messages[2], "text")[1].text)
-    check_streamed(r, "You said: add two and three", 150)
+    check_streamed(r, "You said: add two and three", 120)
     local out, status = post(nginx.url .. "/api/echo", "not json")
     assert.are.equal(400, status)
     assert.matches("^the request's body is not a JSON object: ", out)
