@@ -111,7 +111,7 @@ local CASES = {
       { type = "text-delta", id = "t1", delta = "Hal" }, { type = "text-end", id = "t1" },
       { type = "tool-input-start", toolCallId = "c1", toolName = "add" },
       { type = "tool-input-error", toolCallId = "c1", toolName = "add",
-        errorText = "[RETRIED] the turn is asked again (ASK_TRUNCATED): what it showed is void" },
+        errorText = "void: the turn is asked again (ASK_TRUNCATED)" },
       { type = "finish-step" }, { type = "data-luma-retry", data = { turn = 1, reason = "ASK_TRUNCATED", attempt = 2 } },
       { type = "start-step" }, { type = "text-start", id = "t2" }, { type = "text-delta", id = "t2", delta = "Hello" },
       { type = "text-end", id = "t2" }, { type = "finish-step" }, { type = "finish", finishReason = "stop" }, "[DONE]" } },

@@ -22,7 +22,7 @@
 --                         the totals so far (off by default: an app's messageMetadataSchema judges it)
 --   turn_end              the turn's parts end; its stop is the finish's finishReason
 --   retry                 when the turn showed something: its open parts end (an unfinished tool
---                         call as tool-input-error or tool-output-error "[RETRIED] ..."), finish-step,
+--                         call as tool-input-error or tool-output-error "void: ..."), finish-step,
 --                         then a data-luma-retry part {turn, reason, attempt}: the parts from the
 --                         step-start before it are void. The retried turn comes as a new step.
 --   finish ok             finish {finishReason}; an answer that is a string when the last turn showed
@@ -238,7 +238,7 @@ handle.retry = function(self, ev)
   local step = self.step
   if not step or step.turn ~= ev.turn or step.ended then return end
   self:end_part()
-  self:end_tools("[RETRIED] the turn is asked again (" .. tostring(ev.reason) .. "): what it showed is void")
+  self:end_tools("void: the turn is asked again (" .. tostring(ev.reason) .. ")")
   self:finish_step()
   self:emit { type = "data-luma-retry", data = { turn = ev.turn, reason = ev.reason, attempt = ev.attempt } }
 end
