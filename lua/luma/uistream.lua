@@ -78,7 +78,7 @@ function uistream.new(opts)
     message_id = opts.message_id,
     metadata = opts.metadata == true,
     started = false,   -- start sent
-    step = nil,        -- the open step: { turn, ended, tools = { id = state }, order = { ids }, text_shown }
+    step = nil,        -- the open step: { turn, ended, order = { ids of its calls }, text_shown }
     part = nil,        -- the open text or reasoning part: { kind = "text"|"refusal"|"reasoning", id }
     tools = {},        -- every call shown: id -> { name, state = "input"|"available"|"done" }
     parts = 0,         -- parts made, for their ids
@@ -116,7 +116,7 @@ function Encoder:enter(turn)
   if step and step.turn == turn then return step end
   self:finish_step()
   self:emit { type = "start-step" }
-  self.step = { turn = turn, tools = {} }
+  self.step = { turn = turn }
   return self.step
 end
 
