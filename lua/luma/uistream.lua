@@ -1,5 +1,5 @@
 -- An ask's events as the Vercel AI SDK's UI message stream (the protocol of
--- its useChat, `ai` 5 and later): pure Lua, no I/O, for Lua 5.4 and LuaJIT.
+-- its useChat, `ai` 5.0.92 and later): pure Lua, no I/O, for Lua 5.4 and LuaJIT.
 --
 --   local uistream = require "luma.uistream"
 --   local enc = uistream.new { message_id = "m1" }   -- json = an encoder, metadata = true
