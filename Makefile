@@ -109,7 +109,7 @@ help:
 	@echo "make fuzz-sse   fuzz the SSE reader and the providers' stream parsers"
 	@echo "make fuzz-wire  fuzz the decoder of what a handler process sends back"
 	@echo "make install    install into PREFIX=$(PREFIX) (DESTDIR too): the command, the Lua module,"
-	@echo "                luma/ffi.lua for LuaJIT, libluma, luma.h, luma.pc, the man page, the bash completion;"
+	@echo "                luma/ffi.lua, uistream.lua and nginx.lua for LuaJIT, libluma, luma.h, luma.pc, the man page, the bash completion;"
 	@echo "                ldconfig after an install into /usr or /usr/local"
 	@echo "make uninstall  remove exactly what make install installed"
 	@echo "make clean      remove build/"
@@ -319,15 +319,17 @@ fuzz-wire:
 	  base/json.c base/arena.c base/map.c $(LUA_LIB) -lm -o build/fuzz/wire_fuzz
 	build/fuzz/wire_fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 build/fuzz/wire-corpus
 
-# Where Debian's lua5.4 looks by default with PREFIX=/usr/local; luma/ffi.lua
+# Where Debian's lua5.4 looks by default with PREFIX=/usr/local; the modules
+# LuaJIT hosts use (luma.ffi, and luma.uistream and luma.nginx for OpenResty)
 # also where LuaJIT looks (share/lua/5.1), for LÖVE and OpenResty. libluma is
 # libluma.so.$(VERSION), with libluma.so.0 (its soname) and libluma.so
 # linking to it. Every file installed is listed once, in INSTALLED;
 # uninstall removes exactly those.
 VERSION   := $(shell sed -n 's/^\#define LUMA_VERSION "\(.*\)"/\1/p' core/luma.h)
 JITLUADIR ?= $(PREFIX)/share/lua/5.1
+JIT_LUA_FILES = lua/luma/ffi.lua lua/luma/uistream.lua lua/luma/nginx.lua
 INSTALLED = $(PREFIX)/bin/luma-lua $(addprefix $(LUADIR)/luma/,$(notdir $(LUA_FILES))) $(CMODDIR)/luma/core.so \
-            $(JITLUADIR)/luma/ffi.lua \
+            $(addprefix $(JITLUADIR)/luma/,$(notdir $(JIT_LUA_FILES))) \
             $(LIBDIR)/libluma.so.$(VERSION) $(LIBDIR)/libluma.so.0 $(LIBDIR)/libluma.so $(INCDIR)/luma.h \
             $(LIBDIR)/pkgconfig/luma.pc $(MANDIR)/luma-lua.1 $(BASHCOMPDIR)/luma-lua
 # The dynamic linker's cache is refreshed after an install into a system
@@ -339,7 +341,7 @@ install: all
 	  $(DESTDIR)$(INCDIR) $(DESTDIR)$(MANDIR) $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(JITLUADIR)/luma
 	install -m 755 $(BUILD)/luma-lua $(DESTDIR)$(PREFIX)/bin/luma-lua
 	install -m 644 $(LUA_FILES) $(DESTDIR)$(LUADIR)/luma/
-	install -m 644 lua/luma/ffi.lua $(DESTDIR)$(JITLUADIR)/luma/ffi.lua
+	install -m 644 $(JIT_LUA_FILES) $(DESTDIR)$(JITLUADIR)/luma/
 	install -m 755 $(BUILD)/luma/core.so $(DESTDIR)$(CMODDIR)/luma/core.so
 	install -m 755 $(LIBLUMA) $(DESTDIR)$(LIBDIR)/libluma.so.$(VERSION)
 	ln -sf libluma.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libluma.so.0

@@ -50,9 +50,11 @@ build = {
     ["luma.future"] = "lua/luma/future.lua",
     ["luma.loader"] = "lua/luma/loader.lua",
     ["luma.mcp"] = "lua/luma/mcp.lua",
+    ["luma.nginx"] = "lua/luma/nginx.lua",
     ["luma.repl"] = "lua/luma/repl.lua",
     ["luma.starter"] = "lua/luma/starter.lua",
     ["luma.types"] = "lua/luma/types.lua",
+    ["luma.uistream"] = "lua/luma/uistream.lua",
   },
   -- the command, as a Lua script (luarocks wraps it with the tree's paths)
   install = {

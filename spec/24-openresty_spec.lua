@@ -1,79 +1,18 @@
 -- OpenResty: a real nginx with its Lua module (on LuaJIT) runs
 -- examples/openresty, which calls tools through libluma. One worker; the
--- spec starts it on a free port in a temporary folder and stops it after.
+-- spec starts it on a free port in a temporary folder and stops it after
+-- (helpers.nginx).
 local luma = require "luma"
 local socket = require "socket"
 local h = require "spec.helpers"
 
-local build = h.root .. "/" .. (os.getenv("LUMA_BUILD") or "build")
-
--- -> exit status, everything it printed
-local function sh(cmd)
-  local status, out, err = h.sh(cmd)
-  return status, out .. err
-end
-
-local free_port = h.free_port
-
-local Nginx = {}
-Nginx.__index = Nginx
+local Nginx = h.Nginx
 
 -- prepare(dir), when given, changes the copy of the example before nginx starts
 local function start_nginx(prepare)
-  h.ensure_packages { "nginx", "libnginx-mod-http-lua", "luajit2" }
   local dir = h.copy_example("openresty")
   if prepare then prepare(dir) end
-  local port = free_port()
-  local conf = h.read(dir .. "/nginx.conf"):gsub("127%.0%.0%.1:8080", "127.0.0.1:" .. port)
-  h.write(dir .. "/nginx.conf", conf)
-  local self = setmetatable({ dir = dir, url = "http://127.0.0.1:" .. port }, Nginx)
-  -- as root, the worker must run as root to read the run's private temporary folder
-  local user = sh("[ \"$(id -u)\" = 0 ]") == 0 and " -g 'user root;'" or ""
-  -- (under the sanitizers, nginx keeps the preloaded runtime libluma needs,
-  -- without leak detection: nginx's own allocations are not ours to judge)
-  self.cmd = "cd " .. h.quote(dir) .. " && env ASAN_OPTIONS=detect_leaks=0 LUMA_LIBRARY=" .. h.quote(build .. "/libluma.so") ..
-    " LUMA_LUADIR=" .. h.quote(h.root .. "/lua") .. " nginx -p " .. h.quote(dir .. "/") .. " -c nginx.conf -e " ..
-    h.quote(dir .. "/error.log") .. user
-  local status, out = sh(self.cmd)
-  if status ~= 0 then
-    local log = io.open(dir .. "/error.log") and h.read(dir .. "/error.log") or ""
-    os.execute("rm -rf " .. h.quote(dir))
-    error("nginx did not start: " .. out .. log)
-  end
-  for _ = 1, 100 do
-    local c = socket.tcp()
-    c:settimeout(0.1)
-    local ok = c:connect("127.0.0.1", port)
-    c:close()
-    if ok then break end
-    socket.sleep(0.05)
-  end
-  return self
-end
-
-function Nginx:signal(name)
-  return sh(self.cmd .. " -s " .. name)
-end
-
-function Nginx:stop()
-  if self.stopped then return end
-  self.stopped = true
-  local pid = io.open(self.dir .. "/nginx.pid") and h.read(self.dir .. "/nginx.pid"):match("%d+")
-  self:signal("stop")
-  for _ = 1, 100 do
-    if not pid or sh("kill -0 " .. pid .. " 2>/dev/null") ~= 0 then break end
-    socket.sleep(0.05)
-  end
-  if pid then os.execute("kill -9 " .. pid .. " 2>/dev/null") end
-  os.execute("rm -rf " .. h.quote(self.dir))
-end
-
-function Nginx:log()
-  local f = io.open(self.dir .. "/error.log")
-  if not f then return "" end
-  local s = f:read("*a")
-  f:close()
-  return s
+  return h.nginx(dir)
 end
 
 -- POSTs to /tools/NAME -> status, decoded body

@@ -58,7 +58,8 @@ describe("make install", function()
     local listing = files(prefix)
     for _, f in ipairs { "./bin/luma-lua", "./share/lua/5.4/luma/init.lua", "./lib/lua/5.4/luma/core.so",
       "./lib/libluma.so.0.1.0", "./lib/libluma.so.0", "./lib/libluma.so", "./include/luma.h", "./lib/pkgconfig/luma.pc",
-      "./share/man/man1/luma-lua.1", "./share/bash-completion/completions/luma-lua", "./share/lua/5.1/luma/ffi.lua" } do
+      "./share/man/man1/luma-lua.1", "./share/bash-completion/completions/luma-lua", "./share/lua/5.1/luma/ffi.lua",
+      "./share/lua/5.1/luma/uistream.lua", "./share/lua/5.1/luma/nginx.lua" } do
       assert.is_truthy(listing:find(f .. "\n", 1, true), f .. " is missing:\n" .. listing)
     end
     -- the library is fully versioned; its soname and the linker's name link to it
@@ -112,7 +113,8 @@ int main(void) {
       out .. err)
     assert.are.equal("0.1.0\n", out)
 
-    -- LuaJIT finds luma.ffi where it looks in a prefix (share/lua/5.1) and runs a tool through libluma
+    -- LuaJIT finds luma.ffi where it looks in a prefix (share/lua/5.1) and runs a tool through libluma;
+    -- luma.nginx and luma.uistream load there too, and encode an event
     -- (a sanitized build's libluma needs its runtime preloaded, as the run has it)
     local keep = ""
     for _, v in ipairs({ "LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS" }) do
@@ -122,9 +124,10 @@ int main(void) {
       h.quote(prefix .. "/share/lua/5.1/?.lua") .. " luajit -e '" ..
       "local luma = require(\"luma.ffi\").open(\"" .. prefix .. "/lib/libluma.so\") " ..
       "local f = luma.runtime():load(\"calculate.luma\"):start(\"calculate\", { a = 2, b = 3, operation = \"add\" }) " ..
-      "f:wait(5000) io.write(f:result().result)'")
+      "f:wait(5000) io.write(f:result().result) require(\"luma.nginx\") " ..
+      "io.write(\" \", require(\"luma.uistream\").new():push({ type = \"finish\", ok = true, answer = \"\" }))'")
     assert(status == 0, out .. err)
-    assert.are.equal("5", out)
+    assert.are.equal('5 data: {"type":"start"}\n\ndata: {"finishReason":"stop","type":"finish"}\n\ndata: [DONE]\n\n', out)
     os.execute("rm -rf " .. h.quote(dir))
 
     -- pkg-config's paths follow the prefix it names

@@ -210,6 +210,71 @@ function helpers.copy_example(name)
   return dir
 end
 
+-- A real nginx with its Lua module, started from dir (its nginx.conf listens
+-- on 127.0.0.1:8080, replaced by a free port) with LUMA_LIBRARY and
+-- LUMA_LUADIR set; stop() stops it and removes dir. One worker.
+local Nginx = {}
+Nginx.__index = Nginx
+helpers.Nginx = Nginx
+
+function helpers.nginx(dir)
+  helpers.ensure_packages { "nginx", "libnginx-mod-http-lua", "luajit2" }
+  local build = root .. "/" .. (os.getenv("LUMA_BUILD") or "build")
+  local port = helpers.free_port()
+  local conf = helpers.read(dir .. "/nginx.conf"):gsub("127%.0%.0%.1:8080", "127.0.0.1:" .. port)
+  helpers.write(dir .. "/nginx.conf", conf)
+  local self = setmetatable({ dir = dir, port = port, url = "http://127.0.0.1:" .. port }, Nginx)
+  -- as root, the worker must run as root to read the run's private temporary folder
+  local user = helpers.sh("[ \"$(id -u)\" = 0 ]") == 0 and " -g 'user root;'" or ""
+  -- (under the sanitizers, nginx keeps the preloaded runtime libluma needs,
+  -- without leak detection: nginx's own allocations are not ours to judge)
+  self.cmd = "cd " .. shell_quote(dir) .. " && env ASAN_OPTIONS=detect_leaks=0 LUMA_LIBRARY=" .. shell_quote(build .. "/libluma.so") ..
+    " LUMA_LUADIR=" .. shell_quote(root .. "/lua") .. " nginx -p " .. shell_quote(dir .. "/") .. " -c nginx.conf -e " ..
+    shell_quote(dir .. "/error.log") .. user
+  local status, out, err = helpers.sh(self.cmd)
+  if status ~= 0 then
+    local log = io.open(dir .. "/error.log") and helpers.read(dir .. "/error.log") or ""
+    os.execute("rm -rf " .. shell_quote(dir))
+    error("nginx did not start: " .. out .. err .. log)
+  end
+  local socket = require "socket"
+  for _ = 1, 100 do
+    local c = socket.tcp()
+    c:settimeout(0.1)
+    local ok = c:connect("127.0.0.1", port)
+    c:close()
+    if ok then break end
+    socket.sleep(0.05)
+  end
+  return self
+end
+
+function Nginx:signal(name)
+  local status, out, err = helpers.sh(self.cmd .. " -s " .. name)
+  return status, out .. err
+end
+
+function Nginx:stop()
+  if self.stopped then return end
+  self.stopped = true
+  local pid = io.open(self.dir .. "/nginx.pid") and helpers.read(self.dir .. "/nginx.pid"):match("%d+")
+  self:signal("stop")
+  for _ = 1, 100 do
+    if not pid or helpers.sh("kill -0 " .. pid .. " 2>/dev/null") ~= 0 then break end
+    require("socket").sleep(0.05)
+  end
+  if pid then os.execute("kill -9 " .. pid .. " 2>/dev/null") end
+  os.execute("rm -rf " .. shell_quote(self.dir))
+end
+
+function Nginx:log()
+  local f = io.open(self.dir .. "/error.log")
+  if not f then return "" end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
 helpers.calculate = [[
 schema CalcResult {
   result: float

@@ -3,7 +3,7 @@
 function love.conf(t)
   t.identity = "luma-example"
   t.window.title = "luma in LÖVE"
-  t.window.width, t.window.height = 480, 200
+  t.window.width, t.window.height = 480, 320
   t.window.vsync = 1
   if os.getenv("LUMA_HEADLESS") then
     t.window = false
