@@ -96,6 +96,7 @@ void cl_release(cl_call *c) {
     c->held = 0;
   }
   st_cache_release(c);
+  st_unwait(c);
   if (c->sx) sx_release(c->sx);
   if (c->module) sx_unref(c->module);
   if (c->leader) cl_release(c->leader);
@@ -221,6 +222,7 @@ static void run_states(lua_State *T, cl_call *c) {
     if (lua_gettop(T) != CV_COUNT) lua_settop(T, CV_COUNT);
     if (cancelled(c) && c->state < CS_FINISH && !(c->state == CS_HANDLER && (c->job_out || c->job_done))) {
       if (c->state == CS_HANDLER) st_abandon(c);   /* a job made ready, never run */
+      st_unwait(c);
       if (c->leader) { cl_release(c->leader); c->leader = NULL; }
       move(T, c, st_fail(T, LE_TOOL_CANCELLED, le_template(LE_TOOL_CANCELLED), c->t->name), CS_FINISH, CS_FINISH);
     }
@@ -242,7 +244,9 @@ static void run_states(lua_State *T, cl_call *c) {
       case CS_RUN:
       case CS_STATE_WAIT:
       case CS_BACKOFF:
-        if (c->state != CS_RUN && pl_mono_ms(T, c->pg) < c->wake_at) return;
+        if (c->state != CS_RUN && pl_mono_ms(T, c->pg) < c->wake_at &&
+            !(c->state == CS_STATE_WAIT && sx_woken(&c->waiter)))
+          return;
         c->state = CS_RUN;
         if (c->hold || (c->gate && *c->gate >= c->gate_limit)) return;
         move(T, c, st_attempt(T, c), CS_RUN, CS_STATE_WAIT);

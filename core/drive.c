@@ -118,7 +118,7 @@ void rt_drive(rt_runtime *rt, cl_call **calls, int n, int concurrency) {
   }
   for (;;) {
     rt_drain(rt);
-    int pending = 0, out = 0, ready = 0;
+    int pending = 0, out = 0, ready = 0, queued = 0;
     long long wait = -1;
     cl_call *sleeper = NULL;
     for (int i = 0; i < n; i++) {
@@ -129,6 +129,7 @@ void rt_drive(rt_runtime *rt, cl_call **calls, int n, int concurrency) {
       pending++;
       out += c->job_out;
       ready += c->job_ready;
+      queued += c->state == CS_STATE_WAIT;
       if (st == CL_WAIT_TIMER && (wait < 0 || w < wait)) { wait = w; sleeper = c; }
     }
     if (!pending) break;
@@ -140,7 +141,8 @@ void rt_drive(rt_runtime *rt, cl_call **calls, int n, int concurrency) {
     }
     for (int i = 0; i < n; i++)
       if (calls[i]->job_ready) { rt_submit(rt, calls[i]); out++; }
-    if (out > 0) rt_wait_fd(rt, wait);
+    /* a finished job, or a state freed for a queued call, writes the descriptor */
+    if (out > 0 || queued > 0) rt_wait_fd(rt, wait);
     else if (sleeper) pl_sleep_ms(sleeper->T, sleeper->pg, wait);
   }
   for (int i = 0; i < n; i++) calls[i]->gate = NULL;

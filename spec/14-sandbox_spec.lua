@@ -331,6 +331,21 @@ describe("max_concurrency", function()
     assert.is_true(not out[1].ok or out[1].result.v == "alone")
     assert.are.equal("met", out[2].ok and out[2].result.v or out[2].error.code)
   end)
+
+  it("wakes a call waiting for a busy state when the state is freed: it never sleeps to look again", function()
+    local dir = h.project {
+      ["program.luma"] = "schema Out { v?: string }\ntool ping(x: string) -> Out {}\n",
+      ["tools.lua"] = "return { ping = function(input) return { v = input.x } end }\n",
+      ["luma.config.json"] = config { sandbox = "strict", max_concurrency = 1 },
+    }
+    local clock = h.clock()
+    local p = assert(h.load(dir, { clock = clock }))
+    for _ = 1, 5 do
+      local out = p:call_all({ { "ping", { x = "a" } }, { "ping", { x = "b" } }, { "ping", { x = "c" } } })
+      assert.are.same({ "a", "b", "c" }, { out[1].result.v, out[2].result.v, out[3].result.v })
+    end
+    assert.are.same({}, clock.sleeps)
+  end)
 end)
 
 -- ------------------------------------------- files other processes change
