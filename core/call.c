@@ -282,6 +282,24 @@ static int step_k(lua_State *T) {
   return CV_COUNT;
 }
 
+int cl_idle(const cl_call *c, long long *timer_ms) {
+  *timer_ms = -1;
+  if (c->stepping || cancelled(c)) return 0;
+  switch (c->state) {
+    case CS_HANDLER: return !c->job_ready && !c->job_done;
+    case CS_FOLLOW: return c->leader && c->leader->state != CS_DONE;
+    case CS_STATE_WAIT: {
+      /* a clock of the host's is a Lua function: only a protected step reads it */
+      if (c->pg->has_clock || sx_woken(&c->waiter)) return 0;
+      long long left = c->wake_at - sx_now_ns() / 1000000;
+      if (left <= 0) return 0;
+      *timer_ms = left;
+      return 1;
+    }
+    default: return 0;
+  }
+}
+
 cl_status cl_step(cl_call *c, long long *wait_ms) {
   if (wait_ms) *wait_ms = 0;
   if (c->state == CS_DONE) return CL_DONE;

@@ -50,6 +50,11 @@ void rt_start(rt_runtime *rt, cl_call *c) {
   rt->polled = c;
 }
 
+void rt_kick(rt_runtime *rt, cl_call *c) {
+  cl_step(c, NULL);
+  if (c->job_ready) rt_submit(rt, c);
+}
+
 int rt_poll(rt_runtime *rt, long long *wait_ms) {
   rt_drain(rt);
   long long wait = -1;
@@ -58,6 +63,12 @@ int rt_poll(rt_runtime *rt, long long *wait_ms) {
   while (*link) {
     cl_call *c = *link;
     long long w;
+    if (cl_idle(c, &w)) {
+      if (w >= 0 && (wait < 0 || w < wait)) wait = w;
+      active++;
+      link = &c->rt_next;
+      continue;
+    }
     cl_status st = cl_step(c, &w);
     if (st == CL_DONE) {
       *link = c->rt_next;

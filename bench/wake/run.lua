@@ -129,9 +129,15 @@ local function starts(p)
     if i <= SLICE then t_first = t_first + t end
     if i > STARTS - SLICE then t_last = t_last + t end
   end
+  local polls = {}
+  for k = 1, 21 do
+    local t0 = os.clock()
+    calls[STARTS]:poll()
+    polls[k] = (os.clock() - t0) * 1e6
+  end
   for i = 1, STARTS do calls[i]:cancel() end
   for i = 1, STARTS do calls[i]:wait() end
-  return t_first * 1000, t_last * 1000
+  return t_first * 1000, t_last * 1000, common.median(polls)
 end
 
 local function row(name, value, base, unit, target)
@@ -150,8 +156,10 @@ local ok, err = pcall(function()
   one:close()
   three:close()
   local p = program(server.url, 1)
-  local first, last = starts(p)
+  local first, last, poll = starts(p)
   row(("%d starts: the last %d against the first"):format(STARTS, SLICE), last, first, "ms", TARGET_STARTS)
+  print(("a poll of the runtime with %d calls in flight: %.0f µs (%.3f µs per call)"):format(STARTS, poll,
+    poll / STARTS))
   p:close()
 end)
 server:stop()
