@@ -12,7 +12,9 @@
 --   f:cancel()
 --   f:json()    -- true, result JSON | false, error JSON, code, message (no decoding)
 --   f:await([sleep])  -- in a coroutine: yields the future until done; with
---                     -- sleep (e.g. ngx.sleep), sleeps between polls instead
+--                     -- sleep (e.g. love.timer.sleep), sleeps between polls instead;
+--                     -- f:await(ngx) in OpenResty: the request sleeps until the
+--                     -- runtime's wake socket says the call ended (no polling)
 --   program:register("tool", function(input, needs) return { ... } end)
 --               -- a handler of the host's own (luma_register): it runs on the
 --               -- thread that polls (f:ready, f:wait, rt:poll); raising
@@ -51,6 +53,7 @@ luma_call *luma_start_method(luma_program *p, const char *agent, const char *met
 luma_call *luma_start_ask(luma_program *p, const char *agent, const char *prompt, const char *schema, luma_error *err);
 int luma_poll(luma_runtime *rt, long long *wait_ms);
 int luma_fd(luma_runtime *rt);
+int luma_wake_socket(luma_runtime *rt, char *path, size_t len, luma_error *err);
 int luma_ready(const luma_call *c);
 int luma_wait(luma_call *c, long long timeout_ms);
 int luma_result(luma_call *c, const char **json, size_t *len, luma_error *err);
@@ -284,8 +287,91 @@ local function in_coroutine()
   return co ~= nil and not main
 end
 
+-- OpenResty: a request that awaits a future sleeps on a semaphore of its
+-- own. One light thread per runtime (a timer's, started at the first await)
+-- holds a cosocket connected to the runtime's wake socket
+-- (luma_wake_socket): it reads it until a byte comes (a handler or a
+-- transfer finished), polls the runtime, and posts the semaphores of the
+-- futures that are done. Nothing sleeps on a timer to learn that a call
+-- ended: a read waits at most until the runtime's next timer (a backoff, a
+-- deadline), or NGX_IDLE_S, to see whether the worker is exiting.
+local NGX_IDLE_S = 1
+local NGX_WAIT_S = 60
+
+local function ngx_dispatch(premature, rt, d)
+  local ngx = d.ngx
+  if premature or rt.ptr == nil then
+    d.running = false
+    return
+  end
+  local buf, err = ffi.new("char[128]"), ffi.new("luma_error")
+  local sock = ngx.socket.tcp()
+  local ok, why
+  if lib.luma_wake_socket(rt.ptr, buf, 128, err) ~= C_OK then
+    ok, why = false, ffi.string(err.message)
+  else
+    ok, why = sock:connect("unix:" .. ffi.string(buf))
+  end
+  if not ok then
+    -- the requests fall back to polling (Future:await)
+    ngx.log(ngx.ERR, "luma: no wake socket, requests poll instead: ", why)
+    d.failed = true
+  end
+  while ok and rt.ptr ~= nil do
+    local _, wait = rt:poll()   -- the first accepts the connection
+    for f, sema in pairs(d.waiting) do
+      if f:done() then
+        d.waiting[f] = nil
+        sema:post(1)
+      end
+    end
+    if next(d.waiting) == nil and ngx.worker.exiting() then break end
+    sock:settimeout(wait and math.max(wait, 1) or NGX_IDLE_S * 1000)
+    local bytes, rerr = sock:receiveany(4096)
+    if not bytes and rerr ~= "timeout" then
+      ngx.log(ngx.ERR, "luma: the wake socket failed: ", rerr)
+      break
+    end
+  end
+  sock:close()
+  d.running = false
+  -- requests left waiting: a new light thread serves them
+  for _, sema in pairs(d.waiting) do sema:post(1) end
+end
+
+local function await_ngx(self, ngx)
+  if self:ready() then return end
+  local rt = self.rt
+  local d = rt.ngx
+  if not d then
+    d = { ngx = ngx, waiting = {}, semaphore = require "ngx.semaphore" }
+    rt.ngx = d
+  end
+  while not self:done() do
+    if d.failed then
+      while not self:ready() do ngx.sleep(0.002) end
+      return
+    end
+    if not d.running then
+      d.running = true
+      local ok, err = ngx.timer.at(0, ngx_dispatch, rt, d)
+      if not ok then
+        d.running = false
+        error(setmetatable({ code = "INVALID_ARGUMENT", message = "cannot start luma's light thread: " .. tostring(err) }, Error), 3)
+      end
+    end
+    local sema = d.semaphore.new()
+    d.waiting[self] = sema
+    sema:wait(NGX_WAIT_S)
+    d.waiting[self] = nil
+    self:ready()
+  end
+end
+
 function Future:await(sleep)
-  if sleep then
+  if type(sleep) == "table" and sleep.timer and sleep.socket then
+    await_ngx(self, sleep)
+  elseif sleep then
     while not self:ready() do sleep(0.002) end
   elseif in_coroutine() then
     while not self:ready() do coroutine.yield(self) end
