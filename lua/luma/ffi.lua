@@ -288,15 +288,41 @@ local function in_coroutine()
 end
 
 -- OpenResty: a request that awaits a future sleeps on a semaphore of its
--- own. One light thread per runtime (a timer's, started at the first await)
--- holds a cosocket connected to the runtime's wake socket
--- (luma_wake_socket): it reads it until a byte comes (a handler or a
--- transfer finished), polls the runtime, and posts the semaphores of the
--- futures that are done. Nothing sleeps on a timer to learn that a call
--- ended: a read waits at most until the runtime's next timer (a backoff, a
--- deadline), or NGX_IDLE_S, to see whether the worker is exiting.
+-- own. One timer's light thread per runtime (started at the first await)
+-- serves them: a light thread of its own holds a cosocket connected to the
+-- runtime's wake socket (luma_wake_socket) and posts `wake` for each read
+-- (a handler or a transfer finished); the dispatcher waits on `wake`, polls
+-- the runtime, and posts the semaphores of the futures that are done.
+-- Nothing sleeps on a timer to learn that a call ended: the dispatcher's
+-- wait ends at the runtime's next timer (a backoff, a deadline), or after
+-- NGX_IDLE_S to see whether the worker is exiting. (A semaphore's timeout,
+-- unlike a cosocket's, logs nothing.)
 local NGX_IDLE_S = 1
 local NGX_WAIT_S = 60
+local NGX_READ_MS = 2 ^ 31 - 1
+
+local function ngx_read(ngx, path, wake, d)
+  local sock = ngx.socket.tcp()
+  local ok, why = sock:connect("unix:" .. path)
+  d.connected = ok and true or false
+  wake:post(1)
+  if not ok then
+    d.why = "cannot connect to " .. path .. ": " .. tostring(why)
+    return
+  end
+  sock:settimeout(NGX_READ_MS)
+  while true do
+    local bytes, err = sock:receiveany(4096)
+    if not bytes and err ~= "timeout" then
+      sock:close()
+      d.why = "the wake socket failed: " .. tostring(err)
+      d.connected = false
+      wake:post(1)
+      return
+    end
+    wake:post(1)
+  end
+end
 
 local function ngx_dispatch(premature, rt, d)
   local ngx = d.ngx
@@ -305,19 +331,21 @@ local function ngx_dispatch(premature, rt, d)
     return
   end
   local buf, err = ffi.new("char[128]"), ffi.new("luma_error")
-  local sock = ngx.socket.tcp()
-  local ok, why
-  if lib.luma_wake_socket(rt.ptr, buf, 128, err) ~= C_OK then
-    ok, why = false, ffi.string(err.message)
+  local wake = d.semaphore.new()
+  local reader
+  d.connected, d.why = false, nil
+  if lib.luma_wake_socket(rt.ptr, buf, 128, err) == C_OK then
+    reader = ngx.thread.spawn(ngx_read, ngx, ffi.string(buf), wake, d)
+    wake:wait(NGX_WAIT_S)
   else
-    ok, why = sock:connect("unix:" .. ffi.string(buf))
+    d.why = ffi.string(err.message)
   end
-  if not ok then
-    -- the requests fall back to polling (Future:await)
-    ngx.log(ngx.ERR, "luma: no wake socket, requests poll instead: ", why)
+  if not d.connected then
+    -- the requests fall back to polling (await_ngx)
+    ngx.log(ngx.ERR, "luma: no wake socket, requests poll instead: ", d.why)
     d.failed = true
   end
-  while ok and rt.ptr ~= nil do
+  while d.connected and rt.ptr ~= nil do
     local _, wait = rt:poll()   -- the first accepts the connection
     for f, sema in pairs(d.waiting) do
       if f:done() then
@@ -326,16 +354,12 @@ local function ngx_dispatch(premature, rt, d)
       end
     end
     if next(d.waiting) == nil and ngx.worker.exiting() then break end
-    sock:settimeout(wait and math.max(wait, 1) or NGX_IDLE_S * 1000)
-    local bytes, rerr = sock:receiveany(4096)
-    if not bytes and rerr ~= "timeout" then
-      ngx.log(ngx.ERR, "luma: the wake socket failed: ", rerr)
-      break
-    end
+    wake:wait(wait and math.max(wait, 1) / 1000 or NGX_IDLE_S)
   end
-  sock:close()
+  if reader and d.connected then ngx.thread.kill(reader) end
+  if d.why and not d.failed then ngx.log(ngx.ERR, "luma: ", d.why) end
   d.running = false
-  -- requests left waiting: a new light thread serves them
+  -- requests left waiting: a new dispatcher serves them
   for _, sema in pairs(d.waiting) do sema:post(1) end
 end
 
