@@ -140,7 +140,8 @@ void rt_drive(rt_runtime *rt, cl_call **calls, int n, int concurrency) {
       pending++;
       out += c->job_out;
       ready += c->job_ready;
-      queued += c->state == CS_STATE_WAIT;
+      /* on a host's clock, its give-up is a sleep of that clock, as any timer */
+      queued += c->state == CS_STATE_WAIT && !c->pg->has_clock;
       if (st == CL_WAIT_TIMER && (wait < 0 || w < wait)) { wait = w; sleeper = c; }
     }
     if (!pending) break;
