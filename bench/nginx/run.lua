@@ -181,6 +181,9 @@ local function wrk(path, connections)
   if not ok then fail("wrk failed: %s", out) end
   local non2xx = out:match("Non%-2xx or 3xx responses: (%d+)")
   if non2xx then fail("%s answered %s requests with an error:\n%s", path, non2xx, out) end
+  if not out:match("Requests/sec:%s*[%d.]+") or not out:match("99%%%s+%S+") then
+    fail("wrk's report on %s cannot be read:\n%s", path, out)
+  end
   return { rps = tonumber(out:match("Requests/sec:%s*([%d.]+)")),
            p50 = ms_of(out:match("50%%%s+(%S+)")), p99 = ms_of(out:match("99%%%s+(%S+)")) }
 end

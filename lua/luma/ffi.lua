@@ -301,6 +301,11 @@ local NGX_IDLE_S = 1
 local NGX_WAIT_S = 60
 local NGX_READ_MS = 2 ^ 31 - 1
 
+-- One pending wake is enough: the dispatcher polls for every call at once.
+local function ngx_wake(d)
+  if d.wake and d.wake:count() <= 0 then d.wake:post(1) end
+end
+
 local function ngx_read(ngx, path, wake, d)
   local sock = ngx.socket.tcp()
   local ok, why = sock:connect("unix:" .. path)
@@ -320,7 +325,7 @@ local function ngx_read(ngx, path, wake, d)
       wake:post(1)
       return
     end
-    wake:post(1)
+    ngx_wake(d)
   end
 end
 
@@ -332,6 +337,7 @@ local function ngx_dispatch(premature, rt, d)
   end
   local buf, err = ffi.new("char[128]"), ffi.new("luma_error")
   local wake = d.semaphore.new()
+  d.wake = wake
   local reader
   d.connected, d.why = false, nil
   if lib.luma_wake_socket(rt.ptr, buf, 128, err) == C_OK then
@@ -356,6 +362,7 @@ local function ngx_dispatch(premature, rt, d)
     if next(d.waiting) == nil and ngx.worker.exiting() then break end
     wake:wait(wait and math.max(wait, 1) / 1000 or NGX_IDLE_S)
   end
+  d.wake = nil
   if reader and d.connected then ngx.thread.kill(reader) end
   if d.why and not d.failed then ngx.log(ngx.ERR, "luma: ", d.why) end
   d.running = false
@@ -364,7 +371,7 @@ local function ngx_dispatch(premature, rt, d)
 end
 
 local function await_ngx(self, ngx)
-  if self:ready() then return end
+  if self:done() then return end
   local rt = self.rt
   local d = rt.ngx
   if not d then
@@ -386,9 +393,11 @@ local function await_ngx(self, ngx)
     end
     local sema = d.semaphore.new()
     d.waiting[self] = sema
+    -- a call done at its start wrote nothing to the socket: the dispatcher
+    -- polls once more for it (with every other new waiter)
+    ngx_wake(d)
     sema:wait(NGX_WAIT_S)
     d.waiting[self] = nil
-    self:ready()
   end
 end
 
