@@ -290,9 +290,10 @@ end
 -- OpenResty: a request that awaits a future sleeps on a semaphore of its
 -- own. One timer's light thread per runtime (started at the first await)
 -- serves them: a light thread of its own holds a cosocket connected to the
--- runtime's wake socket (luma_wake_socket) and posts `wake` for each read
--- (a handler or a transfer finished); the dispatcher waits on `wake`, polls
--- the runtime, and posts the semaphores of the futures that are done.
+-- runtime's wake socket (luma_wake_socket); at each read (a handler or a
+-- transfer finished) it polls the runtime and posts the semaphores of the
+-- futures that are done. The dispatcher does the same when `wake` is posted
+-- (a new waiter) or the runtime's next timer is due.
 -- Nothing sleeps on a timer to learn that a call ended: the dispatcher's
 -- wait ends at the runtime's next timer (a backoff, a deadline), or after
 -- NGX_IDLE_S to see whether the worker is exiting. (A semaphore's timeout,
@@ -306,7 +307,22 @@ local function ngx_wake(d)
   if d.wake and d.wake:count() <= 0 then d.wake:post(1) end
 end
 
-local function ngx_read(ngx, path, wake, d)
+-- Polls the runtime and posts the semaphores of the futures that are done.
+-- -> ms until the runtime's next timer, or nil
+local function ngx_serve(rt, d)
+  local _, wait = rt:poll()   -- the first accepts the wake socket's connection
+  for f, sema in pairs(d.waiting) do
+    if f:done() then
+      d.waiting[f] = nil
+      sema:post(1)
+    end
+  end
+  return wait
+end
+
+-- The reader: serves the waiters at each read itself (one hop less than
+-- waking the dispatcher); a timer that poll reports goes to the dispatcher.
+local function ngx_read(ngx, rt, path, wake, d)
   local sock = ngx.socket.tcp()
   local ok, why = sock:connect("unix:" .. path)
   d.connected = ok and true or false
@@ -325,7 +341,8 @@ local function ngx_read(ngx, path, wake, d)
       wake:post(1)
       return
     end
-    ngx_wake(d)
+    if rt.ptr == nil then return end
+    if ngx_serve(rt, d) then ngx_wake(d) end
   end
 end
 
@@ -341,7 +358,7 @@ local function ngx_dispatch(premature, rt, d)
   local reader
   d.connected, d.why = false, nil
   if lib.luma_wake_socket(rt.ptr, buf, 128, err) == C_OK then
-    reader = ngx.thread.spawn(ngx_read, ngx, ffi.string(buf), wake, d)
+    reader = ngx.thread.spawn(ngx_read, ngx, rt, ffi.string(buf), wake, d)
     wake:wait(NGX_WAIT_S)
   else
     d.why = ffi.string(err.message)
@@ -352,13 +369,7 @@ local function ngx_dispatch(premature, rt, d)
     d.failed = true
   end
   while d.connected and rt.ptr ~= nil do
-    local _, wait = rt:poll()   -- the first accepts the connection
-    for f, sema in pairs(d.waiting) do
-      if f:done() then
-        d.waiting[f] = nil
-        sema:post(1)
-      end
-    end
+    local wait = ngx_serve(rt, d)
     if next(d.waiting) == nil and ngx.worker.exiting() then break end
     wake:wait(wait and math.max(wait, 1) / 1000 or NGX_IDLE_S)
   end
