@@ -336,7 +336,8 @@ local function ngx_read(ngx, rt, path, wake, d)
     local bytes, err = sock:receiveany(4096)
     if not bytes and err ~= "timeout" then
       sock:close()
-      d.why = "the wake socket failed: " .. tostring(err)
+      -- a runtime closed closes its end: nothing went wrong then
+      d.why = rt.ptr ~= nil and "the wake socket failed: " .. tostring(err) or nil
       d.connected = false
       wake:post(1)
       return
