@@ -84,7 +84,7 @@ LUA_FILES = $(sort $(wildcard lua/luma/*.lua))
 # Debian packages `make test` installs when run as root and one is missing.
 DEB_PACKAGES = lua5.4 liblua5.4-dev lua-cjson lua-busted lua-socket libcurl4-openssl-dev libmbedtls-dev luarocks python3 \
                luajit2 libluajit2-5.1-dev nginx libnginx-mod-http-lua love pkgconf libedit-dev node-typescript libsqlite3-dev sqlite3 libhiredis-dev libseccomp-dev redis-server node-ajv
-BENCH_PACKAGES = node-ajv
+BENCH_PACKAGES = node-ajv wrk
 FUZZ_PACKAGES = clang libclang-rt-14-dev
 
 RESULTS   = $(BUILD)/test-results
@@ -262,6 +262,8 @@ bench: deps
 	LUMA_BUILD=$(BUILD) LUMA_BENCH_ALLOCS=$(abspath $(BUILD))/bench_allocs.so $(LUA) bench/pipeline/run.lua
 	LUMA_BUILD=$(BUILD) $(LUA) bench/sandbox/run.lua
 	LUMA_BUILD=$(BUILD) $(LUA) bench/agent/run.lua
+	LUMA_BUILD=$(BUILD) $(LUA) bench/wake/run.lua
+	LUMA_BUILD=$(BUILD) $(LUA) bench/nginx/run.lua
 
 # The direct call of bench/pipeline under callgrind: instructions per call,
 # and the functions that run the most of them (bench/pipeline/callgrind.lua).

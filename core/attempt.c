@@ -16,9 +16,6 @@
 #include "policy.h"
 #include "runtime.h"
 
-/* A call that finds every state of its module busy looks again this soon. */
-#define ST_STATE_WAIT_MS 2
-
 long long st_effective_timeout(const cl_call *c) {
   const pm_tool *t = c->t;
   const pm_agent *ag = c->scope ? c->scope->agent : NULL;
@@ -162,6 +159,19 @@ static st_verdict no_state(lua_State *T, cl_call *c, sx_module *m, const char *w
   return st_fail(T, LE_TOOL_TIMEOUT, "Tool '%s' could not run: %s.", c->t->name, why);
 }
 
+/* A state of the module the call waits for is free: its driver steps it. */
+static void state_freed(sx_waiter *w) {
+  cl_call *c = (cl_call *)((char *)w - offsetof(cl_call, waiter));
+  rt_notify(c->rt);
+}
+
+void st_unwait(cl_call *c) {
+  if (!c->waits) return;
+  sx_unwait(c->waits, &c->waiter);
+  sx_unref(c->waits);
+  c->waits = NULL;
+}
+
 st_verdict st_attempt(lua_State *T, cl_call *c) {
   const pm_tool *t = c->t;
   pl_program *pg = c->pg;
@@ -175,12 +185,29 @@ st_verdict st_attempt(lua_State *T, cl_call *c) {
   sx_module *m = pg->module[t->index];
   char why[200];
   int wait_room = 0;
-  sx_state *s = sx_try_acquire(m, &wait_room, why, sizeof why);
+  c->waiter.wake = state_freed;
+  sx_state *s = sx_try_acquire(m, &wait_room, &c->waiter, why, sizeof why);
+  if (!s && !wait_room && !c->waits) {
+    /* perhaps in its queue now: st_unwait takes it out */
+    sx_retain(m);
+    c->waits = m;
+  }
   if ((s || wait_room) && c->queued_at) {
     c->deadline += now - c->queued_at;
     left = c->deadline - now;
     c->queued_at = 0;
   }
+  if (!s && !wait_room && !sx_closed(m)) {
+    if (!c->queued_at) c->queued_at = now;
+    if (now < c->queued_at + c->timeout) {
+      /* every state is busy: not an attempt yet; it is in the module's
+         queue until a state is free, at most its timeout, and the time it
+         waits does not count against it */
+      c->ev.attempts--;
+      return sv_at(SV_WAIT, c->queued_at + c->timeout);
+    }
+  }
+  st_unwait(c);
   if (!s && wait_room) {
     if (!c->inline_ok) {
       /* a job makes the state, off the driver's thread: loading a module's
@@ -194,18 +221,7 @@ st_verdict st_attempt(lua_State *T, cl_call *c) {
     }
     s = sx_make(m, sx_now_ns() + left * 1000000LL, why, sizeof why);
   }
-  if (!s) {
-    if (!sx_closed(m)) {
-      if (!c->queued_at) c->queued_at = now;
-      if (!wait_room && now + ST_STATE_WAIT_MS < c->queued_at + c->timeout) {
-        /* every state is busy: not an attempt yet; it waits its turn at most
-           its timeout, and the time it waits does not count against it */
-        c->ev.attempts--;
-        return sv_at(SV_WAIT, now + ST_STATE_WAIT_MS);
-      }
-    }
-    return no_state(T, c, m, why);
-  }
+  if (!s) return no_state(T, c, m, why);
   return run_on(T, c, m, s, left);
 }
 

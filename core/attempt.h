@@ -17,5 +17,7 @@ st_verdict st_collect(lua_State *T, cl_call *c);
 void st_job_run(wp_job *job);
 /* Gives back the state of a job that was made ready but never ran. */
 void st_abandon(cl_call *c);
+/* The call no longer waits for a state of its module (cancelled, freed). */
+void st_unwait(cl_call *c);
 
 #endif

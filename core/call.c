@@ -96,6 +96,7 @@ void cl_release(cl_call *c) {
     c->held = 0;
   }
   st_cache_release(c);
+  st_unwait(c);
   if (c->sx) sx_release(c->sx);
   if (c->module) sx_unref(c->module);
   if (c->leader) cl_release(c->leader);
@@ -221,6 +222,7 @@ static void run_states(lua_State *T, cl_call *c) {
     if (lua_gettop(T) != CV_COUNT) lua_settop(T, CV_COUNT);
     if (cancelled(c) && c->state < CS_FINISH && !(c->state == CS_HANDLER && (c->job_out || c->job_done))) {
       if (c->state == CS_HANDLER) st_abandon(c);   /* a job made ready, never run */
+      st_unwait(c);
       if (c->leader) { cl_release(c->leader); c->leader = NULL; }
       move(T, c, st_fail(T, LE_TOOL_CANCELLED, le_template(LE_TOOL_CANCELLED), c->t->name), CS_FINISH, CS_FINISH);
     }
@@ -242,7 +244,9 @@ static void run_states(lua_State *T, cl_call *c) {
       case CS_RUN:
       case CS_STATE_WAIT:
       case CS_BACKOFF:
-        if (c->state != CS_RUN && pl_mono_ms(T, c->pg) < c->wake_at) return;
+        if (c->state != CS_RUN && pl_mono_ms(T, c->pg) < c->wake_at &&
+            !(c->state == CS_STATE_WAIT && sx_woken(&c->waiter)))
+          return;
         c->state = CS_RUN;
         if (c->hold || (c->gate && *c->gate >= c->gate_limit)) return;
         move(T, c, st_attempt(T, c), CS_RUN, CS_STATE_WAIT);
@@ -276,6 +280,24 @@ static int step_k(lua_State *T) {
   run_states(T, c);
   lua_settop(T, CV_COUNT);
   return CV_COUNT;
+}
+
+int cl_idle(const cl_call *c, long long *timer_ms) {
+  *timer_ms = -1;
+  if (c->stepping || cancelled(c)) return 0;
+  switch (c->state) {
+    case CS_HANDLER: return !c->job_ready && !c->job_done;
+    case CS_FOLLOW: return c->leader && c->leader->state != CS_DONE;
+    case CS_STATE_WAIT: {
+      /* a clock of the host's is a Lua function: only a protected step reads it */
+      if (c->pg->has_clock || sx_woken(&c->waiter)) return 0;
+      long long left = c->wake_at - sx_now_ns() / 1000000;
+      if (left <= 0) return 0;
+      *timer_ms = left;
+      return 1;
+    }
+    default: return 0;
+  }
 }
 
 cl_status cl_step(cl_call *c, long long *wait_ms) {

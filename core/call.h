@@ -40,6 +40,11 @@ int cl_set_input_json(cl_call *c, const char *json, size_t len, char *err, size_
 /* Advances the call as far as it can go now. For CL_WAIT_TIMER, *wait_ms
    says how long from now (on the program's clock). */
 cl_status cl_step(cl_call *c, long long *wait_ms);
+/* Whether a step of c now would leave it where it is (its handler runs, its
+   leader is not done, no state of its module was freed for it), told
+   without a protected call: rt_poll passes such a call by. *timer_ms: how
+   long until its timer is due, or -1 (it waits for the descriptor). */
+int cl_idle(const cl_call *c, long long *timer_ms);
 
 /* Cancels the call: its handler's signal fires (signal.reason "cancelled")
    and it ends with TOOL_CANCELLED. Any thread; idempotent; no effect on a

@@ -35,7 +35,7 @@ enum {
   CS_IDEM_WAIT,     /* another call of this process or machine holds the key: retry at wake_at */
   CS_FOLLOW,        /* shares the run of `leader` */
   CS_RUN,           /* an attempt is due (STEP_RUN) */
-  CS_STATE_WAIT,    /* every state of the module is busy: retry at wake_at */
+  CS_STATE_WAIT,    /* every state of the module is busy: retry when woken (waiter), or give up at wake_at */
   CS_HANDLER,       /* the handler runs on the pool (job_out), or is ready to (job_ready) */
   CS_BACKOFF,       /* the next attempt is due at wake_at */
   CS_FINISH,        /* the outcome is known: STEP_OUTPUT and STEP_RECORD's writes to come */
@@ -92,6 +92,10 @@ struct cl_call {
   sx_state *made;
   char make_why[200];
   sx_run run;
+  /* CS_STATE_WAIT: in the queue of `waits` (counted), which wakes it when a
+     state is free */
+  sx_waiter waiter;
+  sx_module *waits;
   int job_ready, job_out, job_done;   /* job_out and job_done are guarded by the runtime's lock */
   int inline_run;                     /* the handler runs inline, on the driver's thread: the same lock */
   int *gate;                      /* handlers of its batch running now (rt_drive), or NULL */

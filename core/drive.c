@@ -50,6 +50,11 @@ void rt_start(rt_runtime *rt, cl_call *c) {
   rt->polled = c;
 }
 
+void rt_kick(rt_runtime *rt, cl_call *c) {
+  cl_step(c, NULL);
+  if (c->job_ready) rt_submit(rt, c);
+}
+
 int rt_poll(rt_runtime *rt, long long *wait_ms) {
   rt_drain(rt);
   long long wait = -1;
@@ -58,6 +63,12 @@ int rt_poll(rt_runtime *rt, long long *wait_ms) {
   while (*link) {
     cl_call *c = *link;
     long long w;
+    if (cl_idle(c, &w)) {
+      if (w >= 0 && (wait < 0 || w < wait)) wait = w;
+      active++;
+      link = &c->rt_next;
+      continue;
+    }
     cl_status st = cl_step(c, &w);
     if (st == CL_DONE) {
       *link = c->rt_next;
@@ -118,7 +129,7 @@ void rt_drive(rt_runtime *rt, cl_call **calls, int n, int concurrency) {
   }
   for (;;) {
     rt_drain(rt);
-    int pending = 0, out = 0, ready = 0;
+    int pending = 0, out = 0, ready = 0, queued = 0;
     long long wait = -1;
     cl_call *sleeper = NULL;
     for (int i = 0; i < n; i++) {
@@ -129,6 +140,8 @@ void rt_drive(rt_runtime *rt, cl_call **calls, int n, int concurrency) {
       pending++;
       out += c->job_out;
       ready += c->job_ready;
+      /* on a host's clock, its give-up is a sleep of that clock, as any timer */
+      queued += c->state == CS_STATE_WAIT && !c->pg->has_clock;
       if (st == CL_WAIT_TIMER && (wait < 0 || w < wait)) { wait = w; sleeper = c; }
     }
     if (!pending) break;
@@ -140,7 +153,8 @@ void rt_drive(rt_runtime *rt, cl_call **calls, int n, int concurrency) {
     }
     for (int i = 0; i < n; i++)
       if (calls[i]->job_ready) { rt_submit(rt, calls[i]); out++; }
-    if (out > 0) rt_wait_fd(rt, wait);
+    /* a finished job, or a state freed for a queued call, writes the descriptor */
+    if (out > 0 || queued > 0) rt_wait_fd(rt, wait);
     else if (sleeper) pl_sleep_ms(sleeper->T, sleeper->pg, wait);
   }
   for (int i = 0; i < n; i++) calls[i]->gate = NULL;

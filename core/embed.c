@@ -582,6 +582,23 @@ int luma_fd(luma_runtime *rt) {
   return rt ? rt_fd(rt->crt) : -1;
 }
 
+int luma_wake_socket(luma_runtime *rt, char *path, size_t len, luma_error *err) {
+  clear_error(err);
+  if (!rt || !path) {
+    set_error(err, "INVALID_ARGUMENT", "luma_wake_socket: %s is NULL", !rt ? "the runtime" : "the path");
+    return LUMA_FAILED;
+  }
+  char why[256];
+  lock(rt);
+  int rc = rt_wake_socket(rt->crt, path, len, why, sizeof why);
+  unlock(rt);
+  if (rc != 0) {
+    set_error(err, "INVALID_ARGUMENT", "luma_wake_socket: %s", why);
+    return LUMA_FAILED;
+  }
+  return LUMA_OK;
+}
+
 int luma_ready(const luma_call *c) {
   if (!c) return LUMA_FAILED;
   return __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != LUMA_PENDING;

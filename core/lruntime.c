@@ -246,7 +246,7 @@ int lr_start(lua_State *L, pl_program *pg, const pm_tool *t, int input, int opts
   call_box *b = push_owner(L);
   b->c = new_call(L, pg, sc, scope, t, input, 1);
   rt_start(pg->rt, b->c);
-  rt_poll(pg->rt, NULL);
+  rt_kick(pg->rt, b->c);
   return 1;
 }
 

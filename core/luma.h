@@ -155,6 +155,15 @@ LUMA_API int luma_poll(luma_runtime *rt, long long *wait_ms);
 /* A descriptor that turns readable when a handler or a transfer finished:
    put it in the host's event loop. -1 for a NULL runtime. */
 LUMA_API int luma_fd(luma_runtime *rt);
+/* For a host that can only connect to a path, not poll a descriptor
+   (nginx's cosockets): writes to `path` (len bytes; 108 are enough) a Unix
+   socket's path, in a new folder (mode 0700) under $TMPDIR or /tmp. The
+   host connects to it as a stream; its next luma_poll accepts the
+   connection and removes the path and the folder. From then on a byte
+   arrives on the connection each time luma_fd turns readable: the host
+   reads them (any number at once) and polls. A new call replaces the socket
+   and the connection. LUMA_OK, or LUMA_FAILED with err filled. */
+LUMA_API int luma_wake_socket(luma_runtime *rt, char *path, size_t len, luma_error *err);
 /* 1 when the call is done (luma_poll steps it), else 0; LUMA_FAILED for a
    NULL call (a luma_start that failed), so that a loop `while
    (luma_ready(c) == 0)` ends instead of spinning. */

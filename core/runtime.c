@@ -3,12 +3,15 @@
 #include "runtime.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <lauxlib.h>
@@ -19,6 +22,8 @@
 
 /* Calls started from handlers, nested deeper than LIM_HOST_CALL_DEPTH,
    fail: each level holds a C stack frame of the driver. */
+
+static void forget_listener(rt_runtime *rt);
 
 static void on_done(void *ud, wp_job *job) {
   rt_complete(ud, (cl_call *)((char *)job - offsetof(cl_call, job)));
@@ -34,6 +39,8 @@ rt_runtime *rt_new(lua_State *home, const rt_options *o, char *err, size_t errle
     return NULL;
   }
   pthread_mutex_init(&rt->lock, NULL);
+  pthread_mutex_init(&rt->wake_lock, NULL);
+  rt->wake_listen = rt->wake_conn = -1;
   rt->refs = 1;
   /* calls make their threads and references from this one: the host's own
      thread may be a coroutine in the middle of something */
@@ -58,6 +65,9 @@ void rt_unref(rt_runtime *rt) {
   luaL_unref(rt->home, LUA_REGISTRYINDEX, rt->home_ref);
   tp_free(rt->tp);
   close(rt->efd);
+  forget_listener(rt);
+  if (rt->wake_conn >= 0) close(rt->wake_conn);
+  pthread_mutex_destroy(&rt->wake_lock);
   pthread_mutex_destroy(&rt->lock);
   free(rt);
 }
@@ -88,6 +98,81 @@ void rt_leave(rt_runtime *rt) {
   rt->depth--;
 }
 
+/* The host's connection to rt_wake_socket, if any, turns readable too. */
+static void wake_host(rt_runtime *rt) {
+  if (__atomic_load_n(&rt->wake_conn, __ATOMIC_ACQUIRE) < 0) return;
+  pthread_mutex_lock(&rt->wake_lock);
+  /* full: the bytes already there wake the host */
+  if (rt->wake_conn >= 0) (void)send(rt->wake_conn, "!", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+  pthread_mutex_unlock(&rt->wake_lock);
+}
+
+/* The listening socket and its path (and folder) go. */
+static void forget_listener(rt_runtime *rt) {
+  if (rt->wake_listen < 0) return;
+  close(rt->wake_listen);
+  rt->wake_listen = -1;
+  unlink(rt->wake_path);
+  char *slash = strrchr(rt->wake_path, '/');
+  if (slash) {
+    *slash = 0;
+    rmdir(rt->wake_path);
+  }
+  rt->wake_path[0] = 0;
+}
+
+int rt_wake_socket(rt_runtime *rt, char *path, size_t len, char *err, size_t errlen) {
+  const char *base = getenv("TMPDIR");
+  if (!base || !*base) base = "/tmp";
+  struct sockaddr_un a = { .sun_family = AF_UNIX };
+  char dir[sizeof a.sun_path];
+  if ((size_t)snprintf(dir, sizeof dir, "%s/luma-wake-XXXXXX", base) >= sizeof dir - 3) {
+    snprintf(err, errlen, "the folder for the wake socket, %s, is too long for a socket's path", base);
+    return -1;
+  }
+  if (!mkdtemp(dir)) {
+    snprintf(err, errlen, "cannot make a folder in %s for the wake socket: %s", base, strerror(errno));
+    return -1;
+  }
+  size_t n = strlen(dir);   /* room for "/s" was checked above */
+  memcpy(a.sun_path, dir, n);
+  memcpy(a.sun_path + n, "/s", 3);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 1) != 0) {
+    snprintf(err, errlen, "cannot listen at %s: %s", a.sun_path, strerror(errno));
+    if (fd >= 0) close(fd);
+    unlink(a.sun_path);
+    rmdir(dir);
+    return -1;
+  }
+  if (strlen(a.sun_path) >= len) {
+    close(fd);
+    unlink(a.sun_path);
+    rmdir(dir);
+    snprintf(err, errlen, "the wake socket's path does not fit in %zu bytes", len);
+    return -1;
+  }
+  forget_listener(rt);
+  rt->wake_listen = fd;
+  snprintf(rt->wake_path, sizeof rt->wake_path, "%s", a.sun_path);
+  snprintf(path, len, "%s", a.sun_path);
+  return 0;
+}
+
+/* The host connected to the wake socket: its connection replaces the last. */
+static void accept_host(rt_runtime *rt) {
+  int fd = accept(rt->wake_listen, NULL, NULL);
+  if (fd < 0) return;
+  /* the handlers' children close every descriptor they did not make anyway */
+  fcntl(fd, F_SETFD, FD_CLOEXEC);
+  pthread_mutex_lock(&rt->wake_lock);
+  int old = rt->wake_conn;
+  __atomic_store_n(&rt->wake_conn, fd, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&rt->wake_lock);
+  if (old >= 0) close(old);
+  forget_listener(rt);
+}
+
 void rt_complete(rt_runtime *rt, cl_call *c) {
   pthread_mutex_lock(&rt->lock);
   c->done_next = rt->done;
@@ -95,12 +180,14 @@ void rt_complete(rt_runtime *rt, cl_call *c) {
   pthread_mutex_unlock(&rt->lock);
   uint64_t one = 1;
   while (write(rt->efd, &one, sizeof one) < 0 && errno == EINTR) {}
+  wake_host(rt);
 }
 
 void rt_notify(rt_runtime *rt) {
   __atomic_store_n(&rt->notified, 1, __ATOMIC_RELEASE);
   uint64_t one = 1;
   while (write(rt->efd, &one, sizeof one) < 0 && errno == EINTR) {}
+  wake_host(rt);
 }
 
 tp_transport *rt_transport(rt_runtime *rt, char *err, size_t errlen) {
@@ -115,6 +202,7 @@ void rt_add_task(rt_runtime *rt, rt_task *t) {
 }
 
 void rt_drain(rt_runtime *rt) {
+  if (rt->wake_listen >= 0) accept_host(rt);
   /* most drives have nothing to drain: no lock, no system call then */
   if (__atomic_exchange_n(&rt->notified, 0, __ATOMIC_ACQ_REL) && !__atomic_load_n(&rt->done, __ATOMIC_ACQUIRE)) {
     uint64_t n;

@@ -50,6 +50,15 @@ int rt_workers(const rt_runtime *rt);
 int rt_fd(const rt_runtime *rt);
 
 
+/* For a host that can only connect to a path (nginx's cosockets): a Unix
+   stream socket, listening at a new path (in a folder of its own, 0700,
+   under $TMPDIR or /tmp) written to `path`. Once the host connected, the
+   next rt_drain accepts the connection and removes the path; from then on,
+   every time the descriptor is made readable, a byte is written to the
+   connection (the host reads them). A new call replaces the socket and the
+   connection. 0, or -1 with a message in err. */
+int rt_wake_socket(rt_runtime *rt, char *path, size_t len, char *err, size_t errlen);
+
 /* Waits until a handler finished or timeout_ms passed (< 0: no limit). */
 void rt_wait_fd(rt_runtime *rt, long long timeout_ms);
 

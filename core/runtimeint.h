@@ -22,6 +22,13 @@ struct rt_runtime {
   rt_task *tasks;                 /* tasks added with rt_add_task, in flight */
   int notified;                   /* rt_notify wrote the descriptor (atomic) */
   tp_transport *tp;               /* made at the first rt_transport */
+  /* rt_wake_socket: a Unix socket listening at wake_path until its host
+     connects (accepted by rt_drain, then the path goes), and the
+     connection a byte is written to whenever efd is */
+  int wake_listen;
+  int wake_conn;                  /* -1: none; read atomically, written under wake_lock */
+  pthread_mutex_t wake_lock;      /* guards sending on wake_conn against its replacement */
+  char wake_path[108];
   int depth;
 };
 

@@ -36,6 +36,7 @@ struct sx_module {
   sx_state **states;
   int nstates;
   int making;                     /* states being made outside the lock */
+  sx_waiter *wait_head, *wait_tail;   /* calls waiting for a free state (sx_try_acquire) */
   int refs;                       /* counted references (atomic) */
   int closed;                     /* sx_close: no state is handed out (atomic) */
   int claims;                     /* open programs that attached it (sx_claim); at 0 no state
@@ -224,12 +225,46 @@ static void drop_all(sx_state **gone, int n) {
   free(gone);
 }
 
+/* The queue of waiters: the module's lock is held. */
+static void unqueue(sx_module *m, sx_waiter *w) {
+  if (w->prev) w->prev->next = w->next; else m->wait_head = w->next;
+  if (w->next) w->next->prev = w->prev; else m->wait_tail = w->prev;
+  w->next = w->prev = NULL;
+  w->queued = 0;
+}
+
+static void wake_first(sx_module *m) {
+  sx_waiter *w = m->wait_head;
+  if (!w) return;
+  unqueue(m, w);
+  __atomic_store_n(&w->woken, 1, __ATOMIC_RELEASE);
+  w->wake(w);
+}
+
+/* A state became free, or the room to make one: one waiter looks again. */
+static void state_freed(sx_module *m) {
+  pthread_cond_signal(&m->freed);
+  wake_first(m);
+}
+
+void sx_unwait(sx_module *m, sx_waiter *w) {
+  pthread_mutex_lock(&m->lock);
+  if (w->queued) unqueue(m, w);
+  if (__atomic_exchange_n(&w->woken, 0, __ATOMIC_ACQ_REL)) wake_first(m);
+  pthread_mutex_unlock(&m->lock);
+}
+
+int sx_woken(const sx_waiter *w) {
+  return __atomic_load_n(&w->woken, __ATOMIC_ACQUIRE);
+}
+
 void sx_close(sx_module *m) {
   pthread_mutex_lock(&m->lock);
   __atomic_store_n(&m->closed, 1, __ATOMIC_RELEASE);
   int n;
   sx_state **gone = take_idle(m, &n);
   pthread_cond_broadcast(&m->freed);
+  while (m->wait_head) wake_first(m);
   pthread_mutex_unlock(&m->lock);
   drop_all(gone, n);
 }
@@ -249,27 +284,37 @@ void sx_unclaim(sx_module *m) {
   drop_all(gone, n);
 }
 
-sx_state *sx_try_acquire(sx_module *m, int *may_make, char *err, size_t errlen) {
+sx_state *sx_try_acquire(sx_module *m, int *may_make, sx_waiter *w, char *err, size_t errlen) {
   *may_make = 0;
   pthread_mutex_lock(&m->lock);
+  if (w) __atomic_store_n(&w->woken, 0, __ATOMIC_RELEASE);
+  sx_state *s = NULL;
   if (sx_closed(m)) {
-    pthread_mutex_unlock(&m->lock);
     snprintf(err, errlen, "the tool module was closed");
-    return NULL;
-  }
-  for (int i = 0; i < m->nstates; i++)
-    if (!m->states[i]->busy) {
-      m->states[i]->busy = 1;
-      pthread_mutex_unlock(&m->lock);
-      return m->states[i];
+  } else {
+    for (int i = 0; i < m->nstates; i++)
+      if (!m->states[i]->busy) {
+        s = m->states[i];
+        s->busy = 1;
+        break;
+      }
+    if (!s && m->nstates + m->making < m->policy.max_concurrency) {
+      m->making++;   /* reserved for the caller's sx_make */
+      *may_make = 1;
     }
-  if (m->nstates + m->making < m->policy.max_concurrency) {
-    m->making++;   /* reserved for the caller's sx_make */
-    *may_make = 1;
+    if (!s) snprintf(err, errlen, "every state of the module was busy until the deadline");
+  }
+  if (w && (s || *may_make || sx_closed(m))) {
+    if (w->queued) unqueue(m, w);
+  } else if (w && !w->queued) {
+    w->queued = 1;
+    w->next = NULL;
+    w->prev = m->wait_tail;
+    if (m->wait_tail) m->wait_tail->next = w; else m->wait_head = w;
+    m->wait_tail = w;
   }
   pthread_mutex_unlock(&m->lock);
-  snprintf(err, errlen, "every state of the module was busy until the deadline");
-  return NULL;
+  return s;
 }
 
 sx_state *sx_make(sx_module *m, long long deadline_ns, char *err, size_t errlen) {
@@ -285,7 +330,7 @@ sx_state *sx_make(sx_module *m, long long deadline_ns, char *err, size_t errlen)
     s->busy = 1;
     m->states[m->nstates++] = s;
   } else {
-    pthread_cond_signal(&m->freed);
+    state_freed(m);
   }
   pthread_mutex_unlock(&m->lock);
   return s;
@@ -294,7 +339,7 @@ sx_state *sx_make(sx_module *m, long long deadline_ns, char *err, size_t errlen)
 void sx_unmake(sx_module *m) {
   pthread_mutex_lock(&m->lock);
   m->making--;
-  pthread_cond_signal(&m->freed);
+  state_freed(m);
   pthread_mutex_unlock(&m->lock);
 }
 
@@ -390,7 +435,7 @@ sx_state *sx_acquire(sx_module *m, long long deadline_ns, int wait, char *err, s
         s->busy = 1;
         m->states[m->nstates++] = s;
       } else {
-        pthread_cond_signal(&m->freed);   /* the room is there for another */
+        state_freed(m);   /* the room is there for another */
       }
       pthread_mutex_unlock(&m->lock);
       return s;
@@ -434,7 +479,7 @@ void sx_release(sx_state *s) {
   } else {
     s->busy = 0;
   }
-  pthread_cond_signal(&m->freed);
+  state_freed(m);
   pthread_mutex_unlock(&m->lock);
   /* out of the list, it is this thread's alone: it goes without the lock */
   if (gone) drop_state(s);

@@ -86,8 +86,28 @@ int sx_closed(const sx_module *m);
    calls need them. */
 void sx_claim(sx_module *m);
 void sx_unclaim(sx_module *m);
-/* A free state, or NULL; *may_make says the caller may make one (sx_make). */
-sx_state *sx_try_acquire(sx_module *m, int *may_make, char *err, size_t errlen);
+/* A call that waits for a free state of a module, in the module's queue
+   (first in, first woken): when a state is released, or the room to make one
+   comes back, the first waiter leaves the queue, `woken` is set and wake(w)
+   runs, on the releasing thread, with the module's lock held (it must only
+   signal: rt_notify). The waiter's owner keeps it alive while it is queued. */
+typedef struct sx_waiter {
+  void (*wake)(struct sx_waiter *w);
+  struct sx_waiter *next, *prev;  /* the module's queue: guarded by its lock */
+  int queued;                     /* guarded by the module's lock */
+  int woken;                      /* woken and not yet looked: read and written atomically */
+} sx_waiter;
+
+/* A free state, or NULL; *may_make says the caller may make one (sx_make).
+   With w, a NULL without *may_make from a module still open leaves w queued
+   (it stays where it was if it already was), anything else leaves it out of
+   the queue; either way the wake it had is spent. */
+sx_state *sx_try_acquire(sx_module *m, int *may_make, sx_waiter *w, char *err, size_t errlen);
+/* Takes w out of the queue (a call that stops waiting); a wake it had and
+   did not spend goes to the next waiter. */
+void sx_unwait(sx_module *m, sx_waiter *w);
+/* Whether w was woken and has not looked again yet (any thread). */
+int sx_woken(const sx_waiter *w);
 sx_state *sx_make(sx_module *m, long long deadline_ns, char *err, size_t errlen);
 /* Gives back the right to make a state that sx_try_acquire gave, unused. */
 void sx_unmake(sx_module *m);

@@ -331,6 +331,50 @@ describe("max_concurrency", function()
     assert.is_true(not out[1].ok or out[1].result.v == "alone")
     assert.are.equal("met", out[2].ok and out[2].result.v or out[2].error.code)
   end)
+
+  it("wakes a call waiting for a busy state when the state is freed: it never sleeps to look again", function()
+    local dir = h.project {
+      ["program.luma"] = "schema Out { v?: string }\ntool ping(x: string) -> Out {}\n",
+      ["tools.lua"] = "return { ping = function(input) return { v = input.x } end }\n",
+      ["luma.config.json"] = config { sandbox = "strict", max_concurrency = 1 },
+    }
+    local clock = h.clock()
+    local p = assert(h.load(dir, { clock = clock }))
+    for _ = 1, 5 do
+      local out = p:call_all({ { "ping", { x = "a" } }, { "ping", { x = "b" } }, { "ping", { x = "c" } } })
+      assert.are.same({ "a", "b", "c" }, { out[1].result.v, out[2].result.v, out[3].result.v })
+    end
+    assert.are.same({}, clock.sleeps)
+  end)
+
+  local HOLD = "signal:sleep(tonumber(input.x)) return { v = 'held' }"
+
+  it("gives up a call that waited its whole timeout for a state, and says why", function()
+    local p = sandboxed({ sandbox = "strict", max_concurrency = 1 }, { hold = HOLD, quick = "return { v = 'quick' }" },
+      nil, { hold = 5000, quick = 200 })
+    local held = p:start("hold", { x = "1500" })
+    local quick = p:start("quick", {})
+    assert.is_true(quick:wait(5000))
+    local err = h.raised(quick.result, quick)
+    assert.are.same({ "TOOL_TIMEOUT", "Tool 'quick' could not run: every state of the module was busy until the deadline." },
+      { err.code, err.message })
+    assert.is_true(held:wait(5000))
+    assert.are.equal("held", held:result().v)
+  end)
+
+  it("takes a cancelled waiting call out of the queue: the next one runs when the state is freed", function()
+    local p = sandboxed({ sandbox = "strict", max_concurrency = 1 }, { hold = HOLD }, nil, { hold = 5000 })
+    local first = p:start("hold", { x = "300" })
+    local second = p:start("hold", { x = "0" })
+    local third = p:start("hold", { x = "0" })
+    second:cancel()
+    local t0 = require("luma.core").monotonic_ms()
+    assert.is_true(third:wait(5000))
+    assert.are.equal("held", third:result().v)
+    assert.is_true(require("luma.core").monotonic_ms() - t0 < h.by_instrumentation(2000, 4000, 8000))
+    assert.are.equal("TOOL_CANCELLED", h.raised(second.result, second).code)
+    assert.are.equal("held", first:result().v)
+  end)
 end)
 
 -- ------------------------------------------- files other processes change

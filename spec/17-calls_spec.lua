@@ -151,6 +151,29 @@ describe("a call as an object (program:start)", function()
     assert.are.same({ "BUSY", "busy 4" }, { err.code, err.message })
     assert.are.same({}, clock.sleeps)
   end)
+
+  it("steps only the call it starts: the calls in flight move when the host polls", function()
+    -- a start costs the same with 10 or 10,000 calls in flight
+    local rt = luma.runtime { workers = 1 }
+    local clock = h.clock()
+    local p = luma.compile(SOURCE, "program.luma", { runtime = rt })
+    p:configure { clock = clock }
+    local runs = 0
+    p:register("busy", function()
+      runs = runs + 1
+      error(luma.error { code = "BUSY", message = "busy " .. runs, retryable = true })
+    end)
+    p:register("nap", function(input) return { v = input.tag } end)
+    local c = p:start("busy", {})
+    assert.are.equal(1, runs)
+    clock.t = clock.t + 250
+    -- its next attempt is due, but starting another call does not run it
+    local other = p:start("nap", { ms = 0, tag = "other" })
+    assert.is_true(other:done())
+    assert.are.equal(1, runs)
+    assert.is_false(c:poll())
+    assert.are.equal(2, runs)
+  end)
 end)
 
 describe("cancelling a call", function()

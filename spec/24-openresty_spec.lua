@@ -61,7 +61,24 @@ end
 describe("OpenResty under a real nginx (examples/openresty)", function()
   local nginx
 
-  setup(function() nginx = start_nginx() end)
+  -- the copy counts the worker's ngx.sleep calls, at /sleeps
+  setup(function()
+    nginx = start_nginx(function(dir)
+      h.write(dir .. "/app.lua", (h.read(dir .. "/app.lua"):gsub("\nreturn app%s*$", [[
+
+local sleeps, sleep = 0, ngx.sleep
+ngx.sleep = function(s) sleeps = sleeps + 1 return sleep(s) end
+function app.sleeps() ngx.say(sleeps) end
+
+return app
+]])))
+      h.write(dir .. "/nginx.conf", (h.read(dir .. "/nginx.conf"):gsub("    location ~", [[
+    location = /sleeps {
+      content_by_lua_block { require("app").sleeps() }
+    }
+    location ~]], 1)))
+    end)
+  end)
   teardown(function() if nginx then nginx:stop() end end)
 
   local function post(tool, body)
@@ -108,6 +125,22 @@ describe("OpenResty under a real nginx (examples/openresty)", function()
     assert.are.equal(200, status)
     assert.are.equal("Hello, Bo!", body.text)
     assert.is_nil(nginx:log():match("signal %d+ %(SIG"), nginx:log())
+  end)
+
+  it("wakes a request when its call ends: nginx never sleeps on a timer to learn it", function()
+    local function sleeps()
+      local http = require "socket.http"
+      local body, status = http.request(nginx.url .. "/sleeps")
+      assert.are.equal(200, status, nginx:log())
+      return tonumber(body)
+    end
+    local before = sleeps()
+    local r = nginx:burst("wait", 10, '{"ms": 100}')
+    for i, one in ipairs(r.results) do assert.are.equal(200, one.status, "request " .. i .. ": " .. one.body) end
+    local status, body = post("greet", '{"name": "Di"}')
+    assert.are.equal(200, status)
+    assert.are.equal("Hello, Di!", body.text)
+    assert.are.equal(before, sleeps())
   end)
 
   it("finishes the calls in flight across nginx -s reload, then serves from the new worker", function()

@@ -28,8 +28,9 @@ function app.call(tool)
     local message = type(f) == "table" and f.message or tostring(f)
     return reply(STATUS[code] or 500, luma.json.encode { code = code, message = message })
   end
-  -- the request's coroutine sleeps; the worker serves others meanwhile
-  while not f:ready() do ngx.sleep(0.002) end
+  -- the request sleeps until libluma says its call ended; the worker serves
+  -- others meanwhile. await raises the call's error: the outcome is read as JSON
+  pcall(f.await, f, ngx)
   local fine, json, code = f:json()
   reply(fine and 200 or STATUS[code] or 500, json)
 end

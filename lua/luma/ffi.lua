@@ -12,7 +12,9 @@
 --   f:cancel()
 --   f:json()    -- true, result JSON | false, error JSON, code, message (no decoding)
 --   f:await([sleep])  -- in a coroutine: yields the future until done; with
---                     -- sleep (e.g. ngx.sleep), sleeps between polls instead
+--                     -- sleep (e.g. love.timer.sleep), sleeps between polls instead;
+--                     -- f:await(ngx) in OpenResty: the request sleeps until the
+--                     -- runtime's wake socket says the call ended (no polling)
 --   program:register("tool", function(input, needs) return { ... } end)
 --               -- a handler of the host's own (luma_register): it runs on the
 --               -- thread that polls (f:ready, f:wait, rt:poll); raising
@@ -51,6 +53,7 @@ luma_call *luma_start_method(luma_program *p, const char *agent, const char *met
 luma_call *luma_start_ask(luma_program *p, const char *agent, const char *prompt, const char *schema, luma_error *err);
 int luma_poll(luma_runtime *rt, long long *wait_ms);
 int luma_fd(luma_runtime *rt);
+int luma_wake_socket(luma_runtime *rt, char *path, size_t len, luma_error *err);
 int luma_ready(const luma_call *c);
 int luma_wait(luma_call *c, long long timeout_ms);
 int luma_result(luma_call *c, const char **json, size_t *len, luma_error *err);
@@ -284,8 +287,136 @@ local function in_coroutine()
   return co ~= nil and not main
 end
 
+-- OpenResty: a request that awaits a future sleeps on a semaphore of its
+-- own. One timer's light thread per runtime (started at the first await)
+-- serves them: a light thread of its own holds a cosocket connected to the
+-- runtime's wake socket (luma_wake_socket); at each read (a handler or a
+-- transfer finished) it polls the runtime and posts the semaphores of the
+-- futures that are done. The dispatcher does the same when `wake` is posted
+-- (a new waiter) or the runtime's next timer is due.
+-- Nothing sleeps on a timer to learn that a call ended: the dispatcher's
+-- wait ends at the runtime's next timer (a backoff, a deadline), or after
+-- NGX_IDLE_S to see whether the worker is exiting. (A semaphore's timeout,
+-- unlike a cosocket's, logs nothing.)
+local NGX_IDLE_S = 1
+local NGX_WAIT_S = 60
+local NGX_READ_MS = 2 ^ 31 - 1
+
+-- One pending wake is enough: the dispatcher polls for every call at once.
+local function ngx_wake(d)
+  if d.wake and d.wake:count() <= 0 then d.wake:post(1) end
+end
+
+-- Polls the runtime and posts the semaphores of the futures that are done.
+-- -> ms until the runtime's next timer, or nil
+local function ngx_serve(rt, d)
+  local _, wait = rt:poll()   -- the first accepts the wake socket's connection
+  for f, sema in pairs(d.waiting) do
+    if f:done() then
+      d.waiting[f] = nil
+      sema:post(1)
+    end
+  end
+  return wait
+end
+
+-- The reader: serves the waiters at each read itself (one hop less than
+-- waking the dispatcher); a timer that poll reports goes to the dispatcher.
+local function ngx_read(ngx, rt, path, wake, d)
+  local sock = ngx.socket.tcp()
+  local ok, why = sock:connect("unix:" .. path)
+  d.connected = ok and true or false
+  wake:post(1)
+  if not ok then
+    d.why = "cannot connect to " .. path .. ": " .. tostring(why)
+    return
+  end
+  sock:settimeout(NGX_READ_MS)
+  while true do
+    local bytes, err = sock:receiveany(4096)
+    if not bytes and err ~= "timeout" then
+      sock:close()
+      -- a runtime closed closes its end: nothing went wrong then
+      d.why = rt.ptr ~= nil and "the wake socket failed: " .. tostring(err) or nil
+      d.connected = false
+      wake:post(1)
+      return
+    end
+    if rt.ptr == nil then return end
+    if ngx_serve(rt, d) then ngx_wake(d) end
+  end
+end
+
+local function ngx_dispatch(premature, rt, d)
+  local ngx = d.ngx
+  if premature or rt.ptr == nil then
+    d.running = false
+    return
+  end
+  local buf, err = ffi.new("char[128]"), ffi.new("luma_error")
+  local wake = d.semaphore.new()
+  d.wake = wake
+  local reader
+  d.connected, d.why = false, nil
+  if lib.luma_wake_socket(rt.ptr, buf, 128, err) == C_OK then
+    reader = ngx.thread.spawn(ngx_read, ngx, rt, ffi.string(buf), wake, d)
+    wake:wait(NGX_WAIT_S)
+  else
+    d.why = ffi.string(err.message)
+  end
+  if not d.connected then
+    -- the requests fall back to polling (await_ngx)
+    ngx.log(ngx.ERR, "luma: no wake socket, requests poll instead: ", d.why)
+    d.failed = true
+  end
+  while d.connected and rt.ptr ~= nil do
+    local wait = ngx_serve(rt, d)
+    if next(d.waiting) == nil and ngx.worker.exiting() then break end
+    wake:wait(wait and math.max(wait, 1) / 1000 or NGX_IDLE_S)
+  end
+  d.wake = nil
+  if reader and d.connected then ngx.thread.kill(reader) end
+  if d.why and not d.failed then ngx.log(ngx.ERR, "luma: ", d.why) end
+  d.running = false
+  -- requests left waiting: a new dispatcher serves them
+  for _, sema in pairs(d.waiting) do sema:post(1) end
+end
+
+local function await_ngx(self, ngx)
+  if self:done() then return end
+  local rt = self.rt
+  local d = rt.ngx
+  if not d then
+    d = { ngx = ngx, waiting = {}, semaphore = require "ngx.semaphore" }
+    rt.ngx = d
+  end
+  while not self:done() do
+    if d.failed then
+      while not self:ready() do ngx.sleep(0.002) end
+      return
+    end
+    if not d.running then
+      d.running = true
+      local ok, err = ngx.timer.at(0, ngx_dispatch, rt, d)
+      if not ok then
+        d.running = false
+        error(setmetatable({ code = "INVALID_ARGUMENT", message = "cannot start luma's light thread: " .. tostring(err) }, Error), 3)
+      end
+    end
+    local sema = d.semaphore.new()
+    d.waiting[self] = sema
+    -- a call done at its start wrote nothing to the socket: the dispatcher
+    -- polls once more for it (with every other new waiter)
+    ngx_wake(d)
+    sema:wait(NGX_WAIT_S)
+    d.waiting[self] = nil
+  end
+end
+
 function Future:await(sleep)
-  if sleep then
+  if type(sleep) == "table" and sleep.timer and sleep.socket then
+    await_ngx(self, sleep)
+  elseif sleep then
     while not self:ready() do sleep(0.002) end
   elseif in_coroutine() then
     while not self:ready() do coroutine.yield(self) end

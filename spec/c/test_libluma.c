@@ -15,6 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -578,6 +581,56 @@ static void test_deadlines(void) {
   pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
+/* A host that can only connect by path (nginx): the wake socket says when
+   a call ended, and leaves nothing behind once connected. */
+static void test_wake_socket(void) {
+  luma_error err;
+  luma_options o = { 0 };
+  o.workers = 2;
+  luma_runtime *rt = luma_new(&o, &err);
+  CT_CHECK(rt != NULL, "luma_new: %s", err.message);
+  int ccalls = 0;
+  luma_program *p = load(rt, &ccalls, &err);
+  CT_CHECK(p != NULL, "load: %s", err.message);
+  char path[108];
+  CT_CHECK(luma_wake_socket(NULL, path, sizeof path, &err) == LUMA_FAILED && strcmp(err.code, "INVALID_ARGUMENT") == 0,
+           "a NULL runtime: %s", err.code);
+  CT_CHECK(luma_wake_socket(rt, path, 4, &err) == LUMA_FAILED && strstr(err.message, "does not fit"),
+           "a short buffer: %s", err.message);
+  CT_CHECK(luma_wake_socket(rt, path, sizeof path, &err) == LUMA_OK, "luma_wake_socket: %s", err.message);
+  struct stat st;
+  char folder[108];
+  snprintf(folder, sizeof folder, "%s", path);
+  *strrchr(folder, '/') = 0;
+  CT_CHECK(stat(folder, &st) == 0 && (st.st_mode & 0777) == 0700, "the folder %s is not 0700", folder);
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un a = { .sun_family = AF_UNIX };
+  snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+  CT_CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0, "connect %s: %s", path, strerror(errno));
+  luma_poll(rt, NULL);
+  CT_CHECK(stat(path, &st) != 0 && stat(folder, &st) != 0, "%s is still there once connected", path);
+  luma_call *c = luma_start(p, "slow", "{\"ms\": 50}", &err);
+  CT_CHECK(c != NULL, "start: %s", err.message);
+  long long t0 = now_ms();
+  while (!luma_ready(c) && now_ms() - t0 < 10000) {
+    long long wait;
+    luma_poll(rt, &wait);
+    if (luma_ready(c)) break;
+    /* only the socket wakes this host: no timer while the handler runs */
+    struct pollfd pfd = { fd, POLLIN, 0 };
+    CT_CHECK(poll(&pfd, 1, wait < 0 ? 10000 : (int)wait) == 1, "the wake socket stayed silent");
+    char bytes[64];
+    CT_CHECK(read(fd, bytes, sizeof bytes) > 0, "read: %s", strerror(errno));
+  }
+  CT_CHECK(luma_result(c, NULL, NULL, &err) == LUMA_OK, "slow: %s", err.message);
+  luma_call_free(c);
+  close(fd);
+  /* a second socket replaces the first, and goes with the runtime */
+  CT_CHECK(luma_wake_socket(rt, path, sizeof path, &err) == LUMA_OK, "again: %s", err.message);
+  luma_destroy(rt);
+  CT_CHECK(stat(path, &st) != 0, "%s is still there after luma_destroy", path);
+}
+
 int main(void) {
   const char *tmp = getenv("TMPDIR");
   snprintf(dir, sizeof dir, "%s/libluma-XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -594,6 +647,7 @@ int main(void) {
   test_destroyed();
   test_deadlines();
   test_reaping_host();
+  test_wake_socket();
   char cmd[700];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);
