@@ -55,6 +55,7 @@ typedef struct ad_ask {
   const char *choice_tool;    /* AD_CHOICE_TOOL: the tool's name */
   const jv *final_schema;     /* non-NULL: the answer must be JSON of this schema */
   const char *final_name;     /* its name, [A-Za-z0-9_-] */
+  int stream;                 /* ask for a stream (each family's flag; ad_stream_* reads it) */
 } ad_ask;
 
 typedef struct ad_call {

@@ -254,7 +254,7 @@ static void on_transfer_end(void *ud) {
 static void send(ak_ask *a) {
   ar_free(&a->turn_arena);
   ar_init(&a->turn_arena);
-  ad_ask q = { a->tools, a->ntools, AD_CHOICE_AUTO, NULL, NULL, NULL };
+  ad_ask q = { a->tools, a->ntools, AD_CHOICE_AUTO, NULL, NULL, NULL, 0 };
   if (a->forced && !a->tool_rounds) {
     q.choice = AD_CHOICE_TOOL;
     q.choice_tool = a->forced->name;
@@ -292,7 +292,7 @@ static void send(ak_ask *a) {
   long long left = a->exchange_start + model_timeout(a) - now;
   if (left < 1) left = 1;
   tp_request req = { TP_POST, r.url, h, (size_t)r.nheaders, r.body, r.len, "luma-lua", left,
-                     (size_t)LIM_MODEL_MAX_RESPONSE_BYTES, 0 };
+                     (size_t)LIM_MODEL_MAX_RESPONSE_BYTES, 0, 0, NULL };
   tp_transport *tp = rt_transport(a->rt, err, sizeof err);
   if (tp) a->tp = tp_start(tp, &req, on_transfer_end, a->rt, err, sizeof err);
   if (!tp || !a->tp) {
