@@ -426,6 +426,41 @@ describe("a streamed ask", function()
     assert.are.same({ type = "text_delta", turn = 1, text = '{"total":3}' }, events[1])
   end)
 
+  it("records a streamed exchange as the response it stands for, which replays listening or not", function()
+    local rec = h.tmpname(".jsonl")
+    finally(function() os.remove(rec) end)
+    server:script { families.chat.calls { { "c1", "add", '{"a":1,"b":2}' } }, families.chat.text('{"total":3}') }
+    local function with_opts(opts)
+      local p = assert(luma.compile(SOURCE:format(families.chat.model:format(server.url), 0, "")))
+      p:register("add", function(i) return { sum = i.a + i.b } end)
+      p:configure { lookup = function(n) if n == "LUMA_TEST_KEY" then return KEY end end,
+                    record = opts.record, replay = opts.replay }
+      return p
+    end
+    local live = {}
+    local v = with_opts { record = rec }:agent("A"):ask("x", "Answer", { on_event = function(ev) live[#live + 1] = ev end })
+    assert.are.same({ total = 3 }, v)
+    assert.is_true(families.chat.asked(server:requests()[1]))
+    local f = assert(io.open(rec))
+    local lines = {}
+    for line in f:lines() do lines[#lines + 1] = decode(line) end
+    f:close()
+    assert.are.equal(2, #lines)
+    assert.is_nil(lines[1].request.body.stream, "recorded as the request it stands for")
+    assert.are.equal("c1", lines[1].response.body.choices[1].message.tool_calls[1].id)
+    server:reset()
+    -- replayed without listening, then listening: the same answer, no request sent
+    assert.are.same({ total = 3 }, with_opts({ replay = rec }):agent("A"):ask("x", "Answer"))
+    local replayed = {}
+    v = with_opts({ replay = rec }):agent("A"):ask("x", "Answer", { on_event = function(ev) replayed[#replayed + 1] = ev end })
+    assert.are.same({ total = 3 }, v)
+    assert.are.equal(0, #server:requests())
+    local t1, k1 = shape(live)
+    local t2, k2 = shape(replayed)
+    assert.are.same(t1, t2)
+    assert.are.same(k1, k2)
+  end)
+
   it("refuses an on_event that is not a function", function()
     local err = h.raised(function() return program():agent("A"):ask("x", "Answer", { on_event = 3 }) end)
     assert.matches("on_event must be a function", tostring(err))
