@@ -461,6 +461,24 @@ describe("a streamed ask", function()
     assert.are.same(k1, k2)
   end)
 
+  it("streams the asks of a method called or started with on_event", function()
+    server:script { families.chat.calls { { "c1", "add", '{"a":1,"b":2}' } }, families.chat.text('{"total":3}') }
+    local events = {}
+    local v = program():agent("A"):call("run", { x = 1 }, { on_event = function(ev) events[#events + 1] = ev end })
+    assert.are.same({ total = 3 }, v)
+    assert.is_true(families.chat.asked(server:requests()[1]))
+    local _, types = shape(events)
+    assert.are.same({ "tool_call_start", "tool_call_delta", "tool_call", "usage", "turn_end", "tool_result",
+                      "text_delta", "usage", "turn_end", "finish" }, types)
+    server:reset()
+    server:script { families.chat.text('{"total":5}') }
+    events = {}
+    local f = program():agent("A"):start("run", { x = 3 }, { on_event = function(ev) events[#events + 1] = ev end })
+    assert.is_true(f:wait(10000))
+    assert.are.same({ total = 5 }, f:result())
+    assert.are.same({ type = "finish", ok = true, answer = { total = 5 } }, events[#events])
+  end)
+
   it("refuses an on_event that is not a function", function()
     local err = h.raised(function() return program():agent("A"):ask("x", "Answer", { on_event = 3 }) end)
     assert.matches("on_event must be a function", tostring(err))

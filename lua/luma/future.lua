@@ -116,9 +116,10 @@ Future.__index = Future
 Future.__name = "luma.Future"
 
 -- A future running `run` (what agent:prepare returns) in a coroutine; it
--- runs now up to its first tool call or ask.
-function future.start(run)
-  local self = setmetatable({ co = coroutine.create(run) }, Future)
+-- runs now up to its first tool call or ask. on_event (or nil) gets the
+-- events of every ask the method makes.
+function future.start(run, on_event)
+  local self = setmetatable({ co = coroutine.create(run), on_event = on_event }, Future)
   exec.futures[self.co] = self
   self:resume()
   return self
@@ -149,6 +150,11 @@ function Future:resume()
 end
 
 function Future:done() return self.finished == true end
+
+-- An ask of the method: its events go to the future's on_event.
+function Future:listen(a)
+  future.listen(a, self.on_event)
+end
 
 function Future:ready()
   if self.finished then return true end
