@@ -479,6 +479,27 @@ describe("a streamed ask", function()
     assert.are.same({ type = "finish", ok = true, answer = { total = 5 } }, events[#events])
   end)
 
+  it("retries a failure before any delta without a retry event, and one after deltas with it", function()
+    server:script { { status = 500, json = { error = { message = "boom", type = "server_error" } } },
+                    families.chat.text('{"total":3}') }
+    local events = {}
+    local p = assert(luma.compile(SOURCE:format(families.chat.model:format(server.url), 1, "")))
+    p:register("add", function(i) return { sum = i.a + i.b } end)
+    p:configure { lookup = function(n) if n == "LUMA_TEST_KEY" then return KEY end end }
+    assert.are.same({ total = 3 }, p:agent("A"):ask("x", "Answer", { on_event = function(ev) events[#events + 1] = ev end }))
+    assert.are.equal(2, #server:requests())
+    assert.is_nil(find_all(events, "retry")[1])
+    server:reset()
+    server:script { with({ families.chat.text('{"total":9}') },
+                         { stream = { error = { type = "server_error", message = "overloaded mid-stream" } } })[1],
+                    families.chat.text('{"total":3}') }
+    events = {}
+    assert.are.same({ total = 3 }, p:agent("A"):ask("x", "Answer", { on_event = function(ev) events[#events + 1] = ev end }))
+    local retry = find_all(events, "retry")[1]
+    assert.is_table(retry)
+    assert.matches("overloaded mid%-stream", retry.reason)
+  end)
+
   it("refuses an on_event that is not a function", function()
     local err = h.raised(function() return program():agent("A"):ask("x", "Answer", { on_event = 3 }) end)
     assert.matches("on_event must be a function", tostring(err))
