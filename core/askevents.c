@@ -54,7 +54,9 @@ static void open_event(ak_ask *a, const char *type, int turn) {
   }
 }
 
-/* Queues the event on top of T, which holds `bytes` of text. */
+/* Queues the event on top of T, which holds `bytes` of text (its `text`
+   field: ak_ev_take counts the same back; a call's input and a result are
+   bounded by the stream's event and tool_result_max_bytes). */
 static void queue_event(ak_ask *a, size_t bytes) {
   lua_State *T = a->T;
   lua_rawgeti(T, LUA_REGISTRYINDEX, a->qref);
@@ -108,7 +110,7 @@ static const char *call_name(ak_ask *a, int i) {
 }
 
 /* tool_call: the call's arguments decoded (as text when they are no JSON). */
-static void call_event(ak_ask *a, int i, const char *id, const char *name, const char *args, size_t len) {
+static void call_event(ak_ask *a, const char *id, const char *name, const char *args, size_t len) {
   lua_State *T = a->T;
   open_event(a, "tool_call", a->ev_turn);
   set_text(T, "id", id, id ? strlen(id) : 0);
@@ -117,8 +119,7 @@ static void call_event(ak_ask *a, int i, const char *id, const char *name, const
   if (!len) lua_newtable(T);
   else if (!lj_push_text(T, args, len, LIM_MODEL_JSON_DEPTH, why, sizeof why)) lua_pushlstring(T, args, len);
   lua_setfield(T, -2, "input");
-  (void)i;
-  queue_event(a, len);
+  queue_event(a, 0);
 }
 
 void ak_ev_delta(ak_ask *a, const ad_delta *d) {
@@ -152,7 +153,7 @@ void ak_ev_delta(ak_ask *a, const ad_delta *d) {
       return;
     }
     case AD_DELTA_CALL_DONE:
-      call_event(a, d->call, call_id(a, d->call, NULL), call_name(a, d->call), d->text, d->len);
+      call_event(a, call_id(a, d->call, NULL), call_name(a, d->call), d->text, d->len);
       return;
     case AD_DELTA_USAGE:
       if (d->input_tokens < 0 && d->output_tokens < 0) return;
@@ -240,7 +241,7 @@ void ak_ev_result(ak_ask *a, int i) {
     lua_replace(T, -2);
   }
   lua_setfield(T, -2, s->is_error ? "error" : "output");
-  queue_event(a, s->len);
+  queue_event(a, 0);
 }
 
 void ak_ev_retry(ak_ask *a, const char *reason, int attempt) {
