@@ -413,6 +413,14 @@ static int pump(ak_ask *a) {
   a->held = 0;
   for (;;) {
     if (a->sse && ak_ev_full(a)) {
+      /* a host that never takes its events does not hold the ask forever:
+         the model's timeout still ends the exchange */
+      if (pl_mono_ms(a->T, a->pg) >= a->exchange_start + model_timeout(a)) {
+        a->stream_failed = 1;
+        a->stream_error = (ad_error){ LE_ASK_TIMEOUT, 0, NULL,
+                                      "the host did not take the ask's events before the model's timeout", 0, -1 };
+        return 1;
+      }
       a->held = 1;   /* ak_ev_take notifies when the host made room */
       return 0;
     }
@@ -688,6 +696,9 @@ static int step_task(rt_task *t, long long *wait_ms) {
   if (wait_ms) {
     if (a->state == AK_BACKOFF) {
       long long left = a->wake_at - pl_mono_ms(T, a->pg);
+      *wait_ms = left > 0 ? left : 0;
+    } else if (a->state == AK_HTTP && a->held) {
+      long long left = a->exchange_start + model_timeout(a) - pl_mono_ms(T, a->pg);
       *wait_ms = left > 0 ? left : 0;
     } else if (a->state == AK_TOOLS && a->starting) {
       *wait_ms = 0;   /* calls just started: rt_poll steps them next */

@@ -500,6 +500,41 @@ describe("a streamed ask", function()
     assert.matches("overloaded mid%-stream", retry.reason)
   end)
 
+  -- 100 KB of text in 4-byte deltas: more than stream_queue_bytes of events
+  local long = '{"total":3' .. (" "):rep(100000) .. '}'
+
+  it("holds a long stream for a host that takes its events late, and gives it every one", function()
+    server:script { families.chat.text(long) }
+    local a = program():agent("A"):start_ask("x", "Answer", { events = true })
+    local parts, n = {}, 0
+    while true do
+      local ev = a:next_event()
+      if ev == nil then
+        a:wait_event(5000)
+      else
+        n = n + 1
+        if ev.type == "text_delta" then parts[#parts + 1] = ev.text end
+        if ev.type == "finish" then break end
+      end
+    end
+    assert.are.equal(long, table.concat(parts))
+    assert.is_true(n > 20000, n .. " events")
+    assert.are.same({ total = 3 }, a:result())
+  end)
+
+  it("ends with ASK_TIMEOUT at the model's timeout when the host never takes the events", function()
+    server:script { families.chat.text(long) }
+    local a = program("\n  timeout: 1500"):agent("A"):start_ask("x", "Answer", { events = true })
+    local t0 = now()
+    assert.is_true(a:wait(10000))
+    local ms = now() - t0
+    assert.is_true(ms >= 1400 and ms < 5000, ms .. " ms")
+    local err = h.raised(function() return a:result() end)
+    assert.are.equal("ASK_TIMEOUT", err.code)
+    assert.matches("did not take the ask's events", err.message)
+    assert.are.equal("text_delta", a:next_event().type)
+  end)
+
   it("refuses an on_event that is not a function", function()
     local err = h.raised(function() return program():agent("A"):ask("x", "Answer", { on_event = 3 }) end)
     assert.matches("on_event must be a function", tostring(err))
