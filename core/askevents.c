@@ -284,7 +284,8 @@ int ak_ev_take(lua_State *L, ak_ask *a) {
   lua_remove(L, -2);
   size_t len = 0;
   lua_pushliteral(L, "text");
-  if (lua_rawget(L, -2) == LUA_TSTRING) len = lua_rawlen(L, -1);
+  lua_rawget(L, -2);
+  if (lua_type(L, -1) == LUA_TSTRING) lua_tolstring(L, -1, &len);
   lua_pop(L, 1);
   size_t cost = EV_COST + len;
   int was_full = ak_ev_full(a);
