@@ -55,6 +55,7 @@ typedef struct ad_ask {
   const char *choice_tool;    /* AD_CHOICE_TOOL: the tool's name */
   const jv *final_schema;     /* non-NULL: the answer must be JSON of this schema */
   const char *final_name;     /* its name, [A-Za-z0-9_-] */
+  int stream;                 /* ask for a stream (each family's flag; ad_stream_* reads it) */
 } ad_ask;
 
 typedef struct ad_call {
@@ -209,6 +210,10 @@ int ad_stream_feed(ad_stream *s, const char *bytes, size_t n, ad_error *err);
 /* The stream's end (EOF): 1 and the turn, or 0 and an error. */
 int ad_stream_end(ad_stream *s, ad_turn *turn, ad_error *err);
 void ad_stream_free(ad_stream *s);
+/* The whole response the stream stood for, once it ended with a turn (in
+   the stream's arena), as the non-streaming API would have sent it; else
+   NULL. A recording keeps it. */
+const jv *ad_stream_response(const ad_stream *s);
 
 /* The wait before retry number `attempt` (0 for the first) of a retryable
    error: what the provider asked for, else exponential backoff from 500 ms

@@ -62,6 +62,7 @@ static int an_build(const ad_conv *c, const ad_ask *q, ar_arena *a, ad_request *
     jv_write(&b, ad_schema_anthropic(a, q->final_schema), 0);
     sb_adds(&b, "}}");
   }
+  if (q->stream) sb_adds(&b, ",\"stream\":true");
   sb_addc(&b, '}');
   ad_body(a, out, &b);
   return 1;

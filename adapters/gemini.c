@@ -77,7 +77,8 @@ static int ge_build(const ad_conv *c, const ad_ask *q, ar_arena *a, ad_request *
     return 0;
   }
   out->url = ad_url(a, m->base_url, ad_providers[m->provider].base_url,
-                    ar_printf(a, "/v1beta/models/%s:generateContent", name));
+                    ar_printf(a, q->stream ? "/v1beta/models/%s:streamGenerateContent?alt=sse"
+                                              : "/v1beta/models/%s:generateContent", name));
   ad_headers(m, a, out, m->api_key ? "x-goog-api-key" : NULL, m->api_key, NULL);
   sb_buf b;
   sb_init(&b);

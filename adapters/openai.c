@@ -141,6 +141,8 @@ static int chat_build(const ad_conv *c, const ad_ask *q, ar_arena *a, ad_request
     ad_write_number(&b, m->temperature);
   }
   ad_openai_strict_format(&b, a, q, ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{", out);
+  /* usage comes in a last chunk only when asked for */
+  if (q->stream) sb_adds(&b, ",\"stream\":true,\"stream_options\":{\"include_usage\":true}");
   sb_addc(&b, '}');
   ad_body(a, out, &b);
   return 1;

@@ -46,6 +46,7 @@ static int resp_build(const ad_conv *c, const ad_ask *q, ar_arena *a, ad_request
   /* nothing is kept on the provider's side: reasoning comes back encrypted */
   sb_adds(&b, ",\"store\":false,\"include\":[\"reasoning.encrypted_content\"]");
   ad_openai_strict_format(&b, a, q, ",\"text\":{\"format\":{\"type\":\"json_schema\",", out);
+  if (q->stream) sb_adds(&b, ",\"stream\":true");
   sb_addc(&b, '}');
   ad_body(a, out, &b);
   return 1;

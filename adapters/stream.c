@@ -99,6 +99,7 @@ int ad_stream_finish(ad_stream *s) {
     return 0;
   }
   s->ended = 1;
+  s->whole = body;
   ad_delta d;
   memset(&d, 0, sizeof d);
   d.kind = AD_DELTA_USAGE;
@@ -182,6 +183,10 @@ int ad_stream_end(ad_stream *s, ad_turn *turn, ad_error *err) {
   }
   *turn = s->turn;
   return 1;
+}
+
+const jv *ad_stream_response(const ad_stream *s) {
+  return s->ended ? s->whole : NULL;
 }
 
 jv *ad_copy(ar_arena *a, const jv *v) {

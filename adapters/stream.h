@@ -23,6 +23,7 @@ struct ad_stream {
   int ended;                  /* the turn is made and END was delivered */
   void *fam;                  /* the family's state */
   jv *fam_body;               /* a family's whole response, when one came (responses) */
+  jv *whole;                  /* the response the stream stood for, once it ended with a turn */
 };
 
 struct ad_stream_family {

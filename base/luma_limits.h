@@ -87,6 +87,7 @@
   X(MODEL_MAX_RESPONSE_BYTES, 32 << 20, 0, "bytes of a model provider's response") \
   X(RETRY_AFTER_MAX_MS, 86400000, 0, "the wait a provider may ask for before a retry (retry-after-ms, retry-after, Gemini's retryDelay) must be shorter than this (a day); a longer one, or one that is not a number >= 0, is ignored") \
   X(SSE_MAX_EVENT_BYTES, 32 << 20, 0, "bytes of one server-sent event of a model's stream (its lines as they are read, its data joined); a longer one is ASK_STREAM_INVALID") \
+  X(STREAM_QUEUE_BYTES, 1 << 20, 0, "bytes an ask holds for a host that has not taken its events: a stream's bytes not yet read, and the queued events (their text, and 64 bytes each); at it the transfer pauses until the host takes some") \
   X(MODEL_JSON_DEPTH, 100, 0, "nesting of a provider's response, of a model's answer and of tool arguments") \
   X(TOOL_RESULT_MAX_BYTES, 64 << 10, 0, "bytes of a tool result sent to the model when the agent sets no tool_result_max_bytes") \
   /* luma-lua mcp: serving tools over MCP */ \

@@ -23,9 +23,51 @@ void tpm_say(char *err, size_t errlen, const char *fmt, ...) {
 
 /* The libcurl callbacks, on the I/O thread: the limit holds for the body and
    for the header block alike. */
+/* A stream's piece: the head is split at the first one (the last
+   response's headers are complete then), the bytes queued for tp_read. */
+static size_t on_stream(tp_transfer *t, char *data, size_t len) {
+  if (!t->head_known) {
+    long status = 0;
+    curl_easy_getinfo(t->curl, CURLINFO_RESPONSE_CODE, &status);
+    if (tpm_split_headers(t) != 0) {
+      t->out_of_memory = 1;
+      return 0;
+    }
+    pthread_mutex_lock(&t->lock);
+    t->head_status = status;
+    t->head_n = t->result.n_headers;
+    t->head_known = 1;
+    pthread_mutex_unlock(&t->lock);
+  }
+  pthread_mutex_lock(&t->lock);
+  size_t unread = t->queue.len - t->queue_at;
+  if (unread && (unread >= t->max_response || len > t->max_response - unread)) {
+    t->paused = 1;
+    pthread_mutex_unlock(&t->lock);
+    return CURL_WRITEFUNC_PAUSE;
+  }
+  /* moved down once the read part is the larger: amortized, and the buffer
+     stays within twice the bound */
+  if (t->queue_at && t->queue_at >= unread) {
+    memmove(t->queue.data, t->queue.data + t->queue_at, unread);
+    t->queue.len = unread;
+    t->queue_at = 0;
+  }
+  sb_add(&t->queue, data, len);
+  int failed = t->queue.failed;
+  pthread_mutex_unlock(&t->lock);
+  if (failed) {
+    t->out_of_memory = 1;
+    return 0;
+  }
+  if (t->on_data) t->on_data(t->ud);
+  return len;
+}
+
 static size_t on_body(char *data, size_t size, size_t n, void *ud) {
   tp_transfer *t = ud;
   size_t len = size * n;
+  if (t->stream) return on_stream(t, data, len);
   if (len > t->max_response - t->body.len) {
     t->too_large = 1;
     return 0;
@@ -305,7 +347,7 @@ static CURLcode configure(tp_transfer *t, const tp_request *r) {
   SET(CURLOPT_HEADERDATA, t);
   if (t->headers) SET(CURLOPT_HTTPHEADER, t->headers);
   /* a HEAD of a large resource is fine: libcurl checks the size against Content-Length */
-  if (r->method != TP_HEAD && t->max_response <= (size_t)LLONG_MAX)
+  if (r->method != TP_HEAD && !r->stream && t->max_response <= (size_t)LLONG_MAX)
     SET(CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)t->max_response);
   if (r->method == TP_HEAD) {
     SET(CURLOPT_NOBODY, 1L);

@@ -33,6 +33,17 @@ struct tp_transfer {
   size_t max_response;
   long long timeout_ms;
   int too_large, out_of_memory;
+  /* a stream (`stream`): the I/O thread appends to queue under lock, the
+     caller reads from queue_at; at max_response unread bytes the transfer
+     pauses (`paused`) until a read asks to resume it (`resume`) */
+  int stream;
+  void (*on_data)(void *ud);
+  sb_buf queue;                    /* under lock */
+  size_t queue_at;                 /* under lock */
+  int paused, resume;              /* under lock */
+  int head_known;                  /* under lock: result_headers and head_status are set */
+  long head_status;
+  size_t head_n;
   char error[CURL_ERROR_SIZE];
 
   tp_result result;

@@ -28,6 +28,7 @@ struct tp_transport {
   pthread_t thread;
   int started, stopping;           /* under lock */
   int cancel_asked;                /* under lock: some transfer has an end_code */
+  int resume_asked;                /* under lock: some paused stream has resume set */
   tp_transfer *pending, *pending_tail;   /* under lock: started, not yet taken by the I/O thread */
 };
 
@@ -137,8 +138,18 @@ static void finish(tp_transport *tp, tp_transfer *t, tp_transfer **active) {
   curl_slist_free_all(t->headers);
   t->headers = NULL;
   if (t->result.code == TP_OK) {
-    if (tpm_split_headers(t) != 0) {
+    if (!t->head_known && tpm_split_headers(t) != 0) {
       tpm_set_end(t, TP_HTTP_ERROR, 0, "out of memory while reading the response");
+    } else if (t->stream) {
+      t->result.body = "";
+      t->result.body_len = 0;
+      pthread_mutex_lock(&t->lock);
+      if (!t->head_known) {
+        t->head_status = t->result.status;
+        t->head_n = t->result.n_headers;
+        t->head_known = 1;
+      }
+      pthread_mutex_unlock(&t->lock);
     } else {
       t->result.body = sb_str(&t->body);
       t->result.body_len = t->body.len;
@@ -164,6 +175,17 @@ static void finish(tp_transport *tp, tp_transfer *t, tp_transfer **active) {
   pthread_mutex_unlock(&t->lock);
 }
 
+/* Resumes t if a reader asked to (its queue has room again). */
+static void resume_if_asked(tp_transfer *t) {
+  pthread_mutex_lock(&t->lock);
+  int resume = t->resume;
+  t->resume = 0;
+  if (resume) t->paused = 0;
+  pthread_mutex_unlock(&t->lock);
+  /* without t->lock: unpausing may deliver the held piece to on_body now */
+  if (resume && t->curl) curl_easy_pause(t->curl, CURLPAUSE_CONT);
+}
+
 /* Ends t the way a caller asked, if one did. */
 static int end_if_asked(tp_transport *tp, tp_transfer *t, tp_transfer **active) {
   pthread_mutex_lock(&t->lock);
@@ -181,12 +203,12 @@ static void *io_main(void *arg) {
   tp_transfer *active = NULL;
   for (;;) {
     pthread_mutex_lock(&tp->lock);
-    while (!tp->pending && !tp->stopping && !tp->cancel_asked && !active)
+    while (!tp->pending && !tp->stopping && !tp->cancel_asked && !tp->resume_asked && !active)
       pthread_cond_wait(&tp->cond, &tp->lock);
     tp_transfer *fresh = tp->pending;
     tp->pending = tp->pending_tail = NULL;
-    int stopping = tp->stopping, cancels = tp->cancel_asked;
-    tp->cancel_asked = 0;
+    int stopping = tp->stopping, cancels = tp->cancel_asked, resumes = tp->resume_asked;
+    tp->cancel_asked = tp->resume_asked = 0;
     pthread_mutex_unlock(&tp->lock);
 
     while (fresh) {
@@ -221,6 +243,8 @@ static void *io_main(void *arg) {
         next = t->next;
         end_if_asked(tp, t, &active);
       }
+    if (resumes)
+      for (tp_transfer *t = active; t; t = t->next) resume_if_asked(t);
     int running;
     curl_multi_perform(tp->multi, &running);
     CURLMsg *m;
@@ -245,6 +269,7 @@ static void transfer_free(tp_transfer *t) {
   curl_slist_free_all(t->headers);
   sb_free(&t->head);
   sb_free(&t->body);
+  sb_free(&t->queue);
   free(t->result_headers);
   free(t->header_text);
   pthread_cond_destroy(&t->cond);
@@ -299,6 +324,9 @@ tp_transfer *tp_start(tp_transport *tp, const tp_request *r, void (*done)(void *
   t->end_code = TP_OK;
   sb_init(&t->head);
   sb_init(&t->body);
+  sb_init(&t->queue);
+  t->stream = r->stream;
+  t->on_data = r->stream ? r->on_data : NULL;
   t->max_response = r->max_response_bytes ? r->max_response_bytes : SIZE_MAX;
   t->timeout_ms = r->timeout_ms;
   t->curl = curl_easy_init();
@@ -385,6 +413,42 @@ const tp_result *tp_outcome(tp_transfer *t) {
   int complete = t->complete;
   pthread_mutex_unlock(&t->lock);
   return complete ? &t->result : NULL;
+}
+
+int tp_head(tp_transfer *t, long *status, const tp_header **headers, size_t *n) {
+  pthread_mutex_lock(&t->lock);
+  int known = t->head_known;
+  if (known) {
+    *status = t->head_status;
+    *headers = t->result_headers;
+    *n = t->head_n;
+  }
+  pthread_mutex_unlock(&t->lock);
+  return known;
+}
+
+size_t tp_read(tp_transfer *t, char *buf, size_t cap) {
+  pthread_mutex_lock(&t->lock);
+  size_t unread = t->queue.len - t->queue_at;
+  size_t n = unread < cap ? unread : cap;
+  if (n) memcpy(buf, t->queue.data + t->queue_at, n);
+  t->queue_at += n;
+  int wake = 0;
+  /* resumed at half the bound: not a wake-up per piece read */
+  if (t->paused && !t->resume && !t->ended && t->queue.len - t->queue_at <= t->max_response / 2) {
+    t->resume = 1;
+    wake = 1;
+  }
+  if (wake) {
+    tp_transport *tp = t->tp;
+    pthread_mutex_lock(&tp->lock);
+    tp->resume_asked = 1;
+    pthread_cond_signal(&tp->cond);
+    pthread_mutex_unlock(&tp->lock);
+    curl_multi_wakeup(tp->multi);
+  }
+  pthread_mutex_unlock(&t->lock);
+  return n;
 }
 
 void tp_release(tp_transfer *t) {

@@ -6,10 +6,19 @@
  * Only http:// and https:// are spoken, redirects included.
  *
  * Threads: any thread may call tp_start, tp_wait, tp_poll, tp_cancel,
- * tp_outcome and tp_release, also on the same transfer at once. tp_free must
- * not run at the same time as any other call on its transport. A done
- * callback runs on the I/O thread: it must be short and must not call any
- * tp_ function (writing an eventfd or signalling a condvar is its job).
+ * tp_outcome, tp_head, tp_read and tp_release, also on the same transfer at
+ * once. tp_free must not run at the same time as any other call on its
+ * transport. The done and on_data callbacks run on the I/O thread: they must
+ * be short and must not call any tp_ function (writing an eventfd or
+ * signalling a condvar is their job).
+ *
+ * A streamed transfer (tp_request.stream) hands its body over in pieces:
+ * the I/O thread appends what arrives to the transfer's queue and calls
+ * on_data; the caller takes it with tp_read on its own thread, before and
+ * after the end. The queue holds at most max_response_bytes not yet read
+ * (one libcurl piece past it when it was empty): at that bound the transfer
+ * pauses until the caller reads, so a slow reader holds that much and no
+ * more, whatever the body's length.
  */
 #ifndef LUMA_BASE_TRANSPORT_H
 #define LUMA_BASE_TRANSPORT_H
@@ -52,6 +61,10 @@ typedef struct tp_request {
   long long timeout_ms;           /* the whole transfer, > 0 */
   size_t max_response_bytes;      /* the body's limit, and the header block's; 0: no limit */
   long max_redirects;             /* redirects followed; 0: none */
+  int stream;                     /* the body goes to tp_read in pieces, not to the outcome;
+                                     max_response_bytes bounds the unread bytes, not the body */
+  void (*on_data)(void *ud);      /* stream: called (with tp_start's ud) when the head or
+                                     bytes to read came; NULL: none */
 } tp_request;
 
 /* A transfer's outcome; valid from the end of the transfer until tp_release. */
@@ -63,7 +76,7 @@ typedef struct tp_result {
   const tp_header *headers;       /* TP_OK: the last response's, in order, names as received;
                                      folded lines joined with a space */
   size_t n_headers;
-  const char *body;               /* TP_OK: NUL-terminated as well; "" for HEAD */
+  const char *body;               /* TP_OK: NUL-terminated as well; "" for HEAD and a stream */
   size_t body_len;
 } tp_result;
 
@@ -106,6 +119,16 @@ void tp_cancel(tp_transfer *t);
 /* t's outcome once it ended (from just before its done callback runs),
    else NULL. Owned by t. */
 const tp_result *tp_outcome(tp_transfer *t);
+
+/* A stream's head: 1 and the last response's status and headers (owned by
+   t, valid until tp_release) once its body started or the transfer ended
+   with a response; else 0. */
+int tp_head(tp_transfer *t, long *status, const tp_header **headers, size_t *n);
+
+/* A stream's next bytes: copies up to cap of them into buf and returns how
+   many (0: none now; the end is tp_outcome's). Reading resumes a transfer
+   paused at the queue's bound. */
+size_t tp_read(tp_transfer *t, char *buf, size_t cap);
 
 /* Frees t and its outcome. A transfer in flight is cancelled first, and
    tp_release waits for its end (done has been called then). NULL is fine. */

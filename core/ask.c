@@ -11,6 +11,7 @@
 
 #include <lauxlib.h>
 
+#include "askevents.h"
 #include "asktools.h"
 #include "compat.h"
 #include "jsonschema.h"
@@ -119,6 +120,9 @@ ak_ask *ak_new(pl_program *pg, pl_scope *scope, const ak_params *p, le_code *cod
   a->rng = (unsigned long long)(uintptr_t)a ^ (unsigned long long)pl_wall_ms(a->T, pg) * 0x9E3779B97F4A7C15ULL;
   if (!a->rng) a->rng = 1;
   snprintf(a->id, sizeof a->id, "ask-%llu", ++next_id);
+  a->ttft = -1;
+  sb_init(&a->whole);
+  if (p->listen) ak_listen(a);
   return a;
 }
 
@@ -141,10 +145,22 @@ void ak_cancel(ak_ask *a) {
   rt_notify(a->rt);
 }
 
+/* Ends the transfer in flight, if any, and drops its stream. */
+static void drop_transfer(ak_ask *a) {
+  tp_release(a->tp);
+  a->tp = NULL;
+  ad_stream_free(a->stream);
+  a->stream = NULL;
+  sb_free(&a->whole);
+  sb_init(&a->whole);
+  a->streaming = a->head_seen = a->sse = a->stream_failed = a->whole_too_large = a->held = 0;
+}
+
 static void unref(ak_ask *a) {
   if (--a->refs > 0) return;
   ak_drop_slots(a);
-  tp_release(a->tp);
+  drop_transfer(a);
+  ak_ev_free(a);
   ad_conv_free(&a->conv);
   ar_free(&a->turn_arena);
   ar_free(&a->arena);
@@ -250,11 +266,25 @@ static void on_transfer_end(void *ud) {
   rt_notify(ud);
 }
 
+/* A delta of the stream, on the ask's thread: to the host's queue. */
+static void on_delta(void *ud, const ad_delta *d) {
+  ak_ask *a = ud;
+  if (a->ttft < 0) a->ttft = pl_mono_ms(a->T, a->pg) - a->start;
+  a->delivered = 1;
+  ak_ev_delta(a, d);
+}
+
 /* Builds the next request and starts it. */
 static void send(ak_ask *a) {
   ar_free(&a->turn_arena);
   ar_init(&a->turn_arena);
-  ad_ask q = { a->tools, a->ntools, AD_CHOICE_AUTO, NULL, NULL, NULL };
+  a->ncallids = 0;
+  a->callids = a->callnames = NULL;
+  a->ev_turn = a->turns + 1;
+  a->delivered = 0;
+  /* a replay serves whole responses: it is sent as not streamed */
+  int stream = a->listen && a->pm->stream && !a->pg->replay;
+  ad_ask q = { a->tools, a->ntools, AD_CHOICE_AUTO, NULL, NULL, NULL, stream };
   if (a->forced && !a->tool_rounds) {
     q.choice = AD_CHOICE_TOOL;
     q.choice_tool = a->forced->name;
@@ -272,6 +302,13 @@ static void send(ak_ask *a) {
     return;
   }
   a->req = r;
+  /* a recording keeps a streamed exchange as the request and response it
+     stands for, which replay whether or not the host listens */
+  memset(&a->plain, 0, sizeof a->plain);
+  if (stream && a->pg->record) {
+    q.stream = 0;
+    if (!ad_build(&a->conv, &q, &a->turn_arena, &a->plain, err, sizeof err)) a->plain = r;
+  }
   long long now = pl_mono_ms(a->T, a->pg);
   if (a->attempt == 0) a->exchange_start = now;
   if (a->pg->replay) {
@@ -291,8 +328,10 @@ static void send(ak_ask *a) {
     h[i] = (tp_header){ r.headers[i].name, strlen(r.headers[i].name), r.headers[i].value, strlen(r.headers[i].value) };
   long long left = a->exchange_start + model_timeout(a) - now;
   if (left < 1) left = 1;
+  /* a stream's unread bytes are bounded, not its length (its events are) */
   tp_request req = { TP_POST, r.url, h, (size_t)r.nheaders, r.body, r.len, "luma-lua", left,
-                     (size_t)LIM_MODEL_MAX_RESPONSE_BYTES, 0 };
+                     stream ? (size_t)LIM_STREAM_QUEUE_BYTES : (size_t)LIM_MODEL_MAX_RESPONSE_BYTES, 0,
+                     stream, stream ? on_transfer_end : NULL };
   tp_transport *tp = rt_transport(a->rt, err, sizeof err);
   if (tp) a->tp = tp_start(tp, &req, on_transfer_end, a->rt, err, sizeof err);
   if (!tp || !a->tp) {
@@ -301,6 +340,7 @@ static void send(ak_ask *a) {
     return;
   }
   a->attempt++;
+  a->streaming = stream;
   a->state = AK_HTTP;
 }
 
@@ -317,6 +357,8 @@ static void exchange_failed(ak_ask *a, const ad_error *e) {
     if (delay < left) {
       a->wake_at = now + delay;
       a->state = AK_BACKOFF;
+      /* the host showed part of this answer: it is told to drop it */
+      if (a->delivered) ak_ev_retry(a, e->message, a->attempt + 1);
       return;
     }
     snprintf(why, sizeof why, "; luma did not retry: %s %lld ms, longer than the %lld ms left of the model's timeout (%lld ms)",
@@ -343,8 +385,93 @@ static void exchange_failed(ak_ask *a, const ad_error *e) {
   fail_top(a);
 }
 
+/* Reads a streamed transfer on: its head, then its bytes into the stream
+   (or, for a body that is no stream, into `whole`), while the host's queue
+   has room. 1 once the transfer ended and every byte was read, or the
+   stream failed (the rest does not matter then). */
+static int pump(ak_ask *a) {
+  if (!a->head_seen) {
+    long status;
+    const tp_header *h;
+    size_t n;
+    if (!tp_head(a->tp, &status, &h, &n)) return tp_outcome(a->tp) != NULL;
+    a->head_seen = 1;
+    int event_stream = 0;
+    for (size_t i = 0; i < n; i++)
+      if (tp_equal_ci(h[i].name, h[i].name_len, "content-type") &&
+          tp_prefix_ci(h[i].value, h[i].value_len, "text/event-stream"))
+        event_stream = 1;
+    a->sse = status >= 200 && status < 300 && event_stream;
+    if (a->sse && !(a->stream = ad_stream_new(&a->model, &a->turn_arena, on_delta, a))) {
+      a->stream_failed = 1;
+      a->stream_error = (ad_error){ LE_ASK_RESPONSE_INVALID, 0, NULL, "out of memory", 0, -1 };
+      return 1;
+    }
+  }
+  int ended = tp_outcome(a->tp) != NULL;
+  char buf[16384];
+  a->held = 0;
+  for (;;) {
+    if (a->sse && ak_ev_full(a)) {
+      /* a host that never takes its events does not hold the ask forever:
+         the model's timeout still ends the exchange */
+      if (pl_mono_ms(a->T, a->pg) >= a->exchange_start + model_timeout(a)) {
+        a->stream_failed = 1;
+        a->stream_error = (ad_error){ LE_ASK_TIMEOUT, 0, NULL,
+                                      "the host did not take the ask's events before the model's timeout", 0, -1 };
+        return 1;
+      }
+      a->held = 1;   /* ak_ev_take notifies when the host made room */
+      return 0;
+    }
+    size_t n = tp_read(a->tp, buf, sizeof buf);
+    if (!n) break;
+    if (a->sse) {
+      if (!ad_stream_feed(a->stream, buf, n, &a->stream_error)) {
+        a->stream_failed = 1;
+        return 1;
+      }
+    } else if (!a->whole_too_large) {
+      if (n > (size_t)LIM_MODEL_MAX_RESPONSE_BYTES - a->whole.len) a->whole_too_large = 1;
+      else sb_add(&a->whole, buf, n);
+    }
+  }
+  return ended;
+}
+
+static void took_turn(ak_ask *a, int streamed);
+
+/* A stream that ended: its turn, or a failed exchange (cut before its final
+   event: ASK_TRUNCATED). A recording keeps the response it stands for. */
+static void streamed(ak_ask *a) {
+  ad_turn turn;
+  ad_error e;
+  if (!ad_stream_end(a->stream, &turn, &e)) {
+    exchange_failed(a, &e);
+    return;
+  }
+  if (a->pg->record) {
+    char msg[400];
+    sb_buf b;
+    sb_init(&b);
+    jv_write(&b, ad_stream_response(a->stream), 0);
+    static const ad_header json_type = { "Content-Type", "application/json" };
+    ad_response r = { 200, &json_type, 1, b.data ? b.data : "", b.len, pl_wall_ms(a->T, a->pg) };
+    if (!b.failed && rc_record(a->pg->record, a->plain.url ? &a->plain : &a->req, &r, a->model.api_key, msg,
+                               sizeof msg) != 0)
+      st_warn(a->T, a->pg, msg);
+    sb_free(&b);
+  }
+  a->turn = turn;
+  took_turn(a, 1);
+}
+
 /* The transfer ended: a turn, or a failed exchange. */
 static void received(ak_ask *a) {
+  if (a->stream_failed) {
+    exchange_failed(a, &a->stream_error);
+    return;
+  }
   const tp_result *res = tp_outcome(a->tp);
   ad_error e = { LE_ASK_PROVIDER_ERROR, 0, NULL, NULL, 0, -1 };
   char msg[400];
@@ -357,11 +484,27 @@ static void received(ak_ask *a) {
     exchange_failed(a, &e);
     return;
   }
+  if (a->streaming && a->sse) {
+    streamed(a);
+    return;
+  }
+  if (a->whole_too_large) {
+    e.code = LE_ASK_RESPONSE_INVALID;
+    snprintf(msg, sizeof msg, "Model '%s' (%s): the response is larger than the limit of %lld bytes", a->pm->name,
+             ad_providers[a->pm->provider].name, (long long)LIM_MODEL_MAX_RESPONSE_BYTES);
+    e.message = msg;
+    exchange_failed(a, &e);
+    return;
+  }
   ad_header *h = ar_alloc(&a->turn_arena, sizeof *h * (res->n_headers ? res->n_headers : 1));
   if (!h) { fail(a, LE_ASK_RESPONSE_INVALID, "out of memory"); return; }
   for (size_t i = 0; i < res->n_headers; i++) h[i] = (ad_header){ res->headers[i].name, res->headers[i].value };
-  ad_response r = { (int)res->status, h, (int)res->n_headers, res->body, res->body_len, pl_wall_ms(a->T, a->pg) };
-  if (a->pg->record && rc_record(a->pg->record, &a->req, &r, a->model.api_key, msg, sizeof msg) != 0)
+  /* a streamed request the server answered whole (an error, or no stream) */
+  const char *body = a->streaming ? (a->whole.data ? a->whole.data : "") : res->body;
+  size_t len = a->streaming ? a->whole.len : res->body_len;
+  ad_response r = { (int)res->status, h, (int)res->n_headers, body, len, pl_wall_ms(a->T, a->pg) };
+  const ad_request *sent = a->plain.url ? &a->plain : &a->req;
+  if (a->pg->record && rc_record(a->pg->record, sent, &r, a->model.api_key, msg, sizeof msg) != 0)
     st_warn(a->T, a->pg, msg);
   respond(a, &r);
 }
@@ -373,6 +516,14 @@ static void respond(ak_ask *a, const ad_response *r) {
     exchange_failed(a, &e);
     return;
   }
+  took_turn(a, 0);
+}
+
+/* A turn came, streamed or whole: its events, then its calls or the answer. */
+static void took_turn(ak_ask *a, int streamed) {
+  if (a->ttft < 0) a->ttft = pl_mono_ms(a->T, a->pg) - a->start;
+  /* the events are the same whether or not the provider streamed */
+  if (!streamed) ak_ev_turn(a, &a->turn);
   a->attempt = 0;
   a->turns++;
   /* a provider's counts are not trusted: held at LLONG_MAX */
@@ -472,13 +623,14 @@ static void answer(ak_ask *a) {
 
 static void end(ak_ask *a) {
   ak_emit(a);
+  ak_ev_finish(a);
   a->state = AK_DONE;
 }
 
 static void run_states(ak_ask *a) {
   for (;;) {
     if (__atomic_load_n(&a->cancelled, __ATOMIC_ACQUIRE) && a->state < AK_END) {
-      if (a->tp) { tp_release(a->tp); a->tp = NULL; }
+      drop_transfer(a);
       if (!ak_cancel_tools(a)) return;   /* the tools stop first */
       fail(a, LE_ASK_CANCELLED, "Agent '%s': the ask was cancelled.", a->agent->name);
     }
@@ -491,9 +643,9 @@ static void run_states(ak_ask *a) {
       }
       case AK_SEND: send(a); break;
       case AK_HTTP:
-        if (!tp_outcome(a->tp)) return;
+        if (a->streaming ? !pump(a) : !tp_outcome(a->tp)) return;
         received(a);
-        if (a->tp) { tp_release(a->tp); a->tp = NULL; }
+        drop_transfer(a);
         break;
       case AK_BACKOFF:
         if (pl_mono_ms(a->T, a->pg) < a->wake_at) return;
@@ -533,7 +685,7 @@ static int step_task(rt_task *t, long long *wait_ms) {
     snprintf(what, sizeof what, "Agent '%s' could not ask its model", a->agent->name);
     pl_lost_values(T, AK_NVALUES, AK_VALUE, LE_ASK_PROVIDER_ERROR, what);
     a->ok = 0;
-    if (a->tp) { tp_release(a->tp); a->tp = NULL; }
+    drop_transfer(a);
     ak_cancel_tools(a);
     a->state = AK_DONE;
     return 1;
@@ -544,6 +696,9 @@ static int step_task(rt_task *t, long long *wait_ms) {
   if (wait_ms) {
     if (a->state == AK_BACKOFF) {
       long long left = a->wake_at - pl_mono_ms(T, a->pg);
+      *wait_ms = left > 0 ? left : 0;
+    } else if (a->state == AK_HTTP && a->held) {
+      long long left = a->exchange_start + model_timeout(a) - pl_mono_ms(T, a->pg);
       *wait_ms = left > 0 ? left : 0;
     } else if (a->state == AK_TOOLS && a->starting) {
       *wait_ms = 0;   /* calls just started: rt_poll steps them next */

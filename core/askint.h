@@ -38,6 +38,7 @@ typedef struct ak_slot {
   char *content;              /* JSON text, malloc'd */
   size_t len;
   int is_error;
+  int reported;               /* its tool_result event was queued */
 } ak_slot;
 
 struct ak_ask {
@@ -77,6 +78,27 @@ struct ak_ask {
   int starting;               /* calls were started in this step */
   int fatal;                  /* a slot whose error ends the ask, + 1; 0: none */
   unsigned long long rng;
+  /* streaming (ask.c) */
+  int streaming;              /* the transfer in flight was asked for a stream */
+  int head_seen;              /* its head was read: sse or a whole body follows */
+  int sse;                    /* a 2xx text/event-stream: read by `stream` */
+  ad_stream *stream;
+  int stream_failed;
+  ad_error stream_error;      /* its error (turn_arena) */
+  sb_buf whole;               /* a body that is no stream (an error, a server that ignored the flag) */
+  int whole_too_large;
+  ad_request plain;           /* the request as if not streamed, for a recording (turn_arena) */
+  int delivered;              /* deltas of the current exchange reached the queue */
+  int held;                   /* the stream waits for the host to take events */
+  long long ttft;             /* ms from the start to the first delta or turn; -1: none yet */
+  /* events for the host (askevents.c) */
+  int listen;                 /* the host listens: events are queued */
+  int ev_turn;                /* the turn the events name (1 for the first request) */
+  int qref;                   /* registry: the queue, a table indexed qhead..qtail */
+  long long qhead, qtail;
+  size_t qbytes;              /* what the queued events hold, about (LIM_STREAM_QUEUE_BYTES) */
+  int ncallids;               /* the current turn's calls as events name them (turn_arena) */
+  const char **callids, **callnames;
 };
 
 #endif

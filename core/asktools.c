@@ -3,6 +3,8 @@
    model; and the ask's telemetry event. */
 #include "asktools.h"
 
+#include "askevents.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,8 +189,16 @@ st_verdict ak_step_tools(ak_ask *a) {
     running++;
     a->starting = 1;
   }
-  for (int i = 0; i < a->nslots; i++)
-    if (a->slots[i].answered) answered++;
+  for (int i = 0; i < a->nslots; i++) {
+    ak_slot *s = &a->slots[i];
+    if (!s->answered) continue;
+    answered++;
+    /* each result as it comes, for a host that listens */
+    if (!s->reported) {
+      s->reported = 1;
+      ak_ev_result(a, i);
+    }
+  }
   if (a->fatal && answered < a->nslots)
     for (int i = 0; i < a->nslots; i++)
       if (a->slots[i].started && !a->slots[i].answered) cl_cancel(a->slots[i].call);
@@ -239,7 +249,8 @@ void ak_drop_slots(ak_ask *a) {
 }
 
 /* One event per ask: { kind = "ask", ask, agent, model, provider, turns,
-   tool_calls, input_tokens, output_tokens, duration_ms, status, code }. */
+   tool_calls, input_tokens, output_tokens, duration_ms, ttft_ms (to the first
+   delta or turn, when one came), status, code }. */
 void ak_emit(ak_ask *a) {
   pl_program *pg = a->pg;
   if (!pg->has_sink && !pg->trace) return;
@@ -266,6 +277,10 @@ void ak_emit(ak_ask *a) {
   lua_setfield(T, e, "output_tokens");
   lua_pushinteger(T, (lua_Integer)(a->start ? pl_mono_ms(T, pg) - a->start : 0));
   lua_setfield(T, e, "duration_ms");
+  if (a->ttft >= 0) {
+    lua_pushinteger(T, (lua_Integer)a->ttft);
+    lua_setfield(T, e, "ttft_ms");
+  }
   lua_pushstring(T, a->ok ? "ok" : "error");
   lua_setfield(T, e, "status");
   if (a->ok) lua_pushlightuserdata(T, NULL);

@@ -68,6 +68,10 @@ struct luma_call {
   int state;                      /* atomic: LUMA_PENDING, then LUMA_OK or LUMA_FAILED */
   int cancel;                     /* atomic */
   int ask;                        /* cancelled by destruction: ASK_CANCELLED */
+  int listen;                     /* luma_listen: its events are taken */
+  char **kept;                    /* the events still queued when it settled */
+  size_t nkept, kept_at;
+  char *event;                    /* the last luma_next_event */
   char *json;
   size_t len;
   luma_error err;
@@ -478,6 +482,8 @@ luma_call *luma_start_ask(luma_program *p, const char *agent, const char *prompt
   return start(p, "start_ask", args, 3, 1, err);
 }
 
+static void keep_events(luma_call *c);
+
 /* The handle takes the future's outcome (state LUMA_OK: it is done; else
    the runtime is going away and a future not done is cancelled) and
    leaves the runtime's list. The lock is held. */
@@ -518,6 +524,7 @@ static void settle(luma_call *c, int state) {
       c->len = n;
     }
   }
+  if (c->listen) keep_events(c);
   luaL_unref(L, LUA_REGISTRYINDEX, c->ref);
   c->ref = LUA_NOREF;
   if (c->prev) c->prev->next = c->next; else rt->calls = c->next;
@@ -525,6 +532,80 @@ static void settle(luma_call *c, int state) {
   c->prev = c->next = NULL;
   __atomic_store_n(&c->rt, NULL, __ATOMIC_RELEASE);
   __atomic_store_n(&c->state, ok ? LUMA_OK : LUMA_FAILED, __ATOMIC_RELEASE);
+}
+
+/* The next event of c's future as JSON (malloc'd), or NULL. The lock is held. */
+static char *take_event(luma_call *c, size_t *len) {
+  luma_runtime *rt = c->rt;
+  lua_State *L = rt->L;
+  push_op(rt, "next_event");
+  lua_rawgeti(L, LUA_REGISTRYINDEX, c->ref);
+  char *out = NULL;
+  if (lua_pcall(L, 2, 1, 0) == LUA_OK && lua_type(L, -1) == LUA_TSTRING) {
+    const char *s = lua_tolstring(L, -1, len);
+    out = malloc(*len + 1);
+    if (out) memcpy(out, s, *len + 1);
+  }
+  lua_settop(L, 0);
+  return out;
+}
+
+/* A settling ask keeps the events the host has not taken. The lock is held. */
+static void keep_events(luma_call *c) {
+  size_t len;
+  char *ev;
+  while ((ev = take_event(c, &len))) {
+    char **grown = realloc(c->kept, (c->nkept + 1) * sizeof *grown);
+    if (!grown) { free(ev); return; }
+    c->kept = grown;
+    c->kept[c->nkept++] = ev;
+  }
+}
+
+int luma_listen(luma_call *c, luma_error *err) {
+  clear_error(err);
+  if (!c || !c->ask) {
+    set_error(err, "INVALID_ARGUMENT", "luma_listen: %s", !c ? "the call is NULL" : "only an ask has events");
+    return LUMA_FAILED;
+  }
+  luma_runtime *rt = __atomic_load_n(&c->rt, __ATOMIC_ACQUIRE);
+  if (!rt) {
+    set_error(err, "INVALID_ARGUMENT", "luma_listen: the ask is done");
+    return LUMA_FAILED;
+  }
+  lock(rt);
+  int rc = LUMA_FAILED;
+  if (c->rt) {
+    push_op(rt, "listen");
+    lua_rawgeti(rt->L, LUA_REGISTRYINDEX, c->ref);
+    if (pcall(rt->L, 2, 0, err) == 0) {
+      c->listen = 1;
+      rc = LUMA_OK;
+    }
+  }
+  unlock(rt);
+  return rc;
+}
+
+const char *luma_next_event(luma_call *c, size_t *len) {
+  size_t n = 0;
+  if (len) *len = 0;
+  if (!c || !c->listen) return NULL;
+  free(c->event);
+  c->event = NULL;
+  luma_runtime *rt = __atomic_load_n(&c->rt, __ATOMIC_ACQUIRE);
+  if (rt) {
+    lock(rt);
+    if (c->rt) c->event = take_event(c, &n);
+    unlock(rt);
+  }
+  if (!c->event && c->kept_at < c->nkept) {
+    c->event = c->kept[c->kept_at];
+    c->kept[c->kept_at++] = NULL;
+    n = strlen(c->event);
+  }
+  if (len && c->event) *len = n;
+  return c->event;
 }
 
 /* Cancels the handles that asked for it. The lock is held. */
@@ -679,5 +760,8 @@ void luma_call_free(luma_call *c) {
     unlock(rt);
   }
   free(c->json);
+  free(c->event);
+  for (size_t i = c->kept_at; i < c->nkept; i++) free(c->kept[i]);
+  free(c->kept);
   free(c);
 }

@@ -32,8 +32,9 @@ static ak_ask *check_ask(lua_State *L, int idx) {
   return b->a;
 }
 
-/* (scope, prompt, schema name [, using tool name]) at 2..5 -> a new ask,
-   owned by a luma.Ask pushed on L. */
+/* (scope, prompt, schema name [, using tool name [, listen]]) at 2..6 -> a
+   new ask, owned by a luma.Ask pushed on L; listen: it queues its events
+   from the start (README: Streaming). */
 static ak_ask *new_ask(lua_State *L, pl_program *pg) {
   pl_scope *sc = lr_check_scope(L, pg, 2);
   if (!sc || !sc->agent) luaL_argerror(L, 2, "an ask needs the scope of an agent method (program:scope(agent))");
@@ -56,10 +57,11 @@ static ak_ask *new_ask(lua_State *L, pl_program *pg) {
       return le_raise_code(L, LE_TOOL_PERMISSION_DENIED, msg, 0), NULL;
     }
   }
+  int listen = lua_toboolean(L, 6);
   ask_box *b = lua_newuserdata(L, sizeof *b);
   b->a = NULL;
   lc_setmetatable(L, LA_ASK);
-  ak_params p = { prompt, len, s, forced };
+  ak_params p = { prompt, len, s, forced, listen };
   char err[200];
   le_code code;
   b->a = ak_new(pg, sc, &p, &code, err, sizeof err);
@@ -127,6 +129,36 @@ static int l_ask_result(lua_State *L) {
   return 1;
 }
 
+static int event_or_done(void *a, int active) {
+  (void)active;
+  return ak_ev_pending(a) || ak_done(a);
+}
+
+/* ask:listen(): its events are queued from now on (an ask started with
+   { on_event } or { events = true } listens from its first request) */
+static int l_ask_listen(lua_State *L) {
+  ak_listen(check_ask(L, 1));
+  return 0;
+}
+
+/* ask:next_event() -> the next event, or nil when none is queued now;
+   steps nothing */
+static int l_ask_next_event(lua_State *L) {
+  ak_ask *a = check_ask(L, 1);
+  if (!ak_ev_take(L, a)) lua_pushnil(L);
+  return 1;
+}
+
+/* ask:wait_event([timeout_ms]) -> whether an event is queued or the ask is
+   done: steps the runtime until one of them, or the timeout */
+static int l_ask_wait_event(lua_State *L) {
+  ak_ask *a = check_ask(L, 1);
+  long long timeout = lr_opt_wait_ms(L, 2);
+  if (!event_or_done(a, 0)) rt_poll_until(ak_runtime(a), event_or_done, a, timeout);
+  lua_pushboolean(L, event_or_done(a, 0));
+  return 1;
+}
+
 /* ask:cancel() */
 static int l_ask_cancel(lua_State *L) {
   ak_cancel(check_ask(L, 1));
@@ -141,6 +173,9 @@ void la_open(lua_State *L) {
     { "wait", l_ask_wait },
     { "result", l_ask_result },
     { "cancel", l_ask_cancel },
+    { "listen", l_ask_listen },
+    { "next_event", l_ask_next_event },
+    { "wait_event", l_ask_wait_event },
     { NULL, NULL }
   };
   lr_new_metatable(L, LA_ASK, ask_gc, methods);

@@ -410,6 +410,8 @@ static void push_model_info(lua_State *L, const pm_model *m) {
   if (m->max_tokens >= 0) set_int(L, "max_tokens", m->max_tokens);
   if (m->timeout >= 0) set_int(L, "timeout", m->timeout);
   set_int(L, "retries", m->retries >= 0 ? m->retries : 2);
+  lua_pushboolean(L, m->stream);
+  lua_setfield(L, -2, "stream");
   if (m->headers.n) {
     lua_createtable(L, 0, m->headers.n);
     for (int i = 0; i < m->headers.n; i++) set_str(L, m->headers.names[i], m->headers.values[i]);

@@ -147,6 +147,22 @@ LUMA_API luma_call *luma_start_method(luma_program *p, const char *agent, const 
 LUMA_API luma_call *luma_start_ask(luma_program *p, const char *agent, const char *prompt, const char *schema,
                                    luma_error *err);
 
+/* Events (README: Streaming). luma_listen makes an ask (of luma_start_ask)
+   queue its events; called before the runtime's next luma_poll, the ask
+   streams from its first request (unless its model says stream: false).
+   LUMA_OK, or LUMA_FAILED (INVALID_ARGUMENT: not an ask). luma_next_event
+   takes the next event as JSON text ({"type": "text_delta", ...}; the last
+   is "finish"), valid until the next luma_next_event or luma_call_free of
+   c, or returns NULL when none is queued now (luma_poll and luma_wait queue
+   more; a done ask keeps its events until they are taken). It never blocks:
+   a game loop reads a frame's events after its luma_poll. MEMORY: while
+   the host does not take them, an ask holds at most stream_queue_bytes
+   (1 MiB) of events and as much of the stream's unread bytes (its transfer
+   pauses there), plus one event of up to sse_max_event_bytes, whatever the
+   answer's length. */
+LUMA_API int luma_listen(luma_call *c, luma_error *err);
+LUMA_API const char *luma_next_event(luma_call *c, size_t *len);
+
 /* Steps every call of the runtime that can move, without blocking. Returns
    the number still in flight (or LUMA_FAILED for a NULL runtime); *wait_ms
    (may be NULL) is how long the host may sleep before it polls again: -1

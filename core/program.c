@@ -456,6 +456,7 @@ static void declare(pm_ctx *c) {
         m->name = d->name;
         m->pos = d->name_pos;
         m->max_tokens = m->timeout = m->retries = -1;
+        m->stream = 1;
         m->index = p->nmodels;
         add_ptr(c->a, (void ***)&p->models, &p->nmodels, m);
         d->model = m;

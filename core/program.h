@@ -152,6 +152,7 @@ typedef struct pm_model {
   long long max_tokens;       /* -1 when not set */
   long long timeout;          /* ms per request, -1 when not set */
   long long retries;          /* HTTP-level retries, -1 when not set (2) */
+  int stream;                 /* 0: never ask for a stream (a server that cannot); default 1 */
   pm_headers headers;
   int index;
 } pm_model;

@@ -83,6 +83,7 @@ static const ck_key model_keys[] = {
   { "max_tokens", CK_INT, 1, NULL, OFF(pm_model, max_tokens), 0 },
   { "timeout", CK_POSITIVE, 0, NULL, OFF(pm_model, timeout), 0 },
   { "retries", CK_INT, 0, NULL, OFF(pm_model, retries), 0 },
+  { "stream", CK_BOOL, 0, NULL, OFF(pm_model, stream), 0 },
   { "headers", CK_HEADERS, 0, NULL, OFF(pm_model, headers), 0 },
   { NULL, CK_BOOL, 0, NULL, 0, 0 }
 };

@@ -162,6 +162,8 @@ local OTHER_MEANINGS = {
   { "adapters/stream.c", "status < 400 || status > 599", "an HTTP status class" },
   { "adapters/stream.c", "status ? status : 200;", "an HTTP status: an error inside a stream that answered 200" },
   { "adapters/stream.c", "e.status = 200;", "an HTTP status: a stream that answered 200" },
+  { "core/ask.c", "status >= 200 && status < 300", "an HTTP status class: a 2xx stream" },
+  { "core/ask.c", "ad_response r = { 200,", "an HTTP status: a recorded stream's response" },
   { "sandbox/confine.c", "#define PRCTL_HIGHEST 100", "past the highest prctl option the kernel knows (the filter's range)" },
   { "sandbox/confine.c", "LL_FS_MAKE_REG (1ULL << 8)", "a bit of Landlock's access rights (kernel UAPI)" },
   { "base/transport.c", "TP_POLL_MS 1000", "how long the transport sleeps at most between polls" },

@@ -191,6 +191,26 @@ describe("LuaJIT through the FFI binding (luma.ffi)", function()
     assert.are.equal("hog\tTOOL_MEMORY_LIMIT\nforever\tTOOL_TIMEOUT\nadd\tok\n", out)
   end)
 
+  it("iterates an ask's events as it streams, in a coroutine that yields while it waits", function()
+    server:reset()
+    server:script { { stream = { delay_ms = 30 }, json = mock.chat('{"number":7}').json } }
+    local out = luajit [[
+      local rt = luma.runtime {}
+      local p = rt:load("program.luma")
+      local a = p:agent("A"):start_ask("Pick a number", "Pick", { events = true })
+      local types, yields = {}, 0
+      local co = coroutine.create(function()
+        for ev in a:events() do types[#types + 1] = ev.type end
+      end)
+      while coroutine.status(co) ~= "dead" do
+        assert(coroutine.resume(co))
+        yields = yields + 1
+      end
+      print(table.concat(types, " "), yields > 3, a:result().number)
+    ]]
+    assert.matches("^text_delta text_delta .*usage turn_end finish\ttrue\t7\n$", out)
+  end)
+
   it("asks the model without blocking", function()
     server:reset()
     server:script { { delay_ms = 200, json = mock.chat('{"number":7}').json } }

@@ -87,6 +87,21 @@ function embed.start_ask(env, program, agent, prompt, schema)
   return program:agent(agent):start_ask(prompt, schema)
 end
 
+-- luma_listen, luma_next_event: an ask's events, as JSON text
+function embed.listen(env, a)
+  a:listen()
+end
+
+function embed.next_event(env, a)
+  local ev = a:next_event()
+  if ev == nil then return nil end
+  if ev.type == "finish" and not ev.ok and core.is_error(ev.error) then
+    local e = ev.error
+    ev.error = { code = e.code, message = e.message, retryable = e.retryable, details = e.details }
+  end
+  return encode(ev)
+end
+
 -- Steps every call, ask and method of the runtime that can move. -> calls in
 -- flight, ms the host may wait (nil: until the fd is readable)
 function embed.poll(env)

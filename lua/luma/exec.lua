@@ -174,7 +174,12 @@ function exec.new(program)
 
   function R.ask(scope, prompt, schema, using, line, col)
     local future = exec.futures[coroutine.running()]
-    if future then return future:await_step(program:start_ask(scope, prompt, schema, using)) end
+    if future then
+      -- a method started with { on_event } streams its asks to it
+      local a = program:start_ask(scope, prompt, schema, using, future.on_event ~= nil)
+      if future.on_event then future:listen(a) end
+      return future:await_step(a)
+    end
     return program:ask(scope, prompt, schema, using)
   end
 

@@ -59,6 +59,8 @@ int luma_wait(luma_call *c, long long timeout_ms);
 int luma_result(luma_call *c, const char **json, size_t *len, luma_error *err);
 void luma_cancel(luma_call *c);
 void luma_call_free(luma_call *c);
+int luma_listen(luma_call *c, luma_error *err);
+const char *luma_next_event(luma_call *c, size_t *len);
 typedef int (*luma_handler)(void *ud, const char *input_json, const char *needs_json, char **out);
 int luma_register(luma_program *p, const char *tool, luma_handler fn, void *ud, luma_error *err);
 ]]
@@ -426,6 +428,39 @@ function Future:await(sleep)
   return self:result()
 end
 
+-- An ask's events (README: Streaming). f:next_event_json() -> the next
+-- event as JSON text, or nil when none is queued now (a server passes it
+-- on as it is); f:next_event() decodes it. f:events() iterates them, the
+-- finish last, stepping the runtime as ready() does, and yielding (or, given
+-- sleep, sleeping: ngx.sleep) while it waits, as await does.
+function Future:next_event_json()
+  local ev = lib.luma_next_event(self.c, lenp)
+  if ev == nil then return nil end
+  return ffi.string(ev, lenp[0])
+end
+
+function Future:next_event()
+  local json = self:next_event_json()
+  return json and luma.json.decode(json)
+end
+
+function Future:events(sleep)
+  return function()
+    while true do
+      local ev = self:next_event()
+      if ev ~= nil then return ev end
+      if self:done() then return nil end
+      self:ready()
+      ev = self:next_event()
+      if ev ~= nil then return ev end
+      if self:done() then return nil end
+      if sleep then sleep(0.002)
+      elseif in_coroutine() then coroutine.yield(self)
+      else lib.luma_wait(self.c, 5) end
+    end
+  end
+end
+
 -- ------------------------------------------------------ runtimes, programs
 
 local Runtime, Program, Agent = {}, {}, {}
@@ -552,12 +587,15 @@ function Agent:start(method, args)
   return new_future(self.program.rt, c)
 end
 
-function Agent:start_ask(prompt, schema)
+-- opts.events: the ask queues its events (and streams) from its first request
+function Agent:start_ask(prompt, schema, opts)
   live(self.program)
   local err = ffi.new("luma_error")
   local c = lib.luma_start_ask(self.program.ptr, self.name, prompt, schema, err)
   if c == nil then raise(err) end
-  return new_future(self.program.rt, c)
+  local f = new_future(self.program.rt, c)
+  if opts and opts.events and lib.luma_listen(f.c, err) ~= C_OK then raise(err) end
+  return f
 end
 
 return luma

@@ -33,14 +33,93 @@ end
 core.Call.await = await
 core.Ask.await = await
 
+-- The ask's events (README: Streaming). An ask with a listener (on_event)
+-- hands its queued events to it each time it is stepped: poll, ready,
+-- wait and result. A listener's error cancels the ask and is raised once
+-- the ask ended.
+local Ask = core.Ask
+local listeners = setmetatable({}, { __mode = "k" })
+local c_poll, c_wait, c_result = Ask.poll, Ask.wait, Ask.result
+
+local function dispatch(a)
+  local f = listeners[a]
+  if not f then return end
+  while true do
+    local ev = a:next_event()
+    if ev == nil then return end
+    local ok, err = pcall(f, ev)
+    if not ok then
+      listeners[a] = nil
+      a:cancel()
+      c_wait(a)
+      error(err, 0)
+    end
+  end
+end
+
+-- Gives a's events to f from now on (from its first request when a was
+-- started listening).
+function future.listen(a, f)
+  a:listen()
+  listeners[a] = f
+  dispatch(a)
+  return a
+end
+
+function Ask:poll()
+  local done = c_poll(self)
+  dispatch(self)
+  return done
+end
+Ask.ready = Ask.poll
+
+function Ask:wait(timeout_ms)
+  if not listeners[self] then return c_wait(self, timeout_ms) end
+  local deadline = timeout_ms and now_ms() + math.min(math.floor(timeout_ms), core.limits.timeout_cap_ms)
+  while true do
+    dispatch(self)
+    if self:done() then return true end
+    local left = deadline and math.max(0, math.ceil(deadline - now_ms()))
+    if left == 0 then return false end
+    self:wait_event(left)
+  end
+end
+
+function Ask:result()
+  dispatch(self)
+  return c_result(self)
+end
+
+-- for ev in a:events() do ... end: each event as it comes, the finish last.
+-- In a coroutine (not a method's), waiting yields the ask, as await does,
+-- so other work goes on; elsewhere it steps the runtime until the next.
+function Ask:events()
+  self:listen()
+  return function()
+    while true do
+      local ev = self:next_event()
+      if ev ~= nil then return ev end
+      if self:done() then return nil end
+      local co, main = coroutine.running()
+      if not main and coroutine.isyieldable() and not exec.futures[co] then
+        c_poll(self)
+        if not self:done() and not self:wait_event(0) then coroutine.yield(self) end
+      else
+        self:wait_event()
+      end
+    end
+  end
+end
+
 local Future = { await = await }
 Future.__index = Future
 Future.__name = "luma.Future"
 
 -- A future running `run` (what agent:prepare returns) in a coroutine; it
--- runs now up to its first tool call or ask.
-function future.start(run)
-  local self = setmetatable({ co = coroutine.create(run) }, Future)
+-- runs now up to its first tool call or ask. on_event (or nil) gets the
+-- events of every ask the method makes.
+function future.start(run, on_event)
+  local self = setmetatable({ co = coroutine.create(run), on_event = on_event }, Future)
   exec.futures[self.co] = self
   self:resume()
   return self
@@ -71,6 +150,11 @@ function Future:resume()
 end
 
 function Future:done() return self.finished == true end
+
+-- An ask of the method: its events go to the future's on_event.
+function Future:listen(a)
+  future.listen(a, self.on_event)
+end
 
 function Future:ready()
   if self.finished then return true end

@@ -261,33 +261,63 @@ function Agent:prepare(method, args)
   end
 end
 
--- agent:call(method, args): runs a method; the circuit breaker counts the
--- tool failures of this one call.
-function Agent:call(method, args)
+local function check_on_event(opts, level)
+  local f = opts and opts.on_event
+  if f ~= nil and type(f) ~= "function" and not (getmetatable(f) or {}).__call then
+    error("bad argument #3 (on_event must be a function, got " .. type(f) .. ")", level + 1)
+  end
+  return f
+end
+
+-- agent:call(method, args [, { on_event = f }]): runs a method; the circuit
+-- breaker counts the tool failures of this one call. on_event gets the
+-- events of each ask the method makes (README: Streaming).
+function Agent:call(method, args, opts)
+  local on_event = check_on_event(opts, 2)
+  if on_event then
+    local f = future.start(self:prepare(method, args), on_event)
+    f:wait()
+    return f:result()
+  end
   return self:prepare(method, args)()
 end
 
--- agent:start(method, args) -> a luma.Future: the method runs without
--- blocking, its tool calls and asks started and awaited in a coroutine
--- (see luma.future). What agent:prepare refuses is raised here, at once.
-function Agent:start(method, args)
-  return future.start(self:prepare(method, args))
+-- agent:start(method, args [, { on_event = f }]) -> a luma.Future: the
+-- method runs without blocking, its tool calls and asks started and awaited
+-- in a coroutine (see luma.future). What agent:prepare refuses is raised
+-- here, at once.
+function Agent:start(method, args, opts)
+  return future.start(self:prepare(method, args), check_on_event(opts, 2))
 end
 
--- agent:ask(prompt, schema [, { using = tool }]) -> the model's answer, a
--- value of the schema; raises the ask's error.
+-- agent:ask(prompt, schema [, { using = tool, on_event = f }]) -> the
+-- model's answer, a value of the schema; raises the ask's error. on_event
+-- gets each event (README: Streaming) as it comes, the provider streaming.
 function Agent:ask(prompt, schema, opts)
   local program = self.program
   program:check_registry()
+  local on_event = check_on_event(opts, 2)
+  if on_event then
+    local a = program:start_ask(program:scope(self.name), prompt, schema, opts.using, true)
+    future.listen(a, on_event)
+    a:wait()
+    return a:result()
+  end
   return program:ask(program:scope(self.name), prompt, schema, opts and opts.using)
 end
 
--- agent:start_ask(prompt, schema [, { using = tool }]) -> a luma.Ask with
--- poll(), wait([ms]), done(), result(), cancel() and close().
+-- agent:start_ask(prompt, schema [, { using = tool, on_event = f, events = true }])
+-- -> a luma.Ask with poll(), wait([ms]), done(), result(), cancel(),
+-- close() and events(); with on_event or events it listens (and streams)
+-- from its first request.
 function Agent:start_ask(prompt, schema, opts)
   local program = self.program
   program:check_registry()
-  return program:start_ask(program:scope(self.name), prompt, schema, opts and opts.using)
+  local on_event = check_on_event(opts, 2)
+  local a = program:start_ask(program:scope(self.name), prompt, schema, opts and opts.using,
+    on_event ~= nil or (opts and opts.events) == true)
+  if on_event then future.listen(a, on_event) end
+  return a
 end
 
 return luma

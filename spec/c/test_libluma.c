@@ -21,6 +21,9 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "luma.h"
 #include "ctest.h"
@@ -629,6 +632,153 @@ static void test_wake_socket(void) {
   CT_CHECK(luma_wake_socket(rt, path, sizeof path, &err) == LUMA_OK, "again: %s", err.message);
   luma_destroy(rt);
   CT_CHECK(stat(path, &st) != 0, "%s is still there after luma_destroy", path);
+/* ------------------------------------------------------------ streams */
+
+/* A provider on 127.0.0.1 that answers one request with a Chat Completions
+   stream, one event every 30 ms, and keeps the request's body. */
+static struct {
+  int fd, port;
+  char body[8192];
+  pthread_t thread;
+} sp = { -1, 0, "", 0 };
+
+static const char *const SSE_EVENTS[] = {
+  "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n",
+  "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"{\\\"total\\\"\"}}]}\n\n",
+  ": keep-alive\n\n",
+  "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\":3}\"}}]}\n\n",
+  "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+  "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2}}\n\n",
+  "data: [DONE]\n\n",
+};
+
+static void *provider_main(void *arg) {
+  (void)arg;
+  int conn = accept(sp.fd, NULL, NULL);
+  if (conn < 0) return NULL;
+  char req[16384];
+  size_t got = 0;
+  long body_len = -1;
+  char *head_end = NULL;
+  while (got < sizeof req - 1) {
+    ssize_t n = recv(conn, req + got, sizeof req - 1 - got, 0);
+    if (n <= 0) break;
+    got += (size_t)n;
+    req[got] = '\0';
+    if (!head_end && (head_end = strstr(req, "\r\n\r\n"))) {
+      const char *cl = strstr(req, "Content-Length:");
+      if (!cl) cl = strstr(req, "content-length:");
+      body_len = cl ? strtol(cl + 15, NULL, 10) : 0;
+    }
+    if (head_end && got >= (size_t)(head_end + 4 - req) + (size_t)body_len) break;
+  }
+  if (head_end) snprintf(sp.body, sizeof sp.body, "%s", head_end + 4);
+  const char *h = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n";
+  if (send(conn, h, strlen(h), MSG_NOSIGNAL) > 0)
+    for (size_t i = 0; i < sizeof SSE_EVENTS / sizeof *SSE_EVENTS; i++) {
+      sleep_ms(30);
+      if (send(conn, SSE_EVENTS[i], strlen(SSE_EVENTS[i]), MSG_NOSIGNAL) < 0) break;
+    }
+  close(conn);
+  return NULL;
+}
+
+static int provider_start(void) {
+  sp.fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a;
+  memset(&a, 0, sizeof a);
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (sp.fd < 0 || bind(sp.fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(sp.fd, 4) != 0 ||
+      getsockname(sp.fd, (struct sockaddr *)&a, &len) != 0)
+    return -1;
+  sp.port = ntohs(a.sin_port);
+  return pthread_create(&sp.thread, NULL, provider_main, NULL);
+}
+
+/* A game loop: one luma_poll per 5 ms frame, the frame's events taken. */
+static void test_events(void) {
+  if (provider_start() != 0) {
+    CT_CHECK(0, "cannot start the streaming provider");
+    return;
+  }
+  char prog[600];
+  snprintf(prog, sizeof prog,
+           "schema Sum { total: int }\n"
+           "model M { provider: \"openai\"\n name: \"t\"\n base_url: \"http://127.0.0.1:%d/v1\"\n api_key_env: null }\n"
+           "agent B { model: M }\n", sp.port);
+  write_file("stream.luma", prog);
+  luma_error err;
+  luma_options o = { 0 };
+  o.workers = 1;
+  luma_runtime *rt = luma_new(&o, &err);
+  luma_program *p = rt ? luma_load(rt, path_of("stream.luma"), NULL, NULL, &err) : NULL;
+  CT_CHECK(p != NULL, "load: %s", err.message);
+  if (!p) { luma_destroy(rt); return; }
+
+  luma_call *t = luma_start(p, "add", "{}", &err);
+  CT_CHECK(t == NULL || luma_listen(t, &err) == LUMA_FAILED, "a tool call has no events");
+
+  luma_call *c = luma_start_ask(p, "B", "Add 1 and 2", "Sum", &err);
+  CT_CHECK(c != NULL && luma_listen(c, &err) == LUMA_OK, "listen: %s", err.message);
+  int frames = 0, texts = 0, early = 0, finished = 0;
+  char text[64] = "", last[512] = "";
+  long long start = now_ms();
+  while (!finished && now_ms() - start < 10000) {
+    long long wait;
+    luma_poll(rt, &wait);
+    frames++;
+    const char *ev;
+    size_t len;
+    while ((ev = luma_next_event(c, &len))) {
+      snprintf(last, sizeof last, "%s", ev);
+      const char *tx = strstr(ev, "\"type\":\"text_delta\"") ? strstr(ev, "\"text\":\"") : NULL;
+      if (tx) {
+        texts++;
+        if (luma_ready(c) == 0) early = 1;
+        /* the fragment as JSON text, up to its closing quote */
+        const char *from = tx + 8, *to = from;
+        while (*to && !(*to == '"' && to[-1] != '\\')) to++;
+        size_t have = strlen(text);
+        if (have + (size_t)(to - from) < sizeof text) {
+          memcpy(text + have, from, (size_t)(to - from));
+          text[have + (size_t)(to - from)] = '\0';
+        }
+      }
+      if (strstr(ev, "\"type\":\"finish\"")) finished = 1;
+    }
+    sleep_ms(5);
+  }
+  CT_CHECK(strstr(sp.body, "\"stream\":true") && strstr(sp.body, "\"include_usage\":true"),
+           "the request asked for a stream: %s", sp.body);
+  CT_CHECK(texts == 2 && early, "two text deltas, while the ask ran (%d)", texts);
+  CT_EQ_STR("{\\\"total\\\":3}", text);
+  CT_CHECK(finished && strstr(last, "\"ok\":true") && strstr(last, "\"answer\":{\"total\":3}"), "finish last: %s", last);
+  CT_CHECK(frames > 5, "the loop ran frames while it streamed: %d", frames);
+  const char *json;
+  CT_CHECK(luma_result(c, &json, NULL, &err) == LUMA_OK && strcmp(json, "{\"total\":3}") == 0, "result %s",
+           err.message);
+  CT_CHECK(luma_next_event(c, NULL) == NULL, "nothing after finish");
+  luma_call_free(c);
+  luma_call_free(t);
+  pthread_join(sp.thread, NULL);
+
+  /* events not taken before the ask ended are kept for the host */
+  pthread_create(&sp.thread, NULL, provider_main, NULL);
+  c = luma_start_ask(p, "B", "Add 1 and 2", "Sum", &err);
+  luma_listen(c, &err);
+  CT_CHECK(luma_wait(c, 10000) == 1, "the ask ended");
+  int n = 0;
+  const char *ev = NULL, *prev = NULL;
+  while ((ev = luma_next_event(c, NULL))) { n++; prev = ev; }
+  CT_CHECK(n >= 4, "every event kept: %d", n);
+  (void)prev;
+  luma_call_free(c);
+  pthread_join(sp.thread, NULL);
+  close(sp.fd);
+  luma_program_close(p);
+  luma_destroy(rt);
 }
 
 int main(void) {
@@ -648,6 +798,7 @@ int main(void) {
   test_deadlines();
   test_reaping_host();
   test_wake_socket();
+  test_events();
   char cmd[700];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);

@@ -67,6 +67,17 @@ static int route(int conn, int serial, char *req, size_t head_len, size_t body_l
     if (ts_send_all(conn, h, strlen(h)) == 0)
       for (int i = 0; i < 16 && ts_send_all(conn, chunk, sizeof chunk) == 0; i++) {}
     return 0;
+  } else if (strcmp(path, "/drip") == 0) {
+    /* 20 lines 20 ms apart, the head first: a stream */
+    const char *h = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n";
+    if (ts_send_all(conn, h, strlen(h)) == 0)
+      for (int i = 0; i < 20 && !ts_stopping() && !ts_client_gone(conn); i++) {
+        char line[32];
+        snprintf(line, sizeof line, "piece-%02d\n", i);
+        if (ts_send_all(conn, line, strlen(line)) != 0) break;
+        ts_sleep_ms(20);
+      }
+    return 0;
   } else if (strcmp(path, "/slow") == 0) {
     for (int i = 0; i < 250 && !ts_stopping() && !ts_client_gone(conn); i++) ts_sleep_ms(20);
     respond(conn, head, 200, "Connection: close\r\n", "late", 4);
@@ -140,6 +151,91 @@ static const char *header(const tp_result *res, const char *name) {
 }
 
 /* ---- cases ---- */
+
+/* Reads what t has now into b; the count. */
+static size_t read_some(tp_transfer *t, sb_buf *b) {
+  char buf[1000];
+  size_t n, total = 0;
+  while ((n = tp_read(t, buf, sizeof buf)) > 0) {
+    sb_add(b, buf, n);
+    total += n;
+  }
+  return total;
+}
+
+static void test_stream(void) {
+  char err[256];
+  int data = 0, done = 0;
+  /* the head before the end, the pieces as they come, on_data called */
+  tp_request r = request(TP_GET, "/drip");
+  r.stream = 1;
+  r.on_data = on_done;
+  r.max_response_bytes = 4096;
+  tp_transfer *t = tp_start(tp, &r, on_done, &data, err, sizeof err);
+  CT_CHECK(t != NULL, "started: %s", err);
+  if (!t) return;
+  sb_buf b;
+  sb_init(&b);
+  long status = 0;
+  const tp_header *h = NULL;
+  size_t nh = 0;
+  int head_early = 0, early = 0;
+  while (!tp_outcome(t)) {
+    if (!head_early && tp_head(t, &status, &h, &nh)) head_early = 1;
+    if (read_some(t, &b) && !tp_outcome(t)) early = 1;
+    ts_sleep_ms(5);
+  }
+  read_some(t, &b);
+  const tp_result *res = tp_outcome(t);
+  CT_CHECK(head_early && status == 200, "the head was known before the end (status %ld)", status);
+  CT_CHECK(head_early && nh >= 1 && strcmp(h[0].name, "Content-Type") == 0 &&
+           strcmp(h[0].value, "text/event-stream") == 0, "its headers");
+  CT_CHECK(early, "bytes were read before the end");
+  CT_CHECK(res->code == TP_OK && res->status == 200 && res->body_len == 0, "ended OK, no body in the outcome: %s",
+           res->message);
+  CT_CHECK(b.len == 20 * 9 && memcmp(b.data, "piece-00\npiece-01\n", 18) == 0 &&
+           memcmp(b.data + 19 * 9, "piece-19\n", 9) == 0, "every piece in order (%zu bytes)", b.len);
+  CT_CHECK(done_count(&data) > 2, "on_data and done were called (%d)", done_count(&data));
+  tp_release(t);
+
+  /* a reader that does not read: the transfer pauses at the bound */
+  b.len = 0;
+  r = request(TP_GET, "/big-stream");
+  r.stream = 1;
+  r.max_response_bytes = 8192;
+  t = tp_start(tp, &r, on_done, &done, err, sizeof err);
+  ts_sleep_ms(300);
+  CT_CHECK(tp_outcome(t) == NULL, "a paused stream has not ended");
+  size_t held = read_some(t, &b);
+  CT_CHECK(held >= 4096 && held <= 8192 + 16384, "the unread bytes stay within the bound and a piece: %zu", held);
+  while (!tp_outcome(t)) {
+    read_some(t, &b);
+    ts_sleep_ms(2);
+  }
+  read_some(t, &b);
+  res = tp_outcome(t);
+  CT_CHECK(res->code == TP_OK && b.len == 65536, "then it resumes and every byte comes: %s, %zu bytes", res->message,
+           b.len);
+  tp_release(t);
+
+  /* cancelled mid-stream: at once */
+  r = request(TP_GET, "/drip");
+  r.stream = 1;
+  t = tp_start(tp, &r, NULL, NULL, err, sizeof err);
+  b.len = 0;
+  while (b.len == 0) {
+    read_some(t, &b);
+    ts_sleep_ms(2);
+  }
+  long long start = ts_now_ms();
+  tp_cancel(t);
+  tp_wait(t, 0, NULL);
+  res = tp_outcome(t);
+  CT_CHECK(res->code == TP_HTTP_CANCELLED && ts_now_ms() - start < 100, "cancelled mid-stream in %lld ms",
+           ts_now_ms() - start);
+  tp_release(t);
+  sb_free(&b);
+}
 
 static void test_get(void) {
   tp_request r = request(TP_GET, "/text");
@@ -584,6 +680,7 @@ int main(void) {
     test_deadline();
     test_stop();
     test_cancel();
+    test_stream();
     test_many();
     test_reuse();
     test_redirects();

@@ -27,6 +27,20 @@ body = "text" (served as it is, with content_type), and optionally:
               error naming the difference, and is recorded with mismatch set
 With the script used up, the answer is 500 with a JSON error.
 
+Streams: a request that asks for a stream (a JSON body with stream: true,
+or Gemini's :streamGenerateContent) gets a 2xx `json` step as the stream
+its family sends for that same response (see `stream_events`: Chat and
+Azure chunks ending with [DONE], Azure's empty first chunk, Responses
+events, Anthropic events with a ping, Gemini alt=sse chunks), so one step
+serves a streamed and a non-streamed ask alike. A step's `stream`:
+    false         answer with the JSON anyway (a server that cannot stream)
+    {delay_ms =   wait before each event,
+     cut = true   stop (close) before the final event,
+     error = {type =, message =, code =}  send the family's error event
+                  half-way, then close,
+     keepalive = true  a comment line before each event,
+     piece = n    write the bytes n at a time}
+
 Before a step is taken, a provider request is checked as the provider
 checks it (see `refusal`: what each family's published reference says it
 refuses), and one it would refuse gets its 400, in its error shape, and is
@@ -159,7 +173,7 @@ def refusal(path, headers, body):
             if why:
                 return error(why)
         return None
-    if path.endswith(":generateContent"):
+    if path.endswith(":generateContent") or path.endswith(":streamGenerateContent"):
         def error(message):
             return 400, {"error": {"code": 400, "message": message, "status": "INVALID_ARGUMENT"}}
         contents = body.get("contents") if isinstance(body, dict) else None
@@ -223,6 +237,220 @@ def refusal(path, headers, body):
     return None
 
 
+# ---------------------------------------------------------------- streams
+# Each family's stream for a whole response, from STREAMING.md and the
+# fixtures in spec/fixtures/streams: (events, final) where events are
+# (event type or None, data) and events[final:] are what a cut drops.
+
+def pieces(text, n=4):
+    return [text[i:i + n] for i in range(0, len(text), n)] if text else []
+
+
+def interleave(lists):
+    out, i = [], 0
+    while any(i < len(l) for l in lists):
+        for l in lists:
+            if i < len(l):
+                out.append(l[i])
+        i += 1
+    return out
+
+
+def chat_events(resp, azure):
+    rid, model = resp.get("id", "chatcmpl-s"), resp.get("model", "gpt-test")
+    def chunk(delta, finish=None, choices=None):
+        c = {"id": rid, "object": "chat.completion.chunk", "model": model, "usage": None,
+             "choices": choices if choices is not None else [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return (None, c)
+    events = []
+    if azure:
+        events.append((None, {"id": "", "object": "", "model": "", "choices": [],
+                              "prompt_filter_results": [{"prompt_index": 0, "content_filter_results": {}}]}))
+    choice = (resp.get("choices") or [{}])[0]
+    msg = choice.get("message") or {}
+    events.append(chunk({"role": "assistant", "content": ""}))
+    for p in pieces(msg.get("content")):
+        events.append(chunk({"content": p}))
+    for p in pieces(msg.get("refusal")):
+        events.append(chunk({"refusal": p}))
+    per_call = []
+    for k, tc in enumerate(msg.get("tool_calls") or []):
+        f = tc.get("function") or {}
+        first = chunk({"tool_calls": [{"index": k, "id": tc.get("id"), "type": "function",
+                                       "function": {"name": f.get("name"), "arguments": ""}}]})
+        frags = [chunk({"tool_calls": [{"index": k, "function": {"arguments": a}}]})
+                 for a in pieces(f.get("arguments") or "", 5)]
+        per_call.append([first] + frags)
+    events.extend(interleave(per_call))
+    final = len(events)
+    events.append(chunk({}, choice.get("finish_reason") or "stop"))
+    if resp.get("usage"):
+        c = chunk(None, choices=[])
+        c[1]["usage"] = resp["usage"]
+        events.append(c)
+    events.append((None, "[DONE]"))
+    return events, final
+
+
+def responses_events(resp):
+    seq = [0]
+    base = {"id": resp.get("id", "resp_s"), "object": "response", "status": "in_progress", "output": [],
+            "usage": None}
+    events = []
+    def ev(kind, **fields):
+        fields["type"] = kind
+        fields["sequence_number"] = seq[0]
+        seq[0] += 1
+        events.append((kind, fields))
+    ev("response.created", response=base)
+    ev("response.in_progress", response=base)
+    for i, item in enumerate(resp.get("output") or []):
+        iid = item.get("id") or "item_%d" % i
+        kind = item.get("type")
+        if kind == "message":
+            ev("response.output_item.added", output_index=i,
+               item={"id": iid, "type": "message", "status": "in_progress", "role": "assistant", "content": []})
+            for j, part in enumerate(item.get("content") or []):
+                if part.get("type") == "refusal":
+                    ev("response.content_part.added", item_id=iid, output_index=i, content_index=j,
+                       part={"type": "refusal", "refusal": ""})
+                    for p in pieces(part.get("refusal")):
+                        ev("response.refusal.delta", item_id=iid, output_index=i, content_index=j, delta=p)
+                    ev("response.refusal.done", item_id=iid, output_index=i, content_index=j,
+                       refusal=part.get("refusal"))
+                else:
+                    ev("response.content_part.added", item_id=iid, output_index=i, content_index=j,
+                       part={"type": "output_text", "annotations": [], "text": ""})
+                    for p in pieces(part.get("text")):
+                        ev("response.output_text.delta", item_id=iid, output_index=i, content_index=j, delta=p)
+                    ev("response.output_text.done", item_id=iid, output_index=i, content_index=j,
+                       text=part.get("text"))
+                ev("response.content_part.done", item_id=iid, output_index=i, content_index=j, part=part)
+        elif kind == "function_call":
+            added = dict(item, id=iid, arguments="")
+            ev("response.output_item.added", output_index=i, item=added)
+            for p in pieces(item.get("arguments") or "", 5):
+                ev("response.function_call_arguments.delta", item_id=iid, output_index=i, delta=p)
+            ev("response.function_call_arguments.done", item_id=iid, output_index=i,
+               arguments=item.get("arguments") or "")
+        else:
+            ev("response.output_item.added", output_index=i, item=dict(item, summary=[]) if kind == "reasoning" else item)
+            for k, sm in enumerate(item.get("summary") or []):
+                for p in pieces(sm.get("text")):
+                    ev("response.reasoning_summary_text.delta", item_id=iid, output_index=i, summary_index=k, delta=p)
+        ev("response.output_item.done", output_index=i, item=dict(item, id=iid))
+    final = len(events)
+    status = resp.get("status", "completed")
+    kind = {"completed": "response.completed", "incomplete": "response.incomplete",
+            "failed": "response.failed"}.get(status, "response.completed")
+    ev(kind, response=dict(resp, id=base["id"], object="response", status=status))
+    return events, final
+
+
+def anthropic_events(resp):
+    events = []
+    def ev(kind, **fields):
+        fields["type"] = kind
+        events.append((kind, fields))
+    usage = resp.get("usage") or {}
+    start = {k: v for k, v in resp.items() if k not in ("content", "stop_reason", "usage")}
+    start.update({"id": resp.get("id", "msg_s"), "type": "message", "role": "assistant", "content": [],
+                  "stop_reason": None, "stop_sequence": None,
+                  "usage": {"input_tokens": usage.get("input_tokens", 0), "output_tokens": 1}})
+    ev("message_start", message=start)
+    ev("ping")
+    for i, block in enumerate(resp.get("content") or []):
+        kind = block.get("type")
+        if kind == "text":
+            ev("content_block_start", index=i, content_block={"type": "text", "text": ""})
+            for p in pieces(block.get("text")):
+                ev("content_block_delta", index=i, delta={"type": "text_delta", "text": p})
+        elif kind == "tool_use":
+            ev("content_block_start", index=i, content_block={"type": "tool_use", "id": block.get("id"),
+                                                               "name": block.get("name"), "input": {}})
+            text = json.dumps(block.get("input"), separators=(",", ":")) if block.get("input") != {} else ""
+            for p in pieces(text, 5):
+                ev("content_block_delta", index=i, delta={"type": "input_json_delta", "partial_json": p})
+        elif kind == "thinking":
+            ev("content_block_start", index=i, content_block={"type": "thinking", "thinking": ""})
+            for p in pieces(block.get("thinking")):
+                ev("content_block_delta", index=i, delta={"type": "thinking_delta", "thinking": p})
+            if block.get("signature"):
+                ev("content_block_delta", index=i, delta={"type": "signature_delta", "signature": block["signature"]})
+        else:
+            ev("content_block_start", index=i, content_block=block)
+        ev("content_block_stop", index=i)
+    ev("message_delta", delta={"stop_reason": resp.get("stop_reason"), "stop_sequence": None},
+       usage={"output_tokens": usage.get("output_tokens", 0)})
+    final = len(events)
+    ev("message_stop")
+    return events, final
+
+
+def gemini_events(resp):
+    events = []
+    cands = resp.get("candidates")
+    if not cands:
+        return [(None, resp)], 0
+    cand = cands[0]
+    parts = (cand.get("content") or {}).get("parts") or []
+    meta = resp.get("usageMetadata")
+    def chunk(part_list, last=False):
+        c = {"content": {"role": "model", "parts": part_list}, "index": 0}
+        if last:
+            for k, v in cand.items():
+                if k not in ("content",):
+                    c[k] = v
+        out = {"candidates": [c]}
+        if meta:
+            out["usageMetadata"] = meta
+        return (None, out)
+    for part in parts:
+        if "text" in part and "thoughtSignature" not in part:
+            texts = pieces(part["text"]) or [""]
+            for p in texts:
+                events.append(chunk([dict(part, text=p)]))
+        else:
+            events.append(chunk([part]))
+    final = len(events)
+    if events:
+        # the last chunk carries finishReason: the final event
+        last = events.pop()
+        events.append(chunk(last[1]["candidates"][0]["content"]["parts"], True))
+        final = len(events) - 1
+    else:
+        events.append(chunk([], True))
+        final = 0
+    return events, final
+
+
+def stream_events(path, resp):
+    """(family, events, final) for a whole response answering path."""
+    if ":streamGenerateContent" in path:
+        return "gemini", *gemini_events(resp)
+    if path.endswith("/v1/messages"):
+        return "anthropic", *anthropic_events(resp)
+    if path.endswith("/responses"):
+        return "responses", *responses_events(resp)
+    return "chat", *chat_events(resp, "/openai/" in path)
+
+
+def error_event(family, err):
+    kind, message, code = err.get("type", "server_error"), err.get("message", "the stream failed"), err.get("code")
+    if family == "anthropic":
+        return ("error", {"type": "error", "error": {"type": kind, "message": message}})
+    if family == "responses":
+        return ("error", {"type": "error", "code": code or kind, "message": message, "param": None})
+    if family == "gemini":
+        return (None, {"error": {"code": code or 500, "message": message, "status": kind}})
+    return (None, {"error": {"message": message, "type": kind, "code": code}})
+
+
+def sse_bytes(kind, data):
+    text = data if isinstance(data, str) else json.dumps(data)
+    return ((("event: %s\n" % kind) if kind else "") + "data: " + text + "\n\n").encode()
+
+
 def take_step():
     with lock:
         return script.pop(0) if script else None
@@ -270,6 +498,38 @@ class Handler(BaseHTTPRequestHandler):
 
     def send_json(self, status, value, headers=None):
         self.send(status, json.dumps(value).encode(), headers=headers)
+
+    def send_stream(self, path, step):
+        opts = step.get("stream") if isinstance(step.get("stream"), dict) else {}
+        family, events, final = stream_events(path, step["json"])
+        if opts.get("cut"):
+            events = events[:final]
+        if opts.get("error"):
+            events = events[:max(1, len(events) // 2)] + [error_event(family, opts["error"])]
+        self.send_response(step.get("status", 200))
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        for name, value in (step.get("headers") or {}).items():
+            self.send_header(name, str(value))
+        self.send_header("Connection", "close")
+        self.close_connection = True
+        self.end_headers()
+        self.wfile.flush()
+        delay, piece = opts.get("delay_ms", 0) / 1000.0, opts.get("piece")
+        for kind, data in events:
+            if delay:
+                end = time.monotonic() + delay
+                while time.monotonic() < end:
+                    if stopping.is_set() or self.client_gone():
+                        return
+                    time.sleep(min(0.01, max(0.0, end - time.monotonic())))
+            out = (b": keep-alive\n\n" if opts.get("keepalive") else b"") + sse_bytes(kind, data)
+            try:
+                for i in range(0, len(out), piece or len(out)):
+                    self.wfile.write(out[i:i + (piece or len(out))])
+                    self.wfile.flush()
+            except OSError:
+                return
 
     def client_gone(self):
         readable, _, _ = select.select([self.connection], [], [], 0)
@@ -321,6 +581,11 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(min(0.02, max(0.0, end - time.monotonic())))
         if step.get("close"):
             self.close_connection = True
+            return
+        wants_stream = ":streamGenerateContent" in url.path or (isinstance(parsed, dict) and parsed.get("stream") is True)
+        if wants_stream and "json" in step and step.get("stream") is not False and step.get("status", 200) < 300:
+            self.send_stream(url.path, step)
+            record["server_ms"] = (time.perf_counter() - started) * 1000
             return
         if "json" in step:
             payload, ctype = json.dumps(step["json"]).encode(), "application/json"
