@@ -19,10 +19,15 @@
 #include "crypto.h"
 #include "luma_limits.h"
 
-enum { C_FREE, C_READ, C_READY, C_HELD, C_WRITE, C_GONE };
+enum { C_FREE, C_READ, C_READY, C_HELD, C_WRITE, C_GONE, C_DRAIN };
 
 #define MH_CHUNK 0x1000        /* bytes read at once while a head arrives; an idle buffer's size */
 #define MH_IDLE_KEEP 0x10000   /* a kept connection's buffer past this shrinks back to MH_CHUNK */
+/* How long a connection ended by the server reads what its client still
+   sends before it closes: a close with unread bytes resets the connection,
+   and the client may lose the reply that says why (a lingering close, as
+   nginx's). What it reads is dropped. */
+#define MH_LINGER_MS 2000
 
 /* One client connection. Invariant: in[0..in_len) holds what was read and
    not yet consumed; once the head is parsed (head_len > 0) the request is
@@ -188,7 +193,12 @@ static void conn_parse(mh_server *s, conn *c);
 
 /* After a reply: the next request of a kept connection, or the end. */
 static void conn_next(mh_server *s, conn *c) {
-  if (!c->keep) { conn_close(c); return; }
+  if (!c->keep) {
+    if (shutdown(c->fd, SHUT_WR) != 0) { conn_close(c); return; }
+    c->state = C_DRAIN;
+    c->deadline = now_ms() + MH_LINGER_MS;
+    return;
+  }
   size_t used = c->head_len + c->body_len;
   memmove(c->in, c->in + used, c->in_len - used);
   c->in_len -= used;
@@ -401,6 +411,12 @@ static void conn_parse(mh_server *s, conn *c) {
       return;
     }
     const char *host = header(c, "host"), *origin = header(c, "origin");
+    int hosts = 0;
+    for (int i = 0; i < c->nhdrs; i++) hosts += strcmp(c->hdrs[i].name, "host") == 0;
+    if (hosts > 1) {
+      conn_refuse(s, c, 400, NULL, "more than one Host header");
+      return;
+    }
     if (s->loopback && !(host && loopback_host(host, strlen(host)))) {
       conn_refuse(s, c, 403, NULL, "the Host header must name a loopback address (localhost, 127.0.0.1, [::1]): "
                   "this server listens on loopback only");
@@ -461,7 +477,8 @@ static void accept_all(mh_server *s) {
     for (int i = 0; i < LIM_MCP_HTTP_MAX_CONNECTIONS && !c; i++) {
       conn *x = &s->conns[i];
       if (x->state == C_FREE) c = x;
-      else if (x->state == C_READ && !x->in_len && (!idle || x->deadline < idle->deadline)) idle = x;
+      else if (((x->state == C_READ && !x->in_len) || x->state == C_DRAIN) && (!idle || x->deadline < idle->deadline))
+        idle = x;
     }
     if (!c && idle) {   /* at capacity, a connection that waits for nothing makes room */
       conn_close(idle);
@@ -494,7 +511,7 @@ int mh_wait(mh_server *s, int timeout_ms, const int *extra, int nextra, int *rea
     if (c->state == C_READ && c->in_len)
       conn_refuse(s, c, 408, NULL, "the request did not arrive whole within mcp_http_request_ms (%d ms)",
                   LIM_MCP_HTTP_REQUEST_MS);
-    else if (c->state == C_READ || c->state == C_WRITE)
+    else if (c->state == C_READ || c->state == C_WRITE || c->state == C_DRAIN)
       conn_close(c);
   }
   int n = 0;
@@ -512,7 +529,7 @@ int mh_wait(mh_server *s, int timeout_ms, const int *extra, int nextra, int *rea
   for (int i = 0; i < LIM_MCP_HTTP_MAX_CONNECTIONS; i++) {
     conn *c = &s->conns[i];
     short ev;
-    if (c->state == C_READ) ev = POLLIN;
+    if (c->state == C_READ || c->state == C_DRAIN) ev = POLLIN;
     else if (c->state == C_WRITE) ev = POLLOUT;
     else if (c->state == C_HELD) ev = POLLRDHUP;
     else continue;
@@ -543,6 +560,10 @@ int mh_wait(mh_server *s, int timeout_ms, const int *extra, int nextra, int *rea
       c->state = C_GONE;
     } else if (c->state == C_READ) {
       conn_read(s, c);
+    } else if (c->state == C_DRAIN) {
+      char sink[MH_CHUNK];
+      ssize_t got = recv(c->fd, sink, sizeof sink, 0);
+      if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) conn_close(c);
     } else if (c->state == C_WRITE) {
       if (fds[k].revents & (POLLERR | POLLHUP)) { conn_close(c); continue; }
       conn_flush(c);

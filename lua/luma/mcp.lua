@@ -306,6 +306,11 @@ function mcp.handle(S, msg)
     return { fail(id, INVALID, "id " .. text_of(id) .. " is already used by a request in flight") }
   end
   local method = methods[msg.method]
+  local meta = msg.params and msg.params._meta
+  if (msg.method == "initialize" or msg.method == "ping") and type(meta) == "table" and meta[META_VERSION] ~= nil then
+    return { fail(id, NO_METHOD, "'" .. msg.method .. "' is not a method of " .. MODERN[1] ..
+      ", which the request's _meta names (that revision has neither initialize nor ping)") }
+  end
   if msg.method == "initialize" then return { method(S, msg) } end
   if not method then
     return { fail(id, NO_METHOD, "unknown method '" .. msg.method .. "'") }
@@ -502,12 +507,10 @@ function mcp.serve_http(S, runtime, server, listen)
           return true
         end
       end
-      if type(modern_version) == "string" and contains(MODERN, modern_version) then
-        if mismatch("MCP-Protocol-Version", modern_version) then return end
-        if type(msg.method) == "string" and mismatch("Mcp-Method", msg.method) then return end
-        if msg.method == "tools/call" and type(params.name) == "string" and mismatch("Mcp-Name", params.name) then
-          return
-        end
+      if mismatch("MCP-Protocol-Version", modern_version) then return end
+      if type(msg.method) == "string" and mismatch("Mcp-Method", msg.method) then return end
+      if msg.method == "tools/call" and type(params.name) == "string" and mismatch("Mcp-Name", params.name) then
+        return
       end
       X = exchange(S, nil)
     elseif is_object and msg.method == "initialize" then
@@ -517,8 +520,8 @@ function mcp.serve_http(S, runtime, server, listen)
     else
       local sid = h["mcp-session-id"]
       if not sid then
-        return send(req.id, 400, fail(id, INVALID,
-          "no Mcp-Session-Id header: send initialize first (" .. table.concat(LEGACY, ", ") ..
+        return send(req.id, 400, fail(id, BAD_PARAMS,
+          "no protocol version and no Mcp-Session-Id header: send initialize first (" .. table.concat(LEGACY, ", ") ..
           "), or give params._meta[\"" .. META_VERSION .. "\"] = \"" .. MODERN[1] .. "\" on each request",
           { supported = array { table.unpack(SUPPORTED) } }), nil, sse)
       end
