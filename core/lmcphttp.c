@@ -14,10 +14,18 @@
      server:admit() / server:release(): requests in flight, as the stdio reader's
      server:session_new(version) -> id; server:session(id) -> version or nil;
      server:session_end(id) -> true when it ended one
-     server:close() */
+     server:close()
+   core.mcp_catch_stop() -> fd: SIGTERM and SIGINT no longer end the process;
+   each makes fd readable (a byte a signal: the self-pipe way, which no wait
+   can miss), for the HTTP loop to stop in order; core.mcp_stop_signal(fd)
+   -> the name of the signal caught ("SIGTERM", "SIGINT"), or nil. */
 #include "lmcphttp.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <lauxlib.h>
 
@@ -245,6 +253,47 @@ static int l_session_end(lua_State *L) {
   return 1;
 }
 
+/* The self-pipe of core.mcp_catch_stop: written by a signal handler only,
+   which may touch nothing else. Set once, for the process. */
+static int stop_pipe[2] = { -1, -1 };
+
+static void on_stop(int sig) {
+  int saved = errno;
+  unsigned char b = (unsigned char)sig;
+  ssize_t k = write(stop_pipe[1], &b, 1);
+  (void)k;   /* a full pipe already says stop */
+  errno = saved;
+}
+
+static int l_catch_stop(lua_State *L) {
+  if (stop_pipe[0] < 0) {
+    if (pipe(stop_pipe) != 0) return luaL_error(L, "pipe: %s", strerror(errno));
+    for (int i = 0; i < 2; i++) {
+      fcntl(stop_pipe[i], F_SETFD, FD_CLOEXEC);
+      fcntl(stop_pipe[i], F_SETFL, fcntl(stop_pipe[i], F_GETFL) | O_NONBLOCK);
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+  }
+  lua_pushinteger(L, stop_pipe[0]);
+  return 1;
+}
+
+static int l_stop_signal(lua_State *L) {
+  int fd = (int)luaL_checkinteger(L, 1);
+  unsigned char b;
+  if (read(fd, &b, 1) != 1) {
+    lua_pushnil(L);
+    return 1;
+  }
+  lua_pushstring(L, b == SIGINT ? "SIGINT" : b == SIGTERM ? "SIGTERM" : "a signal");
+  return 1;
+}
+
 void lmcphttp_open(lua_State *L) {
   static const luaL_Reg methods[] = {
     { "port", l_port },
@@ -272,4 +321,8 @@ void lmcphttp_open(lua_State *L) {
   lua_pop(L, 1);
   lua_pushcfunction(L, l_mcp_http);
   lua_setfield(L, -2, "mcp_http");
+  lua_pushcfunction(L, l_catch_stop);
+  lua_setfield(L, -2, "mcp_catch_stop");
+  lua_pushcfunction(L, l_stop_signal);
+  lua_setfield(L, -2, "mcp_stop_signal");
 }

@@ -399,33 +399,41 @@ end)
 -- background; its port is read from the line it writes on stderr. Returns
 -- { url, port, stop() }: stop ends it (by its pid) and removes its files.
 local function http_server(dir, args, env)
-  local err, pidfile = h.tmpname(".err"), h.tmpname(".pid")
+  local err, pidfile, statusfile = h.tmpname(".err"), h.tmpname(".pid"), h.tmpname(".status")
   h.write(err, "")
   local vars = ""
   for k, v in pairs(env or {}) do vars = vars .. k .. "=" .. h.quote(v) .. " " end
   local parts = {}
   for _, a in ipairs(args or {}) do parts[#parts + 1] = h.quote(a) end
-  os.execute("cd " .. h.quote(dir) .. " && env " .. vars .. h.quote(h.root .. "/bin/luma-lua") .. " mcp program.luma " ..
-    "--http 127.0.0.1:0 " .. table.concat(parts, " ") .. " < /dev/null > /dev/null 2> " .. h.quote(err) ..
-    " & echo $! > " .. h.quote(pidfile))
-  local pid = h.read(pidfile):match("%d+")
-  local port
+  -- (the pid is luma-lua's own: bin/luma-lua execs it)
+  local command = "echo $$ > " .. h.quote(pidfile) .. "; exec env " .. vars .. h.quote(h.root .. "/bin/luma-lua") ..
+    " mcp program.luma --http 127.0.0.1:0 " .. table.concat(parts, " ")
+  os.execute("cd " .. h.quote(dir) .. " && ( sh -c " .. h.quote(command) .. " < /dev/null > /dev/null 2> " ..
+    h.quote(err) .. "; echo $? > " .. h.quote(statusfile) .. " ) &")
+  local port, pid
   for _ = 1, 400 do
     port = h.read(err):match("serving http://127%.0%.0%.1:(%d+)/mcp")
     if port then break end
     socket.sleep(0.025)
   end
+  pid = h.read(pidfile):match("%d+")
   local server = { pid = pid, err = err }
+  -- SIGTERM; -> its exit status and what it wrote on stderr
   function server.stop()
     os.execute("kill " .. pid .. " 2> /dev/null")
-    for _ = 1, 200 do
-      if not os.execute("kill -0 " .. pid .. " 2> /dev/null") then break end
+    local status
+    for _ = 1, 800 do
+      local f = io.open(statusfile)
+      status = f and f:read("n")
+      if f then f:close() end
+      if status then break end
       socket.sleep(0.025)
     end
     local stderr = h.read(err)
     os.remove(err)
     os.remove(pidfile)
-    return stderr
+    os.remove(statusfile)
+    return status, stderr
   end
   assert(port, "the server did not start: " .. h.read(err))
   server.port = tonumber(port)
@@ -649,9 +657,10 @@ describe("luma-lua mcp --http against a hostile client (a raw socket)", function
     server = http_server(dir)
   end)
   teardown(function()
-    local stderr = server.stop()
-    -- it served every case without an error of its own
-    assert.are.equal("luma-lua mcp: serving " .. server.url .. "\n", stderr)
+    local status, stderr = server.stop()
+    -- it served every case without an error of its own, and stops in order
+    assert.are.equal("luma-lua mcp: serving " .. server.url .. "\nluma-lua mcp: stopped by SIGTERM\n", stderr)
+    assert.are.equal(0, status)
   end)
 
   local function alive()

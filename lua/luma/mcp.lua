@@ -442,9 +442,11 @@ local function accepts(accept, what)
     accept:find(what:match("^[^/]+") .. "/*", 1, true)
 end
 
--- Serves S over HTTP until the process is ended (SIGTERM, SIGINT).
+-- Serves S over HTTP until SIGTERM or SIGINT: then the calls in flight are
+-- cancelled (their clients get no reply), and it returns 0.
 function mcp.serve_http(S, runtime, server, listen)
   core.mcp_ignore_sigpipe()
+  local stopfd = core.mcp_catch_stop()
   local rtfd = runtime:fd()
   local exchanges = {}       -- HTTP request id -> the exchange whose call runs
   local in_session = {}      -- session id -> { key(id) -> exchange }: the calls of each session
@@ -592,9 +594,34 @@ function mcp.serve_http(S, runtime, server, listen)
       "(DELETE ends a session)"), { Allow = "POST, DELETE" })
   end
 
+  -- the calls in flight cancelled; waits (a while) for them to end, so that
+  -- no handler runs on as the process exits; the server closed
+  local function stop(signal)
+    local n = 0
+    for _, X in pairs(exchanges) do
+      for _, p in pairs(X.pending) do p.call:cancel() n = n + 1 end
+    end
+    local deadline = core.monotonic_ms() + core.limits.mcp_http_request_ms
+    while next(exchanges) and core.monotonic_ms() < deadline do
+      local _, ms = runtime:poll()
+      for id, X in pairs(exchanges) do
+        mcp.finished(X)
+        if next(X.pending) == nil then exchanges[id] = nil end
+      end
+      if next(exchanges) then core.mcp_wait({ rtfd }, ms or 100) end
+    end
+    server:close()
+    io.stderr:write("luma-lua mcp: stopped by ", signal, n > 0 and (": cancelled " .. n .. " calls in flight") or "", "\n")
+    return 0
+  end
+
   local wait_ms
   while true do
-    server:wait(next(exchanges) and (wait_ms or -1) or -1, { rtfd })
+    local ready = server:wait(next(exchanges) and (wait_ms or -1) or -1, { rtfd, stopfd })
+    if ready[stopfd] then
+      local signal = core.mcp_stop_signal(stopfd)
+      if signal then return stop(signal) end
+    end
     while true do
       local req = server:next()
       if not req then break end
