@@ -648,6 +648,24 @@ describe("luma-lua mcp --http, as the transport requires", function()
     assert.are.same({ ms = 500 }, read_reply(slow).json.result.structuredContent)
     slow:close()
   end)
+
+  it("cancels a session's call on notifications/cancelled: its POST ends with 204 and no reply", function()
+    local core = require "luma.core"
+    local sid = initialize(server.port)
+    local slow = connect(server.port)
+    local t0 = core.monotonic_ms()
+    slow:send(request_text(server.port, "POST", with(JSON_HEADERS, { ["Mcp-Session-Id"] = sid }),
+      rpc(1, "tools/call", { name = "slow", arguments = { ms = 8000 } })))
+    socket.sleep(0.2)
+    local r = http(server.port, "POST", with(JSON_HEADERS, { ["Mcp-Session-Id"] = sid }),
+      json.encode { jsonrpc = "2.0", method = "notifications/cancelled", params = { requestId = 1, reason = "user" } })
+    assert.are.equal(202, r.status)
+    r = read_reply(slow)
+    slow:close()
+    assert.are.equal(204, r.status)
+    assert.are.equal("", r.body)
+    assert.is_true(core.monotonic_ms() - t0 < 4000)
+  end)
 end)
 
 describe("luma-lua mcp --http against a hostile client (a raw socket)", function()
