@@ -242,6 +242,8 @@ describe("luma-lua mcp against a hostile client (a raw pipe)", function()
       rpc(4, "server/discover", { _meta = MODERN }),
       rpc(5, "initialize", { protocolVersion = "2024-11-05", capabilities = {}, clientInfo = { name = "old", version = "1" } }),
       rpc(6, "tools/list"),
+      rpc(7, "ping", { _meta = MODERN }),
+      rpc(8, "initialize", { protocolVersion = "2025-11-25", capabilities = {}, _meta = MODERN }),
     })
     assert.are.equal(-32602, by_id[1].error.code)
     assert.matches("send initialize first", by_id[1].error.message)
@@ -254,6 +256,10 @@ describe("luma-lua mcp against a hostile client (a raw pipe)", function()
     -- an initialize with a version it does not speak: it offers its newest
     assert.are.equal("2025-11-25", by_id[5].result.protocolVersion)
     assert.are.equal(4, #by_id[6].result.tools)
+    -- 2026-07-28 has neither ping nor initialize
+    assert.are.equal(-32601, by_id[7].error.code)
+    assert.matches("'ping' is not a method of 2026%-07%-28", by_id[7].error.message)
+    assert.are.equal(-32601, by_id[8].error.code)
   end)
 
   it("refuses a reused id in flight, a tool the agent does not expose, and denies approval it cannot ask for", function()
