@@ -625,7 +625,12 @@ function mcp.serve_http(S, runtime, server, listen)
     while true do
       local req = server:next()
       if not req then break end
-      request(req)
+      -- a fault of this code answers its request, and the others go on
+      local ok, why = pcall(request, req)
+      if not ok then
+        io.stderr:write("luma-lua mcp: internal error: ", tostring(why), "\n")
+        send(req.id, 500, fail(nil, INTERNAL, "internal error: " .. tostring(why)))
+      end
     end
     while true do   -- a client that left: its call stops (2026-07-28's way to cancel)
       local id = server:gone()
