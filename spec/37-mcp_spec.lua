@@ -706,6 +706,8 @@ describe("luma-lua mcp --http against a hostile client (a raw socket)", function
       { "PUT", JSON_HEADERS, INIT, nil, 405, "PUT is not served" },
       { "POST", JSON_HEADERS, INIT, "/other", 404, "no MCP endpoint at /other: it is /mcp" },
       { "DELETE", {}, nil, nil, 400, "needs an Mcp%-Session%-Id header" },
+      { "DELETE", { ["MCP-Protocol-Version"] = "2026-07-28" }, nil, nil, 405, "2026%-07%-28 has no sessions" },
+      { "GET", { ["MCP-Protocol-Version"] = "2026-07-28" }, nil, nil, 405, "GET is not served" },
       { "POST", with(JSON_HEADERS, { ["Transfer-Encoding"] = "chunked" }), nil, nil, 411, "Content%-Length" },
       { "POST", with(JSON_HEADERS, { ["X-Big"] = string.rep("x", core.limits.mcp_http_max_head_bytes) }), INIT, nil,
         431, "mcp_http_max_head_bytes %(" .. core.limits.mcp_http_max_head_bytes .. " bytes%)" },

@@ -576,7 +576,8 @@ function mcp.serve_http(S, runtime, server, listen)
       return send(req.id, 404, fail(nil, INVALID, "no MCP endpoint at " .. path .. ": it is /mcp"))
     end
     if req.method == "POST" then return post(req) end
-    if req.method == "DELETE" then
+    local modern = contains(MODERN, req.headers["mcp-protocol-version"])
+    if req.method == "DELETE" and not modern then
       local sid = req.headers["mcp-session-id"]
       if not sid then
         return send(req.id, 400, fail(nil, INVALID, "DELETE ends a session: it needs an Mcp-Session-Id header"))
@@ -589,7 +590,12 @@ function mcp.serve_http(S, runtime, server, listen)
       end
       return send(req.id, 204)
     end
-    -- GET would open a stream of the server's own messages: it sends none
+    -- GET would open a stream of the server's own messages: it sends none;
+    -- 2026-07-28 has no session to DELETE
+    if modern then
+      return send(req.id, 405, fail(nil, INVALID, req.method .. " is not served: POST one JSON-RPC message " ..
+        "(" .. MODERN[1] .. " has no sessions)"), { Allow = "POST" })
+    end
     return send(req.id, 405, fail(nil, INVALID, req.method .. " is not served: POST one JSON-RPC message " ..
       "(DELETE ends a session)"), { Allow = "POST, DELETE" })
   end
