@@ -92,8 +92,15 @@
   X(TOOL_RESULT_MAX_BYTES, 64 << 10, 0, "bytes of a tool result sent to the model when the agent sets no tool_result_max_bytes") \
   /* luma-lua mcp: serving tools over MCP */ \
   X(MCP_MAX_MESSAGE_BYTES, 4 << 20, 0, "bytes of one MCP message a client sends (a longer line is dropped and answered with -32600)") \
-  X(MCP_MAX_IN_FLIGHT, 64, 0, "tools/call requests of one MCP client running at once (past it: -32000, until one ends)") \
-  X(MCP_JSON_DEPTH, 64, 0, "nesting of an MCP message a client sends")
+  X(MCP_MAX_IN_FLIGHT, 64, 0, "tools/call requests of one MCP client running at once, or of all the clients of luma-lua mcp --http (past it: -32000, until one ends)") \
+  X(MCP_JSON_DEPTH, 64, 0, "nesting of an MCP message a client sends") \
+  X(MCP_HTTP_MAX_CONNECTIONS, 256, 0, "connections luma-lua mcp --http holds at once (past it an idle one is closed to make room, or the new one is answered 503 and closed)") \
+  X(MCP_HTTP_MAX_HEAD_BYTES, 64 << 10, 0, "bytes of an HTTP request's line and headers (past it: 431)") \
+  X(MCP_HTTP_MAX_HEADERS, 64, 0, "headers of an HTTP request (past it: 431)") \
+  X(MCP_HTTP_REQUEST_MS, 10000, 0, "milliseconds an HTTP request may take to arrive whole, and its reply to be read (past it: 408, or the connection is closed)") \
+  X(MCP_HTTP_IDLE_MS, 30000, 0, "milliseconds a kept-alive HTTP connection may wait for its next request") \
+  X(MCP_HTTP_MAX_SESSIONS, 512, 0, "sessions of the initialize era held at once (past it the least recently used ends: its client gets 404 and starts again)") \
+  X(MCP_HTTP_SESSION_IDLE_MS, 3600000, 0, "milliseconds a session of the initialize era lives unused (then 404)")
 
 enum {
 #define LIM_ENUM_(name, value, settable, doc) LIM_##name = (value),

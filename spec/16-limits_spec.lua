@@ -197,6 +197,11 @@ local OTHER_MEANINGS = {
   { "sandbox/state.c", "coroutine.close is nested more than 100 deep", "a bound of the strict state's Lua prelude" },
   { "sandbox/watch.c", "SX_WATCH_SLOTS 512", "slots of the deadline watcher" },
   { "sandbox/watch.c", "RESENDS_MAX 200", "how often the watcher repeats a stop signal" },
+  { "core/mcphttp.c", "case 200:", "an HTTP status" },
+  { "core/mcphttp.c", "case 400:", "an HTTP status" },
+  { "core/mcphttp.c", "conn_refuse(s, c, 400,", "an HTTP status" },
+  { "core/mcphttp.c", "HTTP/1.1 100 Continue", "an HTTP status: the interim reply to Expect: 100-continue" },
+  { "core/lmcphttp.c", "status >= 100 && status <= 599", "the range of HTTP statuses" },
 }
 
 describe("the table of limits in the C sources", function()

@@ -106,7 +106,7 @@ describe("the man page", function()
       assert.matches("\n%.B[IR]? " .. c .. "[ \n]", man, 1, false, c .. " has no entry under COMMANDS")
     end
     local texts = { top }
-    for _, c in ipairs { "run", "check", "tools", "schema", "validate", "repl", "init", "version", "help" } do
+    for _, c in ipairs { "run", "check", "tools", "schema", "validate", "mcp", "repl", "init", "version", "help" } do
       local _, text = luma_lua(h.root, c .. " --help")
       texts[#texts + 1] = text
     end

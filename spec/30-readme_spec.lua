@@ -111,11 +111,16 @@ describe("the README's code blocks", function()
     local list = of("json")
     assert.is_true(#list >= 1)
     for _, b in ipairs(list) do
-      -- an MCP client's configuration (Serving tools over MCP) runs luma-lua mcp
+      -- an MCP client's configuration (Serving tools over MCP) runs luma-lua
+      -- mcp, or names the URL luma-lua mcp --http serves
       if b.code:find('"mcpServers"', 1, true) then
         local servers = luma.json.decode(b.code).mcpServers
         for _, server in pairs(servers) do
-          assert.are.same({ "luma-lua", "mcp" }, { server.command, server.args[1] })
+          if server.type == "http" then
+            assert.matches("^http://127%.0%.0%.1:%d+/mcp$", server.url)
+          else
+            assert.are.same({ "luma-lua", "mcp" }, { server.command, server.args[1] })
+          end
         end
         goto next
       end

@@ -19,8 +19,10 @@ commands:
                            ({ name, description, parameters } for each tool)
   schema PROGRAM NAME      print the JSON Schema of one schema (of a tool's input,
                            for a tool's name)
-  mcp PROGRAM [--agent A]  serve the program's tools (or agent A's) over MCP on
-                           stdio, to any MCP client (both protocol eras)
+  mcp PROGRAM [--agent A] [--http [HOST:]PORT]
+                           serve the program's tools (or agent A's) over MCP on
+                           stdio, or Streamable HTTP, to any MCP client (both
+                           protocol eras)
   validate PROGRAM SCHEMA [JSON | @file | -]
                            validate a value (standard input when absent): print
                            it with its defaults filled (exit 0), or every
@@ -175,11 +177,21 @@ schema of its input (as the REPL's :schema does).
 ]],
   mcp = [[
 usage: luma-lua mcp PROGRAM [--agent A] [--config FILE] [--tool-module FILE]...
+                    [--http [HOST:]PORT [--token-env NAME] [--allow-origin ORIGIN]...]
 Serves the program's tools over the Model Context Protocol on standard input
 and output (one JSON-RPC message a line; logs go to standard error). Clients
 may initialize (2025-06-18, 2025-11-25) or send 2026-07-28 requests as they
 are. Every tools/call runs through the pipeline; --agent A serves only A's
 tools, under A's policy. Exits when standard input ends.
+  --http [HOST:]PORT     serve Streamable HTTP at http://HOST:PORT/mcp instead
+                         (HOST 127.0.0.1 when absent; PORT 0: any free port,
+                         printed on stderr) until SIGTERM or SIGINT. An address
+                         beyond loopback (0.0.0.0, a LAN address) must be
+                         given here and needs --token-env
+  --token-env NAME       clients must send Authorization: Bearer with the value
+                         of the environment variable NAME
+  --allow-origin ORIGIN  a browser Origin allowed beside loopback ones
+                         (repeatable); any other Origin is refused (403)
 ]],
   validate = [[
 usage: luma-lua validate PROGRAM SCHEMA [JSON | @file | -]

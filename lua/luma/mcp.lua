@@ -1,6 +1,7 @@
 -- luma-lua mcp: a program's tools served over the Model Context Protocol, on
--- stdio. Both eras: a client that sends `initialize` (2025-06-18,
--- 2025-11-25) gets a session for the life of the process; a request whose
+-- stdio or Streamable HTTP (--http). Both eras: a client that sends
+-- `initialize` (2025-06-18, 2025-11-25) gets a session (for the life of the
+-- process on stdio; an Mcp-Session-Id over HTTP); a request whose
 -- params._meta names the 2026-07-28 revision is answered on its own
 -- (stateless, with server/discover and resultType). Every tools/call is a
 -- program:start through the one pipeline, run on the runtime's worker pool:
@@ -15,7 +16,10 @@
 -- stays here, where it reads the program's declarations: `handle` writes
 -- nothing and reads nothing; given a message and the state (the era, the
 -- calls pending) it returns the replies, and `finished` those of calls that
--- ended. The stdio loop is the only I/O.
+-- ended. The stdio loop and the HTTP loop are the only I/O. Over HTTP each
+-- POST is an exchange of its own (one message, one reply): a state that
+-- shares the server's tables and holds that request's call; the HTTP server
+-- (core/mcphttp.c) bounds what reaches it and checks Origin and the token.
 local luma = require "luma"
 local core = require "luma.core"
 local approval = require "luma.approval"
@@ -302,6 +306,11 @@ function mcp.handle(S, msg)
     return { fail(id, INVALID, "id " .. text_of(id) .. " is already used by a request in flight") }
   end
   local method = methods[msg.method]
+  local meta = msg.params and msg.params._meta
+  if (msg.method == "initialize" or msg.method == "ping") and type(meta) == "table" and meta[META_VERSION] ~= nil then
+    return { fail(id, NO_METHOD, "'" .. msg.method .. "' is not a method of " .. MODERN[1] ..
+      ", which the request's _meta names (that revision has neither initialize nor ping)") }
+  end
   if msg.method == "initialize" then return { method(S, msg) } end
   if not method then
     return { fail(id, NO_METHOD, "unknown method '" .. msg.method .. "'") }
@@ -388,17 +397,293 @@ function mcp.serve(S, runtime)
   end
 end
 
+-- ------------------------------------------------------------- the HTTP loop
+
+local HEADER_MISMATCH = -32020
+local NO_SESSION = -32001
+
+-- --http's value: [HOST:]PORT, HOST a numeric address, [v6] or localhost.
+-- -> { host, port, loopback } or nil and why.
+function mcp.http_address(v)
+  local host, port = v:match("^%[([%x:.]+)%]:(%d+)$")
+  if not host then host, port = v:match("^([^:]+):(%d+)$") end
+  if not host then host, port = "127.0.0.1", v:match("^(%d+)$") end
+  port = tonumber(port)
+  if not port or port > 65535 then
+    return nil, "expected [HOST:]PORT (127.0.0.1:8080, [::1]:8080, or 8080 for 127.0.0.1:8080)"
+  end
+  if host == "localhost" then host = "127.0.0.1" end
+  local loopback = host:match("^127%.") ~= nil or host == "::1"
+  return { host = host, port = port, loopback = loopback }
+end
+
+-- A new exchange: one POST's state, sharing the server's tables.
+local function exchange(S, version)
+  return setmetatable({ pending = {}, session = version }, { __index = S })
+end
+
+-- The HTTP status of a reply (2026-07-28 says which errors are 400 and 404;
+-- the initialize era sends its protocol errors with 200).
+local function status_of(r, modern)
+  local e = r.error
+  if not e then return 200 end
+  if e.code == PARSE or e.code == INVALID then return 400 end
+  if modern then
+    if e.code == NO_METHOD then return 404 end
+    if e.code == BAD_PARAMS or (e.code <= HEADER_MISMATCH and e.code >= UNSUPPORTED_VERSION) then return 400 end
+  end
+  return 200
+end
+
+local function accepts(accept, what)
+  if not accept then return true end
+  accept = accept:lower()
+  return accept:find(what, 1, true) or accept:find("*/*", 1, true) or
+    accept:find(what:match("^[^/]+") .. "/*", 1, true)
+end
+
+-- Serves S over HTTP until SIGTERM or SIGINT: then the calls in flight are
+-- cancelled (their clients get no reply), and it returns 0.
+function mcp.serve_http(S, runtime, server, listen)
+  core.mcp_ignore_sigpipe()
+  local stopfd = core.mcp_catch_stop()
+  local rtfd = runtime:fd()
+  local exchanges = {}       -- HTTP request id -> the exchange whose call runs
+  local in_session = {}      -- session id -> { key(id) -> exchange }: the calls of each session
+  local host = listen.host:find(":", 1, true) and ("[" .. listen.host .. "]") or listen.host
+  io.stderr:write("luma-lua mcp: serving http://", host, ":", server:port(), "/mcp\n")
+  io.stderr:flush()
+
+  local function send(req_id, status, body, extra, sse)
+    local headers = extra or {}
+    if body then
+      local ok, text = pcall(core.json_encode, body)
+      if not ok then
+        text = core.json_encode(fail(body.id, INTERNAL, "the reply cannot be written as JSON: " .. tostring(text)))
+      end
+      if sse then
+        headers["Content-Type"] = "text/event-stream"
+        headers["Cache-Control"] = "no-cache"
+        text = "event: message\ndata: " .. text .. "\n\n"
+      else
+        headers["Content-Type"] = "application/json"
+      end
+      server:reply(req_id, status, headers, text)
+    else
+      server:reply(req_id, status, headers)
+    end
+  end
+
+  -- One POST: its one message, in the era it speaks.
+  local function post(req)
+    local h = req.headers
+    local ctype = (h["content-type"] or ""):lower():match("^%s*([^;%s]+)")
+    if ctype ~= "application/json" then
+      return send(req.id, 415, fail(nil, INVALID, "Content-Type must be application/json, not " ..
+        (h["content-type"] and ("'" .. h["content-type"] .. "'") or "absent")))
+    end
+    local json_ok, sse_ok = accepts(h.accept, "application/json"), accepts(h.accept, "text/event-stream")
+    if not json_ok and not sse_ok then
+      return send(req.id, 406, fail(nil, INVALID, "Accept must list application/json and text/event-stream"))
+    end
+    local sse = not json_ok
+    if req.bad_json then return send(req.id, 400, fail(nil, PARSE, "parse error: " .. req.bad_json), nil, sse) end
+    local msg = req.message
+    if msg == nil then
+      return send(req.id, 400, fail(nil, INVALID, "the body is empty: send one JSON-RPC message"), nil, sse)
+    end
+    local is_object = type(msg) == "table" and getmetatable(msg) ~= array_mt
+    local id = is_object and msg.id or nil
+    local params = is_object and type(msg.params) == "table" and msg.params or nil
+    local meta = params and type(params._meta) == "table" and params._meta or nil
+    local modern_version = nil
+    if meta then modern_version = meta[META_VERSION] end
+    local X, extra = nil, {}
+    if modern_version ~= nil then
+      -- 2026-07-28: the headers repeat what routes the body
+      local function mismatch(name, want)
+        local got = h[name:lower()]
+        if got ~= want then
+          send(req.id, 400, fail(id, HEADER_MISMATCH, name .. " header " ..
+            (got and ("'" .. got .. "'") or "absent") .. " does not match the body's " .. text_of(want)), nil, sse)
+          return true
+        end
+      end
+      if mismatch("MCP-Protocol-Version", modern_version) then return end
+      if type(msg.method) == "string" and mismatch("Mcp-Method", msg.method) then return end
+      if msg.method == "tools/call" and type(params.name) == "string" and mismatch("Mcp-Name", params.name) then
+        return
+      end
+      X = exchange(S, nil)
+    elseif is_object and msg.method == "initialize" then
+      X = exchange(S, nil)
+    elseif not is_object then
+      X = exchange(S, nil)     -- a batch, or not an object: mcp.handle says which
+    else
+      local sid = h["mcp-session-id"]
+      if not sid then
+        return send(req.id, 400, fail(id, BAD_PARAMS,
+          "no protocol version and no Mcp-Session-Id header: send initialize first (" .. table.concat(LEGACY, ", ") ..
+          "), or give params._meta[\"" .. META_VERSION .. "\"] = \"" .. MODERN[1] .. "\" on each request",
+          { supported = array { table.unpack(SUPPORTED) } }), nil, sse)
+      end
+      local version = server:session(sid)
+      if not version then
+        return send(req.id, 404, fail(id, NO_SESSION,
+          "session not found (it ended or expired): send initialize again"), nil, sse)
+      end
+      local asked = h["mcp-protocol-version"]
+      if asked and asked ~= version then
+        return send(req.id, 400, fail(id, INVALID,
+          "MCP-Protocol-Version " .. asked .. " is not this session's (" .. version .. ")"), nil, sse)
+      end
+      X = exchange(S, version)
+      X.sid = sid
+      local calls = in_session[sid]
+      if id ~= nil and calls and calls[key(id)] then
+        return send(req.id, 200, fail(id, INVALID, "id " .. text_of(id) ..
+          " is already used by a request in flight"), nil, sse)
+      end
+      if id == nil and msg.method == "notifications/cancelled" and params and params.requestId ~= nil then
+        local other = calls and calls[key(params.requestId)]
+        if other then mcp.handle(other, msg) end
+        return send(req.id, 202)
+      end
+    end
+    local replies = mcp.handle(X, msg)
+    if is_object and msg.method == "initialize" and replies[1] and replies[1].result then
+      extra["Mcp-Session-Id"] = server:session_new(X.session)
+    end
+    if next(X.pending) then
+      X.http = { sse = sse, modern = modern_version ~= nil, keys = {} }
+      exchanges[req.id] = X
+      if X.sid then
+        in_session[X.sid] = in_session[X.sid] or {}
+        for k in pairs(X.pending) do
+          in_session[X.sid][k] = X
+          X.http.keys[#X.http.keys + 1] = k
+        end
+      end
+      return
+    end
+    if replies[1] then return send(req.id, status_of(replies[1], modern_version ~= nil), replies[1], extra, sse) end
+    return send(req.id, 202)   -- a notification, or a response
+  end
+
+  local function request(req)
+    local path = req.target:match("^[^?#]*")
+    if path ~= "/mcp" then
+      return send(req.id, 404, fail(nil, INVALID, "no MCP endpoint at " .. path .. ": it is /mcp"))
+    end
+    if req.method == "POST" then return post(req) end
+    local modern = contains(MODERN, req.headers["mcp-protocol-version"])
+    if req.method == "DELETE" and not modern then
+      local sid = req.headers["mcp-session-id"]
+      if not sid then
+        return send(req.id, 400, fail(nil, INVALID, "DELETE ends a session: it needs an Mcp-Session-Id header"))
+      end
+      if not server:session_end(sid) then
+        return send(req.id, 404, fail(nil, NO_SESSION, "session not found (it ended or expired)"))
+      end
+      for _, X in pairs(in_session[sid] or {}) do
+        for _, p in pairs(X.pending) do p.call:cancel() p.cancelled = true end
+      end
+      return send(req.id, 204)
+    end
+    -- GET would open a stream of the server's own messages: it sends none;
+    -- 2026-07-28 has no session to DELETE
+    if modern then
+      return send(req.id, 405, fail(nil, INVALID, req.method .. " is not served: POST one JSON-RPC message " ..
+        "(" .. MODERN[1] .. " has no sessions)"), { Allow = "POST" })
+    end
+    return send(req.id, 405, fail(nil, INVALID, req.method .. " is not served: POST one JSON-RPC message " ..
+      "(DELETE ends a session)"), { Allow = "POST, DELETE" })
+  end
+
+  -- the calls in flight cancelled; waits (a while) for them to end, so that
+  -- no handler runs on as the process exits; the server closed
+  local function stop(signal)
+    local n = 0
+    for _, X in pairs(exchanges) do
+      for _, p in pairs(X.pending) do p.call:cancel() n = n + 1 end
+    end
+    local deadline = core.monotonic_ms() + core.limits.mcp_http_request_ms
+    while next(exchanges) and core.monotonic_ms() < deadline do
+      local _, ms = runtime:poll()
+      for id, X in pairs(exchanges) do
+        mcp.finished(X)
+        if next(X.pending) == nil then exchanges[id] = nil end
+      end
+      if next(exchanges) then core.mcp_wait({ rtfd }, ms or 100) end
+    end
+    server:close()
+    io.stderr:write("luma-lua mcp: stopped by ", signal, n > 0 and (": cancelled " .. n .. " calls in flight") or "", "\n")
+    return 0
+  end
+
+  local wait_ms
+  while true do
+    local ready = server:wait(next(exchanges) and (wait_ms or -1) or -1, { rtfd, stopfd })
+    if ready[stopfd] then
+      local signal = core.mcp_stop_signal(stopfd)
+      if signal then return stop(signal) end
+    end
+    while true do
+      local req = server:next()
+      if not req then break end
+      -- a fault of this code answers its request, and the others go on
+      local ok, why = pcall(request, req)
+      if not ok then
+        io.stderr:write("luma-lua mcp: internal error: ", tostring(why), "\n")
+        send(req.id, 500, fail(nil, INTERNAL, "internal error: " .. tostring(why)))
+      end
+    end
+    while true do   -- a client that left: its call stops (2026-07-28's way to cancel)
+      local id = server:gone()
+      if not id then break end
+      local X = exchanges[id]
+      if X then
+        X.http.gone = true
+        for _, p in pairs(X.pending) do p.call:cancel() p.cancelled = true end
+      end
+    end
+    local _, ms = runtime:poll()
+    wait_ms = ms
+    for id, X in pairs(exchanges) do
+      local out = mcp.finished(X)
+      if next(X.pending) == nil then
+        exchanges[id] = nil
+        local calls = X.sid and in_session[X.sid]
+        if calls then
+          for _, k in ipairs(X.http.keys) do calls[k] = nil end
+          if next(calls) == nil then in_session[X.sid] = nil end
+        end
+        if not X.http.gone then
+          if out[1] then send(id, status_of(out[1], X.http.modern), out[1], nil, X.http.sse)
+          else send(id, 204) end   -- cancelled: no reply is sent for it
+        end
+      end
+    end
+  end
+end
+
 -- luma-lua mcp PROGRAM [--agent A] [--config FILE] [--tool-module FILE]...
+--   [--http [HOST:]PORT [--token-env NAME] [--allow-origin ORIGIN]...]
 -- Returns the exit status; `err` writes a line to stderr.
 function mcp.main(args, err, print_load_error)
   local path, agent, config, modules = nil, nil, nil, {}
+  local http, token_env, origins = nil, nil, {}
   local i = 1
   while i <= #args do
     local a = args[i]
-    if a == "--agent" or a == "--config" or a == "--tool-module" then
+    if a == "--agent" or a == "--config" or a == "--tool-module" or a == "--http" or a == "--token-env"
+        or a == "--allow-origin" then
       local v = args[i + 1]
       if not v then err("luma-lua: " .. a .. " needs a value") return 2 end
-      if a == "--agent" then agent = v elseif a == "--config" then config = v else modules[#modules + 1] = v end
+      if a == "--agent" then agent = v elseif a == "--config" then config = v
+      elseif a == "--http" then http = v elseif a == "--token-env" then token_env = v
+      elseif a == "--allow-origin" then origins[#origins + 1] = v
+      else modules[#modules + 1] = v end
       i = i + 2
     elseif a:sub(1, 1) == "-" then
       err("luma-lua: mcp: unknown option '" .. a .. "'")
@@ -412,6 +697,30 @@ function mcp.main(args, err, print_load_error)
     end
   end
   if not path then err("luma-lua: mcp needs one PROGRAM") return 2 end
+  if not http and (token_env or #origins > 0) then
+    err("luma-lua: mcp: " .. (token_env and "--token-env" or "--allow-origin") .. " goes with --http")
+    return 2
+  end
+  local listen
+  if http then
+    local why
+    listen, why = mcp.http_address(http)
+    if not listen then err("luma-lua: mcp: --http " .. http .. ": " .. why) return 2 end
+    -- the token is read through the lookup (the environment), never given
+    -- on the command line, where any user of the machine could read it
+    if token_env then
+      listen.token = os.getenv(token_env)
+      if not listen.token or listen.token == "" then
+        err("luma-lua: mcp: --token-env " .. token_env .. ": the variable is not set, or empty")
+        return 2
+      end
+    elseif not listen.loopback then
+      err("luma-lua: mcp: --http " .. http .. " listens beyond loopback: give --token-env NAME, " ..
+        "so that only clients with the token can call the tools")
+      return 2
+    end
+    listen.origins = origins
+  end
   local runtime = luma.runtime {}
   -- stdin is the protocol: approval is never asked at the terminal (the
   -- client is not asked in this version): a write tool of an agent with
@@ -438,6 +747,11 @@ function mcp.main(args, err, print_load_error)
   if not check_ok then
     if luma.is_error(check_err) then print_load_error(check_err) return 2 end
     error(check_err, 0)
+  end
+  if listen then
+    local server, why = core.mcp_http(listen)
+    if not server then err("luma-lua: mcp: " .. why) return 1 end
+    return mcp.serve_http(mcp.new(program, server, { agent = agent, network = network }), runtime, server, listen)
   end
   local reader = core.mcp_reader(0, MAX_MESSAGE)
   return mcp.serve(mcp.new(program, reader, { agent = agent, network = network }), runtime)

@@ -1,23 +1,31 @@
-// An official MCP TypeScript client against a stdio server, for spec/37.
+// An official MCP TypeScript client against a stdio or HTTP server, for spec/37.
 //   node client.mjs v1|v2-legacy|v2-auto|v2-pin TOOL ARGS_JSON BAD_ARGS_JSON -- COMMAND ARG...
+//   node client.mjs v1|v2-legacy|v2-auto|v2-pin TOOL ARGS_JSON BAD_ARGS_JSON -- http://HOST:PORT/mcp
+// Over HTTP, MCP_TOKEN (when set) is sent as a bearer token, and the client
+// ends its session (DELETE) on close.
 // Prints one JSON object: the era the client ended in, the protocol version,
 // tools/list, a call, a call the pipeline refuses, and a call of an unknown tool.
 const [flavour, tool, args, badArgs, dashdash, command, ...commandArgs] = process.argv.slice(2);
 if (dashdash !== "--") throw new Error("usage: client.mjs FLAVOUR TOOL ARGS BAD_ARGS -- COMMAND ARG...");
 
-let Client, StdioClientTransport, options = {};
+let Client, StdioClientTransport, StreamableHTTPClientTransport, options = {};
 if (flavour === "v1") {
   ({ Client } = await import("@modelcontextprotocol/sdk/client/index.js"));
   ({ StdioClientTransport } = await import("@modelcontextprotocol/sdk/client/stdio.js"));
+  ({ StreamableHTTPClientTransport } = await import("@modelcontextprotocol/sdk/client/streamableHttp.js"));
 } else {
-  ({ Client } = await import("@modelcontextprotocol/client"));
+  ({ Client, StreamableHTTPClientTransport } = await import("@modelcontextprotocol/client"));
   ({ StdioClientTransport } = await import("@modelcontextprotocol/client/stdio"));
   const mode = { "v2-legacy": "legacy", "v2-auto": "auto", "v2-pin": { pin: "2026-07-28" } }[flavour];
   options = { versionNegotiation: { mode } };
 }
 
 const client = new Client({ name: "spec37", version: "1.0.0" }, options);
-const transport = new StdioClientTransport({ command, args: commandArgs, stderr: "pipe" });
+const http = /^https?:/.test(command);
+const headers = process.env.MCP_TOKEN ? { Authorization: `Bearer ${process.env.MCP_TOKEN}` } : {};
+const transport = http
+  ? new StreamableHTTPClientTransport(new URL(command), { requestInit: { headers } })
+  : new StdioClientTransport({ command, args: commandArgs, stderr: "pipe" });
 let stderr = "";
 transport.stderr?.on("data", (d) => { stderr += d; });
 const out = {};
@@ -33,6 +41,8 @@ try {
   } catch (e) {
     out.unknown = { error: { code: e.code, message: e.message } };
   }
+  out.session = http ? transport.sessionId ?? null : undefined;
+  if (http && transport.sessionId) await transport.terminateSession();
   await client.close();
 } catch (e) {
   out.failure = String(e && e.stack || e);
