@@ -51,17 +51,6 @@ void ak_cancel(ak_ask *a);
 /* Pushes the answer (returns 1) or the error (returns 0) on L, a thread of
    the runtime's home state. Only once it is done. */
 int ak_push_outcome(lua_State *L, ak_ask *a);
-/* Events (askevents.c; README: Streaming). From ak_listen on, the ask
-   queues its events, and asks the provider to stream (unless the model says
-   stream: false) from its next request on; an ask already done queues its
-   finish event. The queue is bounded (LIM_STREAM_QUEUE_BYTES): while it is
-   full the stream's transfer pauses, so a host that does not take them
-   makes the ask hold about twice that, whatever the answer's length.
-   ak_ev_take pushes the next event on L (a thread of the runtime's home
-   state) and returns 1, or returns 0 when none is queued now. */
-void ak_listen(ak_ask *a);
-int ak_ev_take(lua_State *L, ak_ask *a);
-int ak_ev_pending(const ak_ask *a);
 /* Releases the caller's reference; an ask in flight is cancelled first. */
 void ak_free(ak_ask *a);
 

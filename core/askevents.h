@@ -6,8 +6,19 @@
 #ifndef LUMA_ASKEVENTS_H
 #define LUMA_ASKEVENTS_H
 
-#include "ask.h"
 #include "askint.h"
+
+/* Events (askevents.c; README: Streaming). From ak_listen on, the ask
+   queues its events, and asks the provider to stream (unless the model says
+   stream: false) from its next request on; an ask already done queues its
+   finish event. The queue is bounded (LIM_STREAM_QUEUE_BYTES): while it is
+   full the stream's transfer pauses, so a host that does not take them
+   makes the ask hold about twice that, whatever the answer's length.
+   ak_ev_take pushes the next event on L (a thread of the runtime's home
+   state) and returns 1, or returns 0 when none is queued now. */
+void ak_listen(ak_ask *a);
+int ak_ev_take(lua_State *L, ak_ask *a);
+int ak_ev_pending(const ak_ask *a);
 
 void ak_ev_free(ak_ask *a);
 /* A delta of the stream of turn a->ev_turn. */

@@ -632,6 +632,8 @@ static void test_wake_socket(void) {
   CT_CHECK(luma_wake_socket(rt, path, sizeof path, &err) == LUMA_OK, "again: %s", err.message);
   luma_destroy(rt);
   CT_CHECK(stat(path, &st) != 0, "%s is still there after luma_destroy", path);
+}
+
 /* ------------------------------------------------------------ streams */
 
 /* A provider on 127.0.0.1 that answers one request with a Chat Completions
