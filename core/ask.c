@@ -11,6 +11,7 @@
 
 #include <lauxlib.h>
 
+#include "askptools.h"
 #include "asktools.h"
 #include "compat.h"
 #include "jsonschema.h"
@@ -24,6 +25,7 @@
 static int step_task(rt_task *t, long long *wait_ms);
 static void respond(ak_ask *a, const ad_response *r);
 static void answer(ak_ask *a);
+static void paused(ak_ask *a);
 static void cancel_task(rt_task *t);
 static void release_task(rt_task *t);
 
@@ -232,6 +234,7 @@ static int prepare(ak_ask *a) {
       a->tools[i] = (ad_tool){ t->name, t->description, jv_get(decl, "parameters") };
     }
   }
+  if (ak_ptools_prepare(a) < 0) return -1;
   a->final_schema = js_schema(&a->arena, a->pg->p, a->schema, JS_CANONICAL);
   if (a->arena.failed || !a->final_schema) return -1;
   ad_conv_init(&a->conv, &a->model);
@@ -254,7 +257,7 @@ static void on_transfer_end(void *ud) {
 static void send(ak_ask *a) {
   ar_free(&a->turn_arena);
   ar_init(&a->turn_arena);
-  ad_ask q = { a->tools, a->ntools, AD_CHOICE_AUTO, NULL, NULL, NULL };
+  ad_ask q = { a->tools, a->ntools, AD_CHOICE_AUTO, NULL, NULL, NULL, a->ptools, a->nptools };
   if (a->forced && !a->tool_rounds) {
     q.choice = AD_CHOICE_TOOL;
     q.choice_tool = a->forced->name;
@@ -378,9 +381,23 @@ static void respond(ak_ask *a, const ad_response *r) {
   /* a provider's counts are not trusted: held at LLONG_MAX */
   if (a->turn.input_tokens > 0) a->input_tokens = sat_add(a->input_tokens, a->turn.input_tokens);
   if (a->turn.output_tokens > 0) a->output_tokens = sat_add(a->output_tokens, a->turn.output_tokens);
+  ak_ptools_turn(a);
   /* calls are read from the content, whatever the stop reason says */
   if (a->turn.ncalls > 0) move(a, ak_begin_tools(a), AK_TOOLS);
+  else if (a->turn.stop == AD_STOP_PAUSE) paused(a);
   else answer(a);
+}
+
+/* The provider paused its own tool loop (Anthropic's pause_turn): the turn
+   goes back as it is, the last message, and the provider goes on. */
+static void paused(ak_ask *a) {
+  if (++a->pauses > LIM_PAUSE_TURN_MAX) {
+    fail(a, LE_ASK_TOOL_LIMIT, "Agent '%s': the provider paused its own tool loop %d times; luma continues it at most %d times (pause_turn_max).",
+         a->agent->name, a->pauses, (int)LIM_PAUSE_TURN_MAX);
+    return;
+  }
+  ad_conv_turn(&a->conv, &a->turn);
+  a->state = AK_SEND;
 }
 
 /* The final answer: JSON of the ask's schema, else a re-ask or an error. */

@@ -30,6 +30,12 @@ enum {
   AK_DONE
 };
 
+/* A source the ask's answer cites (a provider tool's), in the ask's arena. */
+typedef struct ak_cite {
+  const char *url, *title, *cited_text;   /* title and cited_text may be NULL */
+  struct ak_cite *next;
+} ak_cite;
+
 /* One tool call of the current turn, and its result for the model. */
 typedef struct ak_slot {
   cl_call *call;              /* until it is done and collected */
@@ -77,6 +83,15 @@ struct ak_ask {
   int starting;               /* calls were started in this step */
   int fatal;                  /* a slot whose error ends the ask, + 1; 0: none */
   unsigned long long rng;
+  /* provider tools (askptools.c): their entries, the turns the provider
+     paused, its own tool calls and their failures, the sources cited */
+  ad_ptool *ptools;
+  int nptools;
+  int pauses;
+  int ptool_uses[AD_NPTKINDS];
+  int ptool_errors;
+  ak_cite *cites, **cites_tail;
+  int ncites;
 };
 
 #endif

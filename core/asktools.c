@@ -2,6 +2,7 @@
    the agent's tool_concurrency at once, each with exactly one result for the
    model; and the ask's telemetry event. */
 #include "asktools.h"
+#include "askptools.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -271,6 +272,7 @@ void ak_emit(ak_ask *a) {
   if (a->ok) lua_pushlightuserdata(T, NULL);
   else lua_getfield(T, AK_VALUE, "code");
   lua_setfield(T, e, "code");
+  ak_ptools_event(a, e);
   st_publish(T, pg, e);
   lua_settop(T, e - 1);
 }

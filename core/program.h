@@ -13,6 +13,7 @@
 #include "ast.h"
 #include "diag.h"
 #include "providers.h"
+#include "ptools.h"
 
 struct lre;
 
@@ -153,6 +154,7 @@ typedef struct pm_model {
   long long timeout;          /* ms per request, -1 when not set */
   long long retries;          /* HTTP-level retries, -1 when not set (2) */
   pm_headers headers;
+  int allow_unknown_model;    /* a name the capability table does not know runs provider tools, with a warning */
   int index;
 } pm_model;
 
@@ -160,6 +162,29 @@ typedef struct pm_toollist {
   pm_tool **items;
   int n;
 } pm_toollist;
+
+/* A tool the provider runs (`provider_tool NAME { kind: ... }`): no schema
+   and no handler of luma's; the capability table (adapters/ptools.h) says
+   which models run it. */
+typedef struct pm_ptool {
+  const char *name;
+  ast_pos pos;
+  int kind;                   /* ad_ptkind */
+  int has_kind;
+  long long max_uses;         /* -1 when not set */
+  pm_strings allowed_domains;
+  pm_strings blocked_domains;
+  pm_headers user_location;   /* city, region, country, timezone */
+  pm_strings vector_stores;
+  const char *container;
+  int index;
+} pm_ptool;
+
+typedef struct pm_ptoollist {
+  pm_ptool **items;
+  int n;
+  ast_pos *pos;               /* where the agent's `tools` names each */
+} pm_ptoollist;
 
 /* An agent method: its parameters as an internal schema
    __method_<agent>_<method>_input, and its return type (or NULL). */
@@ -175,6 +200,7 @@ typedef struct pm_agent {
   const ast_decl *decl;
   pm_model *model;
   pm_toollist tools;
+  pm_ptoollist ptools;            /* the provider tools among its `tools` */
   pm_method *methods;
   int nmethods;
   long long tool_rate_limit;      /* -1: no limit */
@@ -212,6 +238,8 @@ typedef struct pm_program {
   int nagents;
   pm_model **models;
   int nmodels;
+  pm_ptool **ptools;
+  int nptools;
   struct lre **regexes;       /* compiled @pattern rules, freed with the program */
   int nregexes, regexes_cap;
 } pm_program;
