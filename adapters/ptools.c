@@ -47,12 +47,15 @@ static const cap_row rows[] = {
   { AD_WIRE_GEMINI, AD_PT_URL_CONTEXT, "url_context", "gemini-2.5,gemini-3", "", "" },
 };
 
-/* The models each wire knows: a name outside these is unknown, not refused. */
+/* The model families each wire knows, by name prefix: a name among them
+   that a row does not list is refused; one outside them is new to luma
+   (unknown), and goes through with allow_unknown_model. */
+#define OPENAI_KNOWN "gpt-3.5,gpt-4,gpt-5,o1,o3,o4,chatgpt-"
 static const char *const known[AD_NWIRES] = {
-  "gpt-,o1,o3,o4,chatgpt-",      /* chat */
-  "gpt-,o1,o3,o4,chatgpt-",      /* responses */
-  "claude-",                     /* anthropic */
-  "gemini-",                     /* gemini */
+  OPENAI_KNOWN,                                                   /* chat */
+  OPENAI_KNOWN,                                                   /* responses */
+  "claude-2,claude-3,claude-instant," CLAUDE_4,                   /* anthropic */
+  "gemini-1,gemini-2,gemini-3",                                   /* gemini */
 };
 
 /* What to use instead of a kind a wire does not have. */
