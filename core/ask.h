@@ -50,9 +50,6 @@ void ak_cancel(ak_ask *a);
 /* Pushes the answer (returns 1) or the error (returns 0) on L, a thread of
    the runtime's home state. Only once it is done. */
 int ak_push_outcome(lua_State *L, ak_ask *a);
-/* Pushes the sources the answer cites (provider tools'): a list of
-   {url, title?, cited_text?}, empty when none. Only once it is done. */
-void ak_push_citations(lua_State *L, const ak_ask *a);
 /* Releases the caller's reference; an ask in flight is cancelled first. */
 void ak_free(ak_ask *a);
 

@@ -5,7 +5,6 @@
 #ifndef LUMA_ASKPTOOLS_H
 #define LUMA_ASKPTOOLS_H
 
-#include "ask.h"
 #include "askint.h"
 
 /* The entries, once before the first request: 0, or -1 when out of memory. */
@@ -15,5 +14,8 @@ void ak_ptools_turn(ak_ask *a);
 /* Sets provider_tools, provider_tool_errors and citations on the ask's
    event at e (each only when there is something to say). */
 void ak_ptools_event(ak_ask *a, int e);
+/* Pushes the sources the answer cites: a list of {url, title?,
+   cited_text?}, empty when none (luma.Ask:citations). */
+void ak_push_citations(lua_State *L, const ak_ask *a);
 
 #endif

@@ -8,6 +8,7 @@
 #include <lauxlib.h>
 
 #include "ask.h"
+#include "askptools.h"
 #include "compat.h"
 #include "drive.h"
 #include "lerror.h"
