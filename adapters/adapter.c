@@ -116,6 +116,7 @@ void ad_write_tools(sb_buf *b, ar_arena *a, const ad_ask *q, const char *open, c
     if (i) sb_addc(b, ',');
     sb_adds(b, open);
     ad_write_decl(b, a, &q->tools[i], params_key, dialect);
+    if (q->tools[i].deferred) sb_adds(b, ",\"defer_loading\":true");
     sb_adds(b, close);
   }
 }

@@ -44,6 +44,7 @@ typedef struct ad_tool {
   const char *name;
   const char *description;    /* NULL: none */
   const jv *parameters;       /* the tool's input JSON Schema, as js_tool makes it */
+  int deferred;               /* sent with defer_loading: true (the ask's tool_search finds it) */
 } ad_tool;
 
 /* A tool the provider runs (ptools.h): its kind and options; each family
@@ -74,6 +75,7 @@ typedef struct ad_ask {
   const char *final_name;     /* its name, [A-Za-z0-9_-] */
   const ad_ptool *ptools;     /* the provider tools, sent with every request */
   int nptools;
+  const char *tool_search;    /* the native tool search's entry (ad_tool_search), or NULL */
 } ad_ask;
 
 typedef struct ad_call {

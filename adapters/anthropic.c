@@ -70,6 +70,14 @@ static int an_build(const ad_conv *c, const ad_ask *q, ar_arena *a, ad_request *
     sb_adds(&b, ",\"tools\":[");
     ad_write_tools(&b, a, q, "{", "input_schema", ad_schema_anthropic, "}");
     an_ptools(&b, c, q);
+    if (q->tool_search) {
+      const char *name = ad_tool_search_name(q->tool_search);
+      sb_printf(&b, "%s{\"type\":", q->ntools || q->nptools ? "," : "");
+      json_write_string(&b, q->tool_search, strlen(q->tool_search));
+      sb_adds(&b, ",\"name\":");
+      json_write_string(&b, name, strlen(name));
+      sb_addc(&b, '}');
+    }
     sb_adds(&b, "],\"tool_choice\":");
     static const char *const words[3] = { "{\"type\":\"auto\"}", "{\"type\":\"any\"}", "{\"type\":\"none\"}" };
     ad_write_choice(&b, q, words, "{\"type\":\"tool\",\"name\":", "}");

@@ -134,6 +134,20 @@ int ad_ptool_takes(const ad_capability *c, const char *option) {
   return has_word(c->options, option);
 }
 
+const char *ad_tool_search(ad_wire w, const char *model, int bm25) {
+  const char *name = model ? model : "";
+  if (w == AD_WIRE_ANTHROPIC && has_prefix(name, CLAUDE_45) && !has_prefix(name, "claude-sonnet-5"))
+    return bm25 ? "tool_search_tool_bm25_20251119" : "tool_search_tool_regex_20251119";
+  if (w == AD_WIRE_RESPONSES && has_prefix(name, "gpt-5.4,gpt-5.5,gpt-5.6")) return "tool_search";
+  return NULL;
+}
+
+const char *ad_tool_search_name(const char *entry) {
+  if (strncmp(entry, "tool_search_tool_bm25", 21) == 0) return "tool_search_tool_bm25";
+  if (strncmp(entry, "tool_search_tool_regex", 22) == 0) return "tool_search_tool_regex";
+  return entry;
+}
+
 int ad_gemini_mixes_tools(const char *model) {
   const char *n = model ? model : "";
   if (strncmp(n, "models/", 7) == 0) n += 7;

@@ -55,6 +55,14 @@ ad_capability ad_ptool_capability(ad_wire w, const char *model, ad_ptkind kind);
 /* 1 when the entry takes the provider_tool option (max_uses, allowed_domains...). */
 int ad_ptool_takes(const ad_capability *c, const char *option);
 
+/* Native deferred loading: the entry of the wire's tool search for the
+   model ("tool_search_tool_regex_20251119", "…_bm25_…", "tool_search"), or
+   NULL where it has none (a synthetic discovery tool stands in). bm25: the
+   Anthropic search by BM25 rather than by regex. */
+const char *ad_tool_search(ad_wire w, const char *model, int bm25);
+/* The name the model knows a tool_search entry by ("tool_search_tool_regex"...). */
+const char *ad_tool_search_name(const char *entry);
+
 /* Gemini before 3 refuses built-in tools next to function declarations. */
 int ad_gemini_mixes_tools(const char *model);
 

@@ -72,6 +72,7 @@ static int resp_build(const ad_conv *c, const ad_ask *q, ar_arena *a, ad_request
     sb_adds(&b, ",\"tools\":[");
     ad_write_tools(&b, a, q, "{\"type\":\"function\",", "parameters", ad_schema_openai_strict, ",\"strict\":true}");
     max_calls = resp_ptools(&b, c, q, &inc);
+    if (q->tool_search) sb_adds(&b, q->ntools || q->nptools ? ",{\"type\":\"tool_search\"}" : "{\"type\":\"tool_search\"}");
     sb_adds(&b, "],\"tool_choice\":");
     ad_write_choice(&b, q, ad_openai_choices, "{\"type\":\"function\",\"name\":", "}");
     sb_adds(&b, ",\"parallel_tool_calls\":true");

@@ -231,10 +231,10 @@ static int prepare(ak_ask *a) {
     for (int i = 0; i < a->ntools; i++) {
       const pm_tool *t = ag->tools.items[i];
       jv *decl = js_tool(&a->arena, a->pg->p, t, JS_CANONICAL);
-      a->tools[i] = (ad_tool){ t->name, t->description, jv_get(decl, "parameters") };
+      a->tools[i] = (ad_tool){ t->name, t->description, jv_get(decl, "parameters"), 0 };
     }
   }
-  if (ak_ptools_prepare(a) < 0) return -1;
+  if (ak_ptools_prepare(a) < 0 || ak_lazy_prepare(a) < 0) return -1;
   a->final_schema = js_schema(&a->arena, a->pg->p, a->schema, JS_CANONICAL);
   if (a->arena.failed || !a->final_schema) return -1;
   ad_conv_init(&a->conv, &a->model);
@@ -257,7 +257,8 @@ static void on_transfer_end(void *ud) {
 static void send(ak_ask *a) {
   ar_free(&a->turn_arena);
   ar_init(&a->turn_arena);
-  ad_ask q = { a->tools, a->ntools, AD_CHOICE_AUTO, NULL, NULL, NULL, a->ptools, a->nptools };
+  ad_ask q = { a->tools, a->ntools, AD_CHOICE_AUTO, NULL, NULL, NULL, a->ptools, a->nptools, NULL };
+  ak_lazy_ask(a, &q);
   if (a->forced && !a->tool_rounds) {
     q.choice = AD_CHOICE_TOOL;
     q.choice_tool = a->forced->name;

@@ -92,6 +92,14 @@ struct ak_ask {
   int ptool_errors;
   ak_cite *cites, **cites_tail;
   int ncites;
+  /* lazy tools (askptools.c): none, the wire's own search, or the synthetic
+     discovery tool, with what it found (by tools index) */
+  int lazy_mode;              /* AK_LAZY_* */
+  const char *tool_search;    /* AK_LAZY_NATIVE: the wire's entry */
+  unsigned char *discovered;
+  ad_tool discover;           /* AK_LAZY_SYNTHETIC: the discovery tool */
 };
+
+enum { AK_LAZY_NONE, AK_LAZY_NATIVE, AK_LAZY_SYNTHETIC };
 
 #endif

@@ -6,6 +6,8 @@
 
 #include <lauxlib.h>
 
+#include "json.h"
+#include "luma_limits.h"
 #include "telemetry.h"
 
 static const char *const *strings(const pm_strings *s) {
@@ -108,4 +110,163 @@ void ak_ptools_event(ak_ask *a, int e) {
     ak_push_citations(T, a);
     lua_setfield(T, e, "citations");
   }
+}
+
+/* ------------------------------------------------------------ lazy tools */
+
+int ak_lazy_prepare(ak_ask *a) {
+  const pm_agent *ag = a->agent;
+  if (!ag->lazy) return 0;
+  a->discovered = ar_alloc(&a->arena, (size_t)a->ntools);
+  if (!a->discovered) return -1;
+  memset(a->discovered, 0, (size_t)a->ntools);
+  /* a forced tool is sent from the first request */
+  for (int i = 0; i < a->ntools; i++)
+    if (a->forced && ag->tools.items[i] == a->forced) a->discovered[i] = 1;
+  ad_wire w = ad_wire_of((ad_provider)a->pm->provider, (ad_api)a->pm->api);
+  const char *native = ag->tool_search == TS_SYNTHETIC ? NULL : ad_tool_search(w, a->pm->model, ag->tool_search == TS_BM25);
+  if (native) {
+    a->lazy_mode = AK_LAZY_NATIVE;
+    a->tool_search = native;
+    return 0;
+  }
+  a->lazy_mode = AK_LAZY_SYNTHETIC;
+  /* its description names what it can load */
+  sb_buf d;
+  sb_init(&d);
+  sb_adds(&d, "Loads tools that are not loaded yet, so that you can call them. Give their names, or a query "
+              "that their names or descriptions contain. It returns each one's name, description and input "
+              "schema. Tools you can load:");
+  for (int i = 0, n = 0; i < a->ntools; i++)
+    if (ag->lazy[i]) sb_printf(&d, "%s %s", n++ ? "," : "", ag->tools.items[i]->name);
+  sb_addc(&d, '.');
+  const char *desc = d.failed ? NULL : ar_strndup(&a->arena, d.data, d.len);
+  sb_free(&d);
+  ar_arena *m = &a->arena;
+  jv *names = jv_set(jv_obj(m), "type", jv_cstr(m, "array"));
+  jv_set(names, "items", jv_set(jv_obj(m), "type", jv_cstr(m, "string")));
+  jv_set(names, "description", jv_cstr(m, "the names of the tools to load"));
+  jv *query = jv_set(jv_obj(m), "type", jv_cstr(m, "string"));
+  jv_set(query, "description", jv_cstr(m, "words the tools' names or descriptions contain"));
+  jv *props = jv_set(jv_obj(m), "names", names);
+  jv_set(props, "query", query);
+  jv *params = jv_set(jv_obj(m), "type", jv_cstr(m, "object"));
+  jv_set(params, "properties", props);
+  jv_set(params, "additionalProperties", jv_bool(m, 0));
+  a->discover = (ad_tool){ PM_DISCOVER_TOOL, desc, params, 0 };
+  return m->failed || !desc ? -1 : 0;
+}
+
+void ak_lazy_ask(ak_ask *a, ad_ask *q) {
+  if (a->lazy_mode == AK_LAZY_NONE) return;
+  const pm_agent *ag = a->agent;
+  ad_tool *list = ar_alloc(&a->turn_arena, sizeof *list * (size_t)(a->ntools + 1));
+  if (!list) return;   /* the request goes out with every tool */
+  int n = 0;
+  for (int i = 0; i < a->ntools; i++) {
+    int lazy = ag->lazy[i] && !a->discovered[i];
+    if (lazy && a->lazy_mode == AK_LAZY_SYNTHETIC) continue;
+    list[n] = a->tools[i];
+    list[n++].deferred = lazy;
+  }
+  if (a->lazy_mode == AK_LAZY_SYNTHETIC) list[n++] = a->discover;
+  else q->tool_search = a->tool_search;
+  q->tools = list;
+  q->ntools = n;
+}
+
+static int lazy_index(const ak_ask *a, const char *name) {
+  for (int i = 0; i < a->ntools; i++)
+    if (strcmp(a->tools[i].name, name) == 0) return i;
+  return -1;
+}
+
+static int contains(const char *hay, const char *needle) {
+  size_t n = strlen(needle);
+  if (!hay || !n) return 0;
+  for (; *hay; hay++) {
+    size_t k = 0;
+    while (k < n && hay[k] && (hay[k] | 32) == (needle[k] | 32)) k++;
+    if (k == n) return 1;
+  }
+  return 0;
+}
+
+static void write_error(sb_buf *out, const char *message) {
+  sb_adds(out, "{\"error\":{\"code\":\"TOOL_NOT_FOUND\",\"message\":");
+  json_write_string(out, message, strlen(message));
+  sb_adds(out, ",\"retryable\":false}}");
+}
+
+/* One tool found: loaded from the next request on, and described to the model. */
+static void found(ak_ask *a, int i, sb_buf *out, int *count) {
+  const ad_tool *t = &a->tools[i];
+  a->discovered[i] = 1;
+  sb_adds(out, (*count)++ ? ",{\"name\":" : "{\"name\":");
+  json_write_string(out, t->name, strlen(t->name));
+  if (t->description) {
+    sb_adds(out, ",\"description\":");
+    json_write_string(out, t->description, strlen(t->description));
+  }
+  sb_adds(out, ",\"input_schema\":");
+  jv_write(out, t->parameters, 0);
+  sb_addc(out, '}');
+}
+
+int ak_lazy_answer(ak_ask *a, const ad_call *call, sb_buf *out, int *is_error) {
+  if (a->lazy_mode != AK_LAZY_SYNTHETIC || !call->name) return 0;
+  const pm_agent *ag = a->agent;
+  char msg[400];
+  *is_error = 0;
+  if (strcmp(call->name, PM_DISCOVER_TOOL) != 0) {
+    int i = lazy_index(a, call->name);
+    if (i < 0 || !ag->lazy[i] || a->discovered[i]) return 0;
+    snprintf(msg, sizeof msg, "Tool '%s' is not loaded yet: call %s with {\"names\": [\"%s\"]} first, then call it.",
+             call->name, PM_DISCOVER_TOOL, call->name);
+    write_error(out, msg);
+    *is_error = 1;
+    return 1;
+  }
+  ar_arena scratch;
+  ar_init(&scratch);
+  char why[200];
+  jv *in = json_parse(&scratch, call->arguments_len ? call->arguments : "{}", call->arguments_len ? call->arguments_len : 2,
+                      LIM_MODEL_JSON_DEPTH, why, sizeof why);
+  const jv *names = in ? jv_get(in, "names") : NULL;
+  const jv *query = in ? jv_get(in, "query") : NULL;
+  if (!in || in->type != JV_OBJ || (names && names->type != JV_ARR && names->type != JV_NULL) ||
+      (query && query->type != JV_STR && query->type != JV_NULL)) {
+    snprintf(msg, sizeof msg, "The arguments of %s must be an object with names (a list of tool names) or query (a string).",
+             PM_DISCOVER_TOOL);
+    ar_free(&scratch);
+    sb_adds(out, "{\"error\":{\"code\":\"TOOL_INPUT_INVALID\",\"message\":");
+    json_write_string(out, msg, strlen(msg));
+    sb_adds(out, ",\"retryable\":false}}");
+    *is_error = 1;
+    return 1;
+  }
+  int count = 0, nerr = 0;
+  sb_buf errs;
+  sb_init(&errs);
+  sb_adds(out, "{\"tools\":[");
+  for (const jv *n = names && names->type == JV_ARR ? names->first : NULL; n; n = n->next) {
+    int i = n->type == JV_STR ? lazy_index(a, n->s) : -1;
+    if (i >= 0) { found(a, i, out, &count); continue; }
+    snprintf(msg, sizeof msg, "'%.100s' is not a tool of agent '%s'.", n->type == JV_STR ? n->s : "(not a string)", ag->name);
+    if (nerr++) sb_addc(&errs, ',');
+    json_write_string(&errs, msg, strlen(msg));
+  }
+  for (int i = 0; query && query->type == JV_STR && i < a->ntools; i++)
+    if (ag->lazy[i] && !a->discovered[i] && (contains(a->tools[i].name, query->s) || contains(a->tools[i].description, query->s)))
+      found(a, i, out, &count);
+  sb_addc(out, ']');
+  if (nerr) {
+    sb_adds(out, ",\"errors\":[");
+    sb_add(out, errs.data, errs.len);
+    sb_addc(out, ']');
+  }
+  sb_addc(out, '}');
+  sb_free(&errs);
+  ar_free(&scratch);
+  return 1;
 }

@@ -14,6 +14,16 @@ void ak_ptools_turn(ak_ask *a);
 /* Sets provider_tools, provider_tool_errors and citations on the ask's
    event at e (each only when there is something to say). */
 void ak_ptools_event(ak_ask *a, int e);
+/* Lazy tools: how the ask finds them, once before the first request (0, or
+   -1 when out of memory); the tools of the next request (all of them with
+   the lazy ones deferred and the wire's search, or the loaded ones and the
+   discovery tool), in the turn's arena; and the result of a call that is
+   the discovery tool's or a lazy tool's not found yet: 1 with out holding
+   it (JSON text; *is_error set), or 0 for a call the pipeline runs. */
+int ak_lazy_prepare(ak_ask *a);
+void ak_lazy_ask(ak_ask *a, ad_ask *q);
+int ak_lazy_answer(ak_ask *a, const ad_call *call, sb_buf *out, int *is_error);
+
 /* Pushes the sources the answer cites: a list of {url, title?,
    cited_text?}, empty when none (luma.Ask:citations). */
 void ak_push_citations(lua_State *L, const ak_ask *a);

@@ -55,6 +55,13 @@ static void prepare_slot(ak_ask *a, int i) {
   ak_slot *s = &a->slots[i];
   const ad_call *call = &a->turn.calls[i];
   char msg[600];
+  sb_buf lazy;
+  sb_init(&lazy);
+  int lazy_error;
+  if (ak_lazy_answer(a, call, &lazy, &lazy_error)) {
+    keep(s, &lazy, lazy_error);
+    return;
+  }
   const pm_tool *t = call->name ? agent_tool(a->agent, call->name) : NULL;
   if (!t) {
     int n = snprintf(msg, sizeof msg, "'%s' is not a tool of agent '%s'. Its tools are:", call->name ? call->name : "",

@@ -736,10 +736,36 @@ static void check_ptools(pm_ctx *c, const pm_agent *ag) {
         ag->name, ag->ptools.items[0]->name, ag->tools.items[0]->name);
 }
 
+/* lazy_tools names tools of the agent's own; a search by regex or BM25 is
+   Anthropic's, on the models that have it. */
+static void check_lazy(pm_ctx *c, ast_decl *d, pm_agent *ag) {
+  const ast_config *e = pm_config_entry(d, "lazy_tools");
+  const ast_expr *item = e && e->value->kind == EX_ARRAY ? e->value->items : NULL;
+  for (int i = 0; i < ag->lazy_tools.n; i++, item = item ? item->next : NULL) {
+    int found = -1;
+    for (int k = 0; k < ag->tools.n; k++)
+      if (strcmp(ag->tools.items[k]->name, ag->lazy_tools.items[i]) == 0) found = k;
+    ast_pos at = item ? item->pos : d->name_pos;
+    if (found < 0) {
+      ERR(c, at, "Agent '%s': lazy_tools lists '%s', which is not one of its tools.", d->name, ag->lazy_tools.items[i]);
+      continue;
+    }
+    if (!ag->lazy) ag->lazy = ar_alloc(c->a, (size_t)ag->tools.n);
+    if (ag->lazy) ag->lazy[found] = 1;
+  }
+  const ast_config *ts = pm_config_entry(d, "tool_search");
+  if (!ts || (ag->tool_search != TS_REGEX && ag->tool_search != TS_BM25) || !ag->model || !ag->model->has_provider) return;
+  ad_wire w = ad_wire_of((ad_provider)ag->model->provider, (ad_api)ag->model->api);
+  if (!ad_tool_search(w, ag->model->model, 0) || w != AD_WIRE_ANTHROPIC)
+    ERR(c, ts->value->pos, "Agent '%s': tool_search \"%s\" is Anthropic's tool search, which model '%s' does not have; use \"auto\" or \"synthetic\".",
+        d->name, pm_tool_search_names[ag->tool_search], ag->model->name);
+}
+
 static void check_agent(pm_ctx *c, ast_decl *d) {
   pm_agent *ag = d->model;
   pm_read_agent_config(c, d, ag, ar_printf(c->a, "Agent '%s'", d->name));
   check_ptools(c, ag);
+  check_lazy(c, d, ag);
   int asks = 0;
   mp_map seen = { 0 };
   int count = 0;

@@ -90,6 +90,13 @@ typedef enum { BO_NONE, BO_FIXED, BO_EXPONENTIAL } pm_backoff;
 typedef enum { HANDLER_MODULE, HANDLER_HOST } pm_handler;
 extern const char *const pm_handler_names[];    /* by pm_handler, NULL-terminated */
 typedef enum { POL_ALLOW, POL_DENY_WRITE, POL_APPROVAL } pm_policy;
+/* How an agent's lazy tools are found: the wire's own search where the model
+   has one, else the synthetic discovery tool (auto); Anthropic's regex or
+   BM25 search; always the synthetic tool. */
+typedef enum { TS_AUTO, TS_REGEX, TS_BM25, TS_SYNTHETIC } pm_tool_search;
+extern const char *const pm_tool_search_names[];     /* by pm_tool_search, NULL-terminated */
+/* The synthetic discovery tool's name: reserved ('__'), so no declared tool has it. */
+#define PM_DISCOVER_TOOL "__discover_tools"
 
 typedef struct pm_need {
   const char *name;
@@ -201,6 +208,9 @@ typedef struct pm_agent {
   pm_model *model;
   pm_toollist tools;
   pm_ptoollist ptools;            /* the provider tools among its `tools` */
+  pm_strings lazy_tools;          /* of its tools, those sent only once found (names) */
+  unsigned char *lazy;            /* by tools index: 1 when lazy; NULL when none is */
+  int tool_search;                /* pm_tool_search: how lazy tools are found */
   pm_method *methods;
   int nmethods;
   long long tool_rate_limit;      /* -1: no limit */

@@ -18,7 +18,8 @@ typedef enum {
   CK_SCHEMA, CK_MODEL, CK_TOOLS, CK_STRINGS, CK_KEYPATH,
   CK_KEYVAR,                      /* an environment variable name, or null (flag: set for null) */
   CK_HEADERS,                     /* { "Name": "value", ... } */
-  CK_LOCATION                     /* { city: "...", region:, country:, timezone: } */
+  CK_LOCATION,                    /* { city: "...", region:, country:, timezone: } */
+  CK_NAMES                        /* [a, b]: names, checked by the caller */
 } ck_kind;
 
 typedef struct ck_key {
@@ -34,6 +35,7 @@ static const char *const side_effect_choices[] = { "none", "read", "write", NULL
 static const char *const backoff_choices[] = { "none", "fixed", "exponential", NULL };
 const char *const pm_handler_names[] = { "module", "host", NULL };
 static const char *const policy_choices[] = { "allow", "deny_write", "approval", NULL };
+const char *const pm_tool_search_names[] = { "auto", "regex", "bm25", "synthetic", NULL };
 
 #define OFF(type, field) offsetof(type, field)
 
@@ -69,6 +71,8 @@ static const ck_key agent_keys[] = {
   { "tool_contexts", CK_STRINGS, 0, NULL, OFF(pm_agent, tool_contexts), 0 },
   { "retries", CK_INT, 0, NULL, OFF(pm_agent, retries), 0 },
   { "tool_result_max_bytes", CK_POSITIVE, 0, NULL, OFF(pm_agent, tool_result_max_bytes), 0 },
+  { "lazy_tools", CK_NAMES, 0, NULL, OFF(pm_agent, lazy_tools), 0 },
+  { "tool_search", CK_CHOICE, 0, pm_tool_search_names, OFF(pm_agent, tool_search), 0 },
   { NULL, CK_BOOL, 0, NULL, 0, 0 }
 };
 
@@ -287,6 +291,18 @@ static void read_entry(pm_ctx *c, const char *owner, const ck_key *k, const ast_
       for (const ast_expr *i = v->items; i; i = i->next) {
         if (i->kind != EX_STRING) { ERR(c, i->pos, "%s must be a list of strings.", prefix); continue; }
         if (strlen(i->str.s) != i->str.len) { ERR(c, i->pos, "%s cannot contain a NUL character (\\u0000).", prefix); continue; }
+        list->items[list->n++] = i->str.s;
+      }
+      break;
+    }
+    case CK_NAMES: {
+      pm_strings *list = (pm_strings *)slot;
+      if (v->kind != EX_ARRAY) { ERR(c, v->pos, "%s must be a list of tool names, as in [a, b].", prefix); return; }
+      list->present = 1;
+      list->items = ar_alloc(c->a, sizeof *list->items * (size_t)(v->nitems ? v->nitems : 1));
+      if (!list->items) return;
+      for (const ast_expr *i = v->items; i; i = i->next) {
+        if (i->kind != EX_NAME) { ERR(c, i->pos, "%s must be a list of tool names, as in [a, b].", prefix); continue; }
         list->items[list->n++] = i->str.s;
       }
       break;

@@ -508,3 +508,180 @@ describe("the mock provider refuses what the providers refuse in provider-tool r
     end)
   end
 end)
+
+-- Lazy tools: withheld until found, by the wire's own search or by the
+-- synthetic discovery tool.
+local LAZY = BASE .. [[
+tool mul(a: int, b: int) -> Sum { description: "multiplies two integers" }
+tool sub(a: int, b: int) -> Sum { description: "subtracts b from a" }
+model M { %s
+  base_url: "%s"
+  api_key_env: "LUMA_TEST_KEY" }
+agent A { model: M
+  tools: [add, mul, sub]
+  lazy_tools: [mul, sub]
+  %s
+  fn run(x: int) -> Answer { ask "Multiply {x} by 3" -> Answer } }
+]]
+
+local function lazy_program(server, model, path, extra)
+  local p = assert(luma.compile(LAZY:format(model, server.url .. (path or ""), extra or "")))
+  p:register("add", function(i) return { sum = i.a + i.b } end)
+  p:register("mul", function(i) return { sum = i.a * i.b } end)
+  p:register("sub", function(i) return { sum = i.a - i.b } end)
+  local events = {}
+  p:configure { lookup = function(n) if n == "LUMA_TEST_KEY" then return KEY end end,
+                on_event = function(e) events[#events + 1] = e end }
+  return p, events
+end
+
+local function names(tools, get)
+  local out = {}
+  for _, t in ipairs(tools or {}) do out[#out + 1] = get(t) end
+  table.sort(out)
+  return out
+end
+
+describe("lazy tools", function()
+  local server
+  setup(function() server = mock.start() end)
+  teardown(function() if server then server:stop() end end)
+  before_each(function() server:reset() end)
+
+  it("are found with the synthetic tool where the wire has no search; an undiscovered call gets an error the model can act on", function()
+    server:script {
+      mock.chat(nil, { { "c1", "mul", '{"a":1,"b":3}' } }),
+      mock.chat(nil, { { "c2", "__discover_tools", '{"names":["mul","nope"],"query":null}' } }),
+      mock.chat(nil, { { "c3", "mul", '{"a":1,"b":3}' } }),
+      mock.chat('{"total":3}'),
+    }
+    local p = lazy_program(server, 'provider: "openai", name: "gpt-5.4-mini"', "/v1")
+    assert.are.same({ total = 3 }, p:agent("A"):call("run", { x = 1 }))
+    local r = server:requests()
+    assert.are.equal(4, #r)
+    for i = 1, 4 do assert.is_nil(r[i].refused, r[i].refused and luma.json.encode(r[i].refused)) end
+    local fname = function(t) return t["function"].name end
+    assert.are.same({ "__discover_tools", "add" }, names(r[1].json.tools, fname))
+    assert.matches("Tools you can load: mul, sub.", find(r[1].json.tools, function(t) return fname(t) == "__discover_tools" end)["function"].description, 1, true)
+    -- the undiscovered call's result
+    local function result(req, id)
+      local m = find(req.json.messages, function(x) return x.role == "tool" and x.tool_call_id == id end)
+      return luma.json.decode(m.content)
+    end
+    assert.are.same({ error = { code = "TOOL_NOT_FOUND", retryable = false,
+      message = 'Tool \'mul\' is not loaded yet: call __discover_tools with {"names": ["mul"]} first, then call it.' } }, result(r[2], "c1"))
+    assert.are.same({ "__discover_tools", "add" }, names(r[2].json.tools, fname))
+    local found = result(r[3], "c2")
+    assert.are.equal("mul", found.tools[1].name)
+    assert.are.equal("multiplies two integers", found.tools[1].description)
+    assert.are.same({ "a", "b" }, found.tools[1].input_schema.required)
+    assert.are.same({ "'nope' is not a tool of agent 'A'." }, found.errors)
+    assert.are.same({ "__discover_tools", "add", "mul" }, names(r[3].json.tools, fname))
+    assert.are.same({ sum = 3 }, result(r[4], "c3"))
+  end)
+
+  it("are found by a query over their names and descriptions, on Gemini too", function()
+    local calls = function(name, args)
+      return { json = { candidates = { { content = { role = "model", parts = { { functionCall = { name = name, args = args } } } }, finishReason = "STOP" } } } }
+    end
+    server:script {
+      calls("__discover_tools", { query = "SUBTRACT" }),
+      calls("sub", { a = 4, b = 1 }),
+      { json = { candidates = { { content = { role = "model", parts = { { text = '{"total":3}' } } }, finishReason = "STOP" } } } },
+    }
+    local p = lazy_program(server, 'provider: "gemini", name: "gemini-3-flash"')
+    assert.are.same({ total = 3 }, p:agent("A"):call("run", { x = 1 }))
+    local r = server:requests()
+    local gname = function(t) return t.name end
+    assert.are.same({ "__discover_tools", "add" }, names(r[1].json.tools[1].functionDeclarations, gname))
+    assert.are.same({ "__discover_tools", "add", "sub" }, names(r[2].json.tools[1].functionDeclarations, gname))
+  end)
+
+  it("are deferred with Anthropic's tool search where the model has it", function()
+    local turn1 = {
+      { type = "server_tool_use", id = "srvtoolu_s1", name = "tool_search_tool_regex", input = { pattern = "mul" } },
+      { type = "tool_search_tool_result", tool_use_id = "srvtoolu_s1", content = { type = "tool_search_tool_search_result",
+        tool_references = { { type = "tool_reference", tool_name = "mul" } } } },
+      { type = "tool_use", id = "toolu_1", name = "mul", input = { a = 1, b = 3 } },
+    }
+    server:script {
+      { json = { type = "message", role = "assistant", stop_reason = "tool_use", content = turn1 } },
+      { json = { type = "message", role = "assistant", stop_reason = "end_turn", content = { { type = "text", text = '{"total":3}' } } } },
+    }
+    local p = lazy_program(server, 'provider: "anthropic", name: "claude-sonnet-4-5"', nil, 'tool_search: "bm25"')
+    assert.are.same({ total = 3 }, p:agent("A"):call("run", { x = 1 }))
+    local r = server:requests()
+    for i = 1, 2 do assert.is_nil(r[i].refused, r[i].refused and luma.json.encode(r[i].refused)) end
+    local tools = r[1].json.tools
+    assert.are.same({ type = "tool_search_tool_bm25_20251119", name = "tool_search_tool_bm25" },
+                    find(tools, function(t) return t.type and t.type:match("^tool_search") end))
+    assert.is_true(find(tools, function(t) return t.name == "mul" end).defer_loading)
+    assert.is_nil(find(tools, function(t) return t.name == "add" end).defer_loading)
+    assert.are.same(turn1, r[2].json.messages[2].content)
+    local results = r[2].json.messages[3].content
+    assert.are.same({ 1, "toolu_1" }, { #results, results[1].tool_use_id })
+  end)
+
+  it("are deferred with the Responses API's tool_search on the models that have it", function()
+    local out1 = {
+      { type = "tool_search_call", id = "ts_1", status = "completed", arguments = { query = "multiply" } },
+      { type = "tool_search_output", id = "tso_1", status = "completed", tools = { { type = "function", name = "mul" } } },
+      { type = "function_call", id = "fc_1", call_id = "call_1", name = "mul", arguments = '{"a":1,"b":3}' },
+    }
+    server:script {
+      { json = { status = "completed", output = out1 } },
+      { json = { status = "completed", output = { { type = "message", role = "assistant", content = { { type = "output_text", text = '{"total":3}' } } } } } },
+    }
+    local p = lazy_program(server, 'provider: "openai", name: "gpt-5.4", api: "responses"', "/v1")
+    assert.are.same({ total = 3 }, p:agent("A"):call("run", { x = 1 }))
+    local r = server:requests()
+    for i = 1, 2 do assert.is_nil(r[i].refused, r[i].refused and luma.json.encode(r[i].refused)) end
+    assert.is_truthy(find(r[1].json.tools, function(t) return t.type == "tool_search" end))
+    assert.is_true(find(r[1].json.tools, function(t) return t.name == "mul" end).defer_loading)
+    assert.are.same(out1, { r[2].json.input[2], r[2].json.input[3], r[2].json.input[4] })
+  end)
+
+  it("are refused at load when lazy_tools names no tool of the agent, or tool_search is not the model's", function()
+    local src = BASE .. 'model M { provider: "openai", name: "gpt-5.4-mini" }\nagent A { model: M\n tools: [add]\n lazy_tools: [mul]\n tool_search: "regex" }'
+    assert.are.same({
+      "Agent 'A': lazy_tools lists 'mul', which is not one of its tools.",
+      [[Agent 'A': tool_search "regex" is Anthropic's tool search, which model 'M' does not have; use "auto" or "synthetic".]],
+    }, (h.errors(src)))
+  end)
+
+  it("keep 300 tools out of every request but those found: the first request is at least 20 times smaller", function()
+    local decls, list = {}, {}
+    for i = 1, 300 do
+      decls[#decls + 1] = ("tool t%d(city: string @desc(\"the city to look up, by its full name\"), days: int @range(1, 14), units?: enum[\"metric\", \"imperial\"]) -> Sum { description: \"Looks up forecast number %d for a city, for the given number of days, in the given units.\" }"):format(i, i)
+      list[#list + 1] = "t" .. i
+    end
+    local function source(lazy)
+      return BASE .. table.concat(decls, "\n") .. ("\nmodel M { provider: \"openai\", name: \"gpt-5.4-mini\", base_url: \"%s/v1\", api_key_env: \"LUMA_TEST_KEY\" }\n"):format(server.url) ..
+        "agent A { model: M\n tools: [add, " .. table.concat(list, ", ") .. "]\n" .. (lazy and ("lazy_tools: [" .. table.concat(list, ", ") .. "]\n") or "") ..
+        " fn run(x: int) -> Answer { ask \"Weather {x}\" -> Answer } }"
+    end
+    local function run(lazy, steps)
+      server:reset()
+      server:script(steps)
+      local p = assert(luma.compile(source(lazy)))
+      p:register("add", function(i) return { sum = i.a + i.b } end)
+      for i = 1, 300 do p:register("t" .. i, function() return { sum = i } end) end
+      p:configure { lookup = function() return KEY end }
+      assert.are.same({ total = 7 }, p:agent("A"):call("run", { x = 1 }))
+      return server:requests()
+    end
+    local all = run(false, { mock.chat(nil, { { "c1", "t7", '{"city":"Paris","days":2,"units":null}' } }), mock.chat('{"total":7}') })
+    local lazy = run(true, {
+      mock.chat(nil, { { "c1", "__discover_tools", '{"names":["t7","t8"],"query":null}' } }),
+      mock.chat(nil, { { "c2", "t7", '{"city":"Paris","days":2,"units":null}' } }),
+      mock.chat('{"total":7}') })
+    for _, r in ipairs(lazy) do assert.is_nil(r.refused, r.refused and luma.json.encode(r.refused)) end
+    local fname = function(t) return t["function"].name end
+    assert.are.same({ "__discover_tools", "add" }, names(lazy[1].json.tools, fname))
+    assert.are.same({ "__discover_tools", "add", "t7", "t8" }, names(lazy[2].json.tools, fname))
+    assert.are.equal(301, #all[1].json.tools)
+    local ratio = #all[1].body / #lazy[1].body
+    assert.is_true(ratio >= 20, ("all sent: %d bytes, lazy: %d bytes, %.1f times"):format(#all[1].body, #lazy[1].body, ratio))
+    assert.is_true(#all[2].body / #lazy[3].body >= 20)
+  end)
+end)

@@ -136,14 +136,22 @@ def check_gemini_schema(schema, at):
 
 # Provider tools (PROVIDER-TOOLS.md): the entries each family takes, and
 # what it refuses in them and in the conversation that echoes their calls.
-ANTHROPIC_SERVER_TOOLS = {"web_search_": "web_search", "web_fetch_": "web_fetch", "code_execution_": "code_execution"}
+ANTHROPIC_SERVER_TOOLS = {"web_search_": "web_search", "web_fetch_": "web_fetch", "code_execution_": "code_execution",
+                          "tool_search_tool_regex_": "tool_search_tool_regex", "tool_search_tool_bm25_": "tool_search_tool_bm25"}
 RESPONSES_INCLUDE = ("reasoning.encrypted_content", "web_search_call.action.sources", "code_interpreter_call.outputs",
                      "file_search_call.results", "message.output_text.logprobs", "computer_call_output.output.image_url")
 GEMINI_BUILTINS = ("google_search", "url_context", "code_execution", "googleSearch", "urlContext", "codeExecution")
 
 
 def anthropic_tools(body):
-    for i, t in enumerate(body.get("tools") or []):
+    tools = body.get("tools") or []
+    searches = [t for t in tools if str(t.get("type", "")).startswith("tool_search_tool_")]
+    deferred = [t for t in tools if t.get("defer_loading")]
+    if deferred and not searches:
+        return "tools: deferred tools (defer_loading: true) require a tool search tool"
+    if any(t.get("defer_loading") for t in searches):
+        return "tools: the tool search tool cannot be deferred"
+    for i, t in enumerate(tools):
         kind = t.get("type")
         if kind is None or kind == "custom":
             continue
@@ -192,8 +200,12 @@ def responses_tools(body):
         elif kind == "file_search":
             if not t.get("vector_store_ids"):
                 return "Missing required parameter: 'tools[%d].vector_store_ids'." % i
+        elif kind == "tool_search":
+            pass
         elif kind != "function":
             return "Invalid value: '%s'. Supported values are: 'function', 'web_search', 'file_search', 'code_interpreter', ..." % kind
+    if any(t.get("defer_loading") for t in body.get("tools") or []) and not any(t.get("type") == "tool_search" for t in body.get("tools") or []):
+        return "Deferred tools (defer_loading) require a tool_search tool."
     for inc in body.get("include") or []:
         if inc not in RESPONSES_INCLUDE:
             return "Invalid value: '%s'. Supported values are: %s." % (inc, ", ".join(RESPONSES_INCLUDE))
