@@ -580,6 +580,23 @@ describe("lazy tools", function()
     assert.are.same({ sum = 3 }, result(r[4], "c3"))
   end)
 
+  it("are found again the same way when the ask is replayed from its recording", function()
+    local rec = h.tmpname(".jsonl")
+    server:script {
+      mock.chat(nil, { { "c1", "__discover_tools", '{"names":["sub"],"query":null}' } }),
+      mock.chat(nil, { { "c2", "sub", '{"a":4,"b":1}' } }),
+      mock.chat('{"total":3}'),
+    }
+    local p = lazy_program(server, 'provider: "openai", name: "gpt-5.4-mini"', "/v1")
+    p:configure { record = rec }
+    assert.are.same({ total = 3 }, p:agent("A"):call("run", { x = 1 }))
+    local q = lazy_program(server, 'provider: "openai", name: "gpt-5.4-mini"', "/v1")
+    q:configure { replay = rec }
+    assert.are.same({ total = 3 }, q:agent("A"):call("run", { x = 1 }))
+    os.remove(rec)
+    assert.are.equal(3, #server:requests())
+  end)
+
   it("are found by a query over their names and descriptions, on Gemini too", function()
     local calls = function(name, args)
       return { json = { candidates = { { content = { role = "model", parts = { { functionCall = { name = name, args = args } } } }, finishReason = "STOP" } } } }
