@@ -40,7 +40,12 @@ model M { provider: "anthropic", name: "claude-sonnet-4-5" }
 agent A { model: M
   tools: [search, add] }
 ]]))
-    assert.is_truthy(p)
+    assert.are.same({ "search" }, p:declarations().provider_tools)
+    assert.are.same({ kind = "provider_tool", name = "search", tool_kind = "web_search", max_uses = 3,
+                      allowed_domains = { "example.com" }, user_location = { country = "FR", city = "Paris" } },
+                    p:declaration("search"))
+    local a = p:declaration("A")
+    assert.are.same({ { "add" }, { "search" } }, { a.tools, a.provider_tools })
   end)
 
   local refused = {
