@@ -73,6 +73,9 @@ static void read_opts(lua_State *L, int idx, lp_opts *o) {
   lv_default_limits(&o->lv);
   if (lua_isnoneornil(L, idx)) return;
   luaL_checktype(L, idx, LUA_TTABLE);
+  lua_getfield(L, idx, "allow_unknown_models");
+  o->pm.allow_unknown_models = lua_toboolean(L, -1);
+  lua_pop(L, 1);
   lua_getfield(L, idx, "limits");
   if (lua_isnil(L, -1)) { lua_pop(L, 1); return; }
   if (!lua_istable(L, -1)) luaL_error(L, "opts.limits must be a table");

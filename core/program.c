@@ -716,8 +716,8 @@ static void check_ptools(pm_ctx *c, const pm_agent *ag) {
               ad_wire_title(w), shown, m->name, spaced(c->a, cap.models));
         continue;
       case AD_CAP_UNKNOWN_MODEL:
-        if (!m->allow_unknown_model)
-          ERR(c, at, "Agent '%s': model %s (model %s) is not one luma knows to run %s on %s (%s); set allow_unknown_model: true in model %s to send it anyway.",
+        if (!m->allow_unknown_model && !c->p->allow_unknown_models)
+          ERR(c, at, "Agent '%s': model %s (model %s) is not one luma knows to run %s on %s (%s); set allow_unknown_model: true in model %s (or use --allow-unknown-models) to send it anyway.",
               ag->name, shown, m->name, kind, ad_wire_title(w), spaced(c->a, cap.models), m->name);
         break;
       case AD_CAP_OK:
@@ -795,6 +795,7 @@ void pm_default_limits(pm_limits *lim) {
   lim->max_source_bytes = LIM_MAX_SOURCE_BYTES;
   lim->max_errors = LIM_MAX_ERRORS;
   lim->max_parse_depth = LIM_MAX_PARSE_DEPTH;
+  lim->allow_unknown_models = 0;
 }
 
 pm_program *pm_build(const char *src, size_t len, const char *chunk, const pm_limits *lim) {
@@ -804,6 +805,7 @@ pm_program *pm_build(const char *src, size_t len, const char *chunk, const pm_li
   if (!p) return NULL;
   ar_init(&p->arena);
   p->chunk = ar_strdup(&p->arena, chunk ? chunk : "program.luma");
+  p->allow_unknown_models = lim->allow_unknown_models;
   int too_big = len > lim->max_source_bytes;
   p->len = too_big ? 0 : len;
   p->src = ar_strndup(&p->arena, too_big ? "" : src, p->len);

@@ -227,10 +227,14 @@ typedef struct pm_agent {
   int index;
 } pm_agent;
 
+/* How a program is built: its limits, and whether every model may run
+   provider tools the capability table does not know it for
+   (--allow-unknown-models, as each model's allow_unknown_model). */
 typedef struct pm_limits {
   size_t max_source_bytes;
   int max_errors;
   int max_parse_depth;
+  int allow_unknown_models;
 } pm_limits;
 
 typedef struct pm_program {
@@ -250,6 +254,7 @@ typedef struct pm_program {
   int nmodels;
   pm_ptool **ptools;
   int nptools;
+  int allow_unknown_models;   /* pm_limits' */
   struct lre **regexes;       /* compiled @pattern rules, freed with the program */
   int nregexes, regexes_cap;
 } pm_program;

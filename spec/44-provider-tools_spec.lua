@@ -107,7 +107,7 @@ describe("the capability check at load", function()
       "Agent 'A': provider tool 'blocked' sets blocked_domains, which web_search on the Responses API does not take; it takes max_uses, allowed_domains, user_location." },
     { "a model name the table does not know",
       'model M { provider: "anthropic", name: "claude-next" }', "plain",
-      "Agent 'A': model 'claude-next' (model M) is not one luma knows to run web_search on Anthropic Messages (claude-opus-4, claude-sonnet-4, claude-haiku-4-5, claude-opus-5, claude-sonnet-5, claude-haiku-5, claude-3-7-sonnet); set allow_unknown_model: true in model M to send it anyway." },
+      "Agent 'A': model 'claude-next' (model M) is not one luma knows to run web_search on Anthropic Messages (claude-opus-4, claude-sonnet-4, claude-haiku-4-5, claude-opus-5, claude-sonnet-5, claude-haiku-5, claude-3-7-sonnet); set allow_unknown_model: true in model M (or use --allow-unknown-models) to send it anyway." },
   }
   local TOOLS = [[
 provider_tool search { kind: "web_search", max_uses: 2 }
@@ -130,6 +130,19 @@ provider_tool url { kind: "url_context" }
 
   it("lets a model name it does not know through with allow_unknown_model", function()
     assert.is_truthy(h.compile(BASE .. 'provider_tool s { kind: "web_search" }\nmodel M { provider: "anthropic", name: "claude-next", allow_unknown_model: true }\nagent A { model: M\n tools: [s] }'))
+  end)
+
+  it("lets every unknown model name through with --allow-unknown-models (luma-lua check) or opts.allow_unknown_models", function()
+    local src = BASE .. 'provider_tool s { kind: "web_search" }\nmodel M { provider: "anthropic", name: "claude-next" }\nagent A { model: M\n  tools: [s] }\n'
+    local path = h.program_file(src)
+    local refused = h.run { "check", path }
+    local allowed = h.run { "check", path, "--allow-unknown-models" }
+    os.remove(path)
+    assert.are.equal(1, refused.status)
+    assert.matches("(or use --allow-unknown-models)", refused.stderr, 1, true)
+    assert.are.same({ 0, "ok\n" }, { allowed.status, allowed.stdout })
+    assert.is_truthy(h.compile(src, { allow_unknown_models = true }))
+    assert.is_nil(h.compile(src))
   end)
 
   it("is what `luma-lua check` reports, with file:line:col", function()
