@@ -161,6 +161,9 @@ provider_tool search {
   %s
 }
 provider_tool code { kind: "code_execution" }
+provider_tool fetch { kind: "web_fetch", max_uses: 2, blocked_domains: ["evil.example"] }
+provider_tool docs { kind: "file_search", vector_stores: ["vs_1", "vs_2"], max_uses: 4 }
+provider_tool pages { kind: "url_context" }
 model M { %s
   base_url: "%s"
   api_key_env: "LUMA_TEST_KEY" }
@@ -344,6 +347,21 @@ describe("provider tools on Anthropic Messages", function()
     assert.are.equal("Agent 'A': model 'claude-next' is not one luma knows to run web_search on Anthropic Messages; sent as web_search_20250305 unchecked (allow_unknown_model).", w and w.message)
   end)
 
+  it("sends web_fetch with citations on, and counts a fetch that failed", function()
+    server:script { { json = { type = "message", role = "assistant", stop_reason = "end_turn", content = {
+      { type = "server_tool_use", id = "srvtoolu_f1", name = "web_fetch", input = { url = "https://example.com/x" } },
+      { type = "web_fetch_tool_result", tool_use_id = "srvtoolu_f1", content = { type = "web_fetch_tool_result_error", error_code = "url_not_accessible" } },
+      { type = "text", text = '{"total":3}' } } } } }
+    local p, events = program(server, { model = MODEL, tools = "fetch" })
+    assert.are.same({ total = 3 }, p:agent("A"):call("run", { x = 1 }))
+    local req = server:requests()[1]
+    assert.is_nil(req.refused)
+    assert.are.same({ type = "web_fetch_20250910", name = "web_fetch", max_uses = 2, blocked_domains = { "evil.example" },
+                      citations = { enabled = true } }, req.json.tools[1])
+    local e = ask_event(events)
+    assert.are.same({ { web_fetch = 1 }, 1 }, { e.provider_tools, e.provider_tool_errors })
+  end)
+
   it("gives the citations on a luma.Ask too", function()
     server:script { { json = { type = "message", role = "assistant", stop_reason = "end_turn",
       content = { cited('{"total":3}') } } } }
@@ -398,6 +416,20 @@ describe("provider tools on the Responses API", function()
     local e = ask_event(events)
     assert.are.same({ web_search = 1, code_execution = 1 }, e.provider_tools)
     assert.are.same({ { url = "https://example.com/sum", title = "Sums", cited_text = "total" } }, e.citations)
+  end)
+
+  it("sends file_search with its vector stores, and max_tool_calls from max_uses", function()
+    server:script { { json = { status = "completed", output = {
+      { type = "file_search_call", id = "fs_1", status = "completed", queries = { "sums" } },
+      { type = "message", role = "assistant", content = { { type = "output_text", text = '{"total":3}' } } } } } } }
+    local p, events = program(server, { model = MODEL, path = "/v1", tools = "docs, add" })
+    assert.are.same({ total = 3 }, p:agent("A"):call("run", { x = 1 }))
+    local req = server:requests()[1]
+    assert.is_nil(req.refused)
+    assert.are.same({ type = "file_search", vector_store_ids = { "vs_1", "vs_2" } }, find(req.json.tools, function(t) return t.type == "file_search" end))
+    assert.are.equal(4, req.json.max_tool_calls)
+    assert.are.same({ "reasoning.encrypted_content", "file_search_call.results" }, req.json.include)
+    assert.are.same({ file_search = 1 }, ask_event(events).provider_tools)
   end)
 
   it("counts a failed built-in call", function()
@@ -462,6 +494,21 @@ describe("provider tools on Gemini", function()
     local e = ask_event(events)
     assert.are.same({ web_search = 1 }, e.provider_tools)
     assert.are.same({ { url = "https://example.com/sum", title = "example.com", cited_text = '{"total":3}' } }, e.citations)
+  end)
+
+  it("sends url_context, and counts the URLs it could not retrieve", function()
+    server:script { { json = { candidates = { { content = { role = "model", parts = { { text = '{"total":3}' } } }, finishReason = "STOP",
+      urlContextMetadata = { urlMetadata = {
+        { retrievedUrl = "https://example.com/a", urlRetrievalStatus = "URL_RETRIEVAL_STATUS_SUCCESS" },
+        { retrievedUrl = "https://example.com/b", urlRetrievalStatus = "URL_RETRIEVAL_STATUS_ERROR" } } } } } } } }
+    local p, events = program(server, { model = 'provider: "gemini", name: "gemini-2.5-flash"', tools = "pages" })
+    assert.are.same({ total = 3 }, p:agent("A"):call("run", { x = 1 }))
+    local req = server:requests()[1]
+    assert.is_nil(req.refused)
+    assert.are.same({ { url_context = {} } }, req.json.tools)
+    assert.is_nil(req.json.toolConfig)
+    local e = ask_event(events)
+    assert.are.same({ { url_context = 2 }, 1 }, { e.provider_tools, e.provider_tool_errors })
   end)
 
   it("counts code execution parts, and a failed outcome as an error", function()
