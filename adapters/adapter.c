@@ -45,15 +45,17 @@ void ad_conv_init(ad_conv *c, const ad_model *m) {
   c->model = m;
   sb_init(&c->system);
   sb_init(&c->items);
+  sb_init(&c->container);
 }
 
 void ad_conv_free(ad_conv *c) {
   sb_free(&c->system);
   sb_free(&c->items);
+  sb_free(&c->container);
 }
 
 int ad_conv_ok(const ad_conv *c) {
-  return !c->system.failed && !c->items.failed;
+  return !c->system.failed && !c->items.failed && !c->container.failed;
 }
 
 void ad_conv_system(ad_conv *c, const char *text, size_t len) {
@@ -66,6 +68,10 @@ void ad_conv_user(ad_conv *c, const char *text, size_t len) {
 }
 
 void ad_conv_turn(ad_conv *c, const ad_turn *t) {
+  if (t->container) {
+    c->container.len = 0;
+    json_write_string(&c->container, t->container, strlen(t->container));
+  }
   if (t->echo) family(c->model)->turn(c, t);
 }
 
@@ -110,6 +116,7 @@ void ad_write_tools(sb_buf *b, ar_arena *a, const ad_ask *q, const char *open, c
     if (i) sb_addc(b, ',');
     sb_adds(b, open);
     ad_write_decl(b, a, &q->tools[i], params_key, dialect);
+    if (q->tools[i].deferred) sb_adds(b, ",\"defer_loading\":true");
     sb_adds(b, close);
   }
 }

@@ -18,6 +18,7 @@
 #include "errors.h"
 #include "json.h"
 #include "providers.h"
+#include "ptools.h"
 #include "strbuf.h"
 typedef struct ad_header {
   const char *name;
@@ -43,7 +44,24 @@ typedef struct ad_tool {
   const char *name;
   const char *description;    /* NULL: none */
   const jv *parameters;       /* the tool's input JSON Schema, as js_tool makes it */
+  int deferred;               /* sent with defer_loading: true (the ask's tool_search finds it) */
 } ad_tool;
+
+/* A tool the provider runs (ptools.h): its kind and options; each family
+   writes the entry the capability table names. */
+typedef struct ad_ptool {
+  ad_ptkind kind;
+  long long max_uses;                 /* <= 0: not sent */
+  const char *const *allowed_domains;
+  int nallowed;
+  const char *const *blocked_domains;
+  int nblocked;
+  const ad_header *location;          /* city, region, country, timezone: as written */
+  int nlocation;
+  const char *const *vector_stores;
+  int nvector_stores;
+  const char *container;              /* NULL: the provider's own (a new one, reused after) */
+} ad_ptool;
 
 typedef enum { AD_CHOICE_AUTO, AD_CHOICE_REQUIRED, AD_CHOICE_NONE, AD_CHOICE_TOOL } ad_choice;
 
@@ -56,6 +74,9 @@ typedef struct ad_ask {
   const jv *final_schema;     /* non-NULL: the answer must be JSON of this schema */
   const char *final_name;     /* its name, [A-Za-z0-9_-] */
   int stream;                 /* ask for a stream (each family's flag; ad_stream_* reads it) */
+  const ad_ptool *ptools;     /* the provider tools, sent with every request */
+  int nptools;
+  const char *tool_search;    /* the native tool search's entry (ad_tool_search), or NULL */
 } ad_ask;
 
 typedef struct ad_call {
@@ -72,8 +93,16 @@ typedef enum {
   AD_STOP_FILTER,             /* a safety or content filter stopped the answer */
   AD_STOP_BLOCKED,            /* the prompt was blocked: no answer at all */
   AD_STOP_REFUSAL,            /* the model refused */
-  AD_STOP_OTHER
+  AD_STOP_OTHER,
+  AD_STOP_PAUSE               /* the provider paused its own tool loop: send the turn back as it is */
 } ad_stop;
+
+/* A source the answer cites (a provider tool's result). */
+typedef struct ad_citation {
+  const char *url;
+  const char *title;          /* NULL: none */
+  const char *cited_text;     /* NULL: none */
+} ad_citation;
 
 /* One answer of the model. */
 typedef struct ad_turn {
@@ -88,6 +117,11 @@ typedef struct ad_turn {
   long long output_tokens;
   const jv *echo;             /* what ad_conv_turn sends back, verbatim; NULL: nothing
                                  (every family refuses a message with no content) */
+  int ptool_uses[AD_NPTKINDS];  /* the provider's own tool calls in this turn, by kind */
+  int ptool_errors;           /* of them, those that failed (an error that came with HTTP 200) */
+  ad_citation *citations;
+  int ncitations;
+  const char *container;      /* a code execution container to reuse, NULL: none */
 } ad_turn;
 
 /* A failed exchange. */
@@ -136,6 +170,8 @@ typedef struct ad_conv {
   int nitems;
   int user_last;              /* gemini: the last item is a user content, whose
                                  parts a next user text joins */
+  sb_buf container;           /* the code execution container the last turn used (a JSON
+                                 string), or empty */
 } ad_conv;
 
 void ad_conv_init(ad_conv *c, const ad_model *m);

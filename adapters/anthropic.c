@@ -27,10 +27,30 @@ static void an_results(ad_conv *c, const ad_turn *t, const ad_result *r) {
   sb_adds(&c->items, "]}");
 }
 
+/* The server tools' entries, after the function tools' (comma-led). */
+static void an_ptools(sb_buf *b, const ad_conv *c, const ad_ask *q) {
+  for (int i = 0; i < q->nptools; i++) {
+    const ad_ptool *t = &q->ptools[i];
+    const char *name = ad_ptkind_names[t->kind];
+    if (i || q->ntools) sb_addc(b, ',');
+    sb_adds(b, "{\"type\":");
+    const char *entry = ad_ptool_entry(c->model, t->kind);
+    json_write_string(b, entry, strlen(entry));
+    sb_adds(b, ",\"name\":");
+    json_write_string(b, name, strlen(name));
+    if (t->max_uses > 0) sb_printf(b, ",\"max_uses\":%lld", t->max_uses);
+    if (t->nallowed) { sb_adds(b, ",\"allowed_domains\":"); ad_write_strings(b, t->allowed_domains, t->nallowed); }
+    if (t->nblocked) { sb_adds(b, ",\"blocked_domains\":"); ad_write_strings(b, t->blocked_domains, t->nblocked); }
+    if (t->nlocation) { sb_adds(b, ",\"user_location\":"); ad_write_location(b, t, 1); }
+    /* a fetched page's text is cited only when asked */
+    if (t->kind == AD_PT_WEB_FETCH) sb_adds(b, ",\"citations\":{\"enabled\":true}");
+    sb_addc(b, '}');
+  }
+}
+
 static int an_build(const ad_conv *c, const ad_ask *q, ar_arena *a, ad_request *out, char *err, size_t errlen) {
-  (void)err;
-  (void)errlen;
   const ad_model *m = c->model;
+  if (!ad_ptool_check(m, q, err, errlen)) return 0;
   static const char *const version[] = { "anthropic-version", "2023-06-01", NULL };
   out->url = ad_url(a, m->base_url, ad_providers[m->provider].base_url, "/v1/messages");
   ad_headers(m, a, out, m->api_key ? "x-api-key" : NULL, m->api_key, version);
@@ -46,12 +66,32 @@ static int an_build(const ad_conv *c, const ad_ask *q, ar_arena *a, ad_request *
   sb_adds(&b, ",\"messages\":[");
   if (c->items.len) sb_add(&b, c->items.data, c->items.len);
   sb_addc(&b, ']');
-  if (q->ntools) {
+  if (q->ntools || q->nptools) {
     sb_adds(&b, ",\"tools\":[");
     ad_write_tools(&b, a, q, "{", "input_schema", ad_schema_anthropic, "}");
+    an_ptools(&b, c, q);
+    if (q->tool_search) {
+      const char *name = ad_tool_search_name(q->tool_search);
+      sb_printf(&b, "%s{\"type\":", q->ntools || q->nptools ? "," : "");
+      json_write_string(&b, q->tool_search, strlen(q->tool_search));
+      sb_adds(&b, ",\"name\":");
+      json_write_string(&b, name, strlen(name));
+      sb_addc(&b, '}');
+    }
     sb_adds(&b, "],\"tool_choice\":");
     static const char *const words[3] = { "{\"type\":\"auto\"}", "{\"type\":\"any\"}", "{\"type\":\"none\"}" };
     ad_write_choice(&b, q, words, "{\"type\":\"tool\",\"name\":", "}");
+  }
+  /* code execution: the container of the last turn, else the one declared */
+  const char *container = NULL;
+  for (int i = 0; i < q->nptools; i++)
+    if (q->ptools[i].kind == AD_PT_CODE_EXECUTION && q->ptools[i].container) container = q->ptools[i].container;
+  if (c->container.len) {
+    sb_adds(&b, ",\"container\":");
+    sb_add(&b, c->container.data, c->container.len);
+  } else if (container) {
+    sb_adds(&b, ",\"container\":");
+    json_write_string(&b, container, strlen(container));
   }
   if (m->has_temperature) {
     sb_adds(&b, ",\"temperature\":");
@@ -73,7 +113,34 @@ static ad_stop stop_of(const char *reason) {
   if (strcmp(reason, "tool_use") == 0) return AD_STOP_TOOLS;
   if (strcmp(reason, "max_tokens") == 0) return AD_STOP_LENGTH;
   if (strcmp(reason, "refusal") == 0) return AD_STOP_REFUSAL;
+  if (strcmp(reason, "pause_turn") == 0) return AD_STOP_PAUSE;
   return AD_STOP_OTHER;
+}
+
+/* A server tool's call: its kind by the name the API gives it. */
+static void an_server_use(ad_turn *t, const char *name) {
+  if (!name) return;
+  if (strcmp(name, "web_search") == 0) t->ptool_uses[AD_PT_WEB_SEARCH]++;
+  else if (strcmp(name, "web_fetch") == 0) t->ptool_uses[AD_PT_WEB_FETCH]++;
+  else if (strstr(name, "code_execution")) t->ptool_uses[AD_PT_CODE_EXECUTION]++;
+}
+
+/* A server tool's result block (web_search_tool_result...): an error comes
+   with HTTP 200 as content {type: "..._error", error_code}. */
+static void an_server_result(ad_turn *t, const char *type, const jv *b) {
+  size_t n = strlen(type);
+  if (n <= 12 || strcmp(type + n - 12, "_tool_result") != 0 || strcmp(type, "tool_result") == 0) return;
+  const char *ctype = ad_str(ad_get(b, "content", JV_OBJ), "type");
+  size_t cn = ctype ? strlen(ctype) : 0;
+  if (cn > 6 && strcmp(ctype + cn - 6, "_error") == 0) t->ptool_errors++;
+}
+
+/* A text block's citations: web_search_result_location and the others. */
+static void an_citations(ar_arena *a, ad_turn *t, const jv *list) {
+  for (const jv *c = list ? list->first : NULL; c; c = c->next) {
+    const jv *text = ad_get(c, "cited_text", JV_STR);
+    ad_add_citation(a, t, ad_str(c, "url"), ad_str(c, "title"), text ? text->s : NULL, text ? text->len : 0);
+  }
 }
 
 static int an_turn_of(const jv *body, ar_arena *a, ad_turn *t, char *err, size_t errlen) {
@@ -90,6 +157,9 @@ static int an_turn_of(const jv *body, ar_arena *a, ad_turn *t, char *err, size_t
     if (!type) continue;
     const jv *text = ad_get(b, "text", JV_STR);
     if (strcmp(type, "text") == 0 && text) ad_add_text(a, t, text->s, text->len);
+    if (strcmp(type, "text") == 0) an_citations(a, t, ad_get(b, "citations", JV_ARR));
+    if (strcmp(type, "server_tool_use") == 0) an_server_use(t, ad_str(b, "name"));
+    an_server_result(t, type, b);
     if (strcmp(type, "tool_use") != 0) continue;
     const char *name = ad_str(b, "name");
     if (!name) { snprintf(err, errlen, "a tool_use block has no name"); return 0; }
@@ -102,6 +172,7 @@ static int an_turn_of(const jv *body, ar_arena *a, ad_turn *t, char *err, size_t
   t->stop_reason = ad_str(body, "stop_reason");
   t->stop = stop_of(t->stop_reason);
   if (t->stop == AD_STOP_REFUSAL) t->refusal = t->text;   /* NULL: it gave no reason */
+  t->container = ad_str(ad_get(body, "container", JV_OBJ), "id");
   const jv *usage = ad_get(body, "usage", JV_OBJ);
   t->input_tokens = ad_int(usage, "input_tokens", -1);
   t->output_tokens = ad_int(usage, "output_tokens", -1);

@@ -71,6 +71,16 @@ int ad_calls_alloc(ar_arena *a, ad_turn *t, int n);
 jv *ad_share(ar_arena *a, const jv *v);
 void ad_write_number(sb_buf *b, double d);
 
+/* Provider tools (ptools.c): the entry of a kind for the model (NULL: its
+   wire has none), checked for every tool of an ask (0 with a reason); a
+   JSON array of strings; an approximate user location
+   {"type":"approximate","city":...}; a citation added to a turn. */
+const char *ad_ptool_entry(const ad_model *m, ad_ptkind kind);
+int ad_ptool_check(const ad_model *m, const ad_ask *q, char *err, size_t errlen);
+void ad_write_strings(sb_buf *b, const char *const *items, int n);
+void ad_write_location(sb_buf *b, const ad_ptool *t, int typed);
+void ad_add_citation(ar_arena *a, ad_turn *t, const char *url, const char *title, const char *text, size_t len);
+
 /* adapter.c's, for the streams (stream.c): the family of a model, its
    provider's name, whether an HTTP status is retried, a text with the key
    replaced, a printable excerpt, and the turn of a 2xx body (as ad_parse reads it). */

@@ -62,11 +62,10 @@ static void ge_results(ad_conv *c, const ad_turn *t, const ad_result *r) {
   c->user_last = 1;
 }
 
-/* Gemini 1.x and 2.x refuse tools together with a JSON answer format. */
+/* Gemini 1.x and 2.x refuse tools together with a JSON answer format (and
+   built-in tools next to function declarations: ptools.c). */
 static int tools_with_json(const ad_model *m) {
-  const char *n = m->name ? m->name : "";
-  if (strncmp(n, "models/", 7) == 0) n += 7;
-  return !(strncmp(n, "gemini-1", 8) == 0 || strncmp(n, "gemini-2", 8) == 0);
+  return ad_gemini_mixes_tools(m->name);
 }
 
 static int ge_build(const ad_conv *c, const ad_ask *q, ar_arena *a, ad_request *out, char *err, size_t errlen) {
@@ -76,6 +75,7 @@ static int ge_build(const ad_conv *c, const ad_ask *q, ar_arena *a, ad_request *
     snprintf(err, errlen, "the gemini model name '%s' cannot be put in a URL", m->name ? m->name : "");
     return 0;
   }
+  if (!ad_ptool_check(m, q, err, errlen)) return 0;
   out->url = ad_url(a, m->base_url, ad_providers[m->provider].base_url,
                     ar_printf(a, q->stream ? "/v1beta/models/%s:streamGenerateContent?alt=sse"
                                               : "/v1beta/models/%s:generateContent", name));
@@ -90,18 +90,37 @@ static int ge_build(const ad_conv *c, const ad_ask *q, ar_arena *a, ad_request *
     sb_add(&b, c->system.data, c->system.len);
     sb_adds(&b, "}]}");
   }
-  int tools = q->ntools && (!q->final_schema || tools_with_json(m));
+  int tools = (q->ntools || q->nptools) && (!q->final_schema || tools_with_json(m));
   if (tools) {
-    sb_adds(&b, ",\"tools\":[{\"functionDeclarations\":[");
-    ad_write_tools(&b, a, q, "{", "parametersJsonSchema", ad_schema_gemini, "}");
+    sb_adds(&b, ",\"tools\":[");
+    if (q->ntools) {
+      sb_adds(&b, "{\"functionDeclarations\":[");
+      ad_write_tools(&b, a, q, "{", "parametersJsonSchema", ad_schema_gemini, "}");
+      sb_adds(&b, "]}");
+    }
+    /* the built-in tools: {"google_search": {}}, ... (they take no options) */
+    for (int i = 0; i < q->nptools; i++) {
+      const char *entry = ad_ptool_entry(m, q->ptools[i].kind);
+      if (i || q->ntools) sb_addc(&b, ',');
+      sb_addc(&b, '{');
+      json_write_string(&b, entry, strlen(entry));
+      sb_adds(&b, ":{}}");
+    }
+    sb_addc(&b, ']');
+  }
+  if (tools && q->ntools) {
     static const char *const modes[] = { "AUTO", "ANY", "NONE", "ANY" };
-    sb_printf(&b, "]}],\"toolConfig\":{\"functionCallingConfig\":{\"mode\":\"%s\"", modes[q->choice]);
+    sb_printf(&b, ",\"toolConfig\":{\"functionCallingConfig\":{\"mode\":\"%s\"", modes[q->choice]);
     if (q->choice == AD_CHOICE_TOOL) {
       sb_adds(&b, ",\"allowedFunctionNames\":[");
       json_write_string(&b, q->choice_tool, strlen(q->choice_tool));
       sb_addc(&b, ']');
     }
-    sb_adds(&b, "}}");
+    sb_addc(&b, '}');
+    /* built-in tools beside functions (Gemini 3): their calls come back as
+       toolCall and toolResponse parts, echoed with the content */
+    if (q->nptools) sb_adds(&b, ",\"includeServerSideToolInvocations\":true");
+    sb_addc(&b, '}');
   }
   if (m->has_temperature || m->max_tokens > 0 || q->final_schema) {
     sb_adds(&b, ",\"generationConfig\":{");
@@ -136,6 +155,61 @@ static ad_stop stop_of(const char *reason) {
   return AD_STOP_OTHER;
 }
 
+/* The built-in tools' traces: toolCall parts (Gemini 3, beside functions)
+   or else the candidate's metadata; executableCode and codeExecutionResult
+   parts; the grounding's sources as citations. There are no error parts:
+   a failed URL retrieval or code run is its status or outcome. */
+static void ge_builtins(ar_arena *a, ad_turn *t, const jv *cand, const jv *parts) {
+  int calls = 0;
+  for (const jv *p = parts->first; p; p = p->next) {
+    const jv *tc = ad_get(p, "toolCall", JV_OBJ);
+    const char *type = ad_str(tc, "toolType");
+    if (type) {
+      calls = 1;
+      if (strstr(type, "SEARCH")) t->ptool_uses[AD_PT_WEB_SEARCH]++;
+      else if (strstr(type, "URL")) t->ptool_uses[AD_PT_URL_CONTEXT]++;
+      else if (strstr(type, "CODE")) t->ptool_uses[AD_PT_CODE_EXECUTION]++;
+    }
+    if (!tc && ad_get(p, "executableCode", JV_OBJ)) t->ptool_uses[AD_PT_CODE_EXECUTION]++;
+    const char *outcome = ad_str(ad_get(p, "codeExecutionResult", JV_OBJ), "outcome");
+    if (outcome && strcmp(outcome, "OUTCOME_OK") != 0) t->ptool_errors++;
+  }
+  if (calls) t->ptool_uses[AD_PT_CODE_EXECUTION] = 0;   /* counted by their toolCall */
+  for (const jv *p = calls ? parts->first : NULL; p; p = p->next) {
+    const char *type = ad_str(ad_get(p, "toolCall", JV_OBJ), "toolType");
+    if (type && strstr(type, "CODE")) t->ptool_uses[AD_PT_CODE_EXECUTION]++;
+  }
+  const jv *gm = ad_get(cand, "groundingMetadata", JV_OBJ);
+  const jv *queries = ad_get(gm, "webSearchQueries", JV_ARR);
+  if (!calls && queries) t->ptool_uses[AD_PT_WEB_SEARCH] += queries->count ? queries->count : 1;
+  const jv *urls = ad_get(ad_get(cand, "urlContextMetadata", JV_OBJ), "urlMetadata", JV_ARR);
+  for (const jv *u = urls ? urls->first : NULL; u; u = u->next) {
+    if (!calls) t->ptool_uses[AD_PT_URL_CONTEXT]++;
+    const char *status = ad_str(u, "urlRetrievalStatus");
+    if (status && strcmp(status, "URL_RETRIEVAL_STATUS_SUCCESS") != 0) t->ptool_errors++;
+  }
+  /* groundingSupports: a segment of the answer and the chunks it rests on */
+  const jv *chunks = ad_get(gm, "groundingChunks", JV_ARR);
+  const jv *supports = ad_get(gm, "groundingSupports", JV_ARR);
+  int cited = 0;
+  for (const jv *s = supports ? supports->first : NULL; s && chunks; s = s->next) {
+    const jv *text = ad_get(ad_get(s, "segment", JV_OBJ), "text", JV_STR);
+    const jv *idx = ad_get(s, "groundingChunkIndices", JV_ARR);
+    for (const jv *i = idx ? idx->first : NULL; i; i = i->next) {
+      if (i->type != JV_INT || i->i < 0 || i->i >= chunks->count) continue;
+      const jv *ch = chunks->first;
+      for (long long k = i->i; k > 0 && ch; k--) ch = ch->next;
+      const jv *web = ad_get(ch, "web", JV_OBJ);
+      ad_add_citation(a, t, ad_str(web, "uri"), ad_str(web, "title"), text ? text->s : NULL, text ? text->len : 0);
+      cited = 1;
+    }
+  }
+  for (const jv *ch = cited || !chunks ? NULL : chunks->first; ch; ch = ch->next) {
+    const jv *web = ad_get(ch, "web", JV_OBJ);
+    ad_add_citation(a, t, ad_str(web, "uri"), ad_str(web, "title"), NULL, 0);
+  }
+}
+
 static int ge_turn_of(const jv *body, ar_arena *a, ad_turn *t, char *err, size_t errlen) {
   const jv *usage = ad_get(body, "usageMetadata", JV_OBJ);
   t->input_tokens = ad_int(usage, "promptTokenCount", -1);
@@ -157,6 +231,7 @@ static int ge_turn_of(const jv *body, ar_arena *a, ad_turn *t, char *err, size_t
     if (t->stop == AD_STOP_END) { snprintf(err, errlen, "its candidate has no content"); return 0; }
     return 1;   /* a safety stop, a length stop, MALFORMED_FUNCTION_CALL: nothing to send back */
   }
+  ge_builtins(a, t, cand, parts);
   int ncalls = 0;
   for (const jv *p = parts->first; p; p = p->next)
     if (ad_get(p, "functionCall", JV_OBJ)) ncalls++;

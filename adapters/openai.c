@@ -115,6 +115,7 @@ const char *const ad_openai_choices[3] = { "\"auto\"", "\"required\"", "\"none\"
 static int chat_build(const ad_conv *c, const ad_ask *q, ar_arena *a, ad_request *out, char *err, size_t errlen) {
   const ad_model *m = c->model;
   if (!ad_openai_target(m, a, "chat/completions", out, err, errlen)) return 0;
+  if (!ad_ptool_check(m, q, err, errlen)) return 0;
   sb_buf b;
   sb_init(&b);
   sb_addc(&b, '{');
@@ -134,6 +135,18 @@ static int chat_build(const ad_conv *c, const ad_ask *q, ar_arena *a, ad_request
     sb_adds(&b, "],\"tool_choice\":");
     ad_write_choice(&b, q, ad_openai_choices, "{\"type\":\"function\",\"function\":{\"name\":", "}}");
     sb_adds(&b, ",\"parallel_tool_calls\":true");
+  }
+  /* web search: a search model's options ({"approximate": {...}} nests the location) */
+  for (int i = 0; i < q->nptools; i++) {
+    const ad_ptool *t = &q->ptools[i];
+    if (t->kind != AD_PT_WEB_SEARCH) continue;
+    sb_adds(&b, ",\"web_search_options\":{");
+    if (t->nlocation) {
+      sb_adds(&b, "\"user_location\":{\"type\":\"approximate\",\"approximate\":");
+      ad_write_location(&b, t, 0);
+      sb_addc(&b, '}');
+    }
+    sb_addc(&b, '}');
   }
   if (m->max_tokens > 0) sb_printf(&b, ",\"max_completion_tokens\":%lld", m->max_tokens);
   if (m->has_temperature) {
@@ -166,6 +179,14 @@ static int chat_turn_of(const jv *body, ar_arena *a, ad_turn *t, char *err, size
   if (!msg) { snprintf(err, errlen, "its first choice has no message"); return 0; }
   const jv *content = ad_get(msg, "content", JV_STR);
   if (content) ad_add_text(a, t, content->s, content->len);
+  /* a search model's url_citation annotations */
+  const jv *notes = ad_get(msg, "annotations", JV_ARR);
+  for (const jv *n = notes ? notes->first : NULL; n; n = n->next) {
+    const jv *u = ad_get(n, "url_citation", JV_OBJ);
+    long long s = ad_int(u, "start_index", -1), e = ad_int(u, "end_index", -1);
+    int ok = content && s >= 0 && e >= s && (size_t)e <= content->len;
+    ad_add_citation(a, t, ad_str(u, "url"), ad_str(u, "title"), ok ? content->s + s : NULL, ok ? (size_t)(e - s) : 0);
+  }
   t->stop_reason = ad_str(choice, "finish_reason");
   t->stop = stop_of(t->stop_reason);
   t->refusal = ad_str(msg, "refusal");

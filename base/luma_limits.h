@@ -90,6 +90,7 @@
   X(STREAM_QUEUE_BYTES, 1 << 20, 0, "bytes an ask holds for a host that has not taken its events: a stream's bytes not yet read, and the queued events (their text, and 64 bytes each); at it the transfer pauses until the host takes some") \
   X(MODEL_JSON_DEPTH, 100, 0, "nesting of a provider's response, of a model's answer and of tool arguments") \
   X(TOOL_RESULT_MAX_BYTES, 64 << 10, 0, "bytes of a tool result sent to the model when the agent sets no tool_result_max_bytes") \
+  X(PAUSE_TURN_MAX, 5, 0, "times one ask continues a turn the provider paused in its own tool loop (Anthropic's pause_turn); past it the ask ends with ASK_TOOL_LIMIT") \
   /* luma-lua mcp: serving tools over MCP */ \
   X(MCP_MAX_MESSAGE_BYTES, 4 << 20, 0, "bytes of one MCP message a client sends (a longer line is dropped and answered with -32600)") \
   X(MCP_MAX_IN_FLIGHT, 64, 0, "tools/call requests of one MCP client running at once, or of all the clients of luma-lua mcp --http (past it: -32000, until one ends)") \

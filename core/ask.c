@@ -12,6 +12,7 @@
 #include <lauxlib.h>
 
 #include "askevents.h"
+#include "askptools.h"
 #include "asktools.h"
 #include "compat.h"
 #include "jsonschema.h"
@@ -25,6 +26,7 @@
 static int step_task(rt_task *t, long long *wait_ms);
 static void respond(ak_ask *a, const ad_response *r);
 static void answer(ak_ask *a);
+static void paused(ak_ask *a);
 static void cancel_task(rt_task *t);
 static void release_task(rt_task *t);
 
@@ -245,9 +247,10 @@ static int prepare(ak_ask *a) {
     for (int i = 0; i < a->ntools; i++) {
       const pm_tool *t = ag->tools.items[i];
       jv *decl = js_tool(&a->arena, a->pg->p, t, JS_CANONICAL);
-      a->tools[i] = (ad_tool){ t->name, t->description, jv_get(decl, "parameters") };
+      a->tools[i] = (ad_tool){ t->name, t->description, jv_get(decl, "parameters"), 0 };
     }
   }
+  if (ak_ptools_prepare(a) < 0 || ak_lazy_prepare(a) < 0) return -1;
   a->final_schema = js_schema(&a->arena, a->pg->p, a->schema, JS_CANONICAL);
   if (a->arena.failed || !a->final_schema) return -1;
   ad_conv_init(&a->conv, &a->model);
@@ -284,7 +287,8 @@ static void send(ak_ask *a) {
   a->delivered = 0;
   /* a replay serves whole responses: it is sent as not streamed */
   int stream = a->listen && a->pm->stream && !a->pg->replay;
-  ad_ask q = { a->tools, a->ntools, AD_CHOICE_AUTO, NULL, NULL, NULL, stream };
+  ad_ask q = { a->tools, a->ntools, AD_CHOICE_AUTO, NULL, NULL, NULL, stream, a->ptools, a->nptools, NULL };
+  ak_lazy_ask(a, &q);
   if (a->forced && !a->tool_rounds) {
     q.choice = AD_CHOICE_TOOL;
     q.choice_tool = a->forced->name;
@@ -529,9 +533,23 @@ static void took_turn(ak_ask *a, int streamed) {
   /* a provider's counts are not trusted: held at LLONG_MAX */
   if (a->turn.input_tokens > 0) a->input_tokens = sat_add(a->input_tokens, a->turn.input_tokens);
   if (a->turn.output_tokens > 0) a->output_tokens = sat_add(a->output_tokens, a->turn.output_tokens);
+  ak_ptools_turn(a);
   /* calls are read from the content, whatever the stop reason says */
   if (a->turn.ncalls > 0) move(a, ak_begin_tools(a), AK_TOOLS);
+  else if (a->turn.stop == AD_STOP_PAUSE) paused(a);
   else answer(a);
+}
+
+/* The provider paused its own tool loop (Anthropic's pause_turn): the turn
+   goes back as it is, the last message, and the provider goes on. */
+static void paused(ak_ask *a) {
+  if (++a->pauses > LIM_PAUSE_TURN_MAX) {
+    fail(a, LE_ASK_TOOL_LIMIT, "Agent '%s': the provider paused its own tool loop %d times; luma continues it at most %d times (pause_turn_max).",
+         a->agent->name, a->pauses, (int)LIM_PAUSE_TURN_MAX);
+    return;
+  }
+  ad_conv_turn(&a->conv, &a->turn);
+  a->state = AK_SEND;
 }
 
 /* The final answer: JSON of the ask's schema, else a re-ask or an error. */

@@ -30,6 +30,12 @@ enum {
   AK_DONE
 };
 
+/* A source the ask's answer cites (a provider tool's), in the ask's arena. */
+typedef struct ak_cite {
+  const char *url, *title, *cited_text;   /* title and cited_text may be NULL */
+  struct ak_cite *next;
+} ak_cite;
+
 /* One tool call of the current turn, and its result for the model. */
 typedef struct ak_slot {
   cl_call *call;              /* until it is done and collected */
@@ -99,6 +105,23 @@ struct ak_ask {
   size_t qbytes;              /* what the queued events hold, about (LIM_STREAM_QUEUE_BYTES) */
   int ncallids;               /* the current turn's calls as events name them (turn_arena) */
   const char **callids, **callnames;
+  /* provider tools (askptools.c): their entries, the turns the provider
+     paused, its own tool calls and their failures, the sources cited */
+  ad_ptool *ptools;
+  int nptools;
+  int pauses;
+  int ptool_uses[AD_NPTKINDS];
+  int ptool_errors;
+  ak_cite *cites, **cites_tail;
+  int ncites;
+  /* lazy tools (askptools.c): none, the wire's own search, or the synthetic
+     discovery tool, with what it found (by tools index) */
+  int lazy_mode;              /* AK_LAZY_* */
+  const char *tool_search;    /* AK_LAZY_NATIVE: the wire's entry */
+  unsigned char *discovered;
+  ad_tool discover;           /* AK_LAZY_SYNTHETIC: the discovery tool */
 };
+
+enum { AK_LAZY_NONE, AK_LAZY_NATIVE, AK_LAZY_SYNTHETIC };
 
 #endif

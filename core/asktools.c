@@ -2,6 +2,7 @@
    the agent's tool_concurrency at once, each with exactly one result for the
    model; and the ask's telemetry event. */
 #include "asktools.h"
+#include "askptools.h"
 
 #include "askevents.h"
 
@@ -56,6 +57,13 @@ static void prepare_slot(ak_ask *a, int i) {
   ak_slot *s = &a->slots[i];
   const ad_call *call = &a->turn.calls[i];
   char msg[600];
+  sb_buf lazy;
+  sb_init(&lazy);
+  int lazy_error;
+  if (ak_lazy_answer(a, call, &lazy, &lazy_error)) {
+    keep(s, &lazy, lazy_error);
+    return;
+  }
   const pm_tool *t = call->name ? agent_tool(a->agent, call->name) : NULL;
   if (!t) {
     int n = snprintf(msg, sizeof msg, "'%s' is not a tool of agent '%s'. Its tools are:", call->name ? call->name : "",
@@ -286,6 +294,7 @@ void ak_emit(ak_ask *a) {
   if (a->ok) lua_pushlightuserdata(T, NULL);
   else lua_getfield(T, AK_VALUE, "code");
   lua_setfield(T, e, "code");
+  ak_ptools_event(a, e);
   st_publish(T, pg, e);
   lua_settop(T, e - 1);
 }

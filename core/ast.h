@@ -125,7 +125,7 @@ typedef struct ast_method {
   struct ast_method *next;
 } ast_method;
 
-typedef enum { DC_SCHEMA, DC_UNION, DC_TOOL, DC_AGENT, DC_MODEL } dc_kind;
+typedef enum { DC_SCHEMA, DC_UNION, DC_TOOL, DC_AGENT, DC_MODEL, DC_PTOOL } dc_kind;
 
 typedef struct ast_decl {
   dc_kind kind;
@@ -138,7 +138,7 @@ typedef struct ast_decl {
   const char *tag;                 /* DC_UNION: tagged by NAME */
   ast_pos tag_pos;
   ast_type *ret;                   /* DC_TOOL */
-  ast_config *config;              /* DC_TOOL, DC_AGENT, DC_MODEL */
+  ast_config *config;              /* DC_TOOL, DC_AGENT, DC_MODEL, DC_PTOOL */
   ast_method *methods;             /* DC_AGENT */
   void *model;                     /* the program model's object for it (program.c) */
   struct ast_decl *next;

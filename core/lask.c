@@ -9,6 +9,7 @@
 
 #include "ask.h"
 #include "askevents.h"
+#include "askptools.h"
 #include "compat.h"
 #include "drive.h"
 #include "lerror.h"
@@ -160,6 +161,15 @@ static int l_ask_wait_event(lua_State *L) {
   return 1;
 }
 
+/* ask:citations() -> the sources its answer cites, a list of
+   {url, title?, cited_text?} (provider tools'; empty without them) */
+static int l_ask_citations(lua_State *L) {
+  ak_ask *a = check_ask(L, 1);
+  if (!ak_done(a)) return luaL_error(L, "the ask is not done: wait for it first");
+  ak_push_citations(L, a);
+  return 1;
+}
+
 /* ask:cancel() */
 static int l_ask_cancel(lua_State *L) {
   ak_cancel(check_ask(L, 1));
@@ -177,6 +187,7 @@ void la_open(lua_State *L) {
     { "listen", l_ask_listen },
     { "next_event", l_ask_next_event },
     { "wait_event", l_ask_wait_event },
+    { "citations", l_ask_citations },
     { NULL, NULL }
   };
   lr_new_metatable(L, LA_ASK, ask_gc, methods);

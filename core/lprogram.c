@@ -73,6 +73,9 @@ static void read_opts(lua_State *L, int idx, lp_opts *o) {
   lv_default_limits(&o->lv);
   if (lua_isnoneornil(L, idx)) return;
   luaL_checktype(L, idx, LUA_TTABLE);
+  lua_getfield(L, idx, "allow_unknown_models");
+  o->pm.allow_unknown_models = lua_toboolean(L, -1);
+  lua_pop(L, 1);
   lua_getfield(L, idx, "limits");
   if (lua_isnil(L, -1)) { lua_pop(L, 1); return; }
   if (!lua_istable(L, -1)) luaL_error(L, "opts.limits must be a table");
@@ -368,6 +371,19 @@ static void push_agent_info(lua_State *L, const pm_agent *ag) {
     lua_rawseti(L, -2, i + 1);
   }
   lua_setfield(L, -2, "tools");
+  if (ag->ptools.n) {
+    lua_createtable(L, ag->ptools.n, 0);
+    for (int i = 0; i < ag->ptools.n; i++) {
+      lua_pushstring(L, ag->ptools.items[i]->name);
+      lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "provider_tools");
+  }
+  if (ag->lazy_tools.n) {
+    push_strings(L, ag->lazy_tools.items, ag->lazy_tools.n);
+    lua_setfield(L, -2, "lazy_tools");
+    set_str(L, "tool_search", pm_tool_search_names[ag->tool_search]);
+  }
   if (ag->tool_rate_limit >= 0) set_int(L, "tool_rate_limit", ag->tool_rate_limit);
   set_int(L, "tool_concurrency", ag->tool_concurrency);
   if (ag->tool_failure_limit >= 0) set_int(L, "tool_failure_limit", ag->tool_failure_limit);
@@ -419,6 +435,33 @@ static void push_model_info(lua_State *L, const pm_model *m) {
   }
 }
 
+static void push_ptool_info(lua_State *L, const pm_ptool *t) {
+  lua_createtable(L, 0, 8);
+  set_str(L, "kind", "provider_tool");
+  set_str(L, "name", t->name);
+  if (t->has_kind) set_str(L, "tool_kind", ad_ptkind_names[t->kind]);
+  if (t->max_uses > 0) set_int(L, "max_uses", t->max_uses);
+  const pm_strings *lists[] = { &t->allowed_domains, &t->blocked_domains, &t->vector_stores };
+  static const char *const keys[] = { "allowed_domains", "blocked_domains", "vector_stores" };
+  for (int i = 0; i < 3; i++) {
+    if (!lists[i]->present) continue;
+    push_strings(L, lists[i]->items, lists[i]->n);
+    lua_setfield(L, -2, keys[i]);
+  }
+  if (t->user_location.n) {
+    lua_createtable(L, 0, t->user_location.n);
+    for (int i = 0; i < t->user_location.n; i++) set_str(L, t->user_location.names[i], t->user_location.values[i]);
+    lua_setfield(L, -2, "user_location");
+  }
+  set_str(L, "container", t->container);
+}
+
+static const pm_ptool *find_ptool(const pm_program *p, const char *name) {
+  for (int i = 0; i < p->nptools; i++)
+    if (strcmp(p->ptools[i]->name, name) == 0) return p->ptools[i];
+  return NULL;
+}
+
 /* program:declaration(name) -> description of any declaration, or nil */
 static int l_declaration(lua_State *L) {
   lp_program *lp = lp_check(L, 1);
@@ -438,13 +481,16 @@ static int l_declaration(lua_State *L) {
     push_agent_info(L, ag);
   } else if ((m = pm_find_model(lp->p, name))) {
     push_model_info(L, m);
+  } else if (find_ptool(lp->p, name)) {
+    push_ptool_info(L, find_ptool(lp->p, name));
   } else {
     lua_pushnil(L);
   }
   return 1;
 }
 
-/* program:declarations() -> { schemas = {...}, tools = {...}, agents = {...}, models = {...} } */
+/* program:declarations() -> { schemas = {...}, tools = {...}, agents = {...}, models = {...},
+   provider_tools = {...} } */
 static int l_declarations(lua_State *L) {
   lp_program *lp = lp_check(L, 1);
   const pm_program *p = lp->p;
@@ -466,6 +512,9 @@ static int l_declarations(lua_State *L) {
   lua_createtable(L, p->nmodels, 0);
   for (int i = 0; i < p->nmodels; i++) { lua_pushstring(L, p->models[i]->name); lua_rawseti(L, -2, i + 1); }
   lua_setfield(L, -2, "models");
+  lua_createtable(L, p->nptools, 0);
+  for (int i = 0; i < p->nptools; i++) { lua_pushstring(L, p->ptools[i]->name); lua_rawseti(L, -2, i + 1); }
+  lua_setfield(L, -2, "provider_tools");
   return 1;
 }
 

@@ -155,7 +155,7 @@ static void end_of_item(ps_state *p, const char *what) {
 
 /* The keywords that open a declaration or a statement, and those that
    follow a block: what a misspelled one was meant to be. */
-static const char *const opening_keywords[] = { "schema", "tool", "agent", "model", "if", "try", "return" };
+static const char *const opening_keywords[] = { "schema", "tool", "agent", "model", "provider_tool", "if", "try", "return" };
 static const char *const following_keywords[] = { "else", "catch" };
 
 /* After a statement, as end_of_item; but a statement that is a bare name
@@ -769,7 +769,7 @@ static ast_field *parse_fields(ps_state *p, lx_kind closer) {
     /* "schema B {" on a line of its own: no field, the next declaration
        (the caller says the '}' is missing) */
     if (closer == TK_RBRACE && TOK->nl_before && peek(p, 1)->kind == TK_NAME &&
-        (at_kw(p, "schema") || at_kw(p, "tool") || at_kw(p, "agent") || at_kw(p, "model")))
+        (at_kw(p, "schema") || at_kw(p, "tool") || at_kw(p, "agent") || at_kw(p, "model") || at_kw(p, "provider_tool")))
       break;
     size_t start = TOK->start;
     ast_field *f = parse_field(p);
@@ -960,6 +960,9 @@ ast_program *ps_parse(const char *src, size_t len, ar_arena *a, dg_list *diag, i
       parse_body(p, d, 1, 0);
     } else if (at_kw(p, "model") && peek(p, 1)->kind == TK_NAME) {
       d = new_decl(p, DC_MODEL);
+      parse_body(p, d, 0, 0);
+    } else if (at_kw(p, "provider_tool") && peek(p, 1)->kind == TK_NAME) {
+      d = new_decl(p, DC_PTOOL);
       parse_body(p, d, 0, 0);
     } else {
       p->interp = 1;

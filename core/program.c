@@ -30,6 +30,7 @@ const char *pm_kind_word(dc_kind k) {
     case DC_SCHEMA: case DC_UNION: return "schema";
     case DC_TOOL: return "tool";
     case DC_AGENT: return "agent";
+    case DC_PTOOL: return "provider_tool";
     default: return "model";
   }
 }
@@ -462,6 +463,17 @@ static void declare(pm_ctx *c) {
         d->model = m;
         break;
       }
+      case DC_PTOOL: {
+        pm_ptool *t = ar_alloc(c->a, sizeof *t);
+        if (!t) return;
+        t->name = d->name;
+        t->pos = d->name_pos;
+        t->max_uses = -1;
+        t->index = p->nptools;
+        add_ptr(c->a, (void ***)&p->ptools, &p->nptools, t);
+        d->model = t;
+        break;
+      }
     }
   }
 }
@@ -648,9 +660,113 @@ static void check_model(pm_ctx *c, ast_decl *d) {
     ERR(c, pm_config_entry(d, "base_url")->value->pos, "Model '%s': base_url must start with http:// or https://.", d->name);
 }
 
+static void check_ptool(pm_ctx *c, ast_decl *d) {
+  pm_ptool *t = d->model;
+  pm_read_ptool_config(c, d, t, ar_printf(c->a, "Provider tool '%s'", d->name));
+  if (!t->has_kind) {
+    if (!pm_config_entry(d, "kind"))
+      ERR(c, d->name_pos, "Provider tool '%s' must set kind: one of %s.", d->name, pm_quoted(c->a, ad_ptkind_names));
+    return;
+  }
+  if (t->allowed_domains.present && t->blocked_domains.present)
+    ERR(c, pm_config_entry(d, "blocked_domains")->pos, "Provider tool '%s' sets both allowed_domains and blocked_domains: set one.", d->name);
+  if (t->kind == AD_PT_FILE_SEARCH && !t->vector_stores.n)
+    ERR(c, d->name_pos, "Provider tool '%s' (file_search) must set vector_stores: the ids of the vector stores to search.", d->name);
+}
+
+/* "a,b,c" as "a, b, c", for a message. */
+static const char *spaced(ar_arena *a, const char *list) {
+  const char *s = "";
+  for (const char *p = list; *p;) {
+    size_t n = strcspn(p, ",");
+    s = ar_printf(a, "%s%s%.*s", s, *s ? ", " : "", (int)n, p);
+    p += n + (p[n] == ',');
+  }
+  return s;
+}
+
+/* The provider options a provider tool sets, by name, for the capability's list. */
+static const char *const ptool_options[] = { "max_uses", "allowed_domains", "blocked_domains", "user_location",
+                                             "vector_stores", "container", NULL };
+
+/* The agent's provider tools against its model's row of the capability
+   table (adapters/ptools.h): refused at load, where the agent lists them. */
+static void check_ptools(pm_ctx *c, const pm_agent *ag) {
+  const pm_model *m = ag->model;
+  if (!m || !m->has_provider || !ag->ptools.n) return;
+  ad_wire w = ad_wire_of((ad_provider)m->provider, (ad_api)m->api);
+  const char *name = m->model ? m->model : "";
+  const char *shown = m->model ? ar_printf(c->a, "'%s'", m->model) : ar_printf(c->a, "deployment '%s'", m->deployment ? m->deployment : "");
+  for (int i = 0; i < ag->ptools.n; i++) {
+    const pm_ptool *t = ag->ptools.items[i];
+    ast_pos at = ag->ptools.pos[i];
+    if (!t->has_kind) continue;
+    const char *kind = ad_ptkind_names[t->kind];
+    ad_capability cap = ad_ptool_capability(w, name, (ad_ptkind)t->kind);
+    const char *hint = *cap.hint ? ar_printf(c->a, "; %s", cap.hint) : "";
+    switch (cap.verdict) {
+      case AD_CAP_NO_WIRE:
+        ERR(c, at, "Agent '%s': %s is not available on %s%s.", ag->name, kind, ad_wire_title(w), hint);
+        continue;
+      case AD_CAP_NO_MODEL:
+        if (*hint)
+          ERR(c, at, "Agent '%s': %s is not available on %s for model %s (model %s)%s.", ag->name, kind, ad_wire_title(w),
+              shown, m->name, hint);
+        else
+          ERR(c, at, "Agent '%s': %s is not available on %s for model %s (model %s); it runs on %s.", ag->name, kind,
+              ad_wire_title(w), shown, m->name, spaced(c->a, cap.models));
+        continue;
+      case AD_CAP_UNKNOWN_MODEL:
+        if (!m->allow_unknown_model && !c->p->allow_unknown_models)
+          ERR(c, at, "Agent '%s': model %s (model %s) is not one luma knows to run %s on %s (%s); set allow_unknown_model: true in model %s (or use --allow-unknown-models) to send it anyway.",
+              ag->name, shown, m->name, kind, ad_wire_title(w), spaced(c->a, cap.models), m->name);
+        break;
+      case AD_CAP_OK:
+        break;
+    }
+    const pm_strings *set[] = { NULL, &t->allowed_domains, &t->blocked_domains, NULL, &t->vector_stores, NULL };
+    for (int o = 0; ptool_options[o]; o++) {
+      int present = set[o] ? set[o]->present : o == 0 ? t->max_uses > 0 : o == 3 ? t->user_location.n > 0 : t->container != NULL;
+      if (present && !ad_ptool_takes(&cap, ptool_options[o]))
+        ERR(c, at, "Agent '%s': provider tool '%s' sets %s, which %s on %s does not take%s%s.", ag->name, t->name,
+            ptool_options[o], kind, ad_wire_title(w), *cap.options ? "; it takes " : "", spaced(c->a, cap.options));
+    }
+  }
+  if (w == AD_WIRE_GEMINI && ag->tools.n && !ad_gemini_mixes_tools(name))
+    ERR(c, ag->ptools.pos[0], "Agent '%s': Gemini 2.x cannot combine built-in tools (%s) with function declarations (%s); use a Gemini 3 model, or give them to two agents.",
+        ag->name, ag->ptools.items[0]->name, ag->tools.items[0]->name);
+}
+
+/* lazy_tools names tools of the agent's own; a search by regex or BM25 is
+   Anthropic's, on the models that have it. */
+static void check_lazy(pm_ctx *c, ast_decl *d, pm_agent *ag) {
+  const ast_config *e = pm_config_entry(d, "lazy_tools");
+  const ast_expr *item = e && e->value->kind == EX_ARRAY ? e->value->items : NULL;
+  for (int i = 0; i < ag->lazy_tools.n; i++, item = item ? item->next : NULL) {
+    int found = -1;
+    for (int k = 0; k < ag->tools.n; k++)
+      if (strcmp(ag->tools.items[k]->name, ag->lazy_tools.items[i]) == 0) found = k;
+    ast_pos at = item ? item->pos : d->name_pos;
+    if (found < 0) {
+      ERR(c, at, "Agent '%s': lazy_tools lists '%s', which is not one of its tools.", d->name, ag->lazy_tools.items[i]);
+      continue;
+    }
+    if (!ag->lazy) ag->lazy = ar_alloc(c->a, (size_t)ag->tools.n);
+    if (ag->lazy) ag->lazy[found] = 1;
+  }
+  const ast_config *ts = pm_config_entry(d, "tool_search");
+  if (!ts || (ag->tool_search != TS_REGEX && ag->tool_search != TS_BM25) || !ag->model || !ag->model->has_provider) return;
+  ad_wire w = ad_wire_of((ad_provider)ag->model->provider, (ad_api)ag->model->api);
+  if (!ad_tool_search(w, ag->model->model, 0) || w != AD_WIRE_ANTHROPIC)
+    ERR(c, ts->value->pos, "Agent '%s': tool_search \"%s\" is Anthropic's tool search, which model '%s' does not have; use \"auto\" or \"synthetic\".",
+        d->name, pm_tool_search_names[ag->tool_search], ag->model->name);
+}
+
 static void check_agent(pm_ctx *c, ast_decl *d) {
   pm_agent *ag = d->model;
   pm_read_agent_config(c, d, ag, ar_printf(c->a, "Agent '%s'", d->name));
+  check_ptools(c, ag);
+  check_lazy(c, d, ag);
   int asks = 0;
   mp_map seen = { 0 };
   int count = 0;
@@ -680,6 +796,7 @@ void pm_default_limits(pm_limits *lim) {
   lim->max_source_bytes = LIM_MAX_SOURCE_BYTES;
   lim->max_errors = LIM_MAX_ERRORS;
   lim->max_parse_depth = LIM_MAX_PARSE_DEPTH;
+  lim->allow_unknown_models = 0;
 }
 
 pm_program *pm_build(const char *src, size_t len, const char *chunk, const pm_limits *lim) {
@@ -689,6 +806,7 @@ pm_program *pm_build(const char *src, size_t len, const char *chunk, const pm_li
   if (!p) return NULL;
   ar_init(&p->arena);
   p->chunk = ar_strdup(&p->arena, chunk ? chunk : "program.luma");
+  p->allow_unknown_models = lim->allow_unknown_models;
   int too_big = len > lim->max_source_bytes;
   p->len = too_big ? 0 : len;
   p->src = ar_strndup(&p->arena, too_big ? "" : src, p->len);
@@ -713,6 +831,7 @@ pm_program *pm_build(const char *src, size_t len, const char *chunk, const pm_li
     if (!d->model || pm_lookup(c, d->name) != d) continue;
     if (d->kind == DC_TOOL) build_tool(c, d);
     else if (d->kind == DC_MODEL) check_model(c, d);
+    else if (d->kind == DC_PTOOL) check_ptool(c, d);
   }
   for (ast_decl *d = p->ast->decls; d; d = d->next)
     if (d->kind == DC_AGENT && d->model && pm_lookup(c, d->name) == d) check_agent(c, d);

@@ -13,6 +13,7 @@
 #include "ast.h"
 #include "diag.h"
 #include "providers.h"
+#include "ptools.h"
 
 struct lre;
 
@@ -89,6 +90,13 @@ typedef enum { BO_NONE, BO_FIXED, BO_EXPONENTIAL } pm_backoff;
 typedef enum { HANDLER_MODULE, HANDLER_HOST } pm_handler;
 extern const char *const pm_handler_names[];    /* by pm_handler, NULL-terminated */
 typedef enum { POL_ALLOW, POL_DENY_WRITE, POL_APPROVAL } pm_policy;
+/* How an agent's lazy tools are found: the wire's own search where the model
+   has one, else the synthetic discovery tool (auto); Anthropic's regex or
+   BM25 search; always the synthetic tool. */
+typedef enum { TS_AUTO, TS_REGEX, TS_BM25, TS_SYNTHETIC } pm_tool_search;
+extern const char *const pm_tool_search_names[];     /* by pm_tool_search, NULL-terminated */
+/* The synthetic discovery tool's name: reserved ('__'), so no declared tool has it. */
+#define PM_DISCOVER_TOOL "__discover_tools"
 
 typedef struct pm_need {
   const char *name;
@@ -154,6 +162,7 @@ typedef struct pm_model {
   long long retries;          /* HTTP-level retries, -1 when not set (2) */
   int stream;                 /* 0: never ask for a stream (a server that cannot); default 1 */
   pm_headers headers;
+  int allow_unknown_model;    /* a name the capability table does not know runs provider tools, with a warning */
   int index;
 } pm_model;
 
@@ -161,6 +170,29 @@ typedef struct pm_toollist {
   pm_tool **items;
   int n;
 } pm_toollist;
+
+/* A tool the provider runs (`provider_tool NAME { kind: ... }`): no schema
+   and no handler of luma's; the capability table (adapters/ptools.h) says
+   which models run it. */
+typedef struct pm_ptool {
+  const char *name;
+  ast_pos pos;
+  int kind;                   /* ad_ptkind */
+  int has_kind;
+  long long max_uses;         /* -1 when not set */
+  pm_strings allowed_domains;
+  pm_strings blocked_domains;
+  pm_headers user_location;   /* city, region, country, timezone */
+  pm_strings vector_stores;
+  const char *container;
+  int index;
+} pm_ptool;
+
+typedef struct pm_ptoollist {
+  pm_ptool **items;
+  int n;
+  ast_pos *pos;               /* where the agent's `tools` names each */
+} pm_ptoollist;
 
 /* An agent method: its parameters as an internal schema
    __method_<agent>_<method>_input, and its return type (or NULL). */
@@ -176,6 +208,10 @@ typedef struct pm_agent {
   const ast_decl *decl;
   pm_model *model;
   pm_toollist tools;
+  pm_ptoollist ptools;            /* the provider tools among its `tools` */
+  pm_strings lazy_tools;          /* of its tools, those sent only once found (names) */
+  unsigned char *lazy;            /* by tools index: 1 when lazy; NULL when none is */
+  int tool_search;                /* pm_tool_search: how lazy tools are found */
   pm_method *methods;
   int nmethods;
   long long tool_rate_limit;      /* -1: no limit */
@@ -192,10 +228,14 @@ typedef struct pm_agent {
   int index;
 } pm_agent;
 
+/* How a program is built: its limits, and whether every model may run
+   provider tools the capability table does not know it for
+   (--allow-unknown-models, as each model's allow_unknown_model). */
 typedef struct pm_limits {
   size_t max_source_bytes;
   int max_errors;
   int max_parse_depth;
+  int allow_unknown_models;
 } pm_limits;
 
 typedef struct pm_program {
@@ -213,6 +253,9 @@ typedef struct pm_program {
   int nagents;
   pm_model **models;
   int nmodels;
+  pm_ptool **ptools;
+  int nptools;
+  int allow_unknown_models;   /* pm_limits' */
   struct lre **regexes;       /* compiled @pattern rules, freed with the program */
   int nregexes, regexes_cap;
 } pm_program;

@@ -159,6 +159,10 @@ static int agent_allows(const pm_agent *ag, const pm_tool *t) {
 static pm_tool *called_tool(st_ctx *s, const char *name, ast_pos pos) {
   ast_decl *d = pm_lookup(s->c, name);
   if (d && d->kind == DC_TOOL) return d->model;
+  if (d && d->kind == DC_PTOOL) {
+    ERR(s->c, pos, "'%s' is a provider tool: the provider runs it when the model asks, and it cannot be called with tool, nor forced with using tool.", name);
+    return NULL;
+  }
   ERR(s->c, pos, "Unknown tool '%s'.%s", name, SUGGEST(s->c, name, DC_TOOL));
   return NULL;
 }

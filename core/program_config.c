@@ -17,7 +17,9 @@ typedef enum {
   CK_BOOL, CK_INT, CK_POSITIVE, CK_NUMBER, CK_STRING, CK_ENVNAME, CK_CHOICE,
   CK_SCHEMA, CK_MODEL, CK_TOOLS, CK_STRINGS, CK_KEYPATH,
   CK_KEYVAR,                      /* an environment variable name, or null (flag: set for null) */
-  CK_HEADERS                      /* { "Name": "value", ... } */
+  CK_HEADERS,                     /* { "Name": "value", ... } */
+  CK_LOCATION,                    /* { city: "...", region:, country:, timezone: } */
+  CK_NAMES                        /* [a, b]: names, checked by the caller */
 } ck_kind;
 
 typedef struct ck_key {
@@ -33,6 +35,7 @@ static const char *const side_effect_choices[] = { "none", "read", "write", NULL
 static const char *const backoff_choices[] = { "none", "fixed", "exponential", NULL };
 const char *const pm_handler_names[] = { "module", "host", NULL };
 static const char *const policy_choices[] = { "allow", "deny_write", "approval", NULL };
+const char *const pm_tool_search_names[] = { "auto", "regex", "bm25", "synthetic", NULL };
 
 #define OFF(type, field) offsetof(type, field)
 
@@ -68,6 +71,8 @@ static const ck_key agent_keys[] = {
   { "tool_contexts", CK_STRINGS, 0, NULL, OFF(pm_agent, tool_contexts), 0 },
   { "retries", CK_INT, 0, NULL, OFF(pm_agent, retries), 0 },
   { "tool_result_max_bytes", CK_POSITIVE, 0, NULL, OFF(pm_agent, tool_result_max_bytes), 0 },
+  { "lazy_tools", CK_NAMES, 0, NULL, OFF(pm_agent, lazy_tools), 0 },
+  { "tool_search", CK_CHOICE, 0, pm_tool_search_names, OFF(pm_agent, tool_search), 0 },
   { NULL, CK_BOOL, 0, NULL, 0, 0 }
 };
 
@@ -85,8 +90,22 @@ static const ck_key model_keys[] = {
   { "retries", CK_INT, 0, NULL, OFF(pm_model, retries), 0 },
   { "stream", CK_BOOL, 0, NULL, OFF(pm_model, stream), 0 },
   { "headers", CK_HEADERS, 0, NULL, OFF(pm_model, headers), 0 },
+  { "allow_unknown_model", CK_BOOL, 0, NULL, OFF(pm_model, allow_unknown_model), 0 },
   { NULL, CK_BOOL, 0, NULL, 0, 0 }
 };
+
+static const ck_key ptool_keys[] = {
+  { "kind", CK_CHOICE, 0, ad_ptkind_names, OFF(pm_ptool, kind), OFF(pm_ptool, has_kind) },
+  { "max_uses", CK_POSITIVE, 0, NULL, OFF(pm_ptool, max_uses), 0 },
+  { "allowed_domains", CK_STRINGS, 0, NULL, OFF(pm_ptool, allowed_domains), 0 },
+  { "blocked_domains", CK_STRINGS, 0, NULL, OFF(pm_ptool, blocked_domains), 0 },
+  { "user_location", CK_LOCATION, 0, NULL, OFF(pm_ptool, user_location), 0 },
+  { "vector_stores", CK_STRINGS, 0, NULL, OFF(pm_ptool, vector_stores), 0 },
+  { "container", CK_STRING, 0, NULL, OFF(pm_ptool, container), 0 },
+  { NULL, CK_BOOL, 0, NULL, 0, 0 }
+};
+
+static const char *const location_keys[] = { "city", "region", "country", "timezone", NULL };
 
 static int is_env_name(const char *s) {
   if (!(*s == '_' || (*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z'))) return 0;
@@ -185,6 +204,29 @@ static void read_entry(pm_ctx *c, const char *owner, const ck_key *k, const ast_
       }
       break;
     }
+    case CK_LOCATION: {
+      pm_headers *h = (pm_headers *)slot;
+      if (v->kind != EX_OBJECT) { ERR(c, v->pos, "%s must be an object of %s, as in { country: \"FR\" }.", prefix, pm_quoted(c->a, location_keys)); return; }
+      size_t n = (size_t)(v->nprops ? v->nprops : 1);
+      h->names = ar_alloc(c->a, sizeof *h->names * n);
+      h->values = ar_alloc(c->a, sizeof *h->values * n);
+      if (!h->names || !h->values) return;
+      for (const ast_prop *pr = v->props; pr; pr = pr->next) {
+        int known = 0;
+        for (int i = 0; location_keys[i]; i++) known |= strcmp(pr->key, location_keys[i]) == 0;
+        if (!known) {
+          ERR(c, pr->pos, "%s has no field '%s': it takes %s.", prefix, pr->key, pm_quoted(c->a, location_keys));
+          continue;
+        }
+        if (pr->value->kind != EX_STRING || strlen(pr->value->str.s) != pr->value->str.len) {
+          ERR(c, pr->value->pos, "%s: '%s' must be a string.", prefix, pr->key);
+          continue;
+        }
+        h->names[h->n] = pr->key;
+        h->values[h->n++] = pr->value->str.s;
+      }
+      break;
+    }
     case CK_CHOICE: {
       int found = -1, n = 0;
       for (; k->choices[n]; n++)
@@ -213,13 +255,24 @@ static void read_entry(pm_ctx *c, const char *owner, const ck_key *k, const ast_
     }
     case CK_TOOLS: {
       pm_toollist *list = (pm_toollist *)slot;
+      /* the agent's provider tools, listed among its tools */
+      pm_ptoollist *plist = &((pm_agent *)obj)->ptools;
       if (v->kind != EX_ARRAY) { ERR(c, v->pos, "%s must be a list of tool names, as in [a, b].", prefix); return; }
       list->items = ar_alloc(c->a, sizeof *list->items * (size_t)(v->nitems ? v->nitems : 1));
-      if (!list->items) return;
+      plist->items = ar_alloc(c->a, sizeof *plist->items * (size_t)(v->nitems ? v->nitems : 1));
+      plist->pos = ar_alloc(c->a, sizeof *plist->pos * (size_t)(v->nitems ? v->nitems : 1));
+      if (!list->items || !plist->items || !plist->pos) return;
       mp_map seen = { 0 };
       for (const ast_expr *i = v->items; i; i = i->next) {
         if (i->kind != EX_NAME) { ERR(c, i->pos, "%s must be a list of tool names, as in [a, b].", prefix); continue; }
         ast_decl *d = pm_lookup(c, i->str.s);
+        if (d && d->kind == DC_PTOOL && d->model) {
+          if (mp_get(&seen, i->str.s, strlen(i->str.s))) { ERR(c, i->pos, "%s lists tool '%s' twice.", owner, i->str.s); continue; }
+          mp_put(c->a, &seen, i->str.s, strlen(i->str.s), d);
+          plist->pos[plist->n] = i->pos;
+          plist->items[plist->n++] = d->model;
+          continue;
+        }
         if (!d || d->kind != DC_TOOL) {
           ERR(c, i->pos, "%s lists undeclared tool '%s'.%s", owner, i->str.s, SUGGEST(c, i->str.s, DC_TOOL));
           continue;
@@ -239,6 +292,18 @@ static void read_entry(pm_ctx *c, const char *owner, const ck_key *k, const ast_
       for (const ast_expr *i = v->items; i; i = i->next) {
         if (i->kind != EX_STRING) { ERR(c, i->pos, "%s must be a list of strings.", prefix); continue; }
         if (strlen(i->str.s) != i->str.len) { ERR(c, i->pos, "%s cannot contain a NUL character (\\u0000).", prefix); continue; }
+        list->items[list->n++] = i->str.s;
+      }
+      break;
+    }
+    case CK_NAMES: {
+      pm_strings *list = (pm_strings *)slot;
+      if (v->kind != EX_ARRAY) { ERR(c, v->pos, "%s must be a list of tool names, as in [a, b].", prefix); return; }
+      list->present = 1;
+      list->items = ar_alloc(c->a, sizeof *list->items * (size_t)(v->nitems ? v->nitems : 1));
+      if (!list->items) return;
+      for (const ast_expr *i = v->items; i; i = i->next) {
+        if (i->kind != EX_NAME) { ERR(c, i->pos, "%s must be a list of tool names, as in [a, b].", prefix); continue; }
         list->items[list->n++] = i->str.s;
       }
       break;
@@ -304,4 +369,8 @@ void pm_read_agent_config(pm_ctx *c, const ast_decl *d, pm_agent *a, const char 
 
 void pm_read_model_config(pm_ctx *c, const ast_decl *d, pm_model *m, const char *owner) {
   read_config(c, d, model_keys, m, owner);
+}
+
+void pm_read_ptool_config(pm_ctx *c, const ast_decl *d, pm_ptool *t, const char *owner) {
+  read_config(c, d, ptool_keys, t, owner);
 }

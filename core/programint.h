@@ -17,11 +17,11 @@ typedef struct pm_ctx {
   ar_arena *a;
   dg_list *d;
   mp_map decls;               /* name -> ast_decl */
-  const char **names[DC_MODEL + 2];   /* by kind, for suggestions; the last holds types */
-  int nnames[DC_MODEL + 2];
+  const char **names[DC_PTOOL + 2];   /* by kind, for suggestions; the last holds types */
+  int nnames[DC_PTOOL + 2];
 } pm_ctx;
 
-#define NAMES_TYPES (DC_MODEL + 1)
+#define NAMES_TYPES (DC_PTOOL + 1)
 /* Suggestions look at LIM_SUGGEST_CANDIDATES at most, so that a huge program
    with many errors stays fast to check. */
 
@@ -34,7 +34,7 @@ void pm_rule(pm_ctx *c, ast_pos pos, le_msg m, const char *a, const char *b);
 const char *pm_suggestion(pm_ctx *c, const char *word, const char *const *names, int n);
 #define SUGGEST(c, word, kind) pm_suggestion((c), (word), (c)->names[kind], (c)->nnames[kind])
 pm_type *pm_resolve_type(pm_ctx *c, const ast_type *t, int depth);
-/* "schema", "tool", "agent" or "model" */
+/* "schema", "tool", "agent", "model" or "provider_tool" */
 const char *pm_kind_word(dc_kind k);
 /* The number a literal (possibly negated) holds: 1, or 0 when it is none. */
 int pm_lit_number(const ast_expr *e, pm_num *out);
@@ -45,6 +45,7 @@ const char *pm_type_text(pm_ctx *c, const ast_type *t);
 void pm_read_tool_config(pm_ctx *c, const ast_decl *d, pm_tool *t, const char *owner);
 void pm_read_agent_config(pm_ctx *c, const ast_decl *d, pm_agent *a, const char *owner);
 void pm_read_model_config(pm_ctx *c, const ast_decl *d, pm_model *m, const char *owner);
+void pm_read_ptool_config(pm_ctx *c, const ast_decl *d, pm_ptool *t, const char *owner);
 const ast_config *pm_config_entry(const ast_decl *d, const char *key);
 /* "a", "b", "c": the names of a NULL-terminated list, quoted, for a message. */
 const char *pm_quoted(ar_arena *a, const char *const *names);

@@ -25,7 +25,7 @@ end
 describe("the contract language", function()
   it("compiles the calculate example of the specification", function()
     local program = luma.compile(h.calculate)
-    assert.are.same({ schemas = { "CalcResult" }, tools = { "calculate" }, agents = {}, models = {} },
+    assert.are.same({ schemas = { "CalcResult" }, tools = { "calculate" }, agents = {}, models = {}, provider_tools = {} },
       program:declarations())
   end)
 

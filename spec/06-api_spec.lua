@@ -74,7 +74,7 @@ describe("luma.compile", function()
   end)
 
   it("compiles an empty program", function()
-    assert.are.same({ schemas = {}, tools = {}, agents = {}, models = {} }, luma.compile(""):declarations())
+    assert.are.same({ schemas = {}, tools = {}, agents = {}, models = {}, provider_tools = {} }, luma.compile(""):declarations())
   end)
 end)
 

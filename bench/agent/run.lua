@@ -7,7 +7,10 @@
 --      server says it spent (an upper bound of the overhead: it includes
 --      the server's HTTP parsing and the loopback);
 --   3. how the replayed cost grows from 1 to 50 turns: linear work gives a
---      per-turn cost that stays flat.
+--      per-turn cost that stays flat;
+--   4. the request bytes per turn of an agent with 300 tools, all sent
+--      versus lazy (found with the synthetic discovery tool): target at
+--      least 20 times smaller.
 -- Run from the repository root by `make bench`:
 --   LUMA_BUILD=build lua5.4 bench/agent/run.lua
 local here = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
@@ -79,6 +82,48 @@ end
 
 local function now() return require("luma.core").monotonic_ms() end
 
+-- 4: an agent with 300 tools, each with a schema as a real one has
+local LAZY_TOOLS = 300
+local LAZY_TARGET = 20
+
+local function many_tools(url, lazy)
+  local decls, names = {}, {}
+  for i = 1, LAZY_TOOLS do
+    decls[i] = ('tool t%d(city: string @desc("the city to look up, by its full name"), days: int @range(1, 14), ' ..
+                'units?: enum["metric", "imperial"]) -> Sum { description: "Looks up forecast number %d for a city, ' ..
+                'for the given number of days, in the given units." }'):format(i, i)
+    names[i] = "t" .. i
+  end
+  local list = table.concat(names, ", ")
+  local source = "schema Sum { sum: int }\nschema Answer { total: int, note?: string }\n" .. table.concat(decls, "\n") ..
+    ('\nmodel M { provider: "openai", name: "gpt-bench", base_url: "%s/v1", api_key_env: "BENCH_KEY" }\n'):format(url) ..
+    "agent A { model: M\n tools: [" .. list .. "]\n" .. (lazy and ("lazy_tools: [" .. list .. "]\n") or "") .. "}"
+  local p = luma.compile(source)
+  for i = 1, LAZY_TOOLS do p:register("t" .. i, function() return { sum = i } end) end
+  p:configure { lookup = function() return "sk-bench" end }
+  return p
+end
+
+local function chat_call(id, name, args)
+  return { json = { choices = { { index = 0, finish_reason = "tool_calls", message = { role = "assistant", content = luma.null,
+    tool_calls = { { id = id, type = "function", ["function"] = { name = name, arguments = args } } } } } } } }
+end
+
+local function request_bytes(server, lazy)
+  server:reset()
+  local call = chat_call("c2", "t7", '{"city":"Paris","days":2,"units":null}')
+  local final = { json = { choices = { { index = 0, finish_reason = "stop", message = { role = "assistant", content = '{"total":7}' } } } } }
+  server:script(lazy and { chat_call("c1", "__discover_tools", '{"names":["t7"],"query":null}'), call, final } or { call, final })
+  local answer = many_tools(server.url, lazy):agent("A"):ask("Weather in Paris?", "Answer")
+  if answer.total ~= 7 then fail("the ask with %d tools answered %s", LAZY_TOOLS, tostring(answer.total)) end
+  local sizes = {}
+  for i, q in ipairs(server:requests()) do
+    if q.refused then fail("the mock refused a request: %s", luma.json.encode(q.refused)) end
+    sizes[i] = #q.body
+  end
+  return sizes
+end
+
 local function median(list)
   table.sort(list)
   return list[(#list + 1) // 2]
@@ -137,6 +182,13 @@ local ok, err = pcall(function()
   print(("growth: per-request cost at 50 turns / at 10 turns = %.2f (linear work: about 1; quadratic: about 5)")
     :format(per_request[50] / per_request[10]))
   for _, turns in ipairs(sizes) do os.remove(recordings[turns]) end
+
+  local all, lazy = request_bytes(server, false), request_bytes(server, true)
+  print(("request bytes per turn, %d tools all sent: %s"):format(LAZY_TOOLS, table.concat(all, ", ")))
+  print(("request bytes per turn, %d lazy tools (discover, call, answer): %s"):format(LAZY_TOOLS, table.concat(lazy, ", ")))
+  local ratio = all[1] / lazy[1]
+  print(("first request %.1f times smaller with lazy tools (target >= %d)"):format(ratio, LAZY_TARGET))
+  if ratio < LAZY_TARGET then fail("lazy tools: the first request is only %.1f times smaller", ratio) end
 end)
 server:stop()
 os.remove(tmp)

@@ -44,6 +44,8 @@ options of run:
   --replay FILE            answer the model requests from a recording, without the
                            network; the first request that differs is an error
   --emit-lua               print the Lua the program compiles to, and stop
+  --allow-unknown-models   let a model name the capability table of provider tools
+                           does not know run them (a warning at each ask)
   --generate-tool-types OUT  write the handlers' types and stop: OUT.d.ts
                            (TypeScript) or OUT.lua (LuaCATS annotations)
 
@@ -151,6 +153,8 @@ JSON object; with --agent, calls a method and prints what it returns.
   --record FILE        append every exchange with a model provider (JSON lines, keys redacted)
   --replay FILE        answer the model requests from a recording, without the network
   --emit-lua           print the Lua the program compiles to, and stop
+  --allow-unknown-models  let a model name the capability table of provider tools does
+                       not know run them (a warning at each ask)
   --generate-tool-types OUT
                        write the types of the program's schemas and handlers to OUT and
                        stop: TypeScript for a .d.ts, LuaCATS annotations for a .lua
@@ -158,13 +162,15 @@ Exit status: 0; 1 when the run fails; 2 when the program does not load.
 ]],
   check = [[
 usage: luma-lua check PROGRAM [--config FILE] [--tool-module FILE]... [--verbose]
+                      [--allow-unknown-models]
 Checks what a run would load: the program, its config (the one next to it, or
 --config) and its tool modules (the config's and --tool-module's), and that
 every tool has a handler when modules are loaded. Prints "ok" (exit 0, with
 warnings on stderr: a handler that no tool declares), or every error with
 where it is on stderr (exit 1; 2 for a usage error). With --verbose, also
 which layers confine a process-isolated handler on this machine, and which
-this machine lacks.
+this machine lacks. With --allow-unknown-models, a model name the capability
+table of provider tools does not know may run them.
 ]],
   tools = [[
 usage: luma-lua tools PROGRAM
@@ -285,12 +291,15 @@ local function program_options(args, command)
     if a == "--verbose" and command == "check" then
       o.verbose = true
       i = i + 1
+    elseif a == "--allow-unknown-models" then
+      o.allow_unknown_models = true
+      i = i + 1
     elseif a == "--config" or a == "--tool-module" then
       if not args[i + 1] then return nil, usage_error(a .. " needs a value") end
       if a == "--config" then o.config = args[i + 1] else o.tool_modules[#o.tool_modules + 1] = args[i + 1] end
       i = i + 2
     elseif a:sub(1, 1) == "-" then
-      return nil, usage_error(unknown_option(a, { "--config", "--tool-module" }, command))
+      return nil, usage_error(unknown_option(a, { "--config", "--tool-module", "--allow-unknown-models" }, command))
     elseif o.program then
       return nil, usage_error(command .. " takes one PROGRAM, not '" .. o.program .. "' and '" .. a .. "'")
     else
@@ -317,7 +326,8 @@ function commands.check(args)
   local o, status = program_options(args, "check")
   if not o then return status end
   if not o.program then return usage_error("check needs one PROGRAM") end
-  local program, e = load_program(o.program, { config = o.config, tool_modules = o.tool_modules })
+  local program, e = load_program(o.program, { config = o.config, tool_modules = o.tool_modules,
+    allow_unknown_models = o.allow_unknown_models })
   if not program then
     print_load_error(e)
     return 1
@@ -427,7 +437,7 @@ function commands.tools(args)
 end
 
 local RUN_OPTIONS = { "--tool-module", "--config", "--agent", "--method", "--input", "--trace", "--record",
-  "--replay", "--emit-lua", "--generate-tool-types" }
+  "--replay", "--emit-lua", "--generate-tool-types", "--allow-unknown-models" }
 
 local function parse_run_args(args)
   local o = { tool_modules = {} }
@@ -448,6 +458,7 @@ local function parse_run_args(args)
     elseif a == "--record" then o.record = value(a)
     elseif a == "--replay" then o.replay = value(a)
     elseif a == "--emit-lua" then o.emit_lua = true
+    elseif a == "--allow-unknown-models" then o.allow_unknown_models = true
     elseif a == "--generate-tool-types" then o.types = value(a)
     elseif a:sub(1, 2) == "--" then error({ usage = unknown_option(a, RUN_OPTIONS) })
     elseif o.program then error({ usage = "more than one PROGRAM: '" .. o.program .. "' and '" .. a .. "'" })
@@ -496,7 +507,7 @@ function commands.run(args)
   end
   local loaded, program = pcall(luma.load, o.program, {
     tool_modules = o.tool_modules, config = o.config, trace = o.trace, record = o.record, replay = o.replay,
-    on_event = on_event,
+    on_event = on_event, allow_unknown_models = o.allow_unknown_models,
   })
   if not loaded then return report(program, true) end
   if o.emit_lua then

@@ -34,7 +34,8 @@ function luma.compile(source, chunkname, opts)
   if type(source) ~= "string" then
     error("bad argument #1 to 'compile' (string expected, got " .. type(source) .. ")", 2)
   end
-  return core.compile(source, chunkname or "program.luma", opts and { limits = opts.limits, runtime = opts.runtime })
+  return core.compile(source, chunkname or "program.luma", opts and { limits = opts.limits, runtime = opts.runtime,
+    allow_unknown_models = opts.allow_unknown_models })
 end
 
 local function read_source(path, opts)
@@ -61,7 +62,7 @@ end
 local OPTIONS = {
   limits = true, config = true, tool_modules = true, on_event = true, trace = true, clock = true,
   default_timeout_ms = true, tool_module_policy = true, runtime = true, approve = true, lookup = true,
-  record = true, replay = true,
+  record = true, replay = true, allow_unknown_models = true,
 }
 
 --[[ Reads and compiles a .luma file and gets it ready to run:
@@ -79,6 +80,8 @@ local OPTIONS = {
                      LUMA_APPROVED_TOOLS, then a prompt at an interactive terminal)
   opts.lookup        function(name) -> string or nil: credentials, needs and API keys (default: os.getenv)
   opts.record        a file to append every exchange with a model to (JSON lines, keys redacted)
+  opts.allow_unknown_models  true: a model name the capability table of provider tools does not
+                     know may run them (as each model's allow_unknown_model), with a warning
   opts.replay        a recording to answer the model requests from, without the network
   opts.limits        see the README ]]
 local modules_of = setmetatable({}, { __mode = "k" })
@@ -91,7 +94,8 @@ function luma.load(path, opts)
   for k in pairs(opts) do
     if not OPTIONS[k] then error("luma.load: unknown option '" .. tostring(k) .. "'", 2) end
   end
-  local program = core.compile(read_source(path, opts), path, { limits = opts.limits, runtime = opts.runtime })
+  local program = core.compile(read_source(path, opts), path, { limits = opts.limits, runtime = opts.runtime,
+    allow_unknown_models = opts.allow_unknown_models })
   local config_path = opts.config
   if config_path == nil then config_path = config.find(path) end
   local cfg = config_path and config.read(config_path) or nil

@@ -148,6 +148,118 @@ def check_gemini_schema(schema, at):
     return None
 
 
+# Provider tools (PROVIDER-TOOLS.md): the entries each family takes, and
+# what it refuses in them and in the conversation that echoes their calls.
+ANTHROPIC_SERVER_TOOLS = {"web_search_": "web_search", "web_fetch_": "web_fetch", "code_execution_": "code_execution",
+                          "tool_search_tool_regex_": "tool_search_tool_regex", "tool_search_tool_bm25_": "tool_search_tool_bm25"}
+RESPONSES_INCLUDE = ("reasoning.encrypted_content", "web_search_call.action.sources", "code_interpreter_call.outputs",
+                     "file_search_call.results", "message.output_text.logprobs", "computer_call_output.output.image_url")
+GEMINI_BUILTINS = ("google_search", "url_context", "code_execution", "googleSearch", "urlContext", "codeExecution")
+
+
+def anthropic_tools(body):
+    tools = body.get("tools") or []
+    searches = [t for t in tools if str(t.get("type", "")).startswith("tool_search_tool_")]
+    deferred = [t for t in tools if t.get("defer_loading")]
+    if deferred and not searches:
+        return "tools: deferred tools (defer_loading: true) require a tool search tool"
+    if any(t.get("defer_loading") for t in searches):
+        return "tools: the tool search tool cannot be deferred"
+    for i, t in enumerate(tools):
+        kind = t.get("type")
+        if kind is None or kind == "custom":
+            continue
+        prefix = next((p for p in ANTHROPIC_SERVER_TOOLS if kind.startswith(p)), None)
+        if prefix is None:
+            return "tools.%d: Input tag '%s' found using 'type' does not match any of the expected tags" % (i, kind)
+        if t.get("name") != ANTHROPIC_SERVER_TOOLS[prefix]:
+            return "tools.%d.name: Input should be '%s'" % (i, ANTHROPIC_SERVER_TOOLS[prefix])
+        if "allowed_domains" in t and "blocked_domains" in t:
+            return "tools.%d: Cannot specify both allowed_domains and blocked_domains" % i
+        loc = t.get("user_location")
+        if loc is not None and loc.get("type") != "approximate":
+            return "tools.%d.user_location.type: Input should be 'approximate'" % i
+        if prefix == "code_execution_" and set(t) - {"type", "name", "cache_control"}:
+            return "tools.%d: Extra inputs are not permitted" % i
+    if "container" in body and not isinstance(body["container"], str):
+        return "container: Input should be a valid string"
+    server_ids = set()
+    for i, m in enumerate(body.get("messages") or []):
+        content = m.get("content") if isinstance(m.get("content"), list) else []
+        for j, b in enumerate(content):
+            if b.get("type") == "server_tool_use":
+                server_ids.add(b.get("id"))
+            if b.get("type") == "tool_result" and (b.get("tool_use_id") in server_ids or str(b.get("tool_use_id", "")).startswith("srvtoolu_")):
+                return "messages.%d.content.%d: tool_result block(s) provided for a server tool use: %s" % (i, j, b.get("tool_use_id"))
+    return None
+
+
+def responses_tools(body):
+    model = body.get("model") or ""
+    for i, t in enumerate(body.get("tools") or []):
+        kind = t.get("type")
+        if kind == "web_search":
+            if model.startswith("gpt-4.1-nano"):
+                return "Hosted tool 'web_search' is not supported with %s." % model
+            if set(t.get("filters") or {}) - {"allowed_domains"}:
+                return "Unknown parameter: 'tools[%d].filters.%s'." % (i, sorted(set(t["filters"]) - {"allowed_domains"})[0])
+            loc = t.get("user_location")
+            if loc is not None and loc.get("type") != "approximate":
+                return "Invalid value: 'tools[%d].user_location.type'." % i
+            if set(t) - {"type", "filters", "user_location", "search_context_size"}:
+                return "Unknown parameter: 'tools[%d].%s'." % (i, sorted(set(t) - {"type", "filters", "user_location", "search_context_size"})[0])
+        elif kind == "code_interpreter":
+            if "container" not in t:
+                return "Missing required parameter: 'tools[%d].container'." % i
+        elif kind == "file_search":
+            if not t.get("vector_store_ids"):
+                return "Missing required parameter: 'tools[%d].vector_store_ids'." % i
+        elif kind == "tool_search":
+            pass
+        elif kind != "function":
+            return "Invalid value: '%s'. Supported values are: 'function', 'web_search', 'file_search', 'code_interpreter', ..." % kind
+    if any(t.get("defer_loading") for t in body.get("tools") or []) and not any(t.get("type") == "tool_search" for t in body.get("tools") or []):
+        return "Deferred tools (defer_loading) require a tool_search tool."
+    for inc in body.get("include") or []:
+        if inc not in RESPONSES_INCLUDE:
+            return "Invalid value: '%s'. Supported values are: %s." % (inc, ", ".join(RESPONSES_INCLUDE))
+    calls = set()
+    for item in body.get("input") if isinstance(body.get("input"), list) else []:
+        if item.get("type") == "function_call":
+            calls.add(item.get("call_id"))
+        if item.get("type") == "function_call_output" and item.get("call_id") not in calls:
+            return "No tool call found for function call output with call_id %s." % item.get("call_id")
+    return None
+
+
+def gemini_tools(path, body):
+    model = path.rsplit("/", 1)[-1].split(":")[0]
+    tools = body.get("tools") or []
+    functions = any("functionDeclarations" in t for t in tools)
+    builtins = [k for t in tools for k in t if k in GEMINI_BUILTINS]
+    for t in tools:
+        for k, v in t.items():
+            if k != "functionDeclarations" and k not in GEMINI_BUILTINS:
+                return "Invalid JSON payload received. Unknown name \"%s\" at 'tools[0]': Cannot find field." % k
+            if k in GEMINI_BUILTINS and v != {}:
+                return "Invalid JSON payload received. Unknown name at 'tools[0].%s': Cannot find field." % k
+    if functions and builtins:
+        if model.startswith("gemini-1") or model.startswith("gemini-2"):
+            return "Tool use with function calling is unsupported"
+        if not (body.get("toolConfig") or {}).get("includeServerSideToolInvocations"):
+            return "Built-in tools ({%s}) and Function Calling cannot be combined in the same request. Please enable tool_config.include_server_side_tool_invocations=true." % builtins[0]
+    contents = body.get("contents") or []
+    for i, c in enumerate(contents):
+        responses = [p for p in c.get("parts") or [] if "functionResponse" in p]
+        if not responses:
+            continue
+        prev = contents[i - 1] if i else {}
+        calls = [p for p in prev.get("parts") or [] if "functionCall" in p] if prev.get("role") == "model" else []
+        if len(calls) != len(responses):
+            return "Please ensure that the number of function response parts is equal to the number of function call parts of the function call turn."
+    return None
+
+
 def refusal(path, headers, body):
     """(status, error JSON) for a request the provider would refuse, or None."""
     if path.endswith("/v1/messages"):
@@ -172,6 +284,9 @@ def refusal(path, headers, body):
             why = check_anthropic_schema(fmt.get("schema"), "output_config.format.schema")
             if why:
                 return error(why)
+        why = anthropic_tools(body)
+        if why:
+            return error(why)
         return None
     if path.endswith(":generateContent") or path.endswith(":streamGenerateContent"):
         def error(message):
@@ -196,6 +311,9 @@ def refusal(path, headers, body):
                 why = check_gemini_schema(decl.get("parametersJsonSchema"), "tools[%d].functionDeclarations[%d].parametersJsonSchema" % (t, d))
                 if why:
                     return error(why)
+        why = gemini_tools(path, body)
+        if why:
+            return error(why)
         return None
     chat, responses = path.endswith("/chat/completions"), path.endswith("/responses")
     if not (chat or responses):
@@ -218,6 +336,12 @@ def refusal(path, headers, body):
                 why = check_openai_strict(f.get("parameters"), "tools[%d].function.parameters" % i)
                 if why:
                     return error(why, "invalid_function_parameters")
+        search = any(body.get("model", "").startswith(m) for m in ("gpt-5-search-api", "gpt-4o-search-preview", "gpt-4o-mini-search-preview"))
+        if "web_search_options" in body and not search:
+            return error("web_search_options is only supported with the search models.", "invalid_request_error")
+        loc = (body.get("web_search_options") or {}).get("user_location")
+        if loc is not None and (loc.get("type") != "approximate" or "type" in (loc.get("approximate") or {})):
+            return error("Invalid value: 'web_search_options.user_location'.", "invalid_value")
         rf = body.get("response_format") or {}
         if rf.get("type") == "json_schema" and (rf.get("json_schema") or {}).get("strict"):
             why = check_openai_strict(rf["json_schema"].get("schema"), "response_format.json_schema.schema")
@@ -234,6 +358,9 @@ def refusal(path, headers, body):
             why = check_openai_strict(fmt.get("schema"), "text.format.schema")
             if why:
                 return error(why, "invalid_json_schema")
+        why = responses_tools(body)
+        if why:
+            return error(why, "invalid_request_error")
     return None
 
 
