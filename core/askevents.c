@@ -21,6 +21,7 @@ static const char *stop_word(ad_stop s) {
     case AD_STOP_FILTER: return "filter";
     case AD_STOP_BLOCKED: return "blocked";
     case AD_STOP_REFUSAL: return "refusal";
+    case AD_STOP_PAUSE: return "pause";
     case AD_STOP_OTHER: break;
   }
   return "other";
