@@ -140,7 +140,9 @@ void rt_drive(rt_runtime *rt, cl_call **calls, int n, int concurrency) {
     }
     for (int i = 0; i < n; i++)
       if (calls[i]->job_ready) { rt_submit(rt, calls[i]); out++; }
-    if (out > 0) rt_wait_fd(rt, wait);
+    /* a program's own clock sleeps its way; otherwise the runtime's fd,
+       which a claim's end (an idempotency waiter) writes to as well */
+    if (out > 0 || (sleeper && !sleeper->pg->has_clock)) rt_wait_fd(rt, wait);
     else if (sleeper) pl_sleep_ms(sleeper->T, sleeper->pg, wait);
   }
   for (int i = 0; i < n; i++) calls[i]->gate = NULL;
