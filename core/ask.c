@@ -11,6 +11,7 @@
 
 #include <lauxlib.h>
 
+#include "askjournal.h"
 #include "asktools.h"
 #include "compat.h"
 #include "jsonschema.h"
@@ -19,6 +20,7 @@
 #include "luma_limits.h"
 #include "record.h"
 #include "satadd.h"
+#include "strbuf.h"
 #include "telemetry.h"
 
 static int step_task(rt_task *t, long long *wait_ms);
@@ -59,6 +61,15 @@ static void fail(ak_ask *a, le_code code, const char *fmt, ...) {
 static void move(ak_ask *a, st_verdict v, int next) {
   if (v.kind == SV_ERROR) fail_top(a);
   else if (v.kind == SV_NEXT) a->state = next;
+}
+
+/* ----------------------------------------------------------- journal */
+
+/* A record's rc (askjournal.h): 0, or the ask ends with JOURNAL_ERROR. */
+static int journaled(ak_ask *a, int rc, const char *err) {
+  if (rc == 0) return 0;
+  fail(a, LE_JOURNAL_ERROR, "Agent '%s' is durable, and its ask's journal cannot be written: %s", a->agent->name, err);
+  return -1;
 }
 
 /* ---------------------------------------------------------- lifecycle */
@@ -375,6 +386,8 @@ static void respond(ak_ask *a, const ad_response *r) {
   }
   a->attempt = 0;
   a->turns++;
+  char err[400];
+  if (journaled(a, ak_journal_exchange(a, r, err, sizeof err), err) != 0) return;
   /* a provider's counts are not trusted: held at LLONG_MAX */
   if (a->turn.input_tokens > 0) a->input_tokens = sat_add(a->input_tokens, a->turn.input_tokens);
   if (a->turn.output_tokens > 0) a->output_tokens = sat_add(a->output_tokens, a->turn.output_tokens);
@@ -471,6 +484,9 @@ static void answer(ak_ask *a) {
 /* ------------------------------------------------------- the machine */
 
 static void end(ak_ask *a) {
+  /* the outcome is given already: a "finish" that cannot be written is a warning */
+  char err[400];
+  if (ak_journal_finish(a, err, sizeof err) != 0) st_warn(a->T, a->pg, err);
   ak_emit(a);
   a->state = AK_DONE;
 }
@@ -484,9 +500,10 @@ static void run_states(ak_ask *a) {
     }
     switch (a->state) {
       case AK_START: {
+        char err[400];
         int r = prepare(a);
         if (r < 0) fail(a, LE_ASK_PROVIDER_ERROR, "out of memory");
-        else if (r == 0) a->state = AK_SEND;
+        else if (r == 0 && journaled(a, ak_journal_ask(a, err, sizeof err), err) == 0) a->state = AK_SEND;
         break;
       }
       case AK_SEND: send(a); break;

@@ -77,6 +77,7 @@ struct ak_ask {
   int starting;               /* calls were started in this step */
   int fatal;                  /* a slot whose error ends the ask, + 1; 0: none */
   unsigned long long rng;
+  char run_id[24];            /* a durable agent's run (journal.h): made at its first record, or "" */
 };
 
 #endif

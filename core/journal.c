@@ -1,6 +1,7 @@
 /* The journal of a durable ask (journal.h): its records in a SQLite file. */
 #include "journal.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #define JR_BUSY_MS 2000
 
 struct jr_journal {
+  pthread_mutex_t lock;       /* one connection: one caller at a time */
   sqlite3 *db;
   char *path;
   sqlite3_stmt *last, *put, *walk;
@@ -97,6 +99,7 @@ void jr_close(jr_journal *j) {
   sqlite3_finalize(j->put);
   sqlite3_finalize(j->walk);
   if (j->db) sqlite3_close(j->db);
+  pthread_mutex_destroy(&j->lock);
   free(j->path);
   free(j);
 }
@@ -108,7 +111,8 @@ jr_journal *jr_open(const char *path, int sync, char *err, size_t errlen) {
     return NULL;
   }
   jr_journal *j = calloc(1, sizeof *j);
-  if (!j || !(j->path = strdup(path))) {
+  if (!j || !(j->path = strdup(path)) || pthread_mutex_init(&j->lock, NULL) != 0) {
+    if (j) free(j->path);
     free(j);
     seterr(err, errlen, "out of memory");
     return NULL;
@@ -171,8 +175,19 @@ jr_journal *jr_open(const char *path, int sync, char *err, size_t errlen) {
   return j;
 }
 
+static long long append(jr_journal *j, const char *run, const char *kind, const char *body, size_t len, char *err,
+                        size_t errlen);
+
 long long jr_append(jr_journal *j, const char *run, const char *kind, const char *body, size_t len, char *err,
                     size_t errlen) {
+  pthread_mutex_lock(&j->lock);
+  long long seq = append(j, run, kind, body, len, err, errlen);
+  pthread_mutex_unlock(&j->lock);
+  return seq;
+}
+
+static long long append(jr_journal *j, const char *run, const char *kind, const char *body, size_t len, char *err,
+                        size_t errlen) {
   if (!run || !*run || !kind || !*kind || (!body && len)) {
     seterr(err, errlen, "a journal record needs a run, a kind and a body");
     return -1;
@@ -211,6 +226,7 @@ int jr_read(jr_journal *j, const char *run,
             jr_status *st, char *err, size_t errlen) {
   jr_status s = { 0, 0 };
   int rc = 0;
+  pthread_mutex_lock(&j->lock);
   sqlite3_reset(j->walk);
   sqlite3_bind_text(j->walk, 1, run ? run : "", -1, SQLITE_STATIC);
   int step;
@@ -243,6 +259,7 @@ int jr_read(jr_journal *j, const char *run,
     rc = -1;
   }
   sqlite3_reset(j->walk);
+  pthread_mutex_unlock(&j->lock);
   if (st) *st = s;
   return rc;
 }

@@ -1,8 +1,8 @@
 /*
  * The journal of a durable ask (issue 30), Lua-free: its record format and
- * the SQLite store that writes and reads it. No ask writes one yet (the
- * ask's `durable: true` and resume are to come); this is the format they
- * will share.
+ * the SQLite store that writes and reads it. An ask of an agent with
+ * `durable: true` writes one (ask.c) to the program's journal (luma.load's
+ * `journal` option); resume, which will read it, is to come.
  *
  * Where it lives: one SQLite file (the journal store's, shared by the
  * processes of a machine as the idempotency store is), with
@@ -14,15 +14,15 @@
  * tool calls run, every tool call's outcome before the next request.
  *
  * A record: v (the record format, JR_FORMAT), kind, and body, one compact
- * JSON value:
- *   "ask"       { agent, model, schema, prompt, forced, tools: [names] }:
- *               the inputs, never an API key
- *   "exchange"  { turn, attempt, response: { text, tool_calls: [{ id, name,
- *               input }], stop, usage } }: a model turn that was answered
- *   "tool"      { turn, id, name, ok, output | error }: a tool call's
- *               outcome, its input and output redacted by the tool's
- *               credential rules
- *   "finish"    { ok, answer | error }
+ * JSON value (askjournal.c writes them):
+ *   "ask"       { prompt, agent, model, schema, forced }: the inputs, never
+ *               an API key
+ *   "exchange"  { turn, status, body }: a model turn that was answered, its
+ *               response body as the provider sent it (a string), which the
+ *               model's adapter reads again on resume
+ *   "tool"      { turn, error, id, name, content }: a tool call's outcome,
+ *               as the model is given it (content: its JSON)
+ *   "finish"    { ok }
  * digest: SHA-256 (hex) of "luma-journal/<v>" NUL run NUL seq NUL kind NUL
  * body. A record is whole when its digest matches and its seq follows the
  * last whole one; reading stops at the first record that is not: it and the
@@ -36,7 +36,8 @@
  * power, and their steps run again. sync 1: synchronous FULL, every record
  * on disk before its step (an fsync per record).
  *
- * Threads: one handle per thread, or the caller's lock.
+ * Threads: any thread may call jr_append and jr_read at once (a lock); jr_read's
+ * each must not call the journal.
  */
 #ifndef LUMA_JOURNAL_H
 #define LUMA_JOURNAL_H

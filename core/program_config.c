@@ -68,6 +68,7 @@ static const ck_key agent_keys[] = {
   { "tool_contexts", CK_STRINGS, 0, NULL, OFF(pm_agent, tool_contexts), 0 },
   { "retries", CK_INT, 0, NULL, OFF(pm_agent, retries), 0 },
   { "tool_result_max_bytes", CK_POSITIVE, 0, NULL, OFF(pm_agent, tool_result_max_bytes), 0 },
+  { "durable", CK_BOOL, 0, NULL, OFF(pm_agent, durable), 0 },
   { NULL, CK_BOOL, 0, NULL, 0, 0 }
 };
 
