@@ -38,6 +38,7 @@
   X(INPUT_INVALID, 0, "the arguments of an agent method do not fit its parameters", NULL) \
   X(INVALID_ARGUMENT, 0, "a C API function was given a NULL pointer, a handle in the wrong state, or a bad option", NULL) \
   X(IO_ERROR, 0, "a file cannot be read", NULL) \
+  X(JOURNAL_ERROR, 0, "a durable ask's journal cannot be opened or written, or the program has none", NULL) \
   X(JSON_INVALID, 0, "text is not JSON, or a value cannot be written as JSON", NULL) \
   X(METHOD_NOT_FOUND, 0, "the agent has no method of that name", \
     "Agent '%s' has no method '%s'.") \

@@ -51,6 +51,10 @@
   X(IDEM_MAX_DEPTH, 512, 0, "nesting of a result kept in an idempotency store") \
   X(IDEM_KDF_MAX_ITERATIONS, 10000000, 0, "PBKDF2 iterations an encrypted store file may ask for") \
   X(IDEM_QUARANTINE_TRIES, 1000, 0, "names tried for the quarantined copy of a corrupt store file") \
+  X(IDEM_LEASE_MS, 10000, 0, "milliseconds a claim of the sqlite and redis stores lasts unless renewed (redis: lease_ms); its holder renews it every third of this while the handler runs, so that a dead holder's key is free this long after it died") \
+  X(IDEM_WAIT_MIN_MS, 10, 0, "milliseconds before a call that waits for another call's claim on its idempotency key first looks again; each look doubles it") \
+  X(IDEM_WAIT_MAX_MS, 250, 0, "the longest a call waiting on another call's claim goes without looking again (a claim that ends is announced: a waiter of the same process, or of the redis store, looks again at once)") \
+  X(IDEM_STORE_RETRY_MS, 100, 0, "milliseconds between tries to store a handler's result in an idempotency store that cannot be reached, until the call's deadline") \
   X(CACHE_TTL_MS, 300000, 0, "milliseconds an entry of a cache_store lives when it sets no ttl_ms") \
   /* tool modules and their policy */ \
   X(POLICY_MIN_MEMORY_MB, 16, 0, "the smallest max_memory_mb of a tool_module_policy") \

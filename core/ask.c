@@ -13,6 +13,7 @@
 
 #include "askevents.h"
 #include "askptools.h"
+#include "askjournal.h"
 #include "asktools.h"
 #include "compat.h"
 #include "jsonschema.h"
@@ -21,6 +22,7 @@
 #include "luma_limits.h"
 #include "record.h"
 #include "satadd.h"
+#include "strbuf.h"
 #include "telemetry.h"
 
 static int step_task(rt_task *t, long long *wait_ms);
@@ -62,6 +64,15 @@ static void fail(ak_ask *a, le_code code, const char *fmt, ...) {
 static void move(ak_ask *a, st_verdict v, int next) {
   if (v.kind == SV_ERROR) fail_top(a);
   else if (v.kind == SV_NEXT) a->state = next;
+}
+
+/* ----------------------------------------------------------- journal */
+
+/* A record's rc (askjournal.h): 0, or the ask ends with JOURNAL_ERROR. */
+static int journaled(ak_ask *a, int rc, const char *err) {
+  if (rc == 0) return 0;
+  fail(a, LE_JOURNAL_ERROR, "Agent '%s' is durable, and its ask's journal cannot be written: %s", a->agent->name, err);
+  return -1;
 }
 
 /* ---------------------------------------------------------- lifecycle */
@@ -443,7 +454,7 @@ static int pump(ak_ask *a) {
   return ended;
 }
 
-static void took_turn(ak_ask *a, int streamed);
+static void took_turn(ak_ask *a, const ad_response *r, int streamed);
 
 /* A stream that ended: its turn, or a failed exchange (cut before its final
    event: ASK_TRUNCATED). A recording keeps the response it stands for. */
@@ -454,20 +465,21 @@ static void streamed(ak_ask *a) {
     exchange_failed(a, &e);
     return;
   }
-  if (a->pg->record) {
+  /* the response the stream stands for: what a recording and a journal keep */
+  sb_buf b;
+  sb_init(&b);
+  if (a->pg->record || a->agent->durable) jv_write(&b, ad_stream_response(a->stream), 0);
+  static const ad_header json_type = { "Content-Type", "application/json" };
+  ad_response r = { 200, &json_type, 1, b.data ? b.data : "", b.len, pl_wall_ms(a->T, a->pg) };
+  if (a->pg->record && !b.failed) {
     char msg[400];
-    sb_buf b;
-    sb_init(&b);
-    jv_write(&b, ad_stream_response(a->stream), 0);
-    static const ad_header json_type = { "Content-Type", "application/json" };
-    ad_response r = { 200, &json_type, 1, b.data ? b.data : "", b.len, pl_wall_ms(a->T, a->pg) };
-    if (!b.failed && rc_record(a->pg->record, a->plain.url ? &a->plain : &a->req, &r, a->model.api_key, msg,
-                               sizeof msg) != 0)
+    if (rc_record(a->pg->record, a->plain.url ? &a->plain : &a->req, &r, a->model.api_key, msg, sizeof msg) != 0)
       st_warn(a->T, a->pg, msg);
-    sb_free(&b);
   }
   a->turn = turn;
-  took_turn(a, 1);
+  if (b.failed) fail(a, LE_ASK_RESPONSE_INVALID, "out of memory");
+  else took_turn(a, &r, 1);
+  sb_free(&b);
 }
 
 /* The transfer ended: a turn, or a failed exchange. */
@@ -520,16 +532,19 @@ static void respond(ak_ask *a, const ad_response *r) {
     exchange_failed(a, &e);
     return;
   }
-  took_turn(a, 0);
+  took_turn(a, r, 0);
 }
 
-/* A turn came, streamed or whole: its events, then its calls or the answer. */
-static void took_turn(ak_ask *a, int streamed) {
+/* A turn came, streamed or whole (r: the response it stands for): its
+   events, its record in a durable ask's journal, then its calls or the answer. */
+static void took_turn(ak_ask *a, const ad_response *r, int streamed) {
   if (a->ttft < 0) a->ttft = pl_mono_ms(a->T, a->pg) - a->start;
   /* the events are the same whether or not the provider streamed */
   if (!streamed) ak_ev_turn(a, &a->turn);
   a->attempt = 0;
   a->turns++;
+  char err[400];
+  if (journaled(a, ak_journal_exchange(a, r, err, sizeof err), err) != 0) return;
   /* a provider's counts are not trusted: held at LLONG_MAX */
   if (a->turn.input_tokens > 0) a->input_tokens = sat_add(a->input_tokens, a->turn.input_tokens);
   if (a->turn.output_tokens > 0) a->output_tokens = sat_add(a->output_tokens, a->turn.output_tokens);
@@ -640,6 +655,9 @@ static void answer(ak_ask *a) {
 /* ------------------------------------------------------- the machine */
 
 static void end(ak_ask *a) {
+  /* the outcome is given already: a "finish" that cannot be written is a warning */
+  char err[400];
+  if (ak_journal_finish(a, err, sizeof err) != 0) st_warn(a->T, a->pg, err);
   ak_emit(a);
   ak_ev_finish(a);
   a->state = AK_DONE;
@@ -654,9 +672,10 @@ static void run_states(ak_ask *a) {
     }
     switch (a->state) {
       case AK_START: {
+        char err[400];
         int r = prepare(a);
         if (r < 0) fail(a, LE_ASK_PROVIDER_ERROR, "out of memory");
-        else if (r == 0) a->state = AK_SEND;
+        else if (r == 0 && journaled(a, ak_journal_ask(a, err, sizeof err), err) == 0) a->state = AK_SEND;
         break;
       }
       case AK_SEND: send(a); break;

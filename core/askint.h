@@ -120,6 +120,7 @@ struct ak_ask {
   const char *tool_search;    /* AK_LAZY_NATIVE: the wire's entry */
   unsigned char *discovered;
   ad_tool discover;           /* AK_LAZY_SYNTHETIC: the discovery tool */
+  char run_id[24];            /* a durable agent's run (journal.h): made at its first record, or "" */
 };
 
 enum { AK_LAZY_NONE, AK_LAZY_NATIVE, AK_LAZY_SYNTHETIC };

@@ -5,6 +5,7 @@
 #include "askptools.h"
 
 #include "askevents.h"
+#include "askjournal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -217,7 +218,13 @@ st_verdict ak_step_tools(ak_ask *a) {
     lua_pushvalue(a->T, AK_VALUE);
     return sv_is(SV_ERROR);
   }
-  ad_result *r = calloc((size_t)a->nslots, sizeof *r);
+  char err[400];
+  if (ak_journal_tools(a, err, sizeof err) != 0) {
+    ak_drop_slots(a);
+    return st_fail(a->T, LE_JOURNAL_ERROR, "Agent '%s' is durable, and its ask's journal cannot be written: %s",
+                   a->agent->name, err);
+  }
+  ad_result *r = calloc((size_t)(a->nslots > 0 ? a->nslots : 1), sizeof *r);
   if (!r) return st_fail(a->T, LE_ASK_PROVIDER_ERROR, "out of memory");
   for (int i = 0; i < a->nslots; i++) r[i] = (ad_result){ a->slots[i].content, a->slots[i].len, a->slots[i].is_error };
   ad_conv_results(&a->conv, &a->turn, r);

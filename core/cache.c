@@ -60,7 +60,8 @@ static st_verdict shared_lookup(lua_State *T, cl_call *c) {
   const pm_tool *t = c->t;
   char err[256];
   char *stored = NULL;
-  id_status st = id_begin(pg->cache, t->name, c->chash, 64, c->chash, pl_wall_ms(T, pg), &stored, err, sizeof err);
+  id_status st = id_begin(pg->cache, t->name, c->chash, 64, c->chash, pl_wall_ms(T, pg), &stored, NULL, err,
+                          sizeof err);
   switch (st) {
     case ID_RUN:
       c->cache_held = 1;

@@ -95,6 +95,7 @@ void cl_release(cl_call *c) {
     id_abort(pg->idem, c->t->name, c->ikey, c->ikeylen);
     c->held = 0;
   }
+  st_idem_unwatch(c);
   st_cache_release(c);
   st_unwait(c);
   if (c->sx) sx_release(c->sx);
@@ -234,7 +235,7 @@ static void run_states(lua_State *T, cl_call *c) {
         c->state = CS_LOOKUP;
         break;
       case CS_IDEM_WAIT:
-        if (pl_mono_ms(T, c->pg) < c->wake_at) return;
+        if (pl_mono_ms(T, c->pg) < c->wake_at && !__atomic_load_n(&c->iwoken, __ATOMIC_ACQUIRE)) return;
         move(T, c, st_idem_begin(T, c), CS_RUN, CS_IDEM_WAIT);
         break;
       case CS_FOLLOW:
@@ -256,8 +257,16 @@ static void run_states(lua_State *T, cl_call *c) {
         if (!c->job_done) return;
         move(T, c, st_collect(T, c), CS_RUN, CS_STATE_WAIT);
         break;
+      case CS_STORE_WAIT:
+        if (pl_mono_ms(T, c->pg) < c->wake_at) return;
+        /* fall through */
       case CS_FINISH: {
         st_verdict v = st_finish(T, c);
+        if (v.kind == SV_WAIT) {
+          c->wake_at = v.at;
+          c->state = CS_STORE_WAIT;
+          return;
+        }
         if (v.kind == SV_ERROR) take_outcome(T, c, SV_ERROR);
         c->state = CS_END;
         break;
@@ -323,7 +332,7 @@ cl_status cl_step(cl_call *c, long long *wait_ms) {
   c->stepping = 0;
   switch (c->state) {
     case CS_DONE: return CL_DONE;
-    case CS_CACHE_WAIT: case CS_IDEM_WAIT: case CS_STATE_WAIT: case CS_BACKOFF:
+    case CS_CACHE_WAIT: case CS_IDEM_WAIT: case CS_STATE_WAIT: case CS_BACKOFF: case CS_STORE_WAIT:
       if (wait_ms) {
         long long left = c->wake_at - pl_mono_ms(T, c->pg);
         *wait_ms = left > 0 ? left : 0;

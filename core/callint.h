@@ -39,6 +39,7 @@ enum {
   CS_HANDLER,       /* the handler runs on the pool (job_out), or is ready to (job_ready) */
   CS_BACKOFF,       /* the next attempt is due at wake_at */
   CS_FINISH,        /* the outcome is known: STEP_OUTPUT and STEP_RECORD's writes to come */
+  CS_STORE_WAIT,    /* the idempotency store cannot be reached to store the result: try again at wake_at */
   CS_END,           /* STEP_RECORD's breaker and telemetry */
   CS_DONE
 };
@@ -75,6 +76,12 @@ struct cl_call {
   /* STEP_IDEMPOTENCY: the claim taken, settled in STEP_RECORD */
   int held;
   int claim_lost;                 /* the store's renewal lost the claim: read and written atomically */
+  /* CS_IDEM_WAIT: the store's watch (wakes the call when a claim ends), on
+     the store it was started on; iwoken is read and written atomically */
+  struct id_watch *iwatch;
+  struct id_store *iwatch_store;
+  int iwoken;
+  long long iwait_ms;             /* the next look is this long after the last (doubling) */
   char hash[65];
   char *ikey;
   size_t ikeylen;

@@ -153,8 +153,10 @@ void rt_drive(rt_runtime *rt, cl_call **calls, int n, int concurrency) {
     }
     for (int i = 0; i < n; i++)
       if (calls[i]->job_ready) { rt_submit(rt, calls[i]); out++; }
-    /* a finished job, or a state freed for a queued call, writes the descriptor */
-    if (out > 0 || queued > 0) rt_wait_fd(rt, wait);
+    /* a finished job, a state freed for a queued call, or a claim's end (an
+       idempotency waiter) writes the descriptor; a program's own clock
+       sleeps its way */
+    if (out > 0 || queued > 0 || (sleeper && !sleeper->pg->has_clock)) rt_wait_fd(rt, wait);
     else if (sleeper) pl_sleep_ms(sleeper->T, sleeper->pg, wait);
   }
   for (int i = 0; i < n; i++) calls[i]->gate = NULL;

@@ -262,6 +262,15 @@ static int proc_stat(long long pid, long long *start, char *state) {
   return 0;
 }
 
+long long id_self_pidns(void) {
+  char link[64];
+  ssize_t n = readlink("/proc/self/ns/pid", link, sizeof link - 1);
+  if (n <= 0) return 0;
+  link[n] = '\0';
+  const char *p = strchr(link, '[');
+  return p ? strtoll(p + 1, NULL, 10) : 0;
+}
+
 long long id_self_start(void) {
   long long start = 0;
   char state;
@@ -391,7 +400,8 @@ typedef struct mem_store {
 static const id_owner nobody;
 
 static id_status mem_begin(void *impl, const char *tool, const char *key, size_t keylen, const char *hash,
-                           long long now, char **result, char *err, size_t errlen) {
+                           long long now, char **result, long long *lease_left, char *err, size_t errlen) {
+  (void)lease_left;
   mem_store *m = impl;
   size_t klen;
   char *k = id_rec_key(tool, key, keylen, &klen);
@@ -440,7 +450,7 @@ static void mem_close(void *impl) {
   free(m);
 }
 
-static const id_ops mem_ops = { mem_begin, mem_commit, mem_abort, mem_close, NULL, NULL };
+static const id_ops mem_ops = { mem_begin, mem_commit, mem_abort, mem_close, NULL, NULL, NULL };
 
 id_store *id_open_memory(void) {
   mem_store *m = calloc(1, sizeof *m);
@@ -466,6 +476,13 @@ typedef struct id_kept {
   struct id_kept *next;
 } id_kept;
 
+/* A watcher of the claims' ends (id_watch_start). */
+struct id_watch {
+  void (*wake)(void *arg);
+  void *arg;
+  struct id_watch *next;
+};
+
 struct id_store {
   const id_ops *ops;
   void *impl;
@@ -478,6 +495,9 @@ struct id_store {
   int running, stop;
   pthread_t thread;
   pid_t thread_pid;           /* a child of fork() has no such thread: it starts its own */
+  pthread_mutex_t wlock;      /* guards watchers and watching; held while they are woken */
+  id_watch *watchers;
+  int watching;               /* ops->watch was started */
 };
 
 static long long mono_ms(void) {
@@ -559,7 +579,7 @@ id_store *id_wrap(const id_ops *ops, void *impl) {
     ops->close(impl);
     return NULL;
   }
-  if (pthread_cond_init(&s->kwake, NULL) != 0) {
+  if (pthread_cond_init(&s->kwake, NULL) != 0 || pthread_mutex_init(&s->wlock, NULL) != 0) {
     pthread_mutex_destroy(&s->klock);
     free(s);
     ops->close(impl);
@@ -631,14 +651,54 @@ void id_close(id_store *s) {
   }
   for (id_kept *l = s->kept; l;) { id_kept *n = l->next; kept_free(l); l = n; }
   for (id_kept *l = s->lost; l;) { id_kept *n = l->next; kept_free(l); l = n; }
+  /* the back end's watching thread stops with it, before the watchers go */
   s->ops->close(s->impl);
+  for (id_watch *w = s->watchers; w;) { id_watch *n = w->next; free(w); w = n; }
   pthread_cond_destroy(&s->kwake);
   pthread_mutex_destroy(&s->klock);
+  pthread_mutex_destroy(&s->wlock);
   free(s);
 }
 
+/* A claim ended (here, or in another process as the back end heard): every
+   watcher looks again. */
+static void announce(void *arg) {
+  id_store *s = arg;
+  pthread_mutex_lock(&s->wlock);
+  for (id_watch *w = s->watchers; w; w = w->next) w->wake(w->arg);
+  pthread_mutex_unlock(&s->wlock);
+}
+
+id_watch *id_watch_start(id_store *s, void (*wake)(void *arg), void *arg) {
+  id_watch *w = calloc(1, sizeof *w);
+  if (!w) return NULL;
+  w->wake = wake;
+  w->arg = arg;
+  pthread_mutex_lock(&s->wlock);
+  w->next = s->watchers;
+  s->watchers = w;
+  int start = !s->watching && s->ops->watch;
+  s->watching = 1;
+  pthread_mutex_unlock(&s->wlock);
+  /* outside wlock: the back end's thread may announce at once */
+  if (start) s->ops->watch(s->impl, announce, s);
+  return w;
+}
+
+void id_watch_stop(id_store *s, id_watch *w) {
+  if (!w) return;
+  pthread_mutex_lock(&s->wlock);
+  for (id_watch **p = &s->watchers; *p; p = &(*p)->next) {
+    if (*p == w) { *p = w->next; break; }
+  }
+  pthread_mutex_unlock(&s->wlock);
+  free(w);
+}
+
 id_status id_begin(id_store *s, const char *tool, const char *key, size_t keylen, const char *input_hash,
-                   long long now_ms, char **result, char *err, size_t errlen) {
+                   long long now_ms, char **result, long long *lease_left, char *err, size_t errlen) {
+  long long left = -1;
+  if (lease_left) *lease_left = -1;
   if (result) *result = NULL;
   if (err && errlen) err[0] = '\0';
   if (!result) {
@@ -646,7 +706,9 @@ id_status id_begin(id_store *s, const char *tool, const char *key, size_t keylen
     return ID_ERROR;
   }
   if (id_check_args(tool, key, keylen, input_hash, err, errlen) != 0) return ID_ERROR;
-  return s->ops->begin(s->impl, tool, key, keylen, input_hash, now_ms, result, err, errlen);
+  id_status st = s->ops->begin(s->impl, tool, key, keylen, input_hash, now_ms, result, &left, err, errlen);
+  if (lease_left && st == ID_WAIT) *lease_left = left;
+  return st;
 }
 
 /* The result as compact JSON text, malloc'd; NULL with err if it is not JSON. */
@@ -690,6 +752,7 @@ int id_commit(id_store *s, const char *tool, const char *key, size_t keylen, con
   if (!text) return -1;
   int rc = s->ops->commit(s->impl, tool, key, keylen, input_hash, text, tlen, now_ms, ttl_ms, err, errlen);
   free(text);
+  if (rc == 0) announce(s);
   return rc;
 }
 
@@ -697,6 +760,7 @@ void id_abort(id_store *s, const char *tool, const char *key, size_t keylen) {
   if (!tool || (!key && keylen)) return;
   unkeep(s, tool, key, keylen);
   s->ops->abort(s->impl, tool, key, keylen);
+  announce(s);
 }
 
 int id_quarantined(id_store *s, char *path, size_t pathcap) {

@@ -698,7 +698,8 @@ static void leave(fs_store *s) {
 }
 
 static id_status fs_begin(void *impl, const char *tool, const char *key, size_t keylen, const char *hash,
-                          long long now, char **result, char *err, size_t errlen) {
+                          long long now, char **result, long long *lease_left, char *err, size_t errlen) {
+  (void)lease_left;
   fs_store *s = impl;
   size_t klen;
   char *k = id_rec_key(tool, key, keylen, &klen);
@@ -787,7 +788,7 @@ static int fs_renew(void *impl, const char *tool, const char *key, size_t keylen
   return held;
 }
 
-static const id_ops fs_ops = { fs_begin, fs_commit, fs_abort, fs_close, fs_quarantined, fs_renew };
+static const id_ops fs_ops = { fs_begin, fs_commit, fs_abort, fs_close, fs_quarantined, fs_renew, NULL };
 
 id_store *id_open_file_kdf(const char *path, const char *passphrase, unsigned iterations, long long now_ms,
                            char *err, size_t errlen) {

@@ -29,14 +29,25 @@
  * Calls are round trips on the caller's thread (a loopback one is about
  * 0.1 ms); one connection per store, behind a lock. The scripts run by their
  * hash (EVALSHA, run_script), loaded again when the server says NOSCRIPT.
+ * Complete and release publish the record's key on <prefix>idem:ended; a
+ * store whose calls wait on another's claim subscribes to it on a second
+ * connection, in a thread of its own (rd_watch), and wakes them. A commit
+ * that cannot reach the server is ID_COMMIT_UNREACHABLE: the caller tries
+ * again until its deadline. A server that refuses the credentials is as one
+ * that is down, at load too: only <prefix>meta refusing this store fails the
+ * load.
  */
 #define _DEFAULT_SOURCE   /* explicit_bzero */
 
+#include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#include <sys/eventfd.h>
 
 #include <hiredis/hiredis.h>
 
@@ -47,6 +58,7 @@
 #define RD_TIMEOUT_MS 1000
 #define RD_BACKOFF_MIN_MS 100
 #define RD_BACKOFF_MAX_MS 5000
+#define RD_MAX_ARGS 6             /* ARGV of the scripts */
 
 typedef struct rd_store {
   pthread_mutex_t lock;
@@ -62,8 +74,16 @@ typedef struct rd_store {
   int ready;                      /* <prefix>meta was read: key is the sealing key */
   int wrong;                      /* <prefix>meta refuses this store: its message is in why */
   char why[300];
+  char last[600];                 /* why the last connection attempt failed, or "" */
   unsigned char key[32];
   char sha[4][41];                /* the scripts' SHA-1 as SCRIPT LOAD gave it, or "" */
+  /* the watcher (rd_watch): a thread on a connection of its own, subscribed
+     to <prefix>idem:ended, where complete and release publish */
+  pthread_t sub;
+  int subbing, sub_stop_fd;       /* sub_stop_fd: an eventfd that ends the thread */
+  pid_t sub_pid;                  /* a child of fork() has no such thread (its waiters poll) */
+  void (*announce)(void *arg);
+  void *announce_arg;
 } rd_store;
 
 #define seterr id_seterr
@@ -89,7 +109,9 @@ static int failed(rd_store *s, redisReply *r, char *err, size_t errlen) {
     seterr(err, errlen, "Redis at %s answered: %.200s", s->where, r->str);
     freeReplyObject(r);
   } else {
-    seterr(err, errlen, "Redis at %s cannot be reached: %s", s->where, s->c ? s->c->errstr : "no connection");
+    snprintf(s->last, sizeof s->last, "Redis at %s cannot be reached: %s", s->where,
+             s->c ? s->c->errstr : "no connection");
+    seterr(err, errlen, "%s", s->last);
     disconnect(s);
   }
   return 1;
@@ -199,13 +221,28 @@ static int setup(rd_store *s, char *err, size_t errlen) {
   return 0;
 }
 
+static int try_connect(rd_store *s, char *err, size_t errlen);
+
 /* A connection, made when there is none and the backoff allows; 0 or -1. */
 static int connect_now(rd_store *s, char *err, size_t errlen) {
   if (s->c) return 0;
   if (mono_ms() < s->retry_at) {
-    seterr(err, errlen, "Redis at %s cannot be reached (retrying in %lld ms)", s->where, s->retry_at - mono_ms());
+    /* the last attempt's words: refused credentials are not "down" */
+    seterr(err, errlen, "%s (retrying in %lld ms)", s->last[0] ? s->last : "Redis cannot be reached",
+           s->retry_at - mono_ms());
     return -1;
   }
+  char why[400] = "";
+  int rc = try_connect(s, why, sizeof why);
+  if (rc != 0) {
+    snprintf(s->last, sizeof s->last, "%s", why);
+    seterr(err, errlen, "%s", why);
+  }
+  return rc;
+}
+
+/* One connection attempt (connect_now's); 0, or -1 with err. */
+static int try_connect(rd_store *s, char *err, size_t errlen) {
   struct timeval tv = { RD_TIMEOUT_MS / 1000, (RD_TIMEOUT_MS % 1000) * 1000 };
   s->c = redisConnectWithTimeout(s->host, s->port, tv);
   if (!s->c || s->c->err) {
@@ -265,7 +302,8 @@ static char *key_of(rd_store *s, const char *tool, const char *key, size_t keyle
   return k;
 }
 
-/* KEYS[1]; ARGV: token, hash, lease_ms -> { "RUN" } | { "WAIT" } | { "CONFLICT" } | { "REPLAY", result } */
+/* KEYS[1]; ARGV: token, hash, lease_ms -> { "RUN" } | { "WAIT", lease left (ms) } | { "CONFLICT" } |
+   { "REPLAY", result } */
 static const char RESERVE[] =
   "local v = redis.call('GET', KEYS[1])\n"
   "if not v then\n"
@@ -274,31 +312,43 @@ static const char RESERVE[] =
   "end\n"
   "if string.sub(v, 1, 2) == 'P|' then\n"
   "  if string.sub(v, 20, 83) ~= ARGV[2] then return {'CONFLICT'} end\n"
-  "  return {'WAIT'}\n"
+  "  return {'WAIT', redis.call('PTTL', KEYS[1])}\n"
   "end\n"
   "if string.sub(v, 3, 66) ~= ARGV[2] then return {'CONFLICT'} end\n"
   "return {'REPLAY', string.sub(v, 68)}\n";
 
-/* KEYS[1]; ARGV: token, hash, result, ttl_ms -> 1 stored, 0 kept (same input), -1 lost to a successor */
+/* KEYS[1]; ARGV: token, hash, result, ttl_ms, channel -> 1 stored, 0 kept (same input), -1 lost to a
+   successor; a stored result is announced on the channel (its waiters look again) */
 static const char COMPLETE[] =
   "local v = redis.call('GET', KEYS[1])\n"
   "local record = 'C|' .. ARGV[2] .. '|' .. ARGV[3]\n"
   "if v and string.sub(v, 1, 19) == 'P|' .. ARGV[1] .. '|' then\n"
   "  redis.call('SET', KEYS[1], record, 'PX', ARGV[4])\n"
+  "  redis.call('PUBLISH', ARGV[5], KEYS[1])\n"
   "  return 1\n"
   "end\n"
   "if v and string.sub(v, 1, 2) == 'C|' and string.sub(v, 3, 66) == ARGV[2] then return 0 end\n"
   "if not v then\n"
   "  redis.call('SET', KEYS[1], record, 'PX', ARGV[4], 'NX')\n"
+  "  redis.call('PUBLISH', ARGV[5], KEYS[1])\n"
   "  return 1\n"
   "end\n"
   "return -1\n";
 
-/* KEYS[1]; ARGV: token -> deletes the claim when it is ours */
+/* KEYS[1]; ARGV: token, channel -> deletes the claim when it is ours, and announces it */
 static const char RELEASE[] =
   "local v = redis.call('GET', KEYS[1])\n"
-  "if v and string.sub(v, 1, 19) == 'P|' .. ARGV[1] .. '|' then return redis.call('DEL', KEYS[1]) end\n"
+  "if v and string.sub(v, 1, 19) == 'P|' .. ARGV[1] .. '|' then\n"
+  "  redis.call('DEL', KEYS[1])\n"
+  "  redis.call('PUBLISH', ARGV[2], KEYS[1])\n"
+  "  return 1\n"
+  "end\n"
   "return 0\n";
+
+/* The channel where complete and release announce a claim's end. */
+static void channel_of(rd_store *s, char *out, size_t cap) {
+  snprintf(out, cap, "%sidem:ended", s->prefix);
+}
 
 /* KEYS[1]; ARGV: token, lease_ms -> 1 renewed, 0 the claim is gone or another's */
 static const char RENEW[] =
@@ -327,8 +377,12 @@ static int load_script(rd_store *s, int which, char *err, size_t errlen) {
    held, connected. */
 static redisReply *run_script(rd_store *s, int which, const char *k, size_t klen, int nargs, const char **args,
                               const size_t *lens, char *err, size_t errlen) {
-  const char *argv[8];
-  size_t argl[8];
+  const char *argv[4 + RD_MAX_ARGS];
+  size_t argl[4 + RD_MAX_ARGS];
+  if (nargs > RD_MAX_ARGS) {
+    seterr(err, errlen, "idempotency: a script with %d arguments", nargs);
+    return NULL;
+  }
   argv[0] = "EVALSHA";
   argl[0] = 7;
   argv[2] = "1";
@@ -356,7 +410,7 @@ static redisReply *run_script(rd_store *s, int which, const char *k, size_t klen
 }
 
 static id_status rd_begin(void *impl, const char *tool, const char *key, size_t keylen, const char *hash,
-                          long long now, char **result, char *err, size_t errlen) {
+                          long long now, char **result, long long *lease_left, char *err, size_t errlen) {
   (void)now;
   rd_store *s = impl;
   size_t klen;
@@ -379,7 +433,11 @@ static id_status rd_begin(void *impl, const char *tool, const char *key, size_t 
   if (r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && r->element[0]->type == REDIS_REPLY_STRING) {
     const char *what = r->element[0]->str;
     if (strcmp(what, "RUN") == 0) st = ID_RUN;
-    else if (strcmp(what, "WAIT") == 0) st = ID_WAIT;
+    else if (strcmp(what, "WAIT") == 0) {
+      st = ID_WAIT;
+      if (r->elements == 2 && r->element[1]->type == REDIS_REPLY_INTEGER && r->element[1]->integer >= 0)
+        *lease_left = r->element[1]->integer;
+    }
     else if (strcmp(what, "CONFLICT") == 0) st = ID_CONFLICT;
     else if (strcmp(what, "REPLAY") == 0 && r->elements == 2 && r->element[1]->type == REDIS_REPLY_STRING) {
       const char *stored = r->element[1]->str;
@@ -442,12 +500,20 @@ static int rd_commit(void *impl, const char *tool, const char *key, size_t keyle
     }
     text = value;
   }
+  char chan[300];
+  channel_of(s, chan, sizeof chan);
   pthread_mutex_lock(&s->lock);
-  if (connect_now(s, err, errlen) != 0) goto out;
-  const char *args[] = { s->token, hash, text, ttls };
-  const size_t lens[] = { strlen(s->token), strlen(hash), vlen, strlen(ttls) };
-  redisReply *r = run_script(s, SC_COMPLETE, k, klen, 4, args, lens, err, errlen);
-  if (!r) goto out;
+  if (connect_now(s, err, errlen) != 0) {
+    if (!s->wrong) rc = ID_COMMIT_UNREACHABLE;
+    goto out;
+  }
+  const char *args[] = { s->token, hash, text, ttls, chan };
+  const size_t lens[] = { strlen(s->token), strlen(hash), vlen, strlen(ttls), strlen(chan) };
+  redisReply *r = run_script(s, SC_COMPLETE, k, klen, 5, args, lens, err, errlen);
+  if (!r) {
+    if (!s->c) rc = ID_COMMIT_UNREACHABLE;
+    goto out;
+  }
   if (r->type == REDIS_REPLY_INTEGER && r->integer >= 0) rc = 0;
   else seterr(err, errlen, "idempotency: tool '%s': the lease ran out and another call holds the key now", tool);
   freeReplyObject(r);
@@ -464,9 +530,11 @@ static void rd_abort(void *impl, const char *tool, const char *key, size_t keyle
   char *k = key_of(s, tool, key, keylen, &klen);
   if (!k) return;
   pthread_mutex_lock(&s->lock);
+  char chan[300];
+  channel_of(s, chan, sizeof chan);
   if (connect_now(s, NULL, 0) == 0) {
-    const char *args[] = { s->token };
-    redisReply *r = run_script(s, SC_RELEASE, k, klen, 1, args, NULL, NULL, 0);
+    const char *args[] = { s->token, chan };
+    redisReply *r = run_script(s, SC_RELEASE, k, klen, 2, args, NULL, NULL, 0);
     if (r) freeReplyObject(r);
   }
   pthread_mutex_unlock(&s->lock);
@@ -499,6 +567,12 @@ static int rd_renew(void *impl, const char *tool, const char *key, size_t keylen
 
 static void rd_close(void *impl) {
   rd_store *s = impl;
+  if (s->subbing && s->sub_pid == getpid()) {
+    uint64_t one = 1;
+    while (write(s->sub_stop_fd, &one, sizeof one) < 0 && errno == EINTR) {}
+    pthread_join(s->sub, NULL);
+  }
+  if (s->sub_stop_fd >= 0 && s->sub_pid == getpid()) close(s->sub_stop_fd);
   if (s->c) redisFree(s->c);
   if (s->password) explicit_bzero(s->password, strlen(s->password));
   if (s->pass) explicit_bzero(s->pass, strlen(s->pass));
@@ -512,7 +586,70 @@ static void rd_close(void *impl) {
   free(s);
 }
 
-static const id_ops RD_OPS = { rd_begin, rd_commit, rd_abort, rd_close, NULL, rd_renew };
+/* A connection of the watcher's own, subscribed to the channel; NULL when
+   the server cannot be reached or refuses (the thread tries again later). */
+static redisContext *sub_connect(rd_store *s, const char *chan) {
+  struct timeval tv = { RD_TIMEOUT_MS / 1000, (RD_TIMEOUT_MS % 1000) * 1000 };
+  redisContext *c = redisConnectWithTimeout(s->host, s->port, tv);
+  if (!c || c->err) { if (c) redisFree(c); return NULL; }
+  redisSetTimeout(c, tv);
+  redisReply *r = NULL;
+  if (s->password) {
+    r = s->user ? redisCommand(c, "AUTH %s %s", s->user, s->password) : redisCommand(c, "AUTH %s", s->password);
+    if (!r || r->type == REDIS_REPLY_ERROR) goto fail;
+    freeReplyObject(r);
+  }
+  r = redisCommand(c, "SUBSCRIBE %s", chan);
+  if (!r || r->type != REDIS_REPLY_ARRAY) goto fail;
+  freeReplyObject(r);
+  return c;
+fail:
+  if (r) freeReplyObject(r);
+  redisFree(c);
+  return NULL;
+}
+
+/* The watcher: every message on the channel is a claim that ended; the
+   store's watchers look again. A lost connection is made again (a second
+   apart); the watchers poll meanwhile. */
+static void *subscriber(void *arg) {
+  rd_store *s = arg;
+  char chan[300];
+  channel_of(s, chan, sizeof chan);
+  redisContext *c = NULL;
+  for (;;) {
+    if (!c) c = sub_connect(s, chan);
+    struct pollfd p[2] = { { s->sub_stop_fd, POLLIN, 0 }, { c ? c->fd : -1, POLLIN, 0 } };
+    int n = poll(p, 2, c ? -1 : RD_TIMEOUT_MS);
+    if (n < 0 && errno != EINTR) break;
+    if (p[0].revents) break;
+    if (!c || !p[1].revents) continue;
+    if (redisBufferRead(c) != REDIS_OK) { redisFree(c); c = NULL; continue; }
+    void *reply;
+    int heard = 0;
+    while (redisGetReplyFromReader(c, &reply) == REDIS_OK && reply) {
+      heard = 1;
+      freeReplyObject(reply);
+    }
+    if (heard) s->announce(s->announce_arg);
+  }
+  if (c) redisFree(c);
+  return NULL;
+}
+
+static int rd_watch(void *impl, void (*announce)(void *arg), void *arg) {
+  rd_store *s = impl;
+  s->announce = announce;
+  s->announce_arg = arg;
+  s->sub_stop_fd = eventfd(0, EFD_CLOEXEC);
+  if (s->sub_stop_fd < 0) return -1;
+  s->sub_pid = getpid();
+  if (pthread_create(&s->sub, NULL, subscriber, s) != 0) return -1;
+  s->subbing = 1;
+  return 0;
+}
+
+static const id_ops RD_OPS = { rd_begin, rd_commit, rd_abort, rd_close, NULL, rd_renew, rd_watch };
 
 /* %XX in the user and password of a URL */
 static char *unescape(const char *p, size_t n) {
@@ -594,6 +731,7 @@ id_store *id_open_redis(const id_redis_options *o, char *err, size_t errlen) {
     seterr(err, errlen, "idempotency: out of memory");
     return NULL;
   }
+  s->sub_stop_fd = -1;
   char why[400];
   if (parse_url(s, o->url, why, sizeof why) != 0) {
     seterr(err, errlen, "idempotency store redis: %s", why);
@@ -610,7 +748,7 @@ id_store *id_open_redis(const id_redis_options *o, char *err, size_t errlen) {
     rd_close(s);
     return NULL;
   }
-  s->lease_ms = o->lease_ms > 0 ? o->lease_ms : 60000;
+  s->lease_ms = o->lease_ms > 0 ? o->lease_ms : LIM_IDEM_LEASE_MS;
   s->run_unavailable = o->run_when_unavailable;
   if (!s->prefix) {
     seterr(err, errlen, "idempotency: out of memory");
@@ -622,13 +760,16 @@ id_store *id_open_redis(const id_redis_options *o, char *err, size_t errlen) {
     rd_close(s);
     return NULL;
   }
-  /* a first connection tells a wrong address or password at load; a server
-     that is down only makes the calls unavailable until it is back */
+  /* a first connection tells at load a store that refuses this config (its
+     meta: encrypted or not, another key); a server that is down, or that
+     refuses the credentials (a password rotated on the server before the
+     config), makes the calls unavailable until it lets them in, the same in
+     a process that was running and in one that starts then */
   char cerr[400] = "";
   pthread_mutex_lock(&s->lock);
   int down = connect_now(s, cerr, sizeof cerr);
   pthread_mutex_unlock(&s->lock);
-  if (down && (s->wrong || strstr(cerr, "refused the credentials"))) {
+  if (down && s->wrong) {
     seterr(err, errlen, "idempotency store %s", cerr);
     rd_close(s);
     return NULL;

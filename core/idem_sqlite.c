@@ -4,8 +4,12 @@
  *
  * One table keyed by (tool, key). WAL mode; every reserve and every complete
  * is one IMMEDIATE transaction, so two processes never both reserve a key. A
- * pending claim names its owner (pid, start time, store token): a claim
- * whose process died is taken over by the next caller. Completing purges a
+ * pending claim names its owner (store token, pid, start time, PID
+ * namespace) and has a lease (expires, wall clock ms), renewed while its
+ * handler runs (id_keep): a claim whose lease ran out is taken over by the
+ * next caller, and so, at once, is one whose process died, when the caller
+ * is in the claim's PID namespace (a pid means nothing in another one:
+ * containers sharing the file on a volume wait for the lease). Completing purges a
  * few expired rows, so that expiry costs no sweep. With a passphrase, each
  * result is sealed with AES-256-GCM (a fresh nonce per record, the record's
  * tool, key and input hash as associated data) under a key derived with
@@ -21,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <sqlite3.h>
@@ -31,24 +36,30 @@
 #include "satadd.h"
 
 #define SQ_FORMAT "luma-idempotency"
-#define SQ_VERSION 1
+/* 2: claims have a lease (expires) and a PID namespace (ns); a version 1
+   file is brought to 2 at open */
+#define SQ_VERSION 2
 #define SQ_BUSY_MS 2000
-/* A claim has no lease here (it lasts while its process lives), but while
-   its handler runs it is looked at every third of this (id_keep): one that
-   another process took over (it judged the holder dead: another PID
-   namespace) or that an operator deleted fails the call then. */
-#define SQ_CHECK_MS 3000
 
 typedef struct sq_store {
   pthread_mutex_t lock;           /* one connection: one caller at a time */
   sqlite3 *db;
   char *path;
-  long long pid, start;
+  long long pid, start, ns;
+  long long lease_ms;
   char token[17];
   int encrypted;
   unsigned char key[32];
-  sqlite3_stmt *get, *put, *drop, *purge, *release;
+  sqlite3_stmt *get, *put, *drop, *purge, *release, *renew;
 } sq_store;
+
+/* The claims' leases are on the wall clock of the machine (every process
+   sharing the file reads the same), not the caller's now. */
+static long long wall_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 #define seterr id_seterr
 
@@ -132,8 +143,20 @@ static int setup(sq_store *s, const char *pass, char *err, size_t errlen) {
     return 0;
   }
   have = meta_get(s, "version", &v, &len, &st);
-  int version = have == 1 && len < 16 ? atoi((const char *)v) : 0;
+  char vtext[16] = "";
+  if (have == 1 && len < 16) memcpy(vtext, v, (size_t)len);
+  int version = atoi(vtext);
   sqlite3_finalize(st);
+  if (version == 1) {
+    /* version 1's claims had no lease and no namespace: they stay judged by
+       their pid (ns NULL), with no end but their process's */
+    if (exec(s, "ALTER TABLE luma_idem ADD COLUMN ns INTEGER") != SQLITE_OK ||
+        exec(s, "UPDATE luma_meta SET value = '2' WHERE name = 'version'") != SQLITE_OK) {
+      seterr(err, errlen, "cannot bring it from format version 1 to 2: %s", why(s));
+      return -1;
+    }
+    version = SQ_VERSION;
+  }
   if (version != SQ_VERSION) {
     seterr(err, errlen, "its format version is %d; this luma reads version %d", version, SQ_VERSION);
     return -1;
@@ -191,6 +214,7 @@ static void sq_free(sq_store *s) {
   sqlite3_finalize(s->drop);
   sqlite3_finalize(s->purge);
   sqlite3_finalize(s->release);
+  sqlite3_finalize(s->renew);
   if (s->db) sqlite3_close(s->db);
   explicit_bzero(s->key, sizeof s->key);
   free(s->path);
@@ -203,6 +227,17 @@ static int bind_key(sqlite3_stmt *st, const char *tool, const char *key, size_t 
   return sqlite3_bind_blob(st, 2, keylen ? key : "", (int)keylen, SQLITE_STATIC);
 }
 
+/* Whether the claim s->get is on still holds: its lease has not run out,
+   and, in the caller's PID namespace (or a version 1 claim's, which has none
+   and no lease), its process runs. */
+static int claim_live(sq_store *s) {
+  int v1 = sqlite3_column_type(s->get, 7) == SQLITE_NULL;
+  if (!v1 && sqlite3_column_int64(s->get, 5) <= wall_ms()) return 0;
+  if (v1 || sqlite3_column_int64(s->get, 7) == s->ns)
+    return id_pid_alive(sqlite3_column_int64(s->get, 2), sqlite3_column_int64(s->get, 3));
+  return 1;
+}
+
 /* The live row of (tool, key): 1 with the statement on it (reset by the
    caller), 0 when none is live (dead claims and expired records count as
    none), -1 on an error. */
@@ -213,7 +248,7 @@ static int live_row(sq_store *s, const char *tool, const char *key, size_t keyle
   if (rc == SQLITE_DONE) return 0;
   if (rc != SQLITE_ROW) return -1;
   int pending = sqlite3_column_int(s->get, 1);
-  if (pending) return id_pid_alive(sqlite3_column_int64(s->get, 2), sqlite3_column_int64(s->get, 3)) ? 1 : 0;
+  if (pending) return claim_live(s) ? 1 : 0;
   return sqlite3_column_int64(s->get, 5) > now ? 1 : 0;
 }
 
@@ -225,7 +260,8 @@ static void rollback(sq_store *s) {
   exec(s, "ROLLBACK");
 }
 
-/* put: tool, key, hash, pending, pid, start, token, expires, result */
+/* put: tool, key, hash, pending, pid, start, token, expires, result, ns; a
+   claim expires with its lease */
 static int put(sq_store *s, const char *tool, const char *key, size_t keylen, const char *hash, int pending,
                long long expires, const void *result, size_t rlen) {
   sqlite3_reset(s->put);
@@ -237,6 +273,8 @@ static int put(sq_store *s, const char *tool, const char *key, size_t keylen, co
     sqlite3_bind_int64(s->put, 5, s->pid);
     sqlite3_bind_int64(s->put, 6, s->start);
     sqlite3_bind_text(s->put, 7, s->token, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s->put, 8, sat_add(wall_ms(), s->lease_ms));
+    sqlite3_bind_int64(s->put, 10, s->ns);
   } else {
     sqlite3_bind_int64(s->put, 8, expires);
     sqlite3_bind_blob(s->put, 9, result, (int)rlen, SQLITE_STATIC);
@@ -247,7 +285,7 @@ static int put(sq_store *s, const char *tool, const char *key, size_t keylen, co
 }
 
 static id_status sq_begin(void *impl, const char *tool, const char *key, size_t keylen, const char *hash,
-                          long long now, char **result, char *err, size_t errlen) {
+                          long long now, char **result, long long *lease_left, char *err, size_t errlen) {
   sq_store *s = impl;
   id_status st = ID_ERROR;
   pthread_mutex_lock(&s->lock);
@@ -264,7 +302,13 @@ static id_status sq_begin(void *impl, const char *tool, const char *key, size_t 
   if (live) {
     const char *h = (const char *)sqlite3_column_text(s->get, 0);
     if (!h || strlen(h) != 64 || memcmp(h, hash, 64) != 0) st = ID_CONFLICT;
-    else if (sqlite3_column_int(s->get, 1)) st = ID_WAIT;
+    else if (sqlite3_column_int(s->get, 1)) {
+      st = ID_WAIT;
+      if (sqlite3_column_type(s->get, 7) != SQLITE_NULL) {
+        long long left = sqlite3_column_int64(s->get, 5) - wall_ms();
+        *lease_left = left > 0 ? left : 0;
+      }
+    }
     else {
       const void *blob = sqlite3_column_blob(s->get, 6);
       size_t len = (size_t)sqlite3_column_bytes(s->get, 6);
@@ -384,38 +428,34 @@ static void sq_close(void *impl) {
   sq_free(s);
 }
 
-/* Whether this store still holds its claim on (tool, key): 1, 0, or -1 when
-   the database cannot be read now. */
+/* Extends this store's claim on (tool, key) by the lease: 1, 0 when the
+   claim is gone or another's, -1 when the database cannot be written now. */
 static int sq_renew(void *impl, const char *tool, const char *key, size_t keylen, const char *hash, char *err,
                     size_t errlen) {
   sq_store *s = impl;
   pthread_mutex_lock(&s->lock);
-  sqlite3_reset(s->get);
-  bind_key(s->get, tool, key, keylen);
-  int rc = sqlite3_step(s->get), held = -1;
-  if (rc == SQLITE_DONE) {
-    held = 0;
-  } else if (rc == SQLITE_ROW) {
-    const char *h = (const char *)sqlite3_column_text(s->get, 0);
-    const char *token = (const char *)sqlite3_column_text(s->get, 4);
-    held = sqlite3_column_int(s->get, 1) == 1 && sqlite3_column_int64(s->get, 2) == s->pid &&
-           sqlite3_column_int64(s->get, 3) == s->start && token && strcmp(token, s->token) == 0 && h &&
-           strlen(h) == 64 && memcmp(h, hash, 64) == 0;
-  } else {
-    seterr(err, errlen, "idempotency store %s: %s", s->path, why(s));
-  }
-  sqlite3_reset(s->get);
+  sqlite3_reset(s->renew);
+  bind_key(s->renew, tool, key, keylen);
+  sqlite3_bind_int64(s->renew, 3, sat_add(wall_ms(), s->lease_ms));
+  sqlite3_bind_text(s->renew, 4, hash, 64, SQLITE_STATIC);
+  sqlite3_bind_int64(s->renew, 5, s->pid);
+  sqlite3_bind_int64(s->renew, 6, s->start);
+  sqlite3_bind_text(s->renew, 7, s->token, -1, SQLITE_STATIC);
+  int rc = sqlite3_step(s->renew), held = -1;
+  if (rc == SQLITE_DONE) held = sqlite3_changes(s->db) == 1;
+  else seterr(err, errlen, "idempotency store %s: %s", s->path, why(s));
+  sqlite3_reset(s->renew);
   pthread_mutex_unlock(&s->lock);
   return held;
 }
 
-static const id_ops SQ_OPS = { sq_begin, sq_commit, sq_abort, sq_close, NULL, sq_renew };
+static const id_ops SQ_OPS = { sq_begin, sq_commit, sq_abort, sq_close, NULL, sq_renew, NULL };
 
 static const char SCHEMA[] =
   "CREATE TABLE IF NOT EXISTS luma_meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);"
   "CREATE TABLE IF NOT EXISTS luma_idem ("
   "  tool TEXT NOT NULL, key BLOB NOT NULL, hash TEXT NOT NULL, pending INTEGER NOT NULL,"
-  "  pid INTEGER, start INTEGER, token TEXT, expires INTEGER, result BLOB,"
+  "  pid INTEGER, start INTEGER, token TEXT, expires INTEGER, result BLOB, ns INTEGER,"
   "  PRIMARY KEY (tool, key));"
   "CREATE INDEX IF NOT EXISTS luma_idem_expiry ON luma_idem (expires) WHERE pending = 0;";
 
@@ -437,6 +477,8 @@ id_store *id_open_sqlite(const char *path, const char *passphrase, char *err, si
   }
   s->pid = (long long)getpid();
   s->start = id_self_start();
+  s->ns = id_self_pidns();
+  s->lease_ms = LIM_IDEM_LEASE_MS;
   if (id_new_token(s->token) != 0) {
     seterr(err, errlen, "idempotency: no random bytes");
     sq_free(s);
@@ -453,6 +495,7 @@ id_store *id_open_sqlite(const char *path, const char *passphrase, char *err, si
   if (rc == SQLITE_OK) rc = exec(s, "PRAGMA synchronous = NORMAL");
   if (rc == SQLITE_OK) rc = begin_immediate(s);
   if (rc == SQLITE_OK) {
+    /* a version 1 file's table gets its ns column in setup */
     rc = exec(s, SCHEMA);
     if (rc == SQLITE_OK && setup(s, passphrase, reason, sizeof reason) != 0) rc = SQLITE_ERROR;
     if (rc == SQLITE_OK) rc = exec(s, "COMMIT");
@@ -460,16 +503,18 @@ id_store *id_open_sqlite(const char *path, const char *passphrase, char *err, si
   }
   if (rc == SQLITE_OK) {
     const char *sql[] = {
-      "SELECT hash, pending, pid, start, token, expires, result FROM luma_idem WHERE tool = ? AND key = ?",
-      "INSERT OR REPLACE INTO luma_idem (tool, key, hash, pending, pid, start, token, expires, result) "
-      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+      "SELECT hash, pending, pid, start, token, expires, result, ns FROM luma_idem WHERE tool = ? AND key = ?",
+      "INSERT OR REPLACE INTO luma_idem (tool, key, hash, pending, pid, start, token, expires, result, ns) "
+      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
       "DELETE FROM luma_idem WHERE tool = ? AND key = ? AND pending = 1 AND pid = ? AND start = ? AND token = ?",
       "DELETE FROM luma_idem WHERE rowid IN (SELECT rowid FROM luma_idem WHERE pending = 0 AND expires <= ? LIMIT "
       "64)",
       "DELETE FROM luma_idem WHERE pending = 1 AND pid = ? AND start = ? AND token = ?",
+      "UPDATE luma_idem SET expires = ?3 WHERE tool = ?1 AND key = ?2 AND pending = 1 AND hash = ?4 AND pid = ?5 "
+      "AND start = ?6 AND token = ?7",
     };
-    sqlite3_stmt **st[] = { &s->get, &s->put, &s->drop, &s->purge, &s->release };
-    for (int i = 0; i < 5 && rc == SQLITE_OK; i++) rc = sqlite3_prepare_v3(s->db, sql[i], -1, SQLITE_PREPARE_PERSISTENT, st[i], NULL);
+    sqlite3_stmt **st[] = { &s->get, &s->put, &s->drop, &s->purge, &s->release, &s->renew };
+    for (int i = 0; i < 6 && rc == SQLITE_OK; i++) rc = sqlite3_prepare_v3(s->db, sql[i], -1, SQLITE_PREPARE_PERSISTENT, st[i], NULL);
   }
   if (rc != SQLITE_OK) {
     if (rc == SQLITE_NOTADB || rc == SQLITE_CORRUPT)
@@ -482,7 +527,8 @@ id_store *id_open_sqlite(const char *path, const char *passphrase, char *err, si
     sq_free(s);
     return NULL;
   }
+  long long lease = s->lease_ms;
   id_store *st = id_wrap(&SQ_OPS, s);
-  id_set_lease(st, SQ_CHECK_MS);
+  id_set_lease(st, lease);
   return st;
 }

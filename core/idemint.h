@@ -14,8 +14,10 @@
 #include "idem.h"
 
 typedef struct id_ops {
+  /* *lease_left: on ID_WAIT, the holder's claim's time left (ms), or -1
+     when this back end's claims have no lease (it is -1 when called) */
   id_status (*begin)(void *impl, const char *tool, const char *key, size_t keylen, const char *input_hash,
-                     long long now_ms, char **result, char *err, size_t errlen);
+                     long long now_ms, char **result, long long *lease_left, char *err, size_t errlen);
   /* text: compact JSON (id_normalize), owned by the caller */
   int (*commit)(void *impl, const char *tool, const char *key, size_t keylen, const char *input_hash,
                 const char *text, size_t len, long long now_ms, long long ttl_ms, char *err, size_t errlen);
@@ -29,6 +31,12 @@ typedef struct id_ops {
      lease. */
   int (*renew)(void *impl, const char *tool, const char *key, size_t keylen, const char *input_hash, char *err,
                size_t errlen);
+  /* Starts telling announce(arg), from a thread of the back end's, each
+     time another process says a claim ended (a result stored or a claim
+     released); called once, at the store's first watcher (id_watch_start),
+     and stopped by close. 0, or -1 (the watchers then only poll). NULL for
+     a back end whose processes cannot tell each other. */
+  int (*watch)(void *impl, void (*announce)(void *arg), void *arg);
 } id_ops;
 
 /* A store whose calls go to ops; NULL when memory runs out (impl is then
@@ -41,6 +49,9 @@ void id_set_lease(id_store *s, long long lease_ms);
 int id_check_args(const char *tool, const char *key, size_t keylen, const char *hash, char *err, size_t errlen);
 /* This process's start time (from /proc; 0 when unreadable). */
 long long id_self_start(void);
+/* This process's PID namespace (the inode of /proc/self/ns/pid; 0 when
+   unreadable): a pid names a process only within it. */
+long long id_self_pidns(void);
 /* Whether the process pid, started at start (0: unknown), still runs. */
 int id_pid_alive(long long pid, long long start);
 /* A one-line reason into err (NULL or errlen 0: nothing). */

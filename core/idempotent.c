@@ -11,15 +11,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compat.h"
 #include "crypto.h"
 #include "idem.h"
+#include "lerror.h"
 #include "json.h"
 #include "ljson.h"
 #include "runtime.h"
 #include "strbuf.h"
 
-/* A busy key is looked at again after this long. */
-#define ST_IDEM_WAIT_MS 10
 
 /* Pushes the idempotency key of the input as a string (SV_NEXT). */
 static st_verdict push_key(lua_State *T, cl_call *c) {
@@ -100,12 +100,50 @@ static void claim_lost(void *arg) {
   rt_cancel_job(c->rt, c);
 }
 
+/* From any thread: a claim of the store ended; the waiting call looks again. */
+static void claim_ended(void *arg) {
+  cl_call *c = arg;
+  __atomic_store_n(&c->iwoken, 1, __ATOMIC_RELEASE);
+  rt_notify(c->rt);
+}
+
+void st_idem_unwatch(cl_call *c) {
+  if (!c->iwatch) return;
+  id_watch_stop(c->iwatch_store, c->iwatch);
+  c->iwatch = NULL;
+  c->iwatch_store = NULL;
+}
+
+/* A wait that reached the call's deadline: retryable, as the claim ends
+   with its holder (a holder that died stops renewing it). */
+static st_verdict waited_out(lua_State *T, cl_call *c, long long lease_left) {
+  char msg[600];
+  int n = snprintf(msg, sizeof msg, "Tool '%s' timed out waiting for another call with idempotency key '%.200s'",
+                   c->t->name, c->ikey);
+  if (lease_left >= 0)
+    snprintf(msg + n, sizeof msg - (size_t)n, ": its holder may have died, and its claim ends in %lld ms unless "
+             "renewed; retry then.", lease_left);
+  else
+    snprintf(msg + n, sizeof msg - (size_t)n, ", whose process still runs; retry later.");
+  lua_createtable(T, 0, 1);
+  lua_pushinteger(T, lease_left);
+  lua_setfield(T, -2, "lease_left_ms");
+  le_push(T, le_name(LE_TOOL_TIMEOUT), msg, 1, -1);
+  lua_remove(T, -2);
+  return sv_is(SV_ERROR);
+}
+
 st_verdict st_idem_begin(lua_State *T, cl_call *c) {
   pl_program *pg = c->pg;
   const pm_tool *t = c->t;
   char err[256];
   char *stored = NULL;
-  id_status st = id_begin(pg->idem, t->name, c->ikey, c->ikeylen, c->hash, pl_wall_ms(T, pg), &stored, err, sizeof err);
+  long long lease_left = -1;
+  /* cleared before the look: a claim that ends after it wakes the call */
+  __atomic_store_n(&c->iwoken, 0, __ATOMIC_RELEASE);
+  id_status st = id_begin(pg->idem, t->name, c->ikey, c->ikeylen, c->hash, pl_wall_ms(T, pg), &stored, &lease_left,
+                          err, sizeof err);
+  if (st != ID_WAIT) st_idem_unwatch(c);
   switch (st) {
     case ID_RUN:
       c->held = 1;
@@ -127,12 +165,21 @@ st_verdict st_idem_begin(lua_State *T, cl_call *c) {
     case ID_UNAVAILABLE:
       return st_fail(T, LE_TOOL_IDEMPOTENCY_UNAVAILABLE, "Tool '%s' did not run: %s.", t->name, err);
     case ID_WAIT: {
-      /* another process, or another call, runs it: look again later */
+      /* another process, or another call, runs it: look again when a claim
+         ends (the store says so), or after a wait that doubles up to a cap,
+         or when the holder's lease ends */
       long long now = pl_mono_ms(T, pg);
-      if (now + ST_IDEM_WAIT_MS >= c->deadline)
-        return st_fail(T, LE_TOOL_TIMEOUT, "Tool '%s' timed out waiting for another call with idempotency key '%.200s'.",
-                       t->name, c->ikey);
-      return sv_at(SV_WAIT, now + ST_IDEM_WAIT_MS);
+      if (now >= c->deadline) { st_idem_unwatch(c); return waited_out(T, c, lease_left); }
+      if (!c->iwatch) {
+        c->iwatch = id_watch_start(pg->idem, claim_ended, c);
+        c->iwatch_store = c->iwatch ? pg->idem : NULL;
+      }
+      c->iwait_ms = c->iwait_ms ? c->iwait_ms * 2 : LIM_IDEM_WAIT_MIN_MS;
+      if (c->iwait_ms > LIM_IDEM_WAIT_MAX_MS) c->iwait_ms = LIM_IDEM_WAIT_MAX_MS;
+      long long at = now + c->iwait_ms;
+      if (lease_left >= 0 && now + lease_left + 1 < at) at = now + lease_left + 1;
+      if (at > c->deadline) at = c->deadline;
+      return sv_at(SV_WAIT, at);
     }
     default:
       return st_fail(T, LE_IDEMPOTENCY_STORE_ERROR, "The idempotency store failed for tool '%s': %s", t->name, err);
@@ -163,6 +210,18 @@ st_verdict st_idem_settle(lua_State *T, cl_call *c, int result) {
     r = id_commit(pg->idem, t->name, c->ikey, c->ikeylen, c->hash, b.data ? b.data : "null", b.len, pl_wall_ms(T, pg),
                   t->idempotency_ttl_ms, err, sizeof err);
   sb_free(&b);
+  if (r == ID_COMMIT_UNREACHABLE) {
+    /* the effect happened: the result is tried again until the deadline */
+    long long now = pl_mono_ms(T, pg);
+    if (now + LIM_IDEM_STORE_RETRY_MS < c->deadline && !__atomic_load_n(&c->cancelled, __ATOMIC_ACQUIRE)) {
+      c->held = 1;
+      return sv_at(SV_WAIT, now + LIM_IDEM_STORE_RETRY_MS);
+    }
+    return st_fail(T, LE_IDEMPOTENCY_STORE_ERROR,
+                   "The handler of tool '%s' ran, but its result could not be stored before the call's deadline: %s. "
+                   "This is the one case where the key may run again: a call with idempotency key '%.200s' runs the "
+                   "handler again once the claim's lease ends.", t->name, err, c->ikey);
+  }
   if (r != 0) {
     id_abort(pg->idem, t->name, c->ikey, c->ikeylen);
     return st_fail(T, LE_IDEMPOTENCY_STORE_ERROR, "The result of tool '%s' could not be stored: %s", t->name, err);

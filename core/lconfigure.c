@@ -18,6 +18,7 @@
 #include "lerror.h"
 #include "lmodule.h"
 #include "luma_limits.h"
+#include "journal.h"
 #include "record.h"
 #include "telemetry.h"
 
@@ -169,7 +170,7 @@ static int configure_store(lua_State *L, pl_program *pg, int spec, const store_k
 }
 
 /* program:configure{ contexts =, on_event =, clock =, approve =, lookup =,
-   trace =, record =, replay =, idempotency =, cache =, default_timeout_ms = } */
+   trace =, record =, replay =, journal =, idempotency =, cache =, default_timeout_ms = } */
 int lg_configure(lua_State *L, pl_program *pg) {
   luaL_checktype(L, 2, LUA_TTABLE);
   lua_rawgeti(L, LUA_REGISTRYINDEX, pg->anchor);
@@ -207,6 +208,15 @@ int lg_configure(lua_State *L, pl_program *pg) {
     if (!r) return le_raise(L, "IO_ERROR", err, 0);
     rc_record_close(pg->record);
     pg->record = r;
+  }
+  lua_pop(L, 1);
+  lua_getfield(L, 2, "journal");
+  if (!lua_isnil(L, -1)) {
+    char err[400];
+    jr_journal *j = jr_open(luaL_checkstring(L, -1), 0, err, sizeof err);
+    if (!j) return le_raise(L, "JOURNAL_ERROR", err, 0);
+    jr_close(pg->journal);
+    pg->journal = j;
   }
   lua_pop(L, 1);
   lua_getfield(L, 2, "replay");

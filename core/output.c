@@ -74,6 +74,7 @@ st_verdict st_finish(lua_State *T, cl_call *c) {
   lv_result_free(&r);
   /* the idempotency store and the cache keep their own copies */
   st_verdict v = st_idem_settle(T, c, 1);
+  if (v.kind == SV_WAIT) return v;   /* stored later: STEP_OUTPUT runs again then */
   if (v.kind != SV_NEXT) {
     st_cache_release(c);
     return v;

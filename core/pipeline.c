@@ -12,6 +12,7 @@
 #include "compat.h"
 #include "idem.h"
 #include "lerror.h"
+#include "journal.h"
 #include "record.h"
 #include "runtime.h"
 #include "callint.h"
@@ -77,6 +78,7 @@ void pl_unref(pl_program *pg) {
   luaL_unref(L, LUA_REGISTRYINDEX, pg->anchor);
   if (pg->trace) fclose(pg->trace);
   rc_record_close(pg->record);
+  jr_close(pg->journal);
   rc_replay_close(pg->replay);
   id_close(pg->idem);
   id_close(pg->cache);

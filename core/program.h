@@ -224,6 +224,7 @@ typedef struct pm_agent {
   pm_strings tool_contexts;
   long long retries;              /* re-asks of an invalid final answer, -1 when not set (0) */
   long long tool_result_max_bytes;    /* a tool result sent to the model is cut past it; -1: 64 KiB */
+  int durable;                    /* its asks write a journal (journal.h) */
   const char *description;
   int index;
 } pm_agent;

@@ -73,6 +73,7 @@ static const ck_key agent_keys[] = {
   { "tool_result_max_bytes", CK_POSITIVE, 0, NULL, OFF(pm_agent, tool_result_max_bytes), 0 },
   { "lazy_tools", CK_NAMES, 0, NULL, OFF(pm_agent, lazy_tools), 0 },
   { "tool_search", CK_CHOICE, 0, pm_tool_search_names, OFF(pm_agent, tool_search), 0 },
+  { "durable", CK_BOOL, 0, NULL, OFF(pm_agent, durable), 0 },
   { NULL, CK_BOOL, 0, NULL, 0, 0 }
 };
 

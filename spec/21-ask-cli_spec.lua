@@ -120,3 +120,113 @@ agent A {
     assert.matches("INV%-2041", luma.json.decode(r.stdout).summary)
   end)
 end)
+
+describe("a durable agent's ask", function()
+  local server, dir
+
+  setup(function() server = mock.start() end)
+  teardown(function()
+    if server then server:stop() end
+    if dir then os.execute("rm -rf " .. h.quote(dir)) end
+  end)
+
+  local function project()
+    dir = dir or h.project {
+      ["flow.luma"] = ([[
+schema Sum { sum: int }
+schema Answer { total: int }
+tool add(a: int, b: int) -> Sum { }
+model M {
+  provider: "openai"
+  name: "gpt-test"
+  base_url: "%s/v1"
+  api_key_env: "LUMA_CLI_KEY"
+}
+agent A {
+  model: M
+  tools: [add]
+  durable: true
+  fn run(x: int) -> Answer { ask "Add {x} and 2" -> Answer }
+}
+]]):format(server.url),
+      ["tools.lua"] = "return { add = function(i) return { sum = i.a + i.b } end }",
+      ["luma.config.json"] = '{ "tool_modules": ["./tools.lua"] }',
+    }
+    return dir
+  end
+
+  local function lookup(name) return name == "LUMA_CLI_KEY" and KEY or nil end
+
+  -- the journal's rows, in order: { seq, v, kind, body, digest }
+  local function rows(path)
+    local status, out = h.sh("sqlite3 -separator '\31' -newline '\30' " .. h.quote(path) ..
+      " 'SELECT run, seq, v, kind, body, digest FROM luma_journal ORDER BY run, seq'")
+    assert.are.equal(0, status)
+    local list = {}
+    for row in out:gmatch("([^\30]+)\30") do
+      local f = {}
+      for field in (row .. "\31"):gmatch("([^\31]*)\31") do f[#f + 1] = field end
+      list[#list + 1] = { run = f[1], seq = tonumber(f[2]), v = tonumber(f[3]), kind = f[4], body = f[5], digest = f[6] }
+    end
+    return list
+  end
+
+  it("writes its journal: the inputs, each answered exchange and each tool call, before the step after it", function()
+    server:reset()
+    server:script { chat(nil, { { "c1", "add", '{"a":1,"b":2}' } }), chat('{"total":3}') }
+    local d = project()
+    local journal = d .. "/journal.db"
+    local p = luma.load(d .. "/flow.luma", { journal = journal, lookup = lookup })
+    assert.are.same({ total = 3 }, p:agent("A"):call("run", { x = 1 }))
+    p:close()
+    local list = rows(journal)
+    local kinds = {}
+    for i, r in ipairs(list) do
+      kinds[i] = r.kind
+      assert.are.equal(i, r.seq)
+      assert.are.equal(1, r.v)
+      assert.are.equal(list[1].run, r.run)
+    end
+    assert.are.same({ "ask", "exchange", "tool", "exchange", "finish" }, kinds)
+    assert.matches("^run%-%x+$", list[1].run)
+    local ask = luma.json.decode(list[1].body)
+    assert.are.same({ prompt = "Add 1 and 2", agent = "A", model = "M", schema = "Answer", forced = luma.null }, ask)
+    local first = luma.json.decode(list[2].body)
+    assert.are.same({ 1, 200 }, { first.turn, first.status })
+    assert.matches('"add"', first.body)
+    assert.are.same({ turn = 1, error = false, id = "c1", name = "add", content = { sum = 3 } },
+      luma.json.decode(list[3].body))
+    assert.matches('total', luma.json.decode(list[4].body).body)
+    assert.are.same({ ok = true }, luma.json.decode(list[5].body))
+    -- the key is in no record
+    assert.is_nil(h.read(journal):find(KEY, 1, true))
+    -- each digest is the SHA-256 of "luma-journal/1" NUL run NUL seq NUL kind NUL body
+    for _, r in ipairs(list) do
+      local pre = d .. "/preimage"
+      h.write(pre, "luma-journal/1\0" .. r.run .. "\0" .. r.seq .. "\0" .. r.kind .. "\0" .. r.body)
+      local _, sum = h.sh("sha256sum " .. h.quote(pre))
+      assert.are.equal(r.digest, sum:match("^%x+"), r.kind)
+    end
+  end)
+
+  it("fails with JOURNAL_ERROR, before any request, when the program has no journal", function()
+    server:reset()
+    server:script { chat('{"total":3}') }
+    local p = luma.load(project() .. "/flow.luma", { lookup = lookup })
+    local err = h.raised(p:agent("A").call, p:agent("A"), "run", { x = 1 })
+    assert.are.equal("JOURNAL_ERROR", err.code)
+    assert.are.equal("Agent 'A' is durable, and its ask's journal cannot be written: the program has no journal " ..
+      "(luma.load's journal option)", err.message)
+    assert.are.equal(0, #server:requests())
+    p:close()
+  end)
+
+  it("refuses a journal file that is another program's database", function()
+    local d = project()
+    local other = d .. "/other.db"
+    assert.are.equal(0, (h.sh("sqlite3 " .. h.quote(other) .. " 'CREATE TABLE t (x)'")))
+    local err = h.raised(luma.load, d .. "/flow.luma", { journal = other, lookup = lookup })
+    assert.are.equal("JOURNAL_ERROR", err.code)
+    assert.matches("is a SQLite database of something else", err.message)
+  end)
+end)

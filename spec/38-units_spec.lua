@@ -10,7 +10,7 @@ local includes = require "spec.support.includes"
 local OWNED = {
   "call", "verdict", "policy", "needs", "cache", "idempotent", "attempt", "output", "breaker", "telemetry",
   "pipeline", "runtime", "drive", "lcall", "lruntime", "lconfigure",
-  "ask", "asktools", "askevents", "lask",
+  "ask", "asktools", "askevents", "askptools", "askjournal", "lask",
   "idem", "idem_file", "idem_sqlite", "idem_redis",
 }
 

@@ -42,7 +42,7 @@ static int write_one(id_store *s, long long n) {
   char key[32], err[256];
   char *stored = NULL;
   int len = snprintf(key, sizeof key, "key-%lld", n);
-  if (id_begin(s, "bench", key, (size_t)len, HASH, wall_ms(), &stored, err, sizeof err) != ID_RUN) {
+  if (id_begin(s, "bench", key, (size_t)len, HASH, wall_ms(), &stored, NULL, err, sizeof err) != ID_RUN) {
     fprintf(stderr, "begin: %s\n", err);
     free(stored);
     return -1;

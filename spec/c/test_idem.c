@@ -119,7 +119,7 @@ static id_status begin(id_store *s, const char *tool, const char *key, size_t ke
                        long long now, char **out) {
   char h[65], err[256], *result = NULL;
   hash_of(input, h);
-  id_status st = id_begin(s, tool, key, keylen, h, now, &result, err, sizeof err);
+  id_status st = id_begin(s, tool, key, keylen, h, now, &result, NULL, err, sizeof err);
   if (st == ID_ERROR && verbose) fprintf(stderr, "  (id_begin: %s)\n", err);
   if (st != ID_REPLAY && result) CT_CHECK(0, "a result with %s", status_name(st));
   if (out) *out = result;
@@ -205,10 +205,10 @@ static void check_semantics(id_store *s) {
   /* misuse is an error, not a crash */
   char h[65];
   hash_of("x", h);
-  CT_CHECK(id_begin(s, "send", K("x"), "ABC", T0, &r, err, sizeof err) == ID_ERROR && strstr(err, "input_hash"),
+  CT_CHECK(id_begin(s, "send", K("x"), "ABC", T0, &r, NULL, err, sizeof err) == ID_ERROR && strstr(err, "input_hash"),
            "a short hash: %s", err);
-  CT_CHECK(id_begin(s, "", K("x"), h, T0, &r, err, sizeof err) == ID_ERROR, "an empty tool name");
-  CT_CHECK(id_begin(s, "bad\xff", K("x"), h, T0, &r, err, sizeof err) == ID_ERROR, "a tool name not UTF-8");
+  CT_CHECK(id_begin(s, "", K("x"), h, T0, &r, NULL, err, sizeof err) == ID_ERROR, "an empty tool name");
+  CT_CHECK(id_begin(s, "bad\xff", K("x"), h, T0, &r, NULL, err, sizeof err) == ID_ERROR, "a tool name not UTF-8");
   CT_CHECK(commit(s, "send", K("x"), "x", "{\"a\":", T0, TTL, err, sizeof err) == -1 && strstr(err, "not one JSON"),
            "a result that is not JSON: %s", err);
   CT_CHECK(commit(s, "send", K("x"), "x", "1 2", T0, TTL, err, sizeof err) == -1, "two JSON values");
@@ -981,8 +981,9 @@ static void run_threads(id_store *s, const char *label) {
 static int lease_answer, lease_renewals, lease_commits, lease_aborts, lease_lost;
 
 static id_status lease_begin(void *impl, const char *tool, const char *key, size_t keylen, const char *hash,
-                             long long now, char **result, char *err, size_t errlen) {
+                             long long now, char **result, long long *lease_left, char *err, size_t errlen) {
   (void)impl; (void)tool; (void)key; (void)keylen; (void)hash; (void)now; (void)result; (void)err; (void)errlen;
+  (void)lease_left;
   return ID_RUN;
 }
 static int lease_commit(void *impl, const char *tool, const char *key, size_t keylen, const char *hash,
@@ -1003,7 +1004,7 @@ static int lease_renew(void *impl, const char *tool, const char *key, size_t key
   __atomic_add_fetch(&lease_renewals, 1, __ATOMIC_SEQ_CST);
   return __atomic_load_n(&lease_answer, __ATOMIC_SEQ_CST);
 }
-static const id_ops LEASE_OPS = { lease_begin, lease_commit, lease_abort, lease_close, NULL, lease_renew };
+static const id_ops LEASE_OPS = { lease_begin, lease_commit, lease_abort, lease_close, NULL, lease_renew, NULL };
 
 static void on_lease_lost(void *arg) {
   __atomic_add_fetch((int *)arg, 1, __ATOMIC_SEQ_CST);
@@ -1031,7 +1032,7 @@ static void test_lease_renewal(void) {
   id_set_lease(s, 60);
   /* renewed every 20 ms while held; a commit stores and stops it */
   __atomic_store_n(&lease_answer, 1, __ATOMIC_SEQ_CST);
-  CT_CHECK(id_begin(s, "t", "k1", 2, H, T0, &res, err, sizeof err) == ID_RUN, "begin runs");
+  CT_CHECK(id_begin(s, "t", "k1", 2, H, T0, &res, NULL, err, sizeof err) == ID_RUN, "begin runs");
   CT_CHECK(id_keep(s, "t", "k1", 2, H, on_lease_lost, &lease_lost) == 0, "keep");
   int renewed = reaches(&lease_renewals, 4);
   CT_CHECK(renewed >= 4, "a claim held under a 60 ms lease is renewed again and again (%d)", renewed);
@@ -1072,14 +1073,14 @@ static void test_lease_renewal(void) {
   CT_CHECK(s != NULL, "open %s", path);
   if (s) {
     int lost = count(&lease_lost);
-    CT_CHECK(id_begin(s, "t", "k", 1, H, T0, &res, err, sizeof err) == ID_RUN, "file begin: %s", err);
+    CT_CHECK(id_begin(s, "t", "k", 1, H, T0, &res, NULL, err, sizeof err) == ID_RUN, "file begin: %s", err);
     CT_CHECK(id_keep(s, "t", "k", 1, H, on_lease_lost, &lease_lost) == 0, "file keep");
     nap_ms(1200);
     CT_CHECK(count(&lease_lost) == lost, "a file claim still held is not lost");
     unlink(path);
     CT_CHECK(reaches(&lease_lost, lost + 1) == lost + 1, "a file claim removed is lost");
     CT_CHECK(id_commit(s, "t", "k", 1, H, "{}", 2, T0, TTL, err, sizeof err) == -1, "a lost file claim stores nothing");
-    CT_CHECK(id_begin(s, "t", "k", 1, H, T0, &res, err, sizeof err) == ID_RUN, "and the key runs again");
+    CT_CHECK(id_begin(s, "t", "k", 1, H, T0, &res, NULL, err, sizeof err) == ID_RUN, "and the key runs again");
     id_abort(s, "t", "k", 1);
     id_close(s);
   }
