@@ -171,6 +171,7 @@ static void drop_transfer(ak_ask *a) {
 
 static void unref(ak_ask *a) {
   if (--a->refs > 0) return;
+  ak_drop_early(a);
   ak_drop_slots(a);
   drop_transfer(a);
   ak_ev_free(a);
@@ -286,6 +287,9 @@ static void on_delta(void *ud, const ad_delta *d) {
   if (a->ttft < 0) a->ttft = pl_mono_ms(a->T, a->pg) - a->start;
   a->delivered = 1;
   ak_ev_delta(a, d);
+  /* after the event, which keeps the call's name */
+  if (d->kind == AD_DELTA_CALL_DONE && d->call >= 0 && d->call < a->ncallids)
+    ak_early_call(a, d->call, a->callnames[d->call], d->text, d->len);
 }
 
 /* Builds the next request and starts it. */
@@ -361,6 +365,8 @@ static void send(ak_ask *a) {
 
 /* A failed exchange: wait and send again when it may be retried. */
 static void exchange_failed(ak_ask *a, const ad_error *e) {
+  /* what the failed stream started is void */
+  ak_drop_early(a);
   long long retries = a->pm->retries >= 0 ? a->pm->retries : 2;
   long long now = pl_mono_ms(a->T, a->pg);
   /* what luma did about a retryable error, said after the provider's words */
@@ -551,8 +557,11 @@ static void took_turn(ak_ask *a, const ad_response *r, int streamed) {
   ak_ptools_turn(a);
   /* calls are read from the content, whatever the stop reason says */
   if (a->turn.ncalls > 0) move(a, ak_begin_tools(a), AK_TOOLS);
-  else if (a->turn.stop == AD_STOP_PAUSE) paused(a);
-  else answer(a);
+  else {
+    ak_drop_early(a);
+    if (a->turn.stop == AD_STOP_PAUSE) paused(a);
+    else answer(a);
+  }
 }
 
 /* The provider paused its own tool loop (Anthropic's pause_turn): the turn
@@ -667,6 +676,7 @@ static void run_states(ak_ask *a) {
   for (;;) {
     if (__atomic_load_n(&a->cancelled, __ATOMIC_ACQUIRE) && a->state < AK_END) {
       drop_transfer(a);
+      ak_drop_early(a);
       if (!ak_cancel_tools(a)) return;   /* the tools stop first */
       fail(a, LE_ASK_CANCELLED, "Agent '%s': the ask was cancelled.", a->agent->name);
     }
@@ -723,6 +733,7 @@ static int step_task(rt_task *t, long long *wait_ms) {
     pl_lost_values(T, AK_NVALUES, AK_VALUE, LE_ASK_PROVIDER_ERROR, what);
     a->ok = 0;
     drop_transfer(a);
+    ak_drop_early(a);
     ak_cancel_tools(a);
     a->state = AK_DONE;
     return 1;

@@ -103,6 +103,9 @@ struct ak_ask {
   int qref;                   /* registry: the queue, a table indexed qhead..qtail */
   long long qhead, qtail;
   size_t qbytes;              /* what the queued events hold, about (LIM_STREAM_QUEUE_BYTES) */
+  cl_call **early;            /* calls of the streaming turn started before its end, by
+                                 position (NULL: none); malloc'd, nearly long */
+  int nearly;
   int ncallids;               /* the current turn's calls as events name them (turn_arena) */
   const char **callids, **callnames;
   /* provider tools (askptools.c): their entries, the turns the provider

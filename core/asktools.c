@@ -95,21 +95,80 @@ static void prepare_slot(ak_ask *a, int i) {
   s->call = c;
 }
 
+void ak_early_call(ak_ask *a, int i, const char *name, const char *args, size_t len) {
+  const pm_tool *t = name ? agent_tool(a->agent, name) : NULL;
+  if (i < 0 || !t || t->side_effects == SE_WRITE) return;
+  long long conc = a->agent->tool_concurrency > 0 ? a->agent->tool_concurrency : 1;
+  long long limit = a->agent->tool_rate_limit;
+  int running = 0;
+  for (int k = 0; k < a->nearly; k++) running += a->early[k] != NULL;
+  if (running >= conc || (limit >= 0 && a->rate_used + i + 1 > limit)) return;
+  if (i >= a->nearly) {
+    int n = i + 1 > 2 * a->nearly ? i + 1 : 2 * a->nearly;
+    cl_call **grown = realloc(a->early, sizeof *grown * (size_t)n);
+    if (!grown) return;
+    memset(grown + a->nearly, 0, sizeof *grown * (size_t)(n - a->nearly));
+    a->early = grown;
+    a->nearly = n;
+  }
+  if (a->early[i]) return;
+  char err[300];
+  cl_call *c = cl_new(a->pg, t, a->scope, err, sizeof err);
+  if (!c) return;
+  /* arguments that are not JSON wait for the turn, which says so */
+  if (cl_set_input_json(c, len ? args : "{}", len ? len : 2, err, sizeof err) != 0) {
+    cl_free(c);
+    return;
+  }
+  cl_set_ask(c, a->id);
+  rt_start(a->rt, c);
+  a->early[i] = c;
+}
+
+void ak_drop_early(ak_ask *a) {
+  for (int i = 0; i < a->nearly; i++) {
+    if (!a->early[i]) continue;
+    cl_cancel(a->early[i]);
+    cl_free(a->early[i]);
+  }
+  free(a->early);
+  a->early = NULL;
+  a->nearly = 0;
+}
+
 st_verdict ak_begin_tools(ak_ask *a) {
   const ad_turn *t = &a->turn;
   ad_conv_turn(&a->conv, t);
   a->tool_calls += t->ncalls;
   a->rate_used += t->ncalls;
   long long limit = a->agent->tool_rate_limit;
-  if (limit >= 0 && a->rate_used > limit)
+  if (limit >= 0 && a->rate_used > limit) {
+    ak_drop_early(a);
     return st_fail(a->T, LE_ASK_TOOL_LIMIT,
                    "Agent '%s': the model asked for %d tool calls in this ask, more than its tool_rate_limit of %lld.",
                    a->agent->name, a->rate_used, limit);
+  }
   a->slots = calloc((size_t)t->ncalls, sizeof *a->slots);
-  if (!a->slots) return st_fail(a->T, LE_ASK_PROVIDER_ERROR, "out of memory");
+  if (!a->slots) {
+    ak_drop_early(a);
+    return st_fail(a->T, LE_ASK_PROVIDER_ERROR, "out of memory");
+  }
   a->nslots = t->ncalls;
   a->fatal = 0;
-  for (int i = 0; i < t->ncalls; i++) prepare_slot(a, i);
+  for (int i = 0; i < t->ncalls; i++) {
+    /* a call started while the turn streamed is this slot's, if it is the
+       same tool */
+    cl_call *early = i < a->nearly ? a->early[i] : NULL;
+    if (early && t->calls[i].name && strcmp(early->t->name, t->calls[i].name) == 0) {
+      a->slots[i].call = early;
+      a->slots[i].started = 1;
+      a->early[i] = NULL;
+      a->starting = 1;
+    } else {
+      prepare_slot(a, i);
+    }
+  }
+  ak_drop_early(a);
   return sv_next();
 }
 

@@ -535,6 +535,39 @@ describe("a streamed ask", function()
     assert.are.equal("text_delta", a:next_event().type)
   end)
 
+  it("starts a call that writes nothing once its arguments are complete, before the turn ends; one that writes waits",
+      function()
+    local p = assert(luma.compile(([[
+schema Sum { sum: int }
+schema Answer { total: int }
+tool add(a: int, b: int) -> Sum { side_effects: "read" }
+tool put(a: int, b: int) -> Sum { side_effects: "write" }
+model M { %s
+  api_key_env: "LUMA_TEST_KEY" }
+agent A { model: M
+  tools: [add, put] }
+]]):format(families.anthropic.model:format(server.url))))
+    local ran = {}
+    p:register("add", function(i) ran.add = now() return { sum = i.a + i.b } end)
+    p:register("put", function(i) ran.put = now() return { sum = i.a + i.b } end)
+    p:configure { lookup = function(n) if n == "LUMA_TEST_KEY" then return KEY end end }
+    for _, tool in ipairs { "add", "put" } do
+      server:reset()
+      server:script { with({ families.anthropic.calls { { "c1", tool, '{"a":1,"b":2}' } } }, { stream = { delay_ms = 60 } })[1],
+                      families.anthropic.text('{"total":3}') }
+      local ended
+      local v = p:agent("A"):ask("x", "Answer", { on_event = function(ev)
+        if ev.type == "turn_end" and not ended then ended = now() end
+      end })
+      assert.are.same({ total = 3 }, v)
+      if tool == "add" then
+        assert.is_true(ran.add < ended, ("ran at %s, the turn ended at %s"):format(ran.add, ended))
+      else
+        assert.is_true(ran.put >= ended, ("ran at %s, the turn ended at %s"):format(ran.put, ended))
+      end
+    end
+  end)
+
   it("refuses an on_event that is not a function", function()
     local err = h.raised(function() return program():agent("A"):ask("x", "Answer", { on_event = 3 }) end)
     assert.matches("on_event must be a function", tostring(err))
