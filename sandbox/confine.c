@@ -272,21 +272,25 @@ static int prctl_rules(scmp_filter_ctx ctx) {
 
 static int host_socket_rules(scmp_filter_ctx ctx, int fd);
 
-static int filter(const sx_policy *p, int host_socket, char *err, size_t errlen) {
-  /* valgrind knows prctl's way of loading a filter, not seccomp(2)'s */
-  if (sx_under_valgrind()) seccomp_api_set(1);
-  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
-  if (!ctx) {
-    snprintf(err, errlen, "cannot make a seccomp filter (out of memory)");
-    return -1;
-  }
+/* The filter's rules, in ctx: 0, or libseccomp's negative errno. */
+static int rules(scmp_filter_ctx ctx, const sx_policy *p, int host_socket) {
+  /* a call of another architecture the kernel runs in a 64-bit process
+     (i386's through int $0x80, x32's numbers with bit 30 set on x86-64;
+     32-bit ARM's on arm64) meets none of the rules below, which name this
+     architecture's calls: libseccomp refuses it by its "bad architecture"
+     action, whose default kills the calling thread only (the rest of the
+     process runs on). It ends the whole process here, which the host
+     reports with its signal (SIGSYS). Kernels before 4.14 have no
+     process kill: there the thread's stays */
+  int rc = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
+  if (rc != 0) rc = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL);
   /* signals go to this process only (raise, the deadline watch's
      pthread_sigqueue): never to the host or another child */
   static const int to_self[] = {
     SCMP_SYS(kill), SCMP_SYS(tgkill), SCMP_SYS(rt_sigqueueinfo), SCMP_SYS(rt_tgsigqueueinfo),
   };
   scmp_datum_t me = (scmp_datum_t)getpid();
-  int rc = add_refused(ctx);
+  if (rc == 0) rc = add_refused(ctx);
   for (size_t i = 0; rc == 0 && i < sizeof to_self / sizeof to_self[0]; i++)
     rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), to_self[i], 1, SCMP_A0(SCMP_CMP_NE, me));
   for (size_t i = 0; rc == 0 && i < sizeof on_self_only / sizeof on_self_only[0]; i++)
@@ -362,6 +366,18 @@ static int filter(const sx_policy *p, int host_socket, char *err, size_t errlen)
   /* glibc 2.34 and later try clone3 first and fall back to clone on ENOSYS */
   if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
   if (rc == 0) rc = socket_rules(ctx, p->allow_network);
+  return rc;
+}
+
+static int filter(const sx_policy *p, int host_socket, char *err, size_t errlen) {
+  /* valgrind knows prctl's way of loading a filter, not seccomp(2)'s */
+  if (sx_under_valgrind()) seccomp_api_set(1);
+  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+  if (!ctx) {
+    snprintf(err, errlen, "cannot make a seccomp filter (out of memory)");
+    return -1;
+  }
+  int rc = rules(ctx, p, host_socket);
   if (rc == 0) rc = seccomp_load(ctx);
   seccomp_release(ctx);
   if (rc != 0) {
@@ -369,6 +385,15 @@ static int filter(const sx_policy *p, int host_socket, char *err, size_t errlen)
     return -1;
   }
   return 0;
+}
+
+int sx_filter_export(const sx_policy *p, int host_socket, int fd) {
+  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+  if (!ctx) return -1;
+  int rc = rules(ctx, p, host_socket);
+  if (rc == 0) rc = seccomp_export_bpf(ctx, fd);
+  seccomp_release(ctx);
+  return rc == 0 ? 0 : -1;
 }
 
 /* ------------------------------------------------------------ no descriptor to the host */
@@ -728,8 +753,8 @@ int sx_confine_layers(const char **holds, int max_holds, const char **missing, i
 #define MISSING(s) do { if (m < max_missing) missing[m++] = (s); } while (0)
   HOLDS("parent-death signal: the handler process dies with the host's thread that started it");
   HOLDS("environment: emptied but for what the policy lets through");
-  HOLDS("descriptors: only the socket to the host, /dev/null, and the host's stderr when it came across exec and "
-        "is not a terminal; a session of its own (no controlling terminal)");
+  HOLDS("descriptors: only the socket to the host, /dev/null, and a stderr pipe of its own, which the host relays "
+        "(bounded, lines marked, control characters escaped); a session of its own (no controlling terminal)");
   HOLDS("capabilities: none (dropped before the filter, whatever the host's user)");
   if (sx_passrights())
     HOLDS("descriptors to the host: none (SO_PASSRIGHTS 0 on the host's end, and the filter refuses sendmsg on "
@@ -742,7 +767,8 @@ int sx_confine_layers(const char **holds, int max_holds, const char **missing, i
   if (seccomp_api_get() >= 1 || sx_under_valgrind())
     HOLDS("seccomp: no exec, process, namespace, mount, ptrace; signals, limits and scheduling on itself only; no "
           "change to a file's mode, owner, times or xattrs; no terminal ioctl that changes one, no socket owner; no "
-          "System V IPC, POSIX message queue or memfd; no file lock or lease");
+          "System V IPC, POSIX message queue or memfd; no file lock or lease; a call of another architecture "
+          "(int $0x80, x32) ends the process");
   else
     MISSING("seccomp: this kernel has no seccomp filters; process isolation cannot start");
   if (sx_user_namespaces())
@@ -851,6 +877,11 @@ int sx_confine_layers(const char **holds, int max_holds, const char **missing, i
     *nmissing = 1;
   }
   return 0;
+}
+
+int sx_filter_export(const sx_policy *p, int host_socket, int fd) {
+  (void)p; (void)host_socket; (void)fd;
+  return -1;
 }
 
 int sx_confine(const sx_confinement *c, char *err, size_t errlen) {

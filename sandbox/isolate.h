@@ -32,6 +32,8 @@ int sx_handler_code_ok(const char *code, size_t len);
    code run, its exports found), within deadline_ns. */
 sx_state *sx_compose(sx_module *m, long long deadline_ns, char *err, size_t errlen);
 const sx_policy *sx_policy_of(const sx_module *m);
+/* m's file, resolved. */
+const char *sx_path_of(const sx_module *m);
 /* The folders m's handlers read: the project's, and its dependencies' (NULL
    when m has no dependency list). */
 void sx_roots_of(const sx_module *m, const char **project, const char **dependencies);
@@ -60,6 +62,13 @@ typedef struct sx_confinement {
    what reaches another process, and new sockets unless the policy allows
    the network. */
 int sx_confine(const sx_confinement *c, char *err, size_t errlen);
+
+/* confine.c: the handler process's seccomp filter for policy p (its
+   socket to the host host_socket, this process as itself), as the
+   classic BPF program the kernel runs, written to fd: what spec/c's
+   test_confine runs on calls no kernel here can make (another
+   architecture's). 0, or -1. */
+int sx_filter_export(const sx_policy *p, int host_socket, int fd);
 
 /* confine.c: the host's end fd of a socket to a child takes no descriptor
    (SO_PASSRIGHTS 0, Linux 6.16): a descriptor sent with it is refused at
