@@ -221,12 +221,12 @@ static void child_serve(sx_state *s, int fd) {
   }
 }
 
-void sx_child_main(sx_module *m, int fd, int err_fd, pid_t host, long long deadline_ns) {
+void sx_child_main(sx_module *m, int fd, int err_fd, const char *pids_cgroup, pid_t host, long long deadline_ns) {
   char err[1024];
   fd = child_reset(fd, err_fd);
   sx_limits lim;
   sx_default_limits(&lim);
-  sx_confinement c = { sx_policy_of(m), lim.max_bytes, host, NULL, NULL, fd };
+  sx_confinement c = { sx_policy_of(m), lim.max_bytes, host, NULL, NULL, fd, pids_cgroup };
   sx_roots_of(m, &c.project_root, &c.dependency_root);
   if (sx_confine(&c, err, sizeof err) != 0) child_fail(fd, err);
   sx_state *s = sx_compose(m, deadline_ns, err, sizeof err);
@@ -251,8 +251,8 @@ void sx_child_main(sx_module *m, int fd, int err_fd, pid_t host, long long deadl
 }
 
 #else /* LuaJIT and Lua 5.1: a policy is refused there (core/lmodule.c) */
-void sx_child_main(sx_module *m, int fd, int err_fd, pid_t host, long long deadline_ns) {
-  (void)m; (void)fd; (void)err_fd; (void)host; (void)deadline_ns;
+void sx_child_main(sx_module *m, int fd, int err_fd, const char *pids_cgroup, pid_t host, long long deadline_ns) {
+  (void)m; (void)fd; (void)err_fd; (void)pids_cgroup; (void)host; (void)deadline_ns;
   _Exit(0);
 }
 #endif

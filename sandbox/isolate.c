@@ -78,6 +78,7 @@ struct sx_child {
   int held_c2;                    /* a 0xc2 ended the last read: C1's first byte, maybe */
   size_t lost;                    /* bytes the host's stderr did not take, not said yet */
   char *mark;                     /* "[<module>] ", before each line relayed */
+  char *cgroup;                   /* the child's pids cgroup (confine.c); NULL: none */
 };
 
 #ifndef P_PIDFD
@@ -433,6 +434,8 @@ static int open_pidfd(sx_child *c) {
 
 static void forget(sx_child *c) {
   end_stderr(c);
+  sx_pids_cgroup_remove(c->cgroup);
+  c->cgroup = NULL;
   c->pid = 0;
   if (c->pidfd >= 0) close(c->pidfd);
   c->pidfd = -1;
@@ -523,6 +526,8 @@ void sx_child_end(sx_state *s) {
   if (c->fd >= 0) close(c->fd);
   kill_child(c);
   end_stderr(c);
+  sx_pids_cgroup_remove(c->cgroup);
+  c->cgroup = NULL;
   if (c->wake >= 0) close(c->wake);
   free(c->mark);
   free(c);
@@ -672,6 +677,8 @@ static void end_process(sx_child *c) {
   c->fd = -1;
   kill_child(c);
   end_stderr(c);
+  sx_pids_cgroup_remove(c->cgroup);
+  c->cgroup = NULL;
 }
 
 /* The failure of a reply cut short, in msg. */
@@ -843,6 +850,9 @@ static int start_child(sx_state *s, long long deadline_ns, char *err, size_t err
   (void)sx_under_valgrind();
   unsigned char seed;
   cr_random(&seed, 1);
+  /* a pids cgroup where this host may make one (a root host's child is
+     not bound by RLIMIT_NPROC) */
+  c->cgroup = sx_pids_cgroup_make();
   pid_t host = getpid();
   pid_t pid = fork();
   if (pid < 0) {
@@ -851,12 +861,14 @@ static int start_child(sx_state *s, long long deadline_ns, char *err, size_t err
       close(sv[i]);
       if (ep[i] >= 0) close(ep[i]);
     }
+    sx_pids_cgroup_remove(c->cgroup);
+    c->cgroup = NULL;
     return -1;
   }
   if (pid == 0) {
     close(sv[0]);
     if (ep[0] >= 0) close(ep[0]);
-    sx_child_main(m, sv[1], ep[1], host, deadline_ns);
+    sx_child_main(m, sv[1], ep[1], c->cgroup, host, deadline_ns);
   }
   close(sv[1]);
   if (ep[1] >= 0) close(ep[1]);

@@ -865,6 +865,14 @@ static void tasks(const char *root) {
   }
   if (made == THREADS_TRIED) say("threads made, unbounded: SUCCEEDED (%d)\n", made);
   else say("threads made: %d, then refused (%s)\n", made, strerrorname_np(e) ? strerrorname_np(e) : "?");
+  /* its pids cgroup, where the host made one (v1's pids line, or v2's) */
+  FILE *f = fopen("/proc/self/cgroup", "re");
+  char line[512];
+  while (f && fgets(line, sizeof line, f)) {
+    char *name = strstr(line, "/luma-");
+    if (name && (strstr(line, ":pids:") || strncmp(line, "0::", 3) == 0)) say("cgroup: %s", name + 1);
+  }
+  if (f) fclose(f);
 }
 
 static const struct { const char *name; void (*run)(const char *root); } attacks[] = {

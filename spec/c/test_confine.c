@@ -427,7 +427,7 @@ static int confined(int allow_network) {
   sx_refuse_rights(sv[0]);
   host_socket_fd = sv[1];
   host_end_fd = sv[0];
-  sx_confinement c = { &p, (size_t)64 << 20, getpid(), NULL, NULL, sv[1] };
+  sx_confinement c = { &p, (size_t)64 << 20, getpid(), NULL, NULL, sv[1], NULL };
   pid_t pid = fork();
   if (pid == 0) {
     char err[256];
