@@ -20,6 +20,8 @@
  * And the filter's program, run here on calls no kernel of this machine
  * may make: another architecture's (i386's int $0x80, x32's numbers) ends
  * the whole process (SECCOMP_RET_KILL_PROCESS), not only its thread.
+ * Where the host makes pids cgroups (root), a confined child is in its
+ * own, pids.max at handler_max_tasks, and the folder goes after it.
  */
 #define _GNU_SOURCE
 
@@ -613,9 +615,61 @@ static void other_architectures_end_the_process(void) {
   free(prog);
 }
 
+/* Where this host makes pids cgroups (a root host): a confined child is
+   in its own, with pids.max at handler_max_tasks, and the folder goes once
+   the child is reaped. */
+static void pids_cgroup_checked(void) {
+  if (!sx_pids_cgroup_base()) {
+    fprintf(stderr, "confine: this host makes no pids cgroup (not root, or no pids controller it may write)\n");
+    return;
+  }
+  char *dir = sx_pids_cgroup_make();
+  CT_CHECK(dir != NULL, "no pids cgroup made under %s: %s", sx_pids_cgroup_base(), strerror(errno));
+  if (!dir) return;
+  char path[8192], buf[64] = "";
+  snprintf(path, sizeof path, "%s/pids.max", dir);
+  FILE *f = fopen(path, "r");
+  CT_CHECK(f && fgets(buf, sizeof buf, f) && atoi(buf) == LIM_HANDLER_MAX_TASKS, "%s: %s", path, buf);
+  if (f) fclose(f);
+  sx_policy p;
+  memset(&p, 0, sizeof p);
+  p.strict = 1;
+  p.isolation = SX_ISOLATE_PROCESS;
+  sx_confinement c = { &p, (size_t)64 << 20, getpid(), NULL, NULL, -1, dir };
+  int bits[2];
+  CT_CHECK(pipe(bits) == 0, "pipe");
+  pid_t pid = fork();
+  if (pid == 0) {
+    char err[256];
+    int in = 0;
+    close(bits[0]);
+    if (sx_confine(&c, err, sizeof err) != 0) fprintf(stderr, "%s\n", err);
+    else {
+      /* its own cgroup, by the folder's name */
+      FILE *g = fopen("/proc/self/cgroup", "r");
+      char line[1024];
+      const char *name = strrchr(c.pids_cgroup, '/');
+      while (g && fgets(line, sizeof line, g)) in |= strstr(line, name) != NULL;
+      if (g) fclose(g);
+    }
+    _exit(write(bits[1], &in, sizeof in) == sizeof in ? 0 : 1);
+  }
+  close(bits[1]);
+  int in = 0;
+  if (read(bits[0], &in, sizeof in) != sizeof in) in = 0;
+  close(bits[0]);
+  waitpid(pid, NULL, 0);
+  CT_CHECK(in, "the confined child is not in its pids cgroup %s", dir);
+  snprintf(path, sizeof path, "%s", dir);
+  sx_pids_cgroup_remove(dir);
+  struct stat st;
+  CT_CHECK(stat(path, &st) != 0, "%s is left once the child is reaped", path);
+}
+
 int main(void) {
   passrights_checked();
   other_architectures_end_the_process();
+  pids_cgroup_checked();
   int all = EXEC | FORK | PTRACE | THREAD | SOCKET | CORE | SIGNAL | LIMITS | IOCTL | NSCLONE | FCNTL | PRCTL |
             MOUNT | SCHED | ENV | FILES | METADATA | NOCAPS | TERMINAL | SYSV | LOCKS | HOSTSOCK | NPROC | (instrumented() ? 0 : BIG);
   /* asked in a child of its own, so that the confined children load the
