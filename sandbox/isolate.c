@@ -133,28 +133,18 @@ static int host_has_stderr(void) {
   return flags >= 0 && !(flags & FD_CLOEXEC) && fstat(2, &st) == 0 && !S_ISDIR(st.st_mode);
 }
 
-/* A descriptor of the host's stderr that does not block: fd 2 itself for
-   a file (it never waits for a reader, and shares fd 2's offset) or a
-   socket (written with MSG_DONTWAIT); for a pipe or a terminal, fd 2
-   opened again with O_NONBLOCK (its own file description: fd 2's flags
-   stay the host's), kept while fd 2 is the same file. -1: none, or one
-   only poll can guard (reopening it was refused). */
+/* Relays of different children write one at a time, so that their lines
+   do not mix within a write. */
 static pthread_mutex_t sink_lock = PTHREAD_MUTEX_INITIALIZER;
-static int sink_fd = -1;
-static dev_t sink_dev;
-static ino_t sink_ino;
-
-static int stderr_sink(const struct stat *st) {
-  if (sink_fd >= 0 && sink_dev == st->st_dev && sink_ino == st->st_ino) return sink_fd;
-  if (sink_fd >= 0) close(sink_fd);
-  sink_fd = open("/proc/self/fd/2", O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-  sink_dev = st->st_dev;
-  sink_ino = st->st_ino;
-  return sink_fd;
-}
 
 /* Writes n bytes to the host's stderr, as many as it takes without waiting
-   (a broken pipe raises no SIGPIPE): how many it did not take. */
+   (a broken pipe raises no SIGPIPE): how many it did not take. fd 2 itself
+   for a file (it never waits for a reader, and shares fd 2's offset) or a
+   socket (MSG_DONTWAIT); for a pipe or a terminal, fd 2 opened again with
+   O_NONBLOCK for this write (its own file description: fd 2's flags stay
+   the host's; none is kept open), or where that is refused (a pipe of
+   another user's), writes of PIPE_BUF at most where poll says there is
+   room. */
 static size_t stderr_write(const char *p, size_t n) {
   sigset_t pipe_sig, old, pending;
   sigemptyset(&pipe_sig);
@@ -164,23 +154,26 @@ static size_t stderr_write(const char *p, size_t n) {
   int was_pending = sigismember(&pending, SIGPIPE);
   pthread_mutex_lock(&sink_lock);
   struct stat st;
-  int broken = 0;
+  int broken = 0, sink = -1, reopen_refused = 0;
   if (fstat(2, &st) == 0) {
     while (n > 0) {
       ssize_t k;
       if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode)) k = write(2, p, n);
       else if (S_ISSOCK(st.st_mode)) k = send(2, p, n, MSG_DONTWAIT | MSG_NOSIGNAL);
       else {
-        int fd = stderr_sink(&st);
-        if (fd >= 0) k = write(fd, p, n);
+        if (sink < 0 && !reopen_refused) {
+          sink = open("/proc/self/fd/2", O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+          reopen_refused = sink < 0;
+        }
+        if (sink >= 0) k = write(sink, p, n);
         else {
-          /* a pipe of another user's (a host run as another user than
-             made its stderr): a write of PIPE_BUF at most where poll
-             says there is room */
           struct pollfd w = { 2, POLLOUT, 0 };
           size_t most = n < PIPE_BUF ? n : PIPE_BUF;
-          k = poll(&w, 1, 0) == 1 && (w.revents & POLLOUT) ? write(2, p, most) : -1;
-          if (k < 0 && errno != EINTR) errno = EAGAIN;
+          if (poll(&w, 1, 0) == 1 && (w.revents & POLLOUT)) k = write(2, p, most);
+          else {
+            k = -1;
+            errno = EAGAIN;
+          }
         }
       }
       if (k > 0) { p += k; n -= (size_t)k; continue; }
@@ -189,6 +182,7 @@ static size_t stderr_write(const char *p, size_t n) {
       break;
     }
   }
+  if (sink >= 0) close(sink);
   pthread_mutex_unlock(&sink_lock);
   if (broken && !was_pending) {
     struct timespec zero = { 0, 0 };
