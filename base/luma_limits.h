@@ -65,7 +65,8 @@
   X(MODULE_MAX_SOURCE, 16 << 20, 0, "bytes of a tool module or dependency file") \
   X(MODULE_LOAD_TIMEOUT_MS, 10000, 0, "milliseconds a module's top-level code may run") \
   X(STATE_CLOSE_TIMEOUT_MS, 1000, 0, "milliseconds the __close handlers of a closing state may run") \
-  X(HANDLER_MAX_TASKS, 64, 0, "tasks (the process and its threads) of one handler process, as RLIMIT_NPROC in its user namespace; not bounded for a root host's child (README: Limits, honestly)") \
+  X(HANDLER_STDERR_MAX_BYTES, 64 << 10, 0, "bytes of a handler process's stderr the host relays to its own in one call (or load); the rest is dropped with a note") \
+  X(HANDLER_MAX_TASKS, 64, 0, "tasks (the process and its threads) of one handler process: RLIMIT_NPROC in its user namespace, and pids.max of its pids cgroup where the host can make one (README: Limits, honestly)") \
   /* what a handler returns, copied out of its state */ \
   X(COPY_DEPTH, 100, 0, "nesting of a value copied out of a tool module's state") \
   X(COPY_DEPTH_CAP, 500, 0, "the largest nesting any copy between states allows") \

@@ -12,7 +12,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <lauxlib.h>
@@ -59,20 +58,17 @@ static void child_fail(int fd, const char *msg) {
 }
 
 /* A clean process: only this thread, default signal actions, and no
-   descriptor of the host's but stderr. fds 0 and 1 are /dev/null; fd 2 is
-   kept only if it was open across the host's exec (a stderr never has
-   FD_CLOEXEC): a host started with fd 2 closed has its own descriptors
-   there (an eventfd, a socket, a database), which become /dev/null. A
-   stderr that is a terminal becomes /dev/null too: a handler process keeps
-   no terminal (sx_confine also leaves the host's session, and the filter
-   refuses the ioctls that change one), as escape sequences written to it
-   reach the user's terminal emulator (its clipboard, its title, answers it
-   types back). A stderr that is a directory (a host started with 2</)
-   becomes /dev/null: Landlock checks a directory's listing when it is
-   opened, so the child could list it (and open below it with openat)
-   through a descriptor opened before. The socket moves above 2 if it was
-   there. Returns the socket's fd. */
-static int child_reset(int keep) {
+   descriptor of the host's. fds 0 and 1 are /dev/null; fd 2 is pipe_end, the
+   write end of a pipe whose other end the host reads and relays to its own
+   stderr (isolate.c: bounded, each line marked with the module, control
+   characters escaped), or /dev/null when pipe_end is -1 (the host has no stderr
+   to relay to). Nothing the host had open reaches the child: not its
+   stderr (a file the child could seek, truncate or read back, a
+   terminal, a directory it could list), nor, for a host started with fd 2
+   closed, what the host opened there (an eventfd, a socket, a database).
+   The socket and the pipe move above 2 first if they were there. Returns
+   the socket's fd. */
+static int child_reset(int keep, int pipe_end) {
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
@@ -88,15 +84,14 @@ static int child_reset(int keep) {
     if (moved < 0) _exit(0);
     keep = moved;
   }
-  int err_flags = fcntl(2, F_GETFD);
-  struct stat err_stat;
-  int host_stderr = err_flags >= 0 && !(err_flags & FD_CLOEXEC) && !isatty(2) &&
-                    fstat(2, &err_stat) == 0 && !S_ISDIR(err_stat.st_mode);
+  if (pipe_end >= 0 && pipe_end <= 2) {
+    int moved = fcntl(pipe_end, F_DUPFD_CLOEXEC, 3);
+    if (moved < 0) _exit(0);
+    pipe_end = moved;
+  }
   int null = open("/dev/null", O_RDWR);
   if (null < 0) _exit(0);
-  dup2(null, 0);
-  dup2(null, 1);
-  if (!host_stderr) dup2(null, 2);
+  if (dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(pipe_end >= 0 ? pipe_end : null, 2) < 0) _exit(0);
   if (null > 2 && null != keep) close(null);
   for (int fd = 3; fd < keep; fd++) close(fd);
   if (close_range((unsigned)keep + 1, ~0U, 0) != 0) {
@@ -226,12 +221,12 @@ static void child_serve(sx_state *s, int fd) {
   }
 }
 
-void sx_child_main(sx_module *m, int fd, pid_t host, long long deadline_ns) {
+void sx_child_main(sx_module *m, int fd, int err_fd, const char *pids_cgroup, pid_t host, long long deadline_ns) {
   char err[1024];
-  fd = child_reset(fd);
+  fd = child_reset(fd, err_fd);
   sx_limits lim;
   sx_default_limits(&lim);
-  sx_confinement c = { sx_policy_of(m), lim.max_bytes, host, NULL, NULL, fd };
+  sx_confinement c = { sx_policy_of(m), lim.max_bytes, host, NULL, NULL, fd, pids_cgroup };
   sx_roots_of(m, &c.project_root, &c.dependency_root);
   if (sx_confine(&c, err, sizeof err) != 0) child_fail(fd, err);
   sx_state *s = sx_compose(m, deadline_ns, err, sizeof err);
@@ -256,8 +251,8 @@ void sx_child_main(sx_module *m, int fd, pid_t host, long long deadline_ns) {
 }
 
 #else /* LuaJIT and Lua 5.1: a policy is refused there (core/lmodule.c) */
-void sx_child_main(sx_module *m, int fd, pid_t host, long long deadline_ns) {
-  (void)m; (void)fd; (void)host; (void)deadline_ns;
+void sx_child_main(sx_module *m, int fd, int err_fd, const char *pids_cgroup, pid_t host, long long deadline_ns) {
+  (void)m; (void)fd; (void)err_fd; (void)pids_cgroup; (void)host; (void)deadline_ns;
   _Exit(0);
 }
 #endif

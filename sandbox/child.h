@@ -38,10 +38,12 @@ static inline int frame_end(sb_buf *b) {
   return 0;
 }
 
-/* In the forked child, on the socket fd: makes a clean process, confines
+/* In the forked child, on the socket fd, with err_fd the write end of its
+   stderr pipe (-1: none, stderr is /dev/null) and its pids cgroup
+   (NULL: none): makes a clean process, confines
    it (tied to host, the pid of the process that forked it, taken before the
    fork), loads m's module within deadline_ns, says ready (or why not), then
    serves requests until the socket closes. Never returns. */
-void sx_child_main(sx_module *m, int fd, pid_t host, long long deadline_ns);
+void sx_child_main(sx_module *m, int fd, int err_fd, const char *pids_cgroup, pid_t host, long long deadline_ns);
 
 #endif

@@ -5,8 +5,8 @@
    VM exploit): the child cannot reach the host, its files or the machine.
    The Lua-level limits (max_memory_mb through the allocator, the deadline
    through the hook and the host's kill) stay the first line. In order:
-   the tie to the host (parent death), a session of its own, the
-   environment, a user namespace and an IPC namespace, no capability,
+   the tie to the host (parent death), a session of its own, its pids
+   cgroup, the environment, a user namespace and an IPC namespace, no capability,
    rlimits, Landlock, the seccomp filter (last: it refuses what the others
    need). spec/39 attacks each from inside the child. */
 #define _GNU_SOURCE
@@ -33,6 +33,8 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <dirent.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <seccomp.h>
@@ -272,21 +274,25 @@ static int prctl_rules(scmp_filter_ctx ctx) {
 
 static int host_socket_rules(scmp_filter_ctx ctx, int fd);
 
-static int filter(const sx_policy *p, int host_socket, char *err, size_t errlen) {
-  /* valgrind knows prctl's way of loading a filter, not seccomp(2)'s */
-  if (sx_under_valgrind()) seccomp_api_set(1);
-  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
-  if (!ctx) {
-    snprintf(err, errlen, "cannot make a seccomp filter (out of memory)");
-    return -1;
-  }
+/* The filter's rules, in ctx: 0, or libseccomp's negative errno. */
+static int rules(scmp_filter_ctx ctx, const sx_policy *p, int host_socket) {
+  /* a call of another architecture the kernel runs in a 64-bit process
+     (i386's through int $0x80, x32's numbers with bit 30 set on x86-64;
+     32-bit ARM's on arm64) meets none of the rules below, which name this
+     architecture's calls: libseccomp refuses it by its "bad architecture"
+     action, whose default kills the calling thread only (the rest of the
+     process runs on). It ends the whole process here, which the host
+     reports with its signal (SIGSYS). Kernels before 4.14 have no
+     process kill: there the thread's stays */
+  int rc = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
+  if (rc != 0) rc = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL);
   /* signals go to this process only (raise, the deadline watch's
      pthread_sigqueue): never to the host or another child */
   static const int to_self[] = {
     SCMP_SYS(kill), SCMP_SYS(tgkill), SCMP_SYS(rt_sigqueueinfo), SCMP_SYS(rt_tgsigqueueinfo),
   };
   scmp_datum_t me = (scmp_datum_t)getpid();
-  int rc = add_refused(ctx);
+  if (rc == 0) rc = add_refused(ctx);
   for (size_t i = 0; rc == 0 && i < sizeof to_self / sizeof to_self[0]; i++)
     rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), to_self[i], 1, SCMP_A0(SCMP_CMP_NE, me));
   for (size_t i = 0; rc == 0 && i < sizeof on_self_only / sizeof on_self_only[0]; i++)
@@ -362,6 +368,18 @@ static int filter(const sx_policy *p, int host_socket, char *err, size_t errlen)
   /* glibc 2.34 and later try clone3 first and fall back to clone on ENOSYS */
   if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
   if (rc == 0) rc = socket_rules(ctx, p->allow_network);
+  return rc;
+}
+
+static int filter(const sx_policy *p, int host_socket, char *err, size_t errlen) {
+  /* valgrind knows prctl's way of loading a filter, not seccomp(2)'s */
+  if (sx_under_valgrind()) seccomp_api_set(1);
+  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+  if (!ctx) {
+    snprintf(err, errlen, "cannot make a seccomp filter (out of memory)");
+    return -1;
+  }
+  int rc = rules(ctx, p, host_socket);
   if (rc == 0) rc = seccomp_load(ctx);
   seccomp_release(ctx);
   if (rc != 0) {
@@ -369,6 +387,15 @@ static int filter(const sx_policy *p, int host_socket, char *err, size_t errlen)
     return -1;
   }
   return 0;
+}
+
+int sx_filter_export(const sx_policy *p, int host_socket, int fd) {
+  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+  if (!ctx) return -1;
+  int rc = rules(ctx, p, host_socket);
+  if (rc == 0) rc = seccomp_export_bpf(ctx, fd);
+  seccomp_release(ctx);
+  return rc == 0 ? 0 : -1;
 }
 
 /* ------------------------------------------------------------ no descriptor to the host */
@@ -602,6 +629,166 @@ int sx_user_namespaces(void) {
   return ok;
 }
 
+/* ------------------------------------------------------------ the pids cgroup */
+
+/* RLIMIT_NPROC does not bind a task whose real uid is the machine's root
+   (the kernel exempts INIT_USER, capabilities or not): a root host's
+   child, mapped to 0 in its user namespace, or a child without one, could
+   make threads until the machine's pids ran out. A pids cgroup binds any
+   uid. Where the host may make one (the folder of its own cgroup in the
+   hierarchy with the pids controller is writable: cgroup v1's pids, or v2
+   where that cgroup's subtree_control lists pids; a root host, or a
+   delegated subtree), each child gets a cgroup of its own there,
+   luma-<host pid>-<n>, with pids.max at LIM_HANDLER_MAX_TASKS; the child
+   moves itself in before anything else (it still has the host's
+   privileges), and the host removes the folder when it has reaped the
+   child. Folders a host left when it died are removed by the next host
+   that looks (an empty cgroup only: rmdir refuses one in use). */
+static char pids_base[4096];
+static pthread_once_t pids_once = PTHREAD_ONCE_INIT;
+
+/* Whether word is one of the comma-separated items of list. */
+static int listed(const char *list, const char *word) {
+  size_t n = strlen(word);
+  for (const char *p = list; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+    if (strncmp(p, word, n) == 0 && (p[n] == ',' || p[n] == '\0' || p[n] == '\n')) return 1;
+  return 0;
+}
+
+/* The mount point of the cgroup hierarchy (v1 with the pids controller,
+   or v2) and the root of it that is mounted there. */
+static int cgroup_mount(int v2, char *point, size_t plen, char *root, size_t rlen) {
+  FILE *f = fopen("/proc/self/mountinfo", "re");
+  if (!f) return -1;
+  char line[8192];
+  int found = -1;
+  while (found < 0 && fgets(line, sizeof line, f)) {
+    char *dash = strstr(line, " - ");
+    if (!dash) continue;
+    char type[64], source[256], options[2048], mroot[2048], mpoint[2048];
+    if (sscanf(dash + 3, "%63s %255s %2047s", type, source, options) < 3) continue;
+    if (sscanf(line, "%*s %*s %*s %2047s %2047s", mroot, mpoint) != 2) continue;
+    if (v2 ? strcmp(type, "cgroup2") != 0 : (strcmp(type, "cgroup") != 0 || !listed(options, "pids"))) continue;
+    snprintf(point, plen, "%s", mpoint);
+    snprintf(root, rlen, "%s", mroot);
+    found = 0;
+  }
+  fclose(f);
+  return found;
+}
+
+/* This process's cgroup in the hierarchy: v1's line naming pids, or v2's "0::". */
+static int own_cgroup(int v2, char *path, size_t len) {
+  FILE *f = fopen("/proc/self/cgroup", "re");
+  if (!f) return -1;
+  char line[4096];
+  int found = -1;
+  while (found < 0 && fgets(line, sizeof line, f)) {
+    char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL;
+    if (!b) continue;
+    *b = '\0';
+    if (v2 ? strcmp(line, "0") != 0 || a[1] != '\0' : !listed(a + 1, "pids")) continue;
+    b[strcspn(b + 1, "\n") + 1] = '\0';
+    snprintf(path, len, "%s", b + 1);
+    found = 0;
+  }
+  fclose(f);
+  return found;
+}
+
+static int read_small(const char *path, char *buf, size_t len) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, buf, len - 1);
+  close(fd);
+  if (n < 0) return -1;
+  buf[n] = '\0';
+  return 0;
+}
+
+/* The folders luma-<pid>-<n> of hosts that are gone, left when they died. */
+static void remove_stale(const char *base) {
+  DIR *d = opendir(base);
+  if (!d) return;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    int pid;
+    unsigned n;
+    char proc[64], dir[sizeof pids_base + sizeof e->d_name + 2];
+    if (sscanf(e->d_name, "luma-%d-%u", &pid, &n) != 2 || pid <= 0) continue;
+    snprintf(proc, sizeof proc, "/proc/%d", pid);
+    if (access(proc, F_OK) == 0) continue;
+    snprintf(dir, sizeof dir, "%s/%s", base, e->d_name);
+    (void)rmdir(dir);
+  }
+  closedir(d);
+}
+
+static void find_pids_base(void) {
+  char point[2048], root[2048], own[2048], base[sizeof pids_base], controls[512];
+  for (int v2 = 0; v2 <= 1 && !pids_base[0]; v2++) {
+    if (cgroup_mount(v2, point, sizeof point, root, sizeof root) != 0 || own_cgroup(v2, own, sizeof own) != 0) continue;
+    /* the mount shows the hierarchy from root: own is below it, or out of reach */
+    size_t r = strcmp(root, "/") == 0 ? 0 : strlen(root);
+    if (r && (strncmp(own, root, r) != 0 || (own[r] != '/' && own[r] != '\0'))) continue;
+    if (snprintf(base, sizeof base, "%s%s", point, own + r) >= (int)sizeof base) continue;
+    size_t n = strlen(base);
+    while (n > 1 && base[n - 1] == '/') base[--n] = '\0';
+    if (v2) {
+      char path[sizeof base + 32];
+      snprintf(path, sizeof path, "%s/cgroup.subtree_control", base);
+      if (read_small(path, controls, sizeof controls) != 0 || !strstr(controls, "pids")) continue;
+    }
+    if (access(base, W_OK) != 0) continue;
+    memcpy(pids_base, base, sizeof base);
+  }
+  if (pids_base[0]) remove_stale(pids_base);
+}
+
+const char *sx_pids_cgroup_base(void) {
+  /* where RLIMIT_NPROC binds (a host that is not root, in a user
+     namespace) the cgroup is not made: moving a process into one waits
+     for the kernel (an RCU grace period on cgroup v1, ~30 ms) */
+  if (sx_under_valgrind() || (geteuid() != 0 && sx_user_namespaces())) return NULL;
+  pthread_once(&pids_once, find_pids_base);
+  return pids_base[0] ? pids_base : NULL;
+}
+
+static int write_text(const char *dir, const char *file, const char *text) {
+  char path[2 * sizeof pids_base];
+  snprintf(path, sizeof path, "%s/%s", dir, file);
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = write(fd, text, strlen(text));
+  close(fd);
+  return n == (ssize_t)strlen(text) ? 0 : -1;
+}
+
+char *sx_pids_cgroup_make(void) {
+  const char *base = sx_pids_cgroup_base();
+  if (!base) return NULL;
+  static unsigned made;
+  unsigned n = __atomic_fetch_add(&made, 1, __ATOMIC_RELAXED);
+  char dir[sizeof pids_base + 64], max[32];
+  snprintf(dir, sizeof dir, "%s/luma-%d-%u", base, (int)getpid(), n);
+  if (mkdir(dir, 0755) != 0) return NULL;
+  snprintf(max, sizeof max, "%d\n", LIM_HANDLER_MAX_TASKS);
+  char *copy = write_text(dir, "pids.max", max) == 0 ? strdup(dir) : NULL;
+  if (!copy) (void)rmdir(dir);
+  return copy;
+}
+
+void sx_pids_cgroup_remove(char *dir) {
+  if (!dir) return;
+  /* the child is reaped: its cgroup is empty, but for a moment after its
+     exit on some kernels */
+  for (int i = 0; rmdir(dir) != 0 && errno == EBUSY && i < 50; i++) {
+    struct timespec ms = { 0, 1000 * 1000 };
+    nanosleep(&ms, NULL);
+  }
+  free(dir);
+}
+
 /* ------------------------------------------------------------ Landlock */
 
 /* Landlock's interface (linux/landlock.h): Debian 12's headers (Linux 6.1)
@@ -728,8 +915,8 @@ int sx_confine_layers(const char **holds, int max_holds, const char **missing, i
 #define MISSING(s) do { if (m < max_missing) missing[m++] = (s); } while (0)
   HOLDS("parent-death signal: the handler process dies with the host's thread that started it");
   HOLDS("environment: emptied but for what the policy lets through");
-  HOLDS("descriptors: only the socket to the host, /dev/null, and the host's stderr when it came across exec and "
-        "is not a terminal; a session of its own (no controlling terminal)");
+  HOLDS("descriptors: only the socket to the host, /dev/null, and a stderr pipe of its own, which the host relays "
+        "(bounded, lines marked, control characters escaped); a session of its own (no controlling terminal)");
   HOLDS("capabilities: none (dropped before the filter, whatever the host's user)");
   if (sx_passrights())
     HOLDS("descriptors to the host: none (SO_PASSRIGHTS 0 on the host's end, and the filter refuses sendmsg on "
@@ -742,7 +929,8 @@ int sx_confine_layers(const char **holds, int max_holds, const char **missing, i
   if (seccomp_api_get() >= 1 || sx_under_valgrind())
     HOLDS("seccomp: no exec, process, namespace, mount, ptrace; signals, limits and scheduling on itself only; no "
           "change to a file's mode, owner, times or xattrs; no terminal ioctl that changes one, no socket owner; no "
-          "System V IPC, POSIX message queue or memfd; no file lock or lease");
+          "System V IPC, POSIX message queue or memfd; no file lock or lease; a call of another architecture "
+          "(int $0x80, x32) ends the process");
   else
     MISSING("seccomp: this kernel has no seccomp filters; process isolation cannot start");
   if (sx_user_namespaces())
@@ -754,6 +942,17 @@ int sx_confine_layers(const char **holds, int max_holds, const char **missing, i
             "file system (its capabilities are dropped: it passes no permission, and the filter refuses chown and "
             "chmod), and shares the machine's IPC namespace (the filter refuses System V IPC); no bound on the "
             "child's tasks (RLIMIT_NPROC would count every task of the host's user)");
+  static char cgroup_line[2 * sizeof pids_base];
+  const char *base = sx_pids_cgroup_base();
+  if (base) {
+    snprintf(cgroup_line, sizeof cgroup_line, "pids cgroup: the handler process's tasks bounded at handler_max_tasks "
+             "whatever its uid (a cgroup of its own under %s, removed when it ends)", base);
+    HOLDS(cgroup_line);
+  } else if (geteuid() == 0) {
+    MISSING("pids cgroup: this root host can make none (no pids controller it may write under: cgroup v1's pids "
+            "hierarchy, or v2 with pids in its cgroup's subtree_control); the kernel does not apply RLIMIT_NPROC to "
+            "uid 0, so nothing bounds a root host's handler process's tasks but the host's own cgroup");
+  }
   int abi = sx_landlock_abi();
   if (abi >= 1) HOLDS("Landlock files: the system's libraries, /dev/null, and the module's folders only");
   if (abi >= 1) HOLDS("Landlock ptrace scoping: no /proc/<pid>/mem of the host or any process outside");
@@ -781,6 +980,11 @@ int sx_confine(const sx_confinement *c, char *err, size_t errlen) {
     snprintf(err, errlen, "cannot start the handler process's session: %s", strerror(errno));
     return -1;
   }
+  /* into its pids cgroup while it has the host's privileges */
+  if (c->pids_cgroup && write_text(c->pids_cgroup, "cgroup.procs", "0\n") != 0) {
+    snprintf(err, errlen, "cannot enter the handler process's pids cgroup %s: %s", c->pids_cgroup, strerror(errno));
+    return -1;
+  }
   if (clear_environment(p, err, errlen) != 0) return -1;
   int in_userns = enter_user_namespace();
   if (in_userns < 0) {
@@ -792,7 +996,7 @@ int sx_confine(const sx_confinement *c, char *err, size_t errlen) {
      the machine. RLIMIT_NPROC counts the tasks of the real uid in the
      user namespace (Linux 5.14), here the child's own, where the kernel
      enforces it for any uid but root's (a root host's child, mapped to 0,
-     is exempt: that needs a pids cgroup, which luma does not make).
+     is exempt: its pids cgroup bounds it, where one could be made).
      Without a user namespace it would count every task of the host's
      user, the host's threads included, so it is not set there */
   if (in_userns > 0) {
@@ -851,6 +1055,23 @@ int sx_confine_layers(const char **holds, int max_holds, const char **missing, i
     *nmissing = 1;
   }
   return 0;
+}
+
+int sx_filter_export(const sx_policy *p, int host_socket, int fd) {
+  (void)p; (void)host_socket; (void)fd;
+  return -1;
+}
+
+const char *sx_pids_cgroup_base(void) {
+  return NULL;
+}
+
+char *sx_pids_cgroup_make(void) {
+  return NULL;
+}
+
+void sx_pids_cgroup_remove(char *dir) {
+  (void)dir;
 }
 
 int sx_confine(const sx_confinement *c, char *err, size_t errlen) {

@@ -50,6 +50,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -70,6 +71,14 @@ struct sx_child {
   int pidfd;                      /* the child's process descriptor; -1: none (Linux < 5.4) */
   int fd;                         /* the host's end of the socket pair (non-blocking) */
   int wake;                       /* an eventfd: the call was cancelled */
+  int err;                        /* the read end of the child's stderr pipe (non-blocking); -1: none */
+  size_t relayed;                 /* bytes of it relayed in this call (or load) */
+  int mid_line;                   /* what was relayed last ended no line */
+  int dropped;                    /* past the bound in this call: said once */
+  int held_c2;                    /* a 0xc2 ended the last read: C1's first byte, maybe */
+  size_t lost;                    /* bytes the host's stderr did not take, not said yet */
+  char *mark;                     /* "[<module>] ", before each line relayed */
+  char *cgroup;                   /* the child's pids cgroup (confine.c); NULL: none */
 };
 
 #ifndef P_PIDFD
@@ -102,6 +111,178 @@ static size_t reply_cap(const sx_limits *lim) {
   return lim->max_bytes + 24 * lim->max_values + ((size_t)1 << 20);
 }
 
+/* ------------------------------------------------------------ the child's stderr */
+
+/* A handler process's fd 2 is a pipe the host reads (or /dev/null when the
+   host has no stderr): never a descriptor of the host's, which the child
+   could seek, truncate, read back or list. The host relays what comes to
+   its own stderr while it waits for the child (a call, a load), and what
+   is left when the child ends: each line marked with the module's name,
+   control characters written as \xNN (a terminal's escape sequences
+   would reach the user's terminal emulator), at most
+   LIM_HANDLER_STDERR_MAX_BYTES a call, past which the rest is read and
+   dropped with a note. The host never waits on its stderr for it: a write
+   that would block is dropped. */
+
+/* Whether the host has a stderr to relay to: fd 2 open across its exec (a
+   stderr never has FD_CLOEXEC; a host started with fd 2 closed has its own
+   descriptors there) and not a directory. */
+static int host_has_stderr(void) {
+  int flags = fcntl(2, F_GETFD);
+  struct stat st;
+  return flags >= 0 && !(flags & FD_CLOEXEC) && fstat(2, &st) == 0 && !S_ISDIR(st.st_mode);
+}
+
+/* Relays of different children write one at a time, so that their lines
+   do not mix within a write. */
+static pthread_mutex_t sink_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Writes n bytes to the host's stderr, as many as it takes without waiting
+   (a broken pipe raises no SIGPIPE): how many it did not take. fd 2 itself
+   for a file (it never waits for a reader, and shares fd 2's offset) or a
+   socket (MSG_DONTWAIT); for a pipe or a terminal, fd 2 opened again with
+   O_NONBLOCK for this write (its own file description: fd 2's flags stay
+   the host's; none is kept open), or where that is refused (a pipe of
+   another user's), writes of PIPE_BUF at most where poll says there is
+   room. */
+static size_t stderr_write(const char *p, size_t n) {
+  sigset_t pipe_sig, old, pending;
+  sigemptyset(&pipe_sig);
+  sigaddset(&pipe_sig, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_sig, &old);
+  sigpending(&pending);
+  int was_pending = sigismember(&pending, SIGPIPE);
+  pthread_mutex_lock(&sink_lock);
+  struct stat st;
+  int broken = 0, sink = -1, reopen_refused = 0;
+  if (fstat(2, &st) == 0) {
+    while (n > 0) {
+      ssize_t k;
+      if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode)) k = write(2, p, n);
+      else if (S_ISSOCK(st.st_mode)) k = send(2, p, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+      else {
+        if (sink < 0 && !reopen_refused) {
+          sink = open("/proc/self/fd/2", O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+          reopen_refused = sink < 0;
+        }
+        if (sink >= 0) k = write(sink, p, n);
+        else {
+          struct pollfd w = { 2, POLLOUT, 0 };
+          size_t most = n < PIPE_BUF ? n : PIPE_BUF;
+          if (poll(&w, 1, 0) == 1 && (w.revents & POLLOUT)) k = write(2, p, most);
+          else {
+            k = -1;
+            errno = EAGAIN;
+          }
+        }
+      }
+      if (k > 0) { p += k; n -= (size_t)k; continue; }
+      if (k < 0 && errno == EINTR) continue;
+      broken = k < 0 && errno == EPIPE;
+      break;
+    }
+  }
+  if (sink >= 0) close(sink);
+  pthread_mutex_unlock(&sink_lock);
+  if (broken && !was_pending) {
+    struct timespec zero = { 0, 0 };
+    while (sigtimedwait(&pipe_sig, NULL, &zero) < 0 && errno == EINTR) {}
+  }
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  return n;
+}
+
+/* What came, as relayed: each line after c->mark, control characters (C0
+   but tab and newline, DEL, and C1 as UTF-8 encodes it: 0xc2 then 0x80 to
+   0x9f, held across reads) as \xNN. */
+static void relay_bytes(sx_child *c, const char *p, size_t n) {
+  char out[8192];
+  size_t used = 0, mark = strlen(c->mark);
+  for (size_t i = 0; i < n; i++) {
+    if (used + mark + 8 > sizeof out) {
+      c->lost += stderr_write(out, used);
+      used = 0;
+    }
+    unsigned char b = (unsigned char)p[i];
+    if (b == 0xc2 && !c->held_c2) {
+      c->held_c2 = 1;
+      continue;
+    }
+    if (!c->mid_line) {
+      memcpy(out + used, c->mark, mark);
+      used += mark;
+      c->mid_line = 1;
+    }
+    int c1 = c->held_c2 && b >= 0x80 && b <= 0x9f;
+    if (c->held_c2) {
+      c->held_c2 = 0;
+      if (c1) used += (size_t)snprintf(out + used, sizeof out - used, "\\xc2");
+      else out[used++] = (char)0xc2;
+      if (b == 0xc2) { c->held_c2 = 1; continue; }
+    }
+    if ((b < 0x20 && b != '\t' && b != '\n') || b == 0x7f || c1) {
+      used += (size_t)snprintf(out + used, sizeof out - used, "\\x%02x", b);
+    } else {
+      out[used++] = (char)b;
+      if (b == '\n') c->mid_line = 0;
+    }
+  }
+  if (used) c->lost += stderr_write(out, used);
+}
+
+/* Says how many bytes the host's stderr did not take, once it takes that. */
+static void say_lost(sx_child *c) {
+  if (!c->lost) return;
+  char note[200];
+  int n = snprintf(note, sizeof note, "\n%s(%zu bytes of its stderr dropped: the host's stderr was full)\n", c->mark,
+                   c->lost);
+  if (n > 0 && stderr_write(note, (size_t)n) == 0) {
+    c->lost = 0;
+    c->mid_line = 0;
+  }
+}
+
+/* Reads what the child wrote to its stderr, relaying it within the bound;
+   at its end (the child gone), closes the pipe. */
+static void relay_stderr(sx_child *c) {
+  char buf[4096];
+  for (int round = 0; c->err >= 0 && round < 64; round++) {
+    ssize_t k = read(c->err, buf, sizeof buf);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    if (k <= 0) {
+      close(c->err);
+      c->err = -1;
+      break;
+    }
+    size_t room = c->relayed < (size_t)LIM_HANDLER_STDERR_MAX_BYTES ? (size_t)LIM_HANDLER_STDERR_MAX_BYTES - c->relayed : 0;
+    size_t take = (size_t)k < room ? (size_t)k : room;
+    if (take) relay_bytes(c, buf, take);
+    c->relayed += take;
+    if (take < (size_t)k && !c->dropped) {
+      /* (relay_bytes writes the mark after a newline) */
+      char note[200];
+      snprintf(note, sizeof note, "%s(its stderr passed %d bytes in this call: the rest is dropped)\n",
+               c->mid_line ? "\n" : "", LIM_HANDLER_STDERR_MAX_BYTES);
+      relay_bytes(c, note, strlen(note));
+      c->dropped = 1;
+    }
+  }
+  say_lost(c);
+}
+
+/* The child is gone (or going): what is left in its pipe, then its end. */
+static void end_stderr(sx_child *c) {
+  if (c->err < 0) return;
+  relay_stderr(c);
+  if (c->held_c2) {
+    c->held_c2 = 0;
+    relay_bytes(c, "\\xc2", 4);
+  }
+  if (c->err >= 0) close(c->err);
+  c->err = -1;
+}
+
 /* ------------------------------------------------------------ the host's side */
 
 /* Waits until fd is ready for ev, until_ns passes (0: never), or the call
@@ -117,13 +298,16 @@ static int wait_fd(sx_state *s, int fd, short ev, long long until_ns) {
       long long left_ms = (left + 999999) / 1000000;
       ms = left_ms > INT_MAX ? INT_MAX : (int)left_ms;   /* and poll again */
     }
-    struct pollfd p[2] = { { fd, ev, 0 }, { c->wake, POLLIN, 0 } };
-    int r = poll(p, 2, ms);
+    /* the child's stderr is relayed as it comes: a child that fills its
+       pipe would wait for the host (and miss its deadline) */
+    struct pollfd p[3] = { { fd, ev, 0 }, { c->wake, POLLIN, 0 }, { c->err, POLLIN, 0 } };
+    int r = poll(p, c->err >= 0 ? 3 : 2, ms);
     if (r < 0) {
       if (errno == EINTR) continue;
       return IO_DEAD;
     }
     if (p[1].revents) return IO_CANCELLED;
+    if (c->err >= 0 && p[2].revents) relay_stderr(c);
     if (p[0].revents & ev) return IO_OK;
     if (p[0].revents & (POLLERR | POLLHUP | POLLNVAL)) return IO_DEAD;
   }
@@ -243,6 +427,9 @@ static int open_pidfd(sx_child *c) {
 }
 
 static void forget(sx_child *c) {
+  end_stderr(c);
+  sx_pids_cgroup_remove(c->cgroup);
+  c->cgroup = NULL;
   c->pid = 0;
   if (c->pidfd >= 0) close(c->pidfd);
   c->pidfd = -1;
@@ -308,7 +495,12 @@ static void died(sx_child *c, char *msg, size_t len) {
   int r = c->pid > 0 ? wait_end(c, REAP_WAIT_MS, &sig, &code) : -1;
   if (r == 1) {
     forget(c);
-    if (sig) snprintf(msg, len, "handler process died: signal %d", sig);
+    /* SIGSYS is the filter's: a call of another architecture (i386's
+       int $0x80, x32's numbers), which ends the process */
+    if (sig == SIGSYS)
+      snprintf(msg, len, "handler process died: signal %d (SIGSYS: it made a system call of another architecture, "
+               "which its seccomp filter ends the process for)", sig);
+    else if (sig) snprintf(msg, len, "handler process died: signal %d", sig);
     else snprintf(msg, len, "handler process died: exit status %d", code);
     return;
   }
@@ -327,7 +519,11 @@ void sx_child_end(sx_state *s) {
   if (!c) return;
   if (c->fd >= 0) close(c->fd);
   kill_child(c);
+  end_stderr(c);
+  sx_pids_cgroup_remove(c->cgroup);
+  c->cgroup = NULL;
   if (c->wake >= 0) close(c->wake);
+  free(c->mark);
   free(c);
   s->child = NULL;
 }
@@ -474,6 +670,9 @@ static void end_process(sx_child *c) {
   if (c->fd >= 0) close(c->fd);
   c->fd = -1;
   kill_child(c);
+  end_stderr(c);
+  sx_pids_cgroup_remove(c->cgroup);
+  c->cgroup = NULL;
 }
 
 /* The failure of a reply cut short, in msg. */
@@ -500,6 +699,8 @@ void sx_remote_execute(sx_state *s, sx_run *runs, int n) {
     run->status = LUA_ERRRUN;
     run->expired = run->out_of_memory = 0;
     run->deadline_ns = run->opts.timeout_ms > 0 ? sx_now_ns() + run->opts.timeout_ms * 1000000LL : 0;
+    c->relayed = 0;
+    c->dropped = 0;
     long long until = run->deadline_ns ? run->deadline_ns + (long long)pol->kill_grace_ms * 1000000LL : 0;
     char why[300];
     const char *failure = NULL;
@@ -618,9 +819,13 @@ static int start_child(sx_state *s, long long deadline_ns, char *err, size_t err
   sx_module *m = s->module;
   const sx_policy *pol = sx_policy_of(m);
   sx_child *c = s->child;
-  int sv[2] = { -1, -1 };
-  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+  int sv[2] = { -1, -1 }, ep[2] = { -1, -1 };
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0 ||
+      (host_has_stderr() && pipe2(ep, O_CLOEXEC) != 0)) {
     snprintf(err, errlen, "cannot start a handler process: %s", strerror(errno));
+    for (int i = 0; i < 2; i++) {
+      if (sv[i] >= 0) close(sv[i]);
+    }
     return -1;
   }
   /* the host never takes a descriptor from the child: one sent out of
@@ -639,19 +844,32 @@ static int start_child(sx_state *s, long long deadline_ns, char *err, size_t err
   (void)sx_under_valgrind();
   unsigned char seed;
   cr_random(&seed, 1);
+  /* a pids cgroup where this host may make one (a root host's child is
+     not bound by RLIMIT_NPROC) */
+  c->cgroup = sx_pids_cgroup_make();
   pid_t host = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     snprintf(err, errlen, "cannot start a handler process: %s", strerror(errno));
-    close(sv[0]);
-    close(sv[1]);
+    for (int i = 0; i < 2; i++) {
+      close(sv[i]);
+      if (ep[i] >= 0) close(ep[i]);
+    }
+    sx_pids_cgroup_remove(c->cgroup);
+    c->cgroup = NULL;
     return -1;
   }
   if (pid == 0) {
     close(sv[0]);
-    sx_child_main(m, sv[1], host, deadline_ns);
+    if (ep[0] >= 0) close(ep[0]);
+    sx_child_main(m, sv[1], ep[1], c->cgroup, host, deadline_ns);
   }
   close(sv[1]);
+  if (ep[1] >= 0) close(ep[1]);
+  c->err = ep[0];
+  if (c->err >= 0) fcntl(c->err, F_SETFL, fcntl(c->err, F_GETFL) | O_NONBLOCK);
+  c->relayed = 0;
+  c->dropped = c->mid_line = c->held_c2 = 0;
   c->pid = pid;
   c->pidfd = open_pidfd(c);
   c->fd = sv[0];
@@ -682,6 +900,18 @@ static int start_child(sx_state *s, long long deadline_ns, char *err, size_t err
   return -1;
 }
 
+/* "[<module>] ": its path under the project's folder, or its whole path. */
+static char *mark_of(const sx_module *m) {
+  const char *project, *deps, *path = sx_path_of(m);
+  sx_roots_of(m, &project, &deps);
+  size_t n = project ? strlen(project) : 0;
+  if (n && strncmp(path, project, n) == 0 && path[n] == '/') path += n + 1;
+  size_t len = strlen(path) + 4;
+  char *mark = malloc(len);
+  if (mark) snprintf(mark, len, "[%s] ", path);
+  return mark;
+}
+
 sx_state *sx_spawn(sx_module *m, long long deadline_ns, char *err, size_t errlen) {
   sx_state *s = sx_state_new(0, err, errlen);
   if (!s) return NULL;
@@ -692,10 +922,12 @@ sx_state *sx_spawn(sx_module *m, long long deadline_ns, char *err, size_t errlen
     sx_state_free(s);
     return NULL;
   }
-  c->fd = c->wake = c->pidfd = -1;
+  c->fd = c->wake = c->pidfd = c->err = -1;
   s->child = c;
+  c->mark = mark_of(m);
   c->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (c->wake < 0) snprintf(err, errlen, "cannot start a handler process: %s", strerror(errno));
+  if (!c->mark) snprintf(err, errlen, "out of memory");
+  else if (c->wake < 0) snprintf(err, errlen, "cannot start a handler process: %s", strerror(errno));
   else if (start_child(s, deadline_ns, err, errlen) == 0) return s;
   sx_child_end(s);
   sx_state_free(s);

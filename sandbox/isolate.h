@@ -32,6 +32,8 @@ int sx_handler_code_ok(const char *code, size_t len);
    code run, its exports found), within deadline_ns. */
 sx_state *sx_compose(sx_module *m, long long deadline_ns, char *err, size_t errlen);
 const sx_policy *sx_policy_of(const sx_module *m);
+/* m's file, resolved. */
+const char *sx_path_of(const sx_module *m);
 /* The folders m's handlers read: the project's, and its dependencies' (NULL
    when m has no dependency list). */
 void sx_roots_of(const sx_module *m, const char **project, const char **dependencies);
@@ -47,6 +49,7 @@ typedef struct sx_confinement {
   const char *project_root;       /* readable (writable with "io"); NULL: none */
   const char *dependency_root;    /* readable; NULL: none */
   int host_socket;                /* the child's end of the socket to the host */
+  const char *pids_cgroup;        /* the child's pids cgroup (sx_pids_cgroup_make); NULL: none */
 } sx_confinement;
 
 /* confine.c: the child's backstops, before it runs any code of the module:
@@ -60,6 +63,23 @@ typedef struct sx_confinement {
    what reaches another process, and new sockets unless the policy allows
    the network. */
 int sx_confine(const sx_confinement *c, char *err, size_t errlen);
+
+/* confine.c: the handler process's seccomp filter for policy p (its
+   socket to the host host_socket, this process as itself), as the
+   classic BPF program the kernel runs, written to fd: what spec/c's
+   test_confine runs on calls no kernel here can make (another
+   architecture's). 0, or -1. */
+int sx_filter_export(const sx_policy *p, int host_socket, int fd);
+
+/* confine.c: a pids cgroup of its own for a new child (its folder, to
+   pass in sx_confinement and to sx_pids_cgroup_remove once the child is
+   reaped), with pids.max at LIM_HANDLER_MAX_TASKS; NULL where this host
+   can make none (sx_pids_cgroup_base is NULL). Before the fork. */
+char *sx_pids_cgroup_make(void);
+void sx_pids_cgroup_remove(char *dir);
+/* The folder where this host makes them (its own cgroup in the hierarchy
+   with the pids controller, writable), or NULL. Looked for once. */
+const char *sx_pids_cgroup_base(void);
 
 /* confine.c: the host's end fd of a socket to a child takes no descriptor
    (SO_PASSRIGHTS 0, Linux 6.16): a descriptor sent with it is refused at

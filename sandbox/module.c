@@ -357,6 +357,10 @@ const sx_policy *sx_policy_of(const sx_module *m) {
   return &m->policy;
 }
 
+const char *sx_path_of(const sx_module *m) {
+  return m->path;
+}
+
 void sx_roots_of(const sx_module *m, const char **project, const char **dependencies) {
   *project = m->project_root;
   *dependencies = m->dependencies ? m->dependency_root : NULL;

@@ -50,6 +50,8 @@ end
 
 kinds.plain = function() error("plain failure", 0) end
 
+kinds.print = function() print("from the handler", 42) return { v = "printed" } end
+
 kinds.loop = function() while true do end end
 
 -- one rehash of colliding integer keys: about 25 s in C, no hook inside
@@ -612,6 +614,24 @@ describe("a process-isolated module through luma-lua", function()
     assert.are.equal(1, r.status, r.stderr)
     assert.matches("Error: %[TOOL_TIMEOUT%] Tool 'evil' timed out after 500 ms", r.stderr)
     assert.is_true(ms < DEADLINE_MS + 1000 + 1000 + SLACK_MS, ms .. " ms")
+  end)
+
+  -- the handler process's stderr is a pipe the host relays to its own,
+  -- each line marked with the module (in-process, print writes the host's
+  -- stderr itself)
+  it("relays a handler's print to the host's stderr, marked with the module", function()
+    for _, isolation in ipairs { "process", "thread" } do
+      local policy = {}
+      for k, v in pairs(POLICY) do policy[k] = v end
+      policy.isolation = isolation
+      local dir = project(policy, { ["call.luma"] = SOURCE .. 'r = tool copy({ kind: "print" })\n' })
+      local r = h.run({ "call.luma", "--config", "luma.config.json" }, { cwd = dir })
+      os.execute("rm -rf " .. h.quote(dir))
+      assert.are.equal(0, r.status, r.stderr)
+      assert.matches('"printed"', r.stdout)
+      local want = (isolation == "process" and "[tools.lua] " or "") .. "from the handler\t42\n"
+      assert.is_truthy(r.stderr:find(want, 1, true), isolation .. ": " .. r.stderr)
+    end
   end)
 end)
 

@@ -75,16 +75,12 @@ static long landlock_abi_said = -1;
 /* LUMA_ATTACK_NO_USERNS: unshare(CLONE_NEWUSER) fails in the child, as
    where a sysctl or a security module refuses user namespaces */
 static int no_user_namespace;
-/* LUMA_ATTACK_INT80, read in the host: the child's environment is emptied
-   before the attack asks (asked there, the int $0x80 try never ran) */
-static int try_int80;
 
 __attribute__((constructor)) static void remember_host(void) {
   host = getpid();
   const char *abi = getenv("LUMA_ATTACK_LANDLOCK_ABI");
   if (abi) landlock_abi_said = atol(abi);
   no_user_namespace = getenv("LUMA_ATTACK_NO_USERNS") != NULL;
-  try_int80 = getenv("LUMA_ATTACK_INT80") != NULL;
 }
 
 static void say(const char *fmt, ...) {
@@ -620,48 +616,80 @@ static void sigio_kill(const char *root) {
   say("sent to the host: %zu bytes, the socket full %zu times\n", sent, full);
 }
 
-/* 32-bit system calls through int $0x80 from a thread (the filter's
-   default for another architecture kills the thread), and x32's numbers. */
-static long int80_result;
-static long x32_result;
+/* A system call of another architecture, which none of the filter's
+   rules name: i386's kill (37) through int $0x80, x32's (the x86-64 number
+   with bit 30 set), each of the host with signal 0 (a probe, not a kill),
+   from a thread. The filter ends the whole process (SIGSYS); a kernel
+   without IA32 emulation answers int $0x80 with SIGSEGV. Either way the
+   child dies and the call reports it: a report that comes back is the hole
+   ("refused (thread killed)": only the thread ended, the rest of the
+   process ran on). */
+static long compat_result;
 static void *int80_thread(void *arg) {
   (void)arg;
   long r;
 #if defined(__x86_64__)
-  /* i386 kill (37) of the host with signal 0: a probe, not a kill */
   __asm__ volatile("int $0x80" : "=a"(r) : "a"(37L), "b"((long)host), "c"(0L) : "memory");
 #else
   r = -ENOSYS;
 #endif
-  int80_result = r;
+  compat_result = r;
   return NULL;
 }
 static void *x32_thread(void *arg) {
   (void)arg;
 #if defined(__x86_64__)
-  x32_result = syscall(0x40000000L | SYS_kill, host, 0);
-  if (x32_result < 0) x32_result = -errno;
+  compat_result = syscall(0x40000000L | SYS_kill, host, 0);
+  if (compat_result < 0) compat_result = -errno;
+#else
+  compat_result = -ENOSYS;
 #endif
   return NULL;
 }
-static void compat(const char *root) {
-  (void)root;
+static void compat_call(const char *what, void *(*run)(void *)) {
   pthread_t t;
-  int80_result = 1;
-  x32_result = 1;
-  /* a kernel without IA32 emulation answers int $0x80 with SIGSEGV, which
-     ends the whole process: tried only where 32-bit code can run */
-  if (access("/proc/sys/abi/vsyscall32", F_OK) == 0 && try_int80) {
-    if (pthread_create(&t, NULL, int80_thread, NULL) == 0) pthread_join(t, NULL);
-    if (int80_result == 1) say("int 0x80 kill host 0: refused (thread killed)\n");
-    else if (int80_result < 0) say("int 0x80 kill host 0: refused (%s)\n", strerrorname_np((int)-int80_result));
-    else say("int 0x80 kill host 0: SUCCEEDED (%ld)\n", int80_result);
+  compat_result = 1;
+  if (pthread_create(&t, NULL, run, NULL) == 0) pthread_join(t, NULL);
+  if (compat_result == 1) say("%s kill host 0: refused (thread killed)\n", what);
+  else if (compat_result < 0) say("%s kill host 0: refused (%s)\n", what, strerrorname_np((int)-compat_result));
+  else say("%s kill host 0: SUCCEEDED (%ld)\n", what, compat_result);
+}
+static void int80(const char *root) {
+  (void)root;
+  compat_call("int 0x80", int80_thread);
+}
+static void x32(const char *root) {
+  (void)root;
+  compat_call("x32", x32_thread);
+}
+
+/* The child's fd 2 is the host's stderr when it is the host's: then the
+   child can seek it, truncate it, read it back, and write escape sequences
+   straight to it. It must be a pipe of its own, whose bytes the host
+   relays: bounded (handler_stderr_max_bytes a call), each line marked, the
+   escapes escaped. Writes 256 KiB of lines. */
+static void stderr_reach(const char *root) {
+  (void)root;
+  struct stat st;
+  if (fstat(2, &st) != 0) say("fd 2: closed\n");
+  else say("fd 2: %s\n", S_ISFIFO(st.st_mode) ? "a pipe" : S_ISREG(st.st_mode) ? "a regular file" :
+                         S_ISCHR(st.st_mode) ? "a character device" : S_ISSOCK(st.st_mode) ? "a socket" : "other");
+  outcome("lseek fd 2", (long)lseek(2, 0, SEEK_SET));
+  outcome("ftruncate fd 2", (long)ftruncate(2, 0));
+  char back[16];
+  outcome("pread fd 2", (long)pread(2, back, sizeof back, 0));
+  /* an OSC 52 sequence (a terminal sets its clipboard), then a title */
+  static const char escapes[] = "escape: \033]52;c;aGFja2Vk\007 \033]0;owned\007 \302\233 done\n";
+  if (write(2, escapes, sizeof escapes - 1) < 0) {}
+  char line[128];
+  memset(line, 'y', sizeof line - 1);
+  line[sizeof line - 1] = '\n';
+  size_t wrote = 0;
+  for (int i = 0; i < 2048; i++) {
+    ssize_t k = write(2, line, sizeof line);
+    if (k > 0) wrote += (size_t)k;
   }
-  outcome("kill host 0 (native, for comparison)", kill(host, 0));
-  if (pthread_create(&t, NULL, x32_thread, NULL) == 0) pthread_join(t, NULL);
-  if (x32_result == 1) say("x32 kill host 0: refused (thread killed)\n");
-  else if (x32_result < 0) say("x32 kill host 0: refused (%s)\n", strerrorname_np((int)-x32_result));
-  else say("x32 kill host 0: SUCCEEDED (%ld)\n", x32_result);
+  say("wrote to fd 2: %zu bytes\n", wrote);
 }
 
 /* What a root host's child keeps without a user namespace: capabilities
@@ -837,6 +865,14 @@ static void tasks(const char *root) {
   }
   if (made == THREADS_TRIED) say("threads made, unbounded: SUCCEEDED (%d)\n", made);
   else say("threads made: %d, then refused (%s)\n", made, strerrorname_np(e) ? strerrorname_np(e) : "?");
+  /* its pids cgroup, where the host made one (v1's pids line, or v2's) */
+  FILE *f = fopen("/proc/self/cgroup", "re");
+  char line[512];
+  while (f && fgets(line, sizeof line, f)) {
+    char *name = strstr(line, "/luma-");
+    if (name && (strstr(line, ":pids:") || strncmp(line, "0::", 3) == 0)) say("cgroup: %s", name + 1);
+  }
+  if (f) fclose(f);
 }
 
 static const struct { const char *name; void (*run)(const char *root); } attacks[] = {
@@ -845,9 +881,10 @@ static const struct { const char *name; void (*run)(const char *root); } attacks
   { "namespaces", namespaces }, { "userfaultfd", userfault }, { "environ", environment },
   { "fds", descriptors }, { "pid", pid }, { "socket", abstract_socket }, { "caps", capabilities },
   { "forge_empty", forge_empty }, { "forge_cut", forge_cut },
-  { "metadata", metadata }, { "sysv", sysv }, { "memfd", memfd }, { "compat", compat }, { "proc", proc_walk },
+  { "metadata", metadata }, { "sysv", sysv }, { "memfd", memfd }, { "int80", int80 }, { "x32", x32 }, { "proc", proc_walk },
   { "sigio", sigio }, { "sigiokill", sigio_kill },
   { "rootcaps", root_caps }, { "terminal", terminal }, { "flock", lock_files }, { "envmem", env_in_memory }, { "reach", reach }, { "tasks", tasks }, { "linger", forge_linger },
+  { "stderr", stderr_reach },
 };
 
 /* The module source that hands the report back as a long string. */

@@ -17,6 +17,11 @@
  * F_GETLK still answers; no sendmsg on the socket to the host, nor a copy
  * of it; and the host's end takes no descriptor (SO_PASSRIGHTS) where the
  * kernel has it; RLIMIT_NPROC at handler_max_tasks in a user namespace.
+ * And the filter's program, run here on calls no kernel of this machine
+ * may make: another architecture's (i386's int $0x80, x32's numbers) ends
+ * the whole process (SECCOMP_RET_KILL_PROCESS), not only its thread.
+ * Where the host makes pids cgroups (root), a confined child is in its
+ * own, pids.max at handler_max_tasks, and the folder goes after it.
  */
 #define _GNU_SOURCE
 
@@ -24,6 +29,9 @@
 #include <netdb.h>
 #include <pthread.h>
 #include <fcntl.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <linux/userfaultfd.h>
 #include <sched.h>
 #include <signal.h>
@@ -421,7 +429,7 @@ static int confined(int allow_network) {
   sx_refuse_rights(sv[0]);
   host_socket_fd = sv[1];
   host_end_fd = sv[0];
-  sx_confinement c = { &p, (size_t)64 << 20, getpid(), NULL, NULL, sv[1] };
+  sx_confinement c = { &p, (size_t)64 << 20, getpid(), NULL, NULL, sv[1], NULL };
   pid_t pid = fork();
   if (pid == 0) {
     char err[256];
@@ -481,8 +489,187 @@ static void passrights_checked(void) {
   close(sv[1]);
 }
 
+/* Runs the classic BPF program prog (a seccomp filter) on one call, as the
+   kernel does: its action, or -1 for an instruction this runner does not
+   know (libseccomp emits loads, ALU with constants, jumps and returns). */
+static long run_bpf(const struct sock_filter *prog, size_t n, const struct seccomp_data *d) {
+  uint32_t a = 0, x = 0, mem[BPF_MEMWORDS] = { 0 };
+  for (size_t pc = 0; pc < n; pc++) {
+    const struct sock_filter *f = &prog[pc];
+    uint32_t src = BPF_SRC(f->code) == BPF_X ? x : f->k;
+    switch (BPF_CLASS(f->code)) {
+      case BPF_LD:
+        if (BPF_MODE(f->code) == BPF_ABS && BPF_SIZE(f->code) == BPF_W && f->k + 4 <= sizeof *d)
+          memcpy(&a, (const char *)d + f->k, 4);
+        else if (BPF_MODE(f->code) == BPF_IMM) a = f->k;
+        else if (BPF_MODE(f->code) == BPF_MEM && f->k < BPF_MEMWORDS) a = mem[f->k];
+        else return -1;
+        break;
+      case BPF_LDX:
+        if (BPF_MODE(f->code) == BPF_IMM) x = f->k;
+        else if (BPF_MODE(f->code) == BPF_MEM && f->k < BPF_MEMWORDS) x = mem[f->k];
+        else return -1;
+        break;
+      case BPF_ST: if (f->k >= BPF_MEMWORDS) return -1; mem[f->k] = a; break;
+      case BPF_STX: if (f->k >= BPF_MEMWORDS) return -1; mem[f->k] = x; break;
+      case BPF_ALU:
+        switch (BPF_OP(f->code)) {
+          case BPF_AND: a &= src; break;
+          case BPF_OR: a |= src; break;
+          case BPF_XOR: a ^= src; break;
+          case BPF_ADD: a += src; break;
+          case BPF_SUB: a -= src; break;
+          case BPF_LSH: a <<= src; break;
+          case BPF_RSH: a >>= src; break;
+          case BPF_NEG: a = -a; break;
+          default: return -1;
+        }
+        break;
+      case BPF_JMP: {
+        int taken;
+        switch (BPF_OP(f->code)) {
+          case BPF_JA: pc += f->k; continue;
+          case BPF_JEQ: taken = a == src; break;
+          case BPF_JGT: taken = a > src; break;
+          case BPF_JGE: taken = a >= src; break;
+          case BPF_JSET: taken = (a & src) != 0; break;
+          default: return -1;
+        }
+        pc += taken ? f->jt : f->jf;
+        break;
+      }
+      case BPF_RET: return BPF_RVAL(f->code) == BPF_A ? a : f->k;
+      case BPF_MISC: if (BPF_MISCOP(f->code) == BPF_TAX) x = a; else a = x; break;
+      default: return -1;
+    }
+  }
+  return -1;
+}
+
+/* The filter a handler process loads, run on: this architecture's calls
+   (one allowed, one refused: the runner reads the program as the kernel
+   does), then another architecture's and, on x86-64, x32's, each of which
+   must end the process. */
+static void other_architectures_end_the_process(void) {
+  sx_policy p;
+  memset(&p, 0, sizeof p);
+  p.strict = 1;
+  p.isolation = SX_ISOLATE_PROCESS;
+  char path[4096];
+  const char *tmp = getenv("TMPDIR");
+  snprintf(path, sizeof path, "%s/luma-confine-bpf-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  int fd = mkstemp(path);
+  CT_CHECK(fd >= 0, "mkstemp %s: %s", path, strerror(errno));
+  if (fd < 0) return;
+  unlink(path);
+  CT_CHECK(sx_filter_export(&p, 9, fd) == 0, "the filter could not be exported");
+  struct stat st;
+  fstat(fd, &st);
+  size_t n = (size_t)st.st_size / sizeof(struct sock_filter);
+  struct sock_filter *prog = malloc((size_t)st.st_size + 1);
+  CT_CHECK(prog && pread(fd, prog, (size_t)st.st_size, 0) == st.st_size && n > 0, "the exported filter: %zu instructions", n);
+  close(fd);
+  if (!prog || n == 0) { free(prog); return; }
+#if defined(__x86_64__)
+  const uint32_t native = AUDIT_ARCH_X86_64, other = AUDIT_ARCH_I386;
+  const int other_kill = 37, other_socketcall = 102;   /* i386's numbers */
+#elif defined(__aarch64__)
+  const uint32_t native = AUDIT_ARCH_AARCH64, other = AUDIT_ARCH_ARM;
+  const int other_kill = 37, other_socketcall = 102;   /* 32-bit ARM's (socketcall is none there) */
+#else
+  const uint32_t native = 0, other = 0;
+  const int other_kill = 0, other_socketcall = 0;
+#endif
+  if (native) {
+    struct seccomp_data d;
+    memset(&d, 0, sizeof d);
+    d.arch = native;
+    d.nr = SYS_getppid;
+    long r = run_bpf(prog, n, &d);
+    CT_CHECK(r == SECCOMP_RET_ALLOW, "getppid: %#lx, want ALLOW", r);
+    d.nr = SYS_kill;
+    d.args[0] = (uint64_t)getpid() + 1;
+    r = run_bpf(prog, n, &d);
+    CT_CHECK(r == (long)(SECCOMP_RET_ERRNO | EPERM), "kill of another process: %#lx, want ERRNO(EPERM)", r);
+    d.arch = other;
+    d.nr = other_kill;
+    r = run_bpf(prog, n, &d);
+    CT_CHECK(r == SECCOMP_RET_KILL_PROCESS, "another architecture's kill: %#lx, want KILL_PROCESS", r);
+    d.nr = other_socketcall;
+    r = run_bpf(prog, n, &d);
+    CT_CHECK(r == SECCOMP_RET_KILL_PROCESS, "another architecture's socketcall: %#lx, want KILL_PROCESS", r);
+    d.nr = SYS_getppid;
+    r = run_bpf(prog, n, &d);
+    CT_CHECK(r == SECCOMP_RET_KILL_PROCESS, "another architecture's call %d: %#lx, want KILL_PROCESS", SYS_getppid, r);
+#if defined(__x86_64__)
+    /* x32: the x86-64 architecture, with bit 30 set in the number */
+    d.arch = native;
+    d.nr = 0x40000000 | SYS_kill;
+    r = run_bpf(prog, n, &d);
+    CT_CHECK(r == SECCOMP_RET_KILL_PROCESS, "x32's kill: %#lx, want KILL_PROCESS", r);
+    d.nr = 0x40000000 | SYS_getppid;
+    r = run_bpf(prog, n, &d);
+    CT_CHECK(r == SECCOMP_RET_KILL_PROCESS, "x32's getppid: %#lx, want KILL_PROCESS", r);
+#endif
+  }
+  free(prog);
+}
+
+/* Where this host makes pids cgroups (a root host): a confined child is
+   in its own, with pids.max at handler_max_tasks, and the folder goes once
+   the child is reaped. */
+static void pids_cgroup_checked(void) {
+  if (!sx_pids_cgroup_base()) {
+    fprintf(stderr, "confine: this host makes no pids cgroup (not root, or no pids controller it may write)\n");
+    return;
+  }
+  char *dir = sx_pids_cgroup_make();
+  CT_CHECK(dir != NULL, "no pids cgroup made under %s: %s", sx_pids_cgroup_base(), strerror(errno));
+  if (!dir) return;
+  char path[8192], buf[64] = "";
+  snprintf(path, sizeof path, "%s/pids.max", dir);
+  FILE *f = fopen(path, "r");
+  CT_CHECK(f && fgets(buf, sizeof buf, f) && atoi(buf) == LIM_HANDLER_MAX_TASKS, "%s: %s", path, buf);
+  if (f) fclose(f);
+  sx_policy p;
+  memset(&p, 0, sizeof p);
+  p.strict = 1;
+  p.isolation = SX_ISOLATE_PROCESS;
+  sx_confinement c = { &p, (size_t)64 << 20, getpid(), NULL, NULL, -1, dir };
+  int bits[2];
+  CT_CHECK(pipe(bits) == 0, "pipe");
+  pid_t pid = fork();
+  if (pid == 0) {
+    char err[256];
+    int in = 0;
+    close(bits[0]);
+    if (sx_confine(&c, err, sizeof err) != 0) fprintf(stderr, "%s\n", err);
+    else {
+      /* its own cgroup, by the folder's name */
+      FILE *g = fopen("/proc/self/cgroup", "r");
+      char line[1024];
+      const char *name = strrchr(c.pids_cgroup, '/');
+      while (g && fgets(line, sizeof line, g)) in |= strstr(line, name) != NULL;
+      if (g) fclose(g);
+    }
+    _exit(write(bits[1], &in, sizeof in) == sizeof in ? 0 : 1);
+  }
+  close(bits[1]);
+  int in = 0;
+  if (read(bits[0], &in, sizeof in) != sizeof in) in = 0;
+  close(bits[0]);
+  waitpid(pid, NULL, 0);
+  CT_CHECK(in, "the confined child is not in its pids cgroup %s", dir);
+  snprintf(path, sizeof path, "%s", dir);
+  sx_pids_cgroup_remove(dir);
+  struct stat st;
+  CT_CHECK(stat(path, &st) != 0, "%s is left once the child is reaped", path);
+}
+
 int main(void) {
   passrights_checked();
+  other_architectures_end_the_process();
+  pids_cgroup_checked();
   int all = EXEC | FORK | PTRACE | THREAD | SOCKET | CORE | SIGNAL | LIMITS | IOCTL | NSCLONE | FCNTL | PRCTL |
             MOUNT | SCHED | ENV | FILES | METADATA | NOCAPS | TERMINAL | SYSV | LOCKS | HOSTSOCK | NPROC | (instrumented() ? 0 : BIG);
   /* asked in a child of its own, so that the confined children load the
