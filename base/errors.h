@@ -39,6 +39,8 @@
   X(INVALID_ARGUMENT, 0, "a C API function was given a NULL pointer, a handle in the wrong state, or a bad option", NULL) \
   X(IO_ERROR, 0, "a file cannot be read", NULL) \
   X(JSON_INVALID, 0, "text is not JSON, or a value cannot be written as JSON", NULL) \
+  X(MCP_SERVER_FAILED, 1, "an mcp_server could not start, crashed, did not answer in time, flooded its output or sent what is not JSON-RPC (it is started again on the next call)", NULL) \
+  X(MCP_TOOL_ERROR, 0, "an mcp_server's tool answered with isError: true; the message is its text", NULL) \
   X(METHOD_NOT_FOUND, 0, "the agent has no method of that name", \
     "Agent '%s' has no method '%s'.") \
   X(MODULE_INVALID, 0, "a tool module cannot be loaded (unreadable, integrity, version, dependencies)", NULL) \

@@ -13,6 +13,7 @@
 
 #include "diag.h"
 #include "lmcp.h"
+#include "lmcpclient.h"
 
 #include "compat.h"
 #include "lerror.h"
@@ -171,6 +172,7 @@ LUMA_API int luaopen_luma_core(lua_State *L) {
   lr_open(L);
   la_open(L);
   lmcp_open(L);
+  lmcpclient_open(L);
   push_limits(L);
   lua_setfield(L, -2, "limits");
   lua_pushlightuserdata(L, NULL);

@@ -267,6 +267,10 @@ static vt_type check_expr(st_ctx *s, const ast_expr *e, int depth) {
       return s->slots[v].type;
     }
     case EX_FIELD:
+      if (strcmp(e->str.s, "*") == 0) {
+        ERR(s->c, e->pos, "'.*' only lists every tool of an mcp_server, in an agent's tools: [server.*]");
+        return ANY_VALUE;
+      }
       return vt_field(s->c, e, check_expr(s, e->a, depth + 1));
     case EX_INDEX: {
       vt_type obj = check_expr(s, e->a, depth + 1);
