@@ -159,6 +159,8 @@ static int agent_allows(const pm_agent *ag, const pm_tool *t) {
 static pm_tool *called_tool(st_ctx *s, const char *name, ast_pos pos) {
   ast_decl *d = pm_lookup(s->c, name);
   if (d && d->kind == DC_TOOL) return d->model;
+  pm_tool *t = d ? NULL : pm_find_tool(s->c->p, name);
+  if (t && t->mcp) return t;   /* an mcp_server's tool: <server>__<name> */
   ERR(s->c, pos, "Unknown tool '%s'.%s", name, SUGGEST(s->c, name, DC_TOOL));
   return NULL;
 }

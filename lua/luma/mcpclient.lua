@@ -213,14 +213,14 @@ function Server:handler(t)
     end
     local result, err, rpc = self:request("tools/call", { name = t.mcp_tool, arguments = input }, deadline)
     if rpc then
-      error(core.error { code = "MCP_TOOL_ERROR", retryable = false,
+      error(core.error { code = "MCP_TOOL_ERROR", retryable = true,
         message = "mcp_server '" .. self.decl.name .. "' refused tools/call of '" .. t.mcp_tool .. "': " .. rpc_text(rpc),
         details = { server = self.decl.name, tool = t.mcp_tool, rpc = rpc } }, 0)
     end
     if not result then error(err, 0) end
     if result.isError == true then
       local text = text_of(result.content)
-      error(core.error { code = "MCP_TOOL_ERROR", retryable = false,
+      error(core.error { code = "MCP_TOOL_ERROR", retryable = true,
         message = text ~= "" and text or ("mcp_server '" .. self.decl.name .. "' tool '" .. t.mcp_tool .. "' failed"),
         details = { server = self.decl.name, tool = t.mcp_tool, content = result.content } }, 0)
     end
