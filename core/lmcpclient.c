@@ -5,7 +5,7 @@
        | "eof" | "timeout" | "error", why | "flood", why (past
        LIM_MCP_SERVER_LINES messages since the request: a server that floods)
      server:stop([grace_ms]) -> how it ended ("exited with status 0", ...)
-     server:pid()
+     server:pid(); server:alive() -> false once it exited (reaped)
    A message is parsed by the one codec within LIM_MCP_SERVER_JSON_DEPTH;
    a line is at most LIM_MCP_SERVER_MESSAGE_BYTES. __gc and __close stop the
    server at once (SIGTERM, then SIGKILL, reaped). */
@@ -150,6 +150,11 @@ static int l_stop(lua_State *L) {
   return 1;
 }
 
+static int l_alive(lua_State *L) {
+  lua_pushboolean(L, mcc_alive(&check_server(L)->s));
+  return 1;
+}
+
 static int l_pid(lua_State *L) {
   lua_pushinteger(L, check_server(L)->s.pid);
   return 1;
@@ -161,6 +166,7 @@ void lmcpclient_open(lua_State *L) {
     { "receive", l_receive },
     { "stop", l_stop },
     { "pid", l_pid },
+    { "alive", l_alive },
     { NULL, NULL }
   };
   if (luaL_newmetatable(L, LMCC_SERVER)) {

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -57,8 +58,10 @@ int mcc_start(mcc_server *s, const char *const *argv, size_t max_message, char *
     snprintf(err, errlen, "out of memory");
     return -1;
   }
+  /* its input is a socket: a write to a server that died is EPIPE
+     (MSG_NOSIGNAL), where a pipe would raise SIGPIPE in the host */
   int to[2], from[2];
-  if (pipe2(to, O_CLOEXEC) != 0) goto fail_pipe;
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, to) != 0) goto fail_pipe;
   if (pipe2(from, O_CLOEXEC) != 0) {
     close(to[0]);
     close(to[1]);
@@ -93,6 +96,7 @@ int mcc_start(mcc_server *s, const char *const *argv, size_t max_message, char *
     return -1;
   }
   setpgid(pid, pid);   /* as the child does: whichever runs first */
+  shutdown(to[1], SHUT_RD);
   s->pid = pid;
   s->in = to[1];
   s->out = from[0];
@@ -124,7 +128,7 @@ int mcc_send(mcc_server *s, const char *line, size_t len, long long deadline, ch
   for (int i = 0; i < 2; i++) {
     size_t done = 0;
     while (done < sizes[i]) {
-      ssize_t k = write(s->in, parts[i] + done, sizes[i] - done);
+      ssize_t k = send(s->in, parts[i] + done, sizes[i] - done, MSG_NOSIGNAL);
       if (k > 0) { done += (size_t)k; continue; }
       if (k < 0 && errno == EINTR) continue;
       if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -195,6 +199,15 @@ void mcc_stop(mcc_server *s, int grace_ms) {
     kill(-s->pid, SIGKILL);
   }
   if (s->out >= 0) { close(s->out); s->out = -1; mcp_reader_free(&s->r); }
+}
+
+int mcc_alive(mcc_server *s) {
+  if (s->pid <= 0 || s->reaped) return 0;
+  if (waitpid(s->pid, &s->status, WNOHANG) == s->pid) {
+    s->reaped = 1;
+    return 0;
+  }
+  return 1;
 }
 
 void mcc_status(const mcc_server *s, char *out, size_t n) {

@@ -6,7 +6,8 @@
    The child is forked and execs at once, in a process group of its own (a
    server started through npx is a tree of processes: the group is stopped
    as one), with the parent-death signal set (a host that dies takes its
-   servers with it), stdin and stdout on pipes, stderr on /dev/null (a
+   servers with it), stdin on a socket (a write to a server that died is
+   an error, not SIGPIPE), stdout on a pipe, stderr on /dev/null (a
    server's logs; a flood of them cannot fill a pipe nobody reads) and no
    other descriptor of the host. Every wait is bounded by a deadline, so a
    server that hangs, floods or dies costs its caller the time it was given,
@@ -45,6 +46,8 @@ int mcc_next(mcc_server *s, const char **line, size_t *n, long long deadline, ch
 /* Stops it: its stdin closed, grace_ms to exit; then SIGTERM to its group
    and grace_ms more; then SIGKILL; reaped in every case. Safe twice. */
 void mcc_stop(mcc_server *s, int grace_ms);
+/* 1 while the process runs; 0 once it exited (it is reaped then). */
+int mcc_alive(mcc_server *s);
 /* The server's exit, once stopped or found dead: "exited with status N",
    "killed by signal N", into out. */
 void mcc_status(const mcc_server *s, char *out, size_t n);

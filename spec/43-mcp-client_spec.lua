@@ -239,6 +239,20 @@ agent A { tools: [h.echo]
       end)
     end
 
+    it("that exits between calls is started again, and writing to it never raises SIGPIPE in the host", function()
+      local pidfile = h.tmpname(".pid")
+      local p = must_load(hostile("h", "quits", nil, pidfile))
+      for i = 1, 3 do
+        local pid = h.read(pidfile)
+        assert.are.same({ content = { { type = "text", text = "Echo: n" .. i } } }, p:call("h__echo", { message = "n" .. i }))
+        -- it has exited (a zombie until the next call reaps it) before the next call
+        local deadline = now() + 10000
+        while now() < deadline and h.sh("grep -q '^[0-9]* ([^)]*) Z' /proc/" .. pid .. "/stat") ~= 0 do h.sh("sleep 0.05") end
+      end
+      p:close()
+      os.remove(pidfile)
+    end)
+
     it("is retried when its failure is retryable and the tools only read", function()
       local p = must_load(hostile("h", "crash", '  side_effects: "read"\n  retries: 1\n'))
       local err = h.raised(p.call, p, "h__echo", { message = "crash" })

@@ -206,8 +206,9 @@ function Server:handler(t)
   local structured = t.output ~= "__mcp_content"
   return function(input, signal)
     local deadline = core.monotonic_ms() + math.max(1, signal.timeout_ms or self.decl.start_timeout)
+    if self.proc and not self.proc:alive() then self:stop(0) end
     if not self.proc then
-      -- it died, failed or was never started here: started again
+      -- it exited, failed or was never started here: started again
       local ok, err = self:start(deadline)
       if not ok then error(err, 0) end
     end
