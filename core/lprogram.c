@@ -245,9 +245,7 @@ static int l_mcp_servers(lua_State *L) {
     const pm_mcp *m = p->mcps[i];
     int clean = !m->decl->broken;
     for (const dg_item *it = p->diag.first; it && clean; it = it->next)
-      if (it->line >= m->decl->pos.line && (!m->decl->next || it->line < m->decl->next->pos.line) &&
-          !strstr(it->msg, "is not known"))
-        clean = 0;
+      if (it->line >= m->decl->pos.line && (!m->decl->next || it->line < m->decl->next->pos.line)) clean = 0;
     if (!clean || (!m->command && !m->url)) continue;
     lua_createtable(L, 0, 10);
     set_str(L, "name", m->name);

@@ -19,9 +19,14 @@ local chat = mock.chat
 
 local function q(s) return '"' .. s .. '"' end
 
+-- The servers are started through `env -u LD_PRELOAD`: under ASan the
+-- sanitizer's runtime is preloaded into this process, and would be into
+-- python3 and node, which are not built for it.
+local UNPRELOAD = '"-u", "LD_PRELOAD", '
+
 -- An mcp_server declaration of the hostile script in `mode`.
 local function hostile(name, mode, extra, arg)
-  return ("mcp_server %s {\n  command: \"python3\"\n  args: [%s, %s%s]\n%s}\n"):format(
+  return ("mcp_server %s {\n  command: \"env\"\n  args: [" .. UNPRELOAD .. "\"python3\", %s, %s%s]\n%s}\n"):format(
     name, q(HOSTILE), q(mode), arg and (", " .. q(arg)) or "", extra or "")
 end
 
@@ -65,13 +70,13 @@ describe("mcp_server", function()
       p = must_load(([[
 schema Answer { text: string }
 mcp_server everything {
-  command: "node"
-  args: [%s, "stdio"]
+  command: "env"
+  args: ["-u", "LD_PRELOAD", "node", %s, "stdio"]
   side_effects: "read"
 }
 mcp_server files {
-  command: "node"
-  args: [%s, %s]
+  command: "env"
+  args: ["-u", "LD_PRELOAD", "node", %s, %s]
   tools: ["read_text_file", "list_directory"]
   side_effects: "read"
 }
@@ -251,6 +256,22 @@ agent A { tools: [h.echo]
       end
       p:close()
       os.remove(pidfile)
+    end)
+
+    it("that changes its tools (list_changed) is refused until the program is loaded again", function()
+      local p = must_load(hostile("h", "changes"))
+      assert.are.same({ content = { { type = "text", text = "Echo: one" } } }, p:call("h__echo", { message = "one" }))
+      local err = h.raised(p.call, p, "h__echo", { message = "two" })
+      assert.are.equal("MCP_SERVER_FAILED", err.code)
+      assert.are.equal("mcp_server 'h' changed its tools since the program was loaded (notifications/tools/list_changed); " ..
+        "load the program again to use them.", err.message)
+      assert.is_false(err.retryable)
+      assert.are.equal("MCP_SERVER_FAILED", h.raised(p.call, p, "h__echo", { message = "three" }).code)
+      p:close()
+      -- one that lists the same tools again goes on
+      p = must_load(hostile("h", "same"))
+      for i = 1, 2 do p:call("h__echo", { message = "n" .. i }) end
+      p:close()
     end)
 
     it("is retried when its failure is retryable and the tools only read", function()

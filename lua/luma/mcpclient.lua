@@ -12,7 +12,10 @@
 -- what is not JSON-RPC is stopped, one that died is started again on the
 -- next call; each is MCP_SERVER_FAILED. What a server sends is data: a
 -- tool's description or result reaches the model as such, never as an
--- instruction to the runtime.
+-- instruction to the runtime. A server that says its tools changed
+-- (notifications/tools/list_changed) is listed again before its next call:
+-- the same tools go on, other ones are refused until the program is loaded
+-- again (its tools and their types were compiled from the first listing).
 local core = require "luma.core"
 
 local mcpclient = {}
@@ -189,7 +192,25 @@ function Server:open()
     err.message = self:where() .. ": " .. err.message
     error(err, 0)
   end
+  self.listed = core.json_encode(tools)
   return tools
+end
+
+-- After notifications/tools/list_changed: the tools listed again. The
+-- program was compiled with the first listing, so a server whose tools
+-- changed is refused until the program is loaded again; one that lists the
+-- same tools goes on. true, or nil and an error.
+function Server:relist(deadline)
+  local tools, err = self:list(deadline)
+  if not tools then return nil, err end
+  if core.json_encode(tools) == self.listed then return true end
+  self.stale = true   -- and so every call asks again, and is refused
+  return nil, core.error {
+    code = "MCP_SERVER_FAILED", retryable = false,
+    message = "mcp_server '" .. self.decl.name .. "' changed its tools since the program was loaded " ..
+      "(notifications/tools/list_changed); load the program again to use them.",
+    details = { server = self.decl.name },
+  }
 end
 
 local function text_of(content)
@@ -211,6 +232,10 @@ function Server:handler(t)
       -- it exited, failed or was never started here: started again
       local ok, err = self:start(deadline)
       if not ok then error(err, 0) end
+    end
+    if self.stale then
+      local same, changed = self:relist(deadline)
+      if not same then error(changed, 0) end
     end
     local result, err, rpc = self:request("tools/call", { name = t.mcp_tool, arguments = input }, deadline)
     if rpc then
