@@ -1,4 +1,4 @@
-/* core.mcp_spawn({ command, arg, ... }) -> server, or nil and why:
+/* core.mcp_spawn({ command, arg, ... } [, cwd]) -> server, or nil and why:
      server:send(text, timeout_ms [, request]) -> true, or nil, "timeout" | "closed", why
        (request: a request of ours, whose answer the next receives wait for)
      server:receive(timeout_ms) -> "message", value | "too_big" | "bad_json", why
@@ -53,6 +53,7 @@ static int server_close(lua_State *L) {
 
 static int l_spawn(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
+  const char *cwd = luaL_optstring(L, 2, NULL);
   lua_Integer n = (lua_Integer)lc_rawlen(L, 1);
   luaL_argcheck(L, n >= 1 && n < INT_MAX / (lua_Integer)sizeof(char *), 1, "a command and its arguments");
   /* the table keeps the strings; the list is a userdata, freed by Lua */
@@ -69,7 +70,7 @@ static int l_spawn(lua_State *L) {
   b->open = 0;
   lc_setmetatable(L, LMCC_SERVER);
   char err[300];
-  if (mcc_start(&b->s, argv, LIM_MCP_SERVER_MESSAGE_BYTES, err, sizeof err) != 0) {
+  if (mcc_start(&b->s, argv, cwd, LIM_MCP_SERVER_MESSAGE_BYTES, err, sizeof err) != 0) {
     lua_pushnil(L);
     lua_pushstring(L, err);
     return 2;

@@ -46,11 +46,20 @@ static int resolve(const char *cmd, char *out, size_t n) {
   return -1;
 }
 
-int mcc_start(mcc_server *s, const char *const *argv, size_t max_message, char *err, size_t errlen) {
+int mcc_start(mcc_server *s, const char *const *argv, const char *cwd, size_t max_message, char *err, size_t errlen) {
   memset(s, 0, sizeof *s);
   s->in = s->out = -1;
-  char file[PATH_MAX];
-  if (resolve(argv[0], file, sizeof file) != 0) {
+  char file[PATH_MAX], rel[PATH_MAX];
+  const char *cmd = argv[0];
+  if (cwd && strchr(cmd, '/') && cmd[0] != '/') {
+    /* a relative path is the child's, which starts in cwd */
+    if (snprintf(rel, sizeof rel, "%s/%s", cwd, cmd) >= (int)sizeof rel) {
+      snprintf(err, errlen, "the path '%s' is too long", cmd);
+      return -1;
+    }
+    cmd = rel;
+  }
+  if (resolve(cmd, file, sizeof file) != 0) {
     snprintf(err, errlen, "'%s' is not an executable file%s", argv[0], strchr(argv[0], '/') ? "" : " in PATH");
     return -1;
   }
@@ -75,6 +84,7 @@ int mcc_start(mcc_server *s, const char *const *argv, size_t max_message, char *
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);
+    if (cwd && chdir(cwd) != 0) _exit(127);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);

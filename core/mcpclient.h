@@ -31,10 +31,11 @@ typedef struct mcc_server {
 
 enum { MCC_LINE = 1, MCC_TOO_BIG, MCC_EOF, MCC_TIMEOUT, MCC_ERROR };
 
-/* Starts argv[0] (looked up in PATH when it has no '/') with argv, the
-   host's environment and working directory. 0, or -1 with a reason in err
-   (the command not found, not executable, no process). */
-int mcc_start(mcc_server *s, const char *const *argv, size_t max_message, char *err, size_t errlen);
+/* Starts argv[0] (looked up in PATH when it has no '/'; a relative path
+   is from cwd) with argv and the host's environment, in cwd (NULL: the
+   host's). 0, or -1 with a reason in err (the command not found, not
+   executable, no process). */
+int mcc_start(mcc_server *s, const char *const *argv, const char *cwd, size_t max_message, char *err, size_t errlen);
 /* Writes line (no newline inside) and a newline by deadline (CLOCK_MONOTONIC
    ms, mcc_now_ms). 0, or MCC_TIMEOUT / MCC_ERROR (err says why). */
 int mcc_send(mcc_server *s, const char *line, size_t len, long long deadline, char *err, size_t errlen);

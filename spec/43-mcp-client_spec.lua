@@ -375,6 +375,20 @@ agent A { model: M
     end)
   end)
 
+  describe("the process", function()
+    it("starts in the program's folder, where its relative paths are", function()
+      local dir = h.project { ["program.luma"] = [[
+mcp_server h {
+  command: "env"
+  args: ["-u", "LD_PRELOAD", "python3", "server/hostile.py", "honest"]
+}
+]], ["server/hostile.py"] = h.read(HOSTILE) }
+      local p = assert(luma.load(dir .. "/program.luma"))
+      assert.are.same({ content = { { type = "text", text = "Echo: here" } } }, p:call("h__echo", { message = "here" }))
+      p:close()
+    end)
+  end)
+
   describe("luma-lua check", function()
     it("reports a server that cannot start, at its declaration", function()
       local path = h.program_file("schema R { a: int }\nmcp_server search {\n  command: \"no-such-mcp-server\"\n}\n")

@@ -128,7 +128,8 @@ function Server:start(deadline)
   end
   local argv = { d.command }
   for _, a in ipairs(d.args or {}) do argv[#argv + 1] = a end
-  local proc, why = core.mcp_spawn(argv)
+  -- in the program's folder, where its relative paths are
+  local proc, why = core.mcp_spawn(argv, self.chunk:match("^(.*)/[^/]*$") or ".")
   if not proc then return nil, self:fail("could not start: " .. why) end
   self.proc = proc
   self.next_id = 0
