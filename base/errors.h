@@ -40,6 +40,8 @@
   X(IO_ERROR, 0, "a file cannot be read", NULL) \
   X(JOURNAL_ERROR, 0, "a durable ask's journal cannot be opened or written, or the program has none", NULL) \
   X(JSON_INVALID, 0, "text is not JSON, or a value cannot be written as JSON", NULL) \
+  X(MCP_SERVER_FAILED, 1, "an mcp_server could not start, crashed, did not answer in time, flooded its output or sent what is not JSON-RPC (it is started again on the next call)", NULL) \
+  X(MCP_TOOL_ERROR, 1, "an mcp_server's tool answered with isError: true (or refused the call); the message is its text, and the model sees it", NULL) \
   X(METHOD_NOT_FOUND, 0, "the agent has no method of that name", \
     "Agent '%s' has no method '%s'.") \
   X(MODULE_INVALID, 0, "a tool module cannot be loaded (unreadable, integrity, version, dependencies)", NULL) \

@@ -87,6 +87,16 @@
   X(HTTP_MAX_BYTES, 8 << 20, 0, "bytes of a luma.http request body, and of a response") \
   X(HTTP_MAX_REDIRECTS, 5, 0, "redirects a luma.http request follows") \
   X(HTTP_JSON_DEPTH, 100, 0, "nesting of a luma.http JSON body, sent or received") \
+  /* mcp_server: MCP servers as tool sources */ \
+  X(MCP_SERVER_MESSAGE_BYTES, 8 << 20, 0, "bytes of one message an mcp_server sends (a longer one is MCP_SERVER_FAILED and the server is stopped)") \
+  X(MCP_SERVER_JSON_DEPTH, 100, 0, "nesting of a message an mcp_server sends") \
+  X(MCP_SERVER_LINES, 1000, 0, "messages an mcp_server may send before its answer to one request (notifications, its own requests, log noise); past it the server floods: MCP_SERVER_FAILED") \
+  X(MCP_SERVER_TOOLS, 256, 0, "tools one mcp_server may list (past it the program does not load)") \
+  X(MCP_SCHEMA_BYTES, 512 << 10, 0, "bytes of one inputSchema or outputSchema of an mcp_server's tool, as JSON (past it the program does not load)") \
+  X(MCP_SCHEMA_DEPTH, 32, 0, "nesting of an inputSchema or outputSchema of an mcp_server's tool that becomes types (past it the program does not load)") \
+  X(MCP_DESCRIPTION_BYTES, 4096, 0, "bytes of an mcp_server tool's description the model sees (a longer one is cut)") \
+  X(MCP_START_TIMEOUT_MS, 10000, 0, "milliseconds an mcp_server has to start, answer initialize and list its tools, when it sets no timeout") \
+  X(MCP_STOP_GRACE_MS, 500, 0, "milliseconds a stdio mcp_server has to exit after its input is closed, then after SIGTERM, before SIGKILL") \
   /* asks: the exchanges with a model */ \
   X(MODEL_TIMEOUT_MS, 120000, 0, "milliseconds of a model request, retries included, when the model sets no timeout") \
   X(MODEL_MAX_RESPONSE_BYTES, 32 << 20, 0, "bytes of a model provider's response") \

@@ -63,7 +63,8 @@ typedef struct ast_expr {
   ast_str str;                     /* EX_STRING; EX_NAME and EX_FIELD use str.s as the name */
   ex_op op;                        /* EX_UNARY, EX_BINARY */
   struct ast_expr *a, *b;          /* operands; EX_FIELD/EX_INDEX object is a, index b;
-                                      EX_TOOL argument is a; EX_ASK prompt is a */
+                                      EX_TOOL argument is a; EX_ASK prompt is a;
+                                      `a.*` is an EX_FIELD named "*" (an agent's tools list) */
   struct ast_expr *items;          /* EX_ARRAY items, EX_TEMPLATE parts */
   int nitems;
   ast_prop *props;                 /* EX_OBJECT */
@@ -125,7 +126,7 @@ typedef struct ast_method {
   struct ast_method *next;
 } ast_method;
 
-typedef enum { DC_SCHEMA, DC_UNION, DC_TOOL, DC_AGENT, DC_MODEL, DC_PTOOL } dc_kind;
+typedef enum { DC_SCHEMA, DC_UNION, DC_TOOL, DC_AGENT, DC_MODEL, DC_PTOOL, DC_MCP } dc_kind;
 
 typedef struct ast_decl {
   dc_kind kind;
@@ -138,7 +139,7 @@ typedef struct ast_decl {
   const char *tag;                 /* DC_UNION: tagged by NAME */
   ast_pos tag_pos;
   ast_type *ret;                   /* DC_TOOL */
-  ast_config *config;              /* DC_TOOL, DC_AGENT, DC_MODEL, DC_PTOOL */
+  ast_config *config;              /* DC_TOOL, DC_AGENT, DC_MODEL, DC_PTOOL, DC_MCP */
   ast_method *methods;             /* DC_AGENT */
   void *model;                     /* the program model's object for it (program.c) */
   struct ast_decl *next;

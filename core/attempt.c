@@ -81,6 +81,10 @@ static st_verdict run_host(lua_State *T, cl_call *c, long long timeout_ms) {
   lua_setfield(T, -2, "aborted");
   lua_pushcfunction(T, host_signal_check);
   lua_setfield(T, -2, "check");
+  /* what is left of the deadline: a handler that waits (an mcp_server's
+     call) waits no longer than this */
+  lua_pushinteger(T, (lua_Integer)timeout_ms);
+  lua_setfield(T, -2, "timeout_ms");
   if (lua_isnil(T, CV_NEEDS)) lua_newtable(T); else lua_pushvalue(T, CV_NEEDS);
   long long start = pl_mono_ms(T, c->pg);
   if (rt_enter(c->rt) != 0) {

@@ -116,7 +116,7 @@ static jv *record(js_ctx *c, const pm_schema *s, const char *tag, const char *ta
   }
   jv_set(o, "properties", props);
   if (required->count) jv_set(o, "required", required);
-  jv_set(o, "additionalProperties", jv_bool(c->a, 0));
+  if (!s->open) jv_set(o, "additionalProperties", jv_bool(c->a, 0));
   return o;
 }
 

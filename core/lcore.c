@@ -14,6 +14,7 @@
 #include "diag.h"
 #include "lmcp.h"
 #include "lmcphttp.h"
+#include "lmcpclient.h"
 
 #include "compat.h"
 #include "lerror.h"
@@ -173,6 +174,7 @@ LUMA_API int luaopen_luma_core(lua_State *L) {
   la_open(L);
   lmcp_open(L);
   lmcphttp_open(L);
+  lmcpclient_open(L);
   push_limits(L);
   lua_setfield(L, -2, "limits");
   lua_pushlightuserdata(L, NULL);

@@ -150,6 +150,127 @@ static int raise_diagnostics(lua_State *L, pm_program *p) {
   return lua_error(L);
 }
 
+/* ------------------------------------------------------------ mcp_server */
+
+static void set_str(lua_State *L, const char *key, const char *value);
+static void set_int(lua_State *L, const char *key, long long value);
+static void push_strings(lua_State *L, const char *const *items, int n);
+
+/* A string field of the table on top, or NULL (an arena copy). */
+static const char *opt_string(lua_State *L, ar_arena *a, const char *key) {
+  lua_getfield(L, -1, key);
+  size_t len;
+  const char *s = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &len) : NULL;
+  const char *copy = s ? ar_strndup(a, s, len) : NULL;
+  lua_pop(L, 1);
+  return copy;
+}
+
+/* A schema field of the table on top as JSON text (an arena copy): what a
+   server sent, re-written by the one codec; "null" when it is absent or
+   cannot be written (program_mcp.c then says it is not an object schema). */
+static const char *opt_schema(lua_State *L, ar_arena *a, const char *key, size_t *len) {
+  lua_getfield(L, -1, key);
+  const char *text = NULL;
+  *len = 0;
+  if (!lua_isnil(L, -1)) {
+    sb_buf b;
+    char err[100];
+    sb_init(&b);
+    if (lj_encode(L, -1, &b, 0, LIM_MCP_SERVER_JSON_DEPTH, err, sizeof err) == 0 && !b.failed) {
+      text = ar_strndup(a, b.data, b.len);
+      *len = b.len;
+    }
+    sb_free(&b);
+  } else if (strcmp(key, "outputSchema") != 0) {
+    text = "null";
+    *len = 4;
+  }
+  lua_pop(L, 1);
+  return text;
+}
+
+/* opts.mcp = { [server] = { { name, description, inputSchema, outputSchema }, ... } }:
+   what each started server listed, read into a (the listings pm_build_mcp takes). */
+static int read_listings(lua_State *L, int opts, ar_arena *a, pm_mcp_listing **out) {
+  *out = NULL;
+  if (!lua_istable(L, opts)) return 0;
+  lua_getfield(L, opts, "mcp");
+  if (!lua_istable(L, -1)) { lua_pop(L, 1); return 0; }
+  int servers = lua_gettop(L), n = 0;
+  lua_pushnil(L);
+  while (lua_next(L, servers)) { n++; lua_pop(L, 1); }
+  pm_mcp_listing *ls = ar_alloc(a, sizeof *ls * (size_t)(n ? n : 1));
+  int i = 0;
+  lua_pushnil(L);
+  while (ls && lua_next(L, servers)) {
+    if (lua_type(L, -2) != LUA_TSTRING || !lua_istable(L, -1)) { lua_pop(L, 1); continue; }
+    pm_mcp_listing *l = &ls[i++];
+    l->server = ar_strdup(a, lua_tostring(L, -2));
+    int list = lua_gettop(L);
+    int count = (int)lc_rawlen(L, list);
+    pm_mcp_tool *tools = ar_alloc(a, sizeof *tools * (size_t)(count ? count : 1));
+    for (int j = 1; tools && j <= count; j++) {
+      lua_rawgeti(L, list, j);
+      if (lua_istable(L, -1)) {
+        pm_mcp_tool *t = &tools[l->ntools];
+        t->name = opt_string(L, a, "name");
+        t->description = opt_string(L, a, "description");
+        t->input = opt_schema(L, a, "inputSchema", &t->input_len);
+        t->output = opt_schema(L, a, "outputSchema", &t->output_len);
+        if (t->name) l->ntools++;
+      }
+      lua_pop(L, 1);
+    }
+    l->tools = tools;
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  *out = ls;
+  return i;
+}
+
+/* core.mcp_servers(source, chunkname [, opts]) -> { { name, command, args,
+   url, token, tools, timeout, start_timeout, line, col }, ... }: the
+   mcp_server declarations to start before compiling with opts.mcp (only the
+   ones written without a mistake: compile reports the others). */
+static int l_mcp_servers(lua_State *L) {
+  size_t len;
+  const char *src = luaL_checklstring(L, 1, &len);
+  const char *chunk = luaL_optstring(L, 2, "program.luma");
+  lp_opts o;
+  read_opts(L, 3, &o);
+  pm_program *p = pm_build(src, len, chunk, &o.pm);
+  if (!p) return luaL_error(L, "out of memory compiling %s", chunk);
+  lua_createtable(L, p->nmcps, 0);
+  int k = 0;
+  for (int i = 0; i < p->nmcps; i++) {
+    const pm_mcp *m = p->mcps[i];
+    int clean = !m->decl->broken;
+    for (const dg_item *it = p->diag.first; it && clean; it = it->next)
+      if (it->line >= m->decl->pos.line && (!m->decl->next || it->line < m->decl->next->pos.line)) clean = 0;
+    if (!clean || (!m->command && !m->url)) continue;
+    lua_createtable(L, 0, 10);
+    set_str(L, "name", m->name);
+    set_str(L, "command", m->command);
+    set_str(L, "url", m->url);
+    set_str(L, "token", m->token);
+    push_strings(L, m->args.items, m->args.n);
+    lua_setfield(L, -2, "args");
+    if (m->tools.present) {
+      push_strings(L, m->tools.items, m->tools.n);
+      lua_setfield(L, -2, "tools");
+    }
+    if (m->timeout > 0) set_int(L, "timeout", m->timeout);
+    set_int(L, "start_timeout", m->start_timeout > 0 ? m->start_timeout : LIM_MCP_START_TIMEOUT_MS);
+    set_int(L, "line", m->pos.line);
+    set_int(L, "col", m->pos.col);
+    lua_rawseti(L, -2, ++k);
+  }
+  pm_free(p);
+  return 1;
+}
+
 /* core.compile(source, chunkname [, opts]) -> program; raises PROGRAM_INVALID */
 static int l_compile(lua_State *L) {
   size_t len;
@@ -169,7 +290,12 @@ static int l_compile(lua_State *L) {
   lc_setmetatable(L, LP_METATABLE);
   lua_newtable(L);
   lp->names = luaL_ref(L, LUA_REGISTRYINDEX);
-  lp->p = pm_build(src, len, chunk, &o.pm);
+  ar_arena listed;
+  ar_init(&listed);
+  pm_mcp_listing *listings;
+  int nlistings = read_listings(L, 3, &listed, &listings);
+  lp->p = listed.failed ? NULL : pm_build_mcp(src, len, chunk, &o.pm, listings, nlistings);
+  ar_free(&listed);
   if (!lp->p) return luaL_error(L, "out of memory compiling %s", chunk);
   if (lp->p->diag.count == 0) {
     lp->v = lv_bind(L, lp->p, &o.lv);
@@ -348,6 +474,10 @@ static void push_tool_info(lua_State *L, lp_program *lp, const pm_tool *t) {
     lua_setfield(L, -2, "idempotency_key");
   }
   set_int(L, "idempotency_ttl_ms", t->idempotency_ttl_ms);
+  if (t->mcp) {
+    set_str(L, "mcp_server", t->mcp->name);
+    set_str(L, "mcp_tool", t->mcp_tool);
+  }
   lua_createtable(L, t->nneeds, 0);
   for (int i = 0; i < t->nneeds; i++) {
     lua_createtable(L, 0, 2);
@@ -791,6 +921,7 @@ void lp_open(lua_State *L) {
   lua_pop(L, 1);
   static const luaL_Reg fns[] = {
     { "compile", l_compile },
+    { "mcp_servers", l_mcp_servers },
     { NULL, NULL }
   };
   lc_setfuncs(L, fns, 0);

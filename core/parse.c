@@ -155,7 +155,7 @@ static void end_of_item(ps_state *p, const char *what) {
 
 /* The keywords that open a declaration or a statement, and those that
    follow a block: what a misspelled one was meant to be. */
-static const char *const opening_keywords[] = { "schema", "tool", "agent", "model", "provider_tool", "if", "try", "return" };
+static const char *const opening_keywords[] = { "schema", "tool", "agent", "model", "provider_tool", "mcp_server", "if", "try", "return" };
 static const char *const following_keywords[] = { "else", "catch" };
 
 /* After a statement, as end_of_item; but a statement that is a bare name
@@ -517,7 +517,13 @@ static ast_expr *parse_postfix(ps_state *p) {
       next(p);
       if (!f) { e = NULL; break; }
       f->a = e;
-      f->str.s = take_name(p, "expected a field name after '.'");
+      if (at(p, TK_STAR)) {
+        /* srv.* : every tool of an mcp_server, in an agent's tools list */
+        f->str.s = "*";
+        next(p);
+      } else {
+        f->str.s = take_name(p, "expected a field name after '.'");
+      }
       e = f;
     } else if (at(p, TK_LBRACKET) && !TOK->nl_before) {
       chain++;
@@ -769,7 +775,7 @@ static ast_field *parse_fields(ps_state *p, lx_kind closer) {
     /* "schema B {" on a line of its own: no field, the next declaration
        (the caller says the '}' is missing) */
     if (closer == TK_RBRACE && TOK->nl_before && peek(p, 1)->kind == TK_NAME &&
-        (at_kw(p, "schema") || at_kw(p, "tool") || at_kw(p, "agent") || at_kw(p, "model") || at_kw(p, "provider_tool")))
+        (at_kw(p, "schema") || at_kw(p, "tool") || at_kw(p, "agent") || at_kw(p, "model") || at_kw(p, "provider_tool") || at_kw(p, "mcp_server")))
       break;
     size_t start = TOK->start;
     ast_field *f = parse_field(p);
@@ -963,6 +969,9 @@ ast_program *ps_parse(const char *src, size_t len, ar_arena *a, dg_list *diag, i
       parse_body(p, d, 0, 0);
     } else if (at_kw(p, "provider_tool") && peek(p, 1)->kind == TK_NAME) {
       d = new_decl(p, DC_PTOOL);
+      parse_body(p, d, 0, 0);
+    } else if (at_kw(p, "mcp_server") && peek(p, 1)->kind == TK_NAME) {
+      d = new_decl(p, DC_MCP);
       parse_body(p, d, 0, 0);
     } else {
       p->interp = 1;

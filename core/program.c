@@ -31,6 +31,7 @@ const char *pm_kind_word(dc_kind k) {
     case DC_TOOL: return "tool";
     case DC_AGENT: return "agent";
     case DC_PTOOL: return "provider_tool";
+    case DC_MCP: return "mcp_server";
     default: return "model";
   }
 }
@@ -381,7 +382,7 @@ static int add_ptr(ar_arena *a, void ***arr, int *n, void *item) {
   return 1;
 }
 
-static pm_schema *new_schema(pm_ctx *c, const char *name, const char *display, ast_pos pos) {
+pm_schema *pm_new_schema(pm_ctx *c, const char *name, const char *display, ast_pos pos) {
   pm_schema *s = ar_alloc(c->a, sizeof *s);
   if (!s) return NULL;
   s->name = name;
@@ -396,6 +397,20 @@ static int is_builtin_type(const char *name) {
   for (size_t i = 0; i < sizeof builtin_types / sizeof builtin_types[0]; i++)
     if (strcmp(name, builtin_types[i]) == 0) return 1;
   return strcmp(name, "enum") == 0;
+}
+
+pm_tool *pm_new_tool(pm_ctx *c, const char *name, ast_pos pos, const ast_decl *d) {
+  pm_tool *t = ar_alloc(c->a, sizeof *t);
+  if (!t) return NULL;
+  t->name = name;
+  t->pos = pos;
+  t->decl = d;
+  t->timeout = -1;
+  t->retry_delay = 100;
+  t->idempotency_ttl_ms = 300000;
+  t->index = c->p->ntools;
+  if (!add_ptr(c->a, (void ***)&c->p->tools, &c->p->ntools, t)) return NULL;
+  return t;
 }
 
 /* First pass: every declaration gets its model object and its name. */
@@ -418,23 +433,28 @@ static void declare(pm_ctx *c) {
     if (!mp_put(c->a, &c->decls, d->name, strlen(d->name), d)) return;
     switch (d->kind) {
       case DC_SCHEMA: case DC_UNION: {
-        pm_schema *s = new_schema(c, d->name, d->name, d->name_pos);
+        pm_schema *s = pm_new_schema(c, d->name, d->name, d->name_pos);
         if (s) s->is_union = d->kind == DC_UNION;
         d->model = s;
         break;
       }
       case DC_TOOL: {
-        pm_tool *t = ar_alloc(c->a, sizeof *t);
+        pm_tool *t = pm_new_tool(c, d->name, d->name_pos, d);
         if (!t) return;
-        t->name = d->name;
-        t->pos = d->name_pos;
-        t->decl = d;
-        t->timeout = -1;
-        t->retry_delay = 100;
-        t->idempotency_ttl_ms = 300000;
-        t->index = p->ntools;
-        add_ptr(c->a, (void ***)&p->tools, &p->ntools, t);
         d->model = t;
+        break;
+      }
+      case DC_MCP: {
+        pm_mcp *m = ar_alloc(c->a, sizeof *m);
+        if (!m) return;
+        m->name = d->name;
+        m->pos = d->pos;
+        m->decl = d;
+        m->side_effects = SE_WRITE;
+        m->timeout = m->start_timeout = -1;
+        m->index = p->nmcps;
+        add_ptr(c->a, (void ***)&p->mcps, &p->nmcps, m);
+        d->model = m;
         break;
       }
       case DC_AGENT: {
@@ -558,7 +578,7 @@ static void check_idempotency_key(pm_ctx *c, pm_tool *t) {
 static void build_tool(pm_ctx *c, ast_decl *d) {
   pm_tool *t = d->model;
   const char *owner = ar_printf(c->a, "Tool '%s'", d->name);
-  t->input = new_schema(c, ar_printf(c->a, "__tool_%s_input", d->name), ar_printf(c->a, "%s.input", d->name), d->name_pos);
+  t->input = pm_new_schema(c, ar_printf(c->a, "__tool_%s_input", d->name), ar_printf(c->a, "%s.input", d->name), d->name_pos);
   if (!t->input) return;
   t->input->internal = 1;
   t->output_root = ar_printf(c->a, "%s.output", d->name);
@@ -778,7 +798,7 @@ static void check_agent(pm_ctx *c, ast_decl *d) {
     mp_put(c->a, &seen, m->name, strlen(m->name), (void *)m);
     pm_method *pm = &ag->methods[ag->nmethods++];
     pm->name = m->name;
-    pm->input = new_schema(c, ar_printf(c->a, "__method_%s_%s_input", d->name, m->name),
+    pm->input = pm_new_schema(c, ar_printf(c->a, "__method_%s_%s_input", d->name, m->name),
                            ar_printf(c->a, "%s.%s.input", d->name, m->name), m->pos);
     if (!pm->input) return;
     pm->input->internal = 1;
@@ -800,6 +820,11 @@ void pm_default_limits(pm_limits *lim) {
 }
 
 pm_program *pm_build(const char *src, size_t len, const char *chunk, const pm_limits *lim) {
+  return pm_build_mcp(src, len, chunk, lim, NULL, 0);
+}
+
+pm_program *pm_build_mcp(const char *src, size_t len, const char *chunk, const pm_limits *lim,
+                         const pm_mcp_listing *listings, int nlistings) {
   pm_limits defaults;
   if (!lim) { pm_default_limits(&defaults); lim = &defaults; }
   pm_program *p = calloc(1, sizeof *p);
@@ -823,6 +848,8 @@ pm_program *pm_build(const char *src, size_t len, const char *chunk, const pm_li
   c->p = p;
   c->a = &p->arena;
   c->d = &p->diag;
+  c->listings = listings;
+  c->nlistings = nlistings;
   declare(c);
   collect_names(c);
   build_schemas(c);
@@ -833,6 +860,9 @@ pm_program *pm_build(const char *src, size_t len, const char *chunk, const pm_li
     else if (d->kind == DC_MODEL) check_model(c, d);
     else if (d->kind == DC_PTOOL) check_ptool(c, d);
   }
+  /* after the program's own tools, whose names its servers' tools may not take */
+  for (ast_decl *d = p->ast->decls; d; d = d->next)
+    if (d->kind == DC_MCP && d->model && pm_lookup(c, d->name) == d) pm_build_mcp_server(c, d);
   for (ast_decl *d = p->ast->decls; d; d = d->next)
     if (d->kind == DC_AGENT && d->model && pm_lookup(c, d->name) == d) check_agent(c, d);
   pc_check_block(c, NULL, NULL, NULL, p->ast->stmts);

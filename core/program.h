@@ -81,6 +81,8 @@ struct pm_schema {
   const char *tag;
   int index;                  /* in pm_program.schemas */
   int internal;               /* a tool's __tool_<name>_input */
+  int open;                   /* fields it does not name are allowed (an mcp_server's output schema
+                                 that does not say additionalProperties: false) */
 };
 
 typedef enum { SE_NONE, SE_READ, SE_WRITE } pm_side_effects;
@@ -109,6 +111,8 @@ typedef struct pm_strings {
   int present;                /* the key was written (an empty list differs from none) */
 } pm_strings;
 
+struct pm_mcp;
+
 typedef struct pm_tool {
   const char *name;
   ast_pos pos;
@@ -132,8 +136,43 @@ typedef struct pm_tool {
   long long idempotency_ttl_ms;
   pm_need *needs;
   int nneeds;
+  const struct pm_mcp *mcp;   /* the mcp_server whose tool it is, or NULL */
+  const char *mcp_tool;       /* the server's name of it (the program's is <server>__<name>) */
   int index;
 } pm_tool;
+
+/* mcp_server NAME { ... }: an MCP server the program takes tools from. */
+typedef struct pm_mcp {
+  const char *name;
+  ast_pos pos;                /* of the keyword: where a failure to start is reported */
+  const ast_decl *decl;
+  const char *command;        /* stdio: the program to start */
+  pm_strings args;
+  const char *url;            /* Streamable HTTP */
+  const char *token;          /* the variable holding its bearer token (HTTP) */
+  pm_strings tools;           /* the allowlist; absent: every tool it lists */
+  int side_effects;           /* of all its tools (pm_side_effects); write unless set */
+  const char *scope;
+  long long timeout;          /* ms of each call, -1 when not set */
+  long long start_timeout;    /* ms to start, initialize and list, -1 when not set */
+  long long retries;
+  int listed;                 /* its tools were given to pm_build_mcp */
+  int index;
+} pm_mcp;
+
+/* What a started server listed, for pm_build_mcp: its tools, their schemas
+   as JSON text (output NULL when it gives none). */
+typedef struct pm_mcp_tool {
+  const char *name, *description;
+  const char *input, *output;
+  size_t input_len, output_len;
+} pm_mcp_tool;
+
+typedef struct pm_mcp_listing {
+  const char *server;
+  const pm_mcp_tool *tools;
+  int ntools;
+} pm_mcp_listing;
 
 /* `headers: { "Name": "value", ... }` of a model, in the order written. */
 typedef struct pm_headers {
@@ -257,6 +296,8 @@ typedef struct pm_program {
   pm_ptool **ptools;
   int nptools;
   int allow_unknown_models;   /* pm_limits' */
+  pm_mcp **mcps;
+  int nmcps;
   struct lre **regexes;       /* compiled @pattern rules, freed with the program */
   int nregexes, regexes_cap;
 } pm_program;
@@ -265,6 +306,11 @@ void pm_default_limits(pm_limits *lim);
 /* Parses and checks a program. Always returns a program (NULL only when
    memory runs out); its diag lists every error found. The source is copied. */
 pm_program *pm_build(const char *src, size_t len, const char *chunk, const pm_limits *lim);
+/* The same, with the tools of the program's mcp_servers as their servers
+   listed them (program_mcp.c); an agent that lists a tool of a server not in
+   `listings` is an error. */
+pm_program *pm_build_mcp(const char *src, size_t len, const char *chunk, const pm_limits *lim,
+                         const pm_mcp_listing *listings, int nlistings);
 void pm_free(pm_program *p);
 
 pm_schema *pm_find_schema(const pm_program *p, const char *name);

@@ -163,6 +163,8 @@ static pm_tool *called_tool(st_ctx *s, const char *name, ast_pos pos) {
     ERR(s->c, pos, "'%s' is a provider tool: the provider runs it when the model asks, and it cannot be called with tool, nor forced with using tool.", name);
     return NULL;
   }
+  pm_tool *t = d ? NULL : pm_find_tool(s->c->p, name);
+  if (t && t->mcp) return t;   /* an mcp_server's tool: <server>__<name> */
   ERR(s->c, pos, "Unknown tool '%s'.%s", name, SUGGEST(s->c, name, DC_TOOL));
   return NULL;
 }
@@ -271,6 +273,10 @@ static vt_type check_expr(st_ctx *s, const ast_expr *e, int depth) {
       return s->slots[v].type;
     }
     case EX_FIELD:
+      if (strcmp(e->str.s, "*") == 0) {
+        ERR(s->c, e->pos, "'.*' only lists every tool of an mcp_server, in an agent's tools: [server.*]");
+        return ANY_VALUE;
+      }
       return vt_field(s->c, e, check_expr(s, e->a, depth + 1));
     case EX_INDEX: {
       vt_type obj = check_expr(s, e->a, depth + 1);

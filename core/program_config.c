@@ -108,6 +108,20 @@ static const ck_key ptool_keys[] = {
 
 static const char *const location_keys[] = { "city", "region", "country", "timezone", NULL };
 
+static const ck_key mcp_keys[] = {
+  { "command", CK_STRING, 0, NULL, OFF(pm_mcp, command), 0 },
+  { "args", CK_STRINGS, 0, NULL, OFF(pm_mcp, args), 0 },
+  { "url", CK_STRING, 0, NULL, OFF(pm_mcp, url), 0 },
+  { "token", CK_ENVNAME, 0, NULL, OFF(pm_mcp, token), 0 },
+  { "tools", CK_STRINGS, 0, NULL, OFF(pm_mcp, tools), 0 },
+  { "side_effects", CK_CHOICE, 0, side_effect_choices, OFF(pm_mcp, side_effects), 0 },
+  { "scope", CK_STRING, 0, NULL, OFF(pm_mcp, scope), 0 },
+  { "timeout", CK_POSITIVE, 0, NULL, OFF(pm_mcp, timeout), 0 },
+  { "start_timeout", CK_POSITIVE, 0, NULL, OFF(pm_mcp, start_timeout), 0 },
+  { "retries", CK_INT, 0, NULL, OFF(pm_mcp, retries), 0 },
+  { NULL, CK_BOOL, 0, NULL, 0, 0 }
+};
+
 static int is_env_name(const char *s) {
   if (!(*s == '_' || (*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z'))) return 0;
   for (; *s; s++)
@@ -259,12 +273,14 @@ static void read_entry(pm_ctx *c, const char *owner, const ck_key *k, const ast_
       /* the agent's provider tools, listed among its tools */
       pm_ptoollist *plist = &((pm_agent *)obj)->ptools;
       if (v->kind != EX_ARRAY) { ERR(c, v->pos, "%s must be a list of tool names, as in [a, b].", prefix); return; }
-      list->items = ar_alloc(c->a, sizeof *list->items * (size_t)(v->nitems ? v->nitems : 1));
+      /* srv.* may add every tool of the program once */
+      list->items = ar_alloc(c->a, sizeof *list->items * (size_t)(v->nitems + c->p->ntools + 1));
       plist->items = ar_alloc(c->a, sizeof *plist->items * (size_t)(v->nitems ? v->nitems : 1));
       plist->pos = ar_alloc(c->a, sizeof *plist->pos * (size_t)(v->nitems ? v->nitems : 1));
       if (!list->items || !plist->items || !plist->pos) return;
       mp_map seen = { 0 };
       for (const ast_expr *i = v->items; i; i = i->next) {
+        if (pm_mcp_tools_entry(c, owner, i, list, &seen)) continue;
         if (i->kind != EX_NAME) { ERR(c, i->pos, "%s must be a list of tool names, as in [a, b].", prefix); continue; }
         ast_decl *d = pm_lookup(c, i->str.s);
         if (d && d->kind == DC_PTOOL && d->model) {
@@ -272,6 +288,11 @@ static void read_entry(pm_ctx *c, const char *owner, const ck_key *k, const ast_
           mp_put(c->a, &seen, i->str.s, strlen(i->str.s), d);
           plist->pos[plist->n] = i->pos;
           plist->items[plist->n++] = d->model;
+          continue;
+        }
+        if (d && d->kind == DC_MCP) {
+          ERR(c, i->pos, "%s lists mcp_server '%s': write %s.* for every tool it allows, or %s.NAME for one.", owner,
+              i->str.s, i->str.s, i->str.s);
           continue;
         }
         if (!d || d->kind != DC_TOOL) {
@@ -374,4 +395,8 @@ void pm_read_model_config(pm_ctx *c, const ast_decl *d, pm_model *m, const char 
 
 void pm_read_ptool_config(pm_ctx *c, const ast_decl *d, pm_ptool *t, const char *owner) {
   read_config(c, d, ptool_keys, t, owner);
+}
+
+void pm_read_mcp_config(pm_ctx *c, const ast_decl *d, pm_mcp *m, const char *owner) {
+  read_config(c, d, mcp_keys, m, owner);
 }

@@ -17,11 +17,13 @@ typedef struct pm_ctx {
   ar_arena *a;
   dg_list *d;
   mp_map decls;               /* name -> ast_decl */
-  const char **names[DC_PTOOL + 2];   /* by kind, for suggestions; the last holds types */
-  int nnames[DC_PTOOL + 2];
+  const char **names[DC_MCP + 2];   /* by kind, for suggestions; the last holds types */
+  int nnames[DC_MCP + 2];
+  const pm_mcp_listing *listings;   /* pm_build_mcp's */
+  int nlistings;
 } pm_ctx;
 
-#define NAMES_TYPES (DC_PTOOL + 1)
+#define NAMES_TYPES (DC_MCP + 1)
 /* Suggestions look at LIM_SUGGEST_CANDIDATES at most, so that a huge program
    with many errors stays fast to check. */
 
@@ -46,6 +48,16 @@ void pm_read_tool_config(pm_ctx *c, const ast_decl *d, pm_tool *t, const char *o
 void pm_read_agent_config(pm_ctx *c, const ast_decl *d, pm_agent *a, const char *owner);
 void pm_read_model_config(pm_ctx *c, const ast_decl *d, pm_model *m, const char *owner);
 void pm_read_ptool_config(pm_ctx *c, const ast_decl *d, pm_ptool *t, const char *owner);
+void pm_read_mcp_config(pm_ctx *c, const ast_decl *d, pm_mcp *m, const char *owner);
+/* program_mcp.c: an mcp_server's declaration checked, and its listed tools
+   made tools of the program (their JSON Schemas made types). */
+void pm_build_mcp_server(pm_ctx *c, ast_decl *d);
+/* An agent's tools entry `srv.*`, `srv.name` or "srv.name": adds the tools
+   it names to list (seen: names already in it); 0 when it names no mcp_server. */
+int pm_mcp_tools_entry(pm_ctx *c, const char *owner, const ast_expr *e, pm_toollist *list, mp_map *seen);
+/* program.c: a new schema of the program, and a tool's model object. */
+pm_schema *pm_new_schema(pm_ctx *c, const char *name, const char *display, ast_pos pos);
+pm_tool *pm_new_tool(pm_ctx *c, const char *name, ast_pos pos, const ast_decl *d);
 const ast_config *pm_config_entry(const ast_decl *d, const char *key);
 /* "a", "b", "c": the names of a NULL-terminated list, quoted, for a message. */
 const char *pm_quoted(ar_arena *a, const char *const *names);

@@ -335,7 +335,7 @@ static int check_record(lv_ctx *c, const pm_schema *s, int idx, const char *tag)
           ok = check_value(c, f->type, top, vtype, idx, top - 1) && ok;
           c->npath--;
         }
-      } else if (!(tag && (k == tag || (len == strlen(tag) && memcmp(k, tag, len) == 0)))) {
+      } else if (!s->open && !(tag && (k == tag || (len == strlen(tag) && memcmp(k, tag, len) == 0)))) {
         push_seg(c, k, len, 0);
         ok = lv_report(c, 0, "additionalProperties", "is not allowed") && ok;
         c->npath--;

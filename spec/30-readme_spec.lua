@@ -62,7 +62,11 @@ describe("the README's code blocks", function()
   it("compile, every luma block together, as one program", function()
     local source = PRELUDE
     for _, b in ipairs(of("luma")) do source = source .. "\n# README line " .. b.line .. "\n" .. b.code end
-    local ok, err = pcall(luma.compile, source, "README.md")
+    -- the mcp_server's tools as server-filesystem lists them: luma.compile
+    -- starts no server, the compiler takes a listing (luma.load's)
+    local path = { type = "object", properties = { path = { type = "string" } }, required = { "path" } }
+    local listed = { files = { { name = "read_text_file", inputSchema = path }, { name = "list_directory", inputSchema = path } } }
+    local ok, err = pcall(core.compile, source, "README.md", { mcp = listed })
     assert(ok, tostring(err) .. "\n" .. (type(err) == "table" and err.details and
       core.json_encode(err.details.diagnostics) or ""))
   end)

@@ -7,6 +7,7 @@ local compile = require "luma.compile"
 local exec = require "luma.exec"
 local approval = require "luma.approval"
 local future = require "luma.future"
+local mcpclient = require "luma.mcpclient"
 
 local luma = {
   version = core.version,
@@ -86,6 +87,7 @@ local OPTIONS = {
   opts.journal       a SQLite file for the journals of durable agents' asks (journal.h)
   opts.limits        see the README ]]
 local modules_of = setmetatable({}, { __mode = "k" })
+local servers_of = setmetatable({}, { __mode = "k" })
 
 function luma.load(path, opts)
   if type(path) ~= "string" then
@@ -95,8 +97,19 @@ function luma.load(path, opts)
   for k in pairs(opts) do
     if not OPTIONS[k] then error("luma.load: unknown option '" .. tostring(k) .. "'", 2) end
   end
-  local program = core.compile(read_source(path, opts), path, { limits = opts.limits, runtime = opts.runtime,
-    allow_unknown_models = opts.allow_unknown_models })
+  local source = read_source(path, opts)
+  -- the mcp_servers are started first: their tools are part of the program
+  local listings, servers = mcpclient.open(source, path, { limits = opts.limits })
+  local compiled, program = pcall(core.compile, source, path, { limits = opts.limits, runtime = opts.runtime,
+    allow_unknown_models = opts.allow_unknown_models, mcp = listings })
+  if not compiled then
+    mcpclient.close(servers)
+    error(program, 0)
+  end
+  if servers then
+    mcpclient.register(program, servers)
+    servers_of[program] = servers
+  end
   local config_path = opts.config
   if config_path == nil then config_path = config.find(path) end
   local cfg = config_path and config.read(config_path) or nil
@@ -154,6 +167,15 @@ end
 -- PROGRAM_INVALID when they nest deeper than Lua's parser allows.
 function Program:compile_statements()
   compiled_of(self)
+end
+
+-- Closing the program stops the mcp_servers luma.load started for it (its
+-- collection does too: each server's process is a userdata that stops it).
+local close_program = Program.close
+function Program:close()
+  mcpclient.close(servers_of[self])
+  servers_of[self] = nil
+  return close_program(self)
 end
 
 -- The tool modules luma.load loaded: { { path = as given, exports = { name, ... } }, ... }.

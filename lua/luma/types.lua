@@ -20,7 +20,11 @@ local function model(program)
   local d = program:declarations()
   local m = { schemas = {}, tools = {} }
   for _, name in ipairs(d.schemas) do m.schemas[#m.schemas + 1] = program:schema(name) end
-  for _, name in ipairs(d.tools) do m.tools[#m.tools + 1] = program:declaration(name) end
+  for _, name in ipairs(d.tools) do
+    local t = program:declaration(name)
+    -- an mcp_server's tool has no handler to write: its server runs it
+    if not t.mcp_server then m.tools[#m.tools + 1] = t end
+  end
   return m
 end
 
