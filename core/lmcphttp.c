@@ -73,7 +73,7 @@ static int l_mcp_http(lua_State *L) {
   luaL_argcheck(L, max > 0 && max <= LIM_MCP_MAX_MESSAGE_BYTES * 16LL, 1, "max_body out of range");
   cfg.max_body = (size_t)max;
   lua_getfield(L, 1, "origins");
-  int norigins = lua_istable(L, -1) ? (int)lua_rawlen(L, -1) : 0;
+  int norigins = lua_istable(L, -1) ? (int)lc_rawlen(L, -1) : 0;
   if (norigins > LMH_MAX_ORIGINS) return luaL_argerror(L, 1, lua_pushfstring(L, "at most %d origins", LMH_MAX_ORIGINS));
   const char *origins[LMH_MAX_ORIGINS + 1];
   for (int i = 0; i < norigins; i++) {
