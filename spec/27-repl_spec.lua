@@ -61,13 +61,7 @@ local function typed(dir, steps, env, args)
   for k, v in pairs(env or {}) do e[k] = v end
   local cmd = { command }
   for _, a in ipairs(args or { "repl", "program.luma" }) do cmd[#cmd + 1] = a end
-  local script = h.write(h.tmpname(".json"), luma.json.encode {
-    cmd = setmetatable(cmd, luma.array_mt), cwd = dir, env = e, steps = setmetatable(steps, luma.array_mt),
-  })
-  local status, out, err = h.sh("env -u LD_PRELOAD python3 " .. h.quote(h.root .. "/spec/support/pty_run.py") .. " " .. h.quote(script))
-  os.remove(script)
-  assert(status == 0, out .. err)
-  return luma.json.decode(out)
+  return h.pty(cmd, dir, e, steps)
 end
 
 local function expect(re, timeout) return { expect = re, timeout = timeout or 10 } end
