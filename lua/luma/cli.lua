@@ -514,24 +514,12 @@ local function streamer(o)
   end
   local sink = o.stream and io.stdout or (core.isatty(2) and io.stderr) or nil
   if not sink then return nil end
-  local open_line = false
-  local function end_line()
-    if open_line then sink:write("\n") sink:flush() end
-    open_line = false
-  end
-  return function(ev)
-    local t = ev.type
-    if (t == "text_delta" or t == "refusal_delta") and ev.text ~= "" then
-      sink:write(ev.text)
-      sink:flush()
-      open_line = ev.text:sub(-1) ~= "\n"
-    elseif t == "turn_end" or t == "finish" then
-      end_line()
-    elseif t == "retry" then
-      end_line()
-      err("luma-lua: retrying (" .. tostring(ev.reason) .. "); the text above is void")
-    end
-  end
+  return require("luma.textstream").new(function(s)
+    sink:write(s)
+    sink:flush()
+  end, function(ev)
+    err("luma-lua: retrying (" .. tostring(ev.reason) .. "); the text above is void")
+  end)
 end
 
 function commands.run(args)
