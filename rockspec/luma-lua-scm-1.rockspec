@@ -54,6 +54,7 @@ build = {
     ["luma.mcpclient"] = "lua/luma/mcpclient.lua",
     ["luma.repl"] = "lua/luma/repl.lua",
     ["luma.starter"] = "lua/luma/starter.lua",
+    ["luma.textstream"] = "lua/luma/textstream.lua",
     ["luma.types"] = "lua/luma/types.lua",
     ["luma.uistream"] = "lua/luma/uistream.lua",
   },

@@ -121,6 +121,131 @@ agent A {
   end)
 end)
 
+describe("luma-lua streaming an agent's ask", function()
+  local server, dir
+
+  setup(function()
+    server = mock.start()
+    dir = h.project {
+      ["flow.luma"] = ([[
+schema Sum { sum: int }
+schema Answer { total: int }
+tool add(a: int, b: int) -> Sum { }
+model M {
+  provider: "openai"
+  name: "gpt-test"
+  base_url: "%s/v1"
+  api_key_env: "LUMA_CLI_KEY"
+  retries: 1
+}
+agent A {
+  model: M
+  tools: [add]
+  fn run(x: int) -> Answer { ask "Add {x} and 2" -> Answer }
+}
+]]):format(server.url),
+      ["tools.lua"] = "return { add = function(i) return { sum = i.a + i.b } end }",
+      ["luma.config.json"] = '{ "tool_modules": ["./tools.lua"] }',
+    }
+  end)
+  teardown(function()
+    if server then server:stop() end
+    if dir then os.execute("rm -rf " .. h.quote(dir)) end
+  end)
+  before_each(function() server:reset() end)
+
+  local ARGS = { "flow.luma", "--agent", "A", "--input", '{"x": 1}' }
+  local function run(extra, env)
+    local args = {}
+    for _, a in ipairs(ARGS) do args[#args + 1] = a end
+    for _, a in ipairs(extra or {}) do args[#args + 1] = a end
+    return h.run(args, { cwd = dir, env = env or { LUMA_CLI_KEY = KEY } })
+  end
+  local function script()
+    server:script { chat("Let me add.", { { "c1", "add", '{"a":1,"b":2}' } }), chat('{"total":3}') }
+  end
+
+  it("without a terminal or a flag, asks without a stream and prints only the answer, as before streaming", function()
+    script()
+    local r = run()
+    assert.are.equal(0, r.status, r.stderr)
+    assert.are.equal('{\n  "total": 3\n}\n', r.stdout)
+    assert.are.equal("", r.stderr)
+    assert.is_nil(server:requests()[1].json.stream)
+  end)
+
+  it("with --stream, prints the text to stdout as it streams, each turn on its line, then the answer", function()
+    script()
+    local r = run { "--stream" }
+    assert.are.equal(0, r.status, r.stderr)
+    assert.are.equal('Let me add.\n{"total":3}\n{\n  "total": 3\n}\n', r.stdout)
+    assert.are.equal("", r.stderr)
+    assert.is_true(server:requests()[1].json.stream)
+  end)
+
+  it("with --stream-events, prints every event as a JSON line, then the answer as the last line", function()
+    script()
+    local r = run { "--stream-events" }
+    assert.are.equal(0, r.status, r.stderr)
+    assert.are.equal("", r.stderr)
+    local lines = {}
+    for line in r.stdout:gmatch("[^\n]+") do lines[#lines + 1] = luma.json.decode(line) end
+    assert.are.same({ total = 3 }, lines[#lines])
+    local types, text, result = {}, "", nil
+    for i = 1, #lines - 1 do
+      local ev = lines[i]
+      if types[#types] ~= ev.type then types[#types + 1] = ev.type end
+      if ev.type == "text_delta" and ev.turn == 2 then text = text .. ev.text end
+      if ev.type == "tool_result" then result = ev end
+    end
+    assert.are.same({ "text_delta", "tool_call_start", "tool_call_delta", "tool_call", "usage", "turn_end",
+      "tool_result", "text_delta", "usage", "turn_end", "finish" }, types)
+    assert.are.equal('{"total":3}', text)
+    assert.are.same({ type = "tool_result", turn = 1, id = "c1", name = "add", ok = true, output = { sum = 3 } },
+      result)
+    assert.are.same({ type = "finish", ok = true, answer = { total = 3 } }, lines[#lines - 1])
+  end)
+
+  it("with --stream-events, prints the events of an ask that fails, its finish last, and the error on stderr", function()
+    server:script { { json = chat('{"total":3}').json,
+      stream = { error = { type = "invalid_request_error", message = "bad thing mid-stream", code = 400 } } } }
+    local r = run { "--stream-events" }
+    assert.are.equal(1, r.status)
+    assert.matches("^Error: %[ASK_PROVIDER_ERROR%] .*bad thing mid%-stream", r.stderr)
+    local last
+    for line in r.stdout:gmatch("[^\n]+") do last = luma.json.decode(line) end
+    assert.are.same({ false, "ASK_PROVIDER_ERROR" }, { last.ok, last.error.code })
+  end)
+
+  it("says when a stream is retried that the text shown is void", function()
+    server:script { { json = chat('{"total":9}').json, stream = { cut = true } }, chat('{"total":3}') }
+    local r = run { "--stream" }
+    assert.are.equal(0, r.status, r.stderr)
+    assert.matches("^luma%-lua: retrying %(.*final event.*%); the text above is void\n$", r.stderr)
+    assert.matches('\n{"total":3}\n{\n  "total": 3\n}\n$', r.stdout)
+  end)
+
+  it("refuses --stream with --stream-events", function()
+    local r = run { "--stream", "--stream-events" }
+    assert.are.equal(2, r.status)
+    assert.matches("%-%-stream and %-%-stream%-events do not go together", r.stderr)
+  end)
+
+  it("at a terminal, prints the text to stderr as it streams and the answer alone on stdout", function()
+    server:script { chat("Let me add.", { { "c1", "add", '{"a":1,"b":2}' } }),
+      { json = chat('{"total":3}').json, stream = { delay_ms = 50 } } }
+    local cmd = h.quote(h.root .. "/bin/luma-lua") .. " flow.luma --agent A --input '{\"x\": 1}' > out.json"
+    local r = h.pty({ "sh", "-c", cmd }, dir, { LUMA_CLI_KEY = KEY }, {
+      { expect = 'Let me add\\.\r?\n\\{"total":3\\}\r?\n', timeout = 10 },
+    })
+    assert(r.ok, "step " .. tostring(r.step) .. ":\n" .. r.output)
+    assert.are.equal(0, r.status, r.output)
+    assert.are.equal('{\n  "total": 3\n}\n', h.read(dir .. "/out.json"))
+    os.remove(dir .. "/out.json")
+    assert.is_true(server:requests()[1].json.stream)
+  end)
+end)
+
 describe("a durable agent's ask", function()
   local server, dir
 

@@ -61,13 +61,7 @@ local function typed(dir, steps, env, args)
   for k, v in pairs(env or {}) do e[k] = v end
   local cmd = { command }
   for _, a in ipairs(args or { "repl", "program.luma" }) do cmd[#cmd + 1] = a end
-  local script = h.write(h.tmpname(".json"), luma.json.encode {
-    cmd = setmetatable(cmd, luma.array_mt), cwd = dir, env = e, steps = setmetatable(steps, luma.array_mt),
-  })
-  local status, out, err = h.sh("env -u LD_PRELOAD python3 " .. h.quote(h.root .. "/spec/support/pty_run.py") .. " " .. h.quote(script))
-  os.remove(script)
-  assert(status == 0, out .. err)
-  return luma.json.decode(out)
+  return h.pty(cmd, dir, e, steps)
 end
 
 local function expect(re, timeout) return { expect = re, timeout = timeout or 10 } end
@@ -158,6 +152,37 @@ describe("the REPL at a terminal", function()
       expect("luma> $"), pause(0.2), send("\4") }, { NO_COLOR = "1" })
     assert(r.ok, r.output)
     assert.is_nil(r.output:find("\27[3", 1, true), r.output)
+  end)
+
+  it("streams an ask's text as it comes, cancels the ask with Ctrl-C, and asks again", function()
+    local server = mock.start()
+    local ok, e = pcall(function()
+      -- the first answer takes 10 s, a second an event: its first piece
+      -- shows long before the ask could end
+      server:script { { json = mock.chat('{"number": 12345678}').json, stream = { delay_ms = 1000 } },
+                      mock.chat('{"number": 7}') }
+      local pdir = project(server.url)
+      local r = typed(pdir, {
+        expect("luma> "),
+        send(':ask "Pick a number" -> Pick\r'), expect('\\{"nu', 6), send("\3"),
+        expect("ASK_CANCELLED", 5), expect("luma> $"),
+        send(':ask "Pick again" -> Pick\r'), { expect = '"number".{0,8}: 7\r?\n\\}', timeout = 10, new = true },
+        expect("luma> $"), send(":quit\r"),
+      }, { LUMA_TEST_KEY = "sk-test" })
+      os.execute("rm -rf " .. h.quote(pdir))
+      assert(r.ok, "step " .. tostring(r.step) .. ":\n" .. r.output)
+      assert.are.equal(0, r.status, r.output)
+      -- the first answer never finished; the second's text came, then its value
+      local plain = r.output:gsub("\27%[[%d;]*m", "")
+      assert.is_nil(plain:find("12345678", 1, true), plain)
+      assert.matches('{"number": 7}\r?\n{\r?\n  "number": 7\r?\n}', plain)
+      local requests = server:requests()
+      assert.are.equal(2, #requests)
+      assert.is_true(requests[1].json.stream)
+      assert.are.equal("Pick again", requests[2].json.messages[#requests[2].json.messages].content)
+    end)
+    server:stop()
+    assert(ok, e)
   end)
 
   it("starts with no arguments", function()
@@ -280,6 +305,8 @@ describe("the REPL through a pipe", function()
       assert.matches(':ask needs "prompt" %-> Schema', err)
       local messages = server:requests()[1].json.messages
       assert.are.equal("Pick a number", messages[#messages].content)
+      -- through a pipe, nothing streams
+      assert.is_nil(server:requests()[1].json.stream)
     end)
     server:stop()
     assert(ok, e)

@@ -84,6 +84,21 @@ function helpers.run(args, opts)
   return result
 end
 
+-- Runs a command under a pseudo-terminal, typing keys and reading the
+-- screen (spec/support/pty_run.py): cmd is a list, steps are { send = s },
+-- { expect = python_regex, timeout = s } and { sleep = s }. -> { ok, step
+-- (the one that failed), output (all the command wrote), status }
+function helpers.pty(cmd, cwd, env, steps)
+  local script = helpers.write(helpers.tmpname(".json"), luma.json.encode {
+    cmd = setmetatable(cmd, luma.array_mt), cwd = cwd, env = env, steps = setmetatable(steps, luma.array_mt),
+  })
+  local status, out, err = helpers.sh("env -u LD_PRELOAD python3 " .. shell_quote(root .. "/spec/support/pty_run.py") ..
+    " " .. shell_quote(script))
+  os.remove(script)
+  assert(status == 0, out .. err)
+  return luma.json.decode(out)
+end
+
 -- Compiles source; returns the program, or nil and the error object.
 function helpers.compile(source, opts)
   local ok, result = pcall(luma.compile, source, "program.luma", opts)

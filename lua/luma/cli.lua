@@ -43,6 +43,10 @@ options of run:
                            API keys redacted)
   --replay FILE            answer the model requests from a recording, without the
                            network; the first request that differs is an error
+  --stream                 print the answer's text to stdout as it streams, before
+                           the result (default: to stderr when it is a terminal)
+  --stream-events          print every event of the asks as a JSON line on stdout,
+                           then the result as the last line
   --emit-lua               print the Lua the program compiles to, and stop
   --allow-unknown-models   let a model name the capability table of provider tools
                            does not know run them (a warning at each ask)
@@ -152,6 +156,10 @@ JSON object; with --agent, calls a method and prints what it returns.
   --trace FILE         append one telemetry event per tool call and ask (JSON lines)
   --record FILE        append every exchange with a model provider (JSON lines, keys redacted)
   --replay FILE        answer the model requests from a recording, without the network
+  --stream             print the answer's text to stdout as it streams, then the result
+                       (without it, the text goes to stderr when stderr is a terminal)
+  --stream-events      print every event of the asks as a JSON line on stdout, then the
+                       result as the last line (one line of JSON)
   --emit-lua           print the Lua the program compiles to, and stop
   --allow-unknown-models  let a model name the capability table of provider tools does
                        not know run them (a warning at each ask)
@@ -437,7 +445,7 @@ function commands.tools(args)
 end
 
 local RUN_OPTIONS = { "--tool-module", "--config", "--agent", "--method", "--input", "--trace", "--record",
-  "--replay", "--emit-lua", "--generate-tool-types", "--allow-unknown-models" }
+  "--replay", "--stream", "--stream-events", "--emit-lua", "--generate-tool-types", "--allow-unknown-models" }
 
 local function parse_run_args(args)
   local o = { tool_modules = {} }
@@ -457,6 +465,8 @@ local function parse_run_args(args)
     elseif a == "--trace" then o.trace = value(a)
     elseif a == "--record" then o.record = value(a)
     elseif a == "--replay" then o.replay = value(a)
+    elseif a == "--stream" then o.stream = true
+    elseif a == "--stream-events" then o.stream_events = true
     elseif a == "--emit-lua" then o.emit_lua = true
     elseif a == "--allow-unknown-models" then o.allow_unknown_models = true
     elseif a == "--generate-tool-types" then o.types = value(a)
@@ -467,6 +477,9 @@ local function parse_run_args(args)
   end
   if not o.program then error({ usage = "run needs a PROGRAM" }) end
   if (o.method or o.input) and not o.agent then error({ usage = "--method and --input go with --agent" }) end
+  if o.stream and o.stream_events then
+    error({ usage = "--stream and --stream-events do not go together: one prints the text, the other every event" })
+  end
   return o
 end
 
@@ -484,6 +497,29 @@ local function report(e, before_run)
   end
   err("Error: [" .. tostring(e.code) .. "] " .. tostring(e.message))
   return 1
+end
+
+-- How a run shows its asks' events (README: Streaming) -> on_event, or nil
+-- when it does not listen (then the asks do not stream, as before there was
+-- streaming): --stream-events prints every event as a JSON line on stdout;
+-- --stream prints the answer's text to stdout, and without a flag it goes to
+-- stderr when that is a terminal. The text of each turn ends its line, and
+-- a retry says that what was shown is void.
+local function streamer(o)
+  if o.stream_events then
+    return function(ev)
+      io.stdout:write(core.json_encode(ev, { max_depth = core.limits.json_depth_cap }), "\n")
+      io.stdout:flush()
+    end
+  end
+  local sink = o.stream and io.stdout or (core.isatty(2) and io.stderr) or nil
+  if not sink then return nil end
+  return require("luma.textstream").new(function(s)
+    sink:write(s)
+    sink:flush()
+  end, function(ev)
+    err("luma-lua: retrying (" .. tostring(ev.reason) .. "); the text above is void")
+  end)
 end
 
 function commands.run(args)
@@ -532,11 +568,23 @@ function commands.run(args)
     return program:prepare()
   end)
   if not prepared then return report(run, true) end
-  local ran, result = pcall(run)
+  local listener = streamer(o)
+  local ran, result
+  if listener then
+    -- the method runs as a future, its asks streaming to the listener
+    ran, result = pcall(function()
+      local f = require("luma.future").start(run, listener)
+      f:wait()
+      return f:result()
+    end)
+  else
+    ran, result = pcall(run)
+  end
   if not ran then return report(result) end
-  -- what the statements built may nest deeper than json_encode's default
+  -- what the statements built may nest deeper than json_encode's default;
+  -- after JSON lines of events, the result is one line too
   local encoded, text = pcall(core.json_encode, result == nil and luma.null or result,
-    { indent = 2, max_depth = core.limits.json_depth_cap })
+    { indent = (not o.stream_events) and 2 or nil, max_depth = core.limits.json_depth_cap })
   if not encoded then
     return report(luma.error { code = "JSON_INVALID", message = "the result cannot be printed as JSON: " ..
       tostring(luma.is_error(text) and text.message or text) })

@@ -3,7 +3,8 @@
 --
 -- At a terminal it edits lines with libedit (luma.lineedit, built into the
 -- command): history in $LUMA_HISTORY or ~/.luma_history, tab completion,
--- Ctrl-C cancels what runs (or clears the line), Ctrl-D leaves. Otherwise it
+-- asks stream their text, Ctrl-C cancels what runs (or clears the line),
+-- Ctrl-D leaves. Otherwise it
 -- reads commands line by line, without prompts or colours, and exits with 1
 -- when any command failed, so that it can be scripted.
 local luma = require "luma"
@@ -32,8 +33,10 @@ local HELP_MORE = {
   load = "The program's luma.config.json is read from its folder unless --config said otherwise.",
   call = "The JSON may span lines: the REPL reads on until it is complete. Ctrl-C cancels the call\n" ..
     "(its handler's signal fires).",
-  run = "The arguments are a JSON object; the method runs without blocking the REPL: Ctrl-C cancels it.",
-  ask = "Needs the model's API key in its variable (api_key_env).",
+  run = "The arguments are a JSON object; the method runs without blocking the REPL: Ctrl-C cancels it.\n" ..
+    "At a terminal, the text of its asks' answers shows as the model writes it.",
+  ask = "Needs the model's API key in its variable (api_key_env). At a terminal, the answer's text shows\n" ..
+    "as the model writes it, then the value; Ctrl-C cancels the ask.",
 }
 
 -- ------------------------------------------------------------- output
@@ -142,6 +145,19 @@ local function show_future(started, f)
   if not started then return fail_error(f) end
   local ok, result = drive(f)
   if ok then say(json(result)) else fail_error(result) end
+end
+
+-- At a terminal, what :ask and :run pass as on_event: the answers' text,
+-- dimmed, as the model writes it (README: Streaming); through a pipe, nil:
+-- the asks do not stream, and the output is the result alone.
+local function streaming()
+  if not S.tty then return nil end
+  return { on_event = require("luma.textstream").new(function(s)
+    io.stdout:write(paint("2", s))
+    io.stdout:flush()
+  end, function(ev)
+    io.stderr:write(paint("33", "retrying (" .. tostring(ev.reason) .. "); the text above is void"), "\n")
+  end) }
 end
 
 -- "NAME rest" -> NAME, rest
@@ -261,7 +277,7 @@ function run_command.run(rest)
   local method, text = word(rest)
   local args = decode(text, "arguments")
   if args == nil then return end
-  show_future(pcall(function() return p:agent(S.agent):start(method or "run", args) end))
+  show_future(pcall(function() return p:agent(S.agent):start(method or "run", args, streaming()) end))
 end
 
 function run_command.ask(rest)
@@ -271,7 +287,7 @@ function run_command.ask(rest)
   local prompt, schema = rest:match('^%s*"(.-)"%s*%->%s*([%w_]+)%s*$')
   if not prompt then return fail(':ask needs "prompt" -> Schema') end
   prompt = prompt:gsub('\\"', '"')
-  show_future(pcall(function() return p:agent(S.agent):start_ask(prompt, schema) end))
+  show_future(pcall(function() return p:agent(S.agent):start_ask(prompt, schema, streaming()) end))
 end
 
 function run_command.trace(rest)
