@@ -406,6 +406,33 @@ describe("luma.nginx under a real nginx, read by the ai package over HTTP", func
     assert.are.equal("the request's messages hold no user message\n", out)
   end)
 
+  it("cancels a real ask when the client goes away: its stream from the provider ends at once", function()
+    local socket = require "socket"
+    -- 400 characters of text in 4-character deltas, one per 50 ms: 5 s
+    server:reset()
+    server:script { streamed(mock.chat(("word "):rep(80)), 50) }
+    local c = assert(socket.connect("127.0.0.1", nginx.port))
+    c:settimeout(5)
+    local body = '{"messages":[{"role":"user","parts":[{"type":"text","text":"talk"}]}]}'
+    c:send("POST /api/kept HTTP/1.1\r\nHost: localhost\r\nContent-Length: " .. #body .. "\r\n\r\n" .. body)
+    local line
+    repeat line = assert(c:receive("*l")) until line:find('"text-delta"', 1, true)
+    local t0 = socket.gettime()
+    c:close()
+    local state
+    for _ = 1, 100 do
+      state = post(nginx.url .. "/api/state", "")
+      if state:match(" ASK_CANCELLED\n$") then break end
+      socket.sleep(0.05)
+    end
+    -- respond said why it stopped (nginx could not send); the ask ended
+    -- cancelled, well before its stream's 5 s
+    assert.matches(" nil [^\n]+ ASK_CANCELLED\n$", state, nginx:log())
+    local ms = (socket.gettime() - t0) * 1000
+    assert.is_true(ms < h.by_instrumentation(1000, 2000, 4000), string.format("the ask ended %.0f ms after the client left", ms))
+    assert.are.equal(1, #server:requests())
+  end)
+
   it("sends a failed ask as useChat's error, and a source that raises as one", function()
     local r = ai_chat(h.quote(nginx.url .. "/api/fails"))
     assert.are.same({}, r.invalid)
