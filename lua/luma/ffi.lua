@@ -470,9 +470,38 @@ local function event_or_done(f)
   return f.peeked ~= nil or f:done()
 end
 
+-- An ask started without { events = true } listens from its first
+-- events() on (what it had already done is not shown); one already done
+-- gives its finish alone. A call that is no ask has no events.
+local function listen(self)
+  if self.listening or self.finish_only then return end
+  if not self.ask then
+    error(setmetatable({ code = "INVALID_ARGUMENT", message = "events: only an ask has events (agent:start_ask)" }, Error), 3)
+  end
+  local err = ffi.new("luma_error")
+  if lib.luma_listen(self.c, err) == C_OK then
+    self.listening = true
+    return
+  end
+  if not self:done() then raise(err, 4) end
+  local ok, json, code, message = self:json()
+  local value = luma.json.decode(json)
+  if not ok then
+    if type(value) ~= "table" then value = {} end
+    value.code, value.message = code, message
+  end
+  self.finish_only = { type = "finish", ok = ok, answer = ok and value or nil, error = not ok and value or nil }
+end
+
 function Future:events(sleep)
   local ngx = is_ngx(sleep) and sleep
+  listen(self)
   return function()
+    if self.finish_only then
+      local finish = self.finish_only
+      self.finish_only = true
+      return finish ~= true and finish or nil
+    end
     while true do
       local ev = self:next_event()
       if ev ~= nil then return ev end
@@ -626,7 +655,11 @@ function Agent:start_ask(prompt, schema, opts)
   local c = lib.luma_start_ask(self.program.ptr, self.name, prompt, schema, err)
   if c == nil then raise(err) end
   local f = new_future(self.program.rt, c)
-  if opts and opts.events and lib.luma_listen(f.c, err) ~= C_OK then raise(err) end
+  f.ask = true
+  if opts and opts.events then
+    if lib.luma_listen(f.c, err) ~= C_OK then raise(err) end
+    f.listening = true
+  end
   return f
 end
 
