@@ -211,6 +211,28 @@ describe("LuaJIT through the FFI binding (luma.ffi)", function()
     assert.matches("^text_delta text_delta .*usage turn_end finish\ttrue\t7\n$", out)
   end)
 
+  it("gives the events of an ask started without events = true from then on, and a done one's finish alone", function()
+    server:reset()
+    server:script { { stream = { delay_ms = 30 }, json = mock.chat('{"number":7}').json },
+      { json = mock.chat('{"number":8}').json } }
+    local out = luajit [[
+      local rt = luma.runtime {}
+      local p = rt:load("program.luma")
+      local a = p:agent("A"):start_ask("Pick a number", "Pick")
+      local types = {}
+      for ev in a:events() do types[#types + 1] = ev.type end
+      print(table.concat(types, " "), a:result().number)
+      local b = p:agent("A"):start_ask("Pick a number", "Pick")
+      b:wait()
+      types = {}
+      for ev in b:events() do types[#types + 1] = ev.type .. " " .. tostring(ev.ok) .. " " .. ev.answer.number end
+      print(table.concat(types, ","))
+      local ok, e = pcall(function() return p:start("add", { a = 1, b = 2 }):events() end)
+      print(ok, e.code, e.message)
+    ]]
+    assert.matches("^[%w_ ]*turn_end finish\t7\nfinish true 8\nfalse\tINVALID_ARGUMENT\tevents: only an ask has events %(agent:start_ask%)\n$", out)
+  end)
+
   it("asks the model without blocking", function()
     server:reset()
     server:script { { delay_ms = 200, json = mock.chat('{"number":7}').json } }

@@ -9,6 +9,7 @@
 local luma = require "luma"
 local uistream = require "luma.uistream"
 local h = require "spec.helpers"
+local mock = require "spec.support.mock_provider"
 
 local json = luma.json
 local SUPPORT = h.root .. "/spec/support/ai"
@@ -257,17 +258,24 @@ describe("the ai package's own reader of luma.uistream's output", function()
 end)
 
 describe("luma.nginx under a real nginx, read by the ai package over HTTP", function()
-  local nginx
+  local nginx, server
 
+  -- spec/fixtures/uistream: scripted asks, and a real ask of its
+  -- program.luma (through libluma) whose model is the mock provider
   setup(function()
     ensure_ai()
+    server = mock.start()
     local dir = h.tmpname("-uistream")
     -- (cp without the sanitizers' preloaded runtime, as helpers.copy_example)
     local status, out, err = h.sh("env -u LD_PRELOAD cp -r " .. h.quote(h.root .. "/spec/fixtures/uistream") .. " " .. h.quote(dir))
     assert(status == 0, "cannot copy spec/fixtures/uistream: " .. out .. err)
+    h.write(dir .. "/program.luma", (h.read(dir .. "/program.luma"):gsub("MOCK_URL", server.url)))
     nginx = h.nginx(dir)
   end)
-  teardown(function() if nginx then nginx:stop() end end)
+  teardown(function()
+    if nginx then nginx:stop() end
+    if server then server:stop() end
+  end)
 
   -- -> body, status
   local function post(url, body)
@@ -307,7 +315,7 @@ describe("luma.nginx under a real nginx, read by the ai package over HTTP", func
   end
 
   for _, case in ipairs {
-    { "chat", "an iterator of events", "answer-1" },
+    { "iterator", "an iterator of events", "answer-1" },
     { "ask", "an ask's events()", "answer-2" },
     { "callback", "on_event called from the ask's own light thread", "answer-3" },
   } do
@@ -323,24 +331,106 @@ describe("luma.nginx under a real nginx, read by the ai package over HTTP", func
     end)
   end
 
-  it("serves the README's snippet: useChat's prompt read from its POST, answered back as it streams", function()
+  -- the worker's ngx.sleep calls so far
+  local function sleeps()
+    local body, status = require("socket.http").request(nginx.url .. "/api/sleeps")
+    assert.are.equal(200, status, nginx:log())
+    return tonumber(body)
+  end
+
+  -- mock.chat's step streamed, one event per ms
+  local function streamed(step, ms)
+    step.stream = { delay_ms = ms }
+    return step
+  end
+
+  it("streams a real ask (the README's snippet) as the provider streams it, woken by the runtime, never polling", function()
     local section = h.read(h.root .. "/README.md"):match("%*%*Serving an ask to a browser's useChat%*%*(.-)\n%*%*")
     assert.is_truthy(section, "the README has no paragraph on serving an ask to useChat")
     local snippet = section:match("```lua\n(.-)```")
     assert.is_truthy(h.read(h.root .. "/spec/fixtures/uistream/app.lua"):find(snippet, 1, true),
       "the README's snippet is not in spec/fixtures/uistream/app.lua")
-    local r = ai_chat(h.quote(nginx.url .. "/api/echo") .. " --ping " .. h.quote(nginx.url .. "/ping") ..
+    -- turn 1 says it adds and calls add; turn 2 answers: each streamed
+    -- (Chat Completions' deltas: 4 characters of text, 5 of arguments) one event per 50 ms
+    server:reset()
+    server:script {
+      streamed(mock.chat("Let me add them.", { { "call_1", "add", '{"a": 2, "b": 3}' } }), 50),
+      streamed(mock.chat('{"text":"The sum is 5."}'), 50),
+    }
+    local before = sleeps()
+    local r = ai_chat(h.quote(nginx.url .. "/api/chat") .. " --ping " .. h.quote(nginx.url .. "/ping") ..
       " --text 'add two and three'")
-    assert.are.same({}, r.invalid)
-    assert.are.equal("ready", r.status, tostring(r.error))
-    assert.are.equal("You said: add two and three", parts_of(r.messages[2], "text")[1].text)
-    check_streamed(r, "You said: add two and three", 120)
-    local out, status = post(nginx.url .. "/api/echo", "not json")
+    assert.are.same({}, r.invalid, nginx:log())
+    assert.are.equal("ready", r.status, tostring(r.error) .. "\n" .. nginx:log())
+    assert.are.equal("stop", r.finishReason)
+    assert.are.equal("text/event-stream", r.headers["content-type"])
+    -- the ask's text, its call with the input the model gave and the output
+    -- the handler gave, in a step per turn, and its typed answer
+    local m = r.messages[2]
+    local types = {}
+    for _, p in ipairs(m.parts) do types[#types + 1] = p.type end
+    assert.are.same({ "step-start", "text", "tool-add", "step-start", "text", "data-luma-answer" }, types)
+    local texts = parts_of(m, "text")
+    assert.are.same({ "Let me add them.", '{"text":"The sum is 5."}' }, { texts[1].text, texts[2].text })
+    local call = parts_of(m, "tool-add")[1]
+    assert.are.same({ "call_1", "output-available", { a = 2, b = 3 }, { total = 5 } },
+      { call.toolCallId, call.state, call.input, call.output })
+    assert.are.same({ text = "The sum is 5." }, parts_of(m, "data-luma-answer")[1].data)
+    -- (useChat sent no messageId: each reader made one up)
+    m.id, r.read.id = nil, nil
+    assert.are.same(m, r.read)
+    -- what the provider was asked: a stream, useChat's prompt, then the handler's output
+    local asked = server:requests()
+    assert.are.equal(2, #asked)
+    assert.is_true(asked[1].json.stream)
+    assert.are.equal("add two and three", asked[1].json.messages[#asked[1].json.messages].content)
+    local back = asked[2].json.messages[#asked[2].json.messages]
+    assert.are.same({ "tool", "call_1", { total = 5 } }, { back.role, back.tool_call_id, json.decode(back.content) })
+    -- the text grew as the provider streamed it (about 20 events, 50 ms apart),
+    -- and a request sent meanwhile was answered at once
+    check_streamed(r, 'Let me add them.{"text":"The sum is 5."}', 300)
+    assert.are.equal("pong\n", r.ping.text)
+    assert.is_false(r.ping.streamDone, string.format("the second request was answered at %d ms, after the stream's end (%d ms)",
+      r.ping.at, r.ms))
+    assert.is_true(r.ping.ms < h.by_instrumentation(250, 500, 1500), "the second request took " .. r.ping.ms .. " ms")
+    -- each event woke the request through the runtime's wake socket: no ngx.sleep
+    assert.are.equal(before, sleeps())
+  end)
+
+  it("answers a body that is not useChat's with a 400 saying what was wrong (the README's snippet)", function()
+    local out, status = post(nginx.url .. "/api/chat", "not json")
     assert.are.equal(400, status)
     assert.matches("^the request's body is not a JSON object: ", out)
-    out, status = post(nginx.url .. "/api/echo", '{"messages": []}')
+    out, status = post(nginx.url .. "/api/chat", '{"messages": []}')
     assert.are.equal(400, status)
     assert.are.equal("the request's messages hold no user message\n", out)
+  end)
+
+  it("cancels a real ask when the client goes away: its stream from the provider ends at once", function()
+    local socket = require "socket"
+    -- 400 characters of text in 4-character deltas, one per 50 ms: 5 s
+    server:reset()
+    server:script { streamed(mock.chat(("word "):rep(80)), 50) }
+    local c = assert(socket.connect("127.0.0.1", nginx.port))
+    c:settimeout(5)
+    local body = '{"messages":[{"role":"user","parts":[{"type":"text","text":"talk"}]}]}'
+    c:send("POST /api/kept HTTP/1.1\r\nHost: localhost\r\nContent-Length: " .. #body .. "\r\n\r\n" .. body)
+    local line
+    repeat line = assert(c:receive("*l")) until line:find('"text-delta"', 1, true)
+    local t0 = socket.gettime()
+    c:close()
+    local state
+    for _ = 1, 100 do
+      state = post(nginx.url .. "/api/state", "")
+      if state:match(" ASK_CANCELLED\n$") then break end
+      socket.sleep(0.05)
+    end
+    -- respond said why it stopped (nginx could not send); the ask ended
+    -- cancelled, well before its stream's 5 s
+    assert.matches(" nil [^\n]+ ASK_CANCELLED\n$", state, nginx:log())
+    local ms = (socket.gettime() - t0) * 1000
+    assert.is_true(ms < h.by_instrumentation(1000, 2000, 4000), string.format("the ask ended %.0f ms after the client left", ms))
+    assert.are.equal(1, #server:requests())
   end)
 
   it("sends a failed ask as useChat's error, and a source that raises as one", function()

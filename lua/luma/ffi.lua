@@ -15,6 +15,8 @@
 --                     -- sleep (e.g. love.timer.sleep), sleeps between polls instead;
 --                     -- f:await(ngx) in OpenResty: the request sleeps until the
 --                     -- runtime's wake socket says the call ended (no polling)
+--   for ev in f:events([sleep]) do ... end   -- an ask's events (start_ask(..., { events = true })),
+--                     -- waiting as await does: f:events(ngx) wakes on each event
 --   program:register("tool", function(input, needs) return { ... } end)
 --               -- a handler of the host's own (luma_register): it runs on the
 --               -- thread that polls (f:ready, f:wait, rt:poll); raising
@@ -293,9 +295,11 @@ end
 -- own. One timer's light thread per runtime (started at the first await)
 -- serves them: a light thread of its own holds a cosocket connected to the
 -- runtime's wake socket (luma_wake_socket); at each read (a handler or a
--- transfer finished) it polls the runtime and posts the semaphores of the
--- futures that are done. The dispatcher does the same when `wake` is posted
--- (a new waiter) or the runtime's next timer is due.
+-- transfer finished, a streamed transfer's bytes came) it polls the runtime
+-- and posts the semaphores of the futures that are done, and of the asks
+-- iterated with events(ngx) that queued an event. The dispatcher does the
+-- same when `wake` is posted (a new waiter) or the runtime's next timer is
+-- due.
 -- Nothing sleeps on a timer to learn that a call ended: the dispatcher's
 -- wait ends at the runtime's next timer (a backoff, a deadline), or after
 -- NGX_IDLE_S to see whether the worker is exiting. (A semaphore's timeout,
@@ -309,14 +313,15 @@ local function ngx_wake(d)
   if d.wake and d.wake:count() <= 0 then d.wake:post(1) end
 end
 
--- Polls the runtime and posts the semaphores of the futures that are done.
+-- Polls the runtime and posts the semaphores of the waiters whose future
+-- is ready for them (done; for events, an event queued).
 -- -> ms until the runtime's next timer, or nil
 local function ngx_serve(rt, d)
   local _, wait = rt:poll()   -- the first accepts the wake socket's connection
-  for f, sema in pairs(d.waiting) do
-    if f:done() then
+  for f, w in pairs(d.waiting) do
+    if w.ready(f) then
       d.waiting[f] = nil
-      sema:post(1)
+      w.sema:post(1)
     end
   end
   return wait
@@ -367,7 +372,7 @@ local function ngx_dispatch(premature, rt, d)
     d.why = ffi.string(err.message)
   end
   if not d.connected then
-    -- the requests fall back to polling (await_ngx)
+    -- the requests fall back to polling (wait_ngx)
     ngx.log(ngx.ERR, "luma: no wake socket, requests poll instead: ", d.why)
     d.failed = true
   end
@@ -381,20 +386,24 @@ local function ngx_dispatch(premature, rt, d)
   if d.why and not d.failed then ngx.log(ngx.ERR, "luma: ", d.why) end
   d.running = false
   -- requests left waiting: a new dispatcher serves them
-  for _, sema in pairs(d.waiting) do sema:post(1) end
+  for _, w in pairs(d.waiting) do w.sema:post(1) end
 end
 
-local function await_ngx(self, ngx)
-  if self:done() then return end
+local function is_done(f) return f:done() end
+
+-- The request sleeps until ready(self): the call is done (await), or an
+-- event is queued too (events).
+local function wait_ngx(self, ngx, ready)
+  if ready(self) then return end
   local rt = self.rt
   local d = rt.ngx
   if not d then
     d = { ngx = ngx, waiting = {}, semaphore = require "ngx.semaphore" }
     rt.ngx = d
   end
-  while not self:done() do
+  while not ready(self) do
     if d.failed then
-      while not self:ready() do ngx.sleep(0.002) end
+      while not (self:ready() or ready(self)) do ngx.sleep(0.002) end
       return
     end
     if not d.running then
@@ -406,7 +415,7 @@ local function await_ngx(self, ngx)
       end
     end
     local sema = d.semaphore.new()
-    d.waiting[self] = sema
+    d.waiting[self] = { sema = sema, ready = ready }
     -- a call done at its start wrote nothing to the socket: the dispatcher
     -- polls once more for it (with every other new waiter)
     ngx_wake(d)
@@ -415,9 +424,11 @@ local function await_ngx(self, ngx)
   end
 end
 
+local function is_ngx(sleep) return type(sleep) == "table" and sleep.timer and sleep.socket and true end
+
 function Future:await(sleep)
-  if type(sleep) == "table" and sleep.timer and sleep.socket then
-    await_ngx(self, sleep)
+  if is_ngx(sleep) then
+    wait_ngx(self, sleep, is_done)
   elseif sleep then
     while not self:ready() do sleep(0.002) end
   elseif in_coroutine() then
@@ -432,8 +443,15 @@ end
 -- event as JSON text, or nil when none is queued now (a server passes it
 -- on as it is); f:next_event() decodes it. f:events() iterates them, the
 -- finish last, stepping the runtime as ready() does, and yielding (or, given
--- sleep, sleeping: ngx.sleep) while it waits, as await does.
+-- sleep, sleeping) while it waits, as await does; f:events(ngx) in
+-- OpenResty: the request sleeps until the runtime's wake socket says an
+-- event came (the ask's stream read on, a tool call ended), never polling.
 function Future:next_event_json()
+  local kept = self.peeked
+  if kept then
+    self.peeked = nil
+    return kept
+  end
   local ev = lib.luma_next_event(self.c, lenp)
   if ev == nil then return nil end
   return ffi.string(ev, lenp[0])
@@ -444,19 +462,62 @@ function Future:next_event()
   return json and luma.json.decode(json)
 end
 
+-- OpenResty's dispatcher takes the event it finds for a waiter: it is kept
+-- for next_event_json
+local function event_or_done(f)
+  if f.peeked then return true end
+  f.peeked = f:next_event_json()
+  return f.peeked ~= nil or f:done()
+end
+
+-- An ask started without { events = true } listens from its first
+-- events() on (what it had already done is not shown); one already done
+-- gives its finish alone. A call that is no ask has no events.
+local function listen(self)
+  if self.listening or self.finish_only then return end
+  if not self.ask then
+    error(setmetatable({ code = "INVALID_ARGUMENT", message = "events: only an ask has events (agent:start_ask)" }, Error), 3)
+  end
+  local err = ffi.new("luma_error")
+  if lib.luma_listen(self.c, err) == C_OK then
+    self.listening = true
+    return
+  end
+  if not self:done() then raise(err, 4) end
+  local ok, json, code, message = self:json()
+  local value = luma.json.decode(json)
+  if not ok then
+    if type(value) ~= "table" then value = {} end
+    value.code, value.message = code, message
+  end
+  self.finish_only = { type = "finish", ok = ok, answer = ok and value or nil, error = not ok and value or nil }
+end
+
 function Future:events(sleep)
+  local ngx = is_ngx(sleep) and sleep
+  listen(self)
   return function()
+    if self.finish_only then
+      local finish = self.finish_only
+      self.finish_only = true
+      return finish ~= true and finish or nil
+    end
     while true do
       local ev = self:next_event()
       if ev ~= nil then return ev end
-      if self:done() then return nil end
-      self:ready()
-      ev = self:next_event()
-      if ev ~= nil then return ev end
-      if self:done() then return nil end
-      if sleep then sleep(0.002)
-      elseif in_coroutine() then coroutine.yield(self)
-      else lib.luma_wait(self.c, 5) end
+      -- (events queued before it settled are kept for the host)
+      if self:done() then return self:next_event() end
+      if ngx then
+        wait_ngx(self, ngx, event_or_done)
+      else
+        self:ready()
+        ev = self:next_event()
+        if ev ~= nil then return ev end
+        if self:done() then return self:next_event() end
+        if sleep then sleep(0.002)
+        elseif in_coroutine() then coroutine.yield(self)
+        else lib.luma_wait(self.c, 5) end
+      end
     end
   end
 end
@@ -594,7 +655,11 @@ function Agent:start_ask(prompt, schema, opts)
   local c = lib.luma_start_ask(self.program.ptr, self.name, prompt, schema, err)
   if c == nil then raise(err) end
   local f = new_future(self.program.rt, c)
-  if opts and opts.events and lib.luma_listen(f.c, err) ~= C_OK then raise(err) end
+  f.ask = true
+  if opts and opts.events then
+    if lib.luma_listen(f.c, err) ~= C_OK then raise(err) end
+    f.listening = true
+  end
   return f
 end
 

@@ -6,7 +6,8 @@
 --     content_by_lua_block {
 --       local stream = require "luma.nginx"
 --       local req = stream.request()            -- useChat's POST; req.prompt: the last user text
---       stream.respond(ask)                     -- an ask: for ev in ask:events()
+--       stream.respond(ask)                     -- an ask: for ev in ask:events(ngx)
+--                                               -- (luma.ffi: agent:start_ask(req.prompt, "string", { events = true }))
 --       -- or stream.respond(iterator | { events })
 --       -- or stream.respond_callback(function(on_event)
 --       --      return agent:ask(req.prompt, { on_event = on_event })
@@ -17,9 +18,10 @@
 -- Each event is written with ngx.print and flushed with ngx.flush(true): the
 -- request's coroutine yields until nginx has handed the bytes to the socket,
 -- and the worker serves other requests meanwhile. Nothing here sleeps or
--- polls: waiting for the next event is the source's (an ask's iterator waits
--- as luma's futures do; respond_callback waits on an ngx.semaphore that
--- on_event posts).
+-- polls: waiting for the next event is the source's (a luma.ffi ask's
+-- events(ngx) sleeps on an ngx.semaphore that the runtime's wake socket
+-- posts, as f:await(ngx) does; respond_callback waits on an ngx.semaphore
+-- that on_event posts).
 local uistream = require "luma.uistream"
 
 local nginx = {}
@@ -80,12 +82,13 @@ local function write(text, wait)
   return true
 end
 
--- The events of source, one by one: an ask (or anything with :events()),
--- an iterator function, or a list.
+-- The events of source, one by one: an ask (or anything with :events(),
+-- called as source:events(ngx): a luma.ffi ask then sleeps until an event
+-- comes, woken by the runtime), an iterator function, or a list.
 local function iterate(source)
   if type(source) == "function" then return source end
   if type(source) == "table" and type(source.events) == "function" then
-    local f, s, c = source:events()
+    local f, s, c = source:events(ngx)
     return function()
       local ev = f(s, c)
       c = ev
