@@ -67,6 +67,23 @@ families.responses = {
   end,
 }
 
+-- Azure's v1 path: the deployment as the body's model, no api-version
+families.azure_v1 = setmetatable({
+  model = 'provider: "azure"\n base_url: "%s/"\n deployment: "dep1"',
+  asked = function(r)
+    return r.path == "/openai/v1/chat/completions" and r.json.model == "dep1" and r.json.stream == true and
+      r.json.stream_options.include_usage == true
+  end,
+  plain = function(r) return r.path == "/openai/v1/chat/completions" and r.json.stream == nil end,
+}, { __index = families.chat })
+
+-- Azure's Responses API, on its v1 path only
+families.azure_responses = setmetatable({
+  model = 'provider: "azure"\n base_url: "%s"\n deployment: "dep1"\n api_version: "2024-10-21"\n api: "responses"',
+  asked = function(r) return r.path == "/openai/v1/responses" and r.json.model == "dep1" and r.json.stream == true end,
+  plain = function(r) return r.path == "/openai/v1/responses" and r.json.stream == nil end,
+}, { __index = families.responses })
+
 families.anthropic = {
   model = 'provider: "anthropic"\n name: "claude-test"\n base_url: "%s"',
   asked = function(r) return r.path == "/v1/messages" and r.json.stream == true end,
@@ -152,7 +169,7 @@ local function find_all(events, type)
   return out
 end
 
-for _, name in ipairs { "chat", "azure", "responses", "anthropic", "gemini" } do
+for _, name in ipairs { "chat", "azure", "azure_v1", "responses", "azure_responses", "anthropic", "gemini" } do
   local f = families[name]
   describe("a streamed ask with " .. name, function()
     local server, telemetry
