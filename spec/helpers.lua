@@ -12,8 +12,9 @@ local function shell_quote(s)
 end
 helpers.quote = shell_quote
 
--- The folders helpers.project and helpers.copy_example made go when the
--- spec file that made them ends, whether or not it removed them itself.
+-- The folders helpers.project and helpers.copy_example made, and the files
+-- named by helpers.tmpname, go when the spec file that made them ends,
+-- whether or not it removed them itself.
 local made = {}
 do
   local ok, busted = pcall(require, "busted")
@@ -30,7 +31,9 @@ local tmp_counter = 0
 function helpers.tmpname(suffix)
   tmp_counter = tmp_counter + 1
   local dir = os.getenv("TMPDIR") or "/tmp"
-  return string.format("%s/luma-spec-%d-%d%s", dir, math.random(1, 1e9), tmp_counter, suffix or "")
+  local path = string.format("%s/luma-spec-%d-%d%s", dir, math.random(1, 1e9), tmp_counter, suffix or "")
+  made[#made + 1] = path
+  return path
 end
 
 function helpers.read(path)
