@@ -262,6 +262,7 @@ bench: deps
 	LUMA_BUILD=$(BUILD) LUMA_BENCH_ALLOCS=$(abspath $(BUILD))/bench_allocs.so $(LUA) bench/pipeline/run.lua
 	LUMA_BUILD=$(BUILD) $(LUA) bench/sandbox/run.lua
 	LUMA_BUILD=$(BUILD) $(LUA) bench/agent/run.lua
+	LUMA_BUILD=$(BUILD) LUA=$(LUA) $(LUA) bench/agent/stream.lua
 	LUMA_BUILD=$(BUILD) $(LUA) bench/wake/run.lua
 	LUMA_BUILD=$(BUILD) $(LUA) bench/nginx/run.lua
 
