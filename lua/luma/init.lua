@@ -63,7 +63,7 @@ end
 local OPTIONS = {
   limits = true, config = true, tool_modules = true, on_event = true, trace = true, clock = true,
   default_timeout_ms = true, tool_module_policy = true, runtime = true, approve = true, lookup = true,
-  record = true, replay = true, allow_unknown_models = true, journal = true,
+  record = true, replay = true, replay_seed = true, allow_unknown_models = true, journal = true,
 }
 
 --[[ Reads and compiles a .luma file and gets it ready to run:
@@ -131,6 +131,7 @@ function luma.load(path, opts)
     lookup = opts.lookup,
     record = opts.record,
     replay = opts.replay,
+    replay_seed = opts.replay_seed,
     journal = opts.journal,
   }
   -- after the clock, so that the store purges with the time the program sees
