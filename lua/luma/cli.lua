@@ -43,6 +43,8 @@ options of run:
                            API keys redacted)
   --replay FILE            answer the model requests from a recording, without the
                            network; the first request that differs is an error
+  --replay-seed N          the seed of the random sizes of the pieces a recorded
+                           stream is replayed in (default 1)
   --emit-lua               print the Lua the program compiles to, and stop
   --allow-unknown-models   let a model name the capability table of provider tools
                            does not know run them (a warning at each ask)
@@ -152,6 +154,7 @@ JSON object; with --agent, calls a method and prints what it returns.
   --trace FILE         append one telemetry event per tool call and ask (JSON lines)
   --record FILE        append every exchange with a model provider (JSON lines, keys redacted)
   --replay FILE        answer the model requests from a recording, without the network
+  --replay-seed N      the seed of the pieces' sizes a recorded stream is replayed in (default 1)
   --emit-lua           print the Lua the program compiles to, and stop
   --allow-unknown-models  let a model name the capability table of provider tools does
                        not know run them (a warning at each ask)
@@ -437,7 +440,7 @@ function commands.tools(args)
 end
 
 local RUN_OPTIONS = { "--tool-module", "--config", "--agent", "--method", "--input", "--trace", "--record",
-  "--replay", "--emit-lua", "--generate-tool-types", "--allow-unknown-models" }
+  "--replay", "--replay-seed", "--emit-lua", "--generate-tool-types", "--allow-unknown-models" }
 
 local function parse_run_args(args)
   local o = { tool_modules = {} }
@@ -457,6 +460,9 @@ local function parse_run_args(args)
     elseif a == "--trace" then o.trace = value(a)
     elseif a == "--record" then o.record = value(a)
     elseif a == "--replay" then o.replay = value(a)
+    elseif a == "--replay-seed" then
+      o.replay_seed = math.tointeger(tonumber(value(a)))
+      if not o.replay_seed then error({ usage = "--replay-seed needs an integer, got '" .. args[i] .. "'" }) end
     elseif a == "--emit-lua" then o.emit_lua = true
     elseif a == "--allow-unknown-models" then o.allow_unknown_models = true
     elseif a == "--generate-tool-types" then o.types = value(a)
@@ -467,6 +473,7 @@ local function parse_run_args(args)
   end
   if not o.program then error({ usage = "run needs a PROGRAM" }) end
   if (o.method or o.input) and not o.agent then error({ usage = "--method and --input go with --agent" }) end
+  if o.replay_seed and not o.replay then error({ usage = "--replay-seed goes with --replay" }) end
   return o
 end
 
@@ -507,6 +514,7 @@ function commands.run(args)
   end
   local loaded, program = pcall(luma.load, o.program, {
     tool_modules = o.tool_modules, config = o.config, trace = o.trace, record = o.record, replay = o.replay,
+    replay_seed = o.replay_seed,
     on_event = on_event, allow_unknown_models = o.allow_unknown_models,
   })
   if not loaded then return report(program, true) end

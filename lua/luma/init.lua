@@ -84,6 +84,7 @@ local OPTIONS = {
   opts.allow_unknown_models  true: a model name the capability table of provider tools does not
                      know may run them (as each model's allow_unknown_model), with a warning
   opts.replay        a recording to answer the model requests from, without the network
+  opts.replay_seed   the seed of the pieces' sizes a recorded stream is replayed in (default 1)
   opts.journal       a SQLite file for the journals of durable agents' asks (journal.h)
   opts.limits        see the README ]]
 local modules_of = setmetatable({}, { __mode = "k" })
