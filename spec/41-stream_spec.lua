@@ -522,6 +522,39 @@ describe("a streamed ask", function()
     assert.are.same(k1, k2)
   end)
 
+  it("records a stream cut before its final event as it came, and replays the cut, the retry and the answer", function()
+    local rec = h.tmpname(".jsonl")
+    finally(function() os.remove(rec) end)
+    local cut = families.chat.text('{"total":9}')
+    cut.stream = { cut = true }
+    server:script { cut, families.chat.text('{"total":3}') }
+    local function run(opts)
+      local p = assert(luma.compile(SOURCE:format(families.chat.model:format(server.url), 1, "")))
+      p:register("add", function(i) return { sum = i.a + i.b } end)
+      p:configure { lookup = function(n) if n == "LUMA_TEST_KEY" then return KEY end end,
+                    record = opts.record, replay = opts.replay }
+      local events = {}
+      local v = p:agent("A"):ask("x", "Answer", { on_event = function(ev) events[#events + 1] = ev end })
+      return v, events
+    end
+    local v, live = run { record = rec }
+    assert.are.same({ total = 3 }, v)
+    local lines = {}
+    for line in io.lines(rec) do lines[#lines + 1] = decode(line) end
+    assert.are.equal(2, #lines)
+    assert.is_nil(lines[1].response.body:find("[DONE]", 1, true), "the cut stream, as it came")
+    assert.matches("[DONE]", lines[2].response.body, 1, true)
+    server:reset()
+    local v2, replayed = run { replay = rec }
+    assert.are.same(v, v2)
+    assert.are.equal(0, #server:requests())
+    local t1, k1 = shape(live)
+    local t2, k2 = shape(replayed)
+    assert.are.same(k1, k2)
+    assert.are.same(t1, t2)
+    assert.is_table(find_all(replayed, "retry")[1], "the replay retried the cut stream")
+  end)
+
   it("refuses a recording of a later format version, and a replay_seed without a replay", function()
     local rec = h.tmpname(".jsonl")
     finally(function() os.remove(rec) end)
