@@ -227,6 +227,7 @@ demo: deps
 	  --input '{"text": "INV-2041 paid in full on the first of May"}'
 	LUMA_BUILD=$(BUILD) bin/luma-lua examples/calculate.luma --agent Flow \
 	  --input '{"text": "INV-2041 paid in full on the first of May"}' --replay examples/flow.recording.jsonl
+	LUMA_BUILD=$(BUILD) $(LUA) examples/stream-replay.lua
 
 $(BUILD)/bench_stores: bench/stores/run.c $(CORE_OBJ)
 	$(CC) $(ALL_CFLAGS) $(INC_core) $(LDFLAGS) -o $@ $< $(CORE_OBJ) $(LUA_LIB) $(LIBS)
@@ -262,6 +263,7 @@ bench: deps
 	LUMA_BUILD=$(BUILD) LUMA_BENCH_ALLOCS=$(abspath $(BUILD))/bench_allocs.so $(LUA) bench/pipeline/run.lua
 	LUMA_BUILD=$(BUILD) $(LUA) bench/sandbox/run.lua
 	LUMA_BUILD=$(BUILD) $(LUA) bench/agent/run.lua
+	LUMA_BUILD=$(BUILD) LUA=$(LUA) $(LUA) bench/agent/stream.lua
 	LUMA_BUILD=$(BUILD) $(LUA) bench/wake/run.lua
 	LUMA_BUILD=$(BUILD) $(LUA) bench/nginx/run.lua
 

@@ -248,7 +248,7 @@ int ad_stream_end(ad_stream *s, ad_turn *turn, ad_error *err);
 void ad_stream_free(ad_stream *s);
 /* The whole response the stream stood for, once it ended with a turn (in
    the stream's arena), as the non-streaming API would have sent it; else
-   NULL. A recording keeps it. */
+   NULL. A durable ask's journal keeps it. */
 const jv *ad_stream_response(const ad_stream *s);
 
 /* The wait before retry number `attempt` (0 for the first) of a retryable

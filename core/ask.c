@@ -135,6 +135,7 @@ ak_ask *ak_new(pl_program *pg, pl_scope *scope, const ak_params *p, le_code *cod
   snprintf(a->id, sizeof a->id, "ask-%llu", ++next_id);
   a->ttft = -1;
   sb_init(&a->whole);
+  sb_init(&a->raw);
   if (p->listen) ak_listen(a);
   return a;
 }
@@ -166,6 +167,10 @@ static void drop_transfer(ak_ask *a) {
   a->stream = NULL;
   sb_free(&a->whole);
   sb_init(&a->whole);
+  sb_free(&a->raw);
+  sb_init(&a->raw);
+  a->replayed = NULL;
+  a->replayed_len = 0;
   a->streaming = a->head_seen = a->sse = a->stream_failed = a->whole_too_large = a->held = 0;
 }
 
@@ -300,8 +305,8 @@ static void send(ak_ask *a) {
   a->callids = a->callnames = NULL;
   a->ev_turn = a->turns + 1;
   a->delivered = 0;
-  /* a replay serves whole responses: it is sent as not streamed */
-  int stream = a->listen && a->pm->stream && !a->pg->replay;
+  /* a replay asks as the recording did, listening or not */
+  int stream = a->pg->replay ? rc_replay_streamed(a->pg->replay) : a->listen && a->pm->stream;
   ad_ask q = { a->tools, a->ntools, AD_CHOICE_AUTO, NULL, NULL, NULL, stream, a->ptools, a->nptools, NULL };
   ak_lazy_ask(a, &q);
   if (a->forced && !a->tool_rounds) {
@@ -321,13 +326,6 @@ static void send(ak_ask *a) {
     return;
   }
   a->req = r;
-  /* a recording keeps a streamed exchange as the request and response it
-     stands for, which replay whether or not the host listens */
-  memset(&a->plain, 0, sizeof a->plain);
-  if (stream && a->pg->record) {
-    q.stream = 0;
-    if (!ad_build(&a->conv, &q, &a->turn_arena, &a->plain, err, sizeof err)) a->plain = r;
-  }
   long long now = pl_mono_ms(a->T, a->pg);
   if (a->attempt == 0) a->exchange_start = now;
   if (a->pg->replay) {
@@ -338,6 +336,19 @@ static void send(ak_ask *a) {
       return;
     }
     resp.now_ms = pl_wall_ms(a->T, a->pg);
+    if (stream && rc_replay_is_stream(&resp)) {
+      /* the recorded event stream, through the stream parser in pieces of
+         random sizes (pump), as a transfer would give it */
+      a->replayed = resp.body;
+      a->replayed_len = resp.len;
+      a->streaming = a->head_seen = a->sse = 1;
+      if (!(a->stream = ad_stream_new(&a->model, &a->turn_arena, on_delta, a))) {
+        fail(a, LE_ASK_RESPONSE_INVALID, "out of memory");
+        return;
+      }
+      a->state = AK_HTTP;
+      return;
+    }
     respond(a, &resp);
     return;
   }
@@ -429,7 +440,7 @@ static int pump(ak_ask *a) {
       return 1;
     }
   }
-  int ended = tp_outcome(a->tp) != NULL;
+  int ended = a->replayed || tp_outcome(a->tp) != NULL;
   char buf[16384];
   a->held = 0;
   for (;;) {
@@ -445,16 +456,27 @@ static int pump(ak_ask *a) {
       a->held = 1;   /* ak_ev_take notifies when the host made room */
       return 0;
     }
-    size_t n = tp_read(a->tp, buf, sizeof buf);
+    const char *bytes = buf;
+    size_t n;
+    if (a->replayed) {
+      n = rc_replay_piece(a->pg->replay, a->replayed_len);
+      bytes = a->replayed;
+      a->replayed += n;
+      a->replayed_len -= n;
+    } else {
+      n = tp_read(a->tp, buf, sizeof buf);
+    }
     if (!n) break;
     if (a->sse) {
-      if (!ad_stream_feed(a->stream, buf, n, &a->stream_error)) {
+      /* a recording keeps the stream as it came (record.h) */
+      if (a->pg->record && !a->replayed) sb_add(&a->raw, bytes, n);
+      if (!ad_stream_feed(a->stream, bytes, n, &a->stream_error)) {
         a->stream_failed = 1;
         return 1;
       }
     } else if (!a->whole_too_large) {
       if (n > (size_t)LIM_MODEL_MAX_RESPONSE_BYTES - a->whole.len) a->whole_too_large = 1;
-      else sb_add(&a->whole, buf, n);
+      else sb_add(&a->whole, bytes, n);
     }
   }
   return ended;
@@ -463,25 +485,28 @@ static int pump(ak_ask *a) {
 static void took_turn(ak_ask *a, const ad_response *r, int streamed);
 
 /* A stream that ended: its turn, or a failed exchange (cut before its final
-   event: ASK_TRUNCATED). A recording keeps the response it stands for. */
+   event: ASK_TRUNCATED). A recording keeps the raw stream, whole or cut. */
 static void streamed(ak_ask *a) {
+  char msg[400];
+  if (a->pg->record && !a->replayed) {
+    static const ad_header sse_type = { "Content-Type", "text/event-stream" };
+    ad_response r = { 200, &sse_type, 1, a->raw.data ? a->raw.data : "", a->raw.len, 0 };
+    if (a->raw.failed) st_warn(a->T, a->pg, "cannot record the stream: out of memory");
+    else if (rc_record(a->pg->record, &a->req, &r, 1, a->model.api_key, msg, sizeof msg) != 0)
+      st_warn(a->T, a->pg, msg);
+  }
   ad_turn turn;
   ad_error e;
   if (!ad_stream_end(a->stream, &turn, &e)) {
     exchange_failed(a, &e);
     return;
   }
-  /* the response the stream stands for: what a recording and a journal keep */
+  /* the response the stream stands for: what a journal keeps */
   sb_buf b;
   sb_init(&b);
-  if (a->pg->record || a->agent->durable) jv_write(&b, ad_stream_response(a->stream), 0);
+  if (a->agent->durable) jv_write(&b, ad_stream_response(a->stream), 0);
   static const ad_header json_type = { "Content-Type", "application/json" };
   ad_response r = { 200, &json_type, 1, b.data ? b.data : "", b.len, pl_wall_ms(a->T, a->pg) };
-  if (a->pg->record && !b.failed) {
-    char msg[400];
-    if (rc_record(a->pg->record, a->plain.url ? &a->plain : &a->req, &r, a->model.api_key, msg, sizeof msg) != 0)
-      st_warn(a->T, a->pg, msg);
-  }
   a->turn = turn;
   if (b.failed) fail(a, LE_ASK_RESPONSE_INVALID, "out of memory");
   else took_turn(a, &r, 1);
@@ -492,6 +517,10 @@ static void streamed(ak_ask *a) {
 static void received(ak_ask *a) {
   if (a->stream_failed) {
     exchange_failed(a, &a->stream_error);
+    return;
+  }
+  if (a->replayed) {
+    streamed(a);
     return;
   }
   const tp_result *res = tp_outcome(a->tp);
@@ -525,8 +554,7 @@ static void received(ak_ask *a) {
   const char *body = a->streaming ? (a->whole.data ? a->whole.data : "") : res->body;
   size_t len = a->streaming ? a->whole.len : res->body_len;
   ad_response r = { (int)res->status, h, (int)res->n_headers, body, len, pl_wall_ms(a->T, a->pg) };
-  const ad_request *sent = a->plain.url ? &a->plain : &a->req;
-  if (a->pg->record && rc_record(a->pg->record, sent, &r, a->model.api_key, msg, sizeof msg) != 0)
+  if (a->pg->record && rc_record(a->pg->record, &a->req, &r, a->streaming, a->model.api_key, msg, sizeof msg) != 0)
     st_warn(a->T, a->pg, msg);
   respond(a, &r);
 }

@@ -93,7 +93,9 @@ struct ak_ask {
   ad_error stream_error;      /* its error (turn_arena) */
   sb_buf whole;               /* a body that is no stream (an error, a server that ignored the flag) */
   int whole_too_large;
-  ad_request plain;           /* the request as if not streamed, for a recording (turn_arena) */
+  sb_buf raw;                 /* the stream's bytes as they came, for a recording */
+  const char *replayed;       /* a recorded stream being served (record.h): what is left of it */
+  size_t replayed_len;
   int delivered;              /* deltas of the current exchange reached the queue */
   int held;                   /* the stream waits for the host to take events */
   long long ttft;             /* ms from the start to the first delta or turn; -1: none yet */

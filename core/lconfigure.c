@@ -170,7 +170,7 @@ static int configure_store(lua_State *L, pl_program *pg, int spec, const store_k
 }
 
 /* program:configure{ contexts =, on_event =, clock =, approve =, lookup =,
-   trace =, record =, replay =, journal =, idempotency =, cache =, default_timeout_ms = } */
+   trace =, record =, replay =, replay_seed =, journal =, idempotency =, cache =, default_timeout_ms = } */
 int lg_configure(lua_State *L, pl_program *pg) {
   luaL_checktype(L, 2, LUA_TTABLE);
   lua_rawgeti(L, LUA_REGISTRYINDEX, pg->anchor);
@@ -226,6 +226,13 @@ int lg_configure(lua_State *L, pl_program *pg) {
     if (!r) return le_raise(L, "IO_ERROR", err, 0);
     rc_replay_close(pg->replay);
     pg->replay = r;
+  }
+  lua_pop(L, 1);
+  lua_getfield(L, 2, "replay_seed");
+  if (!lua_isnil(L, -1)) {
+    if (!lua_isinteger(L, -1)) return luaL_error(L, "configure: 'replay_seed' must be an integer");
+    if (!pg->replay) return luaL_error(L, "configure: 'replay_seed' goes with 'replay' (a recording to replay)");
+    rc_replay_seed(pg->replay, (unsigned long long)lua_tointeger(L, -1));
   }
   lua_pop(L, 1);
   lua_getfield(L, 2, "idempotency");

@@ -10,6 +10,8 @@
 
 #define RC_DEPTH 512            /* nesting of a recorded body */
 #define RC_FILE_MAX (256u << 20) /* bytes of a recording */
+#define RC_VERSION 2            /* the format this build writes and the latest it reads */
+#define RC_PIECE_MAX 64         /* bytes of a piece of a replayed stream */
 
 struct rc_recorder {
   FILE *f;
@@ -21,6 +23,7 @@ typedef struct rc_exchange {
   const char *body;           /* the request body as compact JSON text: most requests equal it */
   size_t body_len;
   int line;
+  int stream;                 /* the request asked for a stream */
 } rc_exchange;
 
 struct rc_replay {
@@ -28,6 +31,7 @@ struct rc_replay {
   rc_exchange *items;
   int n, next;
   char *path;
+  unsigned long long rng;     /* the pieces' sizes (xorshift64) */
 };
 
 /* ------------------------------------------------------------ recording */
@@ -102,8 +106,8 @@ static jv *body_value(ar_arena *a, const char *s, size_t len, const char *secret
   return v ? v : text;
 }
 
-int rc_record(rc_recorder *r, const ad_request *req, const ad_response *resp, const char *secret, char *err,
-              size_t errlen) {
+int rc_record(rc_recorder *r, const ad_request *req, const ad_response *resp, int stream, const char *secret,
+              char *err, size_t errlen) {
   ar_arena a;
   ar_init(&a);
   jv *q = jv_obj(&a);
@@ -116,8 +120,10 @@ int rc_record(rc_recorder *r, const ad_request *req, const ad_response *resp, co
   jv_set(p, "headers", headers_obj(&a, resp->headers, resp->nheaders, secret));
   jv_set(p, "body", body_value(&a, resp->body, resp->len, secret));
   jv *line = jv_obj(&a);
+  jv_set(line, "version", jv_int(&a, RC_VERSION));
   jv_set(line, "request", q);
   jv_set(line, "response", p);
+  if (stream) jv_set(line, "stream", jv_bool(&a, 1));
   sb_buf b;
   sb_init(&b);
   if (!a.failed) jv_write(&b, line, 0);
@@ -133,6 +139,8 @@ int rc_record(rc_recorder *r, const ad_request *req, const ad_response *resp, co
 }
 
 /* ------------------------------------------------------------ replaying */
+
+static void show(const jv *v, char *out, size_t n);
 
 void rc_replay_close(rc_replay *r) {
   if (!r) return;
@@ -152,6 +160,15 @@ static int add_line(rc_replay *r, const char *s, size_t len, int line, int *cap,
              v ? "it needs the objects request and response" : why);
     return -1;
   }
+  const jv *version = jv_get(v, "version");
+  if (version && (version->type != JV_INT || version->i < 1 || version->i > RC_VERSION)) {
+    char was[100];
+    show(version, was, sizeof was);
+    snprintf(err, errlen, "%s:%d: a recording of format version %s; this luma reads versions 1 to %d", r->path, line,
+             was, RC_VERSION);
+    return -1;
+  }
+  const jv *stream = jv_get(v, "stream");
   const jv *status = jv_get(p, "status");
   if (!status || status->type != JV_INT) {
     snprintf(err, errlen, "%s:%d: the response has no integer status", r->path, line);
@@ -174,7 +191,7 @@ static int add_line(rc_replay *r, const char *s, size_t len, int line, int *cap,
     body_len = b.len;
     sb_free(&b);
   }
-  r->items[r->n++] = (rc_exchange){ q, p, text, body_len, line };
+  r->items[r->n++] = (rc_exchange){ q, p, text, body_len, line, stream && stream->type == JV_BOOL && stream->b };
   return 0;
 }
 
@@ -199,6 +216,7 @@ rc_replay *rc_replay_open(const char *path, char *err, size_t errlen) {
     return NULL;
   }
   ar_init(&r->arena);
+  rc_replay_seed(r, RC_SEED_DEFAULT);
   int cap = 0, line = 0;
   const char *s = b.data ? b.data : "", *end = s + b.len;
   while (s < end) {
@@ -369,4 +387,33 @@ static int serve(rc_replay *r, const rc_exchange *x, ad_response *out, char *err
   *out = (ad_response){ (int)jv_get(x->response, "status")->i, h, i, text, len, 0 };
   r->next++;
   return 0;
+}
+
+int rc_replay_streamed(const rc_replay *r) {
+  return r->next < r->n && r->items[r->next].stream;
+}
+
+int rc_replay_is_stream(const ad_response *resp) {
+  if (resp->status < 200 || resp->status >= 300) return 0;
+  for (int i = 0; i < resp->nheaders; i++)
+    if (tp_equal_ci(resp->headers[i].name, strlen(resp->headers[i].name), "content-type") &&
+        tp_prefix_ci(resp->headers[i].value, strlen(resp->headers[i].value), "text/event-stream"))
+      return 1;
+  return 0;
+}
+
+void rc_replay_seed(rc_replay *r, unsigned long long seed) {
+  /* splitmix64 of the seed: any seed, 0 too, gives a good start */
+  unsigned long long z = seed + 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  r->rng = (z ^ (z >> 31)) | 1;
+}
+
+size_t rc_replay_piece(rc_replay *r, size_t left) {
+  r->rng ^= r->rng << 13;
+  r->rng ^= r->rng >> 7;
+  r->rng ^= r->rng << 17;
+  size_t n = 1 + (size_t)(r->rng % RC_PIECE_MAX);
+  return n < left ? n : left;
 }

@@ -180,6 +180,7 @@ local OTHER_MEANINGS = {
   { "core/program.c", "retry_delay = 100", "the default of a tool's retry_delay setting" },
   { "core/program.c", "idempotency_ttl_ms = 300000", "the default of a tool's idempotency_ttl_ms setting" },
   { "core/record.c", "RC_DEPTH 512", "nesting of a recorded exchange (record/replay of asks)" },
+  { "core/record.c", "resp->status < 200 || resp->status >= 300", "an HTTP status class: a recorded 2xx stream" },
   { "core/validate.c", "pattern_len > 200 ? 200", "bytes of a pattern quoted in a violation's message" },
   { "core/validate.c", "fits in 64 bits", "the width of an integer" },
   { "sandbox/bounded.c", "SX_TICK_ELEMENTS 4096", "elements between two looks at the deadline" },

@@ -279,6 +279,52 @@ for _, name in ipairs { "chat", "azure", "azure_v1", "responses", "azure_respons
       assert.are.equal('{"total":3}', (shape(events)).text_delta)
     end)
 
+    it("records the raw event stream, and replays it through the stream parser in pieces: the same events and answer",
+      function()
+      local rec = h.tmpname(".jsonl")
+      finally(function() os.remove(rec) end)
+      server:script { f.calls { { "c1", "add", '{"a":1,"b":2}' } }, f.text('{"total":3}') }
+      local function with_opts(opts)
+        local p = assert(luma.compile(SOURCE:format(f.model:format(server.url), 0, "")))
+        p:register("add", function(i) return { sum = i.a + i.b } end)
+        p:configure { lookup = function(n) if n == "LUMA_TEST_KEY" then return KEY end end,
+                      record = opts.record, replay = opts.replay, replay_seed = opts.seed }
+        return p
+      end
+      local ok, live, events = ask(with_opts { record = rec })
+      assert.is_true(ok, tostring(live))
+      assert.are.same({ total = 3 }, live)
+      local fh = assert(io.open(rec))
+      local text = fh:read("a")
+      fh:close()
+      assert.is_nil(text:find(KEY, 1, true), "the key is never written")
+      local lines = {}
+      for line in text:gmatch("[^\n]+") do lines[#lines + 1] = decode(line) end
+      assert.are.equal(2, #lines)
+      for i, line in ipairs(lines) do
+        assert.are.equal(2, line.version)
+        assert.is_true(line.stream, "line " .. i .. " says the request asked for a stream")
+        local path, query = line.request.url:match("^https?://[^/]+([^?]*)%??(.*)$")
+        assert.is_true(f.asked { path = path, query = query, json = line.request.body })
+        assert.are.equal("text/event-stream", line.response.headers["content-type"])
+        assert.are.equal("string", type(line.response.body), "the raw stream, as it came")
+        assert.matches("data: ", line.response.body, 1, true)
+      end
+      server:reset()
+      local t1, k1 = shape(events)
+      for _, seed in ipairs { 1, 7, 12345 } do
+        local ok2, v, replayed = ask(with_opts { replay = rec, seed = seed })
+        assert.is_true(ok2, tostring(v))
+        assert.are.same(live, v)
+        local t2, k2 = shape(replayed)
+        assert.are.same(t1, t2)
+        assert.are.same(k1, k2)
+      end
+      -- not listening, the recorded streams replay too
+      assert.are.same(live, with_opts({ replay = rec }):agent("A"):ask("Add 1 and 2", "Answer"))
+      assert.are.equal(0, #server:requests(), "nothing was sent")
+    end)
+
     it("never takes a stream cut before its final event as an answer: ASK_TRUNCATED", function()
       server:script { with({ f.text('{"total":3}') }, { stream = { cut = true } })[1] }
       local ok, err, events = ask(program())
@@ -443,7 +489,7 @@ describe("a streamed ask", function()
     assert.are.same({ type = "text_delta", turn = 1, text = '{"total":3}' }, events[1])
   end)
 
-  it("records a streamed exchange as the response it stands for, which replays listening or not", function()
+  it("reads a recording of version 1, where a streamed exchange was kept whole, listening or not", function()
     local rec = h.tmpname(".jsonl")
     finally(function() os.remove(rec) end)
     server:script { families.chat.calls { { "c1", "add", '{"a":1,"b":2}' } }, families.chat.text('{"total":3}') }
@@ -463,8 +509,23 @@ describe("a streamed ask", function()
     for line in f:lines() do lines[#lines + 1] = decode(line) end
     f:close()
     assert.are.equal(2, #lines)
-    assert.is_nil(lines[1].request.body.stream, "recorded as the request it stands for")
-    assert.are.equal("c1", lines[1].response.body.choices[1].message.tool_calls[1].id)
+    -- a version 1 recording of the same exchanges: the requests as not streamed, the responses whole
+    server:reset()
+    server:script { families.chat.calls { { "c1", "add", '{"a":1,"b":2}' } }, families.chat.text('{"total":3}') }
+    os.remove(rec)
+    assert.are.same({ total = 3 }, with_opts({ record = rec }):agent("A"):ask("x", "Answer"))
+    f = assert(io.open(rec))
+    local old = {}
+    for line in f:lines() do
+      local l = decode(line)
+      assert.is_nil(l.stream)
+      assert.is_nil(l.request.body.stream)
+      old[#old + 1] = luma.json.encode { request = l.request, response = l.response }
+    end
+    f:close()
+    f = assert(io.open(rec, "w"))
+    f:write(table.concat(old, "\n"), "\n")
+    f:close()
     server:reset()
     -- replayed without listening, then listening: the same answer, no request sent
     assert.are.same({ total = 3 }, with_opts({ replay = rec }):agent("A"):ask("x", "Answer"))
@@ -476,6 +537,55 @@ describe("a streamed ask", function()
     local t2, k2 = shape(replayed)
     assert.are.same(t1, t2)
     assert.are.same(k1, k2)
+  end)
+
+  it("records a stream cut before its final event as it came, and replays the cut, the retry and the answer", function()
+    local rec = h.tmpname(".jsonl")
+    finally(function() os.remove(rec) end)
+    local cut = families.chat.text('{"total":9}')
+    cut.stream = { cut = true }
+    server:script { cut, families.chat.text('{"total":3}') }
+    local function run(opts)
+      local p = assert(luma.compile(SOURCE:format(families.chat.model:format(server.url), 1, "")))
+      p:register("add", function(i) return { sum = i.a + i.b } end)
+      p:configure { lookup = function(n) if n == "LUMA_TEST_KEY" then return KEY end end,
+                    record = opts.record, replay = opts.replay }
+      local events = {}
+      local v = p:agent("A"):ask("x", "Answer", { on_event = function(ev) events[#events + 1] = ev end })
+      return v, events
+    end
+    local v, live = run { record = rec }
+    assert.are.same({ total = 3 }, v)
+    local lines = {}
+    for line in io.lines(rec) do lines[#lines + 1] = decode(line) end
+    assert.are.equal(2, #lines)
+    assert.is_nil(lines[1].response.body:find("[DONE]", 1, true), "the cut stream, as it came")
+    assert.matches("[DONE]", lines[2].response.body, 1, true)
+    server:reset()
+    local v2, replayed = run { replay = rec }
+    assert.are.same(v, v2)
+    assert.are.equal(0, #server:requests())
+    local t1, k1 = shape(live)
+    local t2, k2 = shape(replayed)
+    assert.are.same(k1, k2)
+    assert.are.same(t1, t2)
+    assert.is_table(find_all(replayed, "retry")[1], "the replay retried the cut stream")
+  end)
+
+  it("refuses a recording of a later format version, and a replay_seed without a replay", function()
+    local rec = h.tmpname(".jsonl")
+    finally(function() os.remove(rec) end)
+    local f = assert(io.open(rec, "w"))
+    f:write('{"version":3,"request":{"method":"POST","url":"x","headers":{},"body":{}},',
+            '"response":{"status":200,"headers":{},"body":{}}}\n')
+    f:close()
+    local p = assert(luma.compile(SOURCE:format(families.chat.model:format(server.url), 0, "")))
+    local ok, e = pcall(p.configure, p, { replay = rec })
+    assert.is_false(ok)
+    assert.matches(rec .. ":1: a recording of format version 3; this luma reads versions 1 to 2", tostring(e.message), 1, true)
+    ok, e = pcall(p.configure, p, { replay_seed = 3 })
+    assert.is_false(ok)
+    assert.matches("'replay_seed' goes with 'replay'", tostring(e), 1, true)
   end)
 
   it("streams the asks of a method called or started with on_event", function()

@@ -43,6 +43,8 @@ options of run:
                            API keys redacted)
   --replay FILE            answer the model requests from a recording, without the
                            network; the first request that differs is an error
+  --replay-seed N          the seed of the random sizes of the pieces a recorded
+                           stream is replayed in (default 1)
   --stream                 print the answer's text to stdout as it streams, before
                            the result (default: to stderr when it is a terminal)
   --stream-events          print every event of the asks as a JSON line on stdout,
@@ -156,6 +158,7 @@ JSON object; with --agent, calls a method and prints what it returns.
   --trace FILE         append one telemetry event per tool call and ask (JSON lines)
   --record FILE        append every exchange with a model provider (JSON lines, keys redacted)
   --replay FILE        answer the model requests from a recording, without the network
+  --replay-seed N      the seed of the pieces' sizes a recorded stream is replayed in (default 1)
   --stream             print the answer's text to stdout as it streams, then the result
                        (without it, the text goes to stderr when stderr is a terminal)
   --stream-events      print every event of the asks as a JSON line on stdout, then the
@@ -445,7 +448,7 @@ function commands.tools(args)
 end
 
 local RUN_OPTIONS = { "--tool-module", "--config", "--agent", "--method", "--input", "--trace", "--record",
-  "--replay", "--stream", "--stream-events", "--emit-lua", "--generate-tool-types", "--allow-unknown-models" }
+  "--replay", "--replay-seed", "--stream", "--stream-events", "--emit-lua", "--generate-tool-types", "--allow-unknown-models" }
 
 local function parse_run_args(args)
   local o = { tool_modules = {} }
@@ -467,6 +470,9 @@ local function parse_run_args(args)
     elseif a == "--replay" then o.replay = value(a)
     elseif a == "--stream" then o.stream = true
     elseif a == "--stream-events" then o.stream_events = true
+    elseif a == "--replay-seed" then
+      o.replay_seed = math.tointeger(tonumber(value(a)))
+      if not o.replay_seed then error({ usage = "--replay-seed needs an integer, got '" .. args[i] .. "'" }) end
     elseif a == "--emit-lua" then o.emit_lua = true
     elseif a == "--allow-unknown-models" then o.allow_unknown_models = true
     elseif a == "--generate-tool-types" then o.types = value(a)
@@ -480,6 +486,7 @@ local function parse_run_args(args)
   if o.stream and o.stream_events then
     error({ usage = "--stream and --stream-events do not go together: one prints the text, the other every event" })
   end
+  if o.replay_seed and not o.replay then error({ usage = "--replay-seed goes with --replay" }) end
   return o
 end
 
@@ -543,6 +550,7 @@ function commands.run(args)
   end
   local loaded, program = pcall(luma.load, o.program, {
     tool_modules = o.tool_modules, config = o.config, trace = o.trace, record = o.record, replay = o.replay,
+    replay_seed = o.replay_seed,
     on_event = on_event, allow_unknown_models = o.allow_unknown_models,
   })
   if not loaded then return report(program, true) end

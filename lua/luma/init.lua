@@ -63,7 +63,7 @@ end
 local OPTIONS = {
   limits = true, config = true, tool_modules = true, on_event = true, trace = true, clock = true,
   default_timeout_ms = true, tool_module_policy = true, runtime = true, approve = true, lookup = true,
-  record = true, replay = true, allow_unknown_models = true, journal = true,
+  record = true, replay = true, replay_seed = true, allow_unknown_models = true, journal = true,
 }
 
 --[[ Reads and compiles a .luma file and gets it ready to run:
@@ -84,6 +84,7 @@ local OPTIONS = {
   opts.allow_unknown_models  true: a model name the capability table of provider tools does not
                      know may run them (as each model's allow_unknown_model), with a warning
   opts.replay        a recording to answer the model requests from, without the network
+  opts.replay_seed   the seed of the pieces' sizes a recorded stream is replayed in (default 1)
   opts.journal       a SQLite file for the journals of durable agents' asks (journal.h)
   opts.limits        see the README ]]
 local modules_of = setmetatable({}, { __mode = "k" })
@@ -131,6 +132,7 @@ function luma.load(path, opts)
     lookup = opts.lookup,
     record = opts.record,
     replay = opts.replay,
+    replay_seed = opts.replay_seed,
     journal = opts.journal,
   }
   -- after the clock, so that the store purges with the time the program sees

@@ -39,7 +39,11 @@ serves a streamed and a non-streamed ask alike. A step's `stream`:
      error = {type =, message =, code =}  send the family's error event
                   half-way, then close,
      keepalive = true  a comment line before each event,
-     piece = n    write the bytes n at a time}
+     piece = n    write the bytes n at a time,
+     stamp = true  each "@@@@" in an event's bytes becomes the server's
+                  CLOCK_MONOTONIC in ns just before the event is written
+                  (bench/agent/stream.lua: the latency of a delta),
+     batch = true  every event written at once, in one write}
 
 Before a step is taken, a provider request is checked as the provider
 checks it (see `refusal`: what each family's published reference says it
@@ -643,6 +647,13 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.flush()
         delay, piece = opts.get("delay_ms", 0) / 1000.0, opts.get("piece")
+        if opts.get("batch"):
+            try:
+                self.wfile.write(b"".join(sse_bytes(kind, data) for kind, data in events))
+                self.wfile.flush()
+            except OSError:
+                pass
+            return
         for kind, data in events:
             if delay:
                 end = time.monotonic() + delay
@@ -651,6 +662,8 @@ class Handler(BaseHTTPRequestHandler):
                         return
                     time.sleep(min(0.01, max(0.0, end - time.monotonic())))
             out = (b": keep-alive\n\n" if opts.get("keepalive") else b"") + sse_bytes(kind, data)
+            if opts.get("stamp"):
+                out = out.replace(b"@@@@", str(time.monotonic_ns()).encode())
             try:
                 for i in range(0, len(out), piece or len(out)):
                     self.wfile.write(out[i:i + (piece or len(out))])
