@@ -45,7 +45,9 @@ enum {
 };
 
 /* The call's values on its thread's stack during a step. */
-enum { CV_INPUT = 1, CV_NEEDS, CV_CKEY, CV_IKEY, CV_VALUE, CV_WARN, CV_SCOPE, CV_COUNT = CV_SCOPE };
+/* CV_TAGS: a table of the caller's fields for the call's telemetry event
+   (program:start's opts.tags), or nil */
+enum { CV_INPUT = 1, CV_NEEDS, CV_CKEY, CV_IKEY, CV_VALUE, CV_WARN, CV_SCOPE, CV_TAGS, CV_COUNT = CV_TAGS };
 
 typedef struct st_event {
   int attempts;

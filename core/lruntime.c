@@ -235,16 +235,47 @@ int lr_call(lua_State *L, pl_program *pg, int scope, const pm_tool *t, int input
   return 2;
 }
 
+/* opts.tags: a copy of its string keys with string, integer or boolean
+   values (the caller's own fields for the call's telemetry event), pushed;
+   0 when there is none. */
+static int copy_tags(lua_State *L, int opts) {
+  lua_getfield(L, opts, "tags");
+  if (lua_isnil(L, -1)) { lua_pop(L, 1); return 0; }
+  if (!lua_istable(L, -1)) luaL_error(L, "opts.tags: expected a table, got %s", luaL_typename(L, -1));
+  int src = lua_gettop(L);
+  lua_newtable(L);
+  lua_pushnil(L);
+  while (lua_next(L, src)) {
+    int vt = lua_type(L, -1);
+    if (lua_type(L, -2) != LUA_TSTRING)
+      luaL_error(L, "opts.tags: keys must be strings, not %s", luaL_typename(L, -2));
+    if (!(vt == LUA_TSTRING || vt == LUA_TBOOLEAN || (vt == LUA_TNUMBER && lua_isinteger(L, -1))))
+      luaL_error(L, "opts.tags.%s: expected a string, an integer or a boolean, got %s", lua_tostring(L, -2),
+                 luaL_typename(L, -1));
+    lua_pushvalue(L, -2);
+    lua_insert(L, -2);
+    lua_rawset(L, src + 1);
+  }
+  lua_remove(L, src);
+  return lua_gettop(L);
+}
+
 int lr_start(lua_State *L, pl_program *pg, const pm_tool *t, int input, int opts) {
-  int scope = 0;
+  int scope = 0, tags = 0;
   if (!lua_isnoneornil(L, opts)) {
     luaL_checktype(L, opts, LUA_TTABLE);
     lua_getfield(L, opts, "scope");
     scope = lua_isnil(L, -1) ? 0 : lua_gettop(L);
+    tags = copy_tags(L, opts);
   }
   pl_scope *sc = lr_check_scope(L, pg, scope);
   call_box *b = push_owner(L);
   b->c = new_call(L, pg, sc, scope, t, input, 1);
+  if (tags) {
+    lua_pushvalue(L, tags);
+    lua_xmove(L, b->c->T, 1);
+    lua_replace(b->c->T, CV_TAGS);
+  }
   rt_start(pg->rt, b->c);
   rt_kick(pg->rt, b->c);
   return 1;

@@ -316,6 +316,36 @@ describe("luma-lua mcp against a hostile client (a raw pipe)", function()
     assert.are.same({ ms = 800 }, by_id[1].result.structuredContent)
   end)
 
+  it("tags each call's telemetry event with the client's name and the request's id, in both eras", function()
+    local trace = h.tmpname(".jsonl")
+    local modern_meta = { ["io.modelcontextprotocol/protocolVersion"] = "2026-07-28",
+      ["io.modelcontextprotocol/clientCapabilities"] = {},
+      ["io.modelcontextprotocol/clientInfo"] = { name = "modern-ide", version = "2" } }
+    local _, by_id = serve(dir, {
+      INIT,
+      '{"jsonrpc":"2.0","method":"notifications/initialized"}',
+      rpc(7, "tools/call", { name = "add", arguments = { a = 1, b = 2 } }),
+      rpc("call-8", "tools/call", { name = "fails", arguments = { why = "x" } }),
+      rpc(9, "tools/call", { name = "add", arguments = { a = 2, b = 2 }, _meta = modern_meta }),
+      rpc(10, "tools/call", { name = "add", arguments = { a = 3, b = 2 }, _meta = MODERN }),
+    }, { "--trace", trace })
+    assert.are.same({ total = 3 }, by_id[7].result.structuredContent)
+    assert.are.same({ total = 4 }, by_id[9].result.structuredContent)
+    local tags = {}
+    for line in h.read(trace):gmatch("[^\n]+") do
+      local e = json.decode(line)
+      if e.tool then tags[#tags + 1] = e.tags end
+    end
+    os.remove(trace)
+    table.sort(tags, function(a, b) return tostring(a.mcp_request) < tostring(b.mcp_request) end)
+    assert.are.same({
+      { mcp_request = 10 },   -- a 2026-07-28 request names its own client, or none
+      { mcp_client = "raw", mcp_request = 7 },
+      { mcp_client = "modern-ide", mcp_request = 9 },
+      { mcp_client = "raw", mcp_request = "call-8" },
+    }, tags)
+  end)
+
   it("cancels a call on notifications/cancelled and sends no reply for it", function()
     local t0 = require("luma.core").monotonic_ms()
     local replies, by_id = serve(dir, {
@@ -617,6 +647,29 @@ describe("luma-lua mcp --http, as the transport requires", function()
       json.encode { jsonrpc = "2.0", method = "notifications/cancelled", params = { requestId = 9, _meta = MODERN } })
     assert.are.equal(202, r.status)
     assert.are.equal("", r.body)
+  end)
+
+  it("tags each call's telemetry event with the session's client and the request's id", function()
+    local trace = h.tmpname(".jsonl")
+    local s = http_server(dir, { "--trace", trace })
+    local sid = initialize(s.port)
+    local r = http(s.port, "POST", with(JSON_HEADERS, { ["Mcp-Session-Id"] = sid }),
+      rpc(3, "tools/call", { name = "add", arguments = { a = 1, b = 1 } }))
+    assert.are.same({ total = 2 }, r.json.result.structuredContent)
+    local meta = {}
+    for k, v in pairs(MODERN) do meta[k] = v end
+    meta["io.modelcontextprotocol/clientInfo"] = { name = "modern-ide", version = "2" }
+    r = http(s.port, "POST", with(JSON_HEADERS, { ["MCP-Protocol-Version"] = "2026-07-28", ["Mcp-Method"] = "tools/call",
+      ["Mcp-Name"] = "add" }), rpc("m4", "tools/call", { name = "add", arguments = { a = 2, b = 2 }, _meta = meta }))
+    assert.are.same({ total = 4 }, r.json.result.structuredContent)
+    s.stop()
+    local tags = {}
+    for line in h.read(trace):gmatch("[^\n]+") do
+      local e = json.decode(line)
+      if e.tool then tags[#tags + 1] = e.tags end
+    end
+    os.remove(trace)
+    assert.are.same({ { mcp_client = "raw", mcp_request = 3 }, { mcp_client = "modern-ide", mcp_request = "m4" } }, tags)
   end)
 
   it("replies as an event stream to a client that accepts only that", function()

@@ -45,7 +45,9 @@ local dir = common.slurp("mktemp -d " .. quote(tmp .. "/luma-bench-mcp-XXXXXX"))
 common.write(dir .. "/program.luma", SOURCE)
 common.write(dir .. "/tools.lua", TOOLS)
 root = common.slurp("cd " .. quote(root) .. " && pwd"):gsub("%s+$", "")
-local SERVE = quote(root .. "/bin/luma-lua") .. " mcp program.luma --tool-module tools.lua"
+-- LUMA_BENCH_MCP_PREFIX: a command the server runs under, such as
+-- "perf record -g -o /tmp/mcp.perf --" (its CPU figures are then the prefix's)
+local SERVE = (os.getenv("LUMA_BENCH_MCP_PREFIX") or "") .. " " .. quote(root .. "/bin/luma-lua") .. " mcp program.luma --tool-module tools.lua"
 
 local function read_file(path)
   local f = io.open(path)

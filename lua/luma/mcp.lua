@@ -32,6 +32,8 @@ local SUPPORTED = { "2025-06-18", "2025-11-25", "2026-07-28" }
 local META_VERSION = "io.modelcontextprotocol/protocolVersion"
 local META_CAPS = "io.modelcontextprotocol/clientCapabilities"
 local META_SERVER = "io.modelcontextprotocol/serverInfo"
+local META_CLIENT = "io.modelcontextprotocol/clientInfo"
+local CLIENT_NAME_BYTES = 128   -- a client's name in telemetry is cut to this
 
 local PARSE, INVALID, NO_METHOD, BAD_PARAMS, INTERNAL = -32700, -32600, -32601, -32602, -32603
 local BUSY = -32000
@@ -118,6 +120,14 @@ local function text_of(v)
   return ok and s or tostring(v)
 end
 
+-- The client's name in clientInfo (of initialize, or of a 2026-07-28
+-- request's _meta), cut to CLIENT_NAME_BYTES; nil when it gives none.
+local function client_name(info)
+  local name = type(info) == "table" and info.name
+  if type(name) ~= "string" or name == "" then return nil end
+  return name:sub(1, CLIENT_NAME_BYTES)
+end
+
 -- What a finished call gives the client.
 function mcp.call_result(ok, result)
   if ok then
@@ -196,6 +206,7 @@ function methods.initialize(S, msg)
   -- speaks: the client then decides whether to go on
   local version = contains(LEGACY, p.protocolVersion) and p.protocolVersion or LEGACY[1]
   S.session = version
+  S.client = client_name(p.clientInfo)
   return reply(msg.id, {
     protocolVersion = version,
     capabilities = capabilities(),
@@ -254,7 +265,11 @@ methods["tools/call"] = function(S, msg, modern)
     return fail(msg.id, BUSY, "too many tools/call requests in flight (mcp_max_in_flight = " ..
       core.limits.mcp_max_in_flight .. "): wait for one to end")
   end
-  local ok, call = pcall(S.program.start, S.program, p.name, args, S.scope and { scope = S.scope } or nil)
+  -- the call's telemetry event says which client asked, and its request id
+  local client = S.client
+  if modern then client = client_name(p._meta[META_CLIENT]) end
+  local opts = { scope = S.scope, tags = { mcp_client = client, mcp_request = msg.id } }
+  local ok, call = pcall(S.program.start, S.program, p.name, args, opts)
   if not ok then
     S.reader:release()
     local r = mcp.call_result(false, call)
@@ -527,7 +542,7 @@ function mcp.serve_http(S, runtime, server, listen)
           "), or give params._meta[\"" .. META_VERSION .. "\"] = \"" .. MODERN[1] .. "\" on each request",
           { supported = array { table.unpack(SUPPORTED) } }), nil, sse)
       end
-      local version = server:session(sid)
+      local version, client = server:session(sid)
       if not version then
         return send(req.id, 404, fail(id, NO_SESSION,
           "session not found (it ended or expired): send initialize again"), nil, sse)
@@ -539,6 +554,7 @@ function mcp.serve_http(S, runtime, server, listen)
       end
       X = exchange(S, version)
       X.sid = sid
+      X.client = client
       local calls = in_session[sid]
       if id ~= nil and calls and calls[key(id)] then
         return send(req.id, 200, fail(id, INVALID, "id " .. text_of(id) ..
@@ -552,7 +568,7 @@ function mcp.serve_http(S, runtime, server, listen)
     end
     local replies = mcp.handle(X, msg)
     if is_object and msg.method == "initialize" and replies[1] and replies[1].result then
-      extra["Mcp-Session-Id"] = server:session_new(X.session)
+      extra["Mcp-Session-Id"] = server:session_new(X.session, X.client)
     end
     if next(X.pending) then
       X.http = { sse = sse, modern = modern_version ~= nil, keys = {} }
@@ -667,22 +683,23 @@ function mcp.serve_http(S, runtime, server, listen)
   end
 end
 
--- luma-lua mcp PROGRAM [--agent A] [--config FILE] [--tool-module FILE]...
+-- luma-lua mcp PROGRAM [--agent A] [--config FILE] [--tool-module FILE]... [--trace FILE]
 --   [--http [HOST:]PORT [--token-env NAME] [--allow-origin ORIGIN]...]
 -- Returns the exit status; `err` writes a line to stderr.
 function mcp.main(args, err, print_load_error)
-  local path, agent, config, modules = nil, nil, nil, {}
+  local path, agent, config, modules, trace = nil, nil, nil, {}, nil
   local http, token_env, origins = nil, nil, {}
   local i = 1
   while i <= #args do
     local a = args[i]
     if a == "--agent" or a == "--config" or a == "--tool-module" or a == "--http" or a == "--token-env"
-        or a == "--allow-origin" then
+        or a == "--allow-origin" or a == "--trace" then
       local v = args[i + 1]
       if not v then err("luma-lua: " .. a .. " needs a value") return 2 end
       if a == "--agent" then agent = v elseif a == "--config" then config = v
       elseif a == "--http" then http = v elseif a == "--token-env" then token_env = v
       elseif a == "--allow-origin" then origins[#origins + 1] = v
+      elseif a == "--trace" then trace = v
       else modules[#modules + 1] = v end
       i = i + 2
     elseif a:sub(1, 1) == "-" then
@@ -727,7 +744,7 @@ function mcp.main(args, err, print_load_error)
   -- tool_policy "approval" runs only when LUMA_APPROVED_TOOLS lists it
   local approve = function(tool) return approval.listed(os.getenv("LUMA_APPROVED_TOOLS"), tool) end
   local ok, program = pcall(luma.load, path, {
-    runtime = runtime, config = config, tool_modules = modules, approve = approve,
+    runtime = runtime, config = config, tool_modules = modules, approve = approve, trace = trace,
   })
   if not ok then
     if luma.is_error(program) then print_load_error(program) return 2 end
