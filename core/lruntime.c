@@ -312,6 +312,23 @@ static int l_call_result(lua_State *L) {
   return 2;
 }
 
+/* call:progress() -> count, n, total, message: the handler's last
+   signal:progress (count: how many it made; total and message nil when not
+   given); nil before the first */
+static int l_call_progress(lua_State *L) {
+  cl_call *c = check_call(L, 1);
+  double n = 0, total = -1;
+  char msg[sizeof c->prog_msg];
+  int has_msg = 0;
+  unsigned seq = rt_progress_read(c->rt, c, &n, &total, msg, sizeof msg, &has_msg);
+  if (!seq) return 0;
+  lua_pushinteger(L, (lua_Integer)seq);
+  lua_pushnumber(L, n);
+  if (total >= 0) lua_pushnumber(L, total); else lua_pushnil(L);
+  if (has_msg) lua_pushstring(L, msg); else lua_pushnil(L);
+  return 4;
+}
+
 /* call:cancel() */
 static int l_call_cancel(lua_State *L) {
   cl_cancel(check_call(L, 1));
@@ -462,6 +479,7 @@ void lr_open(lua_State *L) {
     { "wait", l_call_wait },
     { "result", l_call_result },
     { "cancel", l_call_cancel },
+    { "progress", l_call_progress },
     { NULL, NULL }
   };
   lr_new_metatable(L, LR_RUNTIME, runtime_gc, runtime_methods);

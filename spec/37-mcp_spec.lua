@@ -346,6 +346,73 @@ describe("luma-lua mcp against a hostile client (a raw pipe)", function()
     }, tags)
   end)
 
+  it("sends a handler's signal:progress as notifications/progress when the call has a progressToken", function()
+    local pdir = h.project {
+      ["program.luma"] = "schema Done { steps: int }\ntool steps(n: int) -> Done { description: \"Steps\" }\n",
+      ["tools.lua"] = [=[
+return { steps = function(input, signal)
+  for i = 1, input.n do
+    signal:sleep(40)
+    signal:progress(i, input.n, "step " .. i)
+  end
+  signal:sleep(40)
+  signal:progress(0)   -- not rising: not sent
+  return { steps = input.n }
+end }
+]=],
+      ["luma.config.json"] = CONFIG,
+    }
+    local replies, by_id = serve(pdir, {
+      INIT,
+      rpc(1, "tools/call", { name = "steps", arguments = { n = 3 }, _meta = { progressToken = "tok" } }),
+      rpc(2, "tools/call", { name = "steps", arguments = { n = 2 } }),
+    })
+    assert.are.same({ steps = 3 }, by_id[1].result.structuredContent)
+    local notes = {}
+    for i, m in ipairs(replies) do
+      if m.method == "notifications/progress" then
+        assert.is_true(i < position(replies, 1), "a notification after the reply")
+        assert.are.equal("tok", m.params.progressToken)   -- the call without a token gets none
+        notes[#notes + 1] = m.params
+      end
+    end
+    assert.is_true(#notes >= 1 and #notes <= 3)
+    for i = 2, #notes do assert.is_true(notes[i].progress > notes[i - 1].progress) end
+    assert.are.same({ progressToken = "tok", progress = 3, total = 3, message = "step 3" }, notes[#notes])
+  end)
+
+  it("gives a handler's progress to the TypeScript SDK client's onprogress", function()
+    local pdir = h.project {
+      ["program.luma"] = "schema Sum { total: int }\ntool add(a: int, b: int) -> Sum {}\n" ..
+        "schema Done { steps: int }\ntool steps(n: int) -> Done { description: \"Steps\" }\n",
+      ["tools.lua"] = [=[
+return {
+  add = function(input) return { total = input.a + input.b } end,
+  steps = function(input, signal)
+    for i = 1, input.n do
+      signal:sleep(40)
+      signal:progress(i, input.n, "step " .. i)
+    end
+    -- the SDK handles a notification a tick after reading it, and a reply at
+    -- once: a notification that comes in the reply's chunk is dropped
+    signal:sleep(40)
+    return { steps = input.n }
+  end,
+}
+]=],
+      ["luma.config.json"] = CONFIG,
+    }
+    npm_ci(SUPPORT, "@modelcontextprotocol/sdk")
+    for _, flavour in ipairs { "v1", "v2-legacy" } do
+      local r = sdk_client(flavour, h.quote(h.root .. "/bin/luma-lua") .. " mcp " .. h.quote(pdir .. "/program.luma"),
+        { PROGRESS = json.encode { tool = "steps", arguments = { n = 3 } } })
+      assert.are.same({ steps = 3 }, r.progress.result.structuredContent, flavour)
+      local events = r.progress.events
+      assert.is_true(#events >= 1, flavour .. ": no progress")
+      assert.are.same({ progress = 3, total = 3, message = "step 3" }, events[#events], flavour)
+    end
+  end)
+
   it("cancels a call on notifications/cancelled and sends no reply for it", function()
     local t0 = require("luma.core").monotonic_ms()
     local replies, by_id = serve(dir, {

@@ -275,7 +275,11 @@ methods["tools/call"] = function(S, msg, modern)
     local r = mcp.call_result(false, call)
     return reply(msg.id, modern and modern_result(S, r) or r)
   end
-  S.pending[key(msg.id)] = { id = msg.id, call = call, modern = modern }
+  -- a progress token (string or integer) asks for notifications/progress
+  local meta = p._meta
+  local token = type(meta) == "table" and meta.progressToken or nil
+  if not (type(token) == "string" or math.type(token) == "integer") then token = nil end
+  S.pending[key(msg.id)] = { id = msg.id, call = call, modern = modern, token = token, seq = 0, sent = -1 }
   return nil
 end
 
@@ -339,6 +343,29 @@ function mcp.handle(S, msg)
   return r and { r } or {}
 end
 
+-- The progress notifications of the calls in flight that asked for them:
+-- the last report of each handler's signal:progress since the previous
+-- look, when its count rose (the protocol wants it rising; reports in
+-- between are not kept).
+function mcp.progress(S)
+  local out = {}
+  for _, p in pairs(S.pending) do
+    if p.token ~= nil and not p.cancelled then
+      local seq, n, total, message = p.call:progress()
+      if seq and seq ~= p.seq then
+        p.seq = seq
+        if n > p.sent then
+          p.sent = n
+          out[#out + 1] = { jsonrpc = "2.0", method = "notifications/progress", params = {
+            progressToken = p.token, progress = math.tointeger(n) or n,
+            total = total and (math.tointeger(total) or total), message = message } }
+        end
+      end
+    end
+  end
+  return out
+end
+
 -- The calls that ended: their replies (cancelled ones give none).
 function mcp.finished(S)
   local out = {}
@@ -361,10 +388,12 @@ end
 local function write(msgs)
   for _, m in ipairs(msgs) do
     local ok, text = pcall(core.json_encode, m)
-    if not ok then
+    if not ok and m.method then
+      text = nil    -- a notification that cannot be written (a message that is not UTF-8): left out
+    elseif not ok then
       text = core.json_encode(fail(m.id, INTERNAL, "the reply cannot be written as JSON: " .. tostring(text)))
     end
-    if not io.stdout:write(text, "\n") then return false end
+    if text and not io.stdout:write(text, "\n") then return false end
   end
   if #msgs > 0 and not io.stdout:flush() then return false end
   return true
@@ -397,6 +426,7 @@ function mcp.serve(S, runtime)
       if not write(replies) then return gone() end
     end
     local _, wait_ms = runtime:poll()
+    if not write(mcp.progress(S)) then return gone() end
     if not write(mcp.finished(S)) then return gone() end
     if reader:eof() and next(S.pending) == nil then return 0 end
     local fds = { rtfd }

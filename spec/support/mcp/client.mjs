@@ -2,7 +2,9 @@
 //   node client.mjs v1|v2-legacy|v2-auto|v2-pin TOOL ARGS_JSON BAD_ARGS_JSON -- COMMAND ARG...
 //   node client.mjs v1|v2-legacy|v2-auto|v2-pin TOOL ARGS_JSON BAD_ARGS_JSON -- http://HOST:PORT/mcp
 // Over HTTP, MCP_TOKEN (when set) is sent as a bearer token, and the client
-// ends its session (DELETE) on close.
+// ends its session (DELETE) on close. PROGRESS='{"tool": T, "arguments": A}'
+// (when set) makes one more call, of T with A and an onprogress callback:
+// out.progress = { events: [what onprogress got, in order], result }.
 // Prints one JSON object: the era the client ended in, the protocol version,
 // tools/list, a call, a call the pipeline refuses, and a call of an unknown tool.
 const [flavour, tool, args, badArgs, dashdash, command, ...commandArgs] = process.argv.slice(2);
@@ -40,6 +42,15 @@ try {
     out.unknown = await client.callTool({ name: "no_such_tool", arguments: {} });
   } catch (e) {
     out.unknown = { error: { code: e.code, message: e.message } };
+  }
+  if (process.env.PROGRESS) {
+    const { tool: name, arguments: a } = JSON.parse(process.env.PROGRESS);
+    const events = [];
+    const onprogress = (p) => { events.push(p); };
+    const result = flavour === "v1"
+      ? await client.callTool({ name, arguments: a }, undefined, { onprogress })
+      : await client.callTool({ name, arguments: a }, { onprogress });
+    out.progress = { events, result };
   }
   out.session = http ? transport.sessionId ?? null : undefined;
   if (http && transport.sessionId) await transport.terminateSession();
