@@ -274,11 +274,18 @@ describe("luma-lua mcp against a hostile client (a raw pipe)", function()
     assert.are.equal(-32602, by_id[2].error.code)
     assert.matches("unknown tool 'slow'", by_id[2].error.message)
     assert.is_true(by_id[3].result.isError)
-    assert.matches("^%[TOOL_PERMISSION_DENIED%] Tool 'save' writes and was not approved: list it in LUMA_APPROVED_TOOLS",
+    assert.are.equal("[TOOL_PERMISSION_DENIED] Tool 'save' writes and needs approval, and the client cannot be " ..
+      "asked: it did not declare the elicitation capability at initialize: list it in LUMA_APPROVED_TOOLS to run it",
       by_id[3].result.content[1].text)
     assert.are.equal(-32602, by_id[4].error.code)
 
-    -- the one way to approve on stdio: LUMA_APPROVED_TOOLS
+    -- a 2026-07-28 request cannot be asked either
+    _, by_id = serve(dir, { rpc(1, "tools/call", { name = "save", arguments = { id = "x", text = "t" }, _meta = MODERN }) },
+      { "--agent", "Writer" })
+    assert.matches("^%[TOOL_PERMISSION_DENIED%] Tool 'save' writes and needs approval, and a 2026%-07%-28 request " ..
+      "cannot be asked for it here yet", by_id[1].result.content[1].text)
+
+    -- without asking: LUMA_APPROVED_TOOLS
     _, by_id = serve(dir, { INIT, rpc(1, "tools/call", { name = "save", arguments = { id = "x", text = "t" } }) },
       { "--agent", "Writer" }, false, { LUMA_APPROVED_TOOLS = "save" })
     assert.are.same({ id = "x" }, by_id[1].result.structuredContent)
@@ -293,6 +300,66 @@ describe("luma-lua mcp against a hostile client (a raw pipe)", function()
     assert.are.equal(-32600, replies[2].error.code)
     assert.matches("already used by a request in flight", replies[2].error.message)
     assert.are.same({ ms = 300 }, replies[3].result.structuredContent)
+  end)
+
+  it("asks for approval with elicitation/create when the client can answer, and runs the call only if accepted", function()
+    local init = rpc(0, "initialize", { protocolVersion = "2025-11-25", capabilities = { elicitation = {} },
+      clientInfo = { name = "raw", version = "1" } })
+    local function answer(id, action)
+      return json.encode { jsonrpc = "2.0", id = id, result = { action = action } }
+    end
+    local replies, by_id = serve(dir, {
+      init,
+      rpc(1, "tools/call", { name = "save", arguments = { id = "a", text = "t" } }),
+      rpc(1, "tools/call", { name = "add", arguments = { a = 1, b = 1 } }),   -- id 1 waits: in flight
+      answer("luma-approval-1", "accept"),
+      rpc(2, "tools/call", { name = "save", arguments = { id = "b", text = "t" } }),
+      answer("luma-approval-2", "decline"),
+      rpc(3, "tools/call", { name = "save", arguments = { id = "c", text = "t" } }),
+      '{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}',
+      answer("luma-approval-3", "accept"),   -- too late: the call was cancelled, never started
+      rpc(4, "tools/call", { name = "add", arguments = { a = 2, b = 2 } }),
+    }, { "--agent", "Writer" }, true)
+    local asks, saved = {}, nil
+    for _, m in ipairs(replies) do
+      if m.method == "elicitation/create" then asks[#asks + 1] = m end
+      if m.id == 1 and m.result then saved = m.result end
+    end
+    assert.are.equal(3, #asks)
+    assert.are.equal("luma-approval-1", asks[1].id)
+    assert.are.equal("Allow the tool 'save' to run? It writes. Arguments: {\"id\":\"a\",\"text\":\"t\"}",
+      asks[1].params.message)
+    assert.are.same({ type = "object", properties = {} }, asks[1].params.requestedSchema)
+    assert.are.equal(-32600, by_id[1].error.code)   -- the reused id 1, while the first waits
+    assert.are.same({ id = "a" }, saved.structuredContent)
+    assert.are.equal("[TOOL_PERMISSION_DENIED] Tool 'save' was not approved: the user answered \"decline\"",
+      by_id[2].result.content[1].text)
+    assert.is_nil(by_id[3])
+    assert.are.same({ total = 4 }, by_id[4].result.structuredContent)
+
+    -- calls waiting for an answer count against mcp_max_in_flight
+    local max = luma.limits.mcp_max_in_flight
+    local lines = { init }
+    for i = 1, max + 1 do
+      lines[#lines + 1] = rpc(i, "tools/call", { name = "save", arguments = { id = "f" .. i, text = "t" } })
+    end
+    replies, by_id = serve(dir, lines, { "--agent", "Writer" })
+    assert.are.equal(max + 2, #replies)
+    assert.are.equal(-32000, by_id[max + 1].error.code)
+  end)
+
+  it("asks the TypeScript SDK client's user for approval with elicitation", function()
+    npm_ci(SUPPORT, "@modelcontextprotocol/sdk")
+    local command = h.quote(h.root .. "/bin/luma-lua") .. " mcp " .. h.quote(dir .. "/program.luma") .. " --agent Writer"
+    local call = json.encode { tool = "save", arguments = { id = "z", text = "t" } }
+    local r = sdk_client("v1", command, { PROGRESS = call, ELICIT = "accept" })
+    assert.are.same({ "Allow the tool 'save' to run? It writes. Arguments: {\"id\":\"z\",\"text\":\"t\"}" }, r.elicited)
+    assert.are.same({ id = "z" }, r.progress.result.structuredContent)
+    r = sdk_client("v1", command, { PROGRESS = call, ELICIT = "decline" })
+    assert.are.equal(1, #r.elicited)
+    assert.is_true(r.progress.result.isError)
+    assert.are.equal("[TOOL_PERMISSION_DENIED] Tool 'save' was not approved: the user answered \"decline\"",
+      r.progress.result.content[1].text)
   end)
 
   it("gives a tool error as an isError result with its code and message", function()
@@ -737,6 +804,20 @@ describe("luma-lua mcp --http, as the transport requires", function()
     end
     os.remove(trace)
     assert.are.same({ { mcp_client = "raw", mcp_request = 3 }, { mcp_client = "modern-ide", mcp_request = "m4" } }, tags)
+  end)
+
+  it("denies a call that needs approval, saying this transport cannot ask the client", function()
+    local s = http_server(dir, { "--agent", "Writer" })
+    local r = http(s.port, "POST", JSON_HEADERS, rpc(0, "initialize", { protocolVersion = "2025-11-25",
+      capabilities = { elicitation = {} }, clientInfo = { name = "raw", version = "1" } }))
+    local sid = r.headers["mcp-session-id"]
+    r = http(s.port, "POST", with(JSON_HEADERS, { ["Mcp-Session-Id"] = sid }),
+      rpc(1, "tools/call", { name = "save", arguments = { id = "x", text = "t" } }))
+    s.stop()
+    assert.is_true(r.json.result.isError)
+    assert.are.equal("[TOOL_PERMISSION_DENIED] Tool 'save' writes and needs approval, and this transport cannot ask " ..
+      "the client (over HTTP the server sends no requests): list it in LUMA_APPROVED_TOOLS to run it",
+      r.json.result.content[1].text)
   end)
 
   it("replies as an event stream to a client that accepts only that", function()

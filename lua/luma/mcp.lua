@@ -137,10 +137,13 @@ function mcp.call_result(ok, result)
     return r
   end
   local e = result
-  local text
-  if luma.is_error(e) then text = "[" .. tostring(e.code) .. "] " .. tostring(e.message)
-  else text = "[TOOL_FAILED] " .. tostring(e) end
-  return { content = array { { type = "text", text = text } }, isError = true }
+  if luma.is_error(e) then return mcp.error_result(tostring(e.code), tostring(e.message)) end
+  return mcp.error_result("TOOL_FAILED", tostring(e))
+end
+
+-- A tool error as the client gets it: its text is "[CODE] message".
+function mcp.error_result(code, message)
+  return { content = array { { type = "text", text = "[" .. code .. "] " .. message } }, isError = true }
 end
 
 -- A new server state for `program` (and `agent`, or nil: every tool), for
@@ -148,6 +151,15 @@ end
 -- bounds the requests in flight.
 function mcp.new(program, reader, opts)
   local tools, by_name = assert(mcp.tools(program, opts.agent, opts.network))
+  -- the tools whose calls need approval: write tools of an agent with
+  -- tool_policy "approval"
+  local needs_approval = {}
+  local ad = opts.agent and program:declaration(opts.agent)
+  if ad and ad.tool_policy == "approval" then
+    for _, t in ipairs(tools) do
+      if program:declaration(t.name).side_effects == "write" then needs_approval[t.name] = true end
+    end
+  end
   local S = {
     program = program,
     tools = tools,
@@ -156,6 +168,10 @@ function mcp.new(program, reader, opts)
     session = nil,        -- the legacy version agreed by initialize
     reader = reader,
     pending = {},         -- key(id) -> { id, call, modern }
+    needs_approval = needs_approval,
+    asking = {},          -- the id of an elicitation/create sent -> { msg, key }: a call waiting for approval
+    waiting = {},         -- key(id) of a call waiting for approval -> the elicitation's id
+    asked = 0,
     server_info = { name = "luma-lua", version = core.version },
   }
   return S
@@ -207,6 +223,7 @@ function methods.initialize(S, msg)
   local version = contains(LEGACY, p.protocolVersion) and p.protocolVersion or LEGACY[1]
   S.session = version
   S.client = client_name(p.clientInfo)
+  S.elicitation = type(p.capabilities) == "table" and type(p.capabilities.elicitation) == "table"
   return reply(msg.id, {
     protocolVersion = version,
     capabilities = capabilities(),
@@ -243,7 +260,17 @@ methods["tools/list"] = function(S, msg, modern)
   return reply(msg.id, result)
 end
 
-methods["tools/call"] = function(S, msg, modern)
+-- The approval the pipeline asks for (mcp.main's approve): given to the one
+-- call being started (the permission step runs within program:start).
+local granted = nil
+function mcp.granted(tool) return granted == tool end
+
+local function denied(S, msg, modern, why)
+  local r = mcp.error_result("TOOL_PERMISSION_DENIED", why)
+  return reply(msg.id, modern and modern_result(S, r) or r)
+end
+
+methods["tools/call"] = function(S, msg, modern, approved)
   local p = msg.params
   if type(p) ~= "table" or type(p.name) ~= "string" then
     return fail(msg.id, BAD_PARAMS, "tools/call: params.name must be a string")
@@ -261,6 +288,34 @@ methods["tools/call"] = function(S, msg, modern)
   if type(args) ~= "table" or getmetatable(args) == array_mt then
     return fail(msg.id, BAD_PARAMS, "tools/call: params.arguments must be an object")
   end
+  if S.needs_approval[p.name] and not approved and not approval.listed(os.getenv("LUMA_APPROVED_TOOLS"), p.name) then
+    -- ask the user through the client: elicitation, in the initialize era,
+    -- on stdio (over HTTP this server sends no requests of its own)
+    local how
+    if modern then
+      how = "a 2026-07-28 request cannot be asked for it here yet (input_required is not supported)"
+    elseif not S.elicit then
+      how = "this transport cannot ask the client (over HTTP the server sends no requests)"
+    elseif not S.elicitation then
+      how = "the client cannot be asked: it did not declare the elicitation capability at initialize"
+    end
+    if how then
+      return denied(S, msg, modern, "Tool '" .. p.name .. "' writes and needs approval, and " .. how ..
+        ": list it in LUMA_APPROVED_TOOLS to run it")
+    end
+    -- a call waiting for its answer counts as one in flight
+    if not S.reader:admit() then
+      return fail(msg.id, BUSY, "too many tools/call requests in flight (mcp_max_in_flight = " ..
+        core.limits.mcp_max_in_flight .. "): wait for one to end")
+    end
+    S.asked = S.asked + 1
+    local eid = "luma-approval-" .. S.asked
+    S.asking[eid] = { msg = msg, key = key(msg.id) }
+    S.waiting[key(msg.id)] = eid
+    return { jsonrpc = "2.0", id = eid, method = "elicitation/create", params = {
+      message = "Allow the tool '" .. p.name .. "' to run? It writes. Arguments: " .. text_of(args),
+      requestedSchema = { type = "object", properties = {} } } }
+  end
   if not S.reader:admit() then
     return fail(msg.id, BUSY, "too many tools/call requests in flight (mcp_max_in_flight = " ..
       core.limits.mcp_max_in_flight .. "): wait for one to end")
@@ -269,7 +324,9 @@ methods["tools/call"] = function(S, msg, modern)
   local client = S.client
   if modern then client = client_name(p._meta[META_CLIENT]) end
   local opts = { scope = S.scope, tags = { mcp_client = client, mcp_request = msg.id } }
+  granted = approved and p.name or nil
   local ok, call = pcall(S.program.start, S.program, p.name, args, opts)
+  granted = nil
   if not ok then
     S.reader:release()
     local r = mcp.call_result(false, call)
@@ -299,7 +356,22 @@ function mcp.handle(S, msg)
     return { fail(id, INVALID, "jsonrpc must be \"2.0\"") }
   end
   if msg.method == nil then
-    -- a response: this server sends no requests, so there is nothing to match
+    -- a response: to an elicitation asking for a call's approval, or to nothing
+    local asked = id ~= nil and S.asking[id]
+    if asked and (msg.result ~= nil or msg.error ~= nil) then
+      S.asking[id] = nil
+      S.waiting[asked.key] = nil
+      S.reader:release()
+      local res = msg.result
+      local action = type(res) == "table" and res.action or nil
+      if action == "accept" then
+        local r = methods["tools/call"](S, asked.msg, false, true)
+        return r and { r } or {}
+      end
+      local why = msg.error ~= nil and ("the client could not ask (" .. text_of(msg.error) .. ")")
+        or ("the user answered " .. text_of(action))
+      return { denied(S, asked.msg, false, "Tool '" .. asked.msg.params.name .. "' was not approved: " .. why) }
+    end
     if msg.result ~= nil or msg.error ~= nil then return {} end
     return { fail(id, INVALID, "a request needs a method") }
   end
@@ -313,6 +385,12 @@ function mcp.handle(S, msg)
     -- notifications: no reply, ever
     if msg.method == "notifications/cancelled" and type(msg.params) == "table" then
       local rid = msg.params.requestId
+      local eid = rid ~= nil and S.waiting[key(rid)]
+      if eid then   -- waiting for approval: it never starts
+        S.waiting[key(rid)] = nil
+        S.asking[eid] = nil
+        S.reader:release()
+      end
       local p = rid ~= nil and S.pending[key(rid)]
       if p then
         p.call:cancel()
@@ -321,7 +399,7 @@ function mcp.handle(S, msg)
     end
     return {}
   end
-  if S.pending[key(id)] then
+  if S.pending[key(id)] or S.waiting[key(id)] then
     return { fail(id, INVALID, "id " .. text_of(id) .. " is already used by a request in flight") }
   end
   local method = methods[msg.method]
@@ -404,6 +482,7 @@ end
 -- A client that stops reading ends the server: its calls are cancelled.
 function mcp.serve(S, runtime)
   core.mcp_ignore_sigpipe()
+  S.elicit = true    -- stdio: this server can send the client a request
   local reader = S.reader
   local rtfd = runtime:fd()
   local function gone()
@@ -769,10 +848,13 @@ function mcp.main(args, err, print_load_error)
     listen.origins = origins
   end
   local runtime = luma.runtime {}
-  -- stdin is the protocol: approval is never asked at the terminal (the
-  -- client is not asked in this version): a write tool of an agent with
-  -- tool_policy "approval" runs only when LUMA_APPROVED_TOOLS lists it
-  local approve = function(tool) return approval.listed(os.getenv("LUMA_APPROVED_TOOLS"), tool) end
+  -- stdin is the protocol: approval is never asked at the terminal; a
+  -- write tool of an agent with tool_policy "approval" runs when
+  -- LUMA_APPROVED_TOOLS lists it, or when the client's user accepted it
+  -- (elicitation: tools/call asks before it starts the call)
+  local approve = function(tool)
+    return approval.listed(os.getenv("LUMA_APPROVED_TOOLS"), tool) or mcp.granted(tool)
+  end
   local ok, program = pcall(luma.load, path, {
     runtime = runtime, config = config, tool_modules = modules, approve = approve, trace = trace,
   })
