@@ -279,11 +279,12 @@ describe("luma-lua mcp against a hostile client (a raw pipe)", function()
       by_id[3].result.content[1].text)
     assert.are.equal(-32602, by_id[4].error.code)
 
-    -- a 2026-07-28 request cannot be asked either
+    -- nor a 2026-07-28 request whose client has no elicitation
     _, by_id = serve(dir, { rpc(1, "tools/call", { name = "save", arguments = { id = "x", text = "t" }, _meta = MODERN }) },
       { "--agent", "Writer" })
-    assert.matches("^%[TOOL_PERMISSION_DENIED%] Tool 'save' writes and needs approval, and a 2026%-07%-28 request " ..
-      "cannot be asked for it here yet", by_id[1].result.content[1].text)
+    assert.are.equal("[TOOL_PERMISSION_DENIED] Tool 'save' writes and needs approval, and the client cannot be " ..
+      "asked: the request's clientCapabilities has no elicitation: list it in LUMA_APPROVED_TOOLS to run it",
+      by_id[1].result.content[1].text)
 
     -- without asking: LUMA_APPROVED_TOOLS
     _, by_id = serve(dir, { INIT, rpc(1, "tools/call", { name = "save", arguments = { id = "x", text = "t" } }) },
@@ -818,6 +819,47 @@ describe("luma-lua mcp --http, as the transport requires", function()
     assert.are.equal("[TOOL_PERMISSION_DENIED] Tool 'save' writes and needs approval, and this transport cannot ask " ..
       "the client (over HTTP the server sends no requests): list it in LUMA_APPROVED_TOOLS to run it",
       r.json.result.content[1].text)
+  end)
+
+  it("asks a 2026-07-28 client for approval with input_required, and runs the call sent again with the answer", function()
+    local s = http_server(dir, { "--agent", "Writer" })
+    local meta = {}
+    for k, v in pairs(MODERN) do meta[k] = v end
+    meta["io.modelcontextprotocol/clientCapabilities"] = { elicitation = {} }
+    local args = { id = "q", text = "t" }
+    local function call(id, extra)
+      local params = { name = "save", arguments = args, _meta = meta }
+      for k, v in pairs(extra or {}) do params[k] = v end
+      local r = http(s.port, "POST", with(JSON_HEADERS, { ["MCP-Protocol-Version"] = "2026-07-28",
+        ["Mcp-Method"] = "tools/call", ["Mcp-Name"] = "save" }), rpc(id, "tools/call", params))
+      assert.are.equal(200, r.status)
+      return r.json.result
+    end
+    local ok, err = pcall(function()
+      local r = call(1)
+      assert.are.equal("input_required", r.resultType)
+      assert.are.same({ method = "elicitation/create", params = {
+        message = "Allow the tool 'save' to run? It writes. Arguments: " .. json.encode(args),
+        requestedSchema = { type = "object", properties = {} } } }, r.inputRequests.approve)
+      local state = r.requestState
+      assert.is_string(state)
+      r = call(2, { inputResponses = { approve = { action = "accept", content = {} } }, requestState = state })
+      assert.are.equal("complete", r.resultType)
+      assert.are.same({ id = "q" }, r.structuredContent)
+      r = call(3, { inputResponses = { approve = { action = "decline" } }, requestState = state })
+      assert.are.equal("[TOOL_PERMISSION_DENIED] Tool 'save' was not approved: the user answered \"decline\"",
+        r.content[1].text)
+      -- a state it did not give, or for other arguments
+      local forged = state:sub(1, 64) .. ":" .. state:sub(66):gsub('"q"', '"r"')
+      r = call(4, { inputResponses = { approve = { action = "accept" } }, requestState = forged })
+      assert.matches("requestState is not one this server gave", r.content[1].text, 1, true)
+      args = { id = "other", text = "t" }
+      r = call(5, { inputResponses = { approve = { action = "accept" } }, requestState = state })
+      assert.is_true(r.isError)
+      assert.matches("requestState is not one this server gave", r.content[1].text, 1, true)
+    end)
+    s.stop()
+    assert(ok, err)
   end)
 
   it("replies as an event stream to a client that accepts only that", function()

@@ -270,6 +270,48 @@ local function denied(S, msg, modern, why)
   return reply(msg.id, modern and modern_result(S, r) or r)
 end
 
+local APPROVAL_TTL_S = 600   -- how long a 2026-07-28 requestState asking for approval holds
+
+local function same(a, b)
+  if type(a) ~= "table" or type(b) ~= "table" then return a == b end
+  if getmetatable(a) ~= getmetatable(b) then return false end
+  for k, v in pairs(a) do if not same(v, b[k]) then return false end end
+  for k in pairs(b) do if a[k] == nil then return false end end
+  return true
+end
+
+local function approval_request(name, args)
+  return { method = "elicitation/create", params = {
+    message = "Allow the tool '" .. name .. "' to run? It writes. Arguments: " .. text_of(args),
+    requestedSchema = { type = "object", properties = {} } } }
+end
+
+-- 2026-07-28's way to ask (input_required): true when the request carries
+-- the user's accept under the requestState this server gave for the same
+-- call; else the reply (the question, or the denial).
+local function ask_modern(S, msg, p, args)
+  local name = p.name
+  if p.inputResponses ~= nil or p.requestState ~= nil then
+    local payload = type(p.requestState) == "string" and core.mcp_unseal(p.requestState)
+    local ok, st = pcall(core.json_decode, payload or "")
+    if not payload or not ok or type(st) ~= "table" or st.tool ~= name or type(st.expires) ~= "number"
+        or st.expires < os.time() or not same(st.arguments, args) then
+      return denied(S, msg, true, "Tool '" .. name .. "' was not approved: requestState is not one this server " ..
+        "gave for this call with these arguments, or it expired: send the call again without it")
+    end
+    local answer = type(p.inputResponses) == "table" and p.inputResponses.approve or nil
+    local action = type(answer) == "table" and answer.action or nil
+    if action == "accept" then return true end
+    return denied(S, msg, true, "Tool '" .. name .. "' was not approved: the user answered " .. text_of(action))
+  end
+  local r = modern_result(S, {
+    inputRequests = { approve = approval_request(name, args) },
+    requestState = core.mcp_seal(core.json_encode { tool = name, arguments = args, expires = os.time() + APPROVAL_TTL_S }),
+  })
+  r.resultType = "input_required"
+  return reply(msg.id, r)
+end
+
 methods["tools/call"] = function(S, msg, modern, approved)
   local p = msg.params
   if type(p) ~= "table" or type(p.name) ~= "string" then
@@ -289,11 +331,16 @@ methods["tools/call"] = function(S, msg, modern, approved)
     return fail(msg.id, BAD_PARAMS, "tools/call: params.arguments must be an object")
   end
   if S.needs_approval[p.name] and not approved and not approval.listed(os.getenv("LUMA_APPROVED_TOOLS"), p.name) then
-    -- ask the user through the client: elicitation, in the initialize era,
-    -- on stdio (over HTTP this server sends no requests of its own)
+    -- ask the user through the client: input_required in 2026-07-28;
+    -- elicitation in the initialize era, on stdio (over HTTP this server
+    -- sends no requests of its own)
     local how
-    if modern then
-      how = "a 2026-07-28 request cannot be asked for it here yet (input_required is not supported)"
+    if modern and type(p._meta[META_CAPS].elicitation) ~= "table" then
+      how = "the client cannot be asked: the request's clientCapabilities has no elicitation"
+    elseif modern then
+      local verdict = ask_modern(S, msg, p, args)
+      if verdict ~= true then return verdict end
+      approved = true
     elseif not S.elicit then
       how = "this transport cannot ask the client (over HTTP the server sends no requests)"
     elseif not S.elicitation then
@@ -303,6 +350,8 @@ methods["tools/call"] = function(S, msg, modern, approved)
       return denied(S, msg, modern, "Tool '" .. p.name .. "' writes and needs approval, and " .. how ..
         ": list it in LUMA_APPROVED_TOOLS to run it")
     end
+  end
+  if S.needs_approval[p.name] and not approved and not approval.listed(os.getenv("LUMA_APPROVED_TOOLS"), p.name) then
     -- a call waiting for its answer counts as one in flight
     if not S.reader:admit() then
       return fail(msg.id, BUSY, "too many tools/call requests in flight (mcp_max_in_flight = " ..
@@ -312,9 +361,8 @@ methods["tools/call"] = function(S, msg, modern, approved)
     local eid = "luma-approval-" .. S.asked
     S.asking[eid] = { msg = msg, key = key(msg.id) }
     S.waiting[key(msg.id)] = eid
-    return { jsonrpc = "2.0", id = eid, method = "elicitation/create", params = {
-      message = "Allow the tool '" .. p.name .. "' to run? It writes. Arguments: " .. text_of(args),
-      requestedSchema = { type = "object", properties = {} } } }
+    local ask = approval_request(p.name, args)
+    return { jsonrpc = "2.0", id = eid, method = ask.method, params = ask.params }
   end
   if not S.reader:admit() then
     return fail(msg.id, BUSY, "too many tools/call requests in flight (mcp_max_in_flight = " ..
