@@ -266,6 +266,7 @@ bench: deps
 	LUMA_BUILD=$(BUILD) LUA=$(LUA) $(LUA) bench/agent/stream.lua
 	LUMA_BUILD=$(BUILD) $(LUA) bench/wake/run.lua
 	LUMA_BUILD=$(BUILD) $(LUA) bench/nginx/run.lua
+	LUMA_BUILD=$(BUILD) $(LUA) bench/mcp/run.lua
 
 # The direct call of bench/pipeline under callgrind: instructions per call,
 # and the functions that run the most of them (bench/pipeline/callgrind.lua).

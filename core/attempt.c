@@ -138,6 +138,8 @@ static st_verdict run_on(lua_State *T, cl_call *c, sx_module *m, sx_state *s, lo
   c->run.opts.tool = t->name;
   c->run.opts.timeout_ms = left;
   c->run.opts.limits = pg->limits;
+  c->run.opts.progress = rt_progress;
+  c->run.opts.progress_ud = c;
   sx_prepare(s, T, &c->run, 1);
   if (c->inline_ok) {
     /* the driver would only wait for it: it runs here, where a cancel from

@@ -45,7 +45,9 @@ enum {
 };
 
 /* The call's values on its thread's stack during a step. */
-enum { CV_INPUT = 1, CV_NEEDS, CV_CKEY, CV_IKEY, CV_VALUE, CV_WARN, CV_SCOPE, CV_COUNT = CV_SCOPE };
+/* CV_TAGS: a table of the caller's fields for the call's telemetry event
+   (program:start's opts.tags), or nil */
+enum { CV_INPUT = 1, CV_NEEDS, CV_CKEY, CV_IKEY, CV_VALUE, CV_WARN, CV_SCOPE, CV_TAGS, CV_COUNT = CV_TAGS };
 
 typedef struct st_event {
   int attempts;
@@ -115,6 +117,12 @@ struct cl_call {
   int inline_ok;                  /* a lone blocking call: its handler runs inside the step */
   int hold;                       /* stop at CS_RUN: rt_drive looks every call up before any runs */
   char ask_id[32];                /* the ask whose model made the call, or "" */
+  /* the handler's last signal:progress (rt_progress; guarded by the
+     runtime's lock): prog_seq counts the reports, 0: none yet */
+  unsigned prog_seq;
+  double prog_n, prog_total;      /* prog_total < 0: none */
+  int prog_has_msg;
+  char prog_msg[256];
 };
 
 #endif

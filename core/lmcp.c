@@ -7,6 +7,10 @@
        LIM_MCP_MAX_IN_FLIGHT (the client's bound); reader:release() when one ends
    core.mcp_wait({ fd, ... }, timeout_ms) -> { [fd] = true for each readable }
    (timeout_ms < 0: no timeout).
+   core.mcp_seal(text) -> a token that carries text with its HMAC-SHA256
+   under a key made at random once per process; core.mcp_unseal(token) ->
+   the text, or nil when the token was not made by this process (the
+   2026-07-28 requestState, which comes back through the client).
    core.mcp_ignore_sigpipe(): a client that stops reading makes writes fail
    (EPIPE) instead of killing the process. The JSON of a message is parsed by the one
    codec (base/json.c) within LIM_MCP_JSON_DEPTH; its text is never a Lua
@@ -16,11 +20,13 @@
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <lauxlib.h>
 
 #include "compat.h"
+#include "crypto.h"
 #include "ljson.h"
 #include "luma_limits.h"
 #include "mcp.h"
@@ -148,6 +154,44 @@ static int l_mcp_wait(lua_State *L) {
   return 1;
 }
 
+static unsigned char seal_key[32];
+static int seal_ready;
+
+static void seal_mac(lua_State *L, const char *text, size_t len, char hex[65]) {
+  if (!seal_ready) {
+    if (cr_random(seal_key, sizeof seal_key) != 0) luaL_error(L, "no random bytes for the seal's key");
+    seal_ready = 1;
+  }
+  unsigned char mac[32];
+  cr_hmac_sha256(seal_key, sizeof seal_key, text, len, mac);
+  for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", mac[i]);
+}
+
+static int l_mcp_seal(lua_State *L) {
+  size_t len;
+  const char *text = luaL_checklstring(L, 1, &len);
+  char hex[65];
+  seal_mac(L, text, len, hex);
+  lua_pushlstring(L, hex, 64);
+  lua_pushliteral(L, ":");
+  lua_pushvalue(L, 1);
+  lua_concat(L, 3);
+  return 1;
+}
+
+static int l_mcp_unseal(lua_State *L) {
+  size_t len;
+  const char *token = luaL_checklstring(L, 1, &len);
+  if (len < 65 || token[64] != ':') return 0;
+  char hex[65];
+  seal_mac(L, token + 65, len - 65, hex);
+  unsigned char diff = 0;
+  for (int i = 0; i < 64; i++) diff |= (unsigned char)(hex[i] ^ token[i]);   /* the same time whatever differs */
+  if (diff) return 0;
+  lua_pushlstring(L, token + 65, len - 65);
+  return 1;
+}
+
 static int l_mcp_ignore_sigpipe(lua_State *L) {
   (void)L;
   signal(SIGPIPE, SIG_IGN);
@@ -175,6 +219,10 @@ void lmcp_open(lua_State *L) {
   lua_setfield(L, -2, "mcp_reader");
   lua_pushcfunction(L, l_mcp_wait);
   lua_setfield(L, -2, "mcp_wait");
+  lua_pushcfunction(L, l_mcp_seal);
+  lua_setfield(L, -2, "mcp_seal");
+  lua_pushcfunction(L, l_mcp_unseal);
+  lua_setfield(L, -2, "mcp_unseal");
   lua_pushcfunction(L, l_mcp_ignore_sigpipe);
   lua_setfield(L, -2, "mcp_ignore_sigpipe");
 }

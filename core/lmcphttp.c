@@ -12,7 +12,8 @@
        request is no longer held (its client left); headers: { name = value }
      server:gone() -> the id of a held request whose client left, or nil
      server:admit() / server:release(): requests in flight, as the stdio reader's
-     server:session_new(version) -> id; server:session(id) -> version or nil;
+     server:session_new(version [, client]) -> id; server:session(id) -> version, client
+       (the client's name given to session_new; nil when none) or nil;
      server:session_end(id) -> true when it ended one
      server:close()
    core.mcp_catch_stop() -> fd: SIGTERM and SIGINT no longer end the process;
@@ -233,18 +234,25 @@ static int l_release(lua_State *L) {
 static int l_session_new(lua_State *L) {
   server_box *b = check_server(L);
   const char *version = luaL_checkstring(L, 2);
+  const char *client = luaL_optstring(L, 3, "");
   char id[33];
-  if (mh_session_new(b->s, version, id) != 0) return luaL_error(L, "no random bytes for a session id");
+  if (mh_session_new(b->s, version, client, id) != 0) return luaL_error(L, "no random bytes for a session id");
   lua_pushstring(L, id);
   return 1;
 }
 
 static int l_session(lua_State *L) {
   server_box *b = check_server(L);
-  const char *v = mh_session(b->s, luaL_checkstring(L, 2));
-  if (v) lua_pushstring(L, v);
+  const char *client = NULL;
+  const char *v = mh_session(b->s, luaL_checkstring(L, 2), &client);
+  if (!v) {
+    lua_pushnil(L);
+    return 1;
+  }
+  lua_pushstring(L, v);
+  if (client && client[0]) lua_pushstring(L, client);
   else lua_pushnil(L);
-  return 1;
+  return 2;
 }
 
 static int l_session_end(lua_State *L) {

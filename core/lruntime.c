@@ -235,16 +235,47 @@ int lr_call(lua_State *L, pl_program *pg, int scope, const pm_tool *t, int input
   return 2;
 }
 
+/* opts.tags: a copy of its string keys with string, integer or boolean
+   values (the caller's own fields for the call's telemetry event), pushed;
+   0 when there is none. */
+static int copy_tags(lua_State *L, int opts) {
+  lua_getfield(L, opts, "tags");
+  if (lua_isnil(L, -1)) { lua_pop(L, 1); return 0; }
+  if (!lua_istable(L, -1)) luaL_error(L, "opts.tags: expected a table, got %s", luaL_typename(L, -1));
+  int src = lua_gettop(L);
+  lua_newtable(L);
+  lua_pushnil(L);
+  while (lua_next(L, src)) {
+    int vt = lua_type(L, -1);
+    if (lua_type(L, -2) != LUA_TSTRING)
+      luaL_error(L, "opts.tags: keys must be strings, not %s", luaL_typename(L, -2));
+    if (!(vt == LUA_TSTRING || vt == LUA_TBOOLEAN || (vt == LUA_TNUMBER && lua_isinteger(L, -1))))
+      luaL_error(L, "opts.tags.%s: expected a string, an integer or a boolean, got %s", lua_tostring(L, -2),
+                 luaL_typename(L, -1));
+    lua_pushvalue(L, -2);
+    lua_insert(L, -2);
+    lua_rawset(L, src + 1);
+  }
+  lua_remove(L, src);
+  return lua_gettop(L);
+}
+
 int lr_start(lua_State *L, pl_program *pg, const pm_tool *t, int input, int opts) {
-  int scope = 0;
+  int scope = 0, tags = 0;
   if (!lua_isnoneornil(L, opts)) {
     luaL_checktype(L, opts, LUA_TTABLE);
     lua_getfield(L, opts, "scope");
     scope = lua_isnil(L, -1) ? 0 : lua_gettop(L);
+    tags = copy_tags(L, opts);
   }
   pl_scope *sc = lr_check_scope(L, pg, scope);
   call_box *b = push_owner(L);
   b->c = new_call(L, pg, sc, scope, t, input, 1);
+  if (tags) {
+    lua_pushvalue(L, tags);
+    lua_xmove(L, b->c->T, 1);
+    lua_replace(b->c->T, CV_TAGS);
+  }
   rt_start(pg->rt, b->c);
   rt_kick(pg->rt, b->c);
   return 1;
@@ -279,6 +310,23 @@ static int l_call_result(lua_State *L) {
   if (!cl_done(c)) return luaL_error(L, "the call is not done: wait for it first");
   if (lcl_push_outcome(L, c) != 0) return lua_error(L);
   return 2;
+}
+
+/* call:progress() -> count, n, total, message: the handler's last
+   signal:progress (count: how many it made; total and message nil when not
+   given); nil before the first */
+static int l_call_progress(lua_State *L) {
+  cl_call *c = check_call(L, 1);
+  double n = 0, total = -1;
+  char msg[sizeof c->prog_msg];
+  int has_msg = 0;
+  unsigned seq = rt_progress_read(c->rt, c, &n, &total, msg, sizeof msg, &has_msg);
+  if (!seq) return 0;
+  lua_pushinteger(L, (lua_Integer)seq);
+  lua_pushnumber(L, n);
+  if (total >= 0) lua_pushnumber(L, total); else lua_pushnil(L);
+  if (has_msg) lua_pushstring(L, msg); else lua_pushnil(L);
+  return 4;
 }
 
 /* call:cancel() */
@@ -431,6 +479,7 @@ void lr_open(lua_State *L) {
     { "wait", l_call_wait },
     { "result", l_call_result },
     { "cancel", l_call_cancel },
+    { "progress", l_call_progress },
     { NULL, NULL }
   };
   lr_new_metatable(L, LR_RUNTIME, runtime_gc, runtime_methods);

@@ -52,6 +52,7 @@ typedef struct conn {
 typedef struct session {
   char id[33];          /* "" when free */
   char version[16];
+  char client[129];     /* the client's name from initialize ("" if none), cut to 128 bytes */
   long long used;
 } session;
 
@@ -630,7 +631,7 @@ static session *find_session(mh_server *s, const char *id) {
   return NULL;
 }
 
-int mh_session_new(mh_server *s, const char *version, char out[33]) {
+int mh_session_new(mh_server *s, const char *version, const char *client, char out[33]) {
   unsigned char raw[16];
   if (cr_random(raw, sizeof raw) != 0) return -1;
   for (int i = 0; i < 16; i++) snprintf(out + 2 * i, 3, "%02x", raw[i]);
@@ -642,14 +643,16 @@ int mh_session_new(mh_server *s, const char *version, char out[33]) {
   }
   memcpy(slot->id, out, 33);
   snprintf(slot->version, sizeof slot->version, "%s", version);
+  snprintf(slot->client, sizeof slot->client, "%s", client ? client : "");
   slot->used = now_ms();
   return 0;
 }
 
-const char *mh_session(mh_server *s, const char *id) {
+const char *mh_session(mh_server *s, const char *id, const char **client) {
   session *x = find_session(s, id);
   if (!x) return NULL;
   x->used = now_ms();
+  if (client) *client = x->client;
   return x->version;
 }
 

@@ -68,11 +68,12 @@ int mh_reply(mh_server *s, uint64_t id, int status, const char *headers, const c
 int mh_gone(mh_server *s, uint64_t *id);
 
 /* Sessions: mh_session_new writes a new id (32 hex digits) into out[33] and
-   keeps `version` (at most 15 bytes) with it; -1 when no random bytes could
-   be had. mh_session returns the version of a live session (and marks it
-   used), or NULL. mh_session_end returns 1 when it ended one. */
-int mh_session_new(mh_server *s, const char *version, char out[33]);
-const char *mh_session(mh_server *s, const char *id);
+   keeps `version` (at most 15 bytes) and `client` (the client's name, or
+   NULL; cut to 128 bytes) with it; -1 when no random bytes could be had.
+   mh_session returns the version of a live session (and marks it used) and
+   sets *client (unless client is NULL; "" when none was given), or NULL. mh_session_end returns 1 when it ended one. */
+int mh_session_new(mh_server *s, const char *version, const char *client, char out[33]);
+const char *mh_session(mh_server *s, const char *id, const char **client);
 int mh_session_end(mh_server *s, const char *id);
 
 #endif

@@ -263,6 +263,38 @@ void rt_cancel_job(rt_runtime *rt, cl_call *c) {
   pthread_mutex_unlock(&rt->lock);
 }
 
+void rt_progress(void *ud, double n, double total, const char *message, size_t len) {
+  cl_call *c = ud;
+  rt_runtime *rt = c->rt;
+  if (len >= sizeof c->prog_msg) {
+    len = sizeof c->prog_msg - 1;
+    while (len > 0 && ((unsigned char)message[len] & 0xC0) == 0x80) len--;   /* not inside a character */
+  }
+  pthread_mutex_lock(&rt->lock);
+  c->prog_n = n;
+  c->prog_total = total;
+  c->prog_has_msg = message != NULL;
+  if (message) memcpy(c->prog_msg, message, len);
+  c->prog_msg[message ? len : 0] = 0;
+  c->prog_seq++;
+  pthread_mutex_unlock(&rt->lock);
+  rt_notify(rt);
+}
+
+unsigned rt_progress_read(rt_runtime *rt, cl_call *c, double *n, double *total, char *msg, size_t msglen,
+                          int *has_msg) {
+  pthread_mutex_lock(&rt->lock);
+  unsigned seq = c->prog_seq;
+  if (seq) {
+    *n = c->prog_n;
+    *total = c->prog_total;
+    *has_msg = c->prog_has_msg;
+    snprintf(msg, msglen, "%s", c->prog_msg);
+  }
+  pthread_mutex_unlock(&rt->lock);
+  return seq;
+}
+
 void rt_inline(rt_runtime *rt, cl_call *c, int on) {
   pthread_mutex_lock(&rt->lock);
   c->inline_run = on;

@@ -77,6 +77,13 @@ void rt_run_here(rt_runtime *rt, struct cl_call *c);
 /* A handler that runs on the driver's thread, inline (attempt.c): on tells
    rt_cancel_job that its state may be interrupted, off that it may not. */
 void rt_inline(rt_runtime *rt, struct cl_call *c, int on);
+/* The sx_call_opts progress function of c's handler (ud: c): keeps the
+   report (a message cut to 255 bytes, at a character's start) and makes the
+   runtime's descriptor readable. Any thread. */
+void rt_progress(void *ud, double n, double total, const char *message, size_t len);
+/* The last report of c: its count (0: none; then nothing else is set). */
+unsigned rt_progress_read(rt_runtime *rt, struct cl_call *c, double *n, double *total, char *msg, size_t msglen,
+                          int *has_msg);
 /* Cancels c (cl_cancel): any thread. */
 void rt_cancel_job(rt_runtime *rt, struct cl_call *c);
 /* For the pool's workers: the job of c finished. */

@@ -53,6 +53,10 @@ void st_emit(lua_State *T, cl_call *c) {
   lj_push_array_mt(T);
   lua_setmetatable(T, w);
   lua_setfield(T, e, "warnings");
+  if (lua_istable(T, CV_TAGS)) {
+    lua_pushvalue(T, CV_TAGS);
+    lua_setfield(T, e, "tags");
+  }
   if (c->ask_id[0]) {
     lua_pushstring(T, c->ask_id);
     lua_setfield(T, e, "ask");

@@ -265,6 +265,7 @@ void sx_execute(sx_state *s, sx_run *runs, int n) {
     lua_pushvalue(H, run->needs_slot);
     s->tool = run->opts.tool;
     s->timeout_ms = run->opts.timeout_ms;
+    s->opts = &run->opts;
     s->expired = 0;
     s->out_of_memory = 0;
     s->deadline_ns = run->opts.timeout_ms > 0 ? sx_now_ns() + run->opts.timeout_ms * 1000000LL : 0;
@@ -282,6 +283,7 @@ void sx_execute(sx_state *s, sx_run *runs, int n) {
     s->promote_ns = sx_now_ns() + SX_PROMOTE_NS;
     sx_start_hook(s);
     run->status = lua_pcall(H, 3, 1, 0);
+    s->opts = NULL;
     s->promote_ns = 0;
     if (s->watched) {
       __atomic_store_n(&s->current, H, __ATOMIC_RELEASE);

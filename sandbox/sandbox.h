@@ -137,6 +137,10 @@ typedef struct sx_call_opts {
   const char *tool;               /* the tool's name, for messages */
   long long timeout_ms;           /* the deadline, or <= 0 for none */
   sx_limits limits;
+  /* the handler's signal:progress(n [, total [, message]]), told on the
+     thread running it (total < 0: none; message NULL: none); NULL: ignored */
+  void (*progress)(void *ud, double n, double total, const char *message, size_t len);
+  void *progress_ud;
 } sx_call_opts;
 
 /*

@@ -3,6 +3,7 @@
    modules or policies (module.c composes a module's state). */
 #include "state.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -221,7 +222,27 @@ static int l_signal_sleep(lua_State *L) {
   }
 }
 
-/* signal.aborted, signal.reason, signal:check(), signal:sleep(ms), signal.remaining_ms */
+/* signal:progress(n [, total [, message]]): how far the call has come, for
+   whoever started it to pass on (an MCP client's progress notifications);
+   n and total are numbers >= 0. Nothing happens when no one listens. */
+static int l_signal_progress(lua_State *L) {
+  sx_state *m = sx_state_of(L);
+  lua_Number n = luaL_checknumber(L, 2);
+  luaL_argcheck(L, isfinite(n) && n >= 0, 2, "a finite number >= 0 expected");
+  lua_Number total = -1;
+  if (!lua_isnoneornil(L, 3)) {
+    total = luaL_checknumber(L, 3);
+    luaL_argcheck(L, isfinite(total) && total >= 0, 3, "a finite number >= 0 expected");
+  }
+  size_t len = 0;
+  const char *msg = luaL_optlstring(L, 4, NULL, &len);
+  const sx_call_opts *o = m->opts;
+  if (o && o->progress) o->progress(o->progress_ud, n, total, msg, len);
+  return 0;
+}
+
+/* signal.aborted, signal.reason, signal:check(), signal:sleep(ms), signal:progress(n, total, msg),
+   signal.remaining_ms */
 static int l_signal_index(lua_State *L) {
   sx_state *m = sx_state_of(L);
   const char *key = lua_tostring(L, 2);
@@ -234,6 +255,8 @@ static int l_signal_index(lua_State *L) {
     lua_pushcfunction(L, l_signal_check);
   } else if (strcmp(key, "sleep") == 0) {
     lua_pushcfunction(L, l_signal_sleep);
+  } else if (strcmp(key, "progress") == 0) {
+    lua_pushcfunction(L, l_signal_progress);
   } else if (strcmp(key, "remaining_ms") == 0) {
     if (!m->deadline_ns) return 0;
     long long left = (m->deadline_ns - sx_now_ns()) / 1000000;

@@ -33,6 +33,7 @@ struct sx_state {
   int (*promote)(struct sx_state *s);
   const char *tool;               /* the tool being called, for messages */
   long long timeout_ms;
+  const struct sx_call_opts *opts;  /* the running call's, for signal:progress; NULL between calls */
   size_t printed;                 /* bytes print wrote during this call */
   int exports_ref;                /* registry ref of the handler table (module.c) */
   int signal_ref;                 /* registry ref of the signal object */

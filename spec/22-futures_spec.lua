@@ -295,3 +295,64 @@ describe("a module's new state", function()
     rt:close()
   end)
 end)
+
+describe("program:start's opts.tags and call:progress()", function()
+  local PROGRESS_SOURCE = "schema R { n: int }\ntool steps(n: int) -> R { timeout: 5000 }\n"
+  local PROGRESS_TOOLS = [[
+return { steps = function(input, signal)
+  for i = 1, input.n do signal:progress(i, input.n, i == input.n and "done" or nil) end
+  return { n = input.n }
+end }
+]]
+  local function program(events)
+    local dir = h.project {
+      ["program.luma"] = PROGRESS_SOURCE,
+      ["tools.lua"] = PROGRESS_TOOLS,
+      ["luma.config.json"] = '{ "tool_modules": ["tools.lua"] }',
+    }
+    return assert(h.load(dir, { on_event = function(e) events[#events + 1] = e end }))
+  end
+
+  it("puts the tags into the call's telemetry event, and refuses tags that are not scalars under string keys", function()
+    local events = {}
+    local p = program(events)
+    local c = p:start("steps", { n = 1 }, { tags = { mcp_client = "ide", mcp_request = 7, replay = false } })
+    c:wait()
+    assert.are.same({ n = 1 }, c:result())
+    assert.are.same({ mcp_client = "ide", mcp_request = 7, replay = false }, events[1].tags)
+    p:start("steps", { n = 1 }):wait()
+    assert.is_nil(events[2].tags)
+    assert.has_error(function() p:start("steps", { n = 1 }, { tags = "x" }) end, "opts.tags: expected a table, got string")
+    assert.has_error(function() p:start("steps", { n = 1 }, { tags = { 1 } }) end, "opts.tags: keys must be strings, not number")
+    assert.has_error(function() p:start("steps", { n = 1 }, { tags = { k = {} } }) end,
+      "opts.tags.k: expected a string, an integer or a boolean, got table")
+    assert.has_error(function() p:start("steps", { n = 1 }, { tags = { k = 1.5 } }) end,
+      "opts.tags.k: expected a string, an integer or a boolean, got number")
+  end)
+
+  it("gives the handler's last signal:progress, and nil before the first", function()
+    local p = program({})
+    local c = p:start("steps", { n = 3 })
+    c:wait()
+    local count, n, total, message = c:progress()
+    assert.are.same({ 3, 3, 3, "done" }, { count, n, total, message })
+    c = p:start("steps", { n = 0 })
+    c:wait()
+    assert.is_nil(c:progress())
+  end)
+
+  it("refuses a progress that is not a finite number >= 0", function()
+    local dir = h.project {
+      ["program.luma"] = PROGRESS_SOURCE,
+      ["tools.lua"] = "return { steps = function(input, signal) signal:progress(input.n == 0 and 0 / 0 or -1) return { n = 1 } end }",
+      ["luma.config.json"] = '{ "tool_modules": ["tools.lua"] }',
+    }
+    local p = assert(h.load(dir))
+    for _, n in ipairs { 0, 1 } do
+      local ok, err = pcall(p.call, p, "steps", { n = n })
+      assert.is_false(ok)
+      assert.are.equal("TOOL_FAILED", err.code)
+      assert.matches("a finite number >= 0 expected", err.message, 1, true)
+    end
+  end)
+end)

@@ -274,11 +274,19 @@ describe("luma-lua mcp against a hostile client (a raw pipe)", function()
     assert.are.equal(-32602, by_id[2].error.code)
     assert.matches("unknown tool 'slow'", by_id[2].error.message)
     assert.is_true(by_id[3].result.isError)
-    assert.matches("^%[TOOL_PERMISSION_DENIED%] Tool 'save' writes and was not approved: list it in LUMA_APPROVED_TOOLS",
+    assert.are.equal("[TOOL_PERMISSION_DENIED] Tool 'save' writes and needs approval, and the client cannot be " ..
+      "asked: it did not declare the elicitation capability at initialize: list it in LUMA_APPROVED_TOOLS to run it",
       by_id[3].result.content[1].text)
     assert.are.equal(-32602, by_id[4].error.code)
 
-    -- the one way to approve on stdio: LUMA_APPROVED_TOOLS
+    -- nor a 2026-07-28 request whose client has no elicitation
+    _, by_id = serve(dir, { rpc(1, "tools/call", { name = "save", arguments = { id = "x", text = "t" }, _meta = MODERN }) },
+      { "--agent", "Writer" })
+    assert.are.equal("[TOOL_PERMISSION_DENIED] Tool 'save' writes and needs approval, and the client cannot be " ..
+      "asked: the request's clientCapabilities has no elicitation: list it in LUMA_APPROVED_TOOLS to run it",
+      by_id[1].result.content[1].text)
+
+    -- without asking: LUMA_APPROVED_TOOLS
     _, by_id = serve(dir, { INIT, rpc(1, "tools/call", { name = "save", arguments = { id = "x", text = "t" } }) },
       { "--agent", "Writer" }, false, { LUMA_APPROVED_TOOLS = "save" })
     assert.are.same({ id = "x" }, by_id[1].result.structuredContent)
@@ -293,6 +301,66 @@ describe("luma-lua mcp against a hostile client (a raw pipe)", function()
     assert.are.equal(-32600, replies[2].error.code)
     assert.matches("already used by a request in flight", replies[2].error.message)
     assert.are.same({ ms = 300 }, replies[3].result.structuredContent)
+  end)
+
+  it("asks for approval with elicitation/create when the client can answer, and runs the call only if accepted", function()
+    local init = rpc(0, "initialize", { protocolVersion = "2025-11-25", capabilities = { elicitation = {} },
+      clientInfo = { name = "raw", version = "1" } })
+    local function answer(id, action)
+      return json.encode { jsonrpc = "2.0", id = id, result = { action = action } }
+    end
+    local replies, by_id = serve(dir, {
+      init,
+      rpc(1, "tools/call", { name = "save", arguments = { id = "a", text = "t" } }),
+      rpc(1, "tools/call", { name = "add", arguments = { a = 1, b = 1 } }),   -- id 1 waits: in flight
+      answer("luma-approval-1", "accept"),
+      rpc(2, "tools/call", { name = "save", arguments = { id = "b", text = "t" } }),
+      answer("luma-approval-2", "decline"),
+      rpc(3, "tools/call", { name = "save", arguments = { id = "c", text = "t" } }),
+      '{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}',
+      answer("luma-approval-3", "accept"),   -- too late: the call was cancelled, never started
+      rpc(4, "tools/call", { name = "add", arguments = { a = 2, b = 2 } }),
+    }, { "--agent", "Writer" }, true)
+    local asks, saved = {}, nil
+    for _, m in ipairs(replies) do
+      if m.method == "elicitation/create" then asks[#asks + 1] = m end
+      if m.id == 1 and m.result then saved = m.result end
+    end
+    assert.are.equal(3, #asks)
+    assert.are.equal("luma-approval-1", asks[1].id)
+    assert.are.equal("Allow the tool 'save' to run? It writes. Arguments: {\"id\":\"a\",\"text\":\"t\"}",
+      asks[1].params.message)
+    assert.are.same({ type = "object", properties = {} }, asks[1].params.requestedSchema)
+    assert.are.equal(-32600, by_id[1].error.code)   -- the reused id 1, while the first waits
+    assert.are.same({ id = "a" }, saved.structuredContent)
+    assert.are.equal("[TOOL_PERMISSION_DENIED] Tool 'save' was not approved: the user answered \"decline\"",
+      by_id[2].result.content[1].text)
+    assert.is_nil(by_id[3])
+    assert.are.same({ total = 4 }, by_id[4].result.structuredContent)
+
+    -- calls waiting for an answer count against mcp_max_in_flight
+    local max = luma.limits.mcp_max_in_flight
+    local lines = { init }
+    for i = 1, max + 1 do
+      lines[#lines + 1] = rpc(i, "tools/call", { name = "save", arguments = { id = "f" .. i, text = "t" } })
+    end
+    replies, by_id = serve(dir, lines, { "--agent", "Writer" })
+    assert.are.equal(max + 2, #replies)
+    assert.are.equal(-32000, by_id[max + 1].error.code)
+  end)
+
+  it("asks the TypeScript SDK client's user for approval with elicitation", function()
+    npm_ci(SUPPORT, "@modelcontextprotocol/sdk")
+    local command = h.quote(h.root .. "/bin/luma-lua") .. " mcp " .. h.quote(dir .. "/program.luma") .. " --agent Writer"
+    local call = json.encode { tool = "save", arguments = { id = "z", text = "t" } }
+    local r = sdk_client("v1", command, { PROGRESS = call, ELICIT = "accept" })
+    assert.are.same({ "Allow the tool 'save' to run? It writes. Arguments: {\"id\":\"z\",\"text\":\"t\"}" }, r.elicited)
+    assert.are.same({ id = "z" }, r.progress.result.structuredContent)
+    r = sdk_client("v1", command, { PROGRESS = call, ELICIT = "decline" })
+    assert.are.equal(1, #r.elicited)
+    assert.is_true(r.progress.result.isError)
+    assert.are.equal("[TOOL_PERMISSION_DENIED] Tool 'save' was not approved: the user answered \"decline\"",
+      r.progress.result.content[1].text)
   end)
 
   it("gives a tool error as an isError result with its code and message", function()
@@ -314,6 +382,103 @@ describe("luma-lua mcp against a hostile client (a raw pipe)", function()
     assert.is_true(position(replies, 4) < position(replies, 1))
     assert.are.same({ total = 2 }, by_id[4].result.structuredContent)
     assert.are.same({ ms = 800 }, by_id[1].result.structuredContent)
+  end)
+
+  it("tags each call's telemetry event with the client's name and the request's id, in both eras", function()
+    local trace = h.tmpname(".jsonl")
+    local modern_meta = { ["io.modelcontextprotocol/protocolVersion"] = "2026-07-28",
+      ["io.modelcontextprotocol/clientCapabilities"] = {},
+      ["io.modelcontextprotocol/clientInfo"] = { name = "modern-ide", version = "2" } }
+    local _, by_id = serve(dir, {
+      INIT,
+      '{"jsonrpc":"2.0","method":"notifications/initialized"}',
+      rpc(7, "tools/call", { name = "add", arguments = { a = 1, b = 2 } }),
+      rpc("call-8", "tools/call", { name = "fails", arguments = { why = "x" } }),
+      rpc(9, "tools/call", { name = "add", arguments = { a = 2, b = 2 }, _meta = modern_meta }),
+      rpc(10, "tools/call", { name = "add", arguments = { a = 3, b = 2 }, _meta = MODERN }),
+    }, { "--trace", trace })
+    assert.are.same({ total = 3 }, by_id[7].result.structuredContent)
+    assert.are.same({ total = 4 }, by_id[9].result.structuredContent)
+    local tags = {}
+    for line in h.read(trace):gmatch("[^\n]+") do
+      local e = json.decode(line)
+      if e.tool then tags[#tags + 1] = e.tags end
+    end
+    os.remove(trace)
+    table.sort(tags, function(a, b) return tostring(a.mcp_request) < tostring(b.mcp_request) end)
+    assert.are.same({
+      { mcp_request = 10 },   -- a 2026-07-28 request names its own client, or none
+      { mcp_client = "raw", mcp_request = 7 },
+      { mcp_client = "modern-ide", mcp_request = 9 },
+      { mcp_client = "raw", mcp_request = "call-8" },
+    }, tags)
+  end)
+
+  it("sends a handler's signal:progress as notifications/progress when the call has a progressToken", function()
+    local pdir = h.project {
+      ["program.luma"] = "schema Done { steps: int }\ntool steps(n: int) -> Done { description: \"Steps\" }\n",
+      ["tools.lua"] = [=[
+return { steps = function(input, signal)
+  for i = 1, input.n do
+    signal:sleep(40)
+    signal:progress(i, input.n, "step " .. i)
+  end
+  signal:sleep(40)
+  signal:progress(0)   -- not rising: not sent
+  return { steps = input.n }
+end }
+]=],
+      ["luma.config.json"] = CONFIG,
+    }
+    local replies, by_id = serve(pdir, {
+      INIT,
+      rpc(1, "tools/call", { name = "steps", arguments = { n = 3 }, _meta = { progressToken = "tok" } }),
+      rpc(2, "tools/call", { name = "steps", arguments = { n = 2 } }),
+    })
+    assert.are.same({ steps = 3 }, by_id[1].result.structuredContent)
+    local notes = {}
+    for i, m in ipairs(replies) do
+      if m.method == "notifications/progress" then
+        assert.is_true(i < position(replies, 1), "a notification after the reply")
+        assert.are.equal("tok", m.params.progressToken)   -- the call without a token gets none
+        notes[#notes + 1] = m.params
+      end
+    end
+    assert.is_true(#notes >= 1 and #notes <= 3)
+    for i = 2, #notes do assert.is_true(notes[i].progress > notes[i - 1].progress) end
+    assert.are.same({ progressToken = "tok", progress = 3, total = 3, message = "step 3" }, notes[#notes])
+  end)
+
+  it("gives a handler's progress to the TypeScript SDK client's onprogress", function()
+    local pdir = h.project {
+      ["program.luma"] = "schema Sum { total: int }\ntool add(a: int, b: int) -> Sum {}\n" ..
+        "schema Done { steps: int }\ntool steps(n: int) -> Done { description: \"Steps\" }\n",
+      ["tools.lua"] = [=[
+return {
+  add = function(input) return { total = input.a + input.b } end,
+  steps = function(input, signal)
+    for i = 1, input.n do
+      signal:sleep(40)
+      signal:progress(i, input.n, "step " .. i)
+    end
+    -- the SDK handles a notification a tick after reading it, and a reply at
+    -- once: a notification that comes in the reply's chunk is dropped
+    signal:sleep(40)
+    return { steps = input.n }
+  end,
+}
+]=],
+      ["luma.config.json"] = CONFIG,
+    }
+    npm_ci(SUPPORT, "@modelcontextprotocol/sdk")
+    for _, flavour in ipairs { "v1", "v2-legacy" } do
+      local r = sdk_client(flavour, h.quote(h.root .. "/bin/luma-lua") .. " mcp " .. h.quote(pdir .. "/program.luma"),
+        { PROGRESS = json.encode { tool = "steps", arguments = { n = 3 } } })
+      assert.are.same({ steps = 3 }, r.progress.result.structuredContent, flavour)
+      local events = r.progress.events
+      assert.is_true(#events >= 1, flavour .. ": no progress")
+      assert.are.same({ progress = 3, total = 3, message = "step 3" }, events[#events], flavour)
+    end
   end)
 
   it("cancels a call on notifications/cancelled and sends no reply for it", function()
@@ -617,6 +782,84 @@ describe("luma-lua mcp --http, as the transport requires", function()
       json.encode { jsonrpc = "2.0", method = "notifications/cancelled", params = { requestId = 9, _meta = MODERN } })
     assert.are.equal(202, r.status)
     assert.are.equal("", r.body)
+  end)
+
+  it("tags each call's telemetry event with the session's client and the request's id", function()
+    local trace = h.tmpname(".jsonl")
+    local s = http_server(dir, { "--trace", trace })
+    local sid = initialize(s.port)
+    local r = http(s.port, "POST", with(JSON_HEADERS, { ["Mcp-Session-Id"] = sid }),
+      rpc(3, "tools/call", { name = "add", arguments = { a = 1, b = 1 } }))
+    assert.are.same({ total = 2 }, r.json.result.structuredContent)
+    local meta = {}
+    for k, v in pairs(MODERN) do meta[k] = v end
+    meta["io.modelcontextprotocol/clientInfo"] = { name = "modern-ide", version = "2" }
+    r = http(s.port, "POST", with(JSON_HEADERS, { ["MCP-Protocol-Version"] = "2026-07-28", ["Mcp-Method"] = "tools/call",
+      ["Mcp-Name"] = "add" }), rpc("m4", "tools/call", { name = "add", arguments = { a = 2, b = 2 }, _meta = meta }))
+    assert.are.same({ total = 4 }, r.json.result.structuredContent)
+    s.stop()
+    local tags = {}
+    for line in h.read(trace):gmatch("[^\n]+") do
+      local e = json.decode(line)
+      if e.tool then tags[#tags + 1] = e.tags end
+    end
+    os.remove(trace)
+    assert.are.same({ { mcp_client = "raw", mcp_request = 3 }, { mcp_client = "modern-ide", mcp_request = "m4" } }, tags)
+  end)
+
+  it("denies a call that needs approval, saying this transport cannot ask the client", function()
+    local s = http_server(dir, { "--agent", "Writer" })
+    local r = http(s.port, "POST", JSON_HEADERS, rpc(0, "initialize", { protocolVersion = "2025-11-25",
+      capabilities = { elicitation = {} }, clientInfo = { name = "raw", version = "1" } }))
+    local sid = r.headers["mcp-session-id"]
+    r = http(s.port, "POST", with(JSON_HEADERS, { ["Mcp-Session-Id"] = sid }),
+      rpc(1, "tools/call", { name = "save", arguments = { id = "x", text = "t" } }))
+    s.stop()
+    assert.is_true(r.json.result.isError)
+    assert.are.equal("[TOOL_PERMISSION_DENIED] Tool 'save' writes and needs approval, and this transport cannot ask " ..
+      "the client (over HTTP the server sends no requests): list it in LUMA_APPROVED_TOOLS to run it",
+      r.json.result.content[1].text)
+  end)
+
+  it("asks a 2026-07-28 client for approval with input_required, and runs the call sent again with the answer", function()
+    local s = http_server(dir, { "--agent", "Writer" })
+    local meta = {}
+    for k, v in pairs(MODERN) do meta[k] = v end
+    meta["io.modelcontextprotocol/clientCapabilities"] = { elicitation = {} }
+    local args = { id = "q", text = "t" }
+    local function call(id, extra)
+      local params = { name = "save", arguments = args, _meta = meta }
+      for k, v in pairs(extra or {}) do params[k] = v end
+      local r = http(s.port, "POST", with(JSON_HEADERS, { ["MCP-Protocol-Version"] = "2026-07-28",
+        ["Mcp-Method"] = "tools/call", ["Mcp-Name"] = "save" }), rpc(id, "tools/call", params))
+      assert.are.equal(200, r.status)
+      return r.json.result
+    end
+    local ok, err = pcall(function()
+      local r = call(1)
+      assert.are.equal("input_required", r.resultType)
+      assert.are.same({ method = "elicitation/create", params = {
+        message = "Allow the tool 'save' to run? It writes. Arguments: " .. json.encode(args),
+        requestedSchema = { type = "object", properties = {} } } }, r.inputRequests.approve)
+      local state = r.requestState
+      assert.is_string(state)
+      r = call(2, { inputResponses = { approve = { action = "accept", content = {} } }, requestState = state })
+      assert.are.equal("complete", r.resultType)
+      assert.are.same({ id = "q" }, r.structuredContent)
+      r = call(3, { inputResponses = { approve = { action = "decline" } }, requestState = state })
+      assert.are.equal("[TOOL_PERMISSION_DENIED] Tool 'save' was not approved: the user answered \"decline\"",
+        r.content[1].text)
+      -- a state it did not give, or for other arguments
+      local forged = state:sub(1, 64) .. ":" .. state:sub(66):gsub('"q"', '"r"')
+      r = call(4, { inputResponses = { approve = { action = "accept" } }, requestState = forged })
+      assert.matches("requestState is not one this server gave", r.content[1].text, 1, true)
+      args = { id = "other", text = "t" }
+      r = call(5, { inputResponses = { approve = { action = "accept" } }, requestState = state })
+      assert.is_true(r.isError)
+      assert.matches("requestState is not one this server gave", r.content[1].text, 1, true)
+    end)
+    s.stop()
+    assert(ok, err)
   end)
 
   it("replies as an event stream to a client that accepts only that", function()

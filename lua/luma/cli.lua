@@ -19,7 +19,7 @@ commands:
                            ({ name, description, parameters } for each tool)
   schema PROGRAM NAME      print the JSON Schema of one schema (of a tool's input,
                            for a tool's name)
-  mcp PROGRAM [--agent A] [--http [HOST:]PORT]
+  mcp PROGRAM [--agent A] [--trace FILE] [--http [HOST:]PORT]
                            serve the program's tools (or agent A's) over MCP on
                            stdio, or Streamable HTTP, to any MCP client (both
                            protocol eras)
@@ -194,12 +194,14 @@ schema of its input (as the REPL's :schema does).
 ]],
   mcp = [[
 usage: luma-lua mcp PROGRAM [--agent A] [--config FILE] [--tool-module FILE]...
-                    [--http [HOST:]PORT [--token-env NAME] [--allow-origin ORIGIN]...]
+                    [--trace FILE] [--http [HOST:]PORT [--token-env NAME] [--allow-origin ORIGIN]...]
 Serves the program's tools over the Model Context Protocol on standard input
 and output (one JSON-RPC message a line; logs go to standard error). Clients
 may initialize (2025-06-18, 2025-11-25) or send 2026-07-28 requests as they
 are. Every tools/call runs through the pipeline; --agent A serves only A's
 tools, under A's policy. Exits when standard input ends.
+  --trace FILE           append one telemetry event per tool call (JSON lines);
+                         tags.mcp_client and tags.mcp_request say who asked
   --http [HOST:]PORT     serve Streamable HTTP at http://HOST:PORT/mcp instead
                          (HOST 127.0.0.1 when absent; PORT 0: any free port,
                          printed on stderr) until SIGTERM or SIGINT. An address

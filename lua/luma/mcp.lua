@@ -32,6 +32,8 @@ local SUPPORTED = { "2025-06-18", "2025-11-25", "2026-07-28" }
 local META_VERSION = "io.modelcontextprotocol/protocolVersion"
 local META_CAPS = "io.modelcontextprotocol/clientCapabilities"
 local META_SERVER = "io.modelcontextprotocol/serverInfo"
+local META_CLIENT = "io.modelcontextprotocol/clientInfo"
+local CLIENT_NAME_BYTES = 128   -- a client's name in telemetry is cut to this
 
 local PARSE, INVALID, NO_METHOD, BAD_PARAMS, INTERNAL = -32700, -32600, -32601, -32602, -32603
 local BUSY = -32000
@@ -118,6 +120,14 @@ local function text_of(v)
   return ok and s or tostring(v)
 end
 
+-- The client's name in clientInfo (of initialize, or of a 2026-07-28
+-- request's _meta), cut to CLIENT_NAME_BYTES; nil when it gives none.
+local function client_name(info)
+  local name = type(info) == "table" and info.name
+  if type(name) ~= "string" or name == "" then return nil end
+  return name:sub(1, CLIENT_NAME_BYTES)
+end
+
 -- What a finished call gives the client.
 function mcp.call_result(ok, result)
   if ok then
@@ -127,10 +137,13 @@ function mcp.call_result(ok, result)
     return r
   end
   local e = result
-  local text
-  if luma.is_error(e) then text = "[" .. tostring(e.code) .. "] " .. tostring(e.message)
-  else text = "[TOOL_FAILED] " .. tostring(e) end
-  return { content = array { { type = "text", text = text } }, isError = true }
+  if luma.is_error(e) then return mcp.error_result(tostring(e.code), tostring(e.message)) end
+  return mcp.error_result("TOOL_FAILED", tostring(e))
+end
+
+-- A tool error as the client gets it: its text is "[CODE] message".
+function mcp.error_result(code, message)
+  return { content = array { { type = "text", text = "[" .. code .. "] " .. message } }, isError = true }
 end
 
 -- A new server state for `program` (and `agent`, or nil: every tool), for
@@ -138,6 +151,15 @@ end
 -- bounds the requests in flight.
 function mcp.new(program, reader, opts)
   local tools, by_name = assert(mcp.tools(program, opts.agent, opts.network))
+  -- the tools whose calls need approval: write tools of an agent with
+  -- tool_policy "approval"
+  local needs_approval = {}
+  local ad = opts.agent and program:declaration(opts.agent)
+  if ad and ad.tool_policy == "approval" then
+    for _, t in ipairs(tools) do
+      if program:declaration(t.name).side_effects == "write" then needs_approval[t.name] = true end
+    end
+  end
   local S = {
     program = program,
     tools = tools,
@@ -146,6 +168,10 @@ function mcp.new(program, reader, opts)
     session = nil,        -- the legacy version agreed by initialize
     reader = reader,
     pending = {},         -- key(id) -> { id, call, modern }
+    needs_approval = needs_approval,
+    asking = {},          -- the id of an elicitation/create sent -> { msg, key }: a call waiting for approval
+    waiting = {},         -- key(id) of a call waiting for approval -> the elicitation's id
+    asked = 0,
     server_info = { name = "luma-lua", version = core.version },
   }
   return S
@@ -196,6 +222,8 @@ function methods.initialize(S, msg)
   -- speaks: the client then decides whether to go on
   local version = contains(LEGACY, p.protocolVersion) and p.protocolVersion or LEGACY[1]
   S.session = version
+  S.client = client_name(p.clientInfo)
+  S.elicitation = type(p.capabilities) == "table" and type(p.capabilities.elicitation) == "table"
   return reply(msg.id, {
     protocolVersion = version,
     capabilities = capabilities(),
@@ -232,7 +260,59 @@ methods["tools/list"] = function(S, msg, modern)
   return reply(msg.id, result)
 end
 
-methods["tools/call"] = function(S, msg, modern)
+-- The approval the pipeline asks for (mcp.main's approve): given to the one
+-- call being started (the permission step runs within program:start).
+local granted = nil
+function mcp.granted(tool) return granted == tool end
+
+local function denied(S, msg, modern, why)
+  local r = mcp.error_result("TOOL_PERMISSION_DENIED", why)
+  return reply(msg.id, modern and modern_result(S, r) or r)
+end
+
+local APPROVAL_TTL_S = 600   -- how long a 2026-07-28 requestState asking for approval holds
+
+local function same(a, b)
+  if type(a) ~= "table" or type(b) ~= "table" then return a == b end
+  if getmetatable(a) ~= getmetatable(b) then return false end
+  for k, v in pairs(a) do if not same(v, b[k]) then return false end end
+  for k in pairs(b) do if a[k] == nil then return false end end
+  return true
+end
+
+local function approval_request(name, args)
+  return { method = "elicitation/create", params = {
+    message = "Allow the tool '" .. name .. "' to run? It writes. Arguments: " .. text_of(args),
+    requestedSchema = { type = "object", properties = {} } } }
+end
+
+-- 2026-07-28's way to ask (input_required): true when the request carries
+-- the user's accept under the requestState this server gave for the same
+-- call; else the reply (the question, or the denial).
+local function ask_modern(S, msg, p, args)
+  local name = p.name
+  if p.inputResponses ~= nil or p.requestState ~= nil then
+    local payload = type(p.requestState) == "string" and core.mcp_unseal(p.requestState)
+    local ok, st = pcall(core.json_decode, payload or "")
+    if not payload or not ok or type(st) ~= "table" or st.tool ~= name or type(st.expires) ~= "number"
+        or st.expires < os.time() or not same(st.arguments, args) then
+      return denied(S, msg, true, "Tool '" .. name .. "' was not approved: requestState is not one this server " ..
+        "gave for this call with these arguments, or it expired: send the call again without it")
+    end
+    local answer = type(p.inputResponses) == "table" and p.inputResponses.approve or nil
+    local action = type(answer) == "table" and answer.action or nil
+    if action == "accept" then return true end
+    return denied(S, msg, true, "Tool '" .. name .. "' was not approved: the user answered " .. text_of(action))
+  end
+  local r = modern_result(S, {
+    inputRequests = { approve = approval_request(name, args) },
+    requestState = core.mcp_seal(core.json_encode { tool = name, arguments = args, expires = os.time() + APPROVAL_TTL_S }),
+  })
+  r.resultType = "input_required"
+  return reply(msg.id, r)
+end
+
+methods["tools/call"] = function(S, msg, modern, approved)
   local p = msg.params
   if type(p) ~= "table" or type(p.name) ~= "string" then
     return fail(msg.id, BAD_PARAMS, "tools/call: params.name must be a string")
@@ -250,17 +330,61 @@ methods["tools/call"] = function(S, msg, modern)
   if type(args) ~= "table" or getmetatable(args) == array_mt then
     return fail(msg.id, BAD_PARAMS, "tools/call: params.arguments must be an object")
   end
+  if S.needs_approval[p.name] and not approved and not approval.listed(os.getenv("LUMA_APPROVED_TOOLS"), p.name) then
+    -- ask the user through the client: input_required in 2026-07-28;
+    -- elicitation in the initialize era, on stdio (over HTTP this server
+    -- sends no requests of its own)
+    local how
+    if modern and type(p._meta[META_CAPS].elicitation) ~= "table" then
+      how = "the client cannot be asked: the request's clientCapabilities has no elicitation"
+    elseif modern then
+      local verdict = ask_modern(S, msg, p, args)
+      if verdict ~= true then return verdict end
+      approved = true
+    elseif not S.elicit then
+      how = "this transport cannot ask the client (over HTTP the server sends no requests)"
+    elseif not S.elicitation then
+      how = "the client cannot be asked: it did not declare the elicitation capability at initialize"
+    end
+    if how then
+      return denied(S, msg, modern, "Tool '" .. p.name .. "' writes and needs approval, and " .. how ..
+        ": list it in LUMA_APPROVED_TOOLS to run it")
+    end
+  end
+  if S.needs_approval[p.name] and not approved and not approval.listed(os.getenv("LUMA_APPROVED_TOOLS"), p.name) then
+    -- a call waiting for its answer counts as one in flight
+    if not S.reader:admit() then
+      return fail(msg.id, BUSY, "too many tools/call requests in flight (mcp_max_in_flight = " ..
+        core.limits.mcp_max_in_flight .. "): wait for one to end")
+    end
+    S.asked = S.asked + 1
+    local eid = "luma-approval-" .. S.asked
+    S.asking[eid] = { msg = msg, key = key(msg.id) }
+    S.waiting[key(msg.id)] = eid
+    local ask = approval_request(p.name, args)
+    return { jsonrpc = "2.0", id = eid, method = ask.method, params = ask.params }
+  end
   if not S.reader:admit() then
     return fail(msg.id, BUSY, "too many tools/call requests in flight (mcp_max_in_flight = " ..
       core.limits.mcp_max_in_flight .. "): wait for one to end")
   end
-  local ok, call = pcall(S.program.start, S.program, p.name, args, S.scope and { scope = S.scope } or nil)
+  -- the call's telemetry event says which client asked, and its request id
+  local client = S.client
+  if modern then client = client_name(p._meta[META_CLIENT]) end
+  local opts = { scope = S.scope, tags = { mcp_client = client, mcp_request = msg.id } }
+  granted = approved and p.name or nil
+  local ok, call = pcall(S.program.start, S.program, p.name, args, opts)
+  granted = nil
   if not ok then
     S.reader:release()
     local r = mcp.call_result(false, call)
     return reply(msg.id, modern and modern_result(S, r) or r)
   end
-  S.pending[key(msg.id)] = { id = msg.id, call = call, modern = modern }
+  -- a progress token (string or integer) asks for notifications/progress
+  local meta = p._meta
+  local token = type(meta) == "table" and meta.progressToken or nil
+  if not (type(token) == "string" or math.type(token) == "integer") then token = nil end
+  S.pending[key(msg.id)] = { id = msg.id, call = call, modern = modern, token = token, seq = 0, sent = -1 }
   return nil
 end
 
@@ -280,7 +404,22 @@ function mcp.handle(S, msg)
     return { fail(id, INVALID, "jsonrpc must be \"2.0\"") }
   end
   if msg.method == nil then
-    -- a response: this server sends no requests, so there is nothing to match
+    -- a response: to an elicitation asking for a call's approval, or to nothing
+    local asked = id ~= nil and S.asking[id]
+    if asked and (msg.result ~= nil or msg.error ~= nil) then
+      S.asking[id] = nil
+      S.waiting[asked.key] = nil
+      S.reader:release()
+      local res = msg.result
+      local action = type(res) == "table" and res.action or nil
+      if action == "accept" then
+        local r = methods["tools/call"](S, asked.msg, false, true)
+        return r and { r } or {}
+      end
+      local why = msg.error ~= nil and ("the client could not ask (" .. text_of(msg.error) .. ")")
+        or ("the user answered " .. text_of(action))
+      return { denied(S, asked.msg, false, "Tool '" .. asked.msg.params.name .. "' was not approved: " .. why) }
+    end
     if msg.result ~= nil or msg.error ~= nil then return {} end
     return { fail(id, INVALID, "a request needs a method") }
   end
@@ -294,6 +433,12 @@ function mcp.handle(S, msg)
     -- notifications: no reply, ever
     if msg.method == "notifications/cancelled" and type(msg.params) == "table" then
       local rid = msg.params.requestId
+      local eid = rid ~= nil and S.waiting[key(rid)]
+      if eid then   -- waiting for approval: it never starts
+        S.waiting[key(rid)] = nil
+        S.asking[eid] = nil
+        S.reader:release()
+      end
       local p = rid ~= nil and S.pending[key(rid)]
       if p then
         p.call:cancel()
@@ -302,7 +447,7 @@ function mcp.handle(S, msg)
     end
     return {}
   end
-  if S.pending[key(id)] then
+  if S.pending[key(id)] or S.waiting[key(id)] then
     return { fail(id, INVALID, "id " .. text_of(id) .. " is already used by a request in flight") }
   end
   local method = methods[msg.method]
@@ -322,6 +467,29 @@ function mcp.handle(S, msg)
   end
   local r = method(S, msg, e == "modern")
   return r and { r } or {}
+end
+
+-- The progress notifications of the calls in flight that asked for them:
+-- the last report of each handler's signal:progress since the previous
+-- look, when its count rose (the protocol wants it rising; reports in
+-- between are not kept).
+function mcp.progress(S)
+  local out = {}
+  for _, p in pairs(S.pending) do
+    if p.token ~= nil and not p.cancelled then
+      local seq, n, total, message = p.call:progress()
+      if seq and seq ~= p.seq then
+        p.seq = seq
+        if n > p.sent then
+          p.sent = n
+          out[#out + 1] = { jsonrpc = "2.0", method = "notifications/progress", params = {
+            progressToken = p.token, progress = math.tointeger(n) or n,
+            total = total and (math.tointeger(total) or total), message = message } }
+        end
+      end
+    end
+  end
+  return out
 end
 
 -- The calls that ended: their replies (cancelled ones give none).
@@ -346,10 +514,12 @@ end
 local function write(msgs)
   for _, m in ipairs(msgs) do
     local ok, text = pcall(core.json_encode, m)
-    if not ok then
+    if not ok and m.method then
+      text = nil    -- a notification that cannot be written (a message that is not UTF-8): left out
+    elseif not ok then
       text = core.json_encode(fail(m.id, INTERNAL, "the reply cannot be written as JSON: " .. tostring(text)))
     end
-    if not io.stdout:write(text, "\n") then return false end
+    if text and not io.stdout:write(text, "\n") then return false end
   end
   if #msgs > 0 and not io.stdout:flush() then return false end
   return true
@@ -360,6 +530,7 @@ end
 -- A client that stops reading ends the server: its calls are cancelled.
 function mcp.serve(S, runtime)
   core.mcp_ignore_sigpipe()
+  S.elicit = true    -- stdio: this server can send the client a request
   local reader = S.reader
   local rtfd = runtime:fd()
   local function gone()
@@ -382,6 +553,7 @@ function mcp.serve(S, runtime)
       if not write(replies) then return gone() end
     end
     local _, wait_ms = runtime:poll()
+    if not write(mcp.progress(S)) then return gone() end
     if not write(mcp.finished(S)) then return gone() end
     if reader:eof() and next(S.pending) == nil then return 0 end
     local fds = { rtfd }
@@ -527,7 +699,7 @@ function mcp.serve_http(S, runtime, server, listen)
           "), or give params._meta[\"" .. META_VERSION .. "\"] = \"" .. MODERN[1] .. "\" on each request",
           { supported = array { table.unpack(SUPPORTED) } }), nil, sse)
       end
-      local version = server:session(sid)
+      local version, client = server:session(sid)
       if not version then
         return send(req.id, 404, fail(id, NO_SESSION,
           "session not found (it ended or expired): send initialize again"), nil, sse)
@@ -539,6 +711,7 @@ function mcp.serve_http(S, runtime, server, listen)
       end
       X = exchange(S, version)
       X.sid = sid
+      X.client = client
       local calls = in_session[sid]
       if id ~= nil and calls and calls[key(id)] then
         return send(req.id, 200, fail(id, INVALID, "id " .. text_of(id) ..
@@ -552,7 +725,7 @@ function mcp.serve_http(S, runtime, server, listen)
     end
     local replies = mcp.handle(X, msg)
     if is_object and msg.method == "initialize" and replies[1] and replies[1].result then
-      extra["Mcp-Session-Id"] = server:session_new(X.session)
+      extra["Mcp-Session-Id"] = server:session_new(X.session, X.client)
     end
     if next(X.pending) then
       X.http = { sse = sse, modern = modern_version ~= nil, keys = {} }
@@ -667,22 +840,23 @@ function mcp.serve_http(S, runtime, server, listen)
   end
 end
 
--- luma-lua mcp PROGRAM [--agent A] [--config FILE] [--tool-module FILE]...
+-- luma-lua mcp PROGRAM [--agent A] [--config FILE] [--tool-module FILE]... [--trace FILE]
 --   [--http [HOST:]PORT [--token-env NAME] [--allow-origin ORIGIN]...]
 -- Returns the exit status; `err` writes a line to stderr.
 function mcp.main(args, err, print_load_error)
-  local path, agent, config, modules = nil, nil, nil, {}
+  local path, agent, config, modules, trace = nil, nil, nil, {}, nil
   local http, token_env, origins = nil, nil, {}
   local i = 1
   while i <= #args do
     local a = args[i]
     if a == "--agent" or a == "--config" or a == "--tool-module" or a == "--http" or a == "--token-env"
-        or a == "--allow-origin" then
+        or a == "--allow-origin" or a == "--trace" then
       local v = args[i + 1]
       if not v then err("luma-lua: " .. a .. " needs a value") return 2 end
       if a == "--agent" then agent = v elseif a == "--config" then config = v
       elseif a == "--http" then http = v elseif a == "--token-env" then token_env = v
       elseif a == "--allow-origin" then origins[#origins + 1] = v
+      elseif a == "--trace" then trace = v
       else modules[#modules + 1] = v end
       i = i + 2
     elseif a:sub(1, 1) == "-" then
@@ -722,12 +896,15 @@ function mcp.main(args, err, print_load_error)
     listen.origins = origins
   end
   local runtime = luma.runtime {}
-  -- stdin is the protocol: approval is never asked at the terminal (the
-  -- client is not asked in this version): a write tool of an agent with
-  -- tool_policy "approval" runs only when LUMA_APPROVED_TOOLS lists it
-  local approve = function(tool) return approval.listed(os.getenv("LUMA_APPROVED_TOOLS"), tool) end
+  -- stdin is the protocol: approval is never asked at the terminal; a
+  -- write tool of an agent with tool_policy "approval" runs when
+  -- LUMA_APPROVED_TOOLS lists it, or when the client's user accepted it
+  -- (elicitation: tools/call asks before it starts the call)
+  local approve = function(tool)
+    return approval.listed(os.getenv("LUMA_APPROVED_TOOLS"), tool) or mcp.granted(tool)
+  end
   local ok, program = pcall(luma.load, path, {
-    runtime = runtime, config = config, tool_modules = modules, approve = approve,
+    runtime = runtime, config = config, tool_modules = modules, approve = approve, trace = trace,
   })
   if not ok then
     if luma.is_error(program) then print_load_error(program) return 2 end

@@ -214,6 +214,7 @@ function types.luacats(program)
     "---@field remaining_ms? integer milliseconds left before the deadline",
     "---@field check fun(self: luma.Signal) raises TOOL_TIMEOUT once aborted",
     "---@field sleep fun(self: luma.Signal, ms: number): boolean waits; false when aborted first",
+    "---@field progress fun(self: luma.Signal, n: number, total?: number, message?: string) reports how far the call has come",
   }
   for _, s in ipairs(m.schemas) do
     out[#out + 1] = ""

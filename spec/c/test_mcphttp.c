@@ -161,19 +161,27 @@ static void gone(mh_server *s) {
 
 static void sessions(mh_server *s) {
   char first[33], id[33];
-  CT_CHECK(mh_session_new(s, "2025-06-18", first) == 0, "a session");
+  const char *client = NULL;
+  CT_CHECK(mh_session_new(s, "2025-06-18", "inspector", first) == 0, "a session");
   CT_CHECK(strlen(first) == 32, "32 hex digits: %s", first);
-  CT_EQ_STR("2025-06-18", mh_session(s, first));
-  CT_CHECK(mh_session(s, "0123") == NULL, "a short id");
-  CT_CHECK(mh_session_end(s, first) == 1 && mh_session(s, first) == NULL, "ended");
+  CT_EQ_STR("2025-06-18", mh_session(s, first, &client));
+  CT_EQ_STR("inspector", client);
+  CT_CHECK(mh_session(s, "0123", NULL) == NULL, "a short id");
+  CT_CHECK(mh_session_end(s, first) == 1 && mh_session(s, first, NULL) == NULL, "ended");
   CT_CHECK(mh_session_end(s, first) == 0, "ended twice");
-  mh_session_new(s, "2025-11-25", first);
+  char name[300];
+  memset(name, 'n', sizeof name - 1);
+  name[sizeof name - 1] = 0;
+  mh_session_new(s, "2025-11-25", name, first);
+  mh_session(s, first, &client);
+  CT_CHECK(strlen(client) == 128, "a long client name cut to 128 bytes: %zu", strlen(client));
   for (int i = 0; i < LIM_MCP_HTTP_MAX_SESSIONS; i++) {
     usleep(i == 0 ? 2000 : 0);   /* the first is the least recently used */
-    mh_session_new(s, "2025-11-25", id);
+    mh_session_new(s, "2025-11-25", NULL, id);
   }
-  CT_CHECK(mh_session(s, first) == NULL, "the least recently used made room");
-  CT_EQ_STR("2025-11-25", mh_session(s, id));
+  CT_CHECK(mh_session(s, first, NULL) == NULL, "the least recently used made room");
+  CT_EQ_STR("2025-11-25", mh_session(s, id, &client));
+  CT_EQ_STR("", client);
 }
 
 int main(void) {
