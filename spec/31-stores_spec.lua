@@ -338,10 +338,11 @@ end
 
 describe("the cache_store", function()
   it("forgets an entry after its ttl_ms", function()
-    local dir = cached_project('{ "type": "sqlite", "path": "cache.db", "ttl_ms": 500 }', 0)
+    -- long enough for a second process to start under ASan or valgrind (500 ms was not)
+    local dir = cached_project('{ "type": "sqlite", "path": "cache.db", "ttl_ms": 2500 }', 0)
     h.sh(worker(dir, "one a"))
     assert.matches(" true\n$", select(2, h.sh(worker(dir, "one a"))))
-    os.execute("sleep 0.6")
+    os.execute("sleep 2.6")
     assert.matches(" false\n$", select(2, h.sh(worker(dir, "one a"))))
     assert.are.same({ "a", "a" }, lines(dir .. "/run.log"))
     os.execute("rm -rf " .. h.quote(dir))
