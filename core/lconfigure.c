@@ -230,7 +230,7 @@ int lg_configure(lua_State *L, pl_program *pg) {
   lua_pop(L, 1);
   lua_getfield(L, 2, "replay_seed");
   if (!lua_isnil(L, -1)) {
-    if (!lua_isinteger(L, -1)) return luaL_error(L, "configure: 'replay_seed' must be an integer");
+    if (!lc_isinteger(L, -1)) return luaL_error(L, "configure: 'replay_seed' must be an integer");
     if (!pg->replay) return luaL_error(L, "configure: 'replay_seed' goes with 'replay' (a recording to replay)");
     rc_replay_seed(pg->replay, (unsigned long long)lua_tointeger(L, -1));
   }

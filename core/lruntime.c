@@ -249,7 +249,7 @@ static int copy_tags(lua_State *L, int opts) {
     int vt = lua_type(L, -1);
     if (lua_type(L, -2) != LUA_TSTRING)
       luaL_error(L, "opts.tags: keys must be strings, not %s", luaL_typename(L, -2));
-    if (!(vt == LUA_TSTRING || vt == LUA_TBOOLEAN || (vt == LUA_TNUMBER && lua_isinteger(L, -1))))
+    if (!(vt == LUA_TSTRING || vt == LUA_TBOOLEAN || (vt == LUA_TNUMBER && lc_isinteger(L, -1))))
       luaL_error(L, "opts.tags.%s: expected a string, an integer or a boolean, got %s", lua_tostring(L, -2),
                  luaL_typename(L, -1));
     lua_pushvalue(L, -2);
