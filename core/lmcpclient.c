@@ -17,6 +17,7 @@
 #include <lauxlib.h>
 
 #include "compat.h"
+#include "lruntime.h"
 #include "ljson.h"
 #include "luma_limits.h"
 #include "mcpclient.h"
@@ -170,16 +171,7 @@ void lmcpclient_open(lua_State *L) {
     { "alive", l_alive },
     { NULL, NULL }
   };
-  if (luaL_newmetatable(L, LMCC_SERVER)) {
-    lua_newtable(L);
-    lc_setfuncs(L, methods, 0);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, server_close);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, server_close);
-    lua_setfield(L, -2, "__close");
-  }
-  lua_pop(L, 1);
+  lr_new_metatable(L, LMCC_SERVER, server_close, methods);   /* also its close method */
   lua_pushcfunction(L, l_spawn);
   lua_setfield(L, -2, "mcp_spawn");
 }

@@ -31,6 +31,7 @@
 #include <lauxlib.h>
 
 #include "compat.h"
+#include "lruntime.h"
 #include "ljson.h"
 #include "luma_limits.h"
 #include "mcphttp.h"
@@ -314,19 +315,9 @@ void lmcphttp_open(lua_State *L) {
     { "session_new", l_session_new },
     { "session", l_session },
     { "session_end", l_session_end },
-    { "close", server_close },
     { NULL, NULL }
   };
-  if (luaL_newmetatable(L, LMH_SERVER)) {
-    lua_newtable(L);
-    lc_setfuncs(L, methods, 0);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, server_close);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, server_close);
-    lua_setfield(L, -2, "__close");
-  }
-  lua_pop(L, 1);
+  lr_new_metatable(L, LMH_SERVER, server_close, methods);   /* also its close method */
   lua_pushcfunction(L, l_mcp_http);
   lua_setfield(L, -2, "mcp_http");
   lua_pushcfunction(L, l_catch_stop);
