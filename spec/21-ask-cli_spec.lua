@@ -9,18 +9,10 @@ local DEMO_INPUT = '{"text": "INV-2041 paid in full on the first of May"}'
 
 local chat = mock.chat
 
-describe("luma-lua with an agent that asks", function()
-  local server, dir
-
-  setup(function() server = mock.start() end)
-  teardown(function()
-    if server then server:stop() end
-    if dir then os.execute("rm -rf " .. h.quote(dir)) end
-  end)
-
-  local function project()
-    dir = dir or h.project {
-      ["flow.luma"] = ([[
+-- A project of one agent asking the mock at url, with extra lines in the agent.
+local function flow_project(url, agent_extra)
+  return h.project {
+    ["flow.luma"] = ([[
 schema Sum { sum: int }
 schema Answer { total: int }
 tool add(a: int, b: int) -> Sum { }
@@ -33,12 +25,25 @@ model M {
 agent A {
   model: M
   tools: [add]
-  fn run(x: int) -> Answer { ask "Add {x} and 2" -> Answer }
+%s  fn run(x: int) -> Answer { ask "Add {x} and 2" -> Answer }
 }
-]]):format(server.url),
-      ["tools.lua"] = "return { add = function(i) return { sum = i.a + i.b } end }",
-      ["luma.config.json"] = '{ "tool_modules": ["./tools.lua"] }',
-    }
+]]):format(url, agent_extra or ""),
+    ["tools.lua"] = "return { add = function(i) return { sum = i.a + i.b } end }",
+    ["luma.config.json"] = '{ "tool_modules": ["./tools.lua"] }',
+  }
+end
+
+describe("luma-lua with an agent that asks", function()
+  local server, dir
+
+  setup(function() server = mock.start() end)
+  teardown(function()
+    if server then server:stop() end
+    if dir then os.execute("rm -rf " .. h.quote(dir)) end
+  end)
+
+  local function project()
+    dir = dir or flow_project(server.url)
     return dir
   end
 
@@ -256,27 +261,7 @@ describe("a durable agent's ask", function()
   end)
 
   local function project()
-    dir = dir or h.project {
-      ["flow.luma"] = ([[
-schema Sum { sum: int }
-schema Answer { total: int }
-tool add(a: int, b: int) -> Sum { }
-model M {
-  provider: "openai"
-  name: "gpt-test"
-  base_url: "%s/v1"
-  api_key_env: "LUMA_CLI_KEY"
-}
-agent A {
-  model: M
-  tools: [add]
-  durable: true
-  fn run(x: int) -> Answer { ask "Add {x} and 2" -> Answer }
-}
-]]):format(server.url),
-      ["tools.lua"] = "return { add = function(i) return { sum = i.a + i.b } end }",
-      ["luma.config.json"] = '{ "tool_modules": ["./tools.lua"] }',
-    }
+    dir = dir or flow_project(server.url, "  durable: true\n")
     return dir
   end
 
