@@ -16,7 +16,8 @@ function common.setup(here)
   local root = here .. "/../.."
   local build = os.getenv("LUMA_BUILD") or "build"
   if build:sub(1, 1) ~= "/" then build = root .. "/" .. build end
-  package.path = root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua;" .. package.path
+  -- the repository root too: the benches that ask use spec.support.mock_provider
+  package.path = root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua;" .. root .. "/?.lua;" .. package.path
   package.cpath = build .. "/?.so;" .. package.cpath
   return root
 end

@@ -15,8 +15,7 @@
 --   LUMA_BUILD=build lua5.4 bench/agent/run.lua
 local here = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
 local common = dofile(here .. "/../common.lua")
-local root = common.setup(here)
-package.path = root .. "/?.lua;" .. package.path
+common.setup(here)
 
 local luma = require "luma"
 local mock = require "spec.support.mock_provider"

@@ -14,8 +14,7 @@
 --   LUMA_BUILD=build lua5.4 bench/wake/run.lua
 local here = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
 local common = dofile(here .. "/../common.lua")
-local root = common.setup(here)
-package.path = root .. "/?.lua;" .. package.path
+common.setup(here)
 
 local luma = require "luma"
 local core = require "luma.core"
