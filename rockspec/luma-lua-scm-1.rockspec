@@ -24,7 +24,7 @@ build = {
         "sandbox/copy.c", "sandbox/state.c", "sandbox/bounded.c", "sandbox/pattern.c", "sandbox/require.c",
         "sandbox/strict.c", "sandbox/strict_io.c", "sandbox/strict_json.c", "sandbox/strict_crypto.c",
         "sandbox/http.c", "sandbox/call.c", "sandbox/module.c", "sandbox/watch.c",
-        "sandbox/wire.c", "sandbox/isolate.c", "sandbox/child.c", "sandbox/confine.c",
+        "sandbox/wire.c", "sandbox/isolate.c", "sandbox/child.c", "sandbox/confine.c", "sandbox/pids.c",
         "adapters/sse.c", "adapters/adapter.c", "adapters/openai.c", "adapters/responses.c", "adapters/anthropic.c", "adapters/gemini.c",
         "adapters/stream.c", "adapters/stream_chat.c", "adapters/stream_anthropic.c", "adapters/stream_responses.c", "adapters/stream_gemini.c",
         "adapters/schema.c", "adapters/ptools.c",

@@ -71,12 +71,15 @@ int sx_confine(const sx_confinement *c, char *err, size_t errlen);
    architecture's). 0, or -1. */
 int sx_filter_export(const sx_policy *p, int host_socket, int fd);
 
-/* confine.c: a pids cgroup of its own for a new child (its folder, to
+/* pids.c: a pids cgroup of its own for a new child (its folder, to
    pass in sx_confinement and to sx_pids_cgroup_remove once the child is
    reaped), with pids.max at LIM_HANDLER_MAX_TASKS; NULL where this host
    can make none (sx_pids_cgroup_base is NULL). Before the fork. */
+#define SX_PIDS_PATH_MAX 4096
 char *sx_pids_cgroup_make(void);
 void sx_pids_cgroup_remove(char *dir);
+/* The child moves itself into dir (with the host's privileges still). 0, or -1. */
+int sx_pids_cgroup_enter(const char *dir);
 /* The folder where this host makes them (its own cgroup in the hierarchy
    with the pids controller, writable), or NULL. Looked for once. */
 const char *sx_pids_cgroup_base(void);
