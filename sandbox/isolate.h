@@ -5,6 +5,7 @@
 #ifndef LUMA_SANDBOX_ISOLATE_H
 #define LUMA_SANDBOX_ISOLATE_H
 
+#include <limits.h>
 #include <sys/types.h>
 
 #include "sandbox.h"
@@ -75,7 +76,7 @@ int sx_filter_export(const sx_policy *p, int host_socket, int fd);
    pass in sx_confinement and to sx_pids_cgroup_remove once the child is
    reaped), with pids.max at LIM_HANDLER_MAX_TASKS; NULL where this host
    can make none (sx_pids_cgroup_base is NULL). Before the fork. */
-#define SX_PIDS_PATH_MAX 4096
+#define SX_PIDS_PATH_MAX PATH_MAX
 char *sx_pids_cgroup_make(void);
 void sx_pids_cgroup_remove(char *dir);
 /* The child moves itself into dir (with the host's privileges still). 0, or -1. */
