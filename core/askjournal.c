@@ -26,7 +26,7 @@ static int append(ak_ask *a, const char *kind, sb_buf *b, char *err, size_t errl
       int n = snprintf(a->run_id, sizeof a->run_id, "run-");
       for (size_t i = 0; i < sizeof run; i++) n += snprintf(a->run_id + n, sizeof a->run_id - (size_t)n, "%02x", run[i]);
     }
-    seq = jr_append(a->pg->journal, a->run_id, kind, b->data, b->len, err, errlen);
+    seq = jr_append(a->pg->journal, a->run_id, NULL, kind, b->data, b->len, err, errlen);
   }
   sb_free(b);
   return seq > 0 ? 0 : -1;

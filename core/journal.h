@@ -1,20 +1,21 @@
 /*
- * The journal of a durable ask (issue 30), Lua-free: its record format and
- * the SQLite store that writes and reads it. An ask of an agent with
- * `durable: true` writes one (ask.c) to the program's journal (luma.load's
- * `journal` option); resume, which will read it, is to come.
+ * The journal of a durable ask (issue 30), Lua-free: its record format, its
+ * runs, and the stores that keep them. An ask of an agent with
+ * `durable: true` writes one (askjournal.c) to the program's journal
+ * (luma.load's `journal` option); resume reads it back.
  *
- * Where it lives: one SQLite file (the journal store's, shared by the
- * processes of a machine as the idempotency store is), with
- *   luma_meta (name, value): format "luma-journal", version 1;
- *   luma_journal (run, seq, v, kind, body, digest), primary key (run, seq).
- * A run's records are numbered from 1 with no gap, each appended in its own
- * IMMEDIATE transaction, committed before the step that depends on it: the
- * ask's inputs before its first request, an exchange's response before its
- * tool calls run, every tool call's outcome before the next request.
+ * A journal is a back end behind jr_ops (journalint.h): a SQLite file
+ * (journal_sqlite.c), shared by the processes of a machine as the
+ * idempotency store is; Redis (journal_redis.c), shared by machines.
+ * journal.c owns what they share: the record format and its digest, the
+ * reading that tells a torn tail, the run states' names.
  *
- * A record: v (the record format, JR_FORMAT), kind, and body, one compact
- * JSON value (askjournal.c writes them):
+ * Records. A run's records are numbered from 1 with no gap, each appended
+ * on its own (a transaction, a script), committed before the step that
+ * depends on it: the ask's inputs before its first request, an exchange's
+ * response before its tool calls run, every tool call's outcome before the
+ * next request. A record: v (the record format, JR_FORMAT), kind, and body,
+ * one compact JSON value (askjournal.c writes them):
  *   "ask"       { prompt, agent, model, schema, forced }: the inputs, never
  *               an API key
  *   "exchange"  { turn, status, body }: a model turn that was answered, its
@@ -22,22 +23,37 @@
  *               model's adapter reads again on resume
  *   "tool"      { turn, error, id, name, content }: a tool call's outcome,
  *               as the model is given it (content: its JSON)
+ *   "approval"  { turn, id, name, input, reason }: a call that waits for a
+ *               person (the run then awaits approval)
+ *   "decision"  { id, approved, reason, input }: a person's answer to it,
+ *               written by any process (jr_decide)
  *   "finish"    { ok }
  * digest: SHA-256 (hex) of "luma-journal/<v>" NUL run NUL seq NUL kind NUL
  * body. A record is whole when its digest matches and its seq follows the
  * last whole one; reading stops at the first record that is not: it and the
  * records after it are a torn tail (a write cut short, a file copied
  * mid-write), read as never written, so that its step runs again (at least
- * once). A record of a higher v than this luma reads is refused with both
- * versions named.
+ * once); the run's next owner cuts it (jr_cut) before appending. A record
+ * of a higher v than this luma reads is refused with both versions named.
  *
- * Durability: WAL, synchronous NORMAL (jr_open's sync 0): a committed record
- * survives the process's crash; the last ones may be lost with the machine's
- * power, and their steps run again. sync 1: synchronous FULL, every record
- * on disk before its step (an fsync per record).
+ * Runs. Beside its records each run has a row: its state, the step it is
+ * at (a short text its owner sets), its owner and the owner's lease, when
+ * it was created and last changed. Its owner is the one process that may
+ * append to it: it claims the run (jr_claim: a new run, or one whose
+ * owner's lease ended), renews the lease while it works (jr_renew, a third
+ * of the lease apart), and leaves it in a state (jr_set). An append by an
+ * owner that lost the run is refused (JR_LOST): a process that was thought
+ * dead cannot write after another took over. Times are milliseconds since
+ * the epoch: the store's own clock where it has one (Redis TIME), else the
+ * machine's.
  *
- * Threads: any thread may call jr_append and jr_read at once (a lock); jr_read's
- * each must not call the journal.
+ * Durability (SQLite): WAL, synchronous NORMAL (jr_options.sync 0): a
+ * committed record survives the process's crash; the last ones may be lost
+ * with the machine's power, and their steps run again. sync 1: synchronous
+ * FULL, every record on disk before its step (an fsync per record).
+ *
+ * Threads: any thread may call a journal's functions at once (each back end
+ * serialises its connection); a callback must not call the journal.
  */
 #ifndef LUMA_JOURNAL_H
 #define LUMA_JOURNAL_H
@@ -45,18 +61,33 @@
 #include <stddef.h>
 
 #define JR_FORMAT 1
+#define JR_LOST (-2)            /* jr_append, jr_cut: another owner holds the run */
 
 typedef struct jr_journal jr_journal;
 
-/* Opens (creating) the journal at path; NULL with err. A file that is not a
-   SQLite database, or not a journal, is refused and left as it is. */
-jr_journal *jr_open(const char *path, int sync, char *err, size_t errlen);
+/* Where a journal is: exactly one of path and url. */
+typedef struct jr_options {
+  const char *path;           /* a SQLite file */
+  const char *url;            /* redis://[user:password@]host:port/db */
+  const char *password;       /* Redis: overrides the url's, or NULL */
+  const char *prefix;         /* Redis: of every key; NULL: "luma:" */
+  int sync;                   /* SQLite: 1, synchronous FULL */
+} jr_options;
+
+/* Opens (creating) the journal; NULL with err. A file that is not a SQLite
+   database, or not a journal, or a Redis whose journal is of another
+   version, is refused and left as it is. */
+jr_journal *jr_open(const jr_options *o, char *err, size_t errlen);
 void jr_close(jr_journal *j);
 
-/* Appends a record of kind to run: body is one JSON value (len bytes, kept
-   as given). Its seq (>= 1), or -1 with err. */
-long long jr_append(jr_journal *j, const char *run, const char *kind, const char *body, size_t len, char *err,
-                    size_t errlen);
+/* ---------------------------------------------------------------- records */
+
+/* Appends a record of kind to run for owner (the run's claimer; NULL: a run
+   that has no row, as the C tests write): body is one JSON value (len
+   bytes, kept as given). Its seq (>= 1); JR_LOST when another owner holds
+   the run (err says who); -1 with err. */
+long long jr_append(jr_journal *j, const char *run, const char *owner, const char *kind, const char *body,
+                    size_t len, char *err, size_t errlen);
 
 /* What jr_read found. */
 typedef struct jr_status {
@@ -66,10 +97,68 @@ typedef struct jr_status {
 
 /* Calls each(arg, seq, kind, body, len) for the run's whole records in
    order (NULL: none), and says how many were whole and how many torn; each
-   may return non-zero to stop there (the counts are then of what was read). 0, or -1 with err: the file cannot be read, or a record
-   is of a format this luma does not read. */
+   may return non-zero to stop there (the counts are then of what was read).
+   0, or -1 with err: the store cannot be read, or a record is of a format
+   this luma does not read. */
 int jr_read(jr_journal *j, const char *run,
             int (*each)(void *arg, long long seq, const char *kind, const char *body, size_t len), void *arg,
             jr_status *st, char *err, size_t errlen);
+
+/* Deletes the run's records after seq keep (its torn tail), for owner: 1,
+   JR_LOST, or -1 with err. */
+int jr_cut(jr_journal *j, const char *run, const char *owner, long long keep, char *err, size_t errlen);
+
+/* ------------------------------------------------------------------- runs */
+
+typedef enum jr_state {
+  JR_RUNNING = 1,
+  JR_AWAITING_APPROVAL,
+  JR_COMPLETED,
+  JR_FAILED,
+} jr_state;
+
+typedef struct jr_run {
+  char id[64];
+  jr_state state;
+  int abandoned;              /* running, and its owner's lease has ended */
+  char step[96];              /* where it is, as its owner last said */
+  char owner[128];            /* its owner, or its last ("" for none) */
+  long long created_ms, updated_ms, lease_until_ms;
+  long long records;          /* its records, whole or not */
+} jr_run;
+
+/* "running", "awaiting_approval", "completed", "failed"; "abandoned" for a
+   running run whose lease has ended (r->abandoned). */
+const char *jr_state_name(const jr_run *r);
+
+/* Claims run for owner for lease_ms: a new run (created running), or one
+   that no live owner holds: running with its lease ended (a takeover), or
+   awaiting approval. Of processes racing for one run, one wins. 1 claimed
+   (*now: the run as claimed), 0 not (*now: who holds it, or a run that has
+   ended: completed or failed), -1 with err. now may be NULL. */
+int jr_claim(jr_journal *j, const char *run, const char *owner, long long lease_ms, jr_run *now, char *err,
+             size_t errlen);
+/* Extends owner's lease: 1 renewed, 0 lost (another owner holds the run),
+   -1 with err (unreachable: tried again at the next beat). */
+int jr_renew(jr_journal *j, const char *run, const char *owner, long long lease_ms, char *err, size_t errlen);
+/* Sets the run's state and step (NULL: as it was), for owner; any state
+   but running releases the lease. 1 set, 0 lost, -1 with err. */
+int jr_set(jr_journal *j, const char *run, const char *owner, jr_state state, const char *step, char *err,
+           size_t errlen);
+/* The run's row: 1 found (*out), 0 no such run, -1 with err. */
+int jr_get(jr_journal *j, const char *run, jr_run *out, char *err, size_t errlen);
+/* Calls each(arg, run) for every run, the most recently changed first;
+   each may return non-zero to stop. 0, or -1 with err. */
+int jr_list(jr_journal *j, int (*each)(void *arg, const jr_run *r), void *arg, char *err, size_t errlen);
+/* Deletes the runs (rows and records) that ended (completed, failed) or
+   were abandoned, last changed before before_ms. How many, or -1 with err. */
+long long jr_prune(jr_journal *j, long long before_ms, char *err, size_t errlen);
+
+/* Appends a "decision" record (body) to a run that awaits approval, from
+   any process, without owning it: its seq; 0 when the run does not await
+   approval (err says its state, or that there is no such run); -1 with err.
+   The record's body names the call it decides; the run's next owner reads
+   it (the first decision for a call counts). */
+long long jr_decide(jr_journal *j, const char *run, const char *body, size_t len, char *err, size_t errlen);
 
 #endif

@@ -213,7 +213,8 @@ int lg_configure(lua_State *L, pl_program *pg) {
   lua_getfield(L, 2, "journal");
   if (!lua_isnil(L, -1)) {
     char err[400];
-    jr_journal *j = jr_open(luaL_checkstring(L, -1), 0, err, sizeof err);
+    jr_options o = { .path = luaL_checkstring(L, -1) };
+    jr_journal *j = jr_open(&o, err, sizeof err);
     if (!j) return le_raise(L, "JOURNAL_ERROR", err, 0);
     jr_close(pg->journal);
     pg->journal = j;

@@ -57,19 +57,19 @@ static int collect(void *arg, long long seq, const char *kind, const char *body,
 static void test_append_and_read(void) {
   char err[300];
   const char *path = path_of("a.db");
-  jr_journal *j = jr_open(path, 0, err, sizeof err);
+  jr_journal *j = jr_open(&(jr_options){ .path = path, .sync = 0 }, err, sizeof err);
   CT_CHECK(j != NULL, "open: %s", err);
   if (!j) return;
   static const char *const kinds[] = { "ask", "exchange", "tool", "finish" };
   static const char *const bodies[] = { "{\"agent\":\"a\",\"prompt\":\"hi\"}", "{\"turn\":1}", "{\"id\":\"c1\",\"ok\":true}",
                                         "{\"ok\":true,\"answer\":\"x\"}" };
   for (int i = 0; i < 4; i++) {
-    long long seq = jr_append(j, "run-1", kinds[i], bodies[i], strlen(bodies[i]), err, sizeof err);
+    long long seq = jr_append(j, "run-1", NULL, kinds[i], bodies[i], strlen(bodies[i]), err, sizeof err);
     CT_CHECK(seq == i + 1, "record %d got seq %lld: %s", i, seq, err);
   }
-  CT_CHECK(jr_append(j, "run-2", "ask", "{}", 2, err, sizeof err) == 1, "another run starts at 1");
+  CT_CHECK(jr_append(j, "run-2", NULL, "ask", "{}", 2, err, sizeof err) == 1, "another run starts at 1");
   jr_close(j);
-  j = jr_open(path, 1, err, sizeof err);
+  j = jr_open(&(jr_options){ .path = path, .sync = 1 }, err, sizeof err);
   CT_CHECK(j != NULL, "reopen: %s", err);
   if (!j) return;
   seen s = { 0 };
@@ -81,20 +81,20 @@ static void test_append_and_read(void) {
     CT_EQ_STR(bodies[i], s.bodies[i]);
   }
   CT_CHECK(jr_read(j, "none", NULL, NULL, &st, err, sizeof err) == 0 && st.whole == 0 && st.torn == 0, "no run");
-  CT_CHECK(jr_append(j, "", "ask", "{}", 2, err, sizeof err) == -1 && strstr(err, "needs a run"), "no run name");
+  CT_CHECK(jr_append(j, "", NULL, "ask", "{}", 2, err, sizeof err) == -1 && strstr(err, "needs a run"), "no run name");
   jr_close(j);
 }
 
 static void test_torn(void) {
   char err[300];
   const char *path = path_of("torn.db");
-  jr_journal *j = jr_open(path, 0, err, sizeof err);
+  jr_journal *j = jr_open(&(jr_options){ .path = path, .sync = 0 }, err, sizeof err);
   if (!j) { CT_CHECK(0, "open: %s", err); return; }
-  for (int i = 0; i < 5; i++) jr_append(j, "r", "tool", "{\"ok\":true}", 11, err, sizeof err);
+  for (int i = 0; i < 5; i++) jr_append(j, "r", NULL, "tool", "{\"ok\":true}", 11, err, sizeof err);
   jr_close(j);
   /* record 3 cut mid-body: 3, 4 and 5 are the torn tail */
   CT_CHECK(poke(path, "UPDATE luma_journal SET body = substr(body, 1, 5) WHERE seq = 3") == 0, "cut");
-  j = jr_open(path, 0, err, sizeof err);
+  j = jr_open(&(jr_options){ .path = path, .sync = 0 }, err, sizeof err);
   if (!j) { CT_CHECK(0, "reopen: %s", err); return; }
   seen s = { 0 };
   jr_status st;
@@ -114,12 +114,12 @@ static void test_torn(void) {
 static void test_versions(void) {
   char err[300];
   const char *path = path_of("v.db");
-  jr_journal *j = jr_open(path, 0, err, sizeof err);
+  jr_journal *j = jr_open(&(jr_options){ .path = path, .sync = 0 }, err, sizeof err);
   if (!j) { CT_CHECK(0, "open: %s", err); return; }
-  jr_append(j, "r", "ask", "{}", 2, err, sizeof err);
+  jr_append(j, "r", NULL, "ask", "{}", 2, err, sizeof err);
   jr_close(j);
   CT_CHECK(poke(path, "INSERT INTO luma_journal VALUES ('r', 2, 2, 'exchange', '{}', 'x')") == 0, "a v2 record");
-  j = jr_open(path, 0, err, sizeof err);
+  j = jr_open(&(jr_options){ .path = path, .sync = 0 }, err, sizeof err);
   if (!j) { CT_CHECK(0, "reopen: %s", err); return; }
   jr_status st;
   err[0] = '\0';
@@ -128,15 +128,15 @@ static void test_versions(void) {
            "a later format is refused: %s", err);
   jr_close(j);
   CT_CHECK(poke(path, "UPDATE luma_meta SET value = '7' WHERE name = 'version'") == 0, "version 7");
-  CT_CHECK(jr_open(path, 0, err, sizeof err) == NULL && strstr(err, "its journal version is 7; this luma reads version 1"),
+  CT_CHECK(jr_open(&(jr_options){ .path = path, .sync = 0 }, err, sizeof err) == NULL && strstr(err, "its journal version is 7; this luma reads version 1"),
            "a later journal version is refused: %s", err);
   const char *other = path_of("other.db");
   CT_CHECK(poke(other, "CREATE TABLE t (x); INSERT INTO t VALUES (1)") == 0, "another program's database");
-  CT_CHECK(jr_open(other, 0, err, sizeof err) == NULL && strstr(err, "a SQLite database of something else"), "another's: %s", err);
+  CT_CHECK(jr_open(&(jr_options){ .path = other, .sync = 0 }, err, sizeof err) == NULL && strstr(err, "a SQLite database of something else"), "another's: %s", err);
   CT_CHECK(poke(other, "SELECT x FROM t") == 0, "left as it was");
   FILE *f = fopen(path_of("text.db"), "w");
   if (f) { fputs("not a database, but long enough to be read as one's header.....................\n", f); fclose(f); }
-  CT_CHECK(jr_open(path_of("text.db"), 0, err, sizeof err) == NULL && strstr(err, "not a SQLite database"),
+  CT_CHECK(jr_open(&(jr_options){ .path = path_of("text.db"), .sync = 0 }, err, sizeof err) == NULL && strstr(err, "not a SQLite database"),
            "a text file: %s", err);
 }
 
@@ -144,16 +144,16 @@ static void test_versions(void) {
 static void test_two_writers(void) {
   char err[300];
   const char *path = path_of("two.db");
-  jr_journal *j = jr_open(path, 0, err, sizeof err);
+  jr_journal *j = jr_open(&(jr_options){ .path = path, .sync = 0 }, err, sizeof err);
   if (!j) { CT_CHECK(0, "open: %s", err); return; }
   jr_close(j);
   pid_t kids[2];
   for (int k = 0; k < 2; k++) {
     kids[k] = fork();
     if (kids[k] == 0) {
-      jr_journal *mine = jr_open(path, 0, NULL, 0);
+      jr_journal *mine = jr_open(&(jr_options){ .path = path, .sync = 0 }, NULL, 0);
       int bad = !mine;
-      for (int i = 0; i < 100 && mine; i++) bad += jr_append(mine, "shared", "tool", "{}", 2, NULL, 0) < 1;
+      for (int i = 0; i < 100 && mine; i++) bad += jr_append(mine, "shared", NULL, "tool", "{}", 2, NULL, 0) < 1;
       jr_close(mine);
       _exit(bad ? 1 : 0);
     }
@@ -165,7 +165,7 @@ static void test_two_writers(void) {
     ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
   }
   CT_CHECK(ok, "both writers appended every record");
-  j = jr_open(path, 0, err, sizeof err);
+  j = jr_open(&(jr_options){ .path = path, .sync = 0 }, err, sizeof err);
   if (!j) { CT_CHECK(0, "reopen: %s", err); return; }
   jr_status st;
   CT_CHECK(jr_read(j, "shared", NULL, NULL, &st, err, sizeof err) == 0 && st.whole == 200 && st.torn == 0,

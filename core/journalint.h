@@ -1,0 +1,66 @@
+/*
+ * Inside the journal (journal.h): what its back ends share. Every journal
+ * is a back end behind jr_ops (journal_sqlite.c, journal_redis.c); journal.c
+ * dispatches each call to its ops and owns the record format: the digest
+ * that a back end stores with each record, and the reading that tells the
+ * whole records from a torn tail.
+ */
+#ifndef LUMA_JOURNALINT_H
+#define LUMA_JOURNALINT_H
+
+#include <stddef.h>
+
+#include "journal.h"
+
+#define JR_NAME "luma-journal"   /* the stores' format name, and the digest's */
+
+/* A record as stored: what the back end's walk gives journal.c to judge. */
+typedef struct jr_row {
+  long long seq;
+  int v;                      /* its format */
+  const char *kind;           /* NULL when missing */
+  const char *body;
+  size_t len;
+  const char *digest;         /* NULL when missing */
+} jr_row;
+
+/* Each is journal.h's function of the same name, for the back end's impl;
+   run, owner, kind and body are checked by journal.c first. */
+typedef struct jr_ops {
+  /* Stores the run's next record (seq: its last + 1, whole or not) with
+     v JR_FORMAT and its digest (jr_digest), in one step. */
+  long long (*append)(void *impl, const char *run, const char *owner, const char *kind, const char *body,
+                      size_t len, char *err, size_t errlen);
+  /* Calls row(arg, r) for each of the run's records in seq order, until it
+     returns non-zero. 0, or -1 with err. */
+  int (*walk)(void *impl, const char *run, int (*row)(void *arg, const jr_row *r), void *arg, char *err,
+              size_t errlen);
+  int (*cut)(void *impl, const char *run, const char *owner, long long keep, char *err, size_t errlen);
+  int (*claim)(void *impl, const char *run, const char *owner, long long lease_ms, jr_run *now, char *err,
+               size_t errlen);
+  int (*renew)(void *impl, const char *run, const char *owner, long long lease_ms, char *err, size_t errlen);
+  int (*set)(void *impl, const char *run, const char *owner, jr_state state, const char *step, char *err,
+             size_t errlen);
+  int (*get)(void *impl, const char *run, jr_run *out, char *err, size_t errlen);
+  int (*list)(void *impl, int (*each)(void *arg, const jr_run *r), void *arg, char *err, size_t errlen);
+  long long (*prune)(void *impl, long long before_ms, char *err, size_t errlen);
+  long long (*decide)(void *impl, const char *run, const char *body, size_t len, char *err, size_t errlen);
+  void (*close)(void *impl);
+} jr_ops;
+
+/* A journal whose calls go to ops; NULL when memory runs out (impl is then
+   closed with ops->close). */
+jr_journal *jr_wrap(const jr_ops *ops, void *impl);
+
+/* The digest of a record: SHA-256 of "luma-journal/<v>" NUL run NUL seq NUL
+   kind NUL body, in hex. 0, or -1 when memory runs out. */
+int jr_digest(int v, const char *run, long long seq, const char *kind, const char *body, size_t len, char out[65]);
+
+/* A one-line reason into err (NULL or errlen 0: nothing). */
+void jr_seterr(char *err, size_t errlen, const char *fmt, ...)
+#if defined(__GNUC__)
+  __attribute__((format(printf, 3, 4)))
+#endif
+  ;
+
+#endif
