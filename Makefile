@@ -25,7 +25,8 @@ INC_base     = -Ibase
 INC_sandbox  = -Ibase -Isandbox
 INC_adapters = -Ibase -Iadapters
 INC_core     = -Ibase -Isandbox -Iadapters -Icore
-LIBS      = -lmbedcrypto -lcurl -lsqlite3 -lhiredis -lseccomp -lpthread -lm
+# libcurl is not linked: base/libcurl.c loads it at the first HTTP request (dlopen)
+LIBS      = -lmbedcrypto -lsqlite3 -lhiredis -lseccomp -lpthread -lm -ldl
 
 ifeq ($(SANITIZE),1)
 BUILD     ?= build/asan
@@ -49,7 +50,7 @@ endif
 # knows nothing of the others), the sandbox (which uses base/ only), then the
 # core: its Lua-free units and its Lua binding (which use both).
 BASE      = base/arena.c base/strbuf.c base/map.c base/utf8.c base/json.c base/crypto.c base/errors.c base/lerror.c base/ljson.c \
-            base/transport.c base/tpmsg.c
+            base/transport.c base/tpmsg.c base/libcurl.c
 SANDBOX   = sandbox/copy.c sandbox/state.c sandbox/bounded.c sandbox/pattern.c sandbox/require.c \
             sandbox/strict.c sandbox/strict_io.c sandbox/strict_json.c sandbox/strict_crypto.c \
             sandbox/http.c sandbox/call.c sandbox/module.c sandbox/watch.c \
@@ -157,7 +158,7 @@ $(BUILD)/liblua-private.a: $(LUA_STATIC)
 
 $(LIBLUMA): $(CORE_OBJ) $(BUILD)/obj/core/embed.o $(BUILD)/obj/gen/luafiles.o $(BUILD)/liblua-private.a core/libluma.map
 	$(CC) -shared $(LDFLAGS) -Wl,--version-script=core/libluma.map -Wl,-soname,libluma.so.0 -Wl,-z,defs -o $@ \
-	  $(BUILD)/obj/core/embed.o $(BUILD)/obj/gen/luafiles.o $(CORE_OBJ) $(BUILD)/liblua-private.a $(LIBS) -ldl
+	  $(BUILD)/obj/core/embed.o $(BUILD)/obj/gen/luafiles.o $(CORE_OBJ) $(BUILD)/liblua-private.a $(LIBS)
 	ln -sf libluma.so $(BUILD)/libluma.so.0
 
 # The C API's test links libluma only, as a host does.
