@@ -240,6 +240,10 @@ $(BUILD)/bench_stores: bench/stores/run.c $(CORE_OBJ)
 $(BUILD)/bench_allocs.so: bench/pipeline/allocs.c
 	$(CC) $(CSTD) $(WARN) $(CFLAGS) -fPIC -shared -I$(LUA_INCDIR) -o $@ $<
 
+# bench/start: the CPU time of luma-lua --version, in a child of its own (wait4)
+$(BUILD)/bench_start: bench/start/run.c
+	$(CC) $(CSTD) $(WARN) $(CFLAGS) -o $@ $<
+
 $(BUILD)/bench_scale: bench/scale/run.c $(LIBLUMA)
 	$(CC) $(CSTD) $(WARN) $(CFLAGS) $(SANFLAGS) -Icore -o $@ $< -L$(BUILD) -lluma -Wl,-rpath,$(abspath $(BUILD))
 
@@ -260,7 +264,8 @@ $(JIT_BUILD)/luma/core.so: $(JIT_OBJ)
 
 bench: deps
 	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES="$(BENCH_PACKAGES)"
-	@$(MAKE) --no-print-directory all $(BUILD)/bench_stores $(BUILD)/bench_scale $(BUILD)/bench_allocs.so $(JIT_BUILD)/luma/core.so
+	@$(MAKE) --no-print-directory all $(BUILD)/bench_stores $(BUILD)/bench_scale $(BUILD)/bench_allocs.so $(BUILD)/bench_start $(JIT_BUILD)/luma/core.so
+	$(BUILD)/bench_start $(BUILD)/luma-lua --version
 	@tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/luma-bench-XXXXXX") && $(BUILD)/bench_stores "$$tmp"; status=$$?; rm -rf "$$tmp"; exit $$status
 	@tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/luma-bench-XXXXXX") && $(BUILD)/bench_scale "$$tmp"; status=$$?; rm -rf "$$tmp"; exit $$status
 	LUMA_BUILD=$(BUILD) LUMA_JIT_BUILD=$(JIT_BUILD) $(LUA) bench/validate/run.lua

@@ -105,14 +105,15 @@ local ok, err = pcall(function()
     :format(PROCS, ASKS, WARM))
   print(("%s CPUs, Node %s, %s"):format(cpus, node_version, _VERSION))
   print()
-  print(("| %-28s | %-44s | %14s | %9s | %13s |"):format("client", "version", "µs CPU / trip", "x luma", "peak RSS (MB)"))
-  print(("|%s|%s|%s|%s|%s|"):format(("-"):rep(30), ("-"):rep(46), ("-"):rep(15) .. ":", ("-"):rep(10) .. ":",
+  -- %15s: "µ" is two bytes
+  print(("| %-28s | %-48s | %15s | %9s | %13s |"):format("client", "version", "µs CPU / trip", "x luma", "peak RSS (MB)"))
+  print(("|%s|%s|%s|%s|%s|"):format(("-"):rep(30), ("-"):rep(50), ("-"):rep(15) .. ":", ("-"):rep(10) .. ":",
     ("-"):rep(14) .. ":"))
   local base = common.median(per_client.host.us)
   for _, client in ipairs(clients) do
     local slot = per_client[client.key]
     local us = common.median(slot.us)
-    print(("| %-28s | %-44s | %14.0f | %9.1f | %13.0f |"):format(slot.name, slot.version, us, us / base,
+    print(("| %-28s | %-48s | %14.0f | %9.1f | %13.0f |"):format(slot.name, slot.version, us, us / base,
       common.median(slot.rss)))
   end
   print()
