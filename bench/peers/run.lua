@@ -26,7 +26,7 @@ local A = dofile(here .. "/../agent/ask.lua")
 
 local TURNS = 10
 local ROUND_TRIPS = TURNS + 1
-local WARM, ASKS, PROCS = 5, 15, 5
+local WARM, ASKS, PROCS = 20, 20, 5
 local MODULE_TARGET_US = 100
 
 local function fail(fmt, ...)
