@@ -135,9 +135,10 @@ $(BUILD)/luma/core.so: $(CORE_OBJ) | $(BUILD)/luma
 	$(CC) -shared $(LDFLAGS) -o $@ $(CORE_OBJ) $(LIBS)
 
 # The command: a Lua 5.4 host with luma.core built in, and line editing for
-# its REPL (libedit; core/lineedit.c is the command's alone).
+# its REPL (libedit, not linked: core/lineedit.c, the command's alone, loads
+# it when the REPL starts; its headers are needed to build).
 $(BUILD)/luma-lua: $(CORE_OBJ) $(BUILD)/obj/core/host.o $(BUILD)/obj/core/lineedit.o
-	$(CC) $(LDFLAGS) -o $@ $(BUILD)/obj/core/host.o $(BUILD)/obj/core/lineedit.o $(CORE_OBJ) $(LUA_LIB) $(LIBS) -ledit -Wl,-E
+	$(CC) $(LDFLAGS) -o $@ $(BUILD)/obj/core/host.o $(BUILD)/obj/core/lineedit.o $(CORE_OBJ) $(LUA_LIB) $(LIBS) -Wl,-E
 
 $(BUILD)/gen/luafiles.c: core/luafiles.lua $(LUA_FILES)
 	@mkdir -p $(dir $@)

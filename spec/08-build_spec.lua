@@ -78,20 +78,31 @@ io.write("ok")
   end)
 end)
 
-describe("libcurl", function()
-  -- base/libcurl.c loads it at the first HTTP request: the command's start
-  -- (--version, check, help) maps none of the thirty-odd libraries it needs
+describe("libraries loaded at their first use", function()
+  -- base/libcurl.c loads libcurl at the first HTTP request, core/lineedit.c
+  -- libedit when the REPL starts: the command's start (--version, check,
+  -- help) maps neither, nor the thirty-odd libraries they need
   local BUILD = h.root .. "/" .. (os.getenv("LUMA_BUILD") or "build")
 
-  it("is linked by none of the command, luma.core and libluma", function()
+  local function links(file)
+    local status, out = h.sh("ldd " .. h.quote(BUILD .. "/" .. file))
+    assert.are.equal(0, status, out)
+    return out
+  end
+
+  it("libcurl is linked by none of the command, luma.core and libluma", function()
     for _, file in ipairs { "luma-lua", "luma/core.so", "libluma.so" } do
-      local status, out = h.sh("ldd " .. h.quote(BUILD .. "/" .. file))
-      assert.are.equal(0, status, out)
+      local out = links(file)
       assert.is_nil(out:find("libcurl", 1, true), file .. " links libcurl:\n" .. out)
     end
   end)
 
-  it("is loaded by the first request, not by loading and compiling a program", function()
+  it("libedit is not linked by the command", function()
+    local out = links("luma-lua")
+    assert.is_nil(out:find("libedit", 1, true), "luma-lua links libedit:\n" .. out)
+  end)
+
+  it("libcurl is loaded by the first request, not by loading and compiling a program", function()
     local script = h.write(h.tmpname(".lua"), [[
 package.path = arg[1] .. "/lua/?.lua;" .. arg[1] .. "/lua/?/init.lua;" .. package.path
 package.cpath = arg[2] .. "/?.so;" .. package.cpath
