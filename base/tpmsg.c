@@ -28,7 +28,7 @@ void tpm_say(char *err, size_t errlen, const char *fmt, ...) {
 static size_t on_stream(tp_transfer *t, char *data, size_t len) {
   if (!t->head_known) {
     long status = 0;
-    curl_easy_getinfo(t->curl, CURLINFO_RESPONSE_CODE, &status);
+    cu.easy_getinfo(t->curl, CURLINFO_RESPONSE_CODE, &status);
     if (tpm_split_headers(t) != 0) {
       t->out_of_memory = 1;
       return 0;
@@ -191,14 +191,14 @@ static int connection_failure(CURLcode rc) {
 
 /* The outcome of a transfer libcurl finished with rc. */
 void tpm_classify(tp_transfer *t, CURLcode rc) {
-  const char *why = t->error[0] ? t->error : curl_easy_strerror(rc);
+  const char *why = t->error[0] ? t->error : cu.easy_strerror(rc);
   if (t->too_large || rc == CURLE_FILESIZE_EXCEEDED) {
     tpm_set_end(t, TP_HTTP_TOO_LARGE, 0, "the response is larger than the limit of %zu bytes", t->max_response);
   } else if (t->out_of_memory) {
     tpm_set_end(t, TP_HTTP_ERROR, 0, "out of memory while reading the response");
   } else if (rc == CURLE_OK) {
     tpm_set_end(t, TP_OK, 0, "%s", "");
-    curl_easy_getinfo(t->curl, CURLINFO_RESPONSE_CODE, &t->result.status);
+    cu.easy_getinfo(t->curl, CURLINFO_RESPONSE_CODE, &t->result.status);
   } else if (rc == CURLE_OPERATION_TIMEDOUT) {
     tpm_set_end(t, TP_HTTP_TIMEOUT, 1, "the request timed out after %lld ms", t->timeout_ms);
   } else if (rc == CURLE_UNSUPPORTED_PROTOCOL) {
@@ -292,7 +292,7 @@ int tpm_check(const tp_request *r, char *err, size_t errlen) {
 }
 
 static int add_line(tp_transfer *t, const char *line) {
-  struct curl_slist *more = curl_slist_append(t->headers, line);
+  struct curl_slist *more = cu.slist_append(t->headers, line);
   if (!more) return -1;
   t->headers = more;
   return 0;
@@ -326,7 +326,7 @@ static int build_headers(tp_transfer *t, const tp_request *r) {
   return 0;
 }
 
-#define SET(opt, value) do { if (rc == CURLE_OK) rc = curl_easy_setopt(c, opt, value); } while (0)
+#define SET(opt, value) do { if (rc == CURLE_OK) rc = cu.easy_setopt(c, opt, value); } while (0)
 
 static CURLcode configure(tp_transfer *t, const tp_request *r) {
   CURL *c = t->curl;
@@ -368,7 +368,7 @@ int tpm_prepare(tp_transfer *t, const tp_request *r, char *err, size_t errlen) {
   }
   CURLcode rc = configure(t, r);
   if (rc != CURLE_OK) {
-    tpm_say(err, errlen, "libcurl refused an option: %s", curl_easy_strerror(rc));
+    tpm_say(err, errlen, "libcurl refused an option: %s", cu.easy_strerror(rc));
     return -1;
   }
   return 0;

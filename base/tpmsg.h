@@ -5,8 +5,7 @@
 #include <pthread.h>
 #include <stddef.h>
 
-#include <curl/curl.h>
-
+#include "libcurl.h"
 #include "strbuf.h"
 #include "transport.h"
 

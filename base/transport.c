@@ -12,8 +12,6 @@
 #include <string.h>
 #include <time.h>
 
-#include <curl/curl.h>
-
 #include "luma_limits.h"
 #include "strbuf.h"
 #include "tpmsg.h"
@@ -31,14 +29,6 @@ struct tp_transport {
   int resume_asked;                /* under lock: some paused stream has resume set */
   tp_transfer *pending, *pending_tail;   /* under lock: started, not yet taken by the I/O thread */
 };
-
-static pthread_once_t init_once = PTHREAD_ONCE_INIT;
-static CURLcode init_result;
-
-/* curl_global_init is not thread-safe: the first transport of the process runs it. */
-static void global_init(void) {
-  init_result = curl_global_init(CURL_GLOBAL_DEFAULT);
-}
 
 long long tp_now_ns(void) {
   struct timespec ts;
@@ -80,11 +70,8 @@ static void timed_wait(pthread_cond_t *c, pthread_mutex_t *m, long long until_ns
 /* ---- tp_new, tp_free ---- */
 
 tp_transport *tp_new(char *err, size_t errlen) {
-  pthread_once(&init_once, global_init);
-  if (init_result != CURLE_OK) {
-    tpm_say(err, errlen, "libcurl cannot start: %s", curl_easy_strerror(init_result));
-    return NULL;
-  }
+  /* libcurl is loaded by the first transport of the process */
+  if (cu_load(err, errlen) != 0) return NULL;
   tp_transport *tp = calloc(1, sizeof *tp);
   if (!tp) {
     tpm_say(err, errlen, "out of memory");
@@ -112,9 +99,9 @@ void tp_free(tp_transport *tp) {
   pthread_cond_signal(&tp->cond);
   pthread_mutex_unlock(&tp->lock);
   if (started) {
-    curl_multi_wakeup(tp->multi);
+    cu.multi_wakeup(tp->multi);
     pthread_join(tp->thread, NULL);
-    curl_multi_cleanup(tp->multi);
+    cu.multi_cleanup(tp->multi);
   }
   pthread_cond_destroy(&tp->cond);
   pthread_mutex_destroy(&tp->lock);
@@ -127,15 +114,15 @@ void tp_free(tp_transport *tp) {
    it ended, after which this thread never touches it again. */
 static void finish(tp_transport *tp, tp_transfer *t, tp_transfer **active) {
   if (t->added) {
-    curl_multi_remove_handle(tp->multi, t->curl);
+    cu.multi_remove_handle(tp->multi, t->curl);
     t->added = 0;
     if (t->prev) t->prev->next = t->next;
     else *active = t->next;
     if (t->next) t->next->prev = t->prev;
   }
-  curl_easy_cleanup(t->curl);
+  cu.easy_cleanup(t->curl);
   t->curl = NULL;
-  curl_slist_free_all(t->headers);
+  cu.slist_free_all(t->headers);
   t->headers = NULL;
   if (t->result.code == TP_OK) {
     if (!t->head_known && tpm_split_headers(t) != 0) {
@@ -183,7 +170,7 @@ static void resume_if_asked(tp_transfer *t) {
   if (resume) t->paused = 0;
   pthread_mutex_unlock(&t->lock);
   /* without t->lock: unpausing may deliver the held piece to on_body now */
-  if (resume && t->curl) curl_easy_pause(t->curl, CURLPAUSE_CONT);
+  if (resume && t->curl) cu.easy_pause(t->curl, CURLPAUSE_CONT);
 }
 
 /* Ends t the way a caller asked, if one did. */
@@ -219,9 +206,9 @@ static void *io_main(void *arg) {
         tpm_set_end(t, TP_HTTP_CANCELLED, 0, "the transport was closed before the request was sent");
         finish(tp, t, &active);
       } else if (!end_if_asked(tp, t, &active)) {
-        CURLMcode mc = curl_multi_add_handle(tp->multi, t->curl);
+        CURLMcode mc = cu.multi_add_handle(tp->multi, t->curl);
         if (mc != CURLM_OK) {
-          tpm_set_end(t, TP_HTTP_ERROR, 0, "libcurl cannot run the request: %s", curl_multi_strerror(mc));
+          tpm_set_end(t, TP_HTTP_ERROR, 0, "libcurl cannot run the request: %s", cu.multi_strerror(mc));
           finish(tp, t, &active);
           continue;
         }
@@ -246,27 +233,27 @@ static void *io_main(void *arg) {
     if (resumes)
       for (tp_transfer *t = active; t; t = t->next) resume_if_asked(t);
     int running;
-    curl_multi_perform(tp->multi, &running);
+    cu.multi_perform(tp->multi, &running);
     CURLMsg *m;
     int queued;
-    while ((m = curl_multi_info_read(tp->multi, &queued))) {
+    while ((m = cu.multi_info_read(tp->multi, &queued))) {
       if (m->msg != CURLMSG_DONE) continue;
       CURLcode rc = m->data.result;
       char *priv = NULL;
-      curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, &priv);
+      cu.easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, &priv);
       tp_transfer *t = (tp_transfer *)(void *)priv;
       tpm_classify(t, rc);
       finish(tp, t, &active);
     }
-    if (active) curl_multi_poll(tp->multi, NULL, 0, TP_POLL_MS, NULL);
+    if (active) cu.multi_poll(tp->multi, NULL, 0, TP_POLL_MS, NULL);
   }
 }
 
 /* ---- tp_start ---- */
 
 static void transfer_free(tp_transfer *t) {
-  if (t->curl) curl_easy_cleanup(t->curl);
-  curl_slist_free_all(t->headers);
+  if (t->curl) cu.easy_cleanup(t->curl);
+  cu.slist_free_all(t->headers);
   sb_free(&t->head);
   sb_free(&t->body);
   sb_free(&t->queue);
@@ -284,13 +271,13 @@ static int start_thread(tp_transport *tp, char *err, size_t errlen) {
     tpm_say(err, errlen, "the transport is closed");
     return -1;
   }
-  tp->multi = curl_multi_init();
+  tp->multi = cu.multi_init();
   if (!tp->multi) {
     tpm_say(err, errlen, "libcurl cannot make a multi handle");
     return -1;
   }
   if (pthread_create(&tp->thread, NULL, io_main, tp) != 0) {
-    curl_multi_cleanup(tp->multi);
+    cu.multi_cleanup(tp->multi);
     tp->multi = NULL;
     tpm_say(err, errlen, "cannot start the transport's I/O thread");
     return -1;
@@ -329,7 +316,7 @@ tp_transfer *tp_start(tp_transport *tp, const tp_request *r, void (*done)(void *
   t->on_data = r->stream ? r->on_data : NULL;
   t->max_response = r->max_response_bytes ? r->max_response_bytes : SIZE_MAX;
   t->timeout_ms = r->timeout_ms;
-  t->curl = curl_easy_init();
+  t->curl = cu.easy_init();
   if (!t->curl) {
     tpm_say(err, errlen, "libcurl cannot make a request");
     transfer_free(t);
@@ -350,7 +337,7 @@ tp_transfer *tp_start(tp_transport *tp, const tp_request *r, void (*done)(void *
   tp->pending_tail = t;
   pthread_cond_signal(&tp->cond);
   pthread_mutex_unlock(&tp->lock);
-  curl_multi_wakeup(tp->multi);
+  cu.multi_wakeup(tp->multi);
   return t;
 }
 
@@ -367,7 +354,7 @@ static void ask_end(tp_transfer *t, tp_code code, const char *message) {
   tp->cancel_asked = 1;
   pthread_cond_signal(&tp->cond);
   pthread_mutex_unlock(&tp->lock);
-  curl_multi_wakeup(tp->multi);
+  cu.multi_wakeup(tp->multi);
 }
 
 int tp_wait(tp_transfer *t, long long deadline_ns, const int *stop) {
@@ -445,7 +432,7 @@ size_t tp_read(tp_transfer *t, char *buf, size_t cap) {
     tp->resume_asked = 1;
     pthread_cond_signal(&tp->cond);
     pthread_mutex_unlock(&tp->lock);
-    curl_multi_wakeup(tp->multi);
+    cu.multi_wakeup(tp->multi);
   }
   pthread_mutex_unlock(&t->lock);
   return n;

@@ -20,7 +20,7 @@ build = {
     ["luma.core"] = {
       sources = {
         "base/arena.c", "base/strbuf.c", "base/map.c", "base/utf8.c", "base/json.c", "base/crypto.c", "base/errors.c", "base/lerror.c",
-        "base/ljson.c", "base/transport.c", "base/tpmsg.c",
+        "base/ljson.c", "base/transport.c", "base/tpmsg.c", "base/libcurl.c",
         "sandbox/copy.c", "sandbox/state.c", "sandbox/bounded.c", "sandbox/pattern.c", "sandbox/require.c",
         "sandbox/strict.c", "sandbox/strict_io.c", "sandbox/strict_json.c", "sandbox/strict_crypto.c",
         "sandbox/http.c", "sandbox/call.c", "sandbox/module.c", "sandbox/watch.c",
@@ -37,7 +37,8 @@ build = {
       },
       incdirs = { "base", "sandbox", "adapters", "core" },
       defines = { "_POSIX_C_SOURCE=200809L" },
-      libraries = { "mbedcrypto", "curl", "sqlite3", "hiredis", "seccomp", "pthread", "m" },
+      -- no "curl": base/libcurl.c loads libcurl at the first HTTP request (its headers are still needed)
+      libraries = { "mbedcrypto", "sqlite3", "hiredis", "seccomp", "pthread", "m", "dl" },
     },
     ["luma"] = "lua/luma/init.lua",
     ["luma.approval"] = "lua/luma/approval.lua",

@@ -70,11 +70,59 @@ io.write("ok")
 ]])
     local cmd = string.format(
       "mkdir -p %s/luma && cd %s && " .. "cc -std=c99 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Werror -O1 -fPIC -shared " ..
-      "-I/usr/include/luajit-2.1 -Ibase -Isandbox -Iadapters -Icore %s -lmbedcrypto -lcurl -lsqlite3 -lhiredis -lpthread -lm -o %s/luma/core.so && " .. "luajit %s %s > %s/out.txt",
+      "-I/usr/include/luajit-2.1 -Ibase -Isandbox -Iadapters -Icore %s -lmbedcrypto -lsqlite3 -lhiredis -lpthread -lm -ldl -o %s/luma/core.so && " .. "luajit %s %s > %s/out.txt",
       dir, h.root, sources, dir, script, dir, dir)
     assert.is_true(build(cmd))
     assert.are.equal("ok", h.read(dir .. "/out.txt"))
     os.execute("rm -rf " .. h.quote(dir) .. " " .. h.quote(script))
+  end)
+end)
+
+describe("libraries loaded at their first use", function()
+  -- base/libcurl.c loads libcurl at the first HTTP request, core/lineedit.c
+  -- libedit when the REPL starts: the command's start (--version, check,
+  -- help) maps neither, nor the thirty-odd libraries they need
+  local BUILD = h.root .. "/" .. (os.getenv("LUMA_BUILD") or "build")
+
+  local function links(file)
+    local status, out = h.sh("ldd " .. h.quote(BUILD .. "/" .. file))
+    assert.are.equal(0, status, out)
+    return out
+  end
+
+  it("libcurl is linked by none of the command, luma.core and libluma", function()
+    for _, file in ipairs { "luma-lua", "luma/core.so", "libluma.so" } do
+      local out = links(file)
+      assert.is_nil(out:find("libcurl", 1, true), file .. " links libcurl:\n" .. out)
+    end
+  end)
+
+  it("libedit is not linked by the command", function()
+    local out = links("luma-lua")
+    assert.is_nil(out:find("libedit", 1, true), "luma-lua links libedit:\n" .. out)
+  end)
+
+  it("libcurl is loaded by the first request, not by loading and compiling a program", function()
+    local script = h.write(h.tmpname(".lua"), [[
+package.path = arg[1] .. "/lua/?.lua;" .. arg[1] .. "/lua/?/init.lua;" .. package.path
+package.cpath = arg[2] .. "/?.so;" .. package.cpath
+local function mapped()
+  for line in io.lines("/proc/self/maps") do if line:find("libcurl", 1, true) then return "mapped" end end
+  return "absent"
+end
+local luma = require "luma"
+-- a model on a port nothing listens on: the request fails, after libcurl is loaded
+local p = luma.compile('schema A { v: int }\nmodel M { provider: "openai", name: "m", base_url: "http://127.0.0.1:1/v1", ' ..
+  'api_key_env: "K", retries: 0 }\nagent G { model: M, tools: [] }')
+p:configure { lookup = function() return "k" end }
+io.write(mapped(), " ")
+local ok, err = pcall(function() return p:agent("G"):ask("hi", "A") end)
+io.write(mapped(), " ", tostring(not ok and err.code))
+]])
+    local status, out, err = h.sh("lua5.4 " .. h.quote(script) .. " " .. h.quote(h.root) .. " " .. h.quote(BUILD))
+    os.remove(script)
+    assert.are.equal(0, status, out .. err)
+    assert.are.equal("absent mapped ASK_PROVIDER_ERROR", out)
   end)
 end)
 

@@ -19,65 +19,19 @@ common.setup(here)
 
 local luma = require "luma"
 local mock = require "spec.support.mock_provider"
+local A = dofile(here .. "/ask.lua")
 
-local CALLS = 3
+local CALLS = A.CALLS
 local RUNS = 7
 local TARGET_US = 200
-
-local SOURCE = [[
-schema Sum { sum: int }
-schema Answer { total: int, note?: string }
-tool add(a: int, b: int) -> Sum { description: "Adds two integers" }
-model M {
-  provider: "openai"
-  name: "gpt-bench"
-  base_url: "%s/v1"
-  api_key_env: "BENCH_KEY"
-}
-agent A {
-  model: M
-  tools: [add]
-  tool_rate_limit: 1000
-  tool_concurrency: 3
-}
-]]
+local MODULE_TARGET_US = 100
 
 local function fail(fmt, ...)
   io.stderr:write("bench/agent: ", string.format(fmt, ...), "\n")
   os.exit(1)
 end
 
--- The script of an ask with `turns` turns of CALLS calls each.
-local function script(turns)
-  local steps = {}
-  for t = 1, turns do
-    local calls = {}
-    for c = 1, CALLS do
-      calls[c] = { id = ("call_%d_%d"):format(t, c), type = "function",
-                   ["function"] = { name = "add", arguments = luma.json.encode { a = t, b = c } } }
-    end
-    steps[t] = { json = { choices = { { index = 0, finish_reason = "tool_calls",
-      message = { role = "assistant", content = luma.null, tool_calls = calls } } },
-      usage = { prompt_tokens = 100 * t, completion_tokens = 20 } } }
-  end
-  steps[turns + 1] = { json = { choices = { { index = 0, finish_reason = "stop",
-    message = { role = "assistant", content = '{"total":' .. turns * CALLS .. '}' } } } } }
-  return steps
-end
-
-local function program(url, opts)
-  local p = luma.compile(SOURCE:format(url))
-  p:register("add", function(i) return { sum = i.a + i.b } end)
-  opts = opts or {}
-  opts.lookup = function(name) if name == "BENCH_KEY" then return "sk-bench" end end
-  p:configure(opts)
-  return p
-end
-
-local function ask(p)
-  local answer = p:agent("A"):ask("Add the numbers the tools give you.", "Answer")
-  return answer.total
-end
+local script, program, ask = A.script, A.program, A.ask
 
 local function now() return require("luma.core").monotonic_ms() end
 
@@ -139,7 +93,7 @@ local ok, err = pcall(function()
     server:script(script(turns))
     local path = ("%s-%d.jsonl"):format(tmp, turns)
     os.remove(path)
-    local total = ask(program(server.url, { record = path }))
+    local total = ask(program(server.url, "host", { record = path }))
     if total ~= turns * CALLS then fail("the recorded ask of %d turns answered %s", turns, tostring(total)) end
     recordings[turns] = path
   end
@@ -150,7 +104,7 @@ local ok, err = pcall(function()
   for _, turns in ipairs(sizes) do
     local times = {}
     for r = 1, RUNS do
-      local p = program(server.url, { replay = recordings[turns] })
+      local p = program(server.url, "host", { replay = recordings[turns] })
       local t0 = now()
       local total = ask(p)
       times[r] = now() - t0
@@ -162,12 +116,44 @@ local ok, err = pcall(function()
     print(("%-28s %12.3f %14.1f"):format(("%d turns x %d calls"):format(turns, CALLS), ms, per_request[turns]))
   end
 
+  -- 1, the handler's row: the 10-turn ask replayed by a warm program (a
+  -- module's states are made at its first calls): a recording of two asks,
+  -- the first untimed; wall time and the process's CPU time (every thread:
+  -- the pool's workers run a module's handlers) per round trip
+  local twice = tmp .. "-twice.jsonl"
+  os.remove(twice)
+  server:reset()
+  local steps = script(10)
+  for i, step in ipairs(script(10)) do steps[#steps + 1] = step end
+  server:script(steps)
+  local recorder = program(server.url, "host", { record = twice })
+  ask(recorder)
+  ask(recorder)
+  recorder:close()
+  print(("%-28s %12s %14s"):format("replayed, 10 turns", "µs wall", "µs CPU"))
+  local cpu_per = {}
+  for _, handler in ipairs { "host", "module" } do
+    local walls, cpus = {}, {}
+    for r = 1, RUNS do
+      local p = program(server.url, handler, { replay = twice })
+      ask(p)
+      local t0, c0 = now(), os.clock()
+      local total = ask(p)
+      cpus[r], walls[r] = (os.clock() - c0) * 1e6 / 11, (now() - t0) * 1000 / 11
+      p:close()
+      if total ~= 10 * CALLS then fail("the replayed ask (%s handler) answered %s", handler, tostring(total)) end
+    end
+    cpu_per[handler] = median(cpus)
+    print(("%-28s %12.1f %14.1f"):format(handler == "host" and "host handler" or "tool module (tools.lua)",
+      median(walls), cpu_per[handler]))
+  end
+
   -- 2: on loopback
   local overheads = {}
   for r = 1, RUNS do
     server:reset()
     server:script(script(10))
-    local p = program(server.url)
+    local p = program(server.url, "host")
     local t0 = now()
     ask(p)
     local total = now() - t0
@@ -178,9 +164,12 @@ local ok, err = pcall(function()
   end
   print(("loopback, 10 turns: %.1f µs per round trip outside the server (an upper bound)"):format(median(overheads)))
   print(("overhead per round trip at 10 turns, replayed: %.1f µs (target < %d µs)"):format(per_request[10], TARGET_US))
+  print(("tool-module round trip at 10 turns, replayed: %.1f µs CPU (target <= %d µs); host handler %.1f µs")
+    :format(cpu_per.module, MODULE_TARGET_US, cpu_per.host))
   print(("growth: per-request cost at 50 turns / at 10 turns = %.2f (linear work: about 1; quadratic: about 5)")
     :format(per_request[50] / per_request[10]))
   for _, turns in ipairs(sizes) do os.remove(recordings[turns]) end
+  os.remove(twice)
 
   local all, lazy = request_bytes(server, false), request_bytes(server, true)
   print(("request bytes per turn, %d tools all sent: %s"):format(LAZY_TOOLS, table.concat(all, ", ")))

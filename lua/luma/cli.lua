@@ -1,6 +1,11 @@
 -- The luma-lua command line. `main(arg)` returns the exit status.
-local luma = require "luma"
 local core = require "luma.core"
+-- luma itself, and the modules it loads (the compiler, the loader, MCP...),
+-- at the first use: --version and help start without reading them
+local luma = setmetatable({}, { __index = function(self, key)
+  setmetatable(self, { __index = require "luma" })
+  return self[key]
+end })
 
 local cli = {}
 
@@ -640,7 +645,7 @@ function cli.main(arg)
   end
   if first == "--version" or first == "-v" or first == "version" then
     if #arg > 1 then return usage_error(first .. " takes no arguments") end
-    out("luma-lua " .. luma.version .. " (" .. core.lua_release .. ")")
+    out("luma-lua " .. core.version .. " (" .. core.lua_release .. ")")
     return 0
   end
   local args = {}
