@@ -224,3 +224,43 @@ jv *ad_kept(ar_arena *a, const sb_buf *b) {
 jv *ad_sb_str(ar_arena *a, sb_buf *b) {
   return jv_strcopy(a, b->data ? b->data : "", b->len);
 }
+
+void ad_keep_member(ad_stream *s, ad_members *ms, const jv *m) {
+  ad_member *k = NULL;
+  for (int i = 0; i < ms->n && !k; i++)
+    if (ms->items[i].keylen == m->keylen && memcmp(ms->items[i].key, m->key, m->keylen) == 0) k = &ms->items[i];
+  if (!k) {
+    if (ms->n == ms->cap) {
+      int cap = ms->cap ? ms->cap * 2 : 4;
+      ad_member *more = realloc(ms->items, sizeof *more * (size_t)cap);
+      if (!more) { s->out->failed = 1; return; }
+      ms->items = more;
+      ms->cap = cap;
+    }
+    k = &ms->items[ms->n];
+    memset(k, 0, sizeof *k);
+    k->key = malloc(m->keylen + 1);
+    if (!k->key) { s->out->failed = 1; return; }
+    memcpy(k->key, m->key, m->keylen);
+    k->key[m->keylen] = 0;
+    k->keylen = m->keylen;
+    ms->n++;
+  }
+  ad_keep(&k->json, m);
+}
+
+void ad_put_members(ar_arena *a, jv *obj, const ad_members *ms) {
+  for (int i = 0; i < ms->n; i++) {
+    jv *v = ad_kept(a, &ms->items[i].json);
+    if (v) jv_setn(obj, ar_strndup(a, ms->items[i].key, ms->items[i].keylen), ms->items[i].keylen, v);
+  }
+}
+
+void ad_members_free(ad_members *ms) {
+  for (int i = 0; i < ms->n; i++) {
+    free(ms->items[i].key);
+    sb_free(&ms->items[i].json);
+  }
+  free(ms->items);
+  memset(ms, 0, sizeof *ms);
+}

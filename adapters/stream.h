@@ -61,6 +61,24 @@ jv *ad_copy(ar_arena *a, const jv *v);
    reads it back in a (NULL if none was kept). */
 void ad_keep(sb_buf *b, const jv *v);
 jv *ad_kept(ar_arena *a, const sb_buf *b);
+/* Members that each event may give anew (Gemini's candidate metadata,
+   Chat's annotations): the last value of each key, as JSON text, in the
+   order the keys first came. */
+typedef struct ad_member {
+  char *key;
+  size_t keylen;
+  sb_buf json;
+} ad_member;
+
+typedef struct ad_members {
+  ad_member *items;
+  int n, cap;
+} ad_members;
+
+void ad_keep_member(ad_stream *s, ad_members *ms, const jv *m);
+/* Sets each kept member on obj, in a. */
+void ad_put_members(ar_arena *a, jv *obj, const ad_members *ms);
+void ad_members_free(ad_members *ms);
 /* A string node holding a copy of the buffer's bytes. */
 jv *ad_sb_str(ar_arena *a, sb_buf *b);
 

@@ -26,6 +26,7 @@ static const stream_case cases[] = {
   { "chat-compatible", AD_OPENAI, AD_CHAT, NULL, NULL, 0 },
   { "chat-late-name", AD_OPENAI, AD_CHAT, NULL, NULL, 0 },
   { "chat-refusal", AD_OPENAI, AD_CHAT, NULL, NULL, 0 },
+  { "chat-search", AD_OPENAI, AD_CHAT, NULL, NULL, 0 },
   { "azure-length", AD_AZURE, AD_CHAT, NULL, NULL, 0 },
   { "chat-error", AD_OPENAI, AD_CHAT, "ASK_PROVIDER_ERROR",
     "openai sent an error in its stream (server_error): The server had an error", 1 },
@@ -34,6 +35,7 @@ static const stream_case cases[] = {
   { "anthropic-tools", AD_ANTHROPIC, AD_CHAT, NULL, NULL, 0 },
   { "anthropic-length", AD_ANTHROPIC, AD_CHAT, NULL, NULL, 0 },
   { "anthropic-refusal", AD_ANTHROPIC, AD_CHAT, NULL, NULL, 0 },
+  { "anthropic-server-tools", AD_ANTHROPIC, AD_CHAT, NULL, NULL, 0 },
   { "anthropic-error", AD_ANTHROPIC, AD_CHAT, "ASK_PROVIDER_ERROR",
     "anthropic sent an error in its stream (overloaded_error): Overloaded", 1 },
   { "anthropic-truncated", AD_ANTHROPIC, AD_CHAT, "ASK_TRUNCATED",
@@ -48,6 +50,7 @@ static const stream_case cases[] = {
   { "gemini-signed-text", AD_GEMINI, AD_CHAT, NULL, NULL, 0 },
   { "gemini-blocked", AD_GEMINI, AD_CHAT, NULL, NULL, 0 },
   { "gemini-length", AD_GEMINI, AD_CHAT, NULL, NULL, 0 },
+  { "gemini-grounding", AD_GEMINI, AD_CHAT, NULL, NULL, 0 },
   { "gemini-error", AD_GEMINI, AD_CHAT, "ASK_PROVIDER_ERROR",
     "gemini sent an error in its stream (UNAVAILABLE): The model is overloaded.", 1 },
   { "gemini-truncated", AD_GEMINI, AD_CHAT, "ASK_TRUNCATED", "gemini's stream ended before its final event (a finishReason)", 1 },
@@ -99,6 +102,13 @@ static void describe(sb_buf *b, const ad_turn *t) {
     sb_add(b, t->calls[i].arguments, t->calls[i].arguments_len);
     sb_addc(b, '\n');
   }
+  /* what provider tools leave: their counts, the citations, the container */
+  sb_printf(b, "ptools=");
+  for (int k = 0; k < AD_NPTKINDS; k++) sb_printf(b, "%d,", t->ptool_uses[k]);
+  sb_printf(b, " errors=%d container=%s\n", t->ptool_errors, t->container ? t->container : "NULL");
+  for (int i = 0; i < t->ncitations; i++)
+    sb_printf(b, "cite %s %s %s\n", t->citations[i].url, t->citations[i].title ? t->citations[i].title : "NULL",
+              t->citations[i].cited_text ? t->citations[i].cited_text : "NULL");
   sb_adds(b, "echo=");
   if (t->echo) jv_write(b, t->echo, 0); else sb_adds(b, "NULL");
 }
