@@ -102,6 +102,16 @@ int ad_stream_finish(ad_stream *s) {
   s->whole = body;
   ad_delta d;
   memset(&d, 0, sizeof d);
+  /* the provider's own calls, read from the whole response as ad_parse reads
+     them: the same in a streamed and a whole turn */
+  d.kind = AD_DELTA_PTOOL;
+  for (int i = 0; i < s->turn.nptcalls; i++) {
+    d.call = i;
+    d.ptcall = &s->turn.ptcalls[i];
+    ad_stream_delta(s, &d);
+  }
+  d.ptcall = NULL;
+  d.call = 0;
   d.kind = AD_DELTA_USAGE;
   d.input_tokens = s->turn.input_tokens;
   d.output_tokens = s->turn.output_tokens;

@@ -536,33 +536,56 @@ describe("provider tools streamed and not streamed", function()
   teardown(function() if server then server:stop() end end)
   before_each(function() server:reset() end)
 
-  -- The same script run not streamed (agent:call) and streamed (agent:ask
-  -- with on_event): each run's answer, requests, ask event and events.
+  -- The same script run not streamed (agent:call, and agent:ask with on_event
+  -- and stream: false) and streamed (agent:ask with on_event): the runs'
+  -- answers, requests, ask events and events must agree.
+  local function provider_events(events)
+    local out = {}
+    for _, e in ipairs(events) do if e.type == "provider_tool" then out[#out + 1] = e end end
+    return out
+  end
+
   local function both(opts, steps)
     local runs = {}
-    for _, streamed in ipairs { false, true } do
+    for _, mode in ipairs { "call", "whole", "streamed" } do
       server:reset()
-      server:script(h.copy and h.copy(steps) or luma.json.decode(luma.json.encode(steps)))
-      local p, telemetry = program(server, opts)
+      server:script(luma.json.decode(luma.json.encode(steps)))
+      local o = setmetatable({ model = opts.model .. (mode == "whole" and "\n stream: false" or "") }, { __index = opts })
+      local p, telemetry = program(server, o)
       local events, answer = {}, nil
-      if streamed then
-        answer = p:agent("A"):ask("Add 1 and 2", "Answer", { on_event = function(e) events[#events + 1] = e end })
-      else
+      if mode == "call" then
         answer = p:agent("A"):call("run", { x = 1 })
+      else
+        answer = p:agent("A"):ask("Add 1 and 2", "Answer", { on_event = function(e) events[#events + 1] = e end })
       end
       local reqs = server:requests()
       for i, r in ipairs(reqs) do assert.is_nil(r.refused, i .. ": " .. (r.refused and luma.json.encode(r.refused) or "")) end
-      runs[#runs + 1] = { answer = answer, reqs = reqs, ask = ask_event(telemetry), events = events }
+      runs[mode] = { answer = answer, reqs = reqs, ask = ask_event(telemetry), events = events }
     end
-    local whole, streamed = runs[1], runs[2]
-    assert.is_true(streamed.reqs[1].json.stream == true or streamed.reqs[1].path:match(":streamGenerateContent$") ~= nil,
-                   "the listening ask streamed")
-    assert.is_nil(whole.reqs[1].json.stream)
-    assert.are.same(whole.answer, streamed.answer)
-    assert.are.equal(#whole.reqs, #streamed.reqs)
-    for _, k in ipairs { "provider_tools", "provider_tool_errors", "citations", "turns" } do
-      assert.are.same(whole.ask[k], streamed.ask[k], k)
+    local whole, streamed = runs.call, runs.streamed
+    local function asked(r) return r.json.stream == true or r.path:match(":streamGenerateContent$") ~= nil end
+    assert.is_true(asked(streamed.reqs[1]), "the listening ask streamed")
+    assert.is_false(asked(whole.reqs[1]))
+    assert.is_false(asked(runs.whole.reqs[1]), "stream: false")
+    for _, run in ipairs { runs.whole, streamed } do
+      assert.are.same(whole.answer, run.answer)
+      assert.are.equal(#whole.reqs, #run.reqs)
+      for _, k in ipairs { "provider_tools", "provider_tool_errors", "citations", "turns" } do
+        assert.are.same(whole.ask[k], run.ask[k], k)
+      end
     end
+    -- a provider_tool event per provider-run call, streamed or not
+    streamed.ptools = provider_events(streamed.events)
+    for _, run in ipairs { runs.whole, streamed } do
+      local last = {}
+      for i, e in ipairs(run.events) do last[e.type .. (e.turn or "")] = i end
+      for _, e in ipairs(provider_events(run.events)) do
+        local at = last["provider_tool" .. e.turn]
+        assert.is_true(at < last["turn_end" .. e.turn] and at < (last["usage" .. e.turn] or math.huge) and
+                       at > (last["tool_call" .. e.turn] or 0), "provider_tool after the calls, before usage and turn_end")
+      end
+    end
+    assert.are.same(provider_events(runs.whole.events), streamed.ptools)
     return whole, streamed
   end
 
@@ -602,6 +625,12 @@ describe("provider tools streamed and not streamed", function()
                     streamed.ask.citations)
     assert.are.same({ web_search = 2, code_execution = 1 }, streamed.ask.provider_tools)
     assert.are.equal(1, streamed.ask.provider_tool_errors)
+    assert.are.same({
+      { type = "provider_tool", turn = 1, id = "srvtoolu_s1", name = "web_search", status = "completed" },
+      { type = "provider_tool", turn = 1, id = "srvtoolu_s2", name = "web_search", status = "failed",
+        error = { code = "max_uses_exceeded", message = "The provider's web_search failed: max_uses_exceeded." } },
+      { type = "provider_tool", turn = 1, id = "srvtoolu_c1", name = "code_execution", status = "completed" },
+    }, streamed.ptools)
   end)
 
   it("on the Responses API: web_search_call and code_interpreter_call items, url_citation annotations", function()
@@ -629,6 +658,12 @@ describe("provider tools streamed and not streamed", function()
     assert.are.same({ { url = "https://example.com/sum", title = "Sums", cited_text = "Adding" } }, streamed.ask.citations)
     assert.are.same({ web_search = 2, code_execution = 1 }, streamed.ask.provider_tools)
     assert.are.equal(1, streamed.ask.provider_tool_errors)
+    assert.are.same({
+      { type = "provider_tool", turn = 1, id = "ws_1", name = "web_search", status = "completed" },
+      { type = "provider_tool", turn = 1, id = "ws_2", name = "web_search", status = "failed",
+        error = { code = "failed", message = "The provider's web_search call failed." } },
+      { type = "provider_tool", turn = 1, id = "ci_1", name = "code_execution", status = "completed" },
+    }, streamed.ptools)
   end)
 
   it("on Chat Completions: a search model's annotations", function()
@@ -638,6 +673,7 @@ describe("provider tools streamed and not streamed", function()
                                                                    start_index = 0, end_index = 11 } } } } } } } },
     })
     assert.are.same({ { url = "https://example.com/sum", title = "Sums", cited_text = '{"total":3}' } }, streamed.ask.citations)
+    assert.are.same({}, streamed.ptools)   -- a search model's calls are not seen
   end)
 
   it("on Gemini: groundingMetadata and urlContextMetadata, and toolCall parts echoed", function()
@@ -660,6 +696,12 @@ describe("provider tools streamed and not streamed", function()
     assert.are.same({ { url = "https://example.com/sum", title = "example.com", cited_text = '{"total":3}' } }, streamed.ask.citations)
     assert.are.same({ web_search = 1, url_context = 1 }, streamed.ask.provider_tools)
     assert.are.equal(1, streamed.ask.provider_tool_errors)
+    assert.are.same({
+      { type = "provider_tool", turn = 1, id = "tc_1", name = "web_search", status = "completed" },
+      { type = "provider_tool", turn = 2, id = "provider_tool_1", name = "url_context", status = "failed",
+        error = { code = "URL_RETRIEVAL_STATUS_ERROR",
+                  message = "https://example.com/b could not be retrieved (URL_RETRIEVAL_STATUS_ERROR)." } },
+    }, streamed.ptools)
   end)
 end)
 
