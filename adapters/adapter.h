@@ -232,8 +232,8 @@ typedef enum {
   AD_DELTA_CALL_ARGS,         /* call, text: a fragment of its JSON arguments */
   AD_DELTA_CALL_DONE,         /* call, text: its whole arguments */
   AD_DELTA_PTOOL,             /* ptcall, call (its position among the turn's ptcalls): a
-                                 provider-run call's result came; at the turn's end, before
-                                 USAGE, read from the whole response */
+                                 provider-run call's result came (as it comes where the
+                                 family's stream shows it, else at the end, before USAGE) */
   AD_DELTA_USAGE,             /* input_tokens, output_tokens (-1: not reported) */
   AD_DELTA_END                /* stop, stop_reason: the turn is complete */
 } ad_delta_kind;

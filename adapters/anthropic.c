@@ -121,7 +121,7 @@ static ad_stop stop_of(const char *reason) {
    result came), named by its server_tool_use (in this content, or, for one
    left pending beside a client call, the block type's name); an error comes
    with HTTP 200 as content {type: "..._error", error_code}. */
-static void an_server_result(ar_arena *a, ad_turn *t, const jv *content, const char *type, const jv *b) {
+void ad_anthropic_server_result(ar_arena *a, ad_turn *t, const jv *content, const char *type, const jv *b) {
   size_t n = strlen(type);
   if (n <= 12 || strcmp(type + n - 12, "_tool_result") != 0 || strcmp(type, "tool_result") == 0) return;
   const char *id = ad_str(b, "tool_use_id"), *name = NULL;
@@ -165,7 +165,7 @@ static int an_turn_of(const jv *body, ar_arena *a, ad_turn *t, char *err, size_t
     const jv *text = ad_get(b, "text", JV_STR);
     if (strcmp(type, "text") == 0 && text) ad_add_text(a, t, text->s, text->len);
     if (strcmp(type, "text") == 0) an_citations(a, t, ad_get(b, "citations", JV_ARR));
-    an_server_result(a, t, content, type, b);
+    ad_anthropic_server_result(a, t, content, type, b);
     if (strcmp(type, "tool_use") != 0) continue;
     const char *name = ad_str(b, "name");
     if (!name) { snprintf(err, errlen, "a tool_use block has no name"); return 0; }

@@ -86,6 +86,12 @@ void ad_add_citation(ar_arena *a, ad_turn *t, const char *url, const char *title
    the turn. */
 void ad_add_ptcall(ar_arena *a, ad_turn *t, int kind, const char *name, const char *id, const char *error_code,
                    const char *error);
+/* What a family's parser reads of one block or item for the provider's own
+   calls, for its stream parser too, which delivers them as they come: an
+   Anthropic server tool's result block (content: the blocks so far, where
+   its server_tool_use is), a Responses API output item. */
+void ad_anthropic_server_result(ar_arena *a, ad_turn *t, const jv *content, const char *type, const jv *b);
+void ad_responses_builtin(ar_arena *a, ad_turn *t, const char *type, const jv *item);
 /* The kind a provider's name for its tool or call stands for ("web_search",
    "bash_code_execution", "GOOGLE_SEARCH_WEB"...), -1: none. */
 int ad_ptkind_of(const char *name);

@@ -99,7 +99,7 @@ static int resp_build(const ad_conv *c, const ad_ask *q, ar_arena *a, ad_request
    file_search_call, tool_search_call, mcp_call...: its call and result in
    one): a failed one has status "failed" (an mcp_call an error). The
    client's own calls (function_call, custom_tool_call) are not. */
-static void resp_builtin(ar_arena *a, ad_turn *t, const char *type, const jv *item) {
+void ad_responses_builtin(ar_arena *a, ad_turn *t, const char *type, const jv *item) {
   size_t n = strlen(type);
   if (n <= 5 || strcmp(type + n - 5, "_call") != 0 || strcmp(type, "custom_tool_call") == 0 ||
       strcmp(type, "computer_call") == 0 || strcmp(type, "local_shell_call") == 0 || strcmp(type, "shell_call") == 0 ||
@@ -179,7 +179,7 @@ static int resp_turn_of(const jv *body, ar_arena *a, ad_turn *t, char *err, size
       call->arguments = args ? args->s : "";
       call->arguments_len = args ? args->len : 0;
     } else {
-      resp_builtin(a, t, type, item);
+      ad_responses_builtin(a, t, type, item);
     }
   }
   t->stop_reason = status;

@@ -83,6 +83,17 @@ void ad_stream_text(ad_stream *s, ad_delta_kind kind, const char *text, size_t l
   ad_stream_delta(s, &d);
 }
 
+void ad_stream_ptcalls(ad_stream *s, const ad_turn *t) {
+  ad_delta d;
+  memset(&d, 0, sizeof d);
+  d.kind = AD_DELTA_PTOOL;
+  for (int i = 0; i < t->nptcalls; i++) {
+    d.call = s->ptold++;
+    d.ptcall = &t->ptcalls[i];
+    ad_stream_delta(s, &d);
+  }
+}
+
 int ad_stream_finish(ad_stream *s) {
   jv *body = s->sf->body(s);
   if (!body || s->out->failed) return ad_stream_fail(s, LE_ASK_RESPONSE_INVALID, "out of memory");
@@ -102,14 +113,15 @@ int ad_stream_finish(ad_stream *s) {
   s->whole = body;
   ad_delta d;
   memset(&d, 0, sizeof d);
-  /* the provider's own calls, read from the whole response as ad_parse reads
-     them: the same in a streamed and a whole turn */
+  /* the provider's own calls not delivered as they came, read from the
+     whole response as ad_parse reads them */
   d.kind = AD_DELTA_PTOOL;
-  for (int i = 0; i < s->turn.nptcalls; i++) {
+  for (int i = s->ptold; i < s->turn.nptcalls; i++) {
     d.call = i;
     d.ptcall = &s->turn.ptcalls[i];
     ad_stream_delta(s, &d);
   }
+  s->ptold = s->turn.nptcalls;
   d.ptcall = NULL;
   d.call = 0;
   d.kind = AD_DELTA_USAGE;

@@ -5,7 +5,7 @@
    signature_delta sets its signature, kept exactly; a text block's
    citations_delta appends to its citations; a server_tool_use's input comes
    as a tool_use's does, and the server tools' result blocks come whole in
-   their start; message_delta's delta members replace the message's (a null
+   their start (their call is delivered then: AD_DELTA_PTOOL); message_delta's delta members replace the message's (a null
    container replaces nothing, as the SDKs do); ping and unknown events are
    ignored; an error event is the provider's error. */
 #include "stream.h"
@@ -58,6 +58,17 @@ static int start_block(ad_stream *s, an_state *st, const jv *data) {
   if (text) {
     sb_add(&b->text, text->s, text->len);
     ad_stream_text(s, type && strcmp(type, "thinking") == 0 ? AD_DELTA_REASONING : AD_DELTA_TEXT, text->s, text->len);
+  }
+  size_t tn = type ? strlen(type) : 0;
+  if (tn > 12 && strcmp(type + tn - 12, "_tool_result") == 0) {
+    /* a server tool's result comes whole: its call is done. Its
+       server_tool_use is among the blocks so far (or in a past turn) */
+    jv *so_far = jv_arr(&s->scratch);
+    for (int i = 0; i < st->nblocks - 1; i++) jv_push(so_far, ad_share(&s->scratch, st->blocks[i].start));
+    ad_turn t;
+    memset(&t, 0, sizeof t);
+    ad_anthropic_server_result(s->out, &t, so_far, type, b->start);
+    ad_stream_ptcalls(s, &t);
   }
   if (type && strcmp(type, "tool_use") == 0) {
     b->call = st->ncalls++;

@@ -576,13 +576,14 @@ describe("provider tools streamed and not streamed", function()
     end
     -- a provider_tool event per provider-run call, streamed or not
     streamed.ptools = provider_events(streamed.events)
+    -- in its turn, before its usage and turn_end; not streamed, after its calls
     for _, run in ipairs { runs.whole, streamed } do
       local last = {}
       for i, e in ipairs(run.events) do last[e.type .. (e.turn or "")] = i end
       for _, e in ipairs(provider_events(run.events)) do
         local at = last["provider_tool" .. e.turn]
-        assert.is_true(at < last["turn_end" .. e.turn] and at < (last["usage" .. e.turn] or math.huge) and
-                       at > (last["tool_call" .. e.turn] or 0), "provider_tool after the calls, before usage and turn_end")
+        assert.is_true(at < last["turn_end" .. e.turn] and at < (last["usage" .. e.turn] or math.huge))
+        if run ~= streamed then assert.is_true(at > (last["tool_call" .. e.turn] or 0)) end
       end
     end
     assert.are.same(provider_events(runs.whole.events), streamed.ptools)
@@ -631,6 +632,15 @@ describe("provider tools streamed and not streamed", function()
         error = { code = "max_uses_exceeded", message = "The provider's web_search failed: max_uses_exceeded." } },
       { type = "provider_tool", turn = 1, id = "srvtoolu_c1", name = "code_execution", status = "completed" },
     }, streamed.ptools)
+    -- streamed, each as its result block came: before the text after it and the client call
+    local order = {}
+    for _, e in ipairs(streamed.events) do
+      if e.turn == 1 and (e.type == "provider_tool" or e.type == "tool_call_start" or
+                          (e.type == "text_delta" and #order > 0 and order[#order] ~= "text")) then
+        order[#order + 1] = e.type == "text_delta" and "text" or e.type == "provider_tool" and e.id or e.type
+      end
+    end
+    assert.are.same({ "srvtoolu_s1", "srvtoolu_s2", "srvtoolu_c1", "text", "tool_call_start" }, order)
   end)
 
   it("on the Responses API: web_search_call and code_interpreter_call items, url_citation annotations", function()
@@ -664,6 +674,10 @@ describe("provider tools streamed and not streamed", function()
         error = { code = "failed", message = "The provider's web_search call failed." } },
       { type = "provider_tool", turn = 1, id = "ci_1", name = "code_execution", status = "completed" },
     }, streamed.ptools)
+    -- streamed, each as its item is done: before the message's text and the function call
+    local first = {}
+    for i, e in ipairs(streamed.events) do first[e.type] = first[e.type] or i end
+    assert.is_true(first.provider_tool < first.text_delta and first.provider_tool < first.tool_call_start)
   end)
 
   it("on Chat Completions: a search model's annotations", function()
