@@ -104,6 +104,16 @@ typedef struct ad_citation {
   const char *cited_text;     /* NULL: none */
 } ad_citation;
 
+/* A call a provider ran itself, once its result came (ad_turn.ptcalls). */
+typedef struct ad_ptcall {
+  const char *id;             /* the provider's (srvtoolu_..., ws_...); NULL: none given */
+  const char *name;           /* the kind's name (ad_ptkind_names), or the provider's own
+                                 name for one that is no kind (tool_search_tool_regex) */
+  int kind;                   /* an ad_ptkind, -1: none */
+  const char *error_code;     /* NULL: it completed; else the provider's code of its failure */
+  const char *error;          /* then what failed, in words */
+} ad_ptcall;
+
 /* One answer of the model. */
 typedef struct ad_turn {
   const char *text;           /* the text parts joined; NULL: none */
@@ -117,7 +127,9 @@ typedef struct ad_turn {
   long long output_tokens;
   const jv *echo;             /* what ad_conv_turn sends back, verbatim; NULL: nothing
                                  (every family refuses a message with no content) */
-  int ptool_uses[AD_NPTKINDS];  /* the provider's own tool calls in this turn, by kind */
+  ad_ptcall *ptcalls;         /* the provider's own tool calls whose result this turn has */
+  int nptcalls;
+  int ptool_uses[AD_NPTKINDS];  /* of them, those of a kind, by kind */
   int ptool_errors;           /* of them, those that failed (an error that came with HTTP 200) */
   ad_citation *citations;
   int ncitations;
@@ -219,6 +231,9 @@ typedef enum {
   AD_DELTA_CALL_START,        /* call, id (NULL: none given), name */
   AD_DELTA_CALL_ARGS,         /* call, text: a fragment of its JSON arguments */
   AD_DELTA_CALL_DONE,         /* call, text: its whole arguments */
+  AD_DELTA_PTOOL,             /* ptcall, call (its position among the turn's ptcalls): a
+                                 provider-run call's result came (as it comes where the
+                                 family's stream shows it, else at the end, before USAGE) */
   AD_DELTA_USAGE,             /* input_tokens, output_tokens (-1: not reported) */
   AD_DELTA_END                /* stop, stop_reason: the turn is complete */
 } ad_delta_kind;
@@ -233,6 +248,7 @@ typedef struct ad_delta {
   long long input_tokens, output_tokens;
   ad_stop stop;
   const char *stop_reason;
+  const ad_ptcall *ptcall;
 } ad_delta;
 
 typedef void (*ad_on_delta)(void *ud, const ad_delta *d);

@@ -117,22 +117,29 @@ static ad_stop stop_of(const char *reason) {
   return AD_STOP_OTHER;
 }
 
-/* A server tool's call: its kind by the name the API gives it. */
-static void an_server_use(ad_turn *t, const char *name) {
-  if (!name) return;
-  if (strcmp(name, "web_search") == 0) t->ptool_uses[AD_PT_WEB_SEARCH]++;
-  else if (strcmp(name, "web_fetch") == 0) t->ptool_uses[AD_PT_WEB_FETCH]++;
-  else if (strstr(name, "code_execution")) t->ptool_uses[AD_PT_CODE_EXECUTION]++;
-}
-
-/* A server tool's result block (web_search_tool_result...): an error comes
+/* A server tool's result block (web_search_tool_result...: a call whose
+   result came), named by its server_tool_use (in this content, or, for one
+   left pending beside a client call, the block type's name); an error comes
    with HTTP 200 as content {type: "..._error", error_code}. */
-static void an_server_result(ad_turn *t, const char *type, const jv *b) {
+void ad_anthropic_server_result(ar_arena *a, ad_turn *t, const jv *content, const char *type, const jv *b) {
   size_t n = strlen(type);
   if (n <= 12 || strcmp(type + n - 12, "_tool_result") != 0 || strcmp(type, "tool_result") == 0) return;
-  const char *ctype = ad_str(ad_get(b, "content", JV_OBJ), "type");
+  const char *id = ad_str(b, "tool_use_id"), *name = NULL;
+  for (const jv *u = content->first; u && id && !name; u = u->next) {
+    const char *ut = ad_str(u, "type"), *uid = ad_str(u, "id");
+    if (ut && uid && strcmp(uid, id) == 0 && strcmp(ut + (strlen(ut) > 8 ? strlen(ut) - 8 : 0), "tool_use") == 0)
+      name = ad_str(u, "name");
+  }
+  if (!name) name = ar_strndup(a, type, n - 12);
+  const jv *c = ad_get(b, "content", JV_OBJ);
+  const char *ctype = ad_str(c, "type");
   size_t cn = ctype ? strlen(ctype) : 0;
-  if (cn > 6 && strcmp(ctype + cn - 6, "_error") == 0) t->ptool_errors++;
+  const char *code = NULL;
+  if (cn > 6 && strcmp(ctype + cn - 6, "_error") == 0) {
+    code = ad_str(c, "error_code");
+    if (!code) code = ctype;
+  }
+  ad_add_ptcall(a, t, ad_ptkind_of(name), name, id, code, NULL);
 }
 
 /* A text block's citations: web_search_result_location and the others. */
@@ -158,8 +165,7 @@ static int an_turn_of(const jv *body, ar_arena *a, ad_turn *t, char *err, size_t
     const jv *text = ad_get(b, "text", JV_STR);
     if (strcmp(type, "text") == 0 && text) ad_add_text(a, t, text->s, text->len);
     if (strcmp(type, "text") == 0) an_citations(a, t, ad_get(b, "citations", JV_ARR));
-    if (strcmp(type, "server_tool_use") == 0) an_server_use(t, ad_str(b, "name"));
-    an_server_result(t, type, b);
+    ad_anthropic_server_result(a, t, content, type, b);
     if (strcmp(type, "tool_use") != 0) continue;
     const char *name = ad_str(b, "name");
     if (!name) { snprintf(err, errlen, "a tool_use block has no name"); return 0; }

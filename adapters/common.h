@@ -80,6 +80,21 @@ int ad_ptool_check(const ad_model *m, const ad_ask *q, char *err, size_t errlen)
 void ad_write_strings(sb_buf *b, const char *const *items, int n);
 void ad_write_location(sb_buf *b, const ad_ptool *t, int typed);
 void ad_add_citation(ar_arena *a, ad_turn *t, const char *url, const char *title, const char *text, size_t len);
+/* A provider-run call whose result came, added to the turn and counted (its
+   kind's uses, and a failure: error_code not NULL, error says it in words).
+   kind -1: a call of no kind, named name. The strings must live as long as
+   the turn. */
+void ad_add_ptcall(ar_arena *a, ad_turn *t, int kind, const char *name, const char *id, const char *error_code,
+                   const char *error);
+/* What a family's parser reads of one block or item for the provider's own
+   calls, for its stream parser too, which delivers them as they come: an
+   Anthropic server tool's result block (content: the blocks so far, where
+   its server_tool_use is), a Responses API output item. */
+void ad_anthropic_server_result(ar_arena *a, ad_turn *t, const jv *content, const char *type, const jv *b);
+void ad_responses_builtin(ar_arena *a, ad_turn *t, const char *type, const jv *item);
+/* The kind a provider's name for its tool or call stands for ("web_search",
+   "bash_code_execution", "GOOGLE_SEARCH_WEB"...), -1: none. */
+int ad_ptkind_of(const char *name);
 
 /* adapter.c's, for the streams (stream.c): the family of a model, its
    provider's name, whether an HTTP status is retried, a text with the key

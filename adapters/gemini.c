@@ -160,33 +160,46 @@ static ad_stop stop_of(const char *reason) {
    parts; the grounding's sources as citations. There are no error parts:
    a failed URL retrieval or code run is its status or outcome. */
 static void ge_builtins(ar_arena *a, ad_turn *t, const jv *cand, const jv *parts) {
-  int calls = 0;
+  /* Gemini 3 beside functions: a toolCall part per call (its toolResponse
+     follows), a failed code run's codeExecutionResult marking the code call
+     before it */
+  int calls = 0, code = -1;
+  for (const jv *p = parts->first; p && !calls; p = p->next) calls = ad_str(ad_get(p, "toolCall", JV_OBJ), "toolType") != NULL;
   for (const jv *p = parts->first; p; p = p->next) {
     const jv *tc = ad_get(p, "toolCall", JV_OBJ);
     const char *type = ad_str(tc, "toolType");
     if (type) {
-      calls = 1;
-      if (strstr(type, "SEARCH")) t->ptool_uses[AD_PT_WEB_SEARCH]++;
-      else if (strstr(type, "URL")) t->ptool_uses[AD_PT_URL_CONTEXT]++;
-      else if (strstr(type, "CODE")) t->ptool_uses[AD_PT_CODE_EXECUTION]++;
+      ad_add_ptcall(a, t, ad_ptkind_of(type), type, ad_str(tc, "id"), NULL, NULL);
+      if (ad_ptkind_of(type) == AD_PT_CODE_EXECUTION) code = t->nptcalls - 1;
+      continue;
     }
-    if (!tc && ad_get(p, "executableCode", JV_OBJ)) t->ptool_uses[AD_PT_CODE_EXECUTION]++;
-    const char *outcome = ad_str(ad_get(p, "codeExecutionResult", JV_OBJ), "outcome");
-    if (outcome && strcmp(outcome, "OUTCOME_OK") != 0) t->ptool_errors++;
+    const jv *result = ad_get(p, "codeExecutionResult", JV_OBJ);
+    if (!result) continue;
+    const char *outcome = ad_str(result, "outcome");
+    const char *failed = outcome && strcmp(outcome, "OUTCOME_OK") != 0 ? outcome : NULL;
+    const char *why = failed ? ad_str(result, "output") : NULL;
+    if (failed && (!why || !*why)) why = ar_printf(a, "The code did not run to its end: %s.", failed);
+    if (!calls) {
+      ad_add_ptcall(a, t, AD_PT_CODE_EXECUTION, NULL, ad_str(result, "id"), failed, why);
+    } else if (failed && code >= 0 && !t->ptcalls[code].error_code) {
+      t->ptcalls[code].error_code = failed;
+      t->ptcalls[code].error = why;
+      t->ptool_errors++;
+    }
   }
-  if (calls) t->ptool_uses[AD_PT_CODE_EXECUTION] = 0;   /* counted by their toolCall */
-  for (const jv *p = calls ? parts->first : NULL; p; p = p->next) {
-    const char *type = ad_str(ad_get(p, "toolCall", JV_OBJ), "toolType");
-    if (type && strstr(type, "CODE")) t->ptool_uses[AD_PT_CODE_EXECUTION]++;
-  }
+  /* else the candidate's metadata: a search per query, a retrieval per URL */
   const jv *gm = ad_get(cand, "groundingMetadata", JV_OBJ);
   const jv *queries = ad_get(gm, "webSearchQueries", JV_ARR);
-  if (!calls && queries) t->ptool_uses[AD_PT_WEB_SEARCH] += queries->count ? queries->count : 1;
+  for (const jv *q = !calls && queries ? queries->first : NULL; q; q = q->next)
+    ad_add_ptcall(a, t, AD_PT_WEB_SEARCH, NULL, NULL, NULL, NULL);
+  if (!calls && queries && !queries->count) ad_add_ptcall(a, t, AD_PT_WEB_SEARCH, NULL, NULL, NULL, NULL);
   const jv *urls = ad_get(ad_get(cand, "urlContextMetadata", JV_OBJ), "urlMetadata", JV_ARR);
   for (const jv *u = urls ? urls->first : NULL; u; u = u->next) {
-    if (!calls) t->ptool_uses[AD_PT_URL_CONTEXT]++;
-    const char *status = ad_str(u, "urlRetrievalStatus");
-    if (status && strcmp(status, "URL_RETRIEVAL_STATUS_SUCCESS") != 0) t->ptool_errors++;
+    const char *status = ad_str(u, "urlRetrievalStatus"), *url = ad_str(u, "retrievedUrl");
+    const char *failed = status && strcmp(status, "URL_RETRIEVAL_STATUS_SUCCESS") != 0 ? status : NULL;
+    const char *why = failed ? ar_printf(a, "%s could not be retrieved (%s).", url ? url : "a URL", failed) : NULL;
+    if (!calls) ad_add_ptcall(a, t, AD_PT_URL_CONTEXT, NULL, NULL, failed, why);
+    else if (failed) t->ptool_errors++;
   }
   /* groundingSupports: a segment of the answer and the chunks it rests on */
   const jv *chunks = ad_get(gm, "groundingChunks", JV_ARR);

@@ -203,3 +203,33 @@ void ad_add_citation(ar_arena *a, ad_turn *t, const char *url, const char *title
   c->title = title;
   c->cited_text = text ? ar_strndup(a, text, len) : NULL;
 }
+
+void ad_add_ptcall(ar_arena *a, ad_turn *t, int kind, const char *name, const char *id, const char *error_code,
+                   const char *error) {
+  if ((t->nptcalls & (t->nptcalls - 1)) == 0) {   /* 0, 1, 2, 4...: full */
+    ad_ptcall *more = ar_alloc(a, sizeof *more * (size_t)(t->nptcalls ? 2 * t->nptcalls : 1));
+    if (!more) return;
+    if (t->nptcalls) memcpy(more, t->ptcalls, sizeof *more * (size_t)t->nptcalls);
+    t->ptcalls = more;
+  }
+  ad_ptcall *c = &t->ptcalls[t->nptcalls++];
+  c->id = id;
+  c->kind = kind;
+  c->name = kind >= 0 ? ad_ptkind_names[kind] : name ? name : "provider_tool";
+  c->error_code = error_code;
+  c->error = error_code && !error ? ar_printf(a, "The provider's %s failed: %s.", c->name, error_code) : error;
+  if (kind >= 0) t->ptool_uses[kind]++;
+  if (error_code) t->ptool_errors++;
+}
+
+int ad_ptkind_of(const char *name) {
+  if (!name) return -1;
+  static const struct { const char *part; ad_ptkind kind; } words[] = {
+    { "web_search", AD_PT_WEB_SEARCH }, { "SEARCH", AD_PT_WEB_SEARCH }, { "web_fetch", AD_PT_WEB_FETCH },
+    { "code_execution", AD_PT_CODE_EXECUTION }, { "code_interpreter", AD_PT_CODE_EXECUTION }, { "CODE", AD_PT_CODE_EXECUTION },
+    { "file_search", AD_PT_FILE_SEARCH }, { "URL", AD_PT_URL_CONTEXT },
+  };
+  for (size_t i = 0; i < sizeof words / sizeof *words; i++)
+    if (strstr(name, words[i].part)) return (int)words[i].kind;
+  return -1;
+}

@@ -95,18 +95,26 @@ static int resp_build(const ad_conv *c, const ad_ask *q, ar_arena *a, ad_request
   return 1;
 }
 
-/* A built-in tool's output item: web_search_call, code_interpreter_call,
-   file_search_call; a failed one has status "failed". */
-static void resp_builtin(ad_turn *t, const char *type, const jv *item) {
-  int kind = strcmp(type, "web_search_call") == 0        ? AD_PT_WEB_SEARCH
-           : strcmp(type, "code_interpreter_call") == 0  ? AD_PT_CODE_EXECUTION
-           : strcmp(type, "file_search_call") == 0       ? AD_PT_FILE_SEARCH
-                                                          : -1;
-  if (kind < 0) return;
-  t->ptool_uses[kind]++;
+/* A built-in tool's output item (web_search_call, code_interpreter_call,
+   file_search_call, tool_search_call, mcp_call...: its call and result in
+   one): a failed one has status "failed" (an mcp_call an error). The
+   client's own calls (function_call, custom_tool_call) are not. */
+void ad_responses_builtin(ar_arena *a, ad_turn *t, const char *type, const jv *item) {
+  size_t n = strlen(type);
+  if (n <= 5 || strcmp(type + n - 5, "_call") != 0 || strcmp(type, "custom_tool_call") == 0 ||
+      strcmp(type, "computer_call") == 0 || strcmp(type, "local_shell_call") == 0 || strcmp(type, "shell_call") == 0 ||
+      strcmp(type, "apply_patch_call") == 0)
+    return;
+  const char *name = ar_strndup(a, type, n - 5);
   const char *status = ad_str(item, "status");
-  if (status && strcmp(status, "failed") == 0) t->ptool_errors++;
-  if (kind == AD_PT_CODE_EXECUTION && ad_str(item, "container_id")) t->container = ad_str(item, "container_id");
+  const jv *err = jv_get(item, "error");
+  const char *code = status && strcmp(status, "failed") == 0 ? "failed" : NULL;
+  const char *why = NULL;
+  if (err && err->type == JV_STR) code = "error", why = err->s;
+  else if (err && err->type == JV_OBJ) code = "error", why = ad_str(err, "message");
+  if (code && !why) why = ar_printf(a, "The provider's %s call failed.", name);
+  ad_add_ptcall(a, t, ad_ptkind_of(type), name, ad_str(item, "id"), code, why);
+  if (strcmp(type, "code_interpreter_call") == 0 && ad_str(item, "container_id")) t->container = ad_str(item, "container_id");
 }
 
 /* The byte offset of code point number n of s, or -1 past its end. */
@@ -171,7 +179,7 @@ static int resp_turn_of(const jv *body, ar_arena *a, ad_turn *t, char *err, size
       call->arguments = args ? args->s : "";
       call->arguments_len = args ? args->len : 0;
     } else {
-      resp_builtin(t, type, item);
+      ad_responses_builtin(a, t, type, item);
     }
   }
   t->stop_reason = status;

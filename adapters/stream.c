@@ -83,6 +83,17 @@ void ad_stream_text(ad_stream *s, ad_delta_kind kind, const char *text, size_t l
   ad_stream_delta(s, &d);
 }
 
+void ad_stream_ptcalls(ad_stream *s, const ad_turn *t) {
+  ad_delta d;
+  memset(&d, 0, sizeof d);
+  d.kind = AD_DELTA_PTOOL;
+  for (int i = 0; i < t->nptcalls; i++) {
+    d.call = s->ptold++;
+    d.ptcall = &t->ptcalls[i];
+    ad_stream_delta(s, &d);
+  }
+}
+
 int ad_stream_finish(ad_stream *s) {
   jv *body = s->sf->body(s);
   if (!body || s->out->failed) return ad_stream_fail(s, LE_ASK_RESPONSE_INVALID, "out of memory");
@@ -102,6 +113,17 @@ int ad_stream_finish(ad_stream *s) {
   s->whole = body;
   ad_delta d;
   memset(&d, 0, sizeof d);
+  /* the provider's own calls not delivered as they came, read from the
+     whole response as ad_parse reads them */
+  d.kind = AD_DELTA_PTOOL;
+  for (int i = s->ptold; i < s->turn.nptcalls; i++) {
+    d.call = i;
+    d.ptcall = &s->turn.ptcalls[i];
+    ad_stream_delta(s, &d);
+  }
+  s->ptold = s->turn.nptcalls;
+  d.ptcall = NULL;
+  d.call = 0;
   d.kind = AD_DELTA_USAGE;
   d.input_tokens = s->turn.input_tokens;
   d.output_tokens = s->turn.output_tokens;
@@ -223,4 +245,44 @@ jv *ad_kept(ar_arena *a, const sb_buf *b) {
 
 jv *ad_sb_str(ar_arena *a, sb_buf *b) {
   return jv_strcopy(a, b->data ? b->data : "", b->len);
+}
+
+void ad_keep_member(ad_stream *s, ad_members *ms, const jv *m) {
+  ad_member *k = NULL;
+  for (int i = 0; i < ms->n && !k; i++)
+    if (ms->items[i].keylen == m->keylen && memcmp(ms->items[i].key, m->key, m->keylen) == 0) k = &ms->items[i];
+  if (!k) {
+    if (ms->n == ms->cap) {
+      int cap = ms->cap ? ms->cap * 2 : 4;
+      ad_member *more = realloc(ms->items, sizeof *more * (size_t)cap);
+      if (!more) { s->out->failed = 1; return; }
+      ms->items = more;
+      ms->cap = cap;
+    }
+    k = &ms->items[ms->n];
+    memset(k, 0, sizeof *k);
+    k->key = malloc(m->keylen + 1);
+    if (!k->key) { s->out->failed = 1; return; }
+    memcpy(k->key, m->key, m->keylen);
+    k->key[m->keylen] = 0;
+    k->keylen = m->keylen;
+    ms->n++;
+  }
+  ad_keep(&k->json, m);
+}
+
+void ad_put_members(ar_arena *a, jv *obj, const ad_members *ms) {
+  for (int i = 0; i < ms->n; i++) {
+    jv *v = ad_kept(a, &ms->items[i].json);
+    if (v) jv_setn(obj, ar_strndup(a, ms->items[i].key, ms->items[i].keylen), ms->items[i].keylen, v);
+  }
+}
+
+void ad_members_free(ad_members *ms) {
+  for (int i = 0; i < ms->n; i++) {
+    free(ms->items[i].key);
+    sb_free(&ms->items[i].json);
+  }
+  free(ms->items);
+  memset(ms, 0, sizeof *ms);
 }

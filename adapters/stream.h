@@ -24,6 +24,7 @@ struct ad_stream {
   void *fam;                  /* the family's state */
   jv *fam_body;               /* a family's whole response, when one came (responses) */
   jv *whole;                  /* the response the stream stood for, once it ended with a turn */
+  int ptold;                  /* the provider's own calls delivered as they came (AD_DELTA_PTOOL) */
 };
 
 struct ad_stream_family {
@@ -50,6 +51,11 @@ int ad_stream_fail(ad_stream *s, le_code code, const char *fmt, ...)
 /* Fails the stream with the provider's error event (its family's error
    body), classified by its HTTP equivalent. Returns 0. */
 int ad_stream_error(ad_stream *s, const jv *body, const char *type);
+/* Delivers the provider's own calls t lists (AD_DELTA_PTOOL), those whose
+   result just came; at the end ad_stream_finish delivers those of the turn
+   that were not, in the turn's order, which the family's parser and its
+   stream parser must agree on. */
+void ad_stream_ptcalls(ad_stream *s, const ad_turn *t);
 /* The final event came: makes the turn from the family's body and delivers
    USAGE and END. Returns 0 if the body is no turn. */
 int ad_stream_finish(ad_stream *s);
@@ -61,6 +67,24 @@ jv *ad_copy(ar_arena *a, const jv *v);
    reads it back in a (NULL if none was kept). */
 void ad_keep(sb_buf *b, const jv *v);
 jv *ad_kept(ar_arena *a, const sb_buf *b);
+/* Members that each event may give anew (Gemini's candidate metadata,
+   Chat's annotations): the last value of each key, as JSON text, in the
+   order the keys first came. */
+typedef struct ad_member {
+  char *key;
+  size_t keylen;
+  sb_buf json;
+} ad_member;
+
+typedef struct ad_members {
+  ad_member *items;
+  int n, cap;
+} ad_members;
+
+void ad_keep_member(ad_stream *s, ad_members *ms, const jv *m);
+/* Sets each kept member on obj, in a. */
+void ad_put_members(ar_arena *a, jv *obj, const ad_members *ms);
+void ad_members_free(ad_members *ms);
 /* A string node holding a copy of the buffer's bytes. */
 jv *ad_sb_str(ar_arena *a, sb_buf *b);
 

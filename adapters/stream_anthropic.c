@@ -2,8 +2,12 @@
    per block content_block_start, _delta and _stop, then message_delta (the
    stop reason, the usage so far) and message_stop. input_json_delta
    fragments are joined and parsed at the block's stop; a thinking block's
-   signature_delta sets its signature, kept exactly; ping and unknown events
-   are ignored; an error event is the provider's error. */
+   signature_delta sets its signature, kept exactly; a text block's
+   citations_delta appends to its citations; a server_tool_use's input comes
+   as a tool_use's does, and the server tools' result blocks come whole in
+   their start (their call is delivered then: AD_DELTA_PTOOL); message_delta's delta members replace the message's (a null
+   container replaces nothing, as the SDKs do); ping and unknown events are
+   ignored; an error event is the provider's error. */
 #include "stream.h"
 
 #include <stdlib.h>
@@ -15,6 +19,7 @@ typedef struct an_block {
   sb_buf text;                /* text, thinking: the block's text so far */
   sb_buf json;                /* the input_json_delta fragments joined */
   jv *signature;
+  jv *citations;              /* citations_delta's, in s->out; NULL: none came */
   int call;                   /* tool_use: the call's position; -1 */
   int has_json;
 } an_block;
@@ -23,7 +28,8 @@ typedef struct an_state {
   jv *message;                /* message_start's, in s->out */
   an_block *blocks;
   int nblocks, cap, ncalls;
-  jv *stop_reason, *stop_sequence, *usage;   /* message_delta's */
+  jv *delta, *usage;          /* the last message_delta's delta and usage */
+  jv *container;              /* the last container a message_delta gave (null: none) */
 } an_state;
 
 static an_block *block_of(an_state *st, long long index) {
@@ -52,6 +58,17 @@ static int start_block(ad_stream *s, an_state *st, const jv *data) {
   if (text) {
     sb_add(&b->text, text->s, text->len);
     ad_stream_text(s, type && strcmp(type, "thinking") == 0 ? AD_DELTA_REASONING : AD_DELTA_TEXT, text->s, text->len);
+  }
+  size_t tn = type ? strlen(type) : 0;
+  if (tn > 12 && strcmp(type + tn - 12, "_tool_result") == 0) {
+    /* a server tool's result comes whole: its call is done. Its
+       server_tool_use is among the blocks so far (or in a past turn) */
+    jv *so_far = jv_arr(&s->scratch);
+    for (int i = 0; i < st->nblocks - 1; i++) jv_push(so_far, ad_share(&s->scratch, st->blocks[i].start));
+    ad_turn t;
+    memset(&t, 0, sizeof t);
+    ad_anthropic_server_result(s->out, &t, so_far, type, b->start);
+    ad_stream_ptcalls(s, &t);
   }
   if (type && strcmp(type, "tool_use") == 0) {
     b->call = st->ncalls++;
@@ -93,6 +110,9 @@ static int block_delta(ad_stream *s, an_state *st, const jv *data) {
     }
   } else if (strcmp(type, "signature_delta") == 0 && (v = ad_get(delta, "signature", JV_STR))) {
     b->signature = ad_copy(s->out, v);   /* set, not appended */
+  } else if (strcmp(type, "citations_delta") == 0 && (v = ad_get(delta, "citation", JV_OBJ))) {
+    if (!b->citations) b->citations = jv_arr(s->out);
+    jv_push(b->citations, ad_copy(s->out, v));
   }
   return 1;
 }
@@ -127,8 +147,8 @@ static int an_event(ad_stream *s, const char *sse_type, const jv *data) {
     return stop_block(s, st, data);
   } else if (strcmp(type, "message_delta") == 0) {
     const jv *delta = ad_get(data, "delta", JV_OBJ), *v;
-    if ((v = delta ? jv_get(delta, "stop_reason") : NULL)) st->stop_reason = ad_copy(s->out, v);
-    if ((v = delta ? jv_get(delta, "stop_sequence") : NULL)) st->stop_sequence = ad_copy(s->out, v);
+    if (delta) st->delta = ad_copy(s->out, delta);   /* the last one's members */
+    if ((v = ad_get(delta, "container", JV_OBJ))) st->container = ad_copy(s->out, v);
     if ((v = ad_get(data, "usage", JV_OBJ))) st->usage = ad_copy(s->out, v);   /* cumulative: replaced */
   } else if (strcmp(type, "message_stop") == 0) {
     if (!st->message) return ad_stream_fail(s, LE_ASK_STREAM_INVALID, "anthropic's stream has no message_start");
@@ -146,8 +166,12 @@ static jv *block_body(ad_stream *s, an_block *b) {
   const char *type = ad_str(b->start, "type");
   int thinking = type && strcmp(type, "thinking") == 0;
   const char *text_key = thinking ? "thinking" : type && strcmp(type, "text") == 0 ? "text" : NULL;
+  /* a call (tool_use, server_tool_use, mcp_tool_use) has an input, {} when
+     nothing came: the whole response always gives one */
+  int call = type && (strcmp(type, "tool_use") == 0 || strcmp(type, "server_tool_use") == 0 ||
+                      strcmp(type, "mcp_tool_use") == 0);
   jv *input = NULL;
-  if (b->has_json || jv_get(b->start, "input")) {
+  if (b->has_json || call || jv_get(b->start, "input")) {
     if (b->json.len) {
       char why[200];
       input = json_parse(a, b->json.data, b->json.len, LIM_MODEL_JSON_DEPTH, why, sizeof why);
@@ -167,12 +191,21 @@ static jv *block_body(ad_stream *s, an_block *b) {
     if (text_key && strcmp(m->key, text_key) == 0) v = ad_sb_str(a, &b->text);
     else if (input && strcmp(m->key, "input") == 0) v = input, input = NULL;
     else if (thinking && b->signature && strcmp(m->key, "signature") == 0) v = b->signature, has_sig = 1;
+    else if (b->citations && strcmp(m->key, "citations") == 0) v = b->citations, b->citations = NULL;
     else v = ad_share(a, m);
     jv_setn(out, m->key, m->keylen, v);
   }
   if (input) jv_set(out, "input", input);
+  if (b->citations) jv_set(out, "citations", b->citations);
   if (thinking && b->signature && !has_sig) jv_set(out, "signature", b->signature);
   return out;
+}
+
+/* What message_delta says of a member of the message: the container's last
+   non-null value, the delta's other members; NULL: the message's stands. */
+static jv *delta_member(an_state *st, const char *key) {
+  if (strcmp(key, "container") == 0) return st->container;
+  return st->delta ? jv_get(st->delta, key) : NULL;
 }
 
 static jv *an_body(ad_stream *s) {
@@ -185,30 +218,30 @@ static jv *an_body(ad_stream *s) {
     jv_push(content, b);
   }
   jv *body = jv_obj(a);
-  int has[4] = { 0, 0, 0, 0 };
+  int has_content = 0, has_usage = 0;
   for (jv *m = st->message->first; m; m = m->next) {
-    jv *v;
-    if (strcmp(m->key, "content") == 0) v = content, has[0] = 1;
-    else if (strcmp(m->key, "stop_reason") == 0 && st->stop_reason) v = st->stop_reason, has[1] = 1;
-    else if (strcmp(m->key, "stop_sequence") == 0 && st->stop_sequence) v = st->stop_sequence, has[2] = 1;
+    jv *v, *d;
+    if (strcmp(m->key, "content") == 0) v = content, has_content = 1;
+    else if ((d = delta_member(st, m->key))) v = ad_share(a, d);
     else if (strcmp(m->key, "usage") == 0 && st->usage && m->type == JV_OBJ) {
       /* message_start's usage, each member message_delta gives replaced
          (as the SDKs do: a null there replaces nothing) */
       v = jv_obj(a);
       for (jv *u = m->first; u; u = u->next) {
-        jv *d = jv_get(st->usage, u->key);
-        jv_setn(v, u->key, u->keylen, ad_share(a, d && d->type != JV_NULL ? d : u));
+        jv *n = jv_get(st->usage, u->key);
+        jv_setn(v, u->key, u->keylen, ad_share(a, n && n->type != JV_NULL ? n : u));
       }
-      for (jv *d = st->usage->first; d; d = d->next)
-        if (!jv_get(m, d->key)) jv_setn(v, d->key, d->keylen, ad_share(a, d));
-      has[3] = 1;
+      for (jv *n = st->usage->first; n; n = n->next)
+        if (!jv_get(m, n->key)) jv_setn(v, n->key, n->keylen, ad_share(a, n));
+      has_usage = 1;
     } else v = ad_share(a, m);
     jv_setn(body, m->key, m->keylen, v);
   }
-  if (!has[0]) jv_set(body, "content", content);
-  if (!has[1] && st->stop_reason) jv_set(body, "stop_reason", st->stop_reason);
-  if (!has[2] && st->stop_sequence) jv_set(body, "stop_sequence", st->stop_sequence);
-  if (!has[3] && st->usage) jv_set(body, "usage", st->usage);
+  if (!has_content) jv_set(body, "content", content);
+  for (jv *d = st->delta ? st->delta->first : NULL; d; d = d->next)
+    if (!jv_get(st->message, d->key) && strcmp(d->key, "container") != 0) jv_setn(body, d->key, d->keylen, ad_share(a, d));
+  if (st->container && !jv_get(st->message, "container")) jv_set(body, "container", st->container);
+  if (!has_usage && st->usage) jv_set(body, "usage", st->usage);
   return body;
 }
 

@@ -26,7 +26,18 @@ typedef struct chat_state {
   long long next_unindexed;   /* a call with no index (a compatible server's whole call) */
   jv *finish;
   sb_buf usage;               /* the last usage, as JSON text */
+  ad_members message;         /* the delta's other members (a search model's annotations): the last of each */
 } chat_state;
+
+/* What a delta holds that is not the message's own member as it came (those
+   are joined or assembled): the SDK's assignOwnProperties of the rest. */
+static int joined(const char *key) {
+  static const char *const keys[] = { "role", "content", "refusal", "tool_calls", "function_call", "audio",
+                                      "reasoning_content", "reasoning", NULL };
+  for (const char *const *k = keys; *k; k++)
+    if (strcmp(key, *k) == 0) return 1;
+  return 0;
+}
 
 static chat_call *call_of(chat_state *st, long long index) {
   for (int i = st->ncalls - 1; i >= 0; i--)
@@ -120,6 +131,8 @@ static int chat_event(ad_stream *s, const char *type, const jv *data) {
     const jv *reasoning = ad_get(delta, "reasoning_content", JV_STR);
     if (!reasoning) reasoning = ad_get(delta, "reasoning", JV_STR);
     if (reasoning) ad_stream_text(s, AD_DELTA_REASONING, reasoning->s, reasoning->len);
+    for (const jv *m = delta ? delta->first : NULL; m; m = m->next)
+      if (!joined(m->key) && m->type != JV_NULL) ad_keep_member(s, &st->message, m);
     const jv *calls = ad_get(delta, "tool_calls", JV_ARR);
     for (const jv *tc = calls ? calls->first : NULL; tc; tc = tc->next) tool_call(s, st, tc);
     const jv *finish = ad_get(ch, "finish_reason", JV_STR);
@@ -155,6 +168,7 @@ static jv *chat_body(ad_stream *s) {
   jv_set(msg, "role", jv_cstr(a, "assistant"));
   jv_set(msg, "content", st->has_content ? ad_sb_str(a, &st->content) : jv_null(a));
   if (st->has_refusal) jv_set(msg, "refusal", ad_sb_str(a, &st->refusal));
+  ad_put_members(a, msg, &st->message);
   if (st->ncalls) {
     /* stable: the calls in the order of their index (as they came, in every
        stream seen) */
@@ -198,6 +212,7 @@ static void chat_free(ad_stream *s) {
   sb_free(&st->content);
   sb_free(&st->refusal);
   sb_free(&st->usage);
+  ad_members_free(&st->message);
 }
 
 const ad_stream_family ad_stream_chat = { sizeof(chat_state), chat_event, chat_body, chat_free, "[DONE]" };

@@ -4,7 +4,9 @@
    other part (a functionCall, which comes whole, a part with a
    thoughtSignature, kept exactly and never merged) stays as it came. The
    last chunk has the finishReason; usageMetadata holds running totals, the
-   last kept; a blocked prompt is a chunk with promptFeedback and no
+   last kept; the candidate's other members (groundingMetadata,
+   urlContextMetadata, citationMetadata...: the last chunk has them, and
+   none of the SDKs merges them) the last of each kept; a blocked prompt is a chunk with promptFeedback and no
    candidates. The stream ends at EOF. */
 #include "stream.h"
 
@@ -23,6 +25,7 @@ typedef struct ge_state {
   int candidate;              /* a candidate came */
   jv *finish, *role;
   sb_buf usage, feedback;     /* the last ones, as JSON text: they come with every chunk */
+  ad_members members;         /* the candidate's other members */
 } ge_state;
 
 /* {text} or {text, thought}: a part that may join its neighbours. */
@@ -112,6 +115,9 @@ static int ge_event(ad_stream *s, const char *sse_type, const jv *data) {
   if ((v = ad_get(content, "role", JV_STR)) && !st->role) st->role = ad_copy(s->out, v);
   const jv *parts = ad_get(content, "parts", JV_ARR);
   for (const jv *p = parts ? parts->first : NULL; p; p = p->next) part(s, st, p);
+  for (const jv *m = cand->first; m; m = m->next)
+    if (strcmp(m->key, "content") != 0 && strcmp(m->key, "finishReason") != 0 && strcmp(m->key, "index") != 0)
+      ad_keep_member(s, &st->members, m);
   if ((v = ad_get(cand, "finishReason", JV_STR)) && !st->finish) {
     st->finish = ad_copy(s->out, v);
     s->complete = 1;
@@ -143,6 +149,7 @@ static jv *ge_body(ad_stream *s) {
       jv_set(cand, "content", content);
     }
     if (st->finish) jv_set(cand, "finishReason", st->finish);
+    ad_put_members(a, cand, &st->members);
     jv_set(body, "candidates", jv_push(jv_arr(a), cand));
   }
   jv_set(body, "usageMetadata", ad_kept(a, &st->usage));
@@ -156,6 +163,7 @@ static void ge_free(ad_stream *s) {
   free(st->parts);
   sb_free(&st->usage);
   sb_free(&st->feedback);
+  ad_members_free(&st->members);
 }
 
 const ad_stream_family ad_stream_gemini = { sizeof(ge_state), ge_event, ge_body, ge_free, "a finishReason" };

@@ -1,6 +1,7 @@
 /* The Responses API streamed: typed events with a sequence_number; text,
    refusal and reasoning deltas; a function_call item added (its call_id and
-   name), its arguments' deltas, the item done; then response.completed,
+   name), its arguments' deltas, the item done (a built-in call's item done
+   delivers its call: AD_DELTA_PTOOL); then response.completed,
    .incomplete or .failed, which carries the whole response. Its output is
    the turn's; if it came without one, the items of output_item.done (whole,
    encrypted reasoning included) stand in, by output_index. */
@@ -97,6 +98,14 @@ static int resp_event(ad_stream *s, const char *sse_type, const jv *data) {
     if (!it) return 1;
     it->item = ad_copy(s->out, item);
     if (it->call >= 0) call_delta(s, AD_DELTA_CALL_DONE, it->call, NULL, NULL, ad_get(item, "arguments", JV_STR));
+    const char *itype = ad_str(it->item, "type");
+    if (it->call < 0 && itype) {
+      /* a built-in call's item done: its result came */
+      ad_turn t;
+      memset(&t, 0, sizeof t);
+      ad_responses_builtin(s->out, &t, itype, it->item);
+      ad_stream_ptcalls(s, &t);
+    }
   } else if (is(type, "response.completed") || is(type, "response.incomplete")) {
     const jv *r = ad_get(data, "response", JV_OBJ);
     if (!r) return ad_stream_fail(s, LE_ASK_STREAM_INVALID, "%s's %s has no response", ad_provider_name(s->model), type);

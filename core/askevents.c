@@ -156,6 +156,25 @@ void ak_ev_delta(ak_ask *a, const ad_delta *d) {
     case AD_DELTA_CALL_DONE:
       call_event(a, call_id(a, d->call, NULL), call_name(a, d->call), d->text, d->len);
       return;
+    case AD_DELTA_PTOOL: {
+      /* a call the provider ran, its result come: its id (made from its
+         position when the provider gives none), its name, and its failure */
+      const ad_ptcall *c = d->ptcall;
+      const char *id = c->id ? c->id : ar_printf(&a->turn_arena, "provider_tool_%d", d->call + 1);
+      open_event(a, "provider_tool", a->ev_turn);
+      set_text(T, "id", id, id ? strlen(id) : 0);
+      set_text(T, "name", c->name, strlen(c->name));
+      lua_pushstring(T, c->error_code ? "failed" : "completed");
+      lua_setfield(T, -2, "status");
+      if (c->error_code) {
+        lua_createtable(T, 0, 2);
+        set_text(T, "code", c->error_code, strlen(c->error_code));
+        if (c->error) set_text(T, "message", c->error, strlen(c->error));
+        lua_setfield(T, -2, "error");
+      }
+      queue_event(a, 0);
+      return;
+    }
     case AD_DELTA_USAGE:
       if (d->input_tokens < 0 && d->output_tokens < 0) return;
       open_event(a, "usage", a->ev_turn);
@@ -211,6 +230,13 @@ void ak_ev_turn(ak_ask *a, const ad_turn *t) {
     d.kind = AD_DELTA_CALL_DONE;
     d.text = c->arguments;
     d.len = c->arguments_len;
+    ak_ev_delta(a, &d);
+  }
+  memset(&d, 0, sizeof d);
+  d.kind = AD_DELTA_PTOOL;
+  for (int i = 0; i < t->nptcalls; i++) {
+    d.call = i;
+    d.ptcall = &t->ptcalls[i];
     ak_ev_delta(a, &d);
   }
   memset(&d, 0, sizeof d);

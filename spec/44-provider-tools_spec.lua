@@ -527,6 +527,198 @@ describe("provider tools on Gemini", function()
   end)
 end)
 
+-- A host that listens (on_event) makes the ask stream: the response the
+-- stream is assembled into must carry all that the whole response carries,
+-- for the next request's echo, the citations and the counts.
+describe("provider tools streamed and not streamed", function()
+  local server
+  setup(function() server = mock.start() end)
+  teardown(function() if server then server:stop() end end)
+  before_each(function() server:reset() end)
+
+  -- The same script run not streamed (agent:call, and agent:ask with on_event
+  -- and stream: false) and streamed (agent:ask with on_event): the runs'
+  -- answers, requests, ask events and events must agree.
+  local function provider_events(events)
+    local out = {}
+    for _, e in ipairs(events) do if e.type == "provider_tool" then out[#out + 1] = e end end
+    return out
+  end
+
+  local function both(opts, steps)
+    local runs = {}
+    for _, mode in ipairs { "call", "whole", "streamed" } do
+      server:reset()
+      server:script(luma.json.decode(luma.json.encode(steps)))
+      local o = setmetatable({ model = opts.model .. (mode == "whole" and "\n stream: false" or "") }, { __index = opts })
+      local p, telemetry = program(server, o)
+      local events, answer = {}, nil
+      if mode == "call" then
+        answer = p:agent("A"):call("run", { x = 1 })
+      else
+        answer = p:agent("A"):ask("Add 1 and 2", "Answer", { on_event = function(e) events[#events + 1] = e end })
+      end
+      local reqs = server:requests()
+      for i, r in ipairs(reqs) do assert.is_nil(r.refused, i .. ": " .. (r.refused and luma.json.encode(r.refused) or "")) end
+      runs[mode] = { answer = answer, reqs = reqs, ask = ask_event(telemetry), events = events }
+    end
+    local whole, streamed = runs.call, runs.streamed
+    local function asked(r) return r.json.stream == true or r.path:match(":streamGenerateContent$") ~= nil end
+    assert.is_true(asked(streamed.reqs[1]), "the listening ask streamed")
+    assert.is_false(asked(whole.reqs[1]))
+    assert.is_false(asked(runs.whole.reqs[1]), "stream: false")
+    for _, run in ipairs { runs.whole, streamed } do
+      assert.are.same(whole.answer, run.answer)
+      assert.are.equal(#whole.reqs, #run.reqs)
+      for _, k in ipairs { "provider_tools", "provider_tool_errors", "citations", "turns" } do
+        assert.are.same(whole.ask[k], run.ask[k], k)
+      end
+    end
+    -- a provider_tool event per provider-run call, streamed or not
+    streamed.ptools = provider_events(streamed.events)
+    -- in its turn, before its usage and turn_end; not streamed, after its calls
+    for _, run in ipairs { runs.whole, streamed } do
+      local last = {}
+      for i, e in ipairs(run.events) do last[e.type .. (e.turn or "")] = i end
+      for _, e in ipairs(provider_events(run.events)) do
+        local at = last["provider_tool" .. e.turn]
+        assert.is_true(at < last["turn_end" .. e.turn] and at < (last["usage" .. e.turn] or math.huge))
+        if run ~= streamed then assert.is_true(at > (last["tool_call" .. e.turn] or 0)) end
+      end
+    end
+    assert.are.same(provider_events(runs.whole.events), streamed.ptools)
+    return whole, streamed
+  end
+
+  -- The conversation a request carries (its messages, input or contents).
+  local function conversation(req)
+    return req.json.messages or req.json.input or req.json.contents
+  end
+
+  it("on Anthropic: citations_delta, server_tool_use and its result, the container, a search error", function()
+    local turn1 = {
+      { type = "server_tool_use", id = "srvtoolu_s1", name = "web_search", input = { query = "sums" } },
+      { type = "web_search_tool_result", tool_use_id = "srvtoolu_s1", content = arr {
+        { type = "web_search_result", url = "https://example.com/sum", title = "Sums", page_age = "1 day",
+          encrypted_content = "EqgfCioIARgBIiQ3YTAwMjY1Mi1mZjM5LTQ1NGUtODgxNC1kNjNjNTk1ZWI3Y2ISDCmrVQ" } } },
+      { type = "server_tool_use", id = "srvtoolu_s2", name = "web_search", input = { query = "more sums" } },
+      { type = "web_search_tool_result", tool_use_id = "srvtoolu_s2",
+        content = { type = "web_search_tool_result_error", error_code = "max_uses_exceeded" } },
+      { type = "server_tool_use", id = "srvtoolu_c1", name = "bash_code_execution", input = { command = "echo 3" } },
+      { type = "bash_code_execution_tool_result", tool_use_id = "srvtoolu_c1",
+        content = { type = "bash_code_execution_result", stdout = "3\n", stderr = "", return_code = 0 } },
+      { type = "text", text = "One and two make three.", citations = arr { {
+        type = "web_search_result_location", url = "https://example.com/sum", title = "Sums",
+        encrypted_index = "Eo8BCioIAhgBIiQyYjQ0OWJmZi1lNm", cited_text = "one and two make three" } } },
+      { type = "tool_use", id = "toolu_1", name = "add", input = { a = 1, b = 2 } },
+    }
+    local whole, streamed = both({ model = 'provider: "anthropic", name: "claude-sonnet-4-5"', tools = "search, code, add" }, {
+      { json = { id = "msg_1", type = "message", role = "assistant", stop_reason = "tool_use", content = turn1,
+                 container = { id = "container_s1", expires_at = "2026-12-05T08:00:00Z" },
+                 usage = { input_tokens = 30, output_tokens = 9, server_tool_use = { web_search_requests = 2 } } } },
+      { json = { id = "msg_2", type = "message", role = "assistant", stop_reason = "end_turn",
+                 content = { { type = "text", text = '{"total":3}' } }, usage = { input_tokens = 40, output_tokens = 5 } } },
+    })
+    assert.are.same(turn1, conversation(whole.reqs[2])[2].content)
+    assert.are.same(turn1, conversation(streamed.reqs[2])[2].content)
+    assert.are.same({ "container_s1", "container_s1" }, { whole.reqs[2].json.container, streamed.reqs[2].json.container })
+    assert.are.same({ { url = "https://example.com/sum", title = "Sums", cited_text = "one and two make three" } },
+                    streamed.ask.citations)
+    assert.are.same({ web_search = 2, code_execution = 1 }, streamed.ask.provider_tools)
+    assert.are.equal(1, streamed.ask.provider_tool_errors)
+    assert.are.same({
+      { type = "provider_tool", turn = 1, id = "srvtoolu_s1", name = "web_search", status = "completed" },
+      { type = "provider_tool", turn = 1, id = "srvtoolu_s2", name = "web_search", status = "failed",
+        error = { code = "max_uses_exceeded", message = "The provider's web_search failed: max_uses_exceeded." } },
+      { type = "provider_tool", turn = 1, id = "srvtoolu_c1", name = "code_execution", status = "completed" },
+    }, streamed.ptools)
+    -- streamed, each as its result block came: before the text after it and the client call
+    local order = {}
+    for _, e in ipairs(streamed.events) do
+      if e.turn == 1 and (e.type == "provider_tool" or e.type == "tool_call_start" or
+                          (e.type == "text_delta" and #order > 0 and order[#order] ~= "text")) then
+        order[#order + 1] = e.type == "text_delta" and "text" or e.type == "provider_tool" and e.id or e.type
+      end
+    end
+    assert.are.same({ "srvtoolu_s1", "srvtoolu_s2", "srvtoolu_c1", "text", "tool_call_start" }, order)
+  end)
+
+  it("on the Responses API: web_search_call and code_interpreter_call items, url_citation annotations", function()
+    local out1 = {
+      { type = "web_search_call", id = "ws_1", status = "completed",
+        action = { type = "search", query = "sums", sources = { { type = "url", url = "https://example.com/sum" } } } },
+      { type = "web_search_call", id = "ws_2", status = "failed", action = { type = "search", query = "more" } },
+      { type = "code_interpreter_call", id = "ci_1", status = "completed", code = "print(1+2)", container_id = "cntr_9",
+        outputs = { { type = "logs", logs = "3" } } },
+      { type = "message", id = "msg_1", role = "assistant", status = "completed", content = { {
+        type = "output_text", text = "Adding 1 and 2.",
+        annotations = { { type = "url_citation", url = "https://example.com/sum", title = "Sums", start_index = 0, end_index = 6 } } } } },
+      { type = "function_call", id = "fc_1", call_id = "call_1", name = "add", arguments = '{"a":1,"b":2}' },
+    }
+    local whole, streamed = both({ model = 'provider: "openai", name: "gpt-5.4", api: "responses"', path = "/v1",
+                                   tools = "search, code, add" }, {
+      { json = { id = "resp_1", status = "completed", output = out1, usage = { input_tokens = 3, output_tokens = 2 } } },
+      { json = { id = "resp_2", status = "completed", output = { { type = "message", id = "msg_2", role = "assistant",
+        content = { { type = "output_text", text = '{"total":3}', annotations = arr {} } } } } } },
+    })
+    local function echoed(req) local c = conversation(req) return { c[2], c[3], c[4], c[5], c[6] } end
+    assert.are.same(out1, echoed(whole.reqs[2]))
+    assert.are.same(out1, echoed(streamed.reqs[2]))
+    assert.are.equal("cntr_9", find(streamed.reqs[2].json.tools, function(t) return t.type == "code_interpreter" end).container)
+    assert.are.same({ { url = "https://example.com/sum", title = "Sums", cited_text = "Adding" } }, streamed.ask.citations)
+    assert.are.same({ web_search = 2, code_execution = 1 }, streamed.ask.provider_tools)
+    assert.are.equal(1, streamed.ask.provider_tool_errors)
+    assert.are.same({
+      { type = "provider_tool", turn = 1, id = "ws_1", name = "web_search", status = "completed" },
+      { type = "provider_tool", turn = 1, id = "ws_2", name = "web_search", status = "failed",
+        error = { code = "failed", message = "The provider's web_search call failed." } },
+      { type = "provider_tool", turn = 1, id = "ci_1", name = "code_execution", status = "completed" },
+    }, streamed.ptools)
+    -- streamed, each as its item is done: before the message's text and the function call
+    local first = {}
+    for i, e in ipairs(streamed.events) do first[e.type] = first[e.type] or i end
+    assert.is_true(first.provider_tool < first.text_delta and first.provider_tool < first.tool_call_start)
+  end)
+
+  it("on Chat Completions: a search model's annotations", function()
+    local _, streamed = both({ model = 'provider: "openai", name: "gpt-5-search-api"', path = "/v1", tools = "search" }, {
+      { json = { choices = { { index = 0, finish_reason = "stop", message = { role = "assistant", content = '{"total":3}',
+        annotations = { { type = "url_citation", url_citation = { url = "https://example.com/sum", title = "Sums",
+                                                                   start_index = 0, end_index = 11 } } } } } } } },
+    })
+    assert.are.same({ { url = "https://example.com/sum", title = "Sums", cited_text = '{"total":3}' } }, streamed.ask.citations)
+    assert.are.same({}, streamed.ptools)   -- a search model's calls are not seen
+  end)
+
+  it("on Gemini: groundingMetadata and urlContextMetadata, and toolCall parts echoed", function()
+    local parts1 = {
+      { toolCall = { id = "tc_1", toolType = "GOOGLE_SEARCH_WEB", args = { queries = { "sums" } } }, thoughtSignature = "sig-a" },
+      { toolResponse = { id = "tc_1", toolType = "GOOGLE_SEARCH_WEB", response = { search_suggestions = "..." } }, thoughtSignature = "sig-b" },
+      { functionCall = { name = "add", args = { a = 1, b = 2 }, id = "fc_1" }, thoughtSignature = "sig-c" },
+    }
+    local whole, streamed = both({ model = 'provider: "gemini", name: "gemini-3-flash"', tools = "search, pages, add" }, {
+      { json = { candidates = { { content = { role = "model", parts = parts1 }, finishReason = "STOP" } } } },
+      { json = { candidates = { { content = { role = "model", parts = { { text = '{"total":3}' } } }, finishReason = "STOP",
+        groundingMetadata = {
+          groundingChunks = { { web = { uri = "https://example.com/sum", title = "example.com" } } },
+          groundingSupports = { { segment = { startIndex = 0, endIndex = 11, text = '{"total":3}' }, groundingChunkIndices = { 0 } } } },
+        urlContextMetadata = { urlMetadata = {
+          { retrievedUrl = "https://example.com/b", urlRetrievalStatus = "URL_RETRIEVAL_STATUS_ERROR" } } } } } } },
+    })
+    assert.are.same(parts1, conversation(whole.reqs[2])[2].parts)
+    assert.are.same(parts1, conversation(streamed.reqs[2])[2].parts)
+    assert.are.same({ { url = "https://example.com/sum", title = "example.com", cited_text = '{"total":3}' } }, streamed.ask.citations)
+    assert.are.same({ web_search = 1, url_context = 1 }, streamed.ask.provider_tools)
+    assert.are.equal(1, streamed.ask.provider_tool_errors)
+    assert.are.same({
+      { type = "provider_tool", turn = 1, id = "tc_1", name = "web_search", status = "completed" },
+      { type = "provider_tool", turn = 2, id = "provider_tool_1", name = "url_context", status = "failed",
+        error = { code = "URL_RETRIEVAL_STATUS_ERROR",
+                  message = "https://example.com/b could not be retrieved (URL_RETRIEVAL_STATUS_ERROR)." } },
+    }, streamed.ptools)
+  end)
+end)
+
 describe("the mock provider refuses what the providers refuse in provider-tool requests", function()
   local server
   setup(function() server = mock.start() end)

@@ -26,6 +26,7 @@ static const stream_case cases[] = {
   { "chat-compatible", AD_OPENAI, AD_CHAT, NULL, NULL, 0 },
   { "chat-late-name", AD_OPENAI, AD_CHAT, NULL, NULL, 0 },
   { "chat-refusal", AD_OPENAI, AD_CHAT, NULL, NULL, 0 },
+  { "chat-search", AD_OPENAI, AD_CHAT, NULL, NULL, 0 },
   { "azure-length", AD_AZURE, AD_CHAT, NULL, NULL, 0 },
   { "chat-error", AD_OPENAI, AD_CHAT, "ASK_PROVIDER_ERROR",
     "openai sent an error in its stream (server_error): The server had an error", 1 },
@@ -34,6 +35,7 @@ static const stream_case cases[] = {
   { "anthropic-tools", AD_ANTHROPIC, AD_CHAT, NULL, NULL, 0 },
   { "anthropic-length", AD_ANTHROPIC, AD_CHAT, NULL, NULL, 0 },
   { "anthropic-refusal", AD_ANTHROPIC, AD_CHAT, NULL, NULL, 0 },
+  { "anthropic-server-tools", AD_ANTHROPIC, AD_CHAT, NULL, NULL, 0 },
   { "anthropic-error", AD_ANTHROPIC, AD_CHAT, "ASK_PROVIDER_ERROR",
     "anthropic sent an error in its stream (overloaded_error): Overloaded", 1 },
   { "anthropic-truncated", AD_ANTHROPIC, AD_CHAT, "ASK_TRUNCATED",
@@ -48,6 +50,7 @@ static const stream_case cases[] = {
   { "gemini-signed-text", AD_GEMINI, AD_CHAT, NULL, NULL, 0 },
   { "gemini-blocked", AD_GEMINI, AD_CHAT, NULL, NULL, 0 },
   { "gemini-length", AD_GEMINI, AD_CHAT, NULL, NULL, 0 },
+  { "gemini-grounding", AD_GEMINI, AD_CHAT, NULL, NULL, 0 },
   { "gemini-error", AD_GEMINI, AD_CHAT, "ASK_PROVIDER_ERROR",
     "gemini sent an error in its stream (UNAVAILABLE): The model is overloaded.", 1 },
   { "gemini-truncated", AD_GEMINI, AD_CHAT, "ASK_TRUNCATED", "gemini's stream ended before its final event (a finishReason)", 1 },
@@ -70,7 +73,7 @@ static char *slurp(const char *path, size_t *len) {
   return s;
 }
 
-static const char *const kinds[] = { "text", "refusal", "reasoning", "start", "args", "done", "usage", "end" };
+static const char *const kinds[] = { "text", "refusal", "reasoning", "start", "args", "done", "ptool", "usage", "end" };
 
 /* Every delta as a line of text: what a host would see. */
 static void on_delta(void *ud, const ad_delta *d) {
@@ -81,6 +84,10 @@ static void on_delta(void *ud, const ad_delta *d) {
     case AD_DELTA_CALL_ARGS:
     case AD_DELTA_CALL_DONE: sb_printf(log, " %d ", d->call); sb_add(log, d->text, d->len); break;
     case AD_DELTA_USAGE: sb_printf(log, " %lld %lld", d->input_tokens, d->output_tokens); break;
+    case AD_DELTA_PTOOL:
+      sb_printf(log, " %s %s %s %s", d->ptcall->id ? d->ptcall->id : "-", d->ptcall->name,
+                d->ptcall->error_code ? d->ptcall->error_code : "-", d->ptcall->error ? d->ptcall->error : "-");
+      break;
     case AD_DELTA_END: sb_printf(log, " %d %s", (int)d->stop, d->stop_reason ? d->stop_reason : "-"); break;
     default: sb_addc(log, ' '); sb_add(log, d->text, d->len); break;
   }
@@ -99,6 +106,16 @@ static void describe(sb_buf *b, const ad_turn *t) {
     sb_add(b, t->calls[i].arguments, t->calls[i].arguments_len);
     sb_addc(b, '\n');
   }
+  /* what provider tools leave: their counts, the citations, the container */
+  sb_printf(b, "ptools=");
+  for (int k = 0; k < AD_NPTKINDS; k++) sb_printf(b, "%d,", t->ptool_uses[k]);
+  sb_printf(b, " errors=%d container=%s\n", t->ptool_errors, t->container ? t->container : "NULL");
+  for (int i = 0; i < t->nptcalls; i++)
+    sb_printf(b, "ptcall %s %s %d %s %s\n", t->ptcalls[i].id ? t->ptcalls[i].id : "NULL", t->ptcalls[i].name, t->ptcalls[i].kind,
+              t->ptcalls[i].error_code ? t->ptcalls[i].error_code : "NULL", t->ptcalls[i].error ? t->ptcalls[i].error : "NULL");
+  for (int i = 0; i < t->ncitations; i++)
+    sb_printf(b, "cite %s %s %s\n", t->citations[i].url, t->citations[i].title ? t->citations[i].title : "NULL",
+              t->citations[i].cited_text ? t->citations[i].cited_text : "NULL");
   sb_adds(b, "echo=");
   if (t->echo) jv_write(b, t->echo, 0); else sb_adds(b, "NULL");
 }

@@ -96,7 +96,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       ad_conv_user(&c, "again", 5);   /* the re-ask */
     }
     ad_tool tool = { "t", "a tool", tool_schema(&a) };
-    ad_ask q = { &tool, 1, AD_CHOICE_AUTO, NULL, tool.parameters, "Answer", NULL, 0 };
+    ad_ask q = { .tools = &tool, .ntools = 1, .choice = AD_CHOICE_AUTO, .final_schema = tool.parameters, .final_name = "Answer" };
     ad_request req;
     char err[200];
     if (ad_build(&c, &q, &a, &req, err, sizeof err)) {

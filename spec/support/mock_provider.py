@@ -404,6 +404,9 @@ def chat_events(resp, azure):
         events.append(chunk({"content": p}))
     for p in pieces(msg.get("refusal")):
         events.append(chunk({"refusal": p}))
+    if msg.get("annotations"):
+        # a search model's url_citation annotations: one delta after the text
+        events.append(chunk({"annotations": msg["annotations"]}))
     per_call = []
     for k, tc in enumerate(msg.get("tool_calls") or []):
         f = tc.get("function") or {}
@@ -454,6 +457,9 @@ def responses_events(resp):
                        part={"type": "output_text", "annotations": [], "text": ""})
                     for p in pieces(part.get("text")):
                         ev("response.output_text.delta", item_id=iid, output_index=i, content_index=j, delta=p)
+                    for k, note in enumerate(part.get("annotations") or []):
+                        ev("response.output_text.annotation.added", item_id=iid, output_index=i, content_index=j,
+                           annotation_index=k, annotation=note)
                     ev("response.output_text.done", item_id=iid, output_index=i, content_index=j,
                        text=part.get("text"))
                 ev("response.content_part.done", item_id=iid, output_index=i, content_index=j, part=part)
@@ -464,6 +470,15 @@ def responses_events(resp):
                 ev("response.function_call_arguments.delta", item_id=iid, output_index=i, delta=p)
             ev("response.function_call_arguments.done", item_id=iid, output_index=i,
                arguments=item.get("arguments") or "")
+        elif kind in ("web_search_call", "file_search_call", "code_interpreter_call"):
+            # a built-in call: added in progress, its progress events, done whole
+            ev("response.output_item.added", output_index=i, item={"id": iid, "type": kind, "status": "in_progress"})
+            steps = {"web_search_call": ("in_progress", "searching"), "file_search_call": ("in_progress", "searching"),
+                     "code_interpreter_call": ("in_progress", "interpreting")}[kind]
+            for step in steps:
+                ev("response.%s.%s" % (kind, step), item_id=iid, output_index=i)
+            if item.get("status") != "failed":
+                ev("response.%s.completed" % kind, item_id=iid, output_index=i)
         else:
             ev("response.output_item.added", output_index=i, item=dict(item, summary=[]) if kind == "reasoning" else item)
             for k, sm in enumerate(item.get("summary") or []):
@@ -484,21 +499,30 @@ def anthropic_events(resp):
         fields["type"] = kind
         events.append((kind, fields))
     usage = resp.get("usage") or {}
+    # the container comes in message_delta (null in message_start), as does
+    # the whole usage (cumulative: server_tool_use too)
     start = {k: v for k, v in resp.items() if k not in ("content", "stop_reason", "usage")}
     start.update({"id": resp.get("id", "msg_s"), "type": "message", "role": "assistant", "content": [],
                   "stop_reason": None, "stop_sequence": None,
                   "usage": {"input_tokens": usage.get("input_tokens", 0), "output_tokens": 1}})
+    if "container" in resp:
+        start["container"] = None
     ev("message_start", message=start)
     ev("ping")
     for i, block in enumerate(resp.get("content") or []):
         kind = block.get("type")
         if kind == "text":
             ev("content_block_start", index=i, content_block={"type": "text", "text": ""})
+            for c in block.get("citations") or []:
+                ev("content_block_delta", index=i, delta={"type": "citations_delta", "citation": c})
             for p in pieces(block.get("text")):
                 ev("content_block_delta", index=i, delta={"type": "text_delta", "text": p})
-        elif kind == "tool_use":
-            ev("content_block_start", index=i, content_block={"type": "tool_use", "id": block.get("id"),
-                                                               "name": block.get("name"), "input": {}})
+        elif kind in ("tool_use", "server_tool_use"):
+            # a server tool's start has no input (the streaming reference's example)
+            start_block = {"type": kind, "id": block.get("id"), "name": block.get("name")}
+            if kind == "tool_use":
+                start_block["input"] = {}
+            ev("content_block_start", index=i, content_block=start_block)
             text = json.dumps(block.get("input"), separators=(",", ":")) if block.get("input") != {} else ""
             for p in pieces(text, 5):
                 ev("content_block_delta", index=i, delta={"type": "input_json_delta", "partial_json": p})
@@ -511,8 +535,10 @@ def anthropic_events(resp):
         else:
             ev("content_block_start", index=i, content_block=block)
         ev("content_block_stop", index=i)
-    ev("message_delta", delta={"stop_reason": resp.get("stop_reason"), "stop_sequence": None},
-       usage={"output_tokens": usage.get("output_tokens", 0)})
+    delta = {"stop_reason": resp.get("stop_reason"), "stop_sequence": None}
+    if "container" in resp:
+        delta["container"] = resp["container"]
+    ev("message_delta", delta=delta, usage=dict(usage, output_tokens=usage.get("output_tokens", 0)))
     final = len(events)
     ev("message_stop")
     return events, final
