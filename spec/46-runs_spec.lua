@@ -167,9 +167,13 @@ describe("luma-lua runs", function()
     assert.matches("luma.config.json: journal.url is only for a redis journal", r.stderr, 1, true)
     h.write(dir .. "/luma.config.json", '{ "journal": {} }')
     r = cli { "runs", dir .. "/p.luma" }
+    assert.are.equal(1, r.status)
+    assert.are.equal("Error: there is no journal at '" .. dir .. "/.luma-journal.db'\n", r.stderr)
+    assert.is_nil(io.open(dir .. "/.luma-journal.db"), "runs makes no journal")
+    luma.runs(dir .. "/.luma-journal.db")   -- (a config's sqlite journal is .luma-journal.db by default)
+    r = cli { "runs", dir .. "/p.luma" }
     assert.are.equal(0, r.status, r.stderr)
     assert.are.equal("no runs\n", r.stdout)
-    assert.is_truthy(io.open(dir .. "/.luma-journal.db"), "a config's sqlite journal is .luma-journal.db by default")
     h.write(dir .. "/luma.config.json", '{ }')
     r = cli { "runs", dir .. "/p.luma" }
     assert.are.equal(1, r.status)

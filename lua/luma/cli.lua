@@ -231,7 +231,8 @@ of PROGRAM's config (the luma.config.json next to it, or --config's).
   --prune              delete the runs that ended (completed, failed) or were
                        abandoned, last changed longer ago than --older-than; print how many
   --older-than DURATION  with --prune: N followed by s, m, h or d (default 7d)
-Exit status: 0; 1 when the journal cannot be read; 2 for a usage error.
+Exit status: 0; 1 when the journal cannot be read (a SQLite path that names no file
+included: runs makes no journal); 2 for a usage error.
 ]],
   validate = [[
 usage: luma-lua validate PROGRAM SCHEMA [JSON | @file | -]
@@ -527,6 +528,12 @@ function commands.runs(args)
       err("Error: " .. path .. " has no \"journal\" (give --journal PATH|URL)")
       return 1
     end
+  end
+  -- a SQLite path that names no file is a mistake, not a new journal to make
+  local file = type(journal) == "string" and journal or journal.type ~= "redis" and journal.path
+  if file and not io.open(file, "rb") then
+    err("Error: there is no journal at '" .. file .. "'")
+    return 1
   end
   local ok, result
   if o.prune then
