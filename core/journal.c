@@ -1,60 +1,16 @@
-/* The journal of a durable ask (journal.h): the record format, and each
-   call handed to its back end's ops (journalint.h). */
+/* The journal of a durable ask (journal.h): its back end chosen, the
+   reading that tells whole records from a torn tail, and each call handed
+   to the back end's ops (journalint.h; what the back ends share is
+   journal_base.c's). */
 #include "journal.h"
 #include "journalint.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "crypto.h"
+#include "journal_redis.h"
 #include "journal_sqlite.h"
-
-struct jr_journal {
-  const jr_ops *ops;
-  void *impl;
-};
-
-void jr_seterr(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  if (!err || !errlen) return;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
-
-int jr_digest(int v, const char *run, long long seq, const char *kind, const char *body, size_t len, char out[65]) {
-  char head[64], num[24];
-  int hl = snprintf(head, sizeof head, JR_NAME "/%d", v);
-  int nl = snprintf(num, sizeof num, "%lld", seq);
-  size_t rl = strlen(run), kl = strlen(kind), n = (size_t)hl + rl + (size_t)nl + kl + len + 4;
-  char *buf = malloc(n), *p = buf;
-  if (!buf) return -1;
-  memcpy(p, head, (size_t)hl + 1);
-  p += hl + 1;
-  memcpy(p, run, rl + 1);
-  p += rl + 1;
-  memcpy(p, num, (size_t)nl + 1);
-  p += nl + 1;
-  memcpy(p, kind, kl + 1);
-  p += kl + 1;
-  if (len) memcpy(p, body, len);
-  cr_sha256_hex(buf, n, out);
-  free(buf);
-  return 0;
-}
-
-jr_journal *jr_wrap(const jr_ops *ops, void *impl) {
-  jr_journal *j = calloc(1, sizeof *j);
-  if (!j) {
-    ops->close(impl);
-    return NULL;
-  }
-  j->ops = ops;
-  j->impl = impl;
-  return j;
-}
 
 jr_journal *jr_open(const jr_options *o, char *err, size_t errlen) {
   if (err && errlen) err[0] = '\0';
@@ -62,11 +18,7 @@ jr_journal *jr_open(const jr_options *o, char *err, size_t errlen) {
     jr_seterr(err, errlen, "a journal is a SQLite file's path or a Redis url: one of the two");
     return NULL;
   }
-  if (o->url) {
-    jr_seterr(err, errlen, "journal '%s': Redis journals are not in this build", o->url);
-    return NULL;
-  }
-  jr_journal *j = jr_open_sqlite(o->path, o->sync, err, errlen);
+  jr_journal *j = o->url && *o->url ? jr_open_redis(o, err, errlen) : jr_open_sqlite(o->path, o->sync, err, errlen);
   if (!j && err && errlen && !err[0]) jr_seterr(err, errlen, "out of memory");
   return j;
 }
@@ -85,9 +37,23 @@ static int lacks(int has, const char *what, char *err, size_t errlen) {
 }
 
 static int bad_run(const char *run, char *err, size_t errlen) {
-  if (run && *run) return 0;
-  jr_seterr(err, errlen, "a journal's run needs an id");
+  if (run && *run && strlen(run) < sizeof ((jr_run *)0)->id) return 0;
+  jr_seterr(err, errlen, run && *run ? "a journal's run id is at most %zu bytes" : "a journal's run needs an id",
+            sizeof ((jr_run *)0)->id - 1);
   return -1;
+}
+
+/* claim, renew, set: an owner (at most jr_run's owner's bytes) and a lease */
+static int bad_owner(const char *owner, long long lease_ms, char *err, size_t errlen) {
+  if (!owner || !*owner || strlen(owner) >= sizeof ((jr_run *)0)->owner) {
+    jr_seterr(err, errlen, "a run's owner is a text of 1 to %zu bytes", sizeof ((jr_run *)0)->owner - 1);
+    return -1;
+  }
+  if (lease_ms < 1) {
+    jr_seterr(err, errlen, "a run's lease is at least 1 ms (it was %lld)", lease_ms);
+    return -1;
+  }
+  return 0;
 }
 
 long long jr_append(jr_journal *j, const char *run, const char *owner, const char *kind, const char *body,
@@ -96,6 +62,7 @@ long long jr_append(jr_journal *j, const char *run, const char *owner, const cha
     jr_seterr(err, errlen, "a journal record needs a run, a kind and a body");
     return -1;
   }
+  if (bad_run(run, err, errlen)) return -1;
   return j->ops->append(j->impl, run, owner, kind, body ? body : "", len, err, errlen);
 }
 
@@ -148,30 +115,29 @@ int jr_cut(jr_journal *j, const char *run, const char *owner, long long keep, ch
 }
 
 const char *jr_state_name(const jr_run *r) {
-  switch (r->state) {
-  case JR_RUNNING: return r->abandoned ? "abandoned" : "running";
-  case JR_AWAITING_APPROVAL: return "awaiting_approval";
-  case JR_COMPLETED: return "completed";
-  case JR_FAILED: return "failed";
-  }
-  return "unknown";
+  return r->state == JR_RUNNING && r->abandoned ? "abandoned" : jr_state_word(r->state);
 }
 
 int jr_claim(jr_journal *j, const char *run, const char *owner, long long lease_ms, jr_run *now, char *err,
              size_t errlen) {
-  if (bad_run(run, err, errlen) || lacks(j->ops->claim != NULL, "claim a run", err, errlen)) return -1;
+  if (bad_run(run, err, errlen) || bad_owner(owner, lease_ms, err, errlen) || lacks(j->ops->claim != NULL, "claim a run", err, errlen)) return -1;
   jr_run ignored;
   return j->ops->claim(j->impl, run, owner, lease_ms, now ? now : &ignored, err, errlen);
 }
 
 int jr_renew(jr_journal *j, const char *run, const char *owner, long long lease_ms, char *err, size_t errlen) {
-  if (bad_run(run, err, errlen) || lacks(j->ops->renew != NULL, "renew a run's lease", err, errlen)) return -1;
+  if (bad_run(run, err, errlen) || bad_owner(owner, lease_ms, err, errlen) || lacks(j->ops->renew != NULL, "renew a run's lease", err, errlen)) return -1;
   return j->ops->renew(j->impl, run, owner, lease_ms, err, errlen);
 }
 
 int jr_set(jr_journal *j, const char *run, const char *owner, jr_state state, const char *step, char *err,
            size_t errlen) {
-  if (bad_run(run, err, errlen) || lacks(j->ops->set != NULL, "set a run's state", err, errlen)) return -1;
+  if (bad_run(run, err, errlen) || bad_owner(owner, 1, err, errlen) ||
+      lacks(j->ops->set != NULL, "set a run's state", err, errlen)) return -1;
+  if (state < JR_RUNNING || state > JR_FAILED) {
+    jr_seterr(err, errlen, "run '%s': %d is not a run's state", run, (int)state);
+    return -1;
+  }
   return j->ops->set(j->impl, run, owner, state, step, err, errlen);
 }
 

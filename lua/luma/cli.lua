@@ -28,6 +28,11 @@ commands:
                            serve the program's tools (or agent A's) over MCP on
                            stdio, or Streamable HTTP, to any MCP client (both
                            protocol eras)
+  runs [PROGRAM] [--journal PATH|URL] [--json] [--prune] [--older-than DURATION]
+                           list the durable runs of a journal (the config's, or
+                           --journal's): id, status, step, age and owner; --prune
+                           deletes those that ended or were abandoned (default:
+                           older than 7d)
   validate PROGRAM SCHEMA [JSON | @file | -]
                            validate a value (standard input when absent): print
                            it with its defaults filled (exit 0), or every
@@ -216,6 +221,23 @@ tools, under A's policy. Exits when standard input ends.
                          of the environment variable NAME
   --allow-origin ORIGIN  a browser Origin allowed beside loopback ones
                          (repeatable); any other Origin is refused (403)
+]],
+  runs = [[
+usage: luma-lua runs [PROGRAM] [--config FILE] [--journal PATH|URL] [--json]
+                     [--prune] [--older-than DURATION]
+Lists the durable runs of a journal, the most recently changed first: id,
+status (running, awaiting_approval, completed, failed, or abandoned: running
+with its owner's lease ended), the step it is at, its age and its owner. The
+journal is --journal's (a SQLite file, or a redis:// URL), else the "journal"
+of PROGRAM's config (the luma.config.json next to it, or --config's).
+  --config FILE        use this luma.config.json
+  --journal PATH|URL   the journal: a SQLite file, or redis://[user:password@]host:port/db
+  --json               print the runs as a JSON array instead
+  --prune              delete the runs that ended (completed, failed) or were
+                       abandoned, last changed longer ago than --older-than; print how many
+  --older-than DURATION  with --prune: N followed by s, m, h or d (default 7d)
+Exit status: 0; 1 when the journal cannot be read (a SQLite path that names no file
+included: runs makes no journal); 2 for a usage error.
 ]],
   validate = [[
 usage: luma-lua validate PROGRAM SCHEMA [JSON | @file | -]
@@ -444,6 +466,117 @@ function commands.validate(args)
     for _, w in ipairs(e) do err("warning: " .. w.message) end
   end
   out(core.json_encode(value == nil and luma.null or value, { indent = 2 }))
+  return 0
+end
+
+-- "90s", "15m", "12h", "7d" as ms, or nil.
+local function duration_ms(text)
+  local n, unit = text:match("^(%d+)([smhd])$")
+  if not n then return nil end
+  return math.tointeger(tonumber(n) * ({ s = 1000, m = 60000, h = 3600000, d = 86400000 })[unit])
+end
+
+-- An age in ms, short: 42s, 5m, 3h, 2d.
+local function age_text(ms)
+  local s = ms // 1000
+  if s < 60 then return s .. "s" end
+  if s < 3600 then return s // 60 .. "m" end
+  if s < 48 * 3600 then return s // 3600 .. "h" end
+  return s // 86400 .. "d"
+end
+
+-- runs [PROGRAM] [--config FILE] [--journal PATH|URL] [--json] [--prune] [--older-than DURATION]
+function commands.runs(args)
+  local o, i = {}, 1
+  local options = { "--config", "--journal", "--json", "--prune", "--older-than" }
+  while i <= #args do
+    local a = args[i]
+    if a == "--config" or a == "--journal" or a == "--older-than" then
+      if not args[i + 1] then return usage_error(a .. " needs a value") end
+      o[a:sub(3)] = args[i + 1]
+      i = i + 2
+    elseif a == "--json" or a == "--prune" then
+      o[a:sub(3)] = true
+      i = i + 1
+    elseif a:sub(1, 1) == "-" then
+      return usage_error(unknown_option(a, options, "runs"))
+    elseif o.program then
+      return usage_error("runs takes one PROGRAM, not '" .. o.program .. "' and '" .. a .. "'")
+    else
+      o.program = a
+      i = i + 1
+    end
+  end
+  local older = luma.RUNS_RETENTION_MS
+  if o["older-than"] then
+    if not o.prune then return usage_error("--older-than goes with --prune") end
+    older = duration_ms(o["older-than"])
+    if not older then
+      return usage_error("--older-than must be a number followed by s, m, h or d (7d), not '" .. o["older-than"] .. "'")
+    end
+  end
+  local journal = o.journal
+  if journal and journal:match("^rediss?://") then journal = { type = "redis", url = journal } end
+  if not journal then
+    local config = require "luma.config"
+    local path = o.config or (o.program and config.find(o.program))
+    if not path then
+      return usage_error("runs needs --journal PATH|URL, or a PROGRAM whose luma.config.json has a \"journal\"")
+    end
+    local ok, cfg = pcall(config.read, path)
+    if not ok then
+      print_load_error(cfg)
+      return 1
+    end
+    journal = cfg.journal
+    if not journal then
+      err("Error: " .. path .. " has no \"journal\" (give --journal PATH|URL)")
+      return 1
+    end
+  end
+  -- a SQLite path that names no file is a mistake, not a new journal to make
+  local file = type(journal) == "string" and journal or journal.type ~= "redis" and journal.path
+  if file and not io.open(file, "rb") then
+    err("Error: there is no journal at '" .. file .. "'")
+    return 1
+  end
+  local ok, result
+  if o.prune then
+    ok, result = pcall(luma.prune_runs, journal, older)
+  else
+    ok, result = pcall(luma.runs, journal)
+  end
+  if not ok then
+    err("Error: " .. (luma.is_error(result) and ("[" .. result.code .. "] " .. result.message) or tostring(result)))
+    return 1
+  end
+  if o.prune then
+    out("pruned " .. result .. (result == 1 and " run" or " runs") .. " (ended or abandoned, last changed more than " ..
+      age_text(older) .. " ago)")
+    return 0
+  end
+  if o.json then
+    out(core.json_encode(result))
+    return 0
+  end
+  if #result == 0 then
+    out("no runs")
+    return 0
+  end
+  local rows, widths = { { "ID", "STATUS", "STEP", "AGE", "OWNER" } }, {}
+  for _, r in ipairs(result) do
+    rows[#rows + 1] = { r.id, r.status, r.step ~= "" and r.step or "-", age_text(r.age_ms), r.owner ~= "" and r.owner or "-" }
+  end
+  for _, row in ipairs(rows) do
+    for c, cell in ipairs(row) do widths[c] = math.max(widths[c] or 0, utf8.len(cell) or #cell) end
+  end
+  for _, row in ipairs(rows) do
+    local cells = {}
+    for c, cell in ipairs(row) do
+      cells[c] = c < #row and cell .. string.rep(" ", widths[c] - (utf8.len(cell) or #cell)) or cell
+    end
+    out(table.concat(cells, "  "))
+  end
   return 0
 end
 
