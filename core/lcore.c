@@ -15,6 +15,7 @@
 #include "lmcp.h"
 #include "lmcphttp.h"
 #include "lmcpclient.h"
+#include "lmcpremote.h"
 
 #include "compat.h"
 #include "lerror.h"
@@ -175,6 +176,7 @@ LUMA_API int luaopen_luma_core(lua_State *L) {
   lmcp_open(L);
   lmcphttp_open(L);
   lmcpclient_open(L);
+  lmcpremote_open(L);
   push_limits(L);
   lua_setfield(L, -2, "limits");
   lua_pushlightuserdata(L, NULL);
