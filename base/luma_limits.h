@@ -107,7 +107,7 @@
   X(TOOL_RESULT_MAX_BYTES, 64 << 10, 0, "bytes of a tool result sent to the model when the agent sets no tool_result_max_bytes") \
   X(PAUSE_TURN_MAX, 5, 0, "times one ask continues a turn the provider paused in its own tool loop (Anthropic's pause_turn); past it the ask ends with ASK_TOOL_LIMIT") \
   /* luma-lua mcp: serving tools over MCP */ \
-  X(MCP_MAX_MESSAGE_BYTES, 4 << 20, 0, "bytes of one MCP message a client sends (a longer line is dropped and answered with -32600)") \
+  X(MCP_MAX_MESSAGE_BYTES, 4 << 20, 0, "bytes of one MCP message a client sends (a longer line is dropped and answered with -32600); and of an event-stream reply of --http its client has not read (past it the progress reports are dropped)") \
   X(MCP_MAX_IN_FLIGHT, 64, 0, "tools/call requests of one MCP client running at once, or of all the clients of luma-lua mcp --http (past it: -32000, until one ends)") \
   X(MCP_JSON_DEPTH, 64, 0, "nesting of an MCP message a client sends") \
   X(MCP_HTTP_MAX_CONNECTIONS, 256, 0, "connections luma-lua mcp --http holds at once (past it an idle one is closed to make room, or the new one is answered 503 and closed)") \

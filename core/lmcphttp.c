@@ -10,6 +10,9 @@
        LIM_MCP_JSON_DEPTH; its text is never a Lua string
      server:reply(id, status, headers, body) -> true, or nil when the
        request is no longer held (its client left); headers: { name = value }
+     server:stream(id) -> true, or nil: the held request's reply becomes an
+       event stream, begun now; server:event(id, text) -> true, false when
+       dropped (its client reads too slowly), or nil; the reply is its last event
      server:gone() -> the id of a held request whose client left, or nil
      server:admit() / server:release(): requests in flight, as the stdio reader's
      server:session_new(version [, client]) -> id; server:session(id) -> version, client
@@ -207,6 +210,29 @@ static int l_reply(lua_State *L) {
   return 1;
 }
 
+/* server:stream(id) -> true, or nil when the request is not held;
+   server:event(id, text) -> true, false when dropped (its client does not
+   read), or nil when not held */
+static int l_stream(lua_State *L) {
+  server_box *b = check_server(L);
+  lua_Integer id = luaL_checkinteger(L, 2);
+  if (mh_stream(b->s, (uint64_t)id, NULL) != 0) lua_pushnil(L);
+  else lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int l_event(lua_State *L) {
+  server_box *b = check_server(L);
+  lua_Integer id = luaL_checkinteger(L, 2);
+  size_t len;
+  const char *text = luaL_checklstring(L, 3, &len);
+  luaL_argcheck(L, !memchr(text, '\n', len) && !memchr(text, '\r', len), 3, "an event's data is one line");
+  int r = mh_event(b->s, (uint64_t)id, text, len);
+  if (r < 0) lua_pushnil(L);
+  else lua_pushboolean(L, r == 0);
+  return 1;
+}
+
 static int l_gone(lua_State *L) {
   uint64_t id;
   if (!mh_gone(check_server(L)->s, &id)) {
@@ -309,6 +335,8 @@ void lmcphttp_open(lua_State *L) {
     { "wait", l_wait },
     { "next", l_next },
     { "reply", l_reply },
+    { "stream", l_stream },
+    { "event", l_event },
     { "gone", l_gone },
     { "admit", l_admit },
     { "release", l_release },

@@ -626,14 +626,17 @@ function mcp.serve_http(S, runtime, server, listen)
   io.stderr:write("luma-lua mcp: serving http://", host, ":", server:port(), "/mcp\n")
   io.stderr:flush()
 
-  local function send(req_id, status, body, extra, sse)
+  -- (streaming: the reply is the last event of the stream its progress began)
+  local function send(req_id, status, body, extra, sse, streaming)
     local headers = extra or {}
     if body then
       local ok, text = pcall(core.json_encode, body)
       if not ok then
         text = core.json_encode(fail(body.id, INTERNAL, "the reply cannot be written as JSON: " .. tostring(text)))
       end
-      if sse then
+      if streaming then
+        server:reply(req_id, 200, headers, text)
+      elseif sse then
         headers["Content-Type"] = "text/event-stream"
         headers["Cache-Control"] = "no-cache"
         text = "event: message\ndata: " .. text .. "\n\n"
@@ -728,7 +731,7 @@ function mcp.serve_http(S, runtime, server, listen)
       extra["Mcp-Session-Id"] = server:session_new(X.session, X.client)
     end
     if next(X.pending) then
-      X.http = { sse = sse, modern = modern_version ~= nil, keys = {} }
+      X.http = { sse = sse, sse_ok = sse_ok, modern = modern_version ~= nil, keys = {} }
       exchanges[req.id] = X
       if X.sid then
         in_session[X.sid] = in_session[X.sid] or {}
@@ -822,6 +825,16 @@ function mcp.serve_http(S, runtime, server, listen)
     end
     local _, ms = runtime:poll()
     wait_ms = ms
+    -- progress of a call whose client takes an event stream: its reply
+    -- becomes one, the notifications its events, the reply the last
+    for id, X in pairs(exchanges) do
+      if X.http.sse_ok and not X.http.gone then
+        for _, note in ipairs(mcp.progress(X)) do
+          if not X.http.streaming then X.http.streaming = server:stream(id) end
+          if X.http.streaming then server:event(id, core.json_encode(note)) end
+        end
+      end
+    end
     for id, X in pairs(exchanges) do
       local out = mcp.finished(X)
       if next(X.pending) == nil then
@@ -832,8 +845,8 @@ function mcp.serve_http(S, runtime, server, listen)
           if next(calls) == nil then in_session[X.sid] = nil end
         end
         if not X.http.gone then
-          if out[1] then send(id, status_of(out[1], X.http.modern), out[1], nil, X.http.sse)
-          else send(id, 204) end   -- cancelled: no reply is sent for it
+          if out[1] then send(id, status_of(out[1], X.http.modern), out[1], nil, X.http.sse, X.http.streaming)
+          else send(id, 204) end   -- cancelled: no reply is sent for it (a stream ends with no event)
         end
       end
     end
