@@ -96,6 +96,7 @@
   X(MCP_SCHEMA_DEPTH, 32, 0, "nesting of an inputSchema or outputSchema of an mcp_server's tool that becomes types (past it the program does not load)") \
   X(MCP_DESCRIPTION_BYTES, 4096, 0, "bytes of an mcp_server tool's description the model sees (a longer one is cut)") \
   X(MCP_START_TIMEOUT_MS, 10000, 0, "milliseconds an mcp_server has to start, answer initialize and list its tools, when it sets no timeout") \
+  X(MCP_RELIST_INTERVAL_MS, 1000, 0, "milliseconds between two listings of an mcp_server's tools after its notifications/tools/list_changed (a server that says it with every answer is listed again at most this often)") \
   X(MCP_STOP_GRACE_MS, 500, 0, "milliseconds a stdio mcp_server has to exit after its input is closed, then after SIGTERM, before SIGKILL; and a url mcp_server has to answer the DELETE that ends its session") \
   /* asks: the exchanges with a model */ \
   X(MODEL_TIMEOUT_MS, 120000, 0, "milliseconds of a model request, retries included, when the model sets no timeout") \

@@ -3,7 +3,7 @@
    them: kept here, in C, and never given back to Lua, written to a message
    or logged). Its HTTP transport is its own, made by its first request.
      remote:post(method, text | nil, { name = value, ... }, timeout_ms) ->
-       exchange, or nil and why (method: "POST" or "DELETE"; timeout_ms
+       exchange, or nil and why (method: "POST", "GET" or "DELETE"; timeout_ms
        bounds the whole exchange, its answer's stream included)
      exchange:head(timeout_ms) -> status, { [lower-case name] = value }
        | nil, "timeout" | "error", why
@@ -118,8 +118,9 @@ static int l_post(lua_State *L) {
   remote_box *b = luaL_checkudata(L, 1, LMCR_REMOTE);
   luaL_argcheck(L, b->open, 1, "the remote server is closed");
   const char *method = luaL_checkstring(L, 2);
-  tp_method m = strcmp(method, "POST") == 0 ? TP_POST : strcmp(method, "DELETE") == 0 ? TP_DELETE : (tp_method)-1;
-  luaL_argcheck(L, m == TP_POST || m == TP_DELETE, 2, "POST or DELETE");
+  tp_method m = strcmp(method, "POST") == 0 ? TP_POST : strcmp(method, "DELETE") == 0 ? TP_DELETE
+               : strcmp(method, "GET") == 0 ? TP_GET : (tp_method)-1;
+  luaL_argcheck(L, m == TP_POST || m == TP_DELETE || m == TP_GET, 2, "POST, GET or DELETE");
   size_t body_len = 0;
   const char *body = luaL_optlstring(L, 3, NULL, &body_len);
   luaL_checktype(L, 4, LUA_TTABLE);

@@ -231,7 +231,7 @@ static int read_listings(lua_State *L, int opts, ar_arena *a, pm_mcp_listing **o
 }
 
 /* core.mcp_servers(source, chunkname [, opts]) -> { { name, command, args,
-   url, token, headers = { { name, value }, ... }, tools, timeout, start_timeout, line, col }, ... }: the
+   url, token, headers = { { name, value }, ... }, tools, timeout, start_timeout, relist_interval, line, col }, ... }: the
    mcp_server declarations to start before compiling with opts.mcp (only the
    ones written without a mistake: compile reports the others). */
 static int l_mcp_servers(lua_State *L) {
@@ -275,6 +275,7 @@ static int l_mcp_servers(lua_State *L) {
     }
     if (m->timeout > 0) set_int(L, "timeout", m->timeout);
     set_int(L, "start_timeout", m->start_timeout > 0 ? m->start_timeout : LIM_MCP_START_TIMEOUT_MS);
+    set_int(L, "relist_interval", LIM_MCP_RELIST_INTERVAL_MS);
     set_int(L, "line", m->pos.line);
     set_int(L, "col", m->pos.col);
     lua_rawseti(L, -2, ++k);

@@ -281,6 +281,26 @@ agent A { tools: [h.echo]
       p:close()
     end)
 
+    it("that says list_changed with every answer is listed again at most once per mcp_relist_interval_ms", function()
+      local log = h.tmpname(".log")
+      h.write(log, "")
+      local p = must_load(hostile("h", "same", nil, log))
+      local function lists() return select(2, h.read(log):gsub("\n", "")) end
+      assert.are.equal(1, lists())   -- at load
+      local t0 = now()
+      for i = 1, 6 do p:call("h__echo", { message = "n" .. i }) end
+      local elapsed = now() - t0
+      -- the first call's notification makes the second call list at once; the rest wait their turn
+      local interval = luma.limits.mcp_relist_interval_ms
+      assert.is_true(lists() >= 2 and lists() <= 2 + elapsed // interval, lists() .. " listings in " .. elapsed .. " ms")
+      local before = lists()
+      h.sh("sleep " .. (interval + 100) / 1000)
+      p:call("h__echo", { message = "later" })
+      assert.are.equal(before + 1, lists())
+      p:close()
+      os.remove(log)
+    end)
+
     it("is retried when its failure is retryable and the tools only read", function()
       local p = must_load(hostile("h", "crash", '  side_effects: "read"\n  retries: 1\n'))
       local err = h.raised(p.call, p, "h__echo", { message = "crash" })
@@ -520,6 +540,20 @@ agent A {
         assert.are.same({ sum = 7 }, p:call("remote__add", { a = 3, b = 4 }))
         p:close()
       end)
+    end)
+
+    it("reads list_changed on the session's own stream (GET), and is refused once its tools changed", function()
+      local server = sdk_server()
+      finally(server.stop)
+      local p = must_load(url_server("remote", server.url, TOKENED), { lookup = lookup })
+      assert.are.same({ content = { { type = "text", text = "grew" } } }, p:call("remote__grow", {}))
+      -- the notification goes to the session's stream, not to the answer of grow
+      h.sh("sleep 0.3")
+      local err = h.raised(p.call, p, "remote__add", { a = 1, b = 2 })
+      assert.are.equal("MCP_SERVER_FAILED", err.code)
+      assert.are.equal("mcp_server 'remote' changed its tools since the program was loaded (notifications/tools/list_changed); " ..
+        "load the program again to use them.", err.message)
+      p:close()
     end)
 
     it("that is not there is MCP_SERVER_FAILED naming the url", function()

@@ -74,6 +74,10 @@ function Server:stop(grace_ms)
   if self.remote then
     local remote, session = self.remote, self.session
     self.remote, self.session = nil, nil
+    if self.stream then
+      self.stream:close()
+      self.stream = nil
+    end
     if session then
       -- the session ends (best effort: a server that does not answer soon is left to expire it)
       local ex = remote:post("DELETE", nil, { ["Mcp-Session-Id"] = session, ["MCP-Protocol-Version"] = self.version },
@@ -298,7 +302,9 @@ function Server:initialize(deadline)
       ", and luma-lua speaks " .. table.concat(VERSIONS, ", ") .. " after initialize")
   end
   self.version = result.protocolVersion
-  return send(self, { jsonrpc = "2.0", method = "notifications/initialized" }, deadline)
+  local ok, err2 = send(self, { jsonrpc = "2.0", method = "notifications/initialized" }, deadline)
+  if ok then self:open_stream() end
+  return ok, err2
 end
 
 -- A url server: its headers (the token's from its variable, through the
@@ -388,21 +394,80 @@ function Server:open()
   return tools
 end
 
--- After notifications/tools/list_changed: the tools listed again. The
--- program was compiled with the first listing, so a server whose tools
--- changed is refused until the program is loaded again; one that lists the
--- same tools goes on. true, or nil and an error.
-function Server:relist(deadline)
-  local tools, err = self:list(deadline)
-  if not tools then return nil, err end
-  if core.json_encode(tools) == self.listed then return true end
-  self.stale = true   -- and so every call asks again, and is refused
-  return nil, core.error {
+local function changed_error(self)
+  return core.error {
     code = "MCP_SERVER_FAILED", retryable = false,
     message = "mcp_server '" .. self.decl.name .. "' changed its tools since the program was loaded " ..
       "(notifications/tools/list_changed); load the program again to use them.",
     details = { server = self.decl.name },
   }
+end
+
+-- After notifications/tools/list_changed: the tools listed again. The
+-- program was compiled with the first listing, so a server whose tools
+-- changed is refused until the program is loaded again (or it lists them
+-- as they were); one that lists the same tools goes on. true, or nil and
+-- an error.
+function Server:relist(deadline)
+  self.relisted_at = core.monotonic_ms()
+  local tools, err = self:list(deadline)
+  if not tools then return nil, err end
+  self.changed = core.json_encode(tools) ~= self.listed
+  if not self.changed then return true end
+  return nil, changed_error(self)
+end
+
+-- Before a call: the tools listed again when the server said they changed,
+-- at most once per mcp_relist_interval_ms (the first time at once): the
+-- notifications in between are one listing, and a server that says it
+-- with every answer costs a tools/list a second at most. Meanwhile calls
+-- go on with the tools listed last (refused when those had changed).
+function Server:check_tools(deadline)
+  if not (self.stale or self.changed) then return true end
+  if not self.relisted_at or core.monotonic_ms() - self.relisted_at >= self.decl.relist_interval then
+    return self:relist(deadline)
+  end
+  if self.changed then return nil, changed_error(self) end
+  return true
+end
+
+-- A session's own stream (GET, the initialize era over HTTP), where a
+-- server sends what belongs to no request: notifications/tools/list_changed
+-- among them. Opened after initialize; read without waiting before each
+-- call. A server that does not offer one (405) is not asked again.
+function Server:open_stream()
+  if not (self.remote and self.session) then return end
+  self.stream = self.remote:post("GET", nil, { Accept = "text/event-stream", ["Mcp-Session-Id"] = self.session,
+    ["MCP-Protocol-Version"] = self.version }, LIM.timeout_cap_ms)
+  self.streaming = false
+end
+
+-- What the session's stream holds now: nil, or an error when the server
+-- broke the protocol there (it is stopped then).
+function Server:drain(deadline)
+  local ex = self.stream
+  if not ex then return nil end
+  local function drop()
+    ex:close()
+    self.stream = nil
+  end
+  if not self.streaming then
+    local status, kind = ex:head(0)
+    if not status then
+      if kind ~= "timeout" then drop() end
+      return nil
+    end
+    if status < 200 or status >= 300 then return drop() end
+    self.streaming = true
+  end
+  local nobody = {}   -- no answer is waited for on this stream
+  while self.stream do
+    local kind, v = ex:receive(0)
+    if kind == "timeout" then return nil end
+    if kind ~= "message" then return drop() end
+    local _, _, err = take(self, v, nobody, "its stream", deadline)
+    if err then return err end
+  end
 end
 
 local function text_of(content)
@@ -425,10 +490,10 @@ function Server:handler(t)
       local ok, err = self:start(deadline)
       if not ok then error(err, 0) end
     end
-    if self.stale then
-      local same, changed = self:relist(deadline)
-      if not same then error(changed, 0) end
-    end
+    local broke = self:drain(deadline)
+    if broke then error(broke, 0) end
+    local same, changed = self:check_tools(deadline)
+    if not same then error(changed, 0) end
     local result, err, rpc = self:request("tools/call", { name = t.mcp_tool, arguments = input }, deadline)
     if rpc then
       error(core.error { code = "MCP_TOOL_ERROR", retryable = true,
