@@ -15,8 +15,9 @@
        dropped (its client reads too slowly), or nil; the reply is its last event
      server:gone() -> the id of a held request whose client left, or nil
      server:admit() / server:release(): requests in flight, as the stdio reader's
-     server:session_new(version [, client]) -> id; server:session(id) -> version, client
-       (the client's name given to session_new; nil when none) or nil;
+     server:session_new(version [, client [, elicit]]) -> id; server:session(id) -> version,
+       client (the client's name given to session_new; nil when none), elicit (whether
+       its client declared the elicitation capability), or nil;
      server:session_end(id) -> true when it ended one
      server:close()
    core.mcp_catch_stop() -> fd: SIGTERM and SIGINT no longer end the process;
@@ -42,6 +43,7 @@
 
 #define LMH_SERVER "luma.mcp_http"
 #define LMH_MAX_ORIGINS 32
+#define LMH_ELICIT 1u          /* a session flag: its client declared elicitation */
 
 typedef struct server_box {
   mh_server *s;
@@ -264,6 +266,7 @@ static int l_session_new(lua_State *L) {
   const char *client = luaL_optstring(L, 3, "");
   char id[33];
   if (mh_session_new(b->s, version, client, id) != 0) return luaL_error(L, "no random bytes for a session id");
+  if (lua_toboolean(L, 4)) *mh_session_flags(b->s, id) |= LMH_ELICIT;
   lua_pushstring(L, id);
   return 1;
 }
@@ -279,7 +282,8 @@ static int l_session(lua_State *L) {
   lua_pushstring(L, v);
   if (client && client[0]) lua_pushstring(L, client);
   else lua_pushnil(L);
-  return 2;
+  lua_pushboolean(L, (*mh_session_flags(b->s, luaL_checkstring(L, 2)) & LMH_ELICIT) != 0);
+  return 3;
 }
 
 static int l_session_end(lua_State *L) {

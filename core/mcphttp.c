@@ -54,6 +54,7 @@ typedef struct session {
   char id[33];          /* "" when free */
   char version[16];
   char client[129];     /* the client's name from initialize ("" if none), cut to 128 bytes */
+  unsigned flags;       /* the caller's (mh_session_flags) */
   long long used;
 } session;
 
@@ -706,8 +707,14 @@ int mh_session_new(mh_server *s, const char *version, const char *client, char o
   memcpy(slot->id, out, 33);
   snprintf(slot->version, sizeof slot->version, "%s", version);
   snprintf(slot->client, sizeof slot->client, "%s", client ? client : "");
+  slot->flags = 0;
   slot->used = now_ms();
   return 0;
+}
+
+unsigned *mh_session_flags(mh_server *s, const char *id) {
+  session *x = find_session(s, id);
+  return x ? &x->flags : NULL;
 }
 
 const char *mh_session(mh_server *s, const char *id, const char **client) {

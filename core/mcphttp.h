@@ -86,6 +86,8 @@ int mh_gone(mh_server *s, uint64_t *id);
    sets *client (unless client is NULL; "" when none was given), or NULL. mh_session_end returns 1 when it ended one. */
 int mh_session_new(mh_server *s, const char *version, const char *client, char out[33]);
 const char *mh_session(mh_server *s, const char *id, const char **client);
+/* The flags a live session keeps for the caller (0 when made), or NULL. */
+unsigned *mh_session_flags(mh_server *s, const char *id);
 int mh_session_end(mh_server *s, const char *id);
 
 #endif

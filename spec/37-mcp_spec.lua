@@ -826,18 +826,33 @@ describe("luma-lua mcp --http, as the transport requires", function()
     assert.are.same({ { mcp_client = "raw", mcp_request = 3 }, { mcp_client = "modern-ide", mcp_request = "m4" } }, tags)
   end)
 
-  it("denies a call that needs approval, saying this transport cannot ask the client", function()
+  it("denies a call that needs approval when its Accept takes no event stream to ask on", function()
     local s = http_server(dir, { "--agent", "Writer" })
     local r = http(s.port, "POST", JSON_HEADERS, rpc(0, "initialize", { protocolVersion = "2025-11-25",
       capabilities = { elicitation = {} }, clientInfo = { name = "raw", version = "1" } }))
     local sid = r.headers["mcp-session-id"]
-    r = http(s.port, "POST", with(JSON_HEADERS, { ["Mcp-Session-Id"] = sid }),
+    r = http(s.port, "POST", with(JSON_HEADERS, { ["Mcp-Session-Id"] = sid, Accept = "application/json" }),
       rpc(1, "tools/call", { name = "save", arguments = { id = "x", text = "t" } }))
     s.stop()
     assert.is_true(r.json.result.isError)
     assert.are.equal("[TOOL_PERMISSION_DENIED] Tool 'save' writes and needs approval, and this transport cannot ask " ..
-      "the client (over HTTP the server sends no requests): list it in LUMA_APPROVED_TOOLS to run it",
+      "the client (over HTTP the request's Accept must take text/event-stream): list it in LUMA_APPROVED_TOOLS to run it",
       r.json.result.content[1].text)
+  end)
+
+  it("asks a client of the initialize era for approval with elicitation/create on the call's event stream", function()
+    local s = http_server(dir, { "--agent", "Writer" })
+    finally(s.stop)
+    npm_ci(SUPPORT, "@modelcontextprotocol/sdk")
+    local call = json.encode { tool = "save", arguments = { id = "h", text = "t" } }
+    local r = sdk_client("v1", h.quote(s.url), { PROGRESS = call, ELICIT = "accept" })
+    assert.are.same({ "Allow the tool 'save' to run? It writes. Arguments: {\"id\":\"h\",\"text\":\"t\"}" }, r.elicited)
+    assert.are.same({ id = "h" }, r.progress.result.structuredContent)
+    r = sdk_client("v1", h.quote(s.url), { PROGRESS = call, ELICIT = "decline" })
+    assert.are.equal(1, #r.elicited)
+    assert.is_true(r.progress.result.isError)
+    assert.are.equal("[TOOL_PERMISSION_DENIED] Tool 'save' was not approved: the user answered \"decline\"",
+      r.progress.result.content[1].text)
   end)
 
   it("asks a 2026-07-28 client for approval with input_required, and runs the call sent again with the answer", function()
