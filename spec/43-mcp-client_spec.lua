@@ -556,10 +556,13 @@ agent A {
       p:close()
     end)
 
-    it("that is not there is MCP_SERVER_FAILED naming the url", function()
-      local _, err = load(url_server("gone", "http://127.0.0.1:1/mcp", '  start_timeout: 3000\n'))
+    it("that is not there is MCP_SERVER_FAILED naming the url, without its user information or query", function()
+      local _, err = load(url_server("gone", "http://someone:pw1@127.0.0.1:1/mcp?key=k2", '  start_timeout: 3000\n'))
       assert.are.equal("MCP_SERVER_FAILED", err.code)
       assert.is_truthy(err.message:find("mcp_server 'gone' (http://127.0.0.1:1/mcp) cannot be reached: ", 1, true), err.message)
+      assert.is_truthy(err.message:find("(HTTP_ERROR).", 1, true), err.message)
+      assert.is_nil(err.message:find("pw1", 1, true))
+      assert.is_nil(err.message:find("k2", 1, true))
     end)
 
     it("speaks 2026-07-28 to luma-lua mcp --http, which offers it", function()

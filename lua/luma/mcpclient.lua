@@ -131,11 +131,11 @@ end
 local function post(self, message, deadline)
   local ex, why = self.remote:post("POST", core.json_encode(message), http_headers(self, message), left_of(deadline))
   if not ex then return nil, self:fail("cannot be sent a request: " .. tostring(why)) end
-  local status, head, kind = ex:head(left_of(deadline))
+  local status, head, why = ex:head(left_of(deadline))
   if not status then
     ex:close()
     local what = message.method or "a reply"
-    return nil, self:fail(kind == "timeout" and ("did not answer " .. what .. " in time") or ("cannot be reached: " .. tostring(head)))
+    return nil, self:fail(head == "timeout" and ("did not answer " .. what .. " in time") or ("cannot be reached: " .. tostring(why)))
   end
   return ex, status, head
 end
