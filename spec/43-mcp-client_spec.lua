@@ -556,6 +556,37 @@ agent A {
       p:close()
     end)
 
+    it("gives an agent of the mock provider server-everything's tools over Streamable HTTP", function()
+      -- (it listens on every interface: loopback.cjs keeps it on 127.0.0.1, on a free port)
+      local server = background("env -u LD_PRELOAD PORT=0 node --require ./loopback.cjs " ..
+        h.quote(PEERS .. "/server-everything/dist/index.js") .. " streamableHttp", SUPPORT)
+      local provider = mock.start()
+      finally(function()   -- (busted keeps one finally per test)
+        server.stop()
+        provider:stop()
+      end)
+      local p = must_load(url_server("everything", server.url, '  side_effects: "read"\n') .. ([[
+schema Answer { text: string }
+model M { provider: "openai"
+  name: "gpt-test"
+  base_url: "%s/v1/"
+  api_key_env: null }
+agent A {
+  model: M
+  tools: ["everything.get-sum"]
+  fn run(q: string) -> Answer { ask "{q}" -> Answer }
+}
+]]):format(provider.url))
+      assert.are.equal("http", p:mcp_servers()[1].transport)
+      provider:script { chat(nil, { { "c1", "everything__get-sum", '{"a":2,"b":3}' } }), chat('{"text":"5"}') }
+      assert.are.same({ text = "5" }, p:agent("A"):call("run", { q = "2+3" }))
+      local second = provider:requests()[2].json
+      local result = second.messages[#second.messages]
+      assert.are.equal("tool", result.role)
+      assert.is_truthy(result.content:find("The sum of 2 and 3 is 5.", 1, true), result.content)
+      p:close()
+    end)
+
     it("that is not there is MCP_SERVER_FAILED naming the url, without its user information or query", function()
       local _, err = load(url_server("gone", "http://someone:pw1@127.0.0.1:1/mcp?key=k2", '  start_timeout: 3000\n'))
       assert.are.equal("MCP_SERVER_FAILED", err.code)
