@@ -78,8 +78,9 @@ function Server:stop(grace_ms)
       self.stream:close()
       self.stream = nil
     end
-    if session then
-      -- the session ends (best effort: a server that does not answer soon is left to expire it)
+    if session and grace_ms ~= 0 then
+      -- the session ends (best effort: a server that does not answer soon is left to expire
+      -- it; one that failed is left to, at once)
       local ex = remote:post("DELETE", nil, { ["Mcp-Session-Id"] = session, ["MCP-Protocol-Version"] = self.version },
         math.min(grace_ms or LIM.mcp_stop_grace_ms, LIM.mcp_stop_grace_ms))
       if ex then
