@@ -96,7 +96,8 @@
   X(MCP_SCHEMA_DEPTH, 32, 0, "nesting of an inputSchema or outputSchema of an mcp_server's tool that becomes types (past it the program does not load)") \
   X(MCP_DESCRIPTION_BYTES, 4096, 0, "bytes of an mcp_server tool's description the model sees (a longer one is cut)") \
   X(MCP_START_TIMEOUT_MS, 10000, 0, "milliseconds an mcp_server has to start, answer initialize and list its tools, when it sets no timeout") \
-  X(MCP_STOP_GRACE_MS, 500, 0, "milliseconds a stdio mcp_server has to exit after its input is closed, then after SIGTERM, before SIGKILL") \
+  X(MCP_RELIST_INTERVAL_MS, 1000, 0, "milliseconds between two listings of an mcp_server's tools after its notifications/tools/list_changed (a server that says it with every answer is listed again at most this often)") \
+  X(MCP_STOP_GRACE_MS, 500, 0, "milliseconds a stdio mcp_server has to exit after its input is closed, then after SIGTERM, before SIGKILL; and a url mcp_server has to answer the DELETE that ends its session") \
   /* asks: the exchanges with a model */ \
   X(MODEL_TIMEOUT_MS, 120000, 0, "milliseconds of a model request, retries included, when the model sets no timeout") \
   X(MODEL_MAX_RESPONSE_BYTES, 32 << 20, 0, "bytes of a model provider's response") \
@@ -107,7 +108,7 @@
   X(TOOL_RESULT_MAX_BYTES, 64 << 10, 0, "bytes of a tool result sent to the model when the agent sets no tool_result_max_bytes") \
   X(PAUSE_TURN_MAX, 5, 0, "times one ask continues a turn the provider paused in its own tool loop (Anthropic's pause_turn); past it the ask ends with ASK_TOOL_LIMIT") \
   /* luma-lua mcp: serving tools over MCP */ \
-  X(MCP_MAX_MESSAGE_BYTES, 4 << 20, 0, "bytes of one MCP message a client sends (a longer line is dropped and answered with -32600)") \
+  X(MCP_MAX_MESSAGE_BYTES, 4 << 20, 0, "bytes of one MCP message a client sends (a longer line is dropped and answered with -32600); and of an event-stream reply of --http its client has not read (past it the progress reports are dropped)") \
   X(MCP_MAX_IN_FLIGHT, 64, 0, "tools/call requests of one MCP client running at once, or of all the clients of luma-lua mcp --http (past it: -32000, until one ends)") \
   X(MCP_JSON_DEPTH, 64, 0, "nesting of an MCP message a client sends") \
   X(MCP_HTTP_MAX_CONNECTIONS, 256, 0, "connections luma-lua mcp --http holds at once (past it an idle one is closed to make room, or the new one is answered 503 and closed)") \

@@ -16,6 +16,7 @@
 #include "lmcp.h"
 #include "lmcphttp.h"
 #include "lmcpclient.h"
+#include "lmcpremote.h"
 
 #include "compat.h"
 #include "lerror.h"
@@ -177,6 +178,7 @@ LUMA_API int luaopen_luma_core(lua_State *L) {
   lmcphttp_open(L);
   lmcpclient_open(L);
   ljr_open_lib(L);
+  lmcpremote_open(L);
   push_limits(L);
   lua_setfield(L, -2, "limits");
   lua_pushlightuserdata(L, NULL);

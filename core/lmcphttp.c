@@ -10,10 +10,14 @@
        LIM_MCP_JSON_DEPTH; its text is never a Lua string
      server:reply(id, status, headers, body) -> true, or nil when the
        request is no longer held (its client left); headers: { name = value }
+     server:stream(id) -> true, or nil: the held request's reply becomes an
+       event stream, begun now; server:event(id, text) -> true, false when
+       dropped (its client reads too slowly), or nil; the reply is its last event
      server:gone() -> the id of a held request whose client left, or nil
      server:admit() / server:release(): requests in flight, as the stdio reader's
-     server:session_new(version [, client]) -> id; server:session(id) -> version, client
-       (the client's name given to session_new; nil when none) or nil;
+     server:session_new(version [, client [, elicit]]) -> id; server:session(id) -> version,
+       client (the client's name given to session_new; nil when none), elicit (whether
+       its client declared the elicitation capability), or nil;
      server:session_end(id) -> true when it ended one
      server:close()
    core.mcp_catch_stop() -> fd: SIGTERM and SIGINT no longer end the process;
@@ -39,6 +43,7 @@
 
 #define LMH_SERVER "luma.mcp_http"
 #define LMH_MAX_ORIGINS 32
+#define LMH_ELICIT 1u          /* a session flag: its client declared elicitation */
 
 typedef struct server_box {
   mh_server *s;
@@ -207,6 +212,29 @@ static int l_reply(lua_State *L) {
   return 1;
 }
 
+/* server:stream(id) -> true, or nil when the request is not held;
+   server:event(id, text) -> true, false when dropped (its client does not
+   read), or nil when not held */
+static int l_stream(lua_State *L) {
+  server_box *b = check_server(L);
+  lua_Integer id = luaL_checkinteger(L, 2);
+  if (mh_stream(b->s, (uint64_t)id, NULL) != 0) lua_pushnil(L);
+  else lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int l_event(lua_State *L) {
+  server_box *b = check_server(L);
+  lua_Integer id = luaL_checkinteger(L, 2);
+  size_t len;
+  const char *text = luaL_checklstring(L, 3, &len);
+  luaL_argcheck(L, !memchr(text, '\n', len) && !memchr(text, '\r', len), 3, "an event's data is one line");
+  int r = mh_event(b->s, (uint64_t)id, text, len);
+  if (r < 0) lua_pushnil(L);
+  else lua_pushboolean(L, r == 0);
+  return 1;
+}
+
 static int l_gone(lua_State *L) {
   uint64_t id;
   if (!mh_gone(check_server(L)->s, &id)) {
@@ -238,6 +266,7 @@ static int l_session_new(lua_State *L) {
   const char *client = luaL_optstring(L, 3, "");
   char id[33];
   if (mh_session_new(b->s, version, client, id) != 0) return luaL_error(L, "no random bytes for a session id");
+  if (lua_toboolean(L, 4)) *mh_session_flags(b->s, id) |= LMH_ELICIT;
   lua_pushstring(L, id);
   return 1;
 }
@@ -253,7 +282,8 @@ static int l_session(lua_State *L) {
   lua_pushstring(L, v);
   if (client && client[0]) lua_pushstring(L, client);
   else lua_pushnil(L);
-  return 2;
+  lua_pushboolean(L, (*mh_session_flags(b->s, luaL_checkstring(L, 2)) & LMH_ELICIT) != 0);
+  return 3;
 }
 
 static int l_session_end(lua_State *L) {
@@ -309,6 +339,8 @@ void lmcphttp_open(lua_State *L) {
     { "wait", l_wait },
     { "next", l_next },
     { "reply", l_reply },
+    { "stream", l_stream },
+    { "event", l_event },
     { "gone", l_gone },
     { "admit", l_admit },
     { "release", l_release },

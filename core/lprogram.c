@@ -231,7 +231,7 @@ static int read_listings(lua_State *L, int opts, ar_arena *a, pm_mcp_listing **o
 }
 
 /* core.mcp_servers(source, chunkname [, opts]) -> { { name, command, args,
-   url, token, tools, timeout, start_timeout, line, col }, ... }: the
+   url, token, headers = { { name, value }, ... }, tools, timeout, start_timeout, relist_interval, line, col }, ... }: the
    mcp_server declarations to start before compiling with opts.mcp (only the
    ones written without a mistake: compile reports the others). */
 static int l_mcp_servers(lua_State *L) {
@@ -255,6 +255,18 @@ static int l_mcp_servers(lua_State *L) {
     set_str(L, "command", m->command);
     set_str(L, "url", m->url);
     set_str(L, "token", m->token);
+    if (m->headers.n) {
+      lua_createtable(L, m->headers.n, 0);
+      for (int j = 0; j < m->headers.n; j++) {
+        lua_createtable(L, 2, 0);
+        lua_pushstring(L, m->headers.names[j]);
+        lua_rawseti(L, -2, 1);
+        lua_pushstring(L, m->headers.values[j]);
+        lua_rawseti(L, -2, 2);
+        lua_rawseti(L, -2, j + 1);
+      }
+      lua_setfield(L, -2, "headers");
+    }
     push_strings(L, m->args.items, m->args.n);
     lua_setfield(L, -2, "args");
     if (m->tools.present) {
@@ -263,6 +275,7 @@ static int l_mcp_servers(lua_State *L) {
     }
     if (m->timeout > 0) set_int(L, "timeout", m->timeout);
     set_int(L, "start_timeout", m->start_timeout > 0 ? m->start_timeout : LIM_MCP_START_TIMEOUT_MS);
+    set_int(L, "relist_interval", LIM_MCP_RELIST_INTERVAL_MS);
     set_int(L, "line", m->pos.line);
     set_int(L, "col", m->pos.col);
     lua_rawseti(L, -2, ++k);

@@ -44,6 +44,7 @@ typedef struct conn {
   const char *method, *target;
   int keep;             /* keep the connection after the reply */
   uint64_t id;          /* the request given out (C_HELD, C_GONE) */
+  int streaming;        /* C_HELD: its reply is an event stream, begun (mh_stream) */
   char *out;
   size_t out_len, out_off;
   long long deadline;   /* ms; 0: none */
@@ -53,6 +54,7 @@ typedef struct session {
   char id[33];          /* "" when free */
   char version[16];
   char client[129];     /* the client's name from initialize ("" if none), cut to 128 bytes */
+  unsigned flags;       /* the caller's (mh_session_flags) */
   long long used;
 } session;
 
@@ -185,6 +187,13 @@ static void conn_flush(conn *c) {
     ssize_t k = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
     if (k < 0 && errno == EINTR) continue;
     if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (k <= 0 && c->state == C_HELD) {
+      /* an event stream's client left: its request is reported gone */
+      close(c->fd);
+      c->fd = -1;
+      c->state = C_GONE;
+      return;
+    }
     if (k <= 0) { conn_close(c); return; }
     c->out_off += (size_t)k;
   }
@@ -242,6 +251,26 @@ static int conn_respond(mh_server *s, conn *c, int status, const char *headers, 
   if (c->state == C_WRITE && c->out_off == c->out_len) conn_next(s, c);
   return 0;
 }
+
+/* Adds a, then b, then c to what is queued for c's client, and writes what
+   the socket takes. -1 out of memory (the connection is closed then). */
+static int conn_queue(conn *c, const char *a, size_t an, const char *b, size_t bn, const char *t, size_t tn) {
+  size_t left = c->out_len - c->out_off;
+  char *out = malloc(left + an + bn + tn + 1);
+  if (!out) { conn_close(c); return -1; }
+  if (left) memcpy(out, c->out + c->out_off, left);
+  memcpy(out + left, a, an);
+  if (bn) memcpy(out + left + an, b, bn);
+  if (tn) memcpy(out + left + an + bn, t, tn);
+  free(c->out);
+  c->out = out;
+  c->out_len = left + an + bn + tn;
+  c->out_off = 0;
+  conn_flush(c);
+  return 0;
+}
+
+static const char sse_open[] = "event: message\ndata: ", sse_close[] = "\n\n";
 
 /* A refusal of the transport, before the protocol sees the request: a
    JSON-RPC error with no id, and the connection ends (its body may be unread). */
@@ -532,7 +561,7 @@ int mh_wait(mh_server *s, int timeout_ms, const int *extra, int nextra, int *rea
     short ev;
     if (c->state == C_READ || c->state == C_DRAIN) ev = POLLIN;
     else if (c->state == C_WRITE) ev = POLLOUT;
-    else if (c->state == C_HELD) ev = POLLRDHUP;
+    else if (c->state == C_HELD) ev = POLLRDHUP | (c->out_off < c->out_len ? POLLOUT : 0);
     else continue;
     if (c->deadline && (soonest < 0 || c->deadline < soonest)) soonest = c->deadline;
     map[n - first] = i;
@@ -555,7 +584,9 @@ int mh_wait(mh_server *s, int timeout_ms, const int *extra, int nextra, int *rea
   for (int k = first; k < n; k++) {
     if (!fds[k].revents) continue;
     conn *c = &s->conns[map[k - first]];
-    if (c->state == C_HELD) {
+    if (c->state == C_HELD && !(fds[k].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+      conn_flush(c);   /* an event stream's bytes */
+    } else if (c->state == C_HELD) {
       close(c->fd);
       c->fd = -1;
       c->state = C_GONE;
@@ -604,8 +635,40 @@ static conn *held(mh_server *s, uint64_t id) {
 int mh_reply(mh_server *s, uint64_t id, int status, const char *headers, const char *body, size_t len) {
   conn *c = held(s, id);
   if (!c) return -1;
-  conn_respond(s, c, status, headers, body, len);
+  if (!c->streaming) {
+    conn_respond(s, c, status, headers, body, len);
+    return 0;
+  }
+  /* the last event of the stream, which ends with the connection */
+  c->streaming = 0;
+  if (len && conn_queue(c, sse_open, sizeof sse_open - 1, body, len, sse_close, sizeof sse_close - 1) != 0) return 0;
+  if (c->fd < 0) return 0;
+  c->state = C_WRITE;
+  c->deadline = now_ms() + LIM_MCP_HTTP_REQUEST_MS;
+  if (c->out_off == c->out_len) conn_next(s, c);
   return 0;
+}
+
+int mh_stream(mh_server *s, uint64_t id, const char *headers) {
+  conn *c = held(s, id);
+  if (!c) return -1;
+  if (c->streaming) return 0;
+  char head[256];
+  /* no length: the stream ends with the connection */
+  int hn = snprintf(head, sizeof head, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n");
+  static const char tail[] = "Connection: close\r\n\r\n";
+  c->keep = 0;
+  c->streaming = 1;
+  return conn_queue(c, head, (size_t)hn, headers ? headers : "", headers ? strlen(headers) : 0, tail, sizeof tail - 1) == 0 &&
+         c->fd >= 0 ? 0 : -1;
+}
+
+int mh_event(mh_server *s, uint64_t id, const char *data, size_t len) {
+  conn *c = held(s, id);
+  if (!c || !c->streaming) return -1;
+  /* a client that does not read holds this much, and misses what comes past it */
+  if (c->out_len - c->out_off + len > LIM_MCP_MAX_MESSAGE_BYTES) return 1;
+  return conn_queue(c, sse_open, sizeof sse_open - 1, data, len, sse_close, sizeof sse_close - 1) == 0 && c->fd >= 0 ? 0 : -1;
 }
 
 int mh_gone(mh_server *s, uint64_t *id) {
@@ -644,8 +707,14 @@ int mh_session_new(mh_server *s, const char *version, const char *client, char o
   memcpy(slot->id, out, 33);
   snprintf(slot->version, sizeof slot->version, "%s", version);
   snprintf(slot->client, sizeof slot->client, "%s", client ? client : "");
+  slot->flags = 0;
   slot->used = now_ms();
   return 0;
+}
+
+unsigned *mh_session_flags(mh_server *s, const char *id) {
+  session *x = find_session(s, id);
+  return x ? &x->flags : NULL;
 }
 
 const char *mh_session(mh_server *s, const char *id, const char **client) {

@@ -63,6 +63,18 @@ int mh_next(mh_server *s, mh_request *r);
    when the id is not held (answered already, or gone). */
 int mh_reply(mh_server *s, uint64_t id, int status, const char *headers, const char *body, size_t len);
 
+/* A held request's reply as an event stream (for the notifications that
+   come before the reply): mh_stream sends its head now (200,
+   text/event-stream, headers as mh_reply's, and the connection ends with
+   the stream), mh_event adds one event of data, and mh_reply sends its
+   body as the last event (its status and headers are not sent then; an
+   empty body ends the stream with no event).
+   mh_stream returns 0 (also when the stream began already), or -1 when the
+   id is not held; mh_event 0, -1 when not held or not streaming, or 1 when
+   it was dropped: the client has not read LIM_MCP_MAX_MESSAGE_BYTES. */
+int mh_stream(mh_server *s, uint64_t id, const char *headers);
+int mh_event(mh_server *s, uint64_t id, const char *data, size_t len);
+
 /* A held request whose client left: 1 with *id, or 0. Each is given once;
    mh_reply of it then returns -1. */
 int mh_gone(mh_server *s, uint64_t *id);
@@ -74,6 +86,8 @@ int mh_gone(mh_server *s, uint64_t *id);
    sets *client (unless client is NULL; "" when none was given), or NULL. mh_session_end returns 1 when it ended one. */
 int mh_session_new(mh_server *s, const char *version, const char *client, char out[33]);
 const char *mh_session(mh_server *s, const char *id, const char **client);
+/* The flags a live session keeps for the caller (0 when made), or NULL. */
+unsigned *mh_session_flags(mh_server *s, const char *id);
 int mh_session_end(mh_server *s, const char *id);
 
 #endif

@@ -141,6 +141,13 @@ typedef struct pm_tool {
   int index;
 } pm_tool;
 
+/* `headers: { "Name": "value", ... }` of a model or an mcp_server, in the order written. */
+typedef struct pm_headers {
+  const char **names;
+  const char **values;
+  int n;
+} pm_headers;
+
 /* mcp_server NAME { ... }: an MCP server the program takes tools from. */
 typedef struct pm_mcp {
   const char *name;
@@ -150,6 +157,7 @@ typedef struct pm_mcp {
   pm_strings args;
   const char *url;            /* Streamable HTTP */
   const char *token;          /* the variable holding its bearer token (HTTP) */
+  pm_headers headers;         /* more headers of its requests (HTTP) */
   pm_strings tools;           /* the allowlist; absent: every tool it lists */
   int side_effects;           /* of all its tools (pm_side_effects); write unless set */
   const char *scope;
@@ -174,12 +182,6 @@ typedef struct pm_mcp_listing {
   int ntools;
 } pm_mcp_listing;
 
-/* `headers: { "Name": "value", ... }` of a model, in the order written. */
-typedef struct pm_headers {
-  const char **names;
-  const char **values;
-  int n;
-} pm_headers;
 
 typedef struct pm_model {
   const char *name;

@@ -113,6 +113,7 @@ static const ck_key mcp_keys[] = {
   { "args", CK_STRINGS, 0, NULL, OFF(pm_mcp, args), 0 },
   { "url", CK_STRING, 0, NULL, OFF(pm_mcp, url), 0 },
   { "token", CK_ENVNAME, 0, NULL, OFF(pm_mcp, token), 0 },
+  { "headers", CK_HEADERS, 0, NULL, OFF(pm_mcp, headers), 0 },
   { "tools", CK_STRINGS, 0, NULL, OFF(pm_mcp, tools), 0 },
   { "side_effects", CK_CHOICE, 0, side_effect_choices, OFF(pm_mcp, side_effects), 0 },
   { "scope", CK_STRING, 0, NULL, OFF(pm_mcp, scope), 0 },

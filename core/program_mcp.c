@@ -10,6 +10,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common.h"
 #include "json.h"
@@ -281,6 +282,18 @@ void pm_build_mcp_server(pm_ctx *c, ast_decl *d) {
   if (m->command && m->url) { ERR(c, d->name_pos, "%s sets both command and url; it is one or the other.", owner); return; }
   if (m->args.present && !m->command) ERR(c, pm_config_entry(d, "args")->pos, "%s: args go with command.", owner);
   if (m->token && !m->url) ERR(c, pm_config_entry(d, "token")->pos, "%s: token is the bearer token of a url server.", owner);
+  if (m->headers.n && !m->url) ERR(c, pm_config_entry(d, "headers")->pos, "%s: headers go with url.", owner);
+  for (int i = 0; i < m->headers.n; i++) {
+    /* the protocol's own headers are the client's to set */
+    static const char *const own[] = { "content-type", "accept", "mcp-session-id", "mcp-protocol-version", "mcp-method",
+                                       "mcp-name", "content-length", "host", NULL };
+    const char *name = m->headers.names[i];
+    int taken = strncasecmp(name, "mcp-param-", 10) == 0 || (m->token && strcasecmp(name, "authorization") == 0);
+    for (int k = 0; own[k] && !taken; k++) taken = strcasecmp(name, own[k]) == 0;
+    if (taken)
+      ERR(c, pm_config_entry(d, "headers")->value->pos, "%s: the header '%s' is set by the client%s.", owner, name,
+          strcasecmp(name, "authorization") == 0 ? " from token" : "");
+  }
   if (m->url && strncmp(m->url, "http://", 7) != 0 && strncmp(m->url, "https://", 8) != 0)
     ERR(c, pm_config_entry(d, "url")->value->pos, "%s: url must start with http:// or https://.", owner);
   if (m->side_effects == SE_WRITE && m->retries > 0)

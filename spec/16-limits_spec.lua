@@ -205,6 +205,7 @@ local OTHER_MEANINGS = {
   { "core/mcphttp.c", "case 400:", "an HTTP status" },
   { "core/mcphttp.c", "conn_refuse(s, c, 400,", "an HTTP status" },
   { "core/mcphttp.c", "HTTP/1.1 100 Continue", "an HTTP status: the interim reply to Expect: 100-continue" },
+  { "core/mcphttp.c", "HTTP/1.1 200 OK\\r\\nContent-Type: text/event-stream", "an HTTP status: the head of an event-stream reply" },
   { "core/lmcphttp.c", "status >= 100 && status <= 599", "the range of HTTP statuses" },
 }
 

@@ -122,6 +122,30 @@ local function npm_ci(dir, probe)
   end
 end
 
+-- add, and steps(n), which reports its progress n times
+local function steps_project()
+  return h.project {
+    ["program.luma"] = "schema Sum { total: int }\ntool add(a: int, b: int) -> Sum {}\n" ..
+      "schema Done { steps: int }\ntool steps(n: int) -> Done { description: \"Steps\" }\n",
+    ["tools.lua"] = [=[
+return {
+  add = function(input) return { total = input.a + input.b } end,
+  steps = function(input, signal)
+    for i = 1, input.n do
+      signal:sleep(40)
+      signal:progress(i, input.n, "step " .. i)
+    end
+    -- the SDK handles a notification a tick after reading it, and a reply at
+    -- once: a notification that comes in the reply's chunk is dropped
+    signal:sleep(40)
+    return { steps = input.n }
+  end,
+}
+]=],
+    ["luma.config.json"] = CONFIG,
+  }
+end
+
 -- spec/support/mcp/client.mjs against `target` (a command line, or a URL);
 -- env: variables for node (MCP_TOKEN).
 -- (node without the sanitizers' preloaded runtime: the server it starts is
@@ -450,26 +474,7 @@ end }
   end)
 
   it("gives a handler's progress to the TypeScript SDK client's onprogress", function()
-    local pdir = h.project {
-      ["program.luma"] = "schema Sum { total: int }\ntool add(a: int, b: int) -> Sum {}\n" ..
-        "schema Done { steps: int }\ntool steps(n: int) -> Done { description: \"Steps\" }\n",
-      ["tools.lua"] = [=[
-return {
-  add = function(input) return { total = input.a + input.b } end,
-  steps = function(input, signal)
-    for i = 1, input.n do
-      signal:sleep(40)
-      signal:progress(i, input.n, "step " .. i)
-    end
-    -- the SDK handles a notification a tick after reading it, and a reply at
-    -- once: a notification that comes in the reply's chunk is dropped
-    signal:sleep(40)
-    return { steps = input.n }
-  end,
-}
-]=],
-      ["luma.config.json"] = CONFIG,
-    }
+    local pdir = steps_project()
     npm_ci(SUPPORT, "@modelcontextprotocol/sdk")
     for _, flavour in ipairs { "v1", "v2-legacy" } do
       local r = sdk_client(flavour, h.quote(h.root .. "/bin/luma-lua") .. " mcp " .. h.quote(pdir .. "/program.luma"),
@@ -699,6 +704,20 @@ describe("luma-lua mcp --http with the official TypeScript clients", function()
     end)
   end
 
+  it("gives a handler's progress to the client's onprogress on an event-stream reply, in both eras", function()
+    local pdir = steps_project()
+    local s = http_server(pdir)
+    finally(s.stop)
+    for _, flavour in ipairs { "v1", "v2-legacy", "v2-pin" } do
+      local r = sdk_client(flavour, h.quote(s.url), { PROGRESS = json.encode { tool = "steps", arguments = { n = 3 } } })
+      assert.are.same({ steps = 3 }, r.progress.result.structuredContent, flavour)
+      local events = r.progress.events
+      assert.is_true(#events >= 1, flavour .. ": no progress")
+      for i = 2, #events do assert.is_true(events[i].progress > events[i - 1].progress, flavour) end
+      assert.are.same({ progress = 3, total = 3, message = "step 3" }, events[#events], flavour)
+    end
+  end)
+
   it("takes a bearer token when one is asked for, and refuses a request without it with 401", function()
     local s = http_server(dir, { "--token-env", "LUMA_SPEC_MCP_TOKEN" }, { LUMA_SPEC_MCP_TOKEN = "s3cret-token" })
     finally(s.stop)
@@ -807,18 +826,33 @@ describe("luma-lua mcp --http, as the transport requires", function()
     assert.are.same({ { mcp_client = "raw", mcp_request = 3 }, { mcp_client = "modern-ide", mcp_request = "m4" } }, tags)
   end)
 
-  it("denies a call that needs approval, saying this transport cannot ask the client", function()
+  it("denies a call that needs approval when its Accept takes no event stream to ask on", function()
     local s = http_server(dir, { "--agent", "Writer" })
     local r = http(s.port, "POST", JSON_HEADERS, rpc(0, "initialize", { protocolVersion = "2025-11-25",
       capabilities = { elicitation = {} }, clientInfo = { name = "raw", version = "1" } }))
     local sid = r.headers["mcp-session-id"]
-    r = http(s.port, "POST", with(JSON_HEADERS, { ["Mcp-Session-Id"] = sid }),
+    r = http(s.port, "POST", with(JSON_HEADERS, { ["Mcp-Session-Id"] = sid, Accept = "application/json" }),
       rpc(1, "tools/call", { name = "save", arguments = { id = "x", text = "t" } }))
     s.stop()
     assert.is_true(r.json.result.isError)
     assert.are.equal("[TOOL_PERMISSION_DENIED] Tool 'save' writes and needs approval, and this transport cannot ask " ..
-      "the client (over HTTP the server sends no requests): list it in LUMA_APPROVED_TOOLS to run it",
+      "the client (over HTTP the request's Accept must take text/event-stream): list it in LUMA_APPROVED_TOOLS to run it",
       r.json.result.content[1].text)
+  end)
+
+  it("asks a client of the initialize era for approval with elicitation/create on the call's event stream", function()
+    local s = http_server(dir, { "--agent", "Writer" })
+    finally(s.stop)
+    npm_ci(SUPPORT, "@modelcontextprotocol/sdk")
+    local call = json.encode { tool = "save", arguments = { id = "h", text = "t" } }
+    local r = sdk_client("v1", h.quote(s.url), { PROGRESS = call, ELICIT = "accept" })
+    assert.are.same({ "Allow the tool 'save' to run? It writes. Arguments: {\"id\":\"h\",\"text\":\"t\"}" }, r.elicited)
+    assert.are.same({ id = "h" }, r.progress.result.structuredContent)
+    r = sdk_client("v1", h.quote(s.url), { PROGRESS = call, ELICIT = "decline" })
+    assert.are.equal(1, #r.elicited)
+    assert.is_true(r.progress.result.isError)
+    assert.are.equal("[TOOL_PERMISSION_DENIED] Tool 'save' was not approved: the user answered \"decline\"",
+      r.progress.result.content[1].text)
   end)
 
   it("asks a 2026-07-28 client for approval with input_required, and runs the call sent again with the answer", function()
@@ -1106,7 +1140,7 @@ describe("luma-lua mcp with the conformance suite and the inspector CLI (Node 22
   -- The scenarios a revision requires, run against the HTTP server; those
   -- that do not apply to a server of tools only (resources, prompts,
   -- logging, completion, sampling, elicitation, image and audio content,
-  -- progress, tasks) are the baseline's, one check at a time where the
+  -- tasks) are the baseline's, one check at a time where the
   -- scenario has others that apply: exit 0 means every other check passed
   -- and no baselined one now passes.
   for _, revision in ipairs { "2025-11-25", "2026-07-28" } do

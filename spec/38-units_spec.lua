@@ -6,12 +6,13 @@ local h = require "spec.helpers"
 local includes = require "spec.support.includes"
 
 -- The units of the call (its state machine, its steps, its drivers and its
--- binding), of the ask, and of the stores.
+-- binding), of the ask, of the stores, and of the MCP client's HTTP.
 local OWNED = {
   "call", "verdict", "policy", "needs", "cache", "idempotent", "attempt", "output", "breaker", "telemetry",
   "pipeline", "runtime", "drive", "lcall", "lruntime", "lconfigure", "ljournal",
   "ask", "asktools", "askevents", "askptools", "askjournal", "lask",
   "idem", "idem_file", "idem_sqlite", "idem_redis", "redis", "journal", "journal_base", "journal_sqlite", "journal_redis",
+  "mcpremote", "lmcpremote",
 }
 
 describe("core/'s units", function()

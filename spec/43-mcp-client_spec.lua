@@ -1,9 +1,13 @@
--- mcp_server: MCP servers as tool sources for agents, over stdio.
+-- mcp_server: MCP servers as tool sources for agents, over stdio and
+-- Streamable HTTP.
 --
 -- The peers are the reference servers from npm, installed under
 -- spec/support/mcp (package.json + package-lock.json; `npm ci` runs when
 -- node_modules is missing): @modelcontextprotocol/server-everything and
--- @modelcontextprotocol/server-filesystem (in a temporary folder). The model
+-- @modelcontextprotocol/server-filesystem (in a temporary folder), and the
+-- TypeScript SDK's Streamable HTTP server with a few tools
+-- (spec/support/mcp/http-server.mjs) and luma-lua mcp --http for url
+-- servers. The model
 -- is the mock provider, whose scripted tool calls the agent runs. The
 -- hostile servers are one small script (spec/fixtures/mcp/hostile.py), one
 -- behaviour per mode.
@@ -277,6 +281,26 @@ agent A { tools: [h.echo]
       p:close()
     end)
 
+    it("that says list_changed with every answer is listed again at most once per mcp_relist_interval_ms", function()
+      local log = h.tmpname(".log")
+      h.write(log, "")
+      local p = must_load(hostile("h", "same", nil, log))
+      local function lists() return select(2, h.read(log):gsub("\n", "")) end
+      assert.are.equal(1, lists())   -- at load
+      local t0 = now()
+      for i = 1, 6 do p:call("h__echo", { message = "n" .. i }) end
+      local elapsed = now() - t0
+      -- the first call's notification makes the second call list at once; the rest wait their turn
+      local interval = luma.limits.mcp_relist_interval_ms
+      assert.is_true(lists() >= 2 and lists() <= 2 + elapsed // interval, lists() .. " listings in " .. elapsed .. " ms")
+      local before = lists()
+      h.sh("sleep " .. (interval + 100) / 1000)
+      p:call("h__echo", { message = "later" })
+      assert.are.equal(before + 1, lists())
+      p:close()
+      os.remove(log)
+    end)
+
     it("is retried when its failure is retryable and the tools only read", function()
       local p = must_load(hostile("h", "crash", '  side_effects: "read"\n  retries: 1\n'))
       local err = h.raised(p.call, p, "h__echo", { message = "crash" })
@@ -392,6 +416,206 @@ mcp_server h {
     end)
   end)
 
+  describe("with a url (Streamable HTTP)", function()
+    local TOKEN = "spec43-secret-token"
+    -- node spec/support/mcp/http-server.mjs ARGS (the TypeScript SDK's
+    -- server, the initialize era), or luma-lua mcp --http (both eras, and
+    -- so 2026-07-28 to a client that asks), in the background: { url, stop }
+    local function background(command, dir)
+      local out, pidfile = h.tmpname(".out"), h.tmpname(".pid")
+      h.write(out, "")
+      os.execute("cd " .. h.quote(dir) .. " && ( sh -c " .. h.quote("echo $$ > " .. h.quote(pidfile) .. "; exec " .. command) ..
+        " < /dev/null > " .. h.quote(out) .. " 2>&1 & )")
+      local url
+      for _ = 1, 600 do
+        url = h.read(out):match("(http://127%.0%.0%.1:%d+/mcp)")
+        if url then break end
+        h.sh("sleep 0.025")
+      end
+      local pid = h.read(pidfile):match("%d+")
+      local server = { url = url }
+      function server.stop()
+        if pid then h.sh("kill " .. pid .. " 2> /dev/null") end
+        os.remove(out)
+        os.remove(pidfile)
+      end
+      if not url then
+        local said = h.read(out)
+        server.stop()
+        error("the server did not start: " .. said)
+      end
+      return server
+    end
+    local function sdk_server(mode)
+      return background("env -u LD_PRELOAD MCP_TOKEN=" .. TOKEN .. " node http-server.mjs " .. (mode or ""), SUPPORT)
+    end
+    local function url_server(name, url, extra)
+      return ("mcp_server %s {\n  url: %s\n%s}\n"):format(name, q(url), extra or "")
+    end
+    local TOKENED = '  token: "SPEC43_TOKEN"\n  headers: { "X-Tenant": "acme" }\n  side_effects: "read"\n'
+    local function lookup(name) return name == "SPEC43_TOKEN" and TOKEN or nil end
+
+    describe("of the TypeScript SDK's server (the initialize era)", function()
+      local sse, jsonly
+      setup(function()
+        sse = sdk_server()
+        jsonly = sdk_server("json")
+      end)
+      teardown(function()
+        if sse then sse.stop() end
+        if jsonly then jsonly.stop() end
+      end)
+
+      it("initializes a session with the bearer token and headers, and calls its tools through the pipeline", function()
+        for _, server in ipairs { sse, jsonly } do
+          local p = must_load(url_server("remote", server.url, TOKENED), { lookup = lookup })
+          assert.are.same({ { name = "remote", transport = "http", protocol_version = "2025-11-25" } }, p:mcp_servers())
+          assert.are.same({ sum = 5 }, p:call("remote__add", { a = 2, b = 3 }))
+          assert.are.same({ content = { { type = "text", text = "acme" } } }, p:call("remote__header", { name = "X-Tenant" }))
+          -- the session's notifications come on the answer's stream before it
+          assert.are.same({ content = { { type = "text", text = "done after 3 steps" } } }, p:call("remote__slow", { ms = 60, steps = 3 }))
+          local err = h.raised(p.call, p, "remote__add", { a = 2, b = "three" })
+          assert.are.equal("TOOL_INPUT_INVALID", err.code)
+          err = h.raised(p.call, p, "remote__fail", {})
+          assert.are.equal("MCP_TOOL_ERROR", err.code)
+          assert.are.equal("it failed on purpose", err.message)
+          p:close()
+        end
+      end)
+
+      it("gives an agent of the mock provider its tools", function()
+        local provider = mock.start()
+        local p = must_load(url_server("remote", sse.url, TOKENED) .. ([[
+schema Answer { text: string }
+model M { provider: "openai"
+  name: "gpt-test"
+  base_url: "%s/v1/"
+  api_key_env: null }
+agent A {
+  model: M
+  tools: [remote.add]
+  fn run(q: string) -> Answer { ask "{q}" -> Answer }
+}
+]]):format(provider.url), { lookup = lookup })
+        provider:script { chat(nil, { { "c1", "remote__add", '{"a":20,"b":22}' } }), chat('{"text":"42"}') }
+        assert.are.same({ text = "42" }, p:agent("A"):call("run", { q = "add" }))
+        local requests = provider:requests()
+        assert.are.equal("remote__add", requests[1].json.tools[1]["function"].name)
+        local result = requests[2].json.messages[#requests[2].json.messages]
+        assert.are.equal("tool", result.role)
+        assert.is_truthy(result.content:find('"sum":42', 1, true), result.content)
+        p:close()
+        provider:stop()
+      end)
+
+      it("is MCP_SERVER_FAILED naming the server and its url for a wrong token, which no message holds", function()
+        local trace = h.tmpname(".jsonl")
+        local _, err = load(url_server("remote", sse.url, TOKENED), { lookup = function() return "not-the-token" end, trace = trace })
+        assert.are.equal("MCP_SERVER_FAILED", err.code)
+        assert.is_truthy(err.message:find("mcp_server 'remote' (" .. sse.url .. ") answered server/discover with HTTP 401", 1, true), err.message)
+        assert.is_nil(tostring(err):find("not-the-token", 1, true))
+        local _, unset = load(url_server("remote", sse.url, TOKENED))
+        assert.is_truthy(unset.message:find("mcp_server 'remote' (" .. sse.url ..
+          ") needs its bearer token in the variable SPEC43_TOKEN, which is not set.", 1, true), unset.message)
+        -- a call's telemetry and errors hold no token either
+        local p = must_load(url_server("remote", sse.url, TOKENED), { lookup = lookup, trace = trace })
+        p:call("remote__add", { a = 1, b = 1 })
+        h.raised(p.call, p, "remote__fail", {})
+        p:close()
+        assert.is_nil(h.read(trace):find(TOKEN, 1, true))
+        os.remove(trace)
+      end)
+
+      it("bounds an answer: one past mcp_server_message_bytes, and one that does not come in time", function()
+        local p = must_load(url_server("remote", sse.url, TOKENED .. "  timeout: 1500\n"), { lookup = lookup })
+        local err = h.raised(p.call, p, "remote__big", { bytes = luma.limits.mcp_server_message_bytes + 10 })
+        assert.are.equal("MCP_SERVER_FAILED", err.code)
+        assert.is_truthy(err.message:find("(mcp_server_message_bytes)", 1, true), err.message)
+        -- and the next call initializes again
+        assert.are.same({ sum = 3 }, p:call("remote__add", { a = 1, b = 2 }))
+        local t0 = now()
+        err = h.raised(p.call, p, "remote__slow", { ms = 20000, steps = 1 })
+        assert.are.equal("TOOL_TIMEOUT", err.code, tostring(err))
+        assert.is_true(now() - t0 < h.by_instrumentation(4000, 8000, 30000))
+        assert.are.same({ sum = 7 }, p:call("remote__add", { a = 3, b = 4 }))
+        p:close()
+      end)
+    end)
+
+    it("reads list_changed on the session's own stream (GET), and is refused once its tools changed", function()
+      local server = sdk_server()
+      finally(server.stop)
+      local p = must_load(url_server("remote", server.url, TOKENED), { lookup = lookup })
+      assert.are.same({ content = { { type = "text", text = "grew" } } }, p:call("remote__grow", {}))
+      -- the notification goes to the session's stream, not to the answer of grow
+      h.sh("sleep 0.3")
+      local err = h.raised(p.call, p, "remote__add", { a = 1, b = 2 })
+      assert.are.equal("MCP_SERVER_FAILED", err.code)
+      assert.are.equal("mcp_server 'remote' changed its tools since the program was loaded (notifications/tools/list_changed); " ..
+        "load the program again to use them.", err.message)
+      p:close()
+    end)
+
+    it("gives an agent of the mock provider server-everything's tools over Streamable HTTP", function()
+      -- (it listens on every interface: loopback.cjs keeps it on 127.0.0.1, on a free port)
+      local server = background("env -u LD_PRELOAD PORT=0 node --require ./loopback.cjs " ..
+        h.quote(PEERS .. "/server-everything/dist/index.js") .. " streamableHttp", SUPPORT)
+      local provider = mock.start()
+      finally(function()   -- (busted keeps one finally per test)
+        server.stop()
+        provider:stop()
+      end)
+      local p = must_load(url_server("everything", server.url, '  side_effects: "read"\n') .. ([[
+schema Answer { text: string }
+model M { provider: "openai"
+  name: "gpt-test"
+  base_url: "%s/v1/"
+  api_key_env: null }
+agent A {
+  model: M
+  tools: ["everything.get-sum"]
+  fn run(q: string) -> Answer { ask "{q}" -> Answer }
+}
+]]):format(provider.url))
+      assert.are.equal("http", p:mcp_servers()[1].transport)
+      provider:script { chat(nil, { { "c1", "everything__get-sum", '{"a":2,"b":3}' } }), chat('{"text":"5"}') }
+      assert.are.same({ text = "5" }, p:agent("A"):call("run", { q = "2+3" }))
+      local second = provider:requests()[2].json
+      local result = second.messages[#second.messages]
+      assert.are.equal("tool", result.role)
+      assert.is_truthy(result.content:find("The sum of 2 and 3 is 5.", 1, true), result.content)
+      p:close()
+    end)
+
+    it("that is not there is MCP_SERVER_FAILED naming the url, without its user information or query", function()
+      local _, err = load(url_server("gone", "http://someone:pw1@127.0.0.1:1/mcp?key=k2", '  start_timeout: 3000\n'))
+      assert.are.equal("MCP_SERVER_FAILED", err.code)
+      assert.is_truthy(err.message:find("mcp_server 'gone' (http://127.0.0.1:1/mcp) cannot be reached: ", 1, true), err.message)
+      assert.is_truthy(err.message:find("(HTTP_ERROR).", 1, true), err.message)
+      assert.is_nil(err.message:find("pw1", 1, true))
+      assert.is_nil(err.message:find("k2", 1, true))
+    end)
+
+    it("speaks 2026-07-28 to luma-lua mcp --http, which offers it", function()
+      local dir = h.project {
+        ["program.luma"] = "schema Sum { total: int }\ntool add(a: int, b: int) -> Sum { side_effects: \"none\" }\n",
+        ["tools.lua"] = "return { add = function(input) return { total = input.a + input.b } end }\n",
+        ["luma.config.json"] = '{ "tool_modules": ["./tools.lua"], "tool_module_policy": { "sandbox": "strict" } }\n',
+      }
+      local server = background("env SPEC43_SERVE_TOKEN=" .. TOKEN .. " " .. h.quote(h.root .. "/bin/luma-lua") ..
+        " mcp program.luma --http 127.0.0.1:0 --token-env SPEC43_SERVE_TOKEN", dir)
+      local ok, err = pcall(function()
+        local p = must_load(url_server("luma", server.url, '  token: "SPEC43_TOKEN"\n  side_effects: "read"\n'), { lookup = lookup })
+        assert.are.same({ { name = "luma", transport = "http", protocol_version = "2026-07-28" } }, p:mcp_servers())
+        assert.are.same({ total = 5 }, p:call("luma__add", { a = 2, b = 3 }))
+        assert.are.equal("TOOL_INPUT_INVALID", h.raised(p.call, p, "luma__add", { a = 2, b = "x" }).code)
+        p:close()
+      end)
+      server.stop()
+      assert(ok, tostring(err))
+    end)
+  end)
+
   describe("luma-lua check", function()
     it("reports a server that cannot start, at its declaration", function()
       local path = h.program_file("schema R { a: int }\nmcp_server search {\n  command: \"no-such-mcp-server\"\n}\n")
@@ -416,6 +640,11 @@ mcp_server h {
       { 'mcp_server s { command: "x"\n url: "http://127.0.0.1:1/mcp" }', "mcp_server 's' sets both command and url; it is one or the other." },
       { 'mcp_server s { url: "ftp://x" }', "mcp_server 's': url must start with http:// or https://." },
       { 'mcp_server s { command: "x"\n token: "T" }', "mcp_server 's': token is the bearer token of a url server." },
+      { 'mcp_server s { command: "x"\n headers: { "X-A": "b" } }', "mcp_server 's': headers go with url." },
+      { 'mcp_server s { url: "http://127.0.0.1:1/mcp"\n headers: { "Mcp-Session-Id": "b" } }',
+        "mcp_server 's': the header 'Mcp-Session-Id' is set by the client." },
+      { 'mcp_server s { url: "http://127.0.0.1:1/mcp"\n token: "T"\n headers: { "Authorization": "b" } }',
+        "mcp_server 's': the header 'Authorization' is set by the client from token." },
       { 'mcp_server s__t { command: "x" }', "mcp_server 's__t': a server's name cannot hold '__', which joins it to its tools' names." },
       { 'mcp_server s { command: "x"\n retries: 2 }',
         "mcp_server 's': its tools write (side_effects), and a write tool is retried only when idempotent; say side_effects: \"read\" or drop retries." },

@@ -103,7 +103,7 @@ function luma.load(path, opts)
   end
   local source = read_source(path, opts)
   -- the mcp_servers are started first: their tools are part of the program
-  local listings, servers = mcpclient.open(source, path, { limits = opts.limits })
+  local listings, servers = mcpclient.open(source, path, { limits = opts.limits, lookup = opts.lookup })
   local compiled, program = pcall(core.compile, source, path, { limits = opts.limits, runtime = opts.runtime,
     allow_unknown_models = opts.allow_unknown_models, mcp = listings })
   if not compiled then
@@ -220,6 +220,12 @@ function Program:modules()
     list[i] = { path = m.path, exports = exports }
   end
   return list
+end
+
+-- The mcp_servers luma.load started or reached, by name order: { { name,
+-- transport = "stdio" | "http", protocol_version (nil while not started) } }.
+function Program:mcp_servers()
+  return mcpclient.describe(servers_of[self])
 end
 
 -- Where a handler for the tool `name` was looked for: a sentence to print

@@ -171,7 +171,7 @@ function mcp.new(program, reader, opts)
     needs_approval = needs_approval,
     asking = {},          -- the id of an elicitation/create sent -> { msg, key }: a call waiting for approval
     waiting = {},         -- key(id) of a call waiting for approval -> the elicitation's id
-    asked = 0,
+    asked = { n = 0 },    -- elicitations sent (one counter for every exchange of --http)
     server_info = { name = "luma-lua", version = core.version },
   }
   return S
@@ -332,8 +332,8 @@ methods["tools/call"] = function(S, msg, modern, approved)
   end
   if S.needs_approval[p.name] and not approved and not approval.listed(os.getenv("LUMA_APPROVED_TOOLS"), p.name) then
     -- ask the user through the client: input_required in 2026-07-28;
-    -- elicitation in the initialize era, on stdio (over HTTP this server
-    -- sends no requests of its own)
+    -- elicitation in the initialize era (over HTTP on the call's reply,
+    -- an event stream, when the client takes one)
     local how
     if modern and type(p._meta[META_CAPS].elicitation) ~= "table" then
       how = "the client cannot be asked: the request's clientCapabilities has no elicitation"
@@ -342,7 +342,7 @@ methods["tools/call"] = function(S, msg, modern, approved)
       if verdict ~= true then return verdict end
       approved = true
     elseif not S.elicit then
-      how = "this transport cannot ask the client (over HTTP the server sends no requests)"
+      how = "this transport cannot ask the client (over HTTP the request's Accept must take text/event-stream)"
     elseif not S.elicitation then
       how = "the client cannot be asked: it did not declare the elicitation capability at initialize"
     end
@@ -357,8 +357,8 @@ methods["tools/call"] = function(S, msg, modern, approved)
       return fail(msg.id, BUSY, "too many tools/call requests in flight (mcp_max_in_flight = " ..
         core.limits.mcp_max_in_flight .. "): wait for one to end")
     end
-    S.asked = S.asked + 1
-    local eid = "luma-approval-" .. S.asked
+    S.asked.n = S.asked.n + 1
+    local eid = "luma-approval-" .. S.asked.n
     S.asking[eid] = { msg = msg, key = key(msg.id) }
     S.waiting[key(msg.id)] = eid
     local ask = approval_request(p.name, args)
@@ -620,20 +620,24 @@ function mcp.serve_http(S, runtime, server, listen)
   core.mcp_ignore_sigpipe()
   local stopfd = core.mcp_catch_stop()
   local rtfd = runtime:fd()
-  local exchanges = {}       -- HTTP request id -> the exchange whose call runs
+  local exchanges = {}       -- HTTP request id -> the exchange whose call runs (or waits for its approval)
+  local asking = {}          -- the id of an elicitation sent -> the exchange of the call that waits for it
   local in_session = {}      -- session id -> { key(id) -> exchange }: the calls of each session
   local host = listen.host:find(":", 1, true) and ("[" .. listen.host .. "]") or listen.host
   io.stderr:write("luma-lua mcp: serving http://", host, ":", server:port(), "/mcp\n")
   io.stderr:flush()
 
-  local function send(req_id, status, body, extra, sse)
+  -- (streaming: the reply is the last event of the stream its progress began)
+  local function send(req_id, status, body, extra, sse, streaming)
     local headers = extra or {}
     if body then
       local ok, text = pcall(core.json_encode, body)
       if not ok then
         text = core.json_encode(fail(body.id, INTERNAL, "the reply cannot be written as JSON: " .. tostring(text)))
       end
-      if sse then
+      if streaming then
+        server:reply(req_id, 200, headers, text)
+      elseif sse then
         headers["Content-Type"] = "text/event-stream"
         headers["Cache-Control"] = "no-cache"
         text = "event: message\ndata: " .. text .. "\n\n"
@@ -699,7 +703,7 @@ function mcp.serve_http(S, runtime, server, listen)
           "), or give params._meta[\"" .. META_VERSION .. "\"] = \"" .. MODERN[1] .. "\" on each request",
           { supported = array { table.unpack(SUPPORTED) } }), nil, sse)
       end
-      local version, client = server:session(sid)
+      local version, client, elicitation = server:session(sid)
       if not version then
         return send(req.id, 404, fail(id, NO_SESSION,
           "session not found (it ended or expired): send initialize again"), nil, sse)
@@ -712,6 +716,19 @@ function mcp.serve_http(S, runtime, server, listen)
       X = exchange(S, version)
       X.sid = sid
       X.client = client
+      -- an elicitation goes on the call's reply, which must be able to be a stream
+      X.elicitation, X.elicit = elicitation, sse_ok
+      if id ~= nil and msg.method == nil then
+        -- a response: to an elicitation of a call that waits for it, in this session
+        local W = asking[id]
+        if W and W.sid == sid then
+          asking[id] = nil
+          W.http.asking = nil
+          local out = mcp.handle(W, msg)
+          if out[1] then W.http.answer = out[1] end
+          return send(req.id, 202)
+        end
+      end
       local calls = in_session[sid]
       if id ~= nil and calls and calls[key(id)] then
         return send(req.id, 200, fail(id, INVALID, "id " .. text_of(id) ..
@@ -725,10 +742,24 @@ function mcp.serve_http(S, runtime, server, listen)
     end
     local replies = mcp.handle(X, msg)
     if is_object and msg.method == "initialize" and replies[1] and replies[1].result then
-      extra["Mcp-Session-Id"] = server:session_new(X.session, X.client)
+      extra["Mcp-Session-Id"] = server:session_new(X.session, X.client, X.elicitation)
+    end
+    local ask = replies[1] and replies[1].method and replies[1]
+    if ask then
+      -- the call waits for the client's answer to the elicitation, sent as
+      -- the first event of its reply
+      X.http = { sse = sse, sse_ok = true, modern = false, keys = {}, asking = ask.id, asking_for = id,
+        streaming = server:stream(req.id) }
+      server:event(req.id, core.json_encode(ask))
+      asking[ask.id] = X
+      exchanges[req.id] = X
+      in_session[X.sid] = in_session[X.sid] or {}
+      in_session[X.sid][key(id)] = X
+      X.http.keys[1] = key(id)
+      return
     end
     if next(X.pending) then
-      X.http = { sse = sse, modern = modern_version ~= nil, keys = {} }
+      X.http = { sse = sse, sse_ok = sse_ok, modern = modern_version ~= nil, keys = {} }
       exchanges[req.id] = X
       if X.sid then
         in_session[X.sid] = in_session[X.sid] or {}
@@ -818,13 +849,29 @@ function mcp.serve_http(S, runtime, server, listen)
       if X then
         X.http.gone = true
         for _, p in pairs(X.pending) do p.call:cancel() p.cancelled = true end
+        if X.http.asking then   -- its approval is asked no more
+          mcp.handle(X, { jsonrpc = "2.0", method = "notifications/cancelled", params = { requestId = X.http.asking_for } })
+          asking[X.http.asking] = nil
+          X.http.asking = nil
+        end
       end
     end
     local _, ms = runtime:poll()
     wait_ms = ms
+    -- progress of a call whose client takes an event stream: its reply
+    -- becomes one, the notifications its events, the reply the last
+    for id, X in pairs(exchanges) do
+      if X.http.sse_ok and not X.http.gone then
+        for _, note in ipairs(mcp.progress(X)) do
+          if not X.http.streaming then X.http.streaming = server:stream(id) end
+          if X.http.streaming then server:event(id, core.json_encode(note)) end
+        end
+      end
+    end
     for id, X in pairs(exchanges) do
       local out = mcp.finished(X)
-      if next(X.pending) == nil then
+      if X.http.answer then out[1], X.http.answer = X.http.answer, nil end
+      if next(X.pending) == nil and not X.http.asking then
         exchanges[id] = nil
         local calls = X.sid and in_session[X.sid]
         if calls then
@@ -832,8 +879,8 @@ function mcp.serve_http(S, runtime, server, listen)
           if next(calls) == nil then in_session[X.sid] = nil end
         end
         if not X.http.gone then
-          if out[1] then send(id, status_of(out[1], X.http.modern), out[1], nil, X.http.sse)
-          else send(id, 204) end   -- cancelled: no reply is sent for it
+          if out[1] then send(id, status_of(out[1], X.http.modern), out[1], nil, X.http.sse, X.http.streaming)
+          else send(id, 204) end   -- cancelled: no reply is sent for it (a stream ends with no event)
         end
       end
     end
