@@ -259,8 +259,10 @@ int rt_submit(rt_runtime *rt, cl_call *c) {
 void rt_cancel_job(rt_runtime *rt, cl_call *c) {
   pthread_mutex_lock(&rt->lock);
   __atomic_store_n(&c->cancelled, 1, __ATOMIC_RELEASE);
-  if ((c->job_out || c->inline_run) && c->sx) sx_interrupt(c->sx);
+  if ((c->job_out || c->inline_run) && c->sx) sx_interrupt(c->sx, &c->run);
   pthread_mutex_unlock(&rt->lock);
+  /* a call suspended in a wait ends at its next step: its driver looks now */
+  rt_notify(rt);
 }
 
 void rt_progress(void *ud, double n, double total, const char *message, size_t len) {
