@@ -307,8 +307,10 @@ void st_abandon(cl_call *c) {
 static st_verdict suspended(lua_State *T, cl_call *c) {
   c->job_done = 0;
   if (c->gate) (*c->gate)++;
-  long long left_ns = c->run.wake_ns - sx_now_ns();
-  long long wake = pl_mono_ms(T, c->pg) + (left_ns > 0 ? (left_ns + 999999) / 1000000 : 0);
+  (void)T;
+  /* the program's clock is sx_now_ns's (may_wait): the first millisecond
+     at or after the wait's end, so that it never resumes early */
+  long long wake = (c->run.wake_ns + 999999) / 1000000;
   return sv_at(SV_WAIT, wake < c->deadline ? wake : c->deadline);
 }
 

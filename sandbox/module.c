@@ -239,6 +239,16 @@ static void queue(sx_module *m, sx_waiter *w) {
   *tail = w;
 }
 
+/* A waiter that was woken and found its state taken again goes first. */
+static void queue_first(sx_waiter *w) {
+  sx_waiter **head = &w->want->wait_head, **tail = &w->want->wait_tail;
+  w->queued = 1;
+  w->prev = NULL;
+  w->next = *head;
+  if (*head) (*head)->prev = w; else *tail = w;
+  *head = w;
+}
+
 static void unqueue(sx_module *m, sx_waiter *w) {
   sx_waiter **head = w->want ? &w->want->wait_head : &m->wait_head;
   sx_waiter **tail = w->want ? &w->want->wait_tail : &m->wait_tail;
@@ -325,8 +335,9 @@ sx_state *sx_try_acquire(sx_module *m, int *may_make, sx_waiter *w, char *err, s
   if (sx_closed(m)) {
     snprintf(err, errlen, "the tool module was closed");
   } else {
+    /* a state free while calls suspended in it wait for it is theirs */
     for (int i = 0; i < m->nstates; i++)
-      if (!m->states[i]->busy) {
+      if (!m->states[i]->busy && !m->states[i]->wait_head) {
         s = m->states[i];
         s->busy = 1;
         break;
@@ -559,8 +570,10 @@ sx_state *sx_try_acquire_state(sx_state *s, sx_waiter *w) {
   sx_module *m = s->module;
   sx_state *got = NULL;
   pthread_mutex_lock(&m->lock);
-  __atomic_store_n(&w->woken, 0, __ATOMIC_RELEASE);
-  if (!s->busy) {
+  int woken = __atomic_exchange_n(&w->woken, 0, __ATOMIC_ACQ_REL);
+  /* first come, first served: a call whose wait just ended queues behind
+     those already waiting for the state */
+  if (!s->busy && (woken || !s->wait_head || s->wait_head == w)) {
     s->busy = 1;
     s->residents--;
     got = s;
@@ -568,7 +581,9 @@ sx_state *sx_try_acquire_state(sx_state *s, sx_waiter *w) {
     w->want = NULL;
   } else if (!w->queued) {
     w->want = s;
-    queue(m, w);
+    if (woken) queue_first(w); else queue(m, w);
+    /* free, with others before it: the first of them looks (again) */
+    if (!s->busy && s->wait_head != w) wake(m, s->wait_head);
   }
   pthread_mutex_unlock(&m->lock);
   if (got) s->base = lua_gettop(s->L);
