@@ -423,6 +423,20 @@ describe("a handler that waits (signal:sleep)", function()
     assert.are.equal("true", p:call("nap", { x = "1" }).v)
   end)
 
+  it("ends at once when cancelled, also when it ignores what its waits return and spins between them", function()
+    local p = sandboxed({ sandbox = "strict", max_concurrency = 1 }, {
+      stubborn = "while true do signal:sleep(30) for _ = 1, 1e5 do end end",
+    }, nil, { stubborn = 20000 })
+    local c = p:start("stubborn", {})
+    c:wait(300)
+    local t0 = core.monotonic_ms()
+    c:cancel()
+    assert.is_true(c:wait(5000))
+    assert.is_true(core.monotonic_ms() - t0 < SLACK_MS + 100, string.format("%.0f ms", core.monotonic_ms() - t0))
+    assert.are.equal("TOOL_CANCELLED", h.raised(c.result, c).code)
+    assert.are.equal("pong", p:call("ping", {}).v)
+  end)
+
   it("ends at its deadline, TOOL_TIMEOUT, when the wait is longer than what is left", function()
     local p = sandboxed({ sandbox = "strict", max_concurrency = 1 }, { nap = NAP }, COUNT, { nap = 300 })
     local ok, res, ms = call(p, "nap", { x = "5000" })
