@@ -124,6 +124,14 @@ void st_job_run(wp_job *job) {
 
 static st_verdict make_ready(cl_call *c);
 
+/* The transfer a suspended handler waits for ended (on the transport's I/O
+   thread): its driver looks again. */
+static void transfer_ended(void *ud) {
+  cl_call *c = ud;
+  __atomic_store_n(&c->waiter.woken, 1, __ATOMIC_RELEASE);
+  rt_notify(c->rt);
+}
+
 /* The handler's job becomes ready (or it runs here, for a lone blocking
    call): c holds state s of module m. */
 static st_verdict run_on(lua_State *T, cl_call *c, sx_module *m, sx_state *s, long long left) {
@@ -146,6 +154,8 @@ static st_verdict run_on(lua_State *T, cl_call *c, sx_module *m, sx_state *s, lo
   /* a program on a host's clock has timers of that clock, not of the
      wait's: its handlers' waits block as they did */
   c->run.opts.may_wait = !pg->has_clock;
+  c->run.opts.wake = transfer_ended;
+  c->run.opts.wake_ud = c;
   sx_prepare(s, T, &c->run, 1);
   if (c->inline_ok) {
     /* the driver would only wait for it: it runs here, where a cancel from
@@ -310,7 +320,7 @@ static st_verdict suspended(lua_State *T, cl_call *c) {
   (void)T;
   /* the program's clock is sx_now_ns's (may_wait): the first millisecond
      at or after the wait's end, so that it never resumes early */
-  long long wake = (c->run.wake_ns + 999999) / 1000000;
+  long long wake = c->run.wake_ns == LLONG_MAX ? c->deadline : (c->run.wake_ns + 999999) / 1000000;
   return sv_at(SV_WAIT, wake < c->deadline ? wake : c->deadline);
 }
 

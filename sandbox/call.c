@@ -298,6 +298,7 @@ static void run_slice(sx_state *s, sx_run *run) {
   }
   run->waiting = 0;
   run->wake_ns = 0;
+  run->transfer = NULL;
   s->tool = run->opts.tool;
   s->timeout_ms = run->opts.timeout_ms;
   s->opts = &run->opts;

@@ -19,6 +19,7 @@
 #include "watch.h"
 #include "state.h"
 #include "strict.h"
+#include "transport.h"
 
 /* A module: where it comes from, what it may use, and its states. */
 struct sx_module {
@@ -592,6 +593,13 @@ sx_state *sx_try_acquire_state(sx_state *s, sx_waiter *w) {
 
 void sx_abandon(sx_state *s, sx_run *run) {
   sx_module *m = s->module;
+  if (run->transfer) {
+    /* its request ends now, and its end's callback has run before the call
+       may go (the transfer itself is its coroutine's, freed with it) */
+    tp_cancel(run->transfer);
+    tp_wait(run->transfer, 0, NULL);
+    run->transfer = NULL;
+  }
   pthread_mutex_lock(&m->lock);
   if (!s->busy) {
     /* no thread uses it: held for the moment, under the lock */

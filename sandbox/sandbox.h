@@ -167,6 +167,11 @@ typedef struct sx_call_opts {
   /* a wait (signal:sleep) suspends the call instead of blocking its thread
      (see sx_suspend); 0: it blocks, as in a handler process */
   int may_wait;
+  /* a luma.http request suspends the call too when this is set: wake(ud)
+     runs on the transport's I/O thread when its transfer ended (it must only
+     mark the call and signal: rt_notify); NULL: requests block */
+  void (*wake)(void *ud);
+  void *wake_ud;
 } sx_call_opts;
 
 /*
@@ -208,7 +213,9 @@ typedef struct sx_run {
   int co_ref;
   int started;                    /* its first slice ran: the next sx_execute resumes it */
   int waiting;                    /* it is suspended in a wait */
-  long long wake_ns;              /* when that wait ends (monotonic) */
+  long long wake_ns;              /* when that wait ends (monotonic); LLONG_MAX: when
+                                     opts.wake is called (a transfer) or the deadline */
+  void *transfer;                 /* the tp_transfer it waits for, NULL: none */
   size_t printed;                 /* what print wrote, across its slices */
   int cancelled;                  /* sx_interrupt: read and written atomically */
 } sx_run;

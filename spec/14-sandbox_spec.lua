@@ -237,6 +237,36 @@ describe("a strict state", function()
       assert.is_true(ms < 300 + SLACK_MS, ms .. " ms")
     end)
 
+    it("holds no thread while it waits for a response: 20 requests of a max_concurrency 1 module end together", function()
+      local p = sandboxed({ sandbox = "strict", allow_network = true, max_concurrency = 1 }, { wait = [[
+        local ok, e = pcall(luma.http.get, input.x .. "/slow", { timeout_ms = 300 })
+        return { v = ok and "answered" or e.code }]] }, nil, { wait = 20000 })
+      local t0 = core.monotonic_ms()
+      local calls = {}
+      for i = 1, 20 do calls[i] = p:start("wait", { x = base }) end
+      for i = 1, 20 do
+        assert.is_true(calls[i]:wait(20000))
+        assert.are.equal("HTTP_TIMEOUT", calls[i]:result().v)
+      end
+      -- one after the other, they would take 6 s
+      local took = core.monotonic_ms() - t0
+      assert.is_true(took < h.by_instrumentation(3000, 5000, 12000), string.format("took %.0f ms", took))
+    end)
+
+    it("ends a call cancelled while its request waits at once, TOOL_CANCELLED, aborting the request", function()
+      local p = sandboxed({ sandbox = "strict", allow_network = true, max_concurrency = 1 }, {
+        wait = "luma.http.get(input.x .. '/slow', { timeout_ms = 15000 }) return { v = 'answered' }",
+      }, nil, { wait = 20000 })
+      local c = p:start("wait", { x = base })
+      c:wait(300)
+      local t0 = core.monotonic_ms()
+      c:cancel()
+      assert.is_true(c:wait(5000))
+      assert.is_true(core.monotonic_ms() - t0 < SLACK_MS + 100, string.format("%.0f ms", core.monotonic_ms() - t0))
+      assert.are.equal("TOOL_CANCELLED", h.raised(c.result, c).code)
+      assert.are.equal("pong", p:call("ping", {}).v)
+    end)
+
     it("refuses what is not an http or https URL", function()
       local p = http_project { probe = "local ok, e = pcall(luma.http.get, 'file:///etc/passwd') return { v = e.code .. ': ' .. e.message }" }
       assert.are.equal("HTTP_ERROR: only http:// and https:// URLs are allowed", p:call("probe", {}).v)
