@@ -411,28 +411,6 @@ void sx_lock_globals(lua_State *L) {
 #else /* LuaJIT and Lua 5.1: see sandbox/README.md */
 
 /* never called: a policy is refused on these Lua versions (core/lmodule.c) */
-/* A request made from a call's own coroutine, where it can yield, in a
-   call that may wait, suspends the call (sx_suspend) until its transfer
-   ends; its end's callback is the call's wake. */
-static int http_may_yield(lua_State *L, void (**done)(void *ud), void **ud) {
-  sx_state *s = sx_state_of(L);
-  sx_run *run = s->run;
-  if (!run || run->co != L || !run->opts.may_wait || !run->opts.wake || !lua_isyieldable(L) || sx_cancelled(s))
-    return 0;
-  *done = run->opts.wake;
-  *ud = run->opts.wake_ud;
-  return 1;
-}
-
-static int http_yield(lua_State *L, void *transfer, lua_KContext ctx, lua_KFunction k) {
-  sx_run *run = sx_state_of(L)->run;
-  run->transfer = transfer;
-  run->wake_ns = LLONG_MAX;
-  return lua_yieldk(L, 0, ctx, k);
-}
-
-static const sh_wait http_wait = { http_may_yield, http_yield };
-
 void sx_open_strict(lua_State *L, const sx_strict *conf) { (void)conf; luaL_error(L, "no strict sandbox on this Lua"); }
 void sx_freeze_strict(lua_State *L) { (void)L; }
 void sx_lock_globals(lua_State *L) { (void)L; }
