@@ -208,7 +208,9 @@ st_verdict st_attempt(lua_State *T, cl_call *c) {
   sx_module *m = pg->module[t->index];
   char why[200];
   int wait_room = 0;
-  c->waiter.wake = state_freed;
+  /* set once: a waiter still queued from the last attempt is read by the
+     thread that frees a state */
+  if (!c->waiter.wake) c->waiter.wake = state_freed;
   sx_state *s = sx_try_acquire(m, &wait_room, &c->waiter, why, sizeof why);
   if (!s && !wait_room && !c->waits) {
     /* perhaps in its queue now: st_unwait takes it out */
