@@ -276,6 +276,7 @@ bench: deps
 	LUMA_BUILD=$(BUILD) LUA=$(LUA) $(LUA) bench/agent/stream.lua
 	LUMA_BUILD=$(BUILD) $(LUA) bench/agent/durable.lua
 	LUMA_BUILD=$(BUILD) $(LUA) bench/wake/run.lua
+	LUMA_BUILD=$(BUILD) $(LUA) bench/waiting/run.lua
 	LUMA_BUILD=$(BUILD) $(LUA) bench/nginx/run.lua
 	LUMA_BUILD=$(BUILD) $(LUA) bench/mcp/run.lua
 

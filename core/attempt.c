@@ -117,9 +117,20 @@ void st_job_run(wp_job *job) {
     return;
   }
   sx_execute(c->sx, &c->run, 1);
+  /* a handler that waits holds its state no longer than its thread: the
+     state serves other calls from now on */
+  if (c->run.waiting) sx_suspend(c->sx);
 }
 
 static st_verdict make_ready(cl_call *c);
+
+/* The transfer a suspended handler waits for ended (on the transport's I/O
+   thread): its driver looks again. */
+static void transfer_ended(void *ud) {
+  cl_call *c = ud;
+  __atomic_store_n(&c->waiter.woken, 1, __ATOMIC_RELEASE);
+  rt_notify(c->rt);
+}
 
 /* The handler's job becomes ready (or it runs here, for a lone blocking
    call): c holds state s of module m. */
@@ -140,6 +151,11 @@ static st_verdict run_on(lua_State *T, cl_call *c, sx_module *m, sx_state *s, lo
   c->run.opts.limits = pg->limits;
   c->run.opts.progress = rt_progress;
   c->run.opts.progress_ud = c;
+  /* a program on a host's clock has timers of that clock, not of the
+     wait's: its handlers' waits block as they did */
+  c->run.opts.may_wait = !pg->has_clock;
+  c->run.opts.wake = transfer_ended;
+  c->run.opts.wake_ud = c;
   sx_prepare(s, T, &c->run, 1);
   if (c->inline_ok) {
     /* the driver would only wait for it: it runs here, where a cancel from
@@ -147,6 +163,7 @@ static st_verdict run_on(lua_State *T, cl_call *c, sx_module *m, sx_state *s, lo
     rt_inline(c->rt, c, 1);
     sx_execute(s, &c->run, 1);
     rt_inline(c->rt, c, 0);
+    if (c->run.waiting) sx_suspend(s);
     return st_collect(T, c);
   }
   return make_ready(c);
@@ -191,7 +208,9 @@ st_verdict st_attempt(lua_State *T, cl_call *c) {
   sx_module *m = pg->module[t->index];
   char why[200];
   int wait_room = 0;
-  c->waiter.wake = state_freed;
+  /* set once: a waiter still queued from the last attempt is read by the
+     thread that frees a state */
+  if (!c->waiter.wake) c->waiter.wake = state_freed;
   sx_state *s = sx_try_acquire(m, &wait_room, &c->waiter, why, sizeof why);
   if (!s && !wait_room && !c->waits) {
     /* perhaps in its queue now: st_unwait takes it out */
@@ -260,6 +279,13 @@ static void give_back(cl_call *c) {
   c->module = NULL;
 }
 
+/* The call holds its state no more. */
+static void let_go(cl_call *c) {
+  sx_unref(c->module);
+  c->sx = NULL;
+  c->module = NULL;
+}
+
 void st_abandon(cl_call *c) {
   if (c->making) {
     /* its state was never made: the right to make it goes back */
@@ -272,13 +298,57 @@ void st_abandon(cl_call *c) {
     return;
   }
   if (!c->sx) return;
+  if (c->run.waiting) {
+    /* suspended, or its resume made ready: its coroutine goes */
+    st_unwait(c);
+    if (c->job_ready) sx_suspend(c->sx);
+    c->job_ready = 0;
+    sx_abandon(c->sx, &c->run);
+    if (c->gate) (*c->gate)--;
+    let_go(c);
+    return;
+  }
   c->job_ready = 0;
   if (c->gate) (*c->gate)--;
   give_back(c);
 }
 
+/* The handler waits (signal:sleep): its state serves other calls (it was
+   given back where the handler ran), and this one looks again when the wait ends, or at its deadline if that comes
+   first. It keeps its place in its batch (the gate) meanwhile. */
+static st_verdict suspended(lua_State *T, cl_call *c) {
+  c->job_done = 0;
+  if (c->gate) (*c->gate)++;
+  (void)T;
+  /* the program's clock is sx_now_ns's (may_wait): the first millisecond
+     at or after the wait's end, so that it never resumes early */
+  long long wake = c->run.wake_ns == LLONG_MAX ? c->deadline : (c->run.wake_ns + 999999) / 1000000;
+  return sv_at(SV_WAIT, wake < c->deadline ? wake : c->deadline);
+}
+
+st_verdict st_resume(lua_State *T, cl_call *c) {
+  if (pl_mono_ms(T, c->pg) >= c->deadline) {
+    /* the wait ran into the deadline: the handler would only be stopped */
+    st_abandon(c);
+    return timed_out(T, c);
+  }
+  sx_state *s = sx_try_acquire_state(c->sx, &c->waiter);
+  if (!s) {
+    /* queued for its state: st_unwait takes it out */
+    if (!c->waits) {
+      sx_retain(c->module);
+      c->waits = c->module;
+    }
+    return sv_at(SV_WAIT, c->deadline);
+  }
+  st_unwait(c);
+  if (c->gate) (*c->gate)--;
+  return make_ready(c);
+}
+
 st_verdict st_collect(lua_State *T, cl_call *c) {
   if (c->making) return made(T, c);
+  if (c->run.waiting) return suspended(T, c);
   int status = sx_collect(c->sx, T, &c->run);
   give_back(c);
   c->job_done = 0;

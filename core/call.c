@@ -98,7 +98,8 @@ void cl_release(cl_call *c) {
   st_idem_unwatch(c);
   st_cache_release(c);
   st_unwait(c);
-  if (c->sx) sx_release(c->sx);
+  if (c->sx && c->run.waiting) sx_abandon(c->sx, &c->run);
+  else if (c->sx) sx_release(c->sx);
   if (c->module) sx_unref(c->module);
   if (c->leader) cl_release(c->leader);
   free(c->ikey);
@@ -222,7 +223,8 @@ static void run_states(lua_State *T, cl_call *c) {
   for (;;) {
     if (lua_gettop(T) != CV_COUNT) lua_settop(T, CV_COUNT);
     if (cancelled(c) && c->state < CS_FINISH && !(c->state == CS_HANDLER && (c->job_out || c->job_done))) {
-      if (c->state == CS_HANDLER) st_abandon(c);   /* a job made ready, never run */
+      /* a job made ready, never run; a handler suspended in a wait */
+      if (c->state == CS_HANDLER || c->state == CS_SUSPENDED) st_abandon(c);
       st_unwait(c);
       if (c->leader) { cl_release(c->leader); c->leader = NULL; }
       move(T, c, st_fail(T, LE_TOOL_CANCELLED, le_template(LE_TOOL_CANCELLED), c->t->name), CS_FINISH, CS_FINISH);
@@ -250,12 +252,22 @@ static void run_states(lua_State *T, cl_call *c) {
           return;
         c->state = CS_RUN;
         if (c->hold || (c->gate && *c->gate >= c->gate_limit)) return;
-        move(T, c, st_attempt(T, c), CS_RUN, CS_STATE_WAIT);
-        if (c->state == CS_HANDLER || c->state == CS_STATE_WAIT) return;
+      {
+        st_verdict v = st_attempt(T, c);
+        move(T, c, v, CS_RUN, c->run.waiting ? CS_SUSPENDED : CS_STATE_WAIT);
+        if (c->state == CS_HANDLER || c->state == CS_STATE_WAIT || c->state == CS_SUSPENDED) return;
         break;
-      case CS_HANDLER:
+      }
+      case CS_HANDLER: {
         if (!c->job_done) return;
-        move(T, c, st_collect(T, c), CS_RUN, CS_STATE_WAIT);
+        st_verdict v = st_collect(T, c);
+        move(T, c, v, CS_RUN, c->run.waiting ? CS_SUSPENDED : CS_STATE_WAIT);
+        break;
+      }
+      case CS_SUSPENDED:
+        if (pl_mono_ms(T, c->pg) < c->wake_at && !sx_woken(&c->waiter)) return;
+        move(T, c, st_resume(T, c), CS_RUN, CS_SUSPENDED);
+        if (c->state == CS_HANDLER || c->state == CS_SUSPENDED) return;
         break;
       case CS_STORE_WAIT:
         if (pl_mono_ms(T, c->pg) < c->wake_at) return;
@@ -291,16 +303,17 @@ static int step_k(lua_State *T) {
   return CV_COUNT;
 }
 
-int cl_idle(const cl_call *c, long long *timer_ms) {
+int cl_idle(const cl_call *c, long long now_ms, long long *timer_ms) {
   *timer_ms = -1;
   if (c->stepping || cancelled(c)) return 0;
   switch (c->state) {
     case CS_HANDLER: return !c->job_ready && !c->job_done;
     case CS_FOLLOW: return c->leader && c->leader->state != CS_DONE;
-    case CS_STATE_WAIT: {
+    case CS_STATE_WAIT:
+    case CS_SUSPENDED: {
       /* a clock of the host's is a Lua function: only a protected step reads it */
       if (c->pg->has_clock || sx_woken(&c->waiter)) return 0;
-      long long left = c->wake_at - sx_now_ns() / 1000000;
+      long long left = c->wake_at - now_ms;
       if (left <= 0) return 0;
       *timer_ms = left;
       return 1;
@@ -333,6 +346,7 @@ cl_status cl_step(cl_call *c, long long *wait_ms) {
   switch (c->state) {
     case CS_DONE: return CL_DONE;
     case CS_CACHE_WAIT: case CS_IDEM_WAIT: case CS_STATE_WAIT: case CS_BACKOFF: case CS_STORE_WAIT:
+    case CS_SUSPENDED:
       if (wait_ms) {
         long long left = c->wake_at - pl_mono_ms(T, c->pg);
         *wait_ms = left > 0 ? left : 0;

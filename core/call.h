@@ -42,9 +42,10 @@ int cl_set_input_json(cl_call *c, const char *json, size_t len, char *err, size_
 cl_status cl_step(cl_call *c, long long *wait_ms);
 /* Whether a step of c now would leave it where it is (its handler runs, its
    leader is not done, no state of its module was freed for it), told
-   without a protected call: rt_poll passes such a call by. *timer_ms: how
-   long until its timer is due, or -1 (it waits for the descriptor). */
-int cl_idle(const cl_call *c, long long *timer_ms);
+   without a protected call: rt_poll passes such a call by. now_ms: the
+   monotonic clock, read once for the whole walk. *timer_ms: how long until
+   its timer is due, or -1 (it waits for the descriptor). */
+int cl_idle(const cl_call *c, long long now_ms, long long *timer_ms);
 
 /* Cancels the call: its handler's signal fires (signal.reason "cancelled")
    and it ends with TOOL_CANCELLED. Any thread; idempotent; no effect on a

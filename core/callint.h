@@ -37,6 +37,8 @@ enum {
   CS_RUN,           /* an attempt is due (STEP_RUN) */
   CS_STATE_WAIT,    /* every state of the module is busy: retry when woken (waiter), or give up at wake_at */
   CS_HANDLER,       /* the handler runs on the pool (job_out), or is ready to (job_ready) */
+  CS_SUSPENDED,     /* the handler waits (signal:sleep) in its state (sx), holding no thread:
+                       it resumes at wake_at, or when woken (waiter) once its state is free */
   CS_BACKOFF,       /* the next attempt is due at wake_at */
   CS_FINISH,        /* the outcome is known: STEP_OUTPUT and STEP_RECORD's writes to come */
   CS_STORE_WAIT,    /* the idempotency store cannot be reached to store the result: try again at wake_at */

@@ -60,10 +60,11 @@ int rt_poll(rt_runtime *rt, long long *wait_ms) {
   long long wait = -1;
   int active = 0;
   cl_call **link = &rt->polled;
+  long long now_ms = sx_now_ns() / 1000000;
   while (*link) {
     cl_call *c = *link;
     long long w;
-    if (cl_idle(c, &w)) {
+    if (cl_idle(c, now_ms, &w)) {
       if (w >= 0 && (wait < 0 || w < wait)) wait = w;
       active++;
       link = &c->rt_next;
@@ -141,7 +142,7 @@ void rt_drive(rt_runtime *rt, cl_call **calls, int n, int concurrency) {
       out += c->job_out;
       ready += c->job_ready;
       /* on a host's clock, its give-up is a sleep of that clock, as any timer */
-      queued += c->state == CS_STATE_WAIT && !c->pg->has_clock;
+      queued += (c->state == CS_STATE_WAIT || c->state == CS_SUSPENDED) && !c->pg->has_clock;
       if (st == CL_WAIT_TIMER && (wait < 0 || w < wait)) { wait = w; sleeper = c; }
     }
     if (!pending) break;

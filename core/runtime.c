@@ -204,11 +204,15 @@ void rt_add_task(rt_runtime *rt, rt_task *t) {
 void rt_drain(rt_runtime *rt) {
   if (rt->wake_listen >= 0) accept_host(rt);
   /* most drives have nothing to drain: no lock, no system call then */
-  if (__atomic_exchange_n(&rt->notified, 0, __ATOMIC_ACQ_REL) && !__atomic_load_n(&rt->done, __ATOMIC_ACQUIRE)) {
-    uint64_t n;
-    while (read(rt->efd, &n, sizeof n) < 0 && errno == EINTR) {}
-    return;
-  }
+  if (!__atomic_load_n(&rt->notified, __ATOMIC_ACQUIRE) && !__atomic_load_n(&rt->done, __ATOMIC_ACQUIRE)) return;
+  /* the descriptor is cleared before the list is looked at: a job that
+     finishes after the look writes it again. (Cleared after, it could
+     swallow the write of a job finished in between, whose call then waited
+     for the next timer: with calls suspended in their states, the deadline
+     of one waiting for the state that job held.) */
+  __atomic_store_n(&rt->notified, 0, __ATOMIC_RELEASE);
+  uint64_t n;
+  while (read(rt->efd, &n, sizeof n) < 0 && errno == EINTR) {}
   if (!__atomic_load_n(&rt->done, __ATOMIC_ACQUIRE)) return;
   pthread_mutex_lock(&rt->lock);
   cl_call *c = rt->done;
@@ -222,9 +226,6 @@ void rt_drain(rt_runtime *rt) {
     c = next;
   }
   pthread_mutex_unlock(&rt->lock);
-  /* a completion after this read writes again: at worst one wake-up too many */
-  uint64_t n;
-  while (read(rt->efd, &n, sizeof n) < 0 && errno == EINTR) {}
 }
 
 void rt_run_here(rt_runtime *rt, cl_call *c) {
@@ -259,8 +260,10 @@ int rt_submit(rt_runtime *rt, cl_call *c) {
 void rt_cancel_job(rt_runtime *rt, cl_call *c) {
   pthread_mutex_lock(&rt->lock);
   __atomic_store_n(&c->cancelled, 1, __ATOMIC_RELEASE);
-  if ((c->job_out || c->inline_run) && c->sx) sx_interrupt(c->sx);
+  if ((c->job_out || c->inline_run) && c->sx) sx_interrupt(c->sx, &c->run);
   pthread_mutex_unlock(&rt->lock);
+  /* a call suspended in a wait ends at its next step: its driver looks now */
+  rt_notify(rt);
 }
 
 void rt_progress(void *ud, double n, double total, const char *message, size_t len) {

@@ -208,7 +208,26 @@ static int prepare_one(lua_State *H) {
   } else {
     push_empty_needs(H, p->s, p->needs_shared);
   }
-  return 3;
+  if (p->s->child) return 3;
+  /* the coroutine the call runs as, its body's arguments on its stack */
+  lua_State *co = lua_newthread(H);
+#if LUA_VERSION_NUM >= 504
+  lua_pushcfunction(co, sx_call_body);
+#endif
+  lua_pushvalue(H, -4);
+  lua_xmove(H, co, 1);
+  lua_pushvalue(H, -3);
+  lua_xmove(H, co, 1);
+  lua_rawgeti(H, LUA_REGISTRYINDEX, p->s->signal_ref);
+  lua_xmove(H, co, 1);
+  lua_pushvalue(H, -2);
+  lua_xmove(H, co, 1);
+  run->co_ref = luaL_ref(H, LUA_REGISTRYINDEX);
+  run->co = co;
+#if LUA_VERSION_NUM >= 504
+  *(sx_run **)lua_getextraspace(co) = run;
+#endif
+  return 0;
 }
 
 void sx_prepare(sx_state *s, lua_State *L, sx_run *runs, int n) {
@@ -226,11 +245,15 @@ void sx_prepare(sx_state *s, lua_State *L, sx_run *runs, int n) {
     }
     sx_prep p = { s, L, run, &needs_shared };
     s->out_of_memory = 0;
+    run->co = NULL;
+    run->co_ref = LUA_NOREF;
+    run->started = run->waiting = 0;
+    int top = lua_gettop(H);
     lua_pushcfunction(H, prepare_one);
     lua_pushlightuserdata(H, &p);
-    int status = lua_pcall(H, 1, 3, 0);
+    int status = lua_pcall(H, 1, s->child ? 3 : LUA_MULTRET, 0);
     if (status != LUA_OK) {
-      lua_pop(H, 1);
+      lua_settop(H, top);
       if (s->out_of_memory || status == LUA_ERRMEM) {
         prepare_failure(run, "TOOL_MEMORY_LIMIT", "Tool '%s' ran out of memory receiving its input.%s", run->opts.tool, "");
         s->broken = 1;
@@ -239,8 +262,8 @@ void sx_prepare(sx_state *s, lua_State *L, sx_run *runs, int n) {
       }
       continue;
     }
-    if (run->failed_code) {
-      lua_pop(H, 3);
+    if (run->failed_code || !s->child) {
+      lua_settop(H, top);
       continue;
     }
     run->fn = lua_gettop(H) - 2;
@@ -249,57 +272,118 @@ void sx_prepare(sx_state *s, lua_State *L, sx_run *runs, int n) {
   }
 }
 
+/* The coroutine of a call that ended (or will not resume) goes: its
+   state's registry lets it go, and it is no call's any more. */
+static void drop_coroutine(lua_State *H, sx_run *run) {
+  if (!run->co) return;
+#if LUA_VERSION_NUM >= 504
+  *(sx_run **)lua_getextraspace(run->co) = NULL;
+#endif
+  luaL_unref(H, LUA_REGISTRYINDEX, run->co_ref);
+  run->co = NULL;
+  run->co_ref = LUA_NOREF;
+}
+
+/* Runs the call's coroutine until it ends or waits: its first slice, or
+   the next one after a wait. Leaves its result or error on top of the
+   state's main thread once it ended; nothing while it waits. */
+static void run_slice(sx_state *s, sx_run *run) {
+  lua_State *H = s->L, *co = run->co;
+  int nargs = 0;
+  if (!run->started) {
+    run->started = 1;
+    run->printed = 0;
+    run->deadline_ns = run->opts.timeout_ms > 0 ? sx_now_ns() + run->opts.timeout_ms * 1000000LL : 0;
+    nargs = 3;
+  }
+  run->waiting = 0;
+  run->wake_ns = 0;
+  run->transfer = NULL;
+  s->tool = run->opts.tool;
+  s->timeout_ms = run->opts.timeout_ms;
+  s->opts = &run->opts;
+  s->expired = 0;
+  s->out_of_memory = 0;
+  s->printed = run->printed;
+  s->deadline_ns = run->deadline_ns;
+  s->current = co;
+  s->stopping = 0;
+  __atomic_store_n(&s->run, run, __ATOMIC_RELEASE);
+  /* The handler starts under the count hook. One that runs longer than
+     SX_PROMOTE_NS is handed to the watch by the hook, and runs on with no
+     hook, at the speed of plain Lua, until a signal sets one (watch.c).
+     Arming the watch reads the thread's signal mask, a system call that
+     would cost a short call more than all the rest of it (2.4 µs of 5 on
+     the machine of issue 15). */
+  s->watched = 0;
+  s->promote = sx_watch_arm;
+  s->promote_ns = sx_now_ns() + SX_PROMOTE_NS;
+  sx_start_hook(s, co);
+#if LUA_VERSION_NUM >= 504
+  int nres = 0;
+  int status = lua_resume(co, H, nargs ? nargs + 1 : 0, &nres);
+#else
+  (void)nargs;
+  int status = lua_pcall(co, 3, 1, 0);
+#endif
+  s->opts = NULL;
+  s->promote_ns = 0;
+  if (s->watched) {
+    __atomic_store_n(&s->current, co, __ATOMIC_RELEASE);
+    sx_watch_disarm(s);
+    s->watched = 0;
+  }
+  __atomic_store_n(&s->run, NULL, __ATOMIC_RELEASE);
+  run->printed = s->printed;
+  run->out_of_memory |= s->out_of_memory;
+  if (status == LUA_YIELD && run->wake_ns) {
+    /* suspended in a wait: the state may serve other calls meanwhile, but
+       not new ones if this slice found it out of memory */
+    run->waiting = 1;
+    s->deadline_ns = 0;
+    if (s->out_of_memory) s->broken = 1;
+    return;
+  }
+#if LUA_VERSION_NUM >= 504
+  if (status == LUA_OK) {
+    run->status = (int)lua_tointeger(co, -2);
+  } else if (status == LUA_YIELD) {
+    /* only a wait may yield from a call's own coroutine */
+    run->status = LUA_ERRRUN;
+    lua_pushfstring(co, "Tool '%s' yielded outside a wait.", run->opts.tool);
+  } else {
+    run->status = status;
+  }
+#else
+  run->status = status;
+#endif
+  lua_xmove(co, H, 1);
+  drop_coroutine(H, run);
+  /* a result that comes after the deadline is late: the call timed out */
+  if (s->deadline_ns && sx_now_ns() >= s->deadline_ns) s->expired = 1;
+  s->deadline_ns = 0;
+  run->expired = s->expired;
+  run->out_of_memory = run->out_of_memory || run->status == LUA_ERRMEM;
+  /* a state that ran out of memory or time is not trusted again */
+  if (run->expired || run->out_of_memory || __atomic_load_n(&run->cancelled, __ATOMIC_ACQUIRE)) s->broken = 1;
+  run->result_slot = lua_gettop(H);
+}
+
 void sx_execute(sx_state *s, sx_run *runs, int n) {
   if (s->child) {
     sx_remote_execute(s, runs, n);
     return;
   }
-  lua_State *H = s->L;
   for (int i = 0; i < n; i++) {
     sx_run *run = &runs[i];
-    run->result_slot = 0;
-    if (run->failed_code) continue;
-    lua_pushvalue(H, run->fn);
-    lua_pushvalue(H, run->input_slot);
-    lua_rawgeti(H, LUA_REGISTRYINDEX, s->signal_ref);
-    lua_pushvalue(H, run->needs_slot);
-    s->tool = run->opts.tool;
-    s->timeout_ms = run->opts.timeout_ms;
-    s->opts = &run->opts;
-    s->expired = 0;
-    s->out_of_memory = 0;
-    s->deadline_ns = run->opts.timeout_ms > 0 ? sx_now_ns() + run->opts.timeout_ms * 1000000LL : 0;
-    s->current = H;
-    s->stopping = 0;
-    /* The handler starts under the count hook. One that runs longer than
-       SX_PROMOTE_NS is handed to the watch by the hook, and runs on with no
-       hook, at the speed of plain Lua, until a signal sets one (watch.c).
-       Arming the watch reads the thread's signal mask, a system call that
-       would cost a short call more than all the rest of it (2.4 µs of 5 on
-       the machine of issue 15). */
-    lua_sethook(H, NULL, 0, 0);
-    s->watched = 0;
-    s->promote = sx_watch_arm;
-    s->promote_ns = sx_now_ns() + SX_PROMOTE_NS;
-    sx_start_hook(s);
-    run->status = lua_pcall(H, 3, 1, 0);
-    s->opts = NULL;
-    s->promote_ns = 0;
-    if (s->watched) {
-      __atomic_store_n(&s->current, H, __ATOMIC_RELEASE);
-      sx_watch_disarm(s);
-      s->watched = 0;
-    }
-    /* a result that comes after the deadline is late: the call timed out */
-    if (s->deadline_ns && sx_now_ns() >= s->deadline_ns) s->expired = 1;
-    run->deadline_ns = s->deadline_ns;
-    s->deadline_ns = 0;
-    run->expired = s->expired;
-    run->out_of_memory = s->out_of_memory || run->status == LUA_ERRMEM;
-    /* a state that ran out of memory or time is not trusted again */
-    if (run->expired || run->out_of_memory || sx_cancelled(s)) s->broken = 1;
-    run->result_slot = lua_gettop(H);
+    if (!run->waiting) run->result_slot = 0;
+    if (run->failed_code || !run->co) continue;
+    run_slice(s, run);
   }
+}
+
+void sx_drop_call(sx_state *s, sx_run *run) {
+  drop_coroutine(s->L, run);
 }
 
 int sx_collect(sx_state *s, lua_State *L, const sx_run *run) {

@@ -34,6 +34,7 @@
 typedef struct sh_config {
   sh_deadline_fn deadline;
   sh_error_fn error;
+  const sh_wait *wait;            /* NULL: requests block */
   sh_limits limits;
 } sh_config;
 
@@ -91,8 +92,9 @@ void sh_after_fork(void) {
   transport_closed = 0;
 }
 
-/* Starts r on the process's transport; NULL with a message in err. */
-static tp_transfer *start(const tp_request *r, char *err, size_t errlen) {
+/* Starts r on the process's transport (done(ud) at its end, on the I/O
+   thread); NULL with a message in err. */
+static tp_transfer *start(const tp_request *r, void (*done)(void *ud), void *ud, char *err, size_t errlen) {
   tp_transfer *t = NULL;
   pthread_mutex_lock(&transport_lock);
   if (!transport && !transport_closed) {
@@ -100,7 +102,7 @@ static tp_transfer *start(const tp_request *r, char *err, size_t errlen) {
   } else if (!transport) {
     snprintf(err, errlen, "the HTTP transport is closed: the process is exiting");
   }
-  if (transport) t = tp_start(transport, r, NULL, NULL, err, errlen);
+  if (transport) t = tp_start(transport, r, done, ud, err, errlen);
   pthread_mutex_unlock(&transport_lock);
   return t;
 }
@@ -356,6 +358,22 @@ static void wait_for(lua_State *L, sh_deadline_fn deadline, tp_transfer *t) {
   }
 }
 
+static int finish(lua_State *L, const sh_config *cfg, sh_transfer *t, int by_deadline);
+
+/* The request resumed after a wait: its transfer (at the stack index ctx >>
+   1) has its outcome (set just before the end's callback runs, which is
+   what woke the call; tp_poll says "ended" only after it returned), or it
+   waits again (a resume before that). The outcome is read once the
+   callback returned (tp_wait). */
+static int perform_k(lua_State *L, int status, lua_KContext ctx) {
+  (void)status;
+  const sh_config *cfg = lua_touserdata(L, lua_upvalueindex(1));
+  sh_transfer *t = lua_touserdata(L, (int)(ctx >> 1));
+  if (!tp_outcome(t->tp)) return cfg->wait->yield(L, t->tp, ctx, perform_k);
+  tp_wait(t->tp, 0, NULL);
+  return finish(L, cfg, t, (int)(ctx & 1));
+}
+
 static int perform(lua_State *L, const sh_config *cfg, const sh_request *r) {
   const sh_limits *lim = &cfg->limits;
   int head = strcmp(r->method, "HEAD") == 0;
@@ -364,6 +382,7 @@ static int perform(lua_State *L, const sh_config *cfg, const sh_request *r) {
     fail(L, NULL, "HTTP_TOO_LARGE", 0, "the request body is larger than the limit of %zu bytes", lim->max_request_bytes);
 
   sh_transfer *t = lua_newuserdata(L, sizeof *t);
+  int tidx = lua_gettop(L);
   t->tp = NULL;
   sb_init(&t->request);
   sb_init(&t->text);
@@ -414,11 +433,19 @@ static int perform(lua_State *L, const sh_config *cfg, const sh_request *r) {
   req.max_response_bytes = lim->max_response_bytes;
   req.max_redirects = LIM_HTTP_MAX_REDIRECTS;
   char err[256];
-  t->tp = start(&req, err, sizeof err);
+  void (*done)(void *) = NULL;
+  void *ud = NULL;
+  int yielding = cfg->wait && cfg->wait->may_yield(L, &done, &ud);
+  t->tp = start(&req, done, ud, err, sizeof err);
   if (!t->tp) invalid(L, t, "%s", err);
-
+  if (yielding) return cfg->wait->yield(L, t->tp, (lua_KContext)tidx << 1 | by_deadline, perform_k);
   wait_for(L, cfg->deadline, t->tp);
+  return finish(L, cfg, t, by_deadline);
+}
 
+/* The request after its transfer ended: its response, or its error. */
+static int finish(lua_State *L, const sh_config *cfg, sh_transfer *t, int by_deadline) {
+  (void)cfg;
   const tp_result *res = tp_outcome(t->tp);
   if (res->code == TP_HTTP_TIMEOUT && by_deadline)
     fail(L, t, "HTTP_TIMEOUT", 1, "the call's deadline passed during the request");
@@ -497,6 +524,11 @@ static int l_post(lua_State *L) {
 }
 
 void sh_push_http(lua_State *L, sh_deadline_fn deadline, sh_error_fn error, const sh_limits *limits) {
+  sh_push_http_waiting(L, deadline, error, NULL, limits);
+}
+
+void sh_push_http_waiting(lua_State *L, sh_deadline_fn deadline, sh_error_fn error, const sh_wait *wait,
+                          const sh_limits *limits) {
   static const luaL_Reg fns[] = {
     { "request", l_request },
     { "get", l_get },
@@ -512,6 +544,7 @@ void sh_push_http(lua_State *L, sh_deadline_fn deadline, sh_error_fn error, cons
   sh_config *cfg = lua_newuserdata(L, sizeof *cfg);
   cfg->deadline = deadline;
   cfg->error = error;
+  cfg->wait = wait;
   cfg->limits.timeout_ms = limits && limits->timeout_ms > 0 ? limits->timeout_ms : LIM_HTTP_TIMEOUT_MS;
   cfg->limits.max_response_bytes = limits && limits->max_response_bytes ? limits->max_response_bytes : (size_t)LIM_HTTP_MAX_BYTES;
   cfg->limits.max_request_bytes = limits && limits->max_request_bytes ? limits->max_request_bytes : (size_t)LIM_HTTP_MAX_BYTES;

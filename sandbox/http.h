@@ -37,10 +37,27 @@ typedef struct sh_limits {
    deadline), and must not raise. */
 typedef void (*sh_error_fn)(lua_State *L, const char *code, const char *message, int retryable);
 
+/* How a request may wait without holding its thread (the sandbox's waits):
+   may_yield says whether the request made on L may, and gives the
+   callback its transfer calls when it ends (on the transport's I/O thread;
+   short, no tp_ call); yield then suspends the running call until that
+   callback ran or its deadline came (lua_yieldk with k and ctx; `transfer`
+   is the tp_transfer, which the sandbox cancels if the call ends while it
+   waits). */
+#if LUA_VERSION_NUM >= 504
+typedef struct sh_wait {
+  int (*may_yield)(lua_State *L, void (**done)(void *ud), void **ud);
+  int (*yield)(lua_State *L, void *transfer, lua_KContext ctx, lua_KFunction k);
+} sh_wait;
+
 /* Pushes the `http` table (request, get, post) for a state whose deadline is
    read with `deadline` (NULL: none) and whose failures are made by `error`
-   (NULL: error objects). limits may be NULL; it is copied. */
+   (NULL: error objects). limits may be NULL; it is copied. With `wait`, a
+   request yields where wait->may_yield says it may; else it blocks. */
 void sh_push_http(lua_State *L, sh_deadline_fn deadline, sh_error_fn error, const sh_limits *limits);
+void sh_push_http_waiting(lua_State *L, sh_deadline_fn deadline, sh_error_fn error, const sh_wait *wait,
+                          const sh_limits *limits);
+#endif
 
 /* In a forked child: forget the parent's transport (its thread is not
    there); the child's first request makes one of its own. */

@@ -19,6 +19,7 @@
 #include "watch.h"
 #include "state.h"
 #include "strict.h"
+#include "transport.h"
 
 /* A module: where it comes from, what it may use, and its states. */
 struct sx_module {
@@ -213,6 +214,8 @@ static sx_state **take_idle(sx_module *m, int *n) {
   *n = 0;
   for (int i = 0; i < m->nstates;) {
     if (m->states[i]->busy) { i++; continue; }
+    /* one with residents leaves the list, and goes with the last of them */
+    if (m->states[i]->residents) { m->states[i] = m->states[--m->nstates]; continue; }
     if (gone) gone[(*n)++] = m->states[i];
     else drop_state(m->states[i]);
     m->states[i] = m->states[--m->nstates];
@@ -225,20 +228,45 @@ static void drop_all(sx_state **gone, int n) {
   free(gone);
 }
 
-/* The queue of waiters: the module's lock is held. */
+/* The queues of waiters: the module's (for any state), and each state's
+   (its suspended calls, to resume); the module's lock is held. */
+static void queue(sx_module *m, sx_waiter *w) {
+  sx_waiter **head = w->want ? &w->want->wait_head : &m->wait_head;
+  sx_waiter **tail = w->want ? &w->want->wait_tail : &m->wait_tail;
+  w->queued = 1;
+  w->next = NULL;
+  w->prev = *tail;
+  if (*tail) (*tail)->next = w; else *head = w;
+  *tail = w;
+}
+
+/* A waiter that was woken and found its state taken again goes first. */
+static void queue_first(sx_waiter *w) {
+  sx_waiter **head = &w->want->wait_head, **tail = &w->want->wait_tail;
+  w->queued = 1;
+  w->prev = NULL;
+  w->next = *head;
+  if (*head) (*head)->prev = w; else *tail = w;
+  *head = w;
+}
+
 static void unqueue(sx_module *m, sx_waiter *w) {
-  if (w->prev) w->prev->next = w->next; else m->wait_head = w->next;
-  if (w->next) w->next->prev = w->prev; else m->wait_tail = w->prev;
+  sx_waiter **head = w->want ? &w->want->wait_head : &m->wait_head;
+  sx_waiter **tail = w->want ? &w->want->wait_tail : &m->wait_tail;
+  if (w->prev) w->prev->next = w->next; else *head = w->next;
+  if (w->next) w->next->prev = w->prev; else *tail = w->prev;
   w->next = w->prev = NULL;
   w->queued = 0;
 }
 
-static void wake_first(sx_module *m) {
-  sx_waiter *w = m->wait_head;
-  if (!w) return;
+static void wake(sx_module *m, sx_waiter *w) {
   unqueue(m, w);
   __atomic_store_n(&w->woken, 1, __ATOMIC_RELEASE);
   w->wake(w);
+}
+
+static void wake_first(sx_module *m) {
+  if (m->wait_head) wake(m, m->wait_head);
 }
 
 /* A state became free, or the room to make one: one waiter looks again. */
@@ -247,10 +275,26 @@ static void state_freed(sx_module *m) {
   wake_first(m);
 }
 
+/* State s became free: a call suspended in it goes first, else (when s may
+   serve new calls) one waiting for any state. */
+static void freed_state(sx_module *m, sx_state *s, int listed) {
+  if (s->wait_head) {
+    pthread_cond_signal(&m->freed);
+    wake(m, s->wait_head);
+  } else if (listed) {
+    state_freed(m);
+  }
+}
+
 void sx_unwait(sx_module *m, sx_waiter *w) {
   pthread_mutex_lock(&m->lock);
+  sx_state *want = w->want;
   if (w->queued) unqueue(m, w);
-  if (__atomic_exchange_n(&w->woken, 0, __ATOMIC_ACQ_REL)) wake_first(m);
+  if (__atomic_exchange_n(&w->woken, 0, __ATOMIC_ACQ_REL)) {
+    if (want && want->wait_head) wake(m, want->wait_head);
+    else wake_first(m);
+  }
+  w->want = NULL;
   pthread_mutex_unlock(&m->lock);
 }
 
@@ -292,8 +336,9 @@ sx_state *sx_try_acquire(sx_module *m, int *may_make, sx_waiter *w, char *err, s
   if (sx_closed(m)) {
     snprintf(err, errlen, "the tool module was closed");
   } else {
+    /* a state free while calls suspended in it wait for it is theirs */
     for (int i = 0; i < m->nstates; i++)
-      if (!m->states[i]->busy) {
+      if (!m->states[i]->busy && !m->states[i]->wait_head) {
         s = m->states[i];
         s->busy = 1;
         break;
@@ -307,11 +352,8 @@ sx_state *sx_try_acquire(sx_module *m, int *may_make, sx_waiter *w, char *err, s
   if (w && (s || *may_make || sx_closed(m))) {
     if (w->queued) unqueue(m, w);
   } else if (w && !w->queued) {
-    w->queued = 1;
-    w->next = NULL;
-    w->prev = m->wait_tail;
-    if (m->wait_tail) m->wait_tail->next = w; else m->wait_head = w;
-    m->wait_tail = w;
+    w->want = NULL;
+    queue(m, w);
   }
   pthread_mutex_unlock(&m->lock);
   return s;
@@ -343,10 +385,15 @@ void sx_unmake(sx_module *m) {
   pthread_mutex_unlock(&m->lock);
 }
 
-void sx_interrupt(sx_state *s) {
-  __atomic_store_n(&s->cancelled, 1, __ATOMIC_RELEASE);
-  if (s->child) sx_remote_poke(s);
-  else sx_watch_poke(s);
+void sx_interrupt(sx_state *s, sx_run *run) {
+  if (s->child) {
+    __atomic_store_n(&s->cancelled, 1, __ATOMIC_RELEASE);
+    sx_remote_poke(s);
+    return;
+  }
+  /* the call's own flag: other calls of the state go on */
+  __atomic_store_n(&run->cancelled, 1, __ATOMIC_RELEASE);
+  if (__atomic_load_n(&s->run, __ATOMIC_ACQUIRE) == run) sx_watch_poke(s);
 }
 
 int sx_isolated(const sx_module *m) {
@@ -463,30 +510,126 @@ sx_state *sx_acquire(sx_module *m, long long deadline_ns, int wait, char *err, s
   return NULL;
 }
 
-void sx_release(sx_state *s) {
+/* Under the lock, by s's holder: the coroutines of the residents that were
+   abandoned while s was busy go (no allocation: a registry slot freed). */
+static void drop_abandoned(sx_state *s) {
+  while (s->ndropped > 0) {
+    luaL_unref(s->L, LUA_REGISTRYINDEX, s->dropped[--s->ndropped]);
+    s->residents--;
+  }
+}
+
+/* Under the lock: takes s out of the module's list; whether it was there. */
+static int unlist(sx_module *m, sx_state *s) {
+  for (int i = 0; i < m->nstates; i++)
+    if (m->states[i] == s) {
+      m->states[i] = m->states[--m->nstates];
+      return 1;
+    }
+  return 0;
+}
+
+static int listed(const sx_module *m, const sx_state *s) {
+  for (int i = 0; i < m->nstates; i++)
+    if (m->states[i] == s) return 1;
+  return 0;
+}
+
+/* Gives s back; `suspended`: its call waits in it as a resident. */
+static void give_back(sx_state *s, int suspended) {
   sx_module *m = s->module;
   lua_settop(s->L, s->base);
-  int gone = 0;
   pthread_mutex_lock(&m->lock);
+  drop_abandoned(s);
+  if (suspended) s->residents++;
   if (s->broken || sx_cancelled(s) || sx_closed(m) || m->claims == 0) {
     /* it ran out of memory or time, or a cancel reached it (perhaps after
        its call was done: the next call must not inherit it): it is closed,
        and a new one is made when one is needed; nor is a state kept for a
        module that is closed, or that no open program uses any more (the
-       call of a program closed while it ran) */
-    for (int i = 0; i < m->nstates; i++)
-      if (m->states[i] == s) {
-        m->states[i] = m->states[--m->nstates];
-        break;
-      }
-    gone = 1;
-  } else {
-    s->busy = 0;
+       call of a program closed while it ran). One with residents serves
+       them until the last is done (or abandoned), and no other call. */
+    if (unlist(m, s)) state_freed(m);
   }
-  state_freed(m);
+  s->busy = 0;
+  int is_listed = listed(m, s), gone = !is_listed && s->residents == 0;
+  freed_state(m, s, is_listed);
   pthread_mutex_unlock(&m->lock);
   /* out of the list, it is this thread's alone: it goes without the lock */
   if (gone) drop_state(s);
+}
+
+void sx_release(sx_state *s) {
+  give_back(s, 0);
+}
+
+void sx_suspend(sx_state *s) {
+  give_back(s, 1);
+}
+
+sx_state *sx_try_acquire_state(sx_state *s, sx_waiter *w) {
+  sx_module *m = s->module;
+  sx_state *got = NULL;
+  pthread_mutex_lock(&m->lock);
+  int woken = __atomic_exchange_n(&w->woken, 0, __ATOMIC_ACQ_REL);
+  /* first come, first served: a call whose wait just ended queues behind
+     those already waiting for the state */
+  if (!s->busy && (woken || !s->wait_head || s->wait_head == w)) {
+    s->busy = 1;
+    s->residents--;
+    got = s;
+    if (w->queued) unqueue(m, w);
+    w->want = NULL;
+  } else if (!w->queued) {
+    w->want = s;
+    if (woken) queue_first(w); else queue(m, w);
+    /* free, with others before it: the first of them looks (again) */
+    if (!s->busy && s->wait_head != w) wake(m, s->wait_head);
+  }
+  pthread_mutex_unlock(&m->lock);
+  if (got) s->base = lua_gettop(s->L);
+  return got;
+}
+
+void sx_abandon(sx_state *s, sx_run *run) {
+  sx_module *m = s->module;
+  if (run->transfer) {
+    /* its request ends now, and its end's callback has run before the call
+       may go (the transfer itself is its coroutine's, freed with it) */
+    tp_cancel(run->transfer);
+    tp_wait(run->transfer, 0, NULL);
+    run->transfer = NULL;
+  }
+  pthread_mutex_lock(&m->lock);
+  if (!s->busy) {
+    /* no thread uses it: held for the moment, under the lock */
+    s->busy = 1;
+    pthread_mutex_unlock(&m->lock);
+    s->base = lua_gettop(s->L);
+    sx_drop_call(s, run);
+    pthread_mutex_lock(&m->lock);
+    s->residents--;
+    pthread_mutex_unlock(&m->lock);
+    run->waiting = 0;
+    give_back(s, 0);
+    return;
+  }
+  /* its holder lets the coroutine go when it gives s back */
+  if (s->ndropped == s->capdropped) {
+    int cap = s->capdropped ? 2 * s->capdropped : 8;
+    int *grown = realloc(s->dropped, sizeof *grown * (size_t)cap);
+    if (grown) {
+      s->dropped = grown;
+      s->capdropped = cap;
+    }
+  }
+  /* without memory for the note, the coroutine stays until the state goes */
+  if (s->ndropped < s->capdropped) s->dropped[s->ndropped++] = run->co_ref;
+  else s->residents--;
+  run->co = NULL;
+  run->co_ref = LUA_NOREF;
+  run->waiting = 0;
+  pthread_mutex_unlock(&m->lock);
 }
 
 static int lock_globals(lua_State *L) {
@@ -618,7 +761,7 @@ sx_state *sx_compose(sx_module *m, long long deadline_ns, char *err, size_t errl
     sx_state_free(s);
     return NULL;
   }
-  sx_start_hook(s);
+  sx_start_hook(s, s->L);
   if (run_module(m, s, deadline_ns, err, errlen) != 0) {
     sx_state_free(s);
     return NULL;

@@ -93,6 +93,7 @@ void sx_unclaim(sx_module *m);
    signal: rt_notify). The waiter's owner keeps it alive while it is queued. */
 typedef struct sx_waiter {
   void (*wake)(struct sx_waiter *w);
+  sx_state *want;                 /* the state it waits for (a suspended call's own), NULL: any */
   struct sx_waiter *next, *prev;  /* the module's queue: guarded by its lock */
   int queued;                     /* guarded by the module's lock */
   int woken;                      /* woken and not yet looked: read and written atomically */
@@ -111,8 +112,10 @@ int sx_woken(const sx_waiter *w);
 sx_state *sx_make(sx_module *m, long long deadline_ns, char *err, size_t errlen);
 /* Gives back the right to make a state that sx_try_acquire gave, unused. */
 void sx_unmake(sx_module *m);
-/* Stops the call running in s, as cancelled (any thread). */
-void sx_interrupt(sx_state *s);
+/* Stops the call `run` of state s, as cancelled, if it is running (any
+   thread); a call suspended in s sees it when it resumes. */
+struct sx_run;
+void sx_interrupt(sx_state *s, struct sx_run *run);
 
 /* Whether the module's handlers run in processes of their own. */
 int sx_isolated(const sx_module *m);
@@ -132,6 +135,26 @@ void sx_stats(sx_module *m, int *states, int *busy, size_t *idle_memory);
 sx_state *sx_acquire(sx_module *m, long long deadline_ns, int wait, char *err, size_t errlen);
 void sx_release(sx_state *s);
 
+/*
+ * Waiting without a thread. A handler that waits (signal:sleep) in a call
+ * whose opts.may_wait is set yields: sx_execute returns with run->waiting
+ * set and run->wake_ns the monotonic time its wait ends (at the latest:
+ * the deadline ends it sooner), and the call lives on as a coroutine of its
+ * state, a resident. The caller gives the state back with sx_suspend (it
+ * may run other calls meanwhile), and, once the wait is over, takes that
+ * same state again with sx_try_acquire_state, then runs sx_execute on the
+ * same run again: it resumes where it waited. A call that will not resume
+ * (cancelled, or past its deadline while it waited) is let go with
+ * sx_abandon: its coroutine is dropped without running again.
+ */
+void sx_suspend(sx_state *s);
+/* s for the suspended call, if it is free now; else NULL, and w waits in
+   the module's queue for it (woken when s is released). */
+sx_state *sx_try_acquire_state(sx_state *s, sx_waiter *w);
+/* The suspended call `run` of s ends without running again (any moment
+   the caller does not hold s; s goes if it was its last resident). */
+void sx_abandon(sx_state *s, struct sx_run *run);
+
 /* How one handler call runs. */
 typedef struct sx_call_opts {
   const char *tool;               /* the tool's name, for messages */
@@ -141,6 +164,14 @@ typedef struct sx_call_opts {
      thread running it (total < 0: none; message NULL: none); NULL: ignored */
   void (*progress)(void *ud, double n, double total, const char *message, size_t len);
   void *progress_ud;
+  /* a wait (signal:sleep) suspends the call instead of blocking its thread
+     (see sx_suspend); 0: it blocks, as in a handler process */
+  int may_wait;
+  /* a luma.http request suspends the call too when this is set: wake(ud)
+     runs on the transport's I/O thread when its transfer ended (it must only
+     mark the call and signal: rt_notify); NULL: requests block */
+  void (*wake)(void *ud);
+  void *wake_ud;
 } sx_call_opts;
 
 /*
@@ -176,6 +207,17 @@ typedef struct sx_run {
   int fn, input_slot, needs_slot, result_slot;
   int status, expired, out_of_memory;
   long long deadline_ns;          /* when the handler's time ran out (0: no deadline) */
+  /* the coroutine the handler runs as (in-process states), anchored by a
+     registry ref of its state while the call lives */
+  lua_State *co;
+  int co_ref;
+  int started;                    /* its first slice ran: the next sx_execute resumes it */
+  int waiting;                    /* it is suspended in a wait */
+  long long wake_ns;              /* when that wait ends (monotonic); LLONG_MAX: when
+                                     opts.wake is called (a transfer) or the deadline */
+  void *transfer;                 /* the tp_transfer it waits for, NULL: none */
+  size_t printed;                 /* what print wrote, across its slices */
+  int cancelled;                  /* sx_interrupt: read and written atomically */
 } sx_run;
 
 void sx_prepare(sx_state *s, lua_State *L, sx_run *runs, int n);

@@ -155,11 +155,39 @@ void sx_stop_now(sx_state *s) {
   if (cur != s->L) lua_sethook(s->L, deadline_hook, LUA_MASKCOUNT, 1);
 }
 
-void sx_start_hook(sx_state *s) {
+void sx_start_hook(sx_state *s, lua_State *L) {
   s->hook_ns = sx_now_ns();
   s->hook_pinned = 0;
-  lua_sethook(s->L, deadline_hook, LUA_MASKCOUNT, SX_HOOK_MIN);
+  lua_sethook(L, deadline_hook, LUA_MASKCOUNT, SX_HOOK_MIN);
 }
+
+/* The call a Lua thread is the coroutine of (its extra space), or NULL:
+   a state's main thread, a coroutine a handler made. */
+static sx_run *root_of(lua_State *co) {
+#if LUA_VERSION_NUM >= 504
+  return *(sx_run **)lua_getextraspace(co);
+#else
+  (void)co;
+  return NULL;
+#endif
+}
+
+#if LUA_VERSION_NUM >= 504
+
+/* Its protected call's end, directly or after the handler yielded in a
+   wait: (status, result or error). A yieldable pcall reports LUA_YIELD for
+   a call that ended well after a yield. */
+static int body_k(lua_State *L, int status, lua_KContext ctx) {
+  (void)ctx;
+  lua_pushinteger(L, status == LUA_YIELD ? LUA_OK : status);
+  lua_insert(L, -2);
+  return 2;
+}
+
+int sx_call_body(lua_State *L) {
+  return body_k(L, lua_pcallk(L, 3, 1, 0, 0, body_k), 0);
+}
+#endif
 
 /* luma.ToolError{ code =, message =, retryable =, details = } */
 static int l_tool_error(lua_State *L) {
@@ -202,15 +230,40 @@ static int l_signal_check(lua_State *L) {
   return 0;
 }
 
+/* The wait after it resumed: over (true), cut short by the deadline or a
+   cancel (false), or not over yet (it yields again). */
+#if LUA_VERSION_NUM >= 504
+static int sleep_k(lua_State *L, int status, lua_KContext end) {
+  (void)status;
+  sx_state *m = sx_state_of(L);
+  if (aborted(m)) { lua_pushboolean(L, 0); return 1; }
+  if (sx_now_ns() >= (long long)end) { lua_pushboolean(L, 1); return 1; }
+  m->run->wake_ns = (long long)end;
+  return lua_yieldk(L, 0, end, sleep_k);
+}
+#endif
+
 /* signal:sleep(ms) -> true after ms, or false as soon as the call is
-   cancelled or passes its deadline: a wait that holds no CPU (a worker
-   thread, though), in slices short enough to notice a cancel at once. */
+   cancelled or passes its deadline. In a call that may wait (a module's
+   state in this process), called from the handler's own coroutine, it
+   yields: the call is suspended, its thread goes back to the pool, and it
+   resumes on any worker when the wait is over. Elsewhere (a coroutine of
+   the handler's own, a metamethod or a callback of a C function, a
+   handler process) it holds its thread, in slices short enough to notice a
+   cancel at once. */
 static int l_signal_sleep(lua_State *L) {
   sx_state *m = sx_state_of(L);
   lua_Number ms = luaL_checknumber(L, 2);
   if (!(ms >= 0 && ms <= LIM_SIGNAL_SLEEP_MAX_MS))
     return luaL_argerror(L, 2, lua_pushfstring(L, "a number of milliseconds from 0 to %d expected", LIM_SIGNAL_SLEEP_MAX_MS));
   long long end = sx_now_ns() + (long long)(ms * 1e6);
+#if LUA_VERSION_NUM >= 504
+  sx_run *run = m->run;
+  if (run && run->co == L && run->opts.may_wait && lua_isyieldable(L) && ms > 0 && !aborted(m)) {
+    run->wake_ns = end;
+    return lua_yieldk(L, 0, (lua_KContext)end, sleep_k);
+  }
+#endif
   for (;;) {
     if (aborted(m)) { lua_pushboolean(L, 0); return 1; }
     long long now = sx_now_ns(), left = end - now;
@@ -363,6 +416,29 @@ static int l_fresh(lua_State *L) {
   return 0;
 }
 
+/* coroutine.yield, isyieldable and running, as a handler's code saw them
+   when it ran in the state's main thread: its call's own coroutine is not
+   one it can yield from (only a wait suspends the call). */
+#if LUA_VERSION_NUM >= 504
+static int l_co_yield(lua_State *L) {
+  if (root_of(L)) return luaL_error(L, "attempt to yield from outside a coroutine");
+  return lua_yield(L, lua_gettop(L));
+}
+
+static int l_co_isyieldable(lua_State *L) {
+  lua_State *co = lua_isnone(L, 1) ? L : lua_tothread(L, 1);
+  luaL_argexpected(L, co, 1, "coroutine");
+  lua_pushboolean(L, lua_isyieldable(co) && !root_of(co));
+  return 1;
+}
+
+static int l_co_running(lua_State *L) {
+  int ismain = lua_pushthread(L);
+  lua_pushboolean(L, ismain || root_of(L));
+  return 2;
+}
+#endif
+
 /* coroutine.create, with fresh(c): a C function, so that no state keeps a
    Lua closure for it (an idle strict state is about 24 KiB; issue 15). */
 static int l_co_create(lua_State *L) {
@@ -385,6 +461,9 @@ static int l_run_in(lua_State *L) {
   int n = lua_gettop(L);
   luaL_checkany(L, 2);
   lua_State *co = lua_tothread(L, 1);
+  /* another call's coroutine (a handler's, kept in a global), suspended in
+     a wait, belongs to the runtime, which resumes it */
+  if (co && root_of(co)) return luaL_error(L, "a tool call's own coroutine cannot be resumed or closed by a handler");
   luaL_checkstack(L, n, "resuming a coroutine");
   for (int i = 2; i <= n; i++) lua_pushvalue(L, i);
   if (s->watched) {
@@ -464,6 +543,14 @@ static void wrap_protected_calls(lua_State *L) {
   lua_getglobal(L, "coroutine");
   lua_pushcfunction(L, l_co_create);
   lua_setfield(L, -2, "create");
+#if LUA_VERSION_NUM >= 504
+  lua_pushcfunction(L, l_co_yield);
+  lua_setfield(L, -2, "yield");
+  lua_pushcfunction(L, l_co_isyieldable);
+  lua_setfield(L, -2, "isyieldable");
+  lua_pushcfunction(L, l_co_running);
+  lua_setfield(L, -2, "running");
+#endif
   lua_pop(L, 1);
 }
 
@@ -498,6 +585,10 @@ sx_state *sx_state_new(size_t memory_limit, char *err, size_t errlen) {
   s->watch_slot = -1;
   s->L = lua_newstate(sx_alloc, s);
   if (!s->L) { snprintf(err, errlen, "out of memory"); free(s); return NULL; }
+#if LUA_VERSION_NUM >= 504
+  /* every thread made in it starts with a copy: not a call's coroutine */
+  memset(lua_getextraspace(s->L), 0, LUA_EXTRASPACE);
+#endif
   return s;
 }
 
@@ -509,8 +600,9 @@ void sx_state_free(sx_state *s) {
     s->tool = "(closing the state)";
     s->timeout_ms = LIM_STATE_CLOSE_TIMEOUT_MS;
     s->deadline_ns = sx_now_ns() + LIM_STATE_CLOSE_TIMEOUT_MS * 1000000LL;
-    sx_start_hook(s);
+    sx_start_hook(s, s->L);
     lua_close(s->L);
   }
+  free(s->dropped);
   free(s);
 }

@@ -16,7 +16,21 @@
 struct sx_state {
   sx_module *module;              /* the owner (module.c); opaque here */
   lua_State *L;
-  int busy;                       /* acquired (guarded by the owner's lock) */
+  int busy;                       /* acquired: a thread runs or prepares a call in it (guarded by
+                                     the owner's lock) */
+  /* calls suspended in a wait (signal:sleep) that live on as coroutines of
+     this state; a state with residents that may not serve new calls (it is
+     broken, its module closed or unclaimed) leaves the module's list and
+     goes when the last of them leaves (guarded by the owner's lock) */
+  int residents;
+  /* suspended calls waiting for this state to be free to resume (sx_waiter
+     with want: this state); guarded by the owner's lock */
+  sx_waiter *wait_head, *wait_tail;
+  int *dropped;                   /* registry refs of abandoned residents' coroutines, unreferenced
+                                     by the next holder (guarded by the owner's lock) */
+  int ndropped, capdropped;
+  sx_run *run;                    /* the call running now, NULL between calls (atomic: the
+                                     signal handler and a canceller read it) */
   int broken;                     /* hit a limit during its last call: replaced, not reused */
   size_t memory;                  /* bytes the state holds now */
   size_t memory_limit;            /* 0: none */
@@ -47,9 +61,12 @@ struct sx_state {
   struct sx_child *child;         /* process isolation: L is a mirror holding copies only (isolate.c) */
 };
 
-/* Whether the state's call was interrupted (sx_interrupt). */
+/* Whether the state's running call was interrupted (sx_interrupt): the
+   state's flag (a process-isolated state) or the call's. */
 static inline int sx_cancelled(const sx_state *s) {
-  return __atomic_load_n(&s->cancelled, __ATOMIC_ACQUIRE);
+  if (__atomic_load_n(&s->cancelled, __ATOMIC_ACQUIRE)) return 1;
+  const sx_run *run = __atomic_load_n(&s->run, __ATOMIC_ACQUIRE);
+  return run && __atomic_load_n(&run->cancelled, __ATOMIC_ACQUIRE);
 }
 
 /* A bare state: the counting allocator (memory_limit bytes, 0: none), no
@@ -67,9 +84,21 @@ void sx_state_prime(void);
    loops of library functions, which the instruction hook does not see. */
 void sx_tick(lua_State *L);
 
-/* (Re)starts the deadline hook of the state's main thread at its shortest
-   interval: when the state is made and at the start of each call. */
-void sx_start_hook(sx_state *s);
+/* (Re)starts the deadline hook of the Lua thread L of s (its main thread,
+   or a call's coroutine) at its shortest interval: when the state is made
+   and at the start of each slice of a call. */
+void sx_start_hook(sx_state *s, lua_State *L);
+
+/* Lets the coroutine of a call that will not resume go (call.c), by the
+   thread that holds s. */
+void sx_drop_call(sx_state *s, sx_run *run);
+
+#if LUA_VERSION_NUM >= 504
+/* The coroutine a call runs as (call.c): its function, to be called with
+   the handler and its three arguments, which returns the status of the
+   handler's protected call and its result or error. */
+int sx_call_body(lua_State *L);
+#endif
 
 /* In the signal handler, on the thread running s: when s's call passed its
    deadline or was cancelled, sets the hook that raises the stop on the Lua

@@ -21,6 +21,7 @@
  */
 #include "strict.h"
 
+#include <limits.h>
 #include <string.h>
 
 #include <lauxlib.h>
@@ -198,6 +199,28 @@ static void http_error(lua_State *L, const char *code, const char *message, int 
   le_push(L, code, message, retryable, 0);
 }
 
+/* A request made from a call's own coroutine, where it can yield, in a
+   call that may wait, suspends the call (sx_suspend) until its transfer
+   ends; its end's callback is the call's wake. */
+static int http_may_yield(lua_State *L, void (**done)(void *ud), void **ud) {
+  sx_state *s = sx_state_of(L);
+  sx_run *run = s->run;
+  if (!run || run->co != L || !run->opts.may_wait || !run->opts.wake || !lua_isyieldable(L) || sx_cancelled(s))
+    return 0;
+  *done = run->opts.wake;
+  *ud = run->opts.wake_ud;
+  return 1;
+}
+
+static int http_yield(lua_State *L, void *transfer, lua_KContext ctx, lua_KFunction k) {
+  sx_run *run = sx_state_of(L)->run;
+  run->transfer = transfer;
+  run->wake_ns = LLONG_MAX;
+  return lua_yieldk(L, 0, ctx, k);
+}
+
+static const sh_wait http_wait = { http_may_yield, http_yield };
+
 void sx_open_strict(lua_State *L, const sx_strict *conf) {
   for (size_t i = 0; i < sizeof libs / sizeof libs[0]; i++) {
     luaL_requiref(L, libs[i].name, libs[i].open, 1);
@@ -247,7 +270,7 @@ void sx_open_strict(lua_State *L, const sx_strict *conf) {
   sx_open_luma(L);
   if (p->allow_network) {
     lua_getglobal(L, "luma");
-    sh_push_http(L, http_deadline, http_error, NULL);
+    sh_push_http_waiting(L, http_deadline, http_error, &http_wait, NULL);
     lua_setfield(L, -2, "http");
     lua_pop(L, 1);
   }

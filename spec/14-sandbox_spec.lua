@@ -237,6 +237,36 @@ describe("a strict state", function()
       assert.is_true(ms < 300 + SLACK_MS, ms .. " ms")
     end)
 
+    it("holds no thread while it waits for a response: 20 requests of a max_concurrency 1 module end together", function()
+      local p = sandboxed({ sandbox = "strict", allow_network = true, max_concurrency = 1 }, { wait = [[
+        local ok, e = pcall(luma.http.get, input.x .. "/slow", { timeout_ms = 300 })
+        return { v = ok and "answered" or e.code }]] }, nil, { wait = 20000 })
+      local t0 = core.monotonic_ms()
+      local calls = {}
+      for i = 1, 20 do calls[i] = p:start("wait", { x = base }) end
+      for i = 1, 20 do
+        assert.is_true(calls[i]:wait(20000))
+        assert.are.equal("HTTP_TIMEOUT", calls[i]:result().v)
+      end
+      -- one after the other, they would take 6 s
+      local took = core.monotonic_ms() - t0
+      assert.is_true(took < h.by_instrumentation(3000, 5000, 12000), string.format("took %.0f ms", took))
+    end)
+
+    it("ends a call cancelled while its request waits at once, TOOL_CANCELLED, aborting the request", function()
+      local p = sandboxed({ sandbox = "strict", allow_network = true, max_concurrency = 1 }, {
+        wait = "luma.http.get(input.x .. '/slow', { timeout_ms = 15000 }) return { v = 'answered' }",
+      }, nil, { wait = 20000 })
+      local c = p:start("wait", { x = base })
+      c:wait(300)
+      local t0 = core.monotonic_ms()
+      c:cancel()
+      assert.is_true(c:wait(5000))
+      assert.is_true(core.monotonic_ms() - t0 < SLACK_MS + 100, string.format("%.0f ms", core.monotonic_ms() - t0))
+      assert.are.equal("TOOL_CANCELLED", h.raised(c.result, c).code)
+      assert.are.equal("pong", p:call("ping", {}).v)
+    end)
+
     it("refuses what is not an http or https URL", function()
       local p = http_project { probe = "local ok, e = pcall(luma.http.get, 'file:///etc/passwd') return { v = e.code .. ': ' .. e.message }" }
       assert.are.equal("HTTP_ERROR: only http:// and https:// URLs are allowed", p:call("probe", {}).v)
@@ -347,7 +377,10 @@ describe("max_concurrency", function()
     assert.are.same({}, clock.sleeps)
   end)
 
-  local HOLD = "signal:sleep(tonumber(input.x)) return { v = 'held' }"
+  -- holds its state for x ms on its thread: a handler that waited
+  -- (signal:sleep) would leave the state to other calls meanwhile
+  local HOLD = "local left = signal.remaining_ms - tonumber(input.x) " ..
+    "while signal.remaining_ms > left do end return { v = 'held' }"
 
   it("gives up a call that waited its whole timeout for a state, and says why", function()
     local p = sandboxed({ sandbox = "strict", max_concurrency = 1 }, { hold = HOLD, quick = "return { v = 'quick' }" },
@@ -374,6 +407,72 @@ describe("max_concurrency", function()
     assert.is_true(require("luma.core").monotonic_ms() - t0 < h.by_instrumentation(2000, 4000, 8000))
     assert.are.equal("TOOL_CANCELLED", h.raised(second.result, second).code)
     assert.are.equal("held", first:result().v)
+  end)
+end)
+
+-- ------------------------------------------------ waiting without a thread
+
+describe("a handler that waits (signal:sleep)", function()
+  -- counts itself in a table of the module's (lib/count.lua, loaded once
+  -- per state), waits, and says what the count is then
+  local NAP = "local count = require('lib.count') count.n = count.n + 1 " ..
+    "local slept = signal:sleep(tonumber(input.x)) return { v = tostring(slept), n = count.n }"
+  local COUNT = { ["lib/count.lua"] = "return { n = 0 }" }
+
+  it("holds no worker thread: 200 calls of a module with max_concurrency 1 each waiting 300 ms end together", function()
+    local p = sandboxed({ sandbox = "strict", max_concurrency = 1 }, { nap = NAP }, COUNT, { nap = 20000 })
+    local t0 = core.monotonic_ms()
+    local calls = {}
+    for i = 1, 200 do calls[i] = p:start("nap", { x = "300" }) end
+    for i = 1, 200 do
+      assert.is_true(calls[i]:wait(20000))
+      assert.are.equal("true", calls[i]:result().v)
+    end
+    -- one after the other they would take 60 s; on the pool's threads, 30 s
+    local took = core.monotonic_ms() - t0
+    assert.is_true(took < h.by_instrumentation(5000, 10000, 20000), string.format("took %.0f ms", took))
+  end)
+
+  it("shares its state's module-level globals with the calls waiting in it, as OpenResty's requests share a VM", function()
+    local p = sandboxed({ sandbox = "strict", max_concurrency = 1 }, { nap = NAP }, COUNT, { nap = 5000 })
+    local a, b, c = p:start("nap", { x = "300" }), p:start("nap", { x = "300" }), p:start("nap", { x = "300" })
+    assert.is_true(a:wait(5000) and b:wait(5000) and c:wait(5000))
+    -- each counted itself in before it waited, and all three were in the one state
+    assert.are.same({ 3, 3, 3 }, { a:result().n, b:result().n, c:result().n })
+  end)
+
+  it("ends at once, TOOL_CANCELLED, when its call is cancelled while it waits; its state serves on", function()
+    local p = sandboxed({ sandbox = "strict", max_concurrency = 1 }, { nap = NAP }, COUNT, { nap = 20000 })
+    local held = p:start("nap", { x = "15000" })
+    held:wait(200)
+    local t0 = core.monotonic_ms()
+    held:cancel()
+    assert.is_true(held:wait(5000))
+    assert.is_true(core.monotonic_ms() - t0 < SLACK_MS + 100, string.format("%.0f ms", core.monotonic_ms() - t0))
+    assert.are.equal("TOOL_CANCELLED", h.raised(held.result, held).code)
+    assert.are.equal("true", p:call("nap", { x = "1" }).v)
+  end)
+
+  it("ends at once when cancelled, also when it ignores what its waits return and spins between them", function()
+    local p = sandboxed({ sandbox = "strict", max_concurrency = 1 }, {
+      stubborn = "while true do signal:sleep(30) for _ = 1, 1e5 do end end",
+    }, nil, { stubborn = 20000 })
+    local c = p:start("stubborn", {})
+    c:wait(300)
+    local t0 = core.monotonic_ms()
+    c:cancel()
+    assert.is_true(c:wait(5000))
+    assert.is_true(core.monotonic_ms() - t0 < SLACK_MS + 100, string.format("%.0f ms", core.monotonic_ms() - t0))
+    assert.are.equal("TOOL_CANCELLED", h.raised(c.result, c).code)
+    assert.are.equal("pong", p:call("ping", {}).v)
+  end)
+
+  it("ends at its deadline, TOOL_TIMEOUT, when the wait is longer than what is left", function()
+    local p = sandboxed({ sandbox = "strict", max_concurrency = 1 }, { nap = NAP }, COUNT, { nap = 300 })
+    local ok, res, ms = call(p, "nap", { x = "5000" })
+    assert.is_false(ok)
+    assert.are.equal("TOOL_TIMEOUT", res.code)
+    assert.is_true(ms >= 280 and ms < 300 + SLACK_MS, string.format("%.0f ms", ms))
   end)
 end)
 
@@ -733,6 +832,35 @@ local CORPUS = {
   yield_through_pcall = { [[
     local co = coroutine.wrap(function() pcall(function() coroutine.yield("in") end) return "out" end)
     return { v = co() .. co() }]], v = "inout" },
+  yield_own_coroutine = { [[
+    local me, main = coroutine.running()
+    local ok, e = pcall(coroutine.resume, me)
+    return { v = tostring(main) .. " " .. tostring(ok) .. " " .. tostring(e:find("cannot be resumed", 1, true) ~= nil) }]],
+    v = "true false true" },
+  yield_own_coroutine_close = { "local me = coroutine.running() coroutine.close(me)", code = "TOOL_FAILED",
+    message = "a tool call's own coroutine cannot be resumed or closed by a handler" },
+
+  -- waits (issue 32): each is stopped by its deadline, none holds the host
+  wait_many_in_a_loop = { "for _ = 1, 100000 do signal:sleep(1) end return { v = 'slept' }", code = "TOOL_TIMEOUT" },
+  wait_in_coroutines = { [[
+    for _ = 1, 5000 do coroutine.wrap(function() signal:sleep(1000) end)() end]], code = "TOOL_TIMEOUT" },
+  wait_nested_coroutine = { [[
+    local co = coroutine.wrap(function() return signal:sleep(5) end)
+    local inner = coroutine.wrap(function() return coroutine.wrap(function() return signal:sleep(5) end)() end)
+    return { v = tostring(co()) .. " " .. tostring(inner()) .. " " .. tostring(signal:sleep(5)) }]], v = "true true true" },
+  wait_in_a_callback = { [[
+    local t = { 3, 2, 1 }
+    table.sort(t, function(a, b) signal:sleep(1) return a < b end)
+    return { v = table.concat(t, ",") .. " " .. tostring(signal:sleep(1)) }]], v = "1,2,3 true" },
+  wait_ignoring_the_end = { "while true do signal:sleep(50) end", code = "TOOL_TIMEOUT" },
+  wait_swallowed = { "while true do pcall(signal.sleep, signal, 50) pcall(error, 'x') end", code = "TOOL_TIMEOUT" },
+  wait_then_spin = { "signal:sleep(20) while true do end", code = "TOOL_TIMEOUT" },
+  wait_then_close_spin = { [[
+    local x <close> = setmetatable({}, { __close = function() while true do end end })
+    signal:sleep(20) error('after the wait')]], code = "TOOL_TIMEOUT" },
+  wait_in_close = { [[
+    local x <close> = setmetatable({}, { __close = function() while true do signal:sleep(10) end end })
+    error('first')]], code = "TOOL_TIMEOUT" },
 }
 
 -- A memory bomb must end on its memory limit, not on its deadline.

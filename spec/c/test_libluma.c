@@ -81,6 +81,7 @@ static const char PROGRAM[] =
   "tool secret() -> Text { credential: \"LIBLUMA_TEST_TOKEN\" }\n"
   "tool sock() -> Text { }\n"
   "tool stuck() -> Text { timeout: 300 }\n"
+  "tool nap(ms: int) -> Text { timeout: 10000 }\n"
   "agent A {\n"
   "  tools: [add, slow]\n"
   "  fn twice(x: int) -> int {\n"
@@ -101,6 +102,7 @@ static const char TOOLS[] =
   "  hooked = function() local x = 0 for i = 1, 300000 do x = x + i end\n"
   "    return { v = debug and tostring(debug.gethook() ~= nil) or 'no debug' } end,\n"
   "  secret = function() return { v = 'ok' } end,\n"
+  "  nap = function(i, signal) return { v = tostring(signal:sleep(i.ms)) } end,\n"
   "  sock = function() local ok, e = pcall(require, 'socket') return { v = tostring(e) } end,\n"
   /* one rehash of colliding integer keys: seconds in C, where no hook stops it */
   "  stuck = function() local t = {} for i = 1, 2^17 + 1 do t[i * (2^18 - 1)] = true end\n"
@@ -383,6 +385,40 @@ static void test_cancel_from_thread(void) {
   CT_CHECK(luma_result(c, NULL, NULL, &err) == LUMA_FAILED, "not cancelled");
   CT_EQ_STR("TOOL_CANCELLED", err.code);
   luma_call_free(c);
+  luma_destroy(rt);
+}
+
+/* Handlers that wait hold no thread: many wait at once on one worker, in
+   the module's one state; one cancelled from another thread while it
+   waits ends at once, and the others still sleep their whole wait. */
+static void test_waiting(void) {
+  luma_error err;
+  luma_options o = { 0 };
+  o.workers = 1;
+  luma_runtime *rt = luma_new(&o, &err);
+  luma_program *p = load(rt, NULL, &err);
+  CT_CHECK(p != NULL, "load: %s", err.message);
+  enum { N = 100 };
+  luma_call *c[N];
+  long long t0 = now_ms();
+  for (int i = 0; i < N; i++) c[i] = luma_start(p, "nap", i == 0 ? "{\"ms\": 8000}" : "{\"ms\": 300}", &err);
+  struct canceller k = { c[0], 100 };
+  pthread_t th;
+  pthread_create(&th, NULL, cancel_later, &k);
+  CT_CHECK(luma_wait(c[0], under_valgrind() ? 30000 : 5000) == 1, "the cancelled wait did not end");
+  CT_CHECK(luma_result(c[0], NULL, NULL, &err) == LUMA_FAILED, "the cancelled call succeeded");
+  CT_EQ_STR("TOOL_CANCELLED", err.code);
+  pthread_join(th, NULL);
+  int slept = 0;
+  for (int i = 1; i < N; i++) {
+    const char *json;
+    if (luma_wait(c[i], 10000) == 1 && luma_result(c[i], &json, NULL, &err) == LUMA_OK && strcmp(json, "{\"v\":\"true\"}") == 0)
+      slept++;
+  }
+  CT_CHECK(slept == N - 1, "%d of %d slept", slept, N - 1);
+  /* one after the other, they would take 30 s */
+  if (!under_valgrind()) CT_CHECK(now_ms() - t0 < 5000, "the waits took %lld ms", now_ms() - t0);
+  for (int i = 0; i < N; i++) luma_call_free(c[i]);
   luma_destroy(rt);
 }
 
@@ -795,6 +831,7 @@ int main(void) {
   test_bad_input();
   test_calls();
   test_cancel_from_thread();
+  test_waiting();
   test_threads();
   test_destroyed();
   test_deadlines();
