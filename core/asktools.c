@@ -91,7 +91,7 @@ static void prepare_slot(ak_ask *a, int i) {
     error_result(s, "TOOL_INPUT_INVALID", msg);
     return;
   }
-  cl_set_ask(c, a->id);
+  cl_set_ask(c, a->id, a->run_id);
   s->call = c;
 }
 
@@ -120,7 +120,7 @@ void ak_early_call(ak_ask *a, int i, const char *name, const char *args, size_t 
     cl_free(c);
     return;
   }
-  cl_set_ask(c, a->id);
+  cl_set_ask(c, a->id, a->run_id);
   rt_start(a->rt, c);
   a->early[i] = c;
 }
@@ -155,7 +155,14 @@ st_verdict ak_begin_tools(ak_ask *a) {
   }
   a->nslots = t->ncalls;
   a->fatal = 0;
+  ak_journal_step(a, "turn %d: tools", a->turns);
   for (int i = 0; i < t->ncalls; i++) {
+    /* a resumed run's call that has its outcome in the journal does not run again */
+    ak_slot *s = &a->slots[i];
+    if (ak_journal_result(a, i, &s->content, &s->len, &s->is_error)) {
+      s->answered = s->journaled = 1;
+      continue;
+    }
     /* a call started while the turn streamed is this slot's, if it is the
        same tool */
     cl_call *early = i < a->nearly ? a->early[i] : NULL;
@@ -257,10 +264,26 @@ st_verdict ak_step_tools(ak_ask *a) {
     running++;
     a->starting = 1;
   }
+  char err[400];
   for (int i = 0; i < a->nslots; i++) {
     ak_slot *s = &a->slots[i];
     if (!s->answered) continue;
     answered++;
+    /* each outcome in a durable ask's journal as it comes, before the next request */
+    if (!s->journaled) {
+      s->journaled = 1;
+      if (ak_journal_tool(a, i, err, sizeof err) != 0) {
+        for (int k = 0; k < a->nslots; k++)
+          if (a->slots[k].started && !a->slots[k].answered) cl_cancel(a->slots[k].call);
+        if (!a->fatal) {
+          /* the error that ends the ask, kept in the outcome's place */
+          a->fatal = i + 1;
+          st_fail(a->T, LE_JOURNAL_ERROR, "Agent '%s' is durable, and its ask's journal cannot be written: %s",
+                  a->agent->name, err);
+          lua_replace(a->T, AK_VALUE);
+        }
+      }
+    }
     /* each result as it comes, for a host that listens */
     if (!s->reported) {
       s->reported = 1;
@@ -276,12 +299,6 @@ st_verdict ak_step_tools(ak_ask *a) {
     ak_drop_slots(a);
     lua_pushvalue(a->T, AK_VALUE);
     return sv_is(SV_ERROR);
-  }
-  char err[400];
-  if (ak_journal_tools(a, err, sizeof err) != 0) {
-    ak_drop_slots(a);
-    return st_fail(a->T, LE_JOURNAL_ERROR, "Agent '%s' is durable, and its ask's journal cannot be written: %s",
-                   a->agent->name, err);
   }
   ad_result *r = calloc((size_t)(a->nslots > 0 ? a->nslots : 1), sizeof *r);
   if (!r) return st_fail(a->T, LE_ASK_PROVIDER_ERROR, "out of memory");
@@ -337,6 +354,10 @@ void ak_emit(ak_ask *a) {
   lua_setfield(T, e, "ask");
   lua_pushstring(T, a->agent->name);
   lua_setfield(T, e, "agent");
+  if (a->run_id[0]) {
+    lua_pushstring(T, a->run_id);
+    lua_setfield(T, e, "run");
+  }
   lua_pushstring(T, a->pm->model ? a->pm->model : a->pm->deployment);
   lua_setfield(T, e, "model");
   lua_pushstring(T, ad_providers[a->pm->provider].name);

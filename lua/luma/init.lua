@@ -64,6 +64,7 @@ local OPTIONS = {
   limits = true, config = true, tool_modules = true, on_event = true, trace = true, clock = true,
   default_timeout_ms = true, tool_module_policy = true, runtime = true, approve = true, lookup = true,
   record = true, replay = true, replay_seed = true, allow_unknown_models = true, journal = true,
+  journal_lease_ms = true,
 }
 
 --[[ Reads and compiles a .luma file and gets it ready to run:
@@ -86,6 +87,8 @@ local OPTIONS = {
   opts.replay        a recording to answer the model requests from, without the network
   opts.replay_seed   the seed of the pieces' sizes a recorded stream is replayed in (default 1)
   opts.journal       a SQLite file for the journals of durable agents' asks (journal.h)
+  opts.journal_lease_ms  how long a durable ask's claim on its run lasts unless its
+                     heartbeat renews it (default journal_lease_ms, 10 s)
   opts.limits        see the README ]]
 local modules_of = setmetatable({}, { __mode = "k" })
 local servers_of = setmetatable({}, { __mode = "k" })
@@ -134,6 +137,7 @@ function luma.load(path, opts)
     replay = opts.replay,
     replay_seed = opts.replay_seed,
     journal = opts.journal,
+    journal_lease_ms = opts.journal_lease_ms,
   }
   -- after the clock, so that the store purges with the time the program sees
   if cfg and cfg.idempotency_store then program:configure { idempotency = cfg.idempotency_store } end
@@ -346,6 +350,33 @@ function Agent:start_ask(prompt, schema, opts)
   local on_event = check_on_event(opts, 2)
   local a = program:start_ask(program:scope(self.name), prompt, schema, opts and opts.using,
     on_event ~= nil or (opts and opts.events) == true)
+  if on_event then future.listen(a, on_event) end
+  return a
+end
+
+-- program:resume(run [, { on_event = f }]) -> the answer of a durable ask's
+-- run (README: Durable asks), continued from the program's journal: its
+-- answered turns are not asked again, its calls with an outcome do not run
+-- again; a run that finished gives its outcome again. Raises its error.
+local core_resume, core_start_resume = Program.resume, Program.start_resume
+
+function Program:resume(run, opts)
+  self:check_registry()
+  local on_event = check_on_event(opts, 2)
+  if on_event then
+    local a = core_start_resume(self, run, true)
+    future.listen(a, on_event)
+    a:wait()
+    return a:result()
+  end
+  return core_resume(self, run)
+end
+
+-- program:start_resume(run [, { on_event = f, events = true }]) -> a luma.Ask
+function Program:start_resume(run, opts)
+  self:check_registry()
+  local on_event = check_on_event(opts, 2)
+  local a = core_start_resume(self, run, on_event ~= nil or (opts and opts.events) == true)
   if on_event then future.listen(a, on_event) end
   return a
 end

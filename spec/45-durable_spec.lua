@@ -1,0 +1,383 @@
+-- Durable asks resumed (issue 30): a durable agent's ask killed with SIGKILL
+-- at every step boundary, and at random ones, then resumed by another
+-- process from its journal: the same answer as a run that was never
+-- killed, every idempotent effect once, and only the turns the journal had
+-- not answered asked of the provider again. Also a torn journal, a record
+-- of a later format, a live owner, a finished run, telemetry.
+local luma = require "luma"
+local h = require "spec.helpers"
+local mock = require "spec.support.mock_provider"
+
+local KEY = "sk-durable-test-0123456789"
+local chat = mock.chat
+
+-- The model's turns: two charges, one charge, the answer.
+local TURNS = {
+  chat(nil, { { "c1", "charge", '{"order":"o1","amount":10}' }, { "c2", "charge", '{"order":"o2","amount":20}' } }),
+  chat(nil, { { "c3", "charge", '{"order":"o3","amount":30}' } }),
+  chat('{"total":60}'),
+}
+-- The records an uncrashed run writes, by seq; the turn of each exchange.
+local KINDS = { "ask", "exchange", "tool", "tool", "exchange", "tool", "exchange", "finish" }
+local EXCHANGE_TURN = { [2] = 1, [5] = 2, [7] = 3 }
+
+local function project(url)
+  return h.project {
+    ["flow.luma"] = ([[
+schema Receipt { order: string, charged: int }
+schema Answer { total: int }
+tool charge(order: string, amount: int) -> Receipt {
+  side_effects: "write"
+  idempotent: true
+  idempotency_key: order
+}
+model M {
+  provider: "openai"
+  name: "gpt-test"
+  base_url: "%s/v1"
+  api_key_env: "LUMA_DURABLE_KEY"
+}
+agent A {
+  model: M
+  tools: [charge]
+  durable: true
+  fn run(x: int) -> Answer { ask "Charge the orders of batch {x}" -> Answer }
+}
+]]):format(url),
+    ["tools.lua"] = "",
+    ["luma.config.json"] = '{ "tool_modules": ["./tools.lua"], "idempotency_store": { "type": "sqlite", "path": "idem.db" } }',
+  }
+end
+
+-- Every real execution of the tool is a line of dir's effects file.
+local function write_tools(dir)
+  h.write(dir .. "/tools.lua", ([[
+return { charge = function(i)
+  local f = assert(io.open(%q, "a"))
+  f:write(i.order, "\n")
+  f:close()
+  return { order = i.order, charged = i.amount }
+end }
+]]):format(dir .. "/effects.txt"))
+end
+
+local function sql(path, query)
+  local status, out = h.sh("sqlite3 " .. h.quote(path) .. " " .. h.quote(query))
+  assert(status == 0, out)
+  return out
+end
+
+local function run_of(journal)
+  return (sql(journal, "SELECT DISTINCT run FROM luma_journal"):match("run%-%x+"))
+end
+
+-- The requests of batch x, by turn: { [turn] = count }.
+local function turns_asked(server, x)
+  local asked = {}
+  for _, r in ipairs(server:requests()) do
+    if r.turn and r.body:find("batch " .. x .. "\"", 1, true) then asked[r.turn] = (asked[r.turn] or 0) + 1 end
+  end
+  return asked
+end
+
+local function effects(dir)
+  local f = io.open(dir .. "/effects.txt")
+  if not f then return {} end
+  local list = {}
+  for line in f:lines() do list[#list + 1] = line end
+  f:close()
+  table.sort(list)
+  return list
+end
+
+describe("a durable ask killed and resumed", function()
+  local server, base
+
+  setup(function()
+    server = mock.start()
+    server:turns(TURNS)
+    base = project(server.url)
+    write_tools(base)
+  end)
+  teardown(function()
+    if server then server:stop() end
+    if base then os.execute("rm -rf " .. h.quote(base)) end
+  end)
+
+  -- A fresh copy of the project for one run.
+  local copies = 0
+  local function fresh()
+    copies = copies + 1
+    local dir = base .. "/run" .. copies
+    assert(os.execute("mkdir -p " .. h.quote(dir) .. " && cp " .. h.quote(base) .. "/flow.luma " .. h.quote(base) ..
+      "/luma.config.json " .. h.quote(dir)))
+    write_tools(dir)
+    return dir
+  end
+
+  local LUMA = h.quote(h.root .. "/bin/luma-lua")
+
+  -- The shell lines of one chain: the ask started, killed at kills[1], then
+  -- resumed and killed at kills[2], ..., then resumed to its end. A resume
+  -- that finds the killed owner's lease not ended yet tries again. Each
+  -- process's exit status goes to statuses; the answer to answer.json.
+  local function chain_script(dir, x, kills)
+    local lines = {
+      "cd " .. h.quote(dir),
+      "export LUMA_DURABLE_KEY=" .. KEY,
+      "OPTS='--journal j.db --journal-lease-ms 60'",
+      ("env LUMA_JOURNAL_CRASH=%s %s flow.luma --agent A --input '{\"x\": %d}' $OPTS > answer.json 2> err.txt; " ..
+        "echo $? >> statuses"):format(kills[1] or "none", LUMA, x),
+      "run=$(sqlite3 j.db 'SELECT DISTINCT run FROM luma_journal')",
+    }
+    local function resume(crash)
+      return ("while :; do env LUMA_JOURNAL_CRASH=%s %s resume \"$run\" flow.luma $OPTS > answer.json 2> err.txt; " ..
+        "s=$?; if [ $s = 1 ] && grep -q 'is held by' err.txt; then sleep 0.03; continue; fi; echo $s >> statuses; " ..
+        "break; done"):format(crash, LUMA)
+    end
+    for i = 2, #kills do lines[#lines + 1] = resume(kills[i]) end
+    if #kills > 0 then lines[#lines + 1] = resume("none") end
+    lines[#lines + 1] = "echo done > finished"
+    return table.concat(lines, "\n") .. "\n"
+  end
+
+  -- Runs the chains at once, in the background; waits for them all.
+  local function run_chains(chains)
+    for _, c in ipairs(chains) do
+      h.write(c.dir .. "/chain.sh", chain_script(c.dir, c.x, c.kills))
+      assert(os.execute("sh " .. h.quote(c.dir .. "/chain.sh") .. " > /dev/null 2>&1 &"))
+    end
+    for _, c in ipairs(chains) do
+      for _ = 1, 6000 do
+        if io.open(c.dir .. "/finished") then break end
+        os.execute("sleep 0.02")
+      end
+      assert(io.open(c.dir .. "/finished"), "chain " .. c.x .. " did not finish")
+    end
+  end
+
+  -- Which global seq each kill fell on, from the kill points (a process
+  -- killed "after:n" wrote n records, "before:n" n - 1).
+  local function kill_seqs(kills)
+    local written, seqs = 0, {}
+    for _, k in ipairs(kills) do
+      local when, n = k:match("^(%a+):(%d+)$")
+      n = tonumber(n)
+      if written + n > #KINDS or (when == "before" and written + n > #KINDS) then break end
+      seqs[#seqs + 1] = { when = when, seq = written + n }
+      written = written + (when == "after" and n or n - 1)
+    end
+    return seqs
+  end
+
+  -- Checks one chain's outcome; returns how many processes it killed.
+  local function check_chain(c)
+    local statuses = {}
+    for line in io.lines(c.dir .. "/statuses") do statuses[#statuses + 1] = tonumber(line) end
+    local killed = 0
+    for i, s in ipairs(statuses) do
+      if s == 137 then killed = killed + 1
+      else assert.are.equal(#statuses, i, "chain " .. c.x .. ": a process that was not killed ended before the last: " ..
+        h.read(c.dir .. "/err.txt")) end
+    end
+    assert.are.equal(0, statuses[#statuses], "chain " .. c.x .. ": " .. h.read(c.dir .. "/err.txt"))
+    -- the answer of a run that was never killed
+    assert.are.same({ total = 60 }, luma.json.decode(h.read(c.dir .. "/answer.json")))
+    -- every charge happened once
+    assert.are.same({ "o1", "o2", "o3" }, effects(c.dir), "chain " .. c.x)
+    -- each turn was asked once, and again only after a process died between
+    -- its answer and its exchange record
+    local expected = { 1, 1, 1 }
+    for _, k in ipairs(kill_seqs(c.kills)) do
+      local turn = EXCHANGE_TURN[k.seq]
+      if turn and k.when == "before" then expected[turn] = expected[turn] + 1 end
+    end
+    local asked = turns_asked(server, c.x)
+    assert.are.same(expected, { asked[1] or 0, asked[2] or 0, asked[3] or 0 }, "chain " .. c.x .. " " ..
+      table.concat(c.kills, ","))
+    -- the journal: each record once
+    local kinds = {}
+    for kind in sql(c.dir .. "/j.db", "SELECT kind FROM luma_journal ORDER BY seq"):gmatch("%a+") do
+      kinds[#kinds + 1] = kind
+    end
+    assert.are.same(KINDS, kinds, "chain " .. c.x)
+    return killed
+  end
+
+  local total_kills = 0
+  local next_x = 0
+
+  local function chains_of(kill_lists)
+    local chains = {}
+    for _, kills in ipairs(kill_lists) do
+      next_x = next_x + 1
+      chains[#chains + 1] = { dir = fresh(), x = next_x, kills = kills }
+    end
+    return chains
+  end
+
+  it("resumes from every step boundary: before and after each record", function()
+    local lists = {}
+    for n = 1, #KINDS - 1 do lists[#lists + 1] = { "after:" .. n } end
+    for n = 2, #KINDS do lists[#lists + 1] = { "before:" .. n } end
+    local chains = chains_of(lists)
+    run_chains(chains)
+    for _, c in ipairs(chains) do total_kills = total_kills + check_chain(c) end
+    assert.are.equal(2 * (#KINDS - 1), total_kills)
+  end)
+
+  it("resumes runs killed again and again at random points (seeded)", function()
+    local seed = tonumber(os.getenv("LUMA_DURABLE_SEED") or "") or 45
+    math.randomseed(seed)
+    local lists = {}
+    -- each chain kills until the run has no step left; about 4 a chain
+    while true do
+      local kills, written = {}, 0
+      while written < #KINDS - 1 do
+        local when = math.random(2) == 1 and "before" or "after"
+        local left = #KINDS - written
+        local n = when == "before" and math.random(2, math.max(2, left)) or math.random(1, left - 1)
+        if when == "before" and n > left then break end
+        kills[#kills + 1] = when .. ":" .. n
+        written = written + (when == "after" and n or n - 1)
+      end
+      lists[#lists + 1] = kills
+      local count = 0
+      for _, l in ipairs(lists) do count = count + #l end
+      if count + total_kills >= 200 then break end
+    end
+    local killed = 0
+    -- in batches of 16 chains at once
+    for first = 1, #lists, 16 do
+      local batch = {}
+      for i = first, math.min(first + 15, #lists) do batch[#batch + 1] = lists[i] end
+      local chains = chains_of(batch)
+      run_chains(chains)
+      for _, c in ipairs(chains) do killed = killed + check_chain(c) end
+    end
+    total_kills = total_kills + killed
+    assert.is_true(total_kills >= 200, "kill points: " .. total_kills .. " (seed " .. seed .. ")")
+    print(("\n  %d processes killed in all (seed %d)"):format(total_kills, seed))
+  end)
+end)
+
+describe("a durable ask's journal when resumed", function()
+  local server, dir
+
+  setup(function()
+    server = mock.start()
+    server:turns(TURNS)
+    dir = project(server.url)
+    write_tools(dir)
+  end)
+  teardown(function()
+    if server then server:stop() end
+    if dir then os.execute("rm -rf " .. h.quote(dir)) end
+  end)
+
+  local function lookup(name) return name == "LUMA_DURABLE_KEY" and KEY or nil end
+
+  -- a run killed after its record n, in a fresh journal; its id
+  local function killed_at(n, x)
+    os.remove(dir .. "/j.db")
+    os.remove(dir .. "/j.db-wal")
+    os.remove(dir .. "/j.db-shm")
+    os.remove(dir .. "/idem.db")
+    os.remove(dir .. "/idem.db-wal")
+    os.remove(dir .. "/idem.db-shm")
+    os.remove(dir .. "/effects.txt")
+    local r = h.run({ dir .. "/flow.luma", "--agent", "A", "--input", '{"x": ' .. x .. '}', "--journal", dir .. "/j.db",
+                      "--journal-lease-ms", "30" },
+                    { cwd = dir, env = { LUMA_DURABLE_KEY = KEY, LUMA_JOURNAL_CRASH = "after:" .. n } })
+    assert.are.equal(137, r.status, r.stderr)
+    os.execute("sleep 0.1")   -- the killed owner's lease ends
+    return run_of(dir .. "/j.db")
+  end
+
+  it("cuts a torn tail and runs its step again: a record cut mid-write", function()
+    local run = killed_at(6, 101)   -- the ask, turn 1 and its two calls, turn 2 and its call
+    -- the call's record cut short behind the journal's back, as a torn write leaves it
+    sql(dir .. "/j.db", "UPDATE luma_journal SET body = substr(body, 1, 12) WHERE seq = 6")
+    os.remove(dir .. "/trace.jsonl")
+    local r = h.run({ "resume", run, dir .. "/flow.luma", "--journal", dir .. "/j.db", "--trace", dir .. "/trace.jsonl" },
+                    { cwd = dir, env = { LUMA_DURABLE_KEY = KEY } })
+    assert.are.equal(0, r.status, r.stderr)
+    assert.are.same({ total = 60 }, luma.json.decode(r.stdout))
+    local events = {}
+    for line in io.lines(dir .. "/trace.jsonl") do events[#events + 1] = luma.json.decode(line) end
+    -- the call ran again (at least once); its idempotency key made it one charge
+    assert.are.same({ "o1", "o2", "o3" }, effects(dir))
+    local kinds = sql(dir .. "/j.db", "SELECT group_concat(kind, ' ') FROM (SELECT kind FROM luma_journal ORDER BY seq)")
+    assert.are.equal("ask exchange tool tool exchange tool exchange finish\n", kinds)
+    -- the resume's event, with the records read whole and the torn one
+    local resume
+    for _, e in ipairs(events) do if e.kind == "resume" then resume = e end end
+    assert.is_truthy(resume)
+    assert.are.same({ run, 5, 1, true }, { resume.run, resume.records, resume.torn, resume.takeover })
+    -- every event of the run carries its id
+    for _, e in ipairs(events) do
+      if e.kind == "ask" or e.tool then assert.are.equal(run, e.run, e.kind or e.tool) end
+    end
+    -- turn 3 only was asked of the provider after the resume
+    assert.are.same({ [1] = 1, [2] = 1, [3] = 1 }, (function()
+      local asked = {}
+      for _, r in ipairs(server:requests()) do
+        if r.body:find("batch 101\"", 1, true) then asked[r.turn] = (asked[r.turn] or 0) + 1 end
+      end
+      return asked
+    end)())
+  end)
+
+  it("refuses a record of a later format, naming both versions", function()
+    local run = killed_at(3, 102)
+    sql(dir .. "/j.db", "UPDATE luma_journal SET v = 9 WHERE seq = 2")
+    local r = h.run({ "resume", run, dir .. "/flow.luma", "--journal", dir .. "/j.db" },
+                    { cwd = dir, env = { LUMA_DURABLE_KEY = KEY } })
+    assert.are.equal(1, r.status)
+    assert.are.equal("Error: [JOURNAL_ERROR] Cannot resume run '" .. run .. "': record 2 of run '" .. run ..
+      "' is of format 9; this luma reads format 1 and older.\n", r.stderr)
+  end)
+
+  it("names the live owner and the lease it has left, and gives a finished run's answer again", function()
+    local run = killed_at(4, 103)
+    -- a process that holds the run: its claim, with a long lease
+    local p1 = luma.load(dir .. "/flow.luma", { journal = dir .. "/j.db", lookup = lookup, journal_lease_ms = 60000 })
+    local a = p1:start_resume(run)
+    a:poll()
+    local r = h.run({ "resume", run, dir .. "/flow.luma", "--journal", dir .. "/j.db" },
+                    { cwd = dir, env = { LUMA_DURABLE_KEY = KEY } })
+    assert.are.equal(1, r.status)
+    assert.matches("Error: %[JOURNAL_ERROR%] Agent 'A' cannot resume: run '" .. run:gsub("%-", "%%-") ..
+      "' is held by [^:]+:%d+:%x+, whose lease ends in %d+ ms %(a live process; resume it once its lease has ended%)",
+      r.stderr)
+    a:wait()
+    assert.are.same({ total = 60 }, a:result())
+    p1:close()
+    -- finished: its answer again, from the journal, with no request
+    local before = #server:requests()
+    r = h.run({ "resume", run, dir .. "/flow.luma", "--journal", dir .. "/j.db" },
+              { cwd = dir, env = { LUMA_DURABLE_KEY = KEY } })
+    assert.are.equal(0, r.status, r.stderr)
+    assert.are.same({ total = 60 }, luma.json.decode(r.stdout))
+    assert.are.equal(before, #server:requests())
+  end)
+
+  it("says which run and why when it cannot be resumed", function()
+    local r = h.run({ "resume", "run-0000000000000000", dir .. "/flow.luma", "--journal", dir .. "/j.db" },
+                    { cwd = dir })
+    assert.are.equal(1, r.status)
+    assert.are.equal("Error: [JOURNAL_ERROR] Cannot resume run 'run-0000000000000000': the journal has no run " ..
+      "'run-0000000000000000'.\n", r.stderr)
+    local run = killed_at(2, 104)
+    -- the program no longer has the agent
+    local other = h.project { ["flow.luma"] = "schema Answer { total: int }\n" }
+    r = h.run({ "resume", run, other .. "/flow.luma", "--journal", dir .. "/j.db" }, { cwd = dir })
+    os.execute("rm -rf " .. h.quote(other))
+    assert.are.equal(1, r.status)
+    assert.are.equal("Error: [JOURNAL_ERROR] Cannot resume run '" .. run .. "': its agent 'A' is not in the program.\n",
+      r.stderr)
+    r = h.run({ "resume", run, dir .. "/flow.luma" }, { cwd = dir })
+    assert.are.equal(2, r.status)
+    assert.matches("resume needs %-%-journal FILE", r.stderr)
+  end)
+end)
