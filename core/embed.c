@@ -482,6 +482,16 @@ luma_call *luma_start_ask(luma_program *p, const char *agent, const char *prompt
   return start(p, "start_ask", args, 3, 1, err);
 }
 
+luma_call *luma_resume(luma_program *p, const char *run_id, luma_error *err) {
+  clear_error(err);
+  if (!p || !run_id) {
+    set_error(err, "INVALID_ARGUMENT", "luma_resume: %s is NULL", !p ? "the program" : "the run id");
+    return NULL;
+  }
+  const char *args[] = { run_id };
+  return start(p, "resume", args, 1, 1, err);
+}
+
 static void keep_events(luma_call *c);
 
 /* The handle takes the future's outcome (state LUMA_OK: it is done; else

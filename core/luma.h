@@ -146,6 +146,13 @@ LUMA_API luma_call *luma_start_method(luma_program *p, const char *agent, const 
 /* Starts an ask of an agent's model: the answer is a value of `schema`. */
 LUMA_API luma_call *luma_start_ask(luma_program *p, const char *agent, const char *prompt, const char *schema,
                                    luma_error *err);
+/* Continues the run of a durable agent's ask from the program's journal
+   (the config's "journal"; README: Durable asks), as an ask: its answered
+   turns are not asked again, its calls with an outcome do not run again; a
+   run that finished gives its outcome again. NULL with err (JOURNAL_ERROR)
+   when the run cannot be read or its agent, schema or tool is not in the
+   program; a run another live process holds fails in luma_result. */
+LUMA_API luma_call *luma_resume(luma_program *p, const char *run_id, luma_error *err);
 
 /* Events (README: Streaming). luma_listen makes an ask (of luma_start_ask)
    queue its events; called before the runtime's next luma_poll, the ask

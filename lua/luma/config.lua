@@ -311,8 +311,9 @@ function config.read(path)
   if not ok then fail(path, "not valid JSON: " .. (type(data) == "table" and data.message or tostring(data))) end
   expect(path, "the configuration", data, "object", "a JSON object")
   check_keys(path, "the configuration", data,
-    { "tool_modules", "tool_contexts", "idempotency_store", "cache_store", "tool_module_policy" })
+    { "tool_modules", "tool_contexts", "idempotency_store", "cache_store", "tool_module_policy", "journal" })
   local dir = dirname(path)
+  if data.journal ~= nil then expect(path, "journal", data.journal, "string", "a SQLite file's path") end
   return {
     path = path,
     dir = dir,
@@ -321,6 +322,8 @@ function config.read(path)
     idempotency_store = data.idempotency_store and read_store(path, dir, data.idempotency_store, "idempotency_store") or nil,
     cache_store = data.cache_store and read_store(path, dir, data.cache_store, "cache_store") or nil,
     tool_module_policy = data.tool_module_policy ~= nil and config.policy(path, data.tool_module_policy) or nil,
+    -- durable agents' journal, relative to the config's folder
+    journal = data.journal and (data.journal:sub(1, 1) == "/" and data.journal or join(dir, data.journal)) or nil,
   }
 end
 

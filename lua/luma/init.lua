@@ -136,7 +136,7 @@ function luma.load(path, opts)
     record = opts.record,
     replay = opts.replay,
     replay_seed = opts.replay_seed,
-    journal = opts.journal,
+    journal = opts.journal or (cfg and cfg.journal),
     journal_lease_ms = opts.journal_lease_ms,
   }
   -- after the clock, so that the store purges with the time the program sees
