@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "crypto.h"
 #include "journal_sqlite.h"
@@ -42,6 +43,73 @@ int jr_digest(int v, const char *run, long long seq, const char *kind, const cha
   if (len) memcpy(p, body, len);
   cr_sha256_hex(buf, n, out);
   free(buf);
+  return 0;
+}
+
+long long jr_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+jr_state jr_state_of(const char *name) {
+  static const struct { const char *name; jr_state state; } names[] = {
+    { "running", JR_RUNNING }, { "awaiting_approval", JR_AWAITING_APPROVAL },
+    { "completed", JR_COMPLETED }, { "failed", JR_FAILED },
+  };
+  for (size_t i = 0; name && i < sizeof names / sizeof names[0]; i++)
+    if (strcmp(name, names[i].name) == 0) return names[i].state;
+  return 0;
+}
+
+/* s into out (cap bytes), cut at a UTF-8 character's start. */
+static void copy(char *out, size_t cap, const char *s) {
+  size_t n = s ? strlen(s) : 0;
+  if (n >= cap) {
+    n = cap - 1;
+    while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80) n--;
+  }
+  if (n) memcpy(out, s, n);
+  out[n] = '\0';
+}
+
+void jr_fill(jr_run *r, const char *id, jr_state state, const char *step, const char *owner, long long lease_until,
+             long long created, long long updated, long long records, long long now) {
+  memset(r, 0, sizeof *r);
+  copy(r->id, sizeof r->id, id);
+  copy(r->step, sizeof r->step, step);
+  copy(r->owner, sizeof r->owner, owner);
+  r->state = state;
+  r->abandoned = state == JR_RUNNING && lease_until <= now;
+  r->lease_until_ms = lease_until;
+  r->created_ms = created;
+  r->updated_ms = updated;
+  r->records = records;
+}
+
+int jr_fenced(const char *run, const char *owner, int has, const char *holder, char *err, size_t errlen) {
+  if (has && owner && strcmp(owner, holder) == 0) return 0;
+  if (!has && !owner) return 0;
+  if (!has)
+    jr_seterr(err, errlen, "run '%s' has no owner (it was pruned, or never claimed): '%s' must claim it first", run,
+              owner);
+  else if (!owner)
+    jr_seterr(err, errlen, "run '%s' is held by '%s': a write without an owner is refused", run, holder);
+  else
+    jr_seterr(err, errlen, "run '%s' is held by '%s', not '%s': its lease ended and another process took the run over",
+              run, holder, owner);
+  return JR_LOST;
+}
+
+int jr_claimable(const jr_run *r, const char *owner, long long now) {
+  if (r->state == JR_AWAITING_APPROVAL) return 1;
+  return r->state == JR_RUNNING && (strcmp(r->owner, owner) == 0 || r->lease_until_ms <= now);
+}
+
+int jr_decidable(const jr_run *r, const char *run, char *err, size_t errlen) {
+  if (r && r->state == JR_AWAITING_APPROVAL) return 1;
+  if (!r) jr_seterr(err, errlen, "there is no run '%s'", run);
+  else jr_seterr(err, errlen, "run '%s' is %s, not awaiting approval", run, jr_state_name(r));
   return 0;
 }
 
@@ -85,9 +153,23 @@ static int lacks(int has, const char *what, char *err, size_t errlen) {
 }
 
 static int bad_run(const char *run, char *err, size_t errlen) {
-  if (run && *run) return 0;
-  jr_seterr(err, errlen, "a journal's run needs an id");
+  if (run && *run && strlen(run) < sizeof ((jr_run *)0)->id) return 0;
+  jr_seterr(err, errlen, run && *run ? "a journal's run id is at most %zu bytes" : "a journal's run needs an id",
+            sizeof ((jr_run *)0)->id - 1);
   return -1;
+}
+
+/* claim, renew, set: an owner (at most jr_run's owner's bytes) and a lease */
+static int bad_owner(const char *owner, long long lease_ms, char *err, size_t errlen) {
+  if (!owner || !*owner || strlen(owner) >= sizeof ((jr_run *)0)->owner) {
+    jr_seterr(err, errlen, "a run's owner is a text of 1 to %zu bytes", sizeof ((jr_run *)0)->owner - 1);
+    return -1;
+  }
+  if (lease_ms < 1) {
+    jr_seterr(err, errlen, "a run's lease is at least 1 ms (it was %lld)", lease_ms);
+    return -1;
+  }
+  return 0;
 }
 
 long long jr_append(jr_journal *j, const char *run, const char *owner, const char *kind, const char *body,
@@ -96,6 +178,7 @@ long long jr_append(jr_journal *j, const char *run, const char *owner, const cha
     jr_seterr(err, errlen, "a journal record needs a run, a kind and a body");
     return -1;
   }
+  if (bad_run(run, err, errlen)) return -1;
   return j->ops->append(j->impl, run, owner, kind, body ? body : "", len, err, errlen);
 }
 
@@ -159,19 +242,24 @@ const char *jr_state_name(const jr_run *r) {
 
 int jr_claim(jr_journal *j, const char *run, const char *owner, long long lease_ms, jr_run *now, char *err,
              size_t errlen) {
-  if (bad_run(run, err, errlen) || lacks(j->ops->claim != NULL, "claim a run", err, errlen)) return -1;
+  if (bad_run(run, err, errlen) || bad_owner(owner, lease_ms, err, errlen) || lacks(j->ops->claim != NULL, "claim a run", err, errlen)) return -1;
   jr_run ignored;
   return j->ops->claim(j->impl, run, owner, lease_ms, now ? now : &ignored, err, errlen);
 }
 
 int jr_renew(jr_journal *j, const char *run, const char *owner, long long lease_ms, char *err, size_t errlen) {
-  if (bad_run(run, err, errlen) || lacks(j->ops->renew != NULL, "renew a run's lease", err, errlen)) return -1;
+  if (bad_run(run, err, errlen) || bad_owner(owner, lease_ms, err, errlen) || lacks(j->ops->renew != NULL, "renew a run's lease", err, errlen)) return -1;
   return j->ops->renew(j->impl, run, owner, lease_ms, err, errlen);
 }
 
 int jr_set(jr_journal *j, const char *run, const char *owner, jr_state state, const char *step, char *err,
            size_t errlen) {
-  if (bad_run(run, err, errlen) || lacks(j->ops->set != NULL, "set a run's state", err, errlen)) return -1;
+  if (bad_run(run, err, errlen) || bad_owner(owner, 1, err, errlen) ||
+      lacks(j->ops->set != NULL, "set a run's state", err, errlen)) return -1;
+  if (state < JR_RUNNING || state > JR_FAILED) {
+    jr_seterr(err, errlen, "run '%s': %d is not a run's state", run, (int)state);
+    return -1;
+  }
   return j->ops->set(j->impl, run, owner, state, step, err, errlen);
 }
 

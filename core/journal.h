@@ -85,7 +85,10 @@ void jr_close(jr_journal *j);
 /* Appends a record of kind to run for owner (the run's claimer; NULL: a run
    that has no row, as the C tests write): body is one JSON value (len
    bytes, kept as given). Its seq (>= 1); JR_LOST when another owner holds
-   the run (err says who); -1 with err. */
+   the run (err says who), or when owner is not NULL and the run has no row
+   (pruned, or never claimed), or NULL and it has one; -1 with err. A run's
+   id is 1 to 63 bytes (jr_run's id), an owner 1 to 127. An append marks the
+   run changed (updated_ms). */
 long long jr_append(jr_journal *j, const char *run, const char *owner, const char *kind, const char *body,
                     size_t len, char *err, size_t errlen);
 

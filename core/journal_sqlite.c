@@ -10,14 +10,43 @@
 
 #include <sqlite3.h>
 
-#define JR_VERSION 1            /* the file's tables (luma_meta's version) */
+#define JR_VERSION 2            /* the file's tables (luma_meta's version) */
 #define JR_BUSY_MS 2000
+
+/* The statements, prepared once (st[]). */
+enum {
+  Q_LAST, Q_PUT, Q_WALK, Q_ROW, Q_TOUCH, Q_NEW, Q_TAKE, Q_RENEW, Q_SET, Q_OWNER, Q_LIST, Q_CUT, Q_PRUNE_RECORDS,
+  Q_PRUNE_RUNS, Q_N
+};
+static const char *const SQL[Q_N] = {
+  [Q_LAST] = "SELECT COALESCE(MAX(seq), 0) FROM luma_journal WHERE run = ?",
+  [Q_PUT] = "INSERT INTO luma_journal (run, seq, v, kind, body, digest) VALUES (?, ?, ?, ?, ?, ?)",
+  [Q_WALK] = "SELECT seq, v, kind, body, digest FROM luma_journal WHERE run = ? ORDER BY seq",
+  [Q_ROW] = "SELECT run, state, step, owner, lease_until, created, updated, "
+            "(SELECT COUNT(*) FROM luma_journal WHERE luma_journal.run = luma_runs.run) FROM luma_runs WHERE run = ?",
+  [Q_TOUCH] = "UPDATE luma_runs SET updated = ? WHERE run = ?",
+  [Q_NEW] = "INSERT INTO luma_runs (run, state, step, owner, lease_until, created, updated) "
+            "VALUES (?1, 'running', '', ?2, ?3, ?4, ?4)",
+  [Q_TAKE] = "UPDATE luma_runs SET state = 'running', owner = ?2, lease_until = ?3, updated = ?4 WHERE run = ?1",
+  [Q_RENEW] = "UPDATE luma_runs SET lease_until = ?3 WHERE run = ?1 AND owner = ?2 AND state = 'running'",
+  [Q_SET] = "UPDATE luma_runs SET state = :state, step = COALESCE(:step, step), updated = :now, "
+            "lease_until = CASE WHEN :state = 'running' THEN lease_until ELSE 0 END WHERE run = :run AND owner = :owner",
+  [Q_OWNER] = "SELECT owner FROM luma_runs WHERE run = ?",
+  [Q_LIST] = "SELECT run, state, step, owner, lease_until, created, updated, "
+             "(SELECT COUNT(*) FROM luma_journal WHERE luma_journal.run = luma_runs.run) FROM luma_runs "
+             "ORDER BY updated DESC, run",
+  [Q_CUT] = "DELETE FROM luma_journal WHERE run = ? AND seq > ?",
+  [Q_PRUNE_RECORDS] = "DELETE FROM luma_journal WHERE run IN (SELECT run FROM luma_runs WHERE updated < ?1 AND "
+                      "(state IN ('completed', 'failed') OR (state = 'running' AND lease_until <= ?2)))",
+  [Q_PRUNE_RUNS] = "DELETE FROM luma_runs WHERE updated < ?1 AND "
+                   "(state IN ('completed', 'failed') OR (state = 'running' AND lease_until <= ?2))",
+};
 
 typedef struct sq_journal {
   pthread_mutex_t lock;       /* one connection: one caller at a time */
   sqlite3 *db;
   char *path;
-  sqlite3_stmt *last, *put, *walk;
+  sqlite3_stmt *st[Q_N];
 } sq_journal;
 
 static void sq_close(void *impl);
@@ -25,22 +54,47 @@ static long long sq_append(void *impl, const char *run, const char *owner, const
                            size_t len, char *err, size_t errlen);
 static int sq_walk(void *impl, const char *run, int (*row)(void *arg, const jr_row *r), void *arg, char *err,
                    size_t errlen);
+static int sq_cut(void *impl, const char *run, const char *owner, long long keep, char *err, size_t errlen);
+static int sq_claim(void *impl, const char *run, const char *owner, long long lease_ms, jr_run *now, char *err,
+                    size_t errlen);
+static int sq_renew(void *impl, const char *run, const char *owner, long long lease_ms, char *err, size_t errlen);
+static int sq_set(void *impl, const char *run, const char *owner, jr_state state, const char *step, char *err,
+                  size_t errlen);
+static int sq_get(void *impl, const char *run, jr_run *out, char *err, size_t errlen);
+static int sq_list(void *impl, int (*each)(void *arg, const jr_run *r), void *arg, char *err, size_t errlen);
+static long long sq_prune(void *impl, long long before_ms, char *err, size_t errlen);
+static long long sq_decide(void *impl, const char *run, const char *body, size_t len, char *err, size_t errlen);
 
 static const jr_ops SQ_OPS = {
   .append = sq_append,
   .walk = sq_walk,
+  .cut = sq_cut,
+  .claim = sq_claim,
+  .renew = sq_renew,
+  .set = sq_set,
+  .get = sq_get,
+  .list = sq_list,
+  .prune = sq_prune,
+  .decide = sq_decide,
   .close = sq_close,
 };
 
+/* Version 1 had luma_meta and luma_journal; 2 adds luma_runs (a version-1
+   file gains it when opened, its records kept). */
 static const char SCHEMA[] =
   "CREATE TABLE IF NOT EXISTS luma_meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);"
   "CREATE TABLE IF NOT EXISTS luma_journal ("
   "  run TEXT NOT NULL, seq INTEGER NOT NULL, v INTEGER NOT NULL, kind TEXT NOT NULL, body BLOB NOT NULL,"
   "  digest TEXT NOT NULL, PRIMARY KEY (run, seq));"
+  "CREATE TABLE IF NOT EXISTS luma_runs ("
+  "  run TEXT PRIMARY KEY, state TEXT NOT NULL, step TEXT NOT NULL, owner TEXT NOT NULL,"
+  "  lease_until INTEGER NOT NULL, created INTEGER NOT NULL, updated INTEGER NOT NULL);"
+  "CREATE INDEX IF NOT EXISTS luma_runs_updated ON luma_runs (updated);"
   "INSERT OR IGNORE INTO luma_meta (name, value) VALUES ('format', '" JR_NAME "');";
-/* (the second run of SCHEMA, on a journal, adds nothing: its format is there) */
+/* (the second run of SCHEMA, on a journal, adds nothing: its tables are there) */
 
-/* The file is a journal of a version this luma reads: 0, or -1 with err. */
+/* The file is a journal of a version this luma reads: its version (older
+   ones are upgraded by the caller), or -1 with err. */
 static int check_meta(sq_journal *j, char *err, size_t errlen) {
   sqlite3_stmt *st;
   const char *sql = "SELECT (SELECT value FROM luma_meta WHERE name = 'format'), "
@@ -55,10 +109,10 @@ static int check_meta(sq_journal *j, char *err, size_t errlen) {
     int version = sqlite3_column_type(st, 1) == SQLITE_NULL ? 0 : atoi((const char *)sqlite3_column_text(st, 1));
     if (!format || strcmp(format, JR_NAME) != 0)
       jr_seterr(err, errlen, "it is a SQLite database of something else (its luma_meta format is not '" JR_NAME "')");
-    else if (version != JR_VERSION)
-      jr_seterr(err, errlen, "its journal version is %d; this luma reads version %d", version, JR_VERSION);
+    else if (version < 1 || version > JR_VERSION)
+      jr_seterr(err, errlen, "its journal version is %d; this luma reads versions 1 to %d", version, JR_VERSION);
     else
-      rc = 0;
+      rc = version;
   } else {
     jr_seterr(err, errlen, "%s", sqlite3_errmsg(j->db));
   }
@@ -69,9 +123,7 @@ static int check_meta(sq_journal *j, char *err, size_t errlen) {
 static void sq_close(void *impl) {
   sq_journal *j = impl;
   if (!j) return;
-  sqlite3_finalize(j->last);
-  sqlite3_finalize(j->put);
-  sqlite3_finalize(j->walk);
+  for (int i = 0; i < Q_N; i++) sqlite3_finalize(j->st[i]);
   if (j->db) sqlite3_close(j->db);
   pthread_mutex_destroy(&j->lock);
   free(j->path);
@@ -124,20 +176,18 @@ jr_journal *jr_open_sqlite(const char *path, int sync, char *err, size_t errlen)
       snprintf(sql, sizeof sql, "INSERT INTO luma_meta (name, value) VALUES ('version', '%d')", JR_VERSION);
       if (rc == SQLITE_OK) rc = sqlite3_exec(j->db, sql, NULL, NULL, NULL);
     }
-    if (rc == SQLITE_OK && check_meta(j, why, sizeof why) != 0) rc = SQLITE_ERROR;
+    int version = rc == SQLITE_OK ? check_meta(j, why, sizeof why) : -1;
+    if (rc == SQLITE_OK && version < 0) rc = SQLITE_ERROR;
     if (rc == SQLITE_OK) rc = sqlite3_exec(j->db, SCHEMA, NULL, NULL, NULL);
+    if (rc == SQLITE_OK && version < JR_VERSION) {
+      char sql[96];
+      snprintf(sql, sizeof sql, "UPDATE luma_meta SET value = '%d' WHERE name = 'version'", JR_VERSION);
+      rc = sqlite3_exec(j->db, sql, NULL, NULL, NULL);
+    }
     if (rc == SQLITE_OK) rc = sqlite3_exec(j->db, "COMMIT", NULL, NULL, NULL);
     if (rc != SQLITE_OK) sqlite3_exec(j->db, "ROLLBACK", NULL, NULL, NULL);
   }
-  if (rc == SQLITE_OK) {
-    const char *sql[] = {
-      "SELECT COALESCE(MAX(seq), 0) FROM luma_journal WHERE run = ?",
-      "INSERT INTO luma_journal (run, seq, v, kind, body, digest) VALUES (?, ?, ?, ?, ?, ?)",
-      "SELECT seq, v, kind, body, digest FROM luma_journal WHERE run = ? ORDER BY seq",
-    };
-    sqlite3_stmt **st[] = { &j->last, &j->put, &j->walk };
-    for (int i = 0; i < 3 && rc == SQLITE_OK; i++) rc = sqlite3_prepare_v2(j->db, sql[i], -1, st[i], NULL);
-  }
+  for (int i = 0; i < Q_N && rc == SQLITE_OK; i++) rc = sqlite3_prepare_v2(j->db, SQL[i], -1, &j->st[i], NULL);
   if (rc != SQLITE_OK) {
     if (rc == SQLITE_NOTADB || rc == SQLITE_CORRUPT)
       jr_seterr(err, errlen, "journal '%s' is not a SQLite database, or it is corrupt; it was left as it is", path);
@@ -149,38 +199,117 @@ jr_journal *jr_open_sqlite(const char *path, int sync, char *err, size_t errlen)
   return jr_wrap(&SQ_OPS, j);
 }
 
+/* ------------------------------------------------------------- statements */
+
+static sqlite3_stmt *stmt(sq_journal *j, int q) {
+  sqlite3_reset(j->st[q]);
+  sqlite3_clear_bindings(j->st[q]);
+  return j->st[q];
+}
+
+/* The store's reason into err; rc. */
+static int failure(sq_journal *j, int rc, char *err, size_t errlen) {
+  jr_seterr(err, errlen, "journal '%s': %s", j->path, sqlite3_errmsg(j->db));
+  return rc;
+}
+
+/* BEGIN IMMEDIATE: the write lock first, so that of racing processes one
+   reads and writes at a time. 0, or -1 with err. */
+static int begin(sq_journal *j, char *err, size_t errlen) {
+  return sqlite3_exec(j->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK ? 0 : failure(j, -1, err, errlen);
+}
+
+/* COMMIT when ok (rc kept, or -1 with err when it fails), else ROLLBACK. */
+static long long end(sq_journal *j, long long rc, int ok, char *err, size_t errlen) {
+  if (ok && sqlite3_exec(j->db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK) return rc;
+  if (ok) rc = failure(j, -1, err, errlen);
+  sqlite3_exec(j->db, "ROLLBACK", NULL, NULL, NULL);
+  return rc;
+}
+
+/* The run's row (Q_ROW or Q_LIST's columns) into *r (jr_fill reads a NULL text as ""). */
+static void row_of(sqlite3_stmt *st, jr_run *r, long long now) {
+  jr_fill(r, (const char *)sqlite3_column_text(st, 0), jr_state_of((const char *)sqlite3_column_text(st, 1)),
+          (const char *)sqlite3_column_text(st, 2), (const char *)sqlite3_column_text(st, 3),
+          sqlite3_column_int64(st, 4), sqlite3_column_int64(st, 5), sqlite3_column_int64(st, 6),
+          sqlite3_column_int64(st, 7), now);
+}
+
+/* The run's row: 1 (*r), 0 none, -1 with err. */
+static int read_row(sq_journal *j, const char *run, jr_run *r, char *err, size_t errlen) {
+  sqlite3_stmt *st = stmt(j, Q_ROW);
+  sqlite3_bind_text(st, 1, run, -1, SQLITE_STATIC);
+  int step = sqlite3_step(st), rc = step == SQLITE_ROW ? 1 : step == SQLITE_DONE ? 0 : failure(j, -1, err, errlen);
+  if (rc == 1) row_of(st, r, jr_now_ms());
+  sqlite3_reset(st);
+  return rc;
+}
+
+/* May owner write to run? 0 yes (*has: the run has a row), JR_LOST with
+   err, -1 with err. In a transaction. */
+static int fence(sq_journal *j, const char *run, const char *owner, int *has, char *err, size_t errlen) {
+  sqlite3_stmt *st = stmt(j, Q_OWNER);
+  sqlite3_bind_text(st, 1, run, -1, SQLITE_STATIC);
+  int step = sqlite3_step(st), rc = 0;
+  *has = step == SQLITE_ROW;
+  if (step != SQLITE_ROW && step != SQLITE_DONE) {
+    rc = failure(j, -1, err, errlen);
+  } else {
+    const char *holder = *has ? (const char *)sqlite3_column_text(st, 0) : NULL;
+    rc = jr_fenced(run, owner, *has, holder ? holder : "", err, errlen);
+  }
+  sqlite3_reset(st);
+  return rc;
+}
+
+/* Stores the run's next record and marks its row changed (in a transaction):
+   its seq, or -1 with err. */
+static long long put(sq_journal *j, const char *run, int has, const char *kind, const char *body, size_t len,
+                     char *err, size_t errlen) {
+  long long seq = -1;
+  char dg[65];
+  sqlite3_stmt *st = stmt(j, Q_LAST);
+  sqlite3_bind_text(st, 1, run, -1, SQLITE_STATIC);
+  if (sqlite3_step(st) == SQLITE_ROW) seq = sqlite3_column_int64(st, 0) + 1;
+  sqlite3_reset(st);
+  if (seq < 0) return failure(j, -1, err, errlen);
+  if (jr_digest(JR_FORMAT, run, seq, kind, body, len, dg) != 0) {
+    jr_seterr(err, errlen, "out of memory");
+    return -1;
+  }
+  st = stmt(j, Q_PUT);
+  sqlite3_bind_text(st, 1, run, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(st, 2, seq);
+  sqlite3_bind_int(st, 3, JR_FORMAT);
+  sqlite3_bind_text(st, 4, kind, -1, SQLITE_STATIC);
+  sqlite3_bind_blob(st, 5, len ? body : "", (int)len, SQLITE_STATIC);
+  sqlite3_bind_text(st, 6, dg, 64, SQLITE_STATIC);
+  int step = sqlite3_step(st);
+  sqlite3_reset(st);
+  if (step != SQLITE_DONE) return failure(j, -1, err, errlen);
+  if (has) {
+    st = stmt(j, Q_TOUCH);
+    sqlite3_bind_int64(st, 1, jr_now_ms());
+    sqlite3_bind_text(st, 2, run, -1, SQLITE_STATIC);
+    step = sqlite3_step(st);
+    sqlite3_reset(st);
+    if (step != SQLITE_DONE) return failure(j, -1, err, errlen);
+  }
+  return seq;
+}
+
+/* ---------------------------------------------------------------- records */
+
 static long long sq_append(void *impl, const char *run, const char *owner, const char *kind, const char *body,
                            size_t len, char *err, size_t errlen) {
   sq_journal *j = impl;
-  (void)owner;
   pthread_mutex_lock(&j->lock);
   long long seq = -1;
-  if (sqlite3_exec(j->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK) {
-    char dg[65];
-    sqlite3_reset(j->last);
-    sqlite3_bind_text(j->last, 1, run, -1, SQLITE_STATIC);
-    if (sqlite3_step(j->last) == SQLITE_ROW) seq = sqlite3_column_int64(j->last, 0) + 1;
-    sqlite3_reset(j->last);
-    if (seq > 0 && jr_digest(JR_FORMAT, run, seq, kind, body, len, dg) == 0) {
-      sqlite3_reset(j->put);
-      sqlite3_bind_text(j->put, 1, run, -1, SQLITE_STATIC);
-      sqlite3_bind_int64(j->put, 2, seq);
-      sqlite3_bind_int(j->put, 3, JR_FORMAT);
-      sqlite3_bind_text(j->put, 4, kind, -1, SQLITE_STATIC);
-      sqlite3_bind_blob(j->put, 5, len ? body : "", (int)len, SQLITE_STATIC);
-      sqlite3_bind_text(j->put, 6, dg, 64, SQLITE_STATIC);
-      if (sqlite3_step(j->put) != SQLITE_DONE) seq = -1;
-      sqlite3_reset(j->put);
-    } else {
-      seq = -1;
-    }
-    if (seq > 0 && sqlite3_exec(j->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) seq = -1;
-    if (seq < 0) {
-      jr_seterr(err, errlen, "journal '%s': %s", j->path, sqlite3_errmsg(j->db));
-      sqlite3_exec(j->db, "ROLLBACK", NULL, NULL, NULL);
-    }
-  } else {
-    jr_seterr(err, errlen, "journal '%s': %s", j->path, sqlite3_errmsg(j->db));
+  if (begin(j, err, errlen) == 0) {
+    int has;
+    seq = fence(j, run, owner, &has, err, errlen);
+    if (seq == 0) seq = put(j, run, has, kind, body, len, err, errlen);
+    seq = end(j, seq, seq > 0, err, errlen);
   }
   pthread_mutex_unlock(&j->lock);
   return seq;
@@ -190,26 +319,168 @@ static int sq_walk(void *impl, const char *run, int (*row)(void *arg, const jr_r
                    size_t errlen) {
   sq_journal *j = impl;
   pthread_mutex_lock(&j->lock);
-  sqlite3_reset(j->walk);
-  sqlite3_bind_text(j->walk, 1, run, -1, SQLITE_STATIC);
+  sqlite3_stmt *st = stmt(j, Q_WALK);
+  sqlite3_bind_text(st, 1, run, -1, SQLITE_STATIC);
   int step, rc = 0;
-  while ((step = sqlite3_step(j->walk)) == SQLITE_ROW) {
+  while ((step = sqlite3_step(st)) == SQLITE_ROW) {
     jr_row r = {
-      .seq = sqlite3_column_int64(j->walk, 0),
-      .v = sqlite3_column_int(j->walk, 1),
-      .kind = (const char *)sqlite3_column_text(j->walk, 2),
-      .body = sqlite3_column_blob(j->walk, 3),
-      .len = (size_t)sqlite3_column_bytes(j->walk, 3),
-      .digest = (const char *)sqlite3_column_text(j->walk, 4),
+      .seq = sqlite3_column_int64(st, 0),
+      .v = sqlite3_column_int(st, 1),
+      .kind = (const char *)sqlite3_column_text(st, 2),
+      .body = sqlite3_column_blob(st, 3),
+      .len = (size_t)sqlite3_column_bytes(st, 3),
+      .digest = (const char *)sqlite3_column_text(st, 4),
     };
     if (!r.body) r.body = "";
     if (row(arg, &r) != 0) break;
   }
-  if (step != SQLITE_DONE && step != SQLITE_ROW) {   /* SQLITE_ROW: row stopped it */
-    jr_seterr(err, errlen, "journal '%s': %s", j->path, sqlite3_errmsg(j->db));
-    rc = -1;
-  }
-  sqlite3_reset(j->walk);
+  if (step != SQLITE_DONE && step != SQLITE_ROW)   /* SQLITE_ROW: row stopped it */
+    rc = failure(j, -1, err, errlen);
+  sqlite3_reset(st);
   pthread_mutex_unlock(&j->lock);
   return rc;
+}
+
+static int sq_cut(void *impl, const char *run, const char *owner, long long keep, char *err, size_t errlen) {
+  sq_journal *j = impl;
+  pthread_mutex_lock(&j->lock);
+  int rc = -1;
+  if (begin(j, err, errlen) == 0) {
+    int has;
+    rc = fence(j, run, owner, &has, err, errlen);
+    if (rc == 0) {
+      sqlite3_stmt *st = stmt(j, Q_CUT);
+      sqlite3_bind_text(st, 1, run, -1, SQLITE_STATIC);
+      sqlite3_bind_int64(st, 2, keep);
+      rc = sqlite3_step(st) == SQLITE_DONE ? 1 : failure(j, -1, err, errlen);
+      sqlite3_reset(st);
+    }
+    rc = (int)end(j, rc, rc == 1, err, errlen);
+  }
+  pthread_mutex_unlock(&j->lock);
+  return rc;
+}
+
+/* ------------------------------------------------------------------- runs */
+
+static int sq_claim(void *impl, const char *run, const char *owner, long long lease_ms, jr_run *now, char *err,
+                    size_t errlen) {
+  sq_journal *j = impl;
+  pthread_mutex_lock(&j->lock);
+  int rc = -1;
+  if (begin(j, err, errlen) == 0) {
+    int found = read_row(j, run, now, err, errlen);
+    long long t = jr_now_ms();
+    int q = found == 0 ? Q_NEW : found == 1 && jr_claimable(now, owner, t) ? Q_TAKE : -1;
+    rc = found < 0 ? -1 : 0;
+    if (q >= 0) {
+      sqlite3_stmt *st = stmt(j, q);
+      sqlite3_bind_text(st, 1, run, -1, SQLITE_STATIC);
+      sqlite3_bind_text(st, 2, owner, -1, SQLITE_STATIC);
+      sqlite3_bind_int64(st, 3, t + lease_ms);
+      sqlite3_bind_int64(st, 4, t);
+      rc = sqlite3_step(st) == SQLITE_DONE ? 1 : failure(j, -1, err, errlen);
+      sqlite3_reset(st);
+      if (rc == 1 && read_row(j, run, now, err, errlen) != 1) rc = -1;
+    }
+    rc = (int)end(j, rc, rc >= 0, err, errlen);
+  }
+  pthread_mutex_unlock(&j->lock);
+  return rc;
+}
+
+/* Runs q (one UPDATE) bound by bind: 1 a row changed, 0 none, -1 with err. */
+static int update(sq_journal *j, sqlite3_stmt *st, char *err, size_t errlen) {
+  int step = sqlite3_step(st);
+  sqlite3_reset(st);
+  if (step != SQLITE_DONE) return failure(j, -1, err, errlen);
+  return sqlite3_changes(j->db) > 0 ? 1 : 0;
+}
+
+static int sq_renew(void *impl, const char *run, const char *owner, long long lease_ms, char *err, size_t errlen) {
+  sq_journal *j = impl;
+  pthread_mutex_lock(&j->lock);
+  sqlite3_stmt *st = stmt(j, Q_RENEW);
+  sqlite3_bind_text(st, 1, run, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 2, owner, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(st, 3, jr_now_ms() + lease_ms);
+  int rc = update(j, st, err, errlen);
+  pthread_mutex_unlock(&j->lock);
+  return rc;
+}
+
+static int sq_set(void *impl, const char *run, const char *owner, jr_state state, const char *step, char *err,
+                  size_t errlen) {
+  sq_journal *j = impl;
+  jr_run r = { .state = state };
+  pthread_mutex_lock(&j->lock);
+  sqlite3_stmt *st = stmt(j, Q_SET);
+  sqlite3_bind_text(st, sqlite3_bind_parameter_index(st, ":run"), run, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, sqlite3_bind_parameter_index(st, ":owner"), owner, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, sqlite3_bind_parameter_index(st, ":state"), jr_state_name(&r), -1, SQLITE_STATIC);
+  if (step) sqlite3_bind_text(st, sqlite3_bind_parameter_index(st, ":step"), step, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(st, sqlite3_bind_parameter_index(st, ":now"), jr_now_ms());
+  int rc = update(j, st, err, errlen);
+  pthread_mutex_unlock(&j->lock);
+  return rc;
+}
+
+static int sq_get(void *impl, const char *run, jr_run *out, char *err, size_t errlen) {
+  sq_journal *j = impl;
+  pthread_mutex_lock(&j->lock);
+  int rc = read_row(j, run, out, err, errlen);
+  pthread_mutex_unlock(&j->lock);
+  return rc;
+}
+
+static int sq_list(void *impl, int (*each)(void *arg, const jr_run *r), void *arg, char *err, size_t errlen) {
+  sq_journal *j = impl;
+  pthread_mutex_lock(&j->lock);
+  sqlite3_stmt *st = stmt(j, Q_LIST);
+  long long t = jr_now_ms();
+  int step, rc = 0;
+  while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+    jr_run r;
+    row_of(st, &r, t);
+    if (each(arg, &r) != 0) break;
+  }
+  if (step != SQLITE_DONE && step != SQLITE_ROW) rc = failure(j, -1, err, errlen);
+  sqlite3_reset(st);
+  pthread_mutex_unlock(&j->lock);
+  return rc;
+}
+
+static long long sq_prune(void *impl, long long before_ms, char *err, size_t errlen) {
+  sq_journal *j = impl;
+  pthread_mutex_lock(&j->lock);
+  long long n = -1;
+  if (begin(j, err, errlen) == 0) {
+    long long t = jr_now_ms();
+    sqlite3_stmt *st = stmt(j, Q_PRUNE_RECORDS);
+    sqlite3_bind_int64(st, 1, before_ms);
+    sqlite3_bind_int64(st, 2, t);
+    if (update(j, st, err, errlen) >= 0) {
+      st = stmt(j, Q_PRUNE_RUNS);
+      sqlite3_bind_int64(st, 1, before_ms);
+      sqlite3_bind_int64(st, 2, t);
+      if (update(j, st, err, errlen) >= 0) n = sqlite3_changes(j->db);
+    }
+    n = end(j, n, n >= 0, err, errlen);
+  }
+  pthread_mutex_unlock(&j->lock);
+  return n;
+}
+
+static long long sq_decide(void *impl, const char *run, const char *body, size_t len, char *err, size_t errlen) {
+  sq_journal *j = impl;
+  pthread_mutex_lock(&j->lock);
+  long long seq = -1;
+  if (begin(j, err, errlen) == 0) {
+    jr_run r;
+    int found = read_row(j, run, &r, err, errlen);
+    seq = found < 0 ? -1 : jr_decidable(found ? &r : NULL, run, err, errlen) ? put(j, run, 1, "decision", body, len, err, errlen) : 0;
+    seq = end(j, seq, seq >= 0, err, errlen);
+  }
+  pthread_mutex_unlock(&j->lock);
+  return seq;
 }

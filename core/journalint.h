@@ -56,6 +56,29 @@ jr_journal *jr_wrap(const jr_ops *ops, void *impl);
    kind NUL body, in hex. 0, or -1 when memory runs out. */
 int jr_digest(int v, const char *run, long long seq, const char *kind, const char *body, size_t len, char out[65]);
 
+/* Milliseconds since the epoch, by the machine's clock. */
+long long jr_now_ms(void);
+
+/* The state a store names (jr_state_name's words, without "abandoned"), or
+   0 for a name it does not know. */
+jr_state jr_state_of(const char *name);
+
+/* Fills *r from a store's row (texts cut to r's fields at a character's
+   start); abandoned: running with lease_until <= now. */
+void jr_fill(jr_run *r, const char *id, jr_state state, const char *step, const char *owner, long long lease_until,
+             long long created, long long updated, long long records, long long now);
+
+/* What every back end decides alike, from the run's row as it read it in
+   the step that changes it: */
+/* may owner write to the run (append, cut)? has: the run has a row, holder
+   its owner. 0, or JR_LOST with err naming the holder. */
+int jr_fenced(const char *run, const char *owner, int has, const char *holder, char *err, size_t errlen);
+/* may owner claim the run r at now: it holds it already, or its owner's
+   lease ended, or it awaits approval? */
+int jr_claimable(const jr_run *r, const char *owner, long long now);
+/* may a decision be appended to r (NULL: no such run)? 1, or 0 with err. */
+int jr_decidable(const jr_run *r, const char *run, char *err, size_t errlen);
+
 /* A one-line reason into err (NULL or errlen 0: nothing). */
 void jr_seterr(char *err, size_t errlen, const char *fmt, ...)
 #if defined(__GNUC__)

@@ -1,11 +1,16 @@
 /*
- * core/journal: a durable ask's records in SQLite. Appended records read
+ * core/journal: a durable ask's records and runs. The records in SQLite: Appended records read
  * back whole and in order, per run; a record cut or changed (a torn write)
  * ends what is read whole, and so does a gap; a record of a later format
  * is refused naming both; a file of another program or a newer journal
  * version is refused and left as it was; two processes appending to one run
- * number its records with no gap. Everything happens in a mkdtemp directory
- * that is removed at the end.
+ * number its records with no gap; a version-1 file is upgraded with its
+ * records kept. The runs, the same cases on every back end: of processes
+ * racing to claim a run one wins; a run whose lease ended is taken over, and
+ * its former owner is fenced off (append, cut, renew, set); a decision is
+ * recorded only while the run awaits approval; the list is the most
+ * recently changed first, and prune deletes what ended or was abandoned.
+ * Everything happens in a mkdtemp directory that is removed at the end.
  */
 #define _DEFAULT_SOURCE
 
@@ -14,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ctest.h"
@@ -128,7 +134,7 @@ static void test_versions(void) {
            "a later format is refused: %s", err);
   jr_close(j);
   CT_CHECK(poke(path, "UPDATE luma_meta SET value = '7' WHERE name = 'version'") == 0, "version 7");
-  CT_CHECK(jr_open(&(jr_options){ .path = path, .sync = 0 }, err, sizeof err) == NULL && strstr(err, "its journal version is 7; this luma reads version 1"),
+  CT_CHECK(jr_open(&(jr_options){ .path = path, .sync = 0 }, err, sizeof err) == NULL && strstr(err, "its journal version is 7; this luma reads versions 1 to 2"),
            "a later journal version is refused: %s", err);
   const char *other = path_of("other.db");
   CT_CHECK(poke(other, "CREATE TABLE t (x); INSERT INTO t VALUES (1)") == 0, "another program's database");
@@ -173,6 +179,264 @@ static void test_two_writers(void) {
   jr_close(j);
 }
 
+/* ------------------------------------------------------------------- runs */
+
+/* A back end for the run cases: each case has a store of its own (a file,
+   or a key prefix). */
+typedef struct backend {
+  const char *name;
+  jr_options (*options)(const char *kase);
+} backend;
+
+static jr_options sqlite_options(const char *kase) {
+  static char buf[8][512];
+  static int next;
+  char *p = buf[next++ % 8];
+  snprintf(p, sizeof buf[0], "%s/runs-%s.db", dir, kase);
+  return (jr_options){ .path = p };
+}
+
+static void sleep_ms(long ms) {
+  struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+  while (nanosleep(&ts, &ts) != 0) {}
+}
+
+static jr_journal *open_case(const backend *b, const char *kase) {
+  char err[300];
+  jr_options o = b->options(kase);
+  jr_journal *j = jr_open(&o, err, sizeof err);
+  CT_CHECK(j != NULL, "%s: open for %s: %s", b->name, kase, err);
+  return j;
+}
+
+/* Eight processes claim one run at once: one wins, seven see its owner. */
+static void test_claim_race(const backend *b) {
+  enum { N = 8 };
+  int gate[2];
+  if (pipe(gate) != 0) { CT_CHECK(0, "pipe"); return; }
+  pid_t kids[N];
+  for (int k = 0; k < N; k++) {
+    kids[k] = fork();
+    if (kids[k] == 0) {
+      close(gate[1]);
+      jr_options o = b->options("race");
+      jr_journal *mine = jr_open(&o, NULL, 0);
+      char owner[16], c;
+      snprintf(owner, sizeof owner, "p%d", k);
+      if (read(gate[0], &c, 1) < 0 || !mine) _exit(3);   /* 0: the gate closed */
+      jr_run now;
+      int rc = jr_claim(mine, "race", owner, 10000, &now, NULL, 0);
+      jr_close(mine);
+      _exit(rc == 1 ? 0 : rc == 0 && now.owner[0] == 'p' && strcmp(now.owner, owner) != 0 ? 1 : 2);
+    }
+  }
+  close(gate[0]);
+  sleep_ms(200);   /* every child opened the store and waits at the gate */
+  close(gate[1]);
+  int won = 0, lost = 0;
+  for (int k = 0; k < N; k++) {
+    int status;
+    waitpid(kids[k], &status, 0);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) won++;
+    else if (WIFEXITED(status) && WEXITSTATUS(status) == 1) lost++;
+  }
+  CT_CHECK(won == 1 && lost == N - 1, "%s: one claim wins: %d won, %d lost", b->name, won, lost);
+  jr_journal *j = open_case(b, "race");
+  if (!j) return;
+  jr_run r;
+  char err[300];
+  CT_CHECK(jr_get(j, "race", &r, err, sizeof err) == 1 && r.state == JR_RUNNING && !r.abandoned && r.owner[0] == 'p',
+           "%s: the winner holds it: %s", b->name, err);
+  jr_close(j);
+}
+
+/* A lease that ended: the run is abandoned, another owner takes it over,
+   and the former owner can no longer write. */
+static void test_takeover(const backend *b) {
+  jr_journal *j = open_case(b, "takeover");
+  if (!j) return;
+  char err[300] = "";
+  jr_run r;
+  CT_CHECK(jr_claim(j, "t", "A", 150, &r, err, sizeof err) == 1 && strcmp(r.owner, "A") == 0 && r.state == JR_RUNNING,
+           "%s: A claims a new run: %s", b->name, err);
+  CT_CHECK(jr_append(j, "t", "A", "ask", "{}", 2, err, sizeof err) == 1, "%s: A appends: %s", b->name, err);
+  CT_CHECK(jr_claim(j, "t", "B", 150, &r, err, sizeof err) == 0 && strcmp(r.owner, "A") == 0,
+           "%s: B cannot while A's lease lasts (holder %s)", b->name, r.owner);
+  CT_CHECK(jr_get(j, "t", &r, err, sizeof err) == 1 && !r.abandoned && r.records == 1 &&
+           strcmp(jr_state_name(&r), "running") == 0, "%s: running, 1 record: %s", b->name, err);
+  sleep_ms(250);
+  CT_CHECK(jr_get(j, "t", &r, err, sizeof err) == 1 && r.abandoned && strcmp(jr_state_name(&r), "abandoned") == 0,
+           "%s: abandoned once the lease ended", b->name);
+  CT_CHECK(jr_claim(j, "t", "B", 10000, &r, err, sizeof err) == 1 && strcmp(r.owner, "B") == 0 && !r.abandoned &&
+           r.records == 1, "%s: B takes it over: %s", b->name, err);
+  err[0] = '\0';
+  CT_CHECK(jr_append(j, "t", "A", "tool", "{}", 2, err, sizeof err) == JR_LOST && strstr(err, "held by 'B'"),
+           "%s: A is fenced off: %s", b->name, err);
+  CT_CHECK(jr_cut(j, "t", "A", 0, err, sizeof err) == JR_LOST, "%s: A cannot cut", b->name);
+  CT_CHECK(jr_renew(j, "t", "A", 10000, err, sizeof err) == 0, "%s: A's renewal is lost", b->name);
+  CT_CHECK(jr_set(j, "t", "A", JR_FAILED, "x", err, sizeof err) == 0, "%s: A cannot set", b->name);
+  CT_CHECK(jr_append(j, "t", NULL, "tool", "{}", 2, err, sizeof err) == JR_LOST, "%s: no owner is fenced off too",
+           b->name);
+  CT_CHECK(jr_append(j, "t", "B", "tool", "{}", 2, err, sizeof err) == 2, "%s: B appends: %s", b->name, err);
+  CT_CHECK(jr_append(j, "none", "B", "ask", "{}", 2, err, sizeof err) == JR_LOST && strstr(err, "never claimed"),
+           "%s: an owner appends only to a run it claimed: %s", b->name, err);
+  long long until = 0;
+  if (jr_get(j, "t", &r, err, sizeof err) == 1) until = r.lease_until_ms;
+  sleep_ms(5);
+  CT_CHECK(jr_renew(j, "t", "B", 20000, err, sizeof err) == 1 && jr_get(j, "t", &r, err, sizeof err) == 1 &&
+           r.lease_until_ms > until, "%s: B renews", b->name);
+  CT_CHECK(jr_claim(j, "t", "B", 10000, &r, err, sizeof err) == 1, "%s: its owner claims it again", b->name);
+  CT_CHECK(jr_set(j, "t", "B", JR_RUNNING, "turn 2", err, sizeof err) == 1 && jr_get(j, "t", &r, err, sizeof err) == 1 &&
+           strcmp(r.step, "turn 2") == 0 && r.lease_until_ms > 0, "%s: a step", b->name);
+  jr_close(j);
+}
+
+/* A decision only while the run awaits approval; then any process claims it. */
+static void test_decide(const backend *b) {
+  jr_journal *j = open_case(b, "decide");
+  if (!j) return;
+  char err[300] = "";
+  jr_run r;
+  CT_CHECK(jr_decide(j, "d", "{\"id\":\"c1\"}", 11, err, sizeof err) == 0 && strstr(err, "there is no run 'd'"),
+           "%s: no run: %s", b->name, err);
+  jr_claim(j, "d", "A", 10000, &r, err, sizeof err);
+  jr_append(j, "d", "A", "ask", "{}", 2, err, sizeof err);
+  CT_CHECK(jr_decide(j, "d", "{\"id\":\"c1\"}", 11, err, sizeof err) == 0 &&
+           strstr(err, "run 'd' is running, not awaiting approval"), "%s: running: %s", b->name, err);
+  jr_append(j, "d", "A", "approval", "{\"id\":\"c1\"}", 11, err, sizeof err);
+  CT_CHECK(jr_set(j, "d", "A", JR_AWAITING_APPROVAL, "approve c1", err, sizeof err) == 1, "%s: set: %s", b->name, err);
+  CT_CHECK(jr_get(j, "d", &r, err, sizeof err) == 1 && r.state == JR_AWAITING_APPROVAL && !r.abandoned &&
+           strcmp(r.step, "approve c1") == 0 && strcmp(jr_state_name(&r), "awaiting_approval") == 0,
+           "%s: it awaits approval", b->name);
+  jr_journal *other = open_case(b, "decide");
+  if (other) {
+    CT_CHECK(jr_decide(other, "d", "{\"id\":\"c1\",\"approved\":true}", 27, err, sizeof err) == 3,
+             "%s: another process decides: %s", b->name, err);
+    seen s = { 0 };
+    jr_status st;
+    CT_CHECK(jr_read(other, "d", collect, &s, &st, err, sizeof err) == 0 && st.whole == 3 && s.n == 3, "%s: read",
+             b->name);
+    if (s.n == 3) CT_EQ_STR("decision", s.kinds[2]);
+    CT_CHECK(jr_claim(other, "d", "B", 10000, &r, err, sizeof err) == 1 && strcmp(r.owner, "B") == 0 &&
+             r.state == JR_RUNNING, "%s: any process claims a run that awaits approval: %s", b->name, err);
+    CT_CHECK(jr_set(other, "d", "B", JR_COMPLETED, NULL, err, sizeof err) == 1, "%s: completed", b->name);
+    CT_CHECK(jr_claim(j, "d", "C", 10000, &r, err, sizeof err) == 0 && r.state == JR_COMPLETED &&
+             strcmp(r.step, "approve c1") == 0, "%s: an ended run is not claimed (step kept)", b->name);
+    CT_CHECK(jr_decide(j, "d", "{}", 2, err, sizeof err) == 0 && strstr(err, "is completed"), "%s: %s", b->name, err);
+    jr_close(other);
+  }
+  jr_close(j);
+}
+
+typedef struct listed {
+  int n;
+  char ids[8][96];
+} listed;
+
+static int list_one(void *arg, const jr_run *r) {
+  listed *l = arg;
+  if (l->n < 8) snprintf(l->ids[l->n], sizeof l->ids[0], "%s:%s", r->id, jr_state_name(r));
+  l->n++;
+  return 0;
+}
+
+/* The list, the most recently changed first; prune deletes what ended or
+   was abandoned before the time it is given, not what runs or waits. */
+static void test_list_prune(const backend *b) {
+  jr_journal *j = open_case(b, "prune");
+  if (!j) return;
+  char err[300] = "";
+  jr_run r;
+  static const char *const ids[] = { "done", "failed", "live", "dead", "wait" };
+  for (int i = 0; i < 5; i++) {
+    jr_claim(j, ids[i], "A", i == 3 ? 1 : 60000, &r, err, sizeof err);
+    jr_append(j, ids[i], "A", "ask", "{}", 2, err, sizeof err);
+    if (i == 0) jr_set(j, ids[i], "A", JR_COMPLETED, "end", err, sizeof err);
+    if (i == 1) jr_set(j, ids[i], "A", JR_FAILED, "end", err, sizeof err);
+    if (i == 4) jr_set(j, ids[i], "A", JR_AWAITING_APPROVAL, "approve", err, sizeof err);
+    sleep_ms(3);
+  }
+  listed l = { 0 };
+  CT_CHECK(jr_list(j, list_one, &l, err, sizeof err) == 0 && l.n == 5, "%s: 5 runs listed: %d %s", b->name, l.n, err);
+  if (l.n == 5) {
+    CT_EQ_STR("wait:awaiting_approval", l.ids[0]);
+    CT_EQ_STR("dead:abandoned", l.ids[1]);
+    CT_EQ_STR("live:running", l.ids[2]);
+    CT_EQ_STR("failed:failed", l.ids[3]);
+    CT_EQ_STR("done:completed", l.ids[4]);
+  }
+  CT_CHECK(jr_prune(j, jr_get(j, "done", &r, err, sizeof err) == 1 ? r.updated_ms : 0, err, sizeof err) == 0,
+           "%s: nothing changed before the first", b->name);
+  CT_CHECK(jr_prune(j, r.updated_ms + 3600000, err, sizeof err) == 3, "%s: 3 pruned: %s", b->name, err);
+  l.n = 0;
+  CT_CHECK(jr_list(j, list_one, &l, err, sizeof err) == 0 && l.n == 2, "%s: 2 left: %d", b->name, l.n);
+  if (l.n == 2) {
+    CT_EQ_STR("wait:awaiting_approval", l.ids[0]);
+    CT_EQ_STR("live:running", l.ids[1]);
+  }
+  jr_status st;
+  CT_CHECK(jr_read(j, "done", NULL, NULL, &st, err, sizeof err) == 0 && st.whole == 0 && st.torn == 0,
+           "%s: a pruned run's records went with it", b->name);
+  CT_CHECK(jr_get(j, "dead", &r, err, sizeof err) == 0, "%s: no such run", b->name);
+  jr_close(j);
+}
+
+/* A torn tail cut by the run's owner, and by no one else. */
+static void test_cut(const backend *b) {
+  jr_journal *j = open_case(b, "cut");
+  if (!j) return;
+  char err[300] = "";
+  jr_run r;
+  jr_claim(j, "c", "A", 60000, &r, err, sizeof err);
+  for (int i = 0; i < 5; i++) jr_append(j, "c", "A", "tool", "{}", 2, err, sizeof err);
+  CT_CHECK(jr_cut(j, "c", "B", 3, err, sizeof err) == JR_LOST && strstr(err, "held by 'A'"), "%s: B: %s", b->name, err);
+  CT_CHECK(jr_cut(j, "c", "A", 3, err, sizeof err) == 1, "%s: A cuts: %s", b->name, err);
+  jr_status st;
+  CT_CHECK(jr_read(j, "c", NULL, NULL, &st, err, sizeof err) == 0 && st.whole == 3 && st.torn == 0, "%s: 3 left",
+           b->name);
+  CT_CHECK(jr_append(j, "c", "A", "tool", "{}", 2, err, sizeof err) == 4, "%s: the next is 4: %s", b->name, err);
+  CT_CHECK(jr_get(j, "c", &r, err, sizeof err) == 1 && r.records == 4, "%s: 4 records", b->name);
+  jr_close(j);
+}
+
+static void test_runs(const backend *b) {
+  test_claim_race(b);
+  test_takeover(b);
+  test_decide(b);
+  test_list_prune(b);
+  test_cut(b);
+}
+
+/* A version-1 file (no luma_runs) is upgraded in place, its records kept. */
+static void test_upgrade(void) {
+  char err[300];
+  const char *path = path_of("v1.db");
+  jr_journal *j = jr_open(&(jr_options){ .path = path }, err, sizeof err);
+  if (!j) { CT_CHECK(0, "open: %s", err); return; }
+  jr_append(j, "old", NULL, "ask", "{}", 2, err, sizeof err);
+  jr_close(j);
+  CT_CHECK(poke(path, "DROP TABLE luma_runs; UPDATE luma_meta SET value = '1' WHERE name = 'version'") == 0, "v1");
+  j = jr_open(&(jr_options){ .path = path }, err, sizeof err);
+  CT_CHECK(j != NULL, "a version-1 file opens: %s", err);
+  if (!j) return;
+  jr_status st;
+  CT_CHECK(jr_read(j, "old", NULL, NULL, &st, err, sizeof err) == 0 && st.whole == 1, "its record is read");
+  jr_run r;
+  CT_CHECK(jr_claim(j, "old", "A", 1000, &r, err, sizeof err) == 1 && r.records == 1, "and claimed: %s", err);
+  CT_CHECK(jr_append(j, "old", "A", "tool", "{}", 2, err, sizeof err) == 2, "and appended to: %s", err);
+  jr_close(j);
+  sqlite3 *db;
+  sqlite3_stmt *q = NULL;
+  int version = -1;
+  if (sqlite3_open(path, &db) == SQLITE_OK &&
+      sqlite3_prepare_v2(db, "SELECT value FROM luma_meta WHERE name = 'version'", -1, &q, NULL) == SQLITE_OK &&
+      sqlite3_step(q) == SQLITE_ROW)
+    version = atoi((const char *)sqlite3_column_text(q, 0));
+  sqlite3_finalize(q);
+  sqlite3_close(db);
+  CT_CHECK(version == 2, "its version is 2 now: %d", version);
+}
+
 int main(void) {
   const char *base = getenv("TMPDIR");
   snprintf(dir, sizeof dir, "%s/luma-journal-XXXXXX", base && *base ? base : "/tmp");
@@ -184,6 +448,9 @@ int main(void) {
   test_torn();
   test_versions();
   test_two_writers();
+  test_upgrade();
+  static const backend sqlite = { "sqlite", sqlite_options };
+  test_runs(&sqlite);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
