@@ -131,7 +131,8 @@ struct ak_ask {
   char owner[128];            /* this process's claim on it: host:pid:nonce */
   struct ak_past *past;       /* a resumed run's records, or NULL */
   struct ak_beat *beat;       /* the lease's heartbeat, while the ask owns the run */
-  int lost;                   /* atomic: another process took the run over */
+  int lost;                   /* atomic: another process took the run over (lost_why says how) */
+  int losing;                 /* atomic: lost_why is being written, once */
   char lost_why[300];
 };
 

@@ -215,8 +215,10 @@ int ak_journal_lost(const ak_ask *a) {
   return __atomic_load_n(&a->lost, __ATOMIC_ACQUIRE);
 }
 
+/* The run was taken over: said once (by the heartbeat's thread or the
+   ask's, whichever saw it first), then the ask is woken to end. */
 static void lose(ak_ask *a, const char *why) {
-  if (__atomic_load_n(&a->lost, __ATOMIC_ACQUIRE)) return;
+  if (__atomic_exchange_n(&a->losing, 1, __ATOMIC_ACQ_REL)) return;
   snprintf(a->lost_why, sizeof a->lost_why, "another process took run '%s' over%s%s", a->run_id, why ? ": " : "",
            why ? why : "");
   __atomic_store_n(&a->lost, 1, __ATOMIC_RELEASE);
@@ -337,8 +339,10 @@ static int append(ak_ask *a, const char *kind, sb_buf *b, char *err, size_t errl
   if (seq > 0) crash_point(1);
   sb_free(b);
   if (seq == JR_LOST) {
-    lose(a, err);
-    snprintf(err, errlen, "%s", a->lost_why);
+    char why[300];
+    snprintf(why, sizeof why, "%s", err);
+    lose(a, why);
+    snprintf(err, errlen, "another process took run '%s' over: %s", a->run_id, why);
   }
   return seq > 0 ? 0 : -1;
 }

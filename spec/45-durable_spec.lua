@@ -362,6 +362,65 @@ describe("a durable ask's journal when resumed", function()
     assert.are.equal(before, #server:requests())
   end)
 
+  it("takes an abandoned run over; the process that lost it stops with JOURNAL_ERROR and writes nothing more",
+    function()
+    local run = killed_at(4, 105)   -- the ask, turn 1 and its two calls
+    -- turn 2 answers slowly: the first resumer waits on it when it is stopped
+    local slow = { json = TURNS[2].json, delay_ms = 1500 }
+    server:turns { TURNS[1], slow, TURNS[3] }
+    local function asked_turn2()
+      local n = 0
+      for _, r in ipairs(server:requests()) do
+        if r.turn == 2 and r.body:find("batch 105\"", 1, true) then n = n + 1 end
+      end
+      return n
+    end
+    local function start(name, lease)
+      assert(os.execute(("cd %s && LUMA_DURABLE_KEY=%s %s resume %s flow.luma --journal j.db --journal-lease-ms %d " ..
+        "--trace %s.jsonl > %s.out 2> %s.err & echo $! > %s"):format(h.quote(dir), KEY, h.quote(h.root .. "/bin/luma-lua"),
+        run, lease, name, name, name, h.quote(dir .. "/" .. name .. ".pid"))))
+      return h.read(dir .. "/" .. name .. ".pid"):match("%d+")
+    end
+    local function wait_for(what, f)
+      for _ = 1, 1000 do
+        if f() then return end
+        os.execute("sleep 0.01")
+      end
+      error("timed out waiting for " .. what)
+    end
+    local function exited(pid) return not os.execute("kill -0 " .. pid .. " 2>/dev/null") end
+    local first = start("first", 60)
+    wait_for("the first resumer's request", function() return asked_turn2() == 1 end)
+    -- stopped while it waits: its heartbeat stops, its lease ends
+    assert(os.execute("kill -STOP " .. first))
+    os.execute("sleep 0.2")
+    local second = start("second", 60000)
+    wait_for("the second resumer's request", function() return asked_turn2() == 2 end)
+    assert(os.execute("kill -CONT " .. first))
+    wait_for("both to end", function() return exited(first) and exited(second) end)
+    server:turns(TURNS)
+    assert.matches("^Error: %[JOURNAL_ERROR%] Agent 'A' is durable, and.*another process took run '" ..
+      run:gsub("%-", "%%-") .. "' over", h.read(dir .. "/first.err"))
+    assert.are.equal("", h.read(dir .. "/second.err"))
+    assert.are.same({ total = 60 }, luma.json.decode(h.read(dir .. "/second.out")))
+    assert.are.same({ "o1", "o2", "o3" }, effects(dir))
+    local kinds = sql(dir .. "/j.db", "SELECT group_concat(kind, ' ') FROM (SELECT kind FROM luma_journal ORDER BY seq)")
+    assert.are.equal("ask exchange tool tool exchange tool exchange finish\n", kinds)
+    -- one resume event each: the second took the run over from the first
+    local events = {}
+    for line in io.lines(dir .. "/second.jsonl") do
+      local e = luma.json.decode(line)
+      if e.kind == "resume" then events[#events + 1] = e end
+    end
+    assert.are.equal(1, #events)
+    assert.is_true(events[1].takeover)
+    assert.matches(":" .. first .. ":", events[1].previous_owner)
+    for _, f in ipairs { "first.out", "first.err", "first.pid", "first.jsonl", "second.out", "second.err", "second.pid",
+                         "second.jsonl" } do
+      os.remove(dir .. "/" .. f)
+    end
+  end)
+
   it("says which run and why when it cannot be resumed", function()
     local r = h.run({ "resume", "run-0000000000000000", dir .. "/flow.luma", "--journal", dir .. "/j.db" },
                     { cwd = dir })
