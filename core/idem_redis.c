@@ -54,29 +54,21 @@
 #include "crypto.h"
 #include "idem_redis.h"
 #include "idemint.h"
-
-#define RD_TIMEOUT_MS 1000
-#define RD_BACKOFF_MIN_MS 100
-#define RD_BACKOFF_MAX_MS 5000
-#define RD_MAX_ARGS 6             /* ARGV of the scripts */
+#include "redis.h"
 
 typedef struct rd_store {
   pthread_mutex_t lock;
-  redisContext *c;
-  char *host, *user, *password, *prefix;
-  int port, db;
+  rc_conn r;                      /* the connection (redis.h) */
+  char *prefix;
   long long lease_ms;
   int run_unavailable;
   char token[17];
-  long long retry_at, backoff;    /* monotonic ms: no connection attempt before retry_at */
-  char where[300];                /* host:port/db, for messages (no password) */
   char *pass;                     /* the passphrase (sealing), or NULL */
   int ready;                      /* <prefix>meta was read: key is the sealing key */
   int wrong;                      /* <prefix>meta refuses this store: its message is in why */
   char why[300];
-  char last[600];                 /* why the last connection attempt failed, or "" */
   unsigned char key[32];
-  char sha[4][41];                /* the scripts' SHA-1 as SCRIPT LOAD gave it, or "" */
+  rc_script script[4];            /* SCRIPT[]'s, run by their hash */
   /* the watcher (rd_watch): a thread on a connection of its own, subscribed
      to <prefix>idem:ended, where complete and release publish */
   pthread_t sub;
@@ -88,33 +80,9 @@ typedef struct rd_store {
 
 #define seterr id_seterr
 
-static long long mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void disconnect(rd_store *s) {
-  if (s->c) redisFree(s->c);
-  s->c = NULL;
-  long long now = mono_ms();
-  s->backoff = s->backoff ? (s->backoff * 2 > RD_BACKOFF_MAX_MS ? RD_BACKOFF_MAX_MS : s->backoff * 2) : RD_BACKOFF_MIN_MS;
-  s->retry_at = now + s->backoff;
-}
-
-/* A reply that is an error or missing; the connection is dropped when it broke. */
+/* A reply that is an error or missing (redis.h's rc_failed). */
 static int failed(rd_store *s, redisReply *r, char *err, size_t errlen) {
-  if (r && r->type != REDIS_REPLY_ERROR) return 0;
-  if (r) {
-    seterr(err, errlen, "Redis at %s answered: %.200s", s->where, r->str);
-    freeReplyObject(r);
-  } else {
-    snprintf(s->last, sizeof s->last, "Redis at %s cannot be reached: %s", s->where,
-             s->c ? s->c->errstr : "no connection");
-    seterr(err, errlen, "%s", s->last);
-    disconnect(s);
-  }
-  return 1;
+  return rc_failed(&s->r, r, err, errlen);
 }
 
 static void hex(const unsigned char *p, size_t n, char *out) {
@@ -142,7 +110,7 @@ static int setup(rd_store *s, char *err, size_t errlen) {
   unsigned char salt[16];
   int derived = 0;
   s->wrong = 0;
-  redisReply *r = redisCommand(s->c, "GET %s", mkey);
+  redisReply *r = redisCommand(s->r.c, "GET %s", mkey);
   if (failed(s, r, err, errlen)) return -1;
   int absent = r->type == REDIS_REPLY_NIL;
   freeReplyObject(r);
@@ -163,11 +131,11 @@ static int setup(rd_store *s, char *err, size_t errlen) {
     } else {
       snprintf(mine, sizeof mine, "none");
     }
-    r = redisCommand(s->c, "SET %s %s NX", mkey, mine);
+    r = redisCommand(s->r.c, "SET %s %s NX", mkey, mine);
     if (failed(s, r, err, errlen)) return -1;
     freeReplyObject(r);
   }
-  r = redisCommand(s->c, "GET %s", mkey);
+  r = redisCommand(s->r.c, "GET %s", mkey);
   if (failed(s, r, err, errlen)) return -1;
   char meta[sizeof mine];
   int ok = r->type == REDIS_REPLY_STRING && r->len < sizeof meta;
@@ -178,13 +146,13 @@ static int setup(rd_store *s, char *err, size_t errlen) {
   freeReplyObject(r);
   s->wrong = 1;
   if (!ok) {
-    seterr(err, errlen, "Redis at %s: %s is not a luma store's record", s->where, mkey);
+    seterr(err, errlen, "Redis at %s: %s is not a luma store's record", s->r.where, mkey);
     return -1;
   }
   if (strcmp(meta, "none") == 0) {
     if (s->pass) {
       seterr(err, errlen, "Redis at %s: the store under prefix '%s' keeps its results in clear, but the config asks "
-                          "for aes-256-gcm (give it another prefix)", s->where, s->prefix);
+                          "for aes-256-gcm (give it another prefix)", s->r.where, s->prefix);
       return -1;
     }
     s->wrong = 0;
@@ -198,12 +166,12 @@ static int setup(rd_store *s, char *err, size_t errlen) {
   if (sscanf(meta, "aes-256-gcm|%u|%32[0-9a-f]|%110[0-9a-f]", &iterations, salthex, checkhex) != 3 ||
       strlen(salthex) != 32 || strlen(checkhex) != 2 * ID_CHECK_LEN || unhex(salthex, 16, salt) != 0 ||
       unhex(checkhex, ID_CHECK_LEN, check) != 0 || iterations < 1 || iterations > LIM_IDEM_KDF_MAX_ITERATIONS) {
-    seterr(err, errlen, "Redis at %s: %s is not a luma store's record", s->where, mkey);
+    seterr(err, errlen, "Redis at %s: %s is not a luma store's record", s->r.where, mkey);
     return -1;
   }
   if (!s->pass) {
     seterr(err, errlen, "Redis at %s: the store under prefix '%s' is encrypted (aes-256-gcm), but no key was given",
-           s->where, s->prefix);
+           s->r.where, s->prefix);
     return -1;
   }
   if (!(derived && strcmp(meta, mine) == 0) &&
@@ -212,7 +180,7 @@ static int setup(rd_store *s, char *err, size_t errlen) {
     return -1;
   }
   if (!id_check_ok(s->key, check, sizeof check)) {
-    seterr(err, errlen, "Redis at %s: the key does not open the store under prefix '%s' (a wrong key?)", s->where,
+    seterr(err, errlen, "Redis at %s: the key does not open the store under prefix '%s' (a wrong key?)", s->r.where,
            s->prefix);
     return -1;
   }
@@ -221,60 +189,16 @@ static int setup(rd_store *s, char *err, size_t errlen) {
   return 0;
 }
 
-static int try_connect(rd_store *s, char *err, size_t errlen);
-
-/* A connection, made when there is none and the backoff allows; 0 or -1. */
+/* The store's connection, made when there is none and the backoff allows
+   (redis.h); a first one reads <prefix>meta (setup, its ready hook). */
 static int connect_now(rd_store *s, char *err, size_t errlen) {
-  if (s->c) return 0;
-  if (mono_ms() < s->retry_at) {
-    /* the last attempt's words: refused credentials are not "down" */
-    seterr(err, errlen, "%s (retrying in %lld ms)", s->last[0] ? s->last : "Redis cannot be reached",
-           s->retry_at - mono_ms());
-    return -1;
-  }
-  char why[400] = "";
-  int rc = try_connect(s, why, sizeof why);
-  if (rc != 0) {
-    snprintf(s->last, sizeof s->last, "%s", why);
-    seterr(err, errlen, "%s", why);
-  }
-  return rc;
+  return rc_connect(&s->r, err, errlen);
 }
 
-/* One connection attempt (connect_now's); 0, or -1 with err. */
-static int try_connect(rd_store *s, char *err, size_t errlen) {
-  struct timeval tv = { RD_TIMEOUT_MS / 1000, (RD_TIMEOUT_MS % 1000) * 1000 };
-  s->c = redisConnectWithTimeout(s->host, s->port, tv);
-  if (!s->c || s->c->err) {
-    seterr(err, errlen, "Redis at %s cannot be reached: %s", s->where, s->c ? s->c->errstr : "out of memory");
-    disconnect(s);
-    return -1;
-  }
-  redisSetTimeout(s->c, tv);
-  redisReply *r;
-  if (s->password) {
-    r = s->user ? redisCommand(s->c, "AUTH %s %s", s->user, s->password) : redisCommand(s->c, "AUTH %s", s->password);
-    if (r && r->type == REDIS_REPLY_ERROR) {
-      /* the server's words may not name the password: they are kept */
-      seterr(err, errlen, "Redis at %s refused the credentials: %.200s", s->where, r->str);
-      freeReplyObject(r);
-      disconnect(s);
-      return -1;
-    }
-    if (failed(s, r, err, errlen)) return -1;
-    freeReplyObject(r);
-  }
-  if (s->db) {
-    r = redisCommand(s->c, "SELECT %d", s->db);
-    if (failed(s, r, err, errlen)) { disconnect(s); return -1; }
-    freeReplyObject(r);
-  }
-  if (!s->ready && setup(s, err, errlen) != 0) {
-    disconnect(s);
-    return -1;
-  }
-  s->backoff = 0;
-  return 0;
+/* rc_conn's ready hook: <prefix>meta read once. */
+static int on_ready(void *arg, char *err, size_t errlen) {
+  rd_store *s = arg;
+  return s->ready ? 0 : setup(s, err, errlen);
 }
 
 /* The key of (tool, key), printable so that an operator can find and clear
@@ -359,54 +283,13 @@ static const char RENEW[] =
 enum { SC_RESERVE, SC_COMPLETE, SC_RELEASE, SC_RENEW };
 static const char *const SCRIPT[] = { RESERVE, COMPLETE, RELEASE, RENEW };
 
-/* SCRIPT LOAD: the script's SHA-1 into s->sha[which]; 0, or -1 with err. */
-static int load_script(rd_store *s, int which, char *err, size_t errlen) {
-  redisReply *r = redisCommand(s->c, "SCRIPT LOAD %s", SCRIPT[which]);
-  if (failed(s, r, err, errlen)) return -1;
-  int ok = r->type == REDIS_REPLY_STRING && r->len == 40;
-  if (ok) memcpy(s->sha[which], r->str, 41);
-  else seterr(err, errlen, "Redis at %s gave an unexpected answer to SCRIPT LOAD", s->where);
-  freeReplyObject(r);
-  return ok ? 0 : -1;
-}
-
-/* Runs a script on KEYS[1] = k with its arguments: EVALSHA, so that a call
-   (and a waiter's every look) sends the hash rather than the script; a
-   server that does not know it (NOSCRIPT: restarted, or SCRIPT FLUSH) is
-   given it again. The reply, or NULL with err (failed() was told). s->lock
-   held, connected. */
+/* Runs a script on KEYS[1] = k with its arguments, by its hash (redis.h's
+   rc_run: a server that does not know it is given it again). The reply, or
+   NULL with err. s->lock held, connected. */
 static redisReply *run_script(rd_store *s, int which, const char *k, size_t klen, int nargs, const char **args,
                               const size_t *lens, char *err, size_t errlen) {
-  const char *argv[4 + RD_MAX_ARGS];
-  size_t argl[4 + RD_MAX_ARGS];
-  if (nargs > RD_MAX_ARGS) {
-    seterr(err, errlen, "idempotency: a script with %d arguments", nargs);
-    return NULL;
-  }
-  argv[0] = "EVALSHA";
-  argl[0] = 7;
-  argv[2] = "1";
-  argl[2] = 1;
-  argv[3] = k;
-  argl[3] = klen;
-  for (int i = 0; i < nargs; i++) {
-    argv[4 + i] = args[i];
-    argl[4 + i] = lens ? lens[i] : strlen(args[i]);
-  }
-  for (int attempt = 0; attempt < 2; attempt++) {
-    if (!s->sha[which][0] && load_script(s, which, err, errlen) != 0) return NULL;
-    argv[1] = s->sha[which];
-    argl[1] = 40;
-    redisReply *r = redisCommandArgv(s->c, 4 + nargs, argv, argl);
-    if (r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0 && attempt == 0) {
-      freeReplyObject(r);
-      s->sha[which][0] = '\0';
-      continue;
-    }
-    if (failed(s, r, err, errlen)) return NULL;
-    return r;
-  }
-  return NULL;
+  if (!s->script[which].text) s->script[which].text = SCRIPT[which];
+  return rc_run(&s->r, &s->script[which], 1, &k, &klen, nargs, args, lens, err, errlen);
 }
 
 static id_status rd_begin(void *impl, const char *tool, const char *key, size_t keylen, const char *hash,
@@ -427,7 +310,7 @@ static id_status rd_begin(void *impl, const char *tool, const char *key, size_t 
   const char *args[] = { s->token, hash, lease };
   redisReply *r = run_script(s, SC_RESERVE, k, klen, 3, args, NULL, err, errlen);
   if (!r) {
-    if (!s->c) st = s->run_unavailable ? ID_RUN_UNGUARDED : ID_UNAVAILABLE;
+    if (!s->r.c) st = s->run_unavailable ? ID_RUN_UNGUARDED : ID_UNAVAILABLE;
     goto out;
   }
   if (r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && r->element[0]->type == REDIS_REPLY_STRING) {
@@ -445,12 +328,12 @@ static id_status rd_begin(void *impl, const char *tool, const char *key, size_t 
       int sealed = len > 0 && stored[0] == '~';
       char *text = NULL;
       if (sealed != (s->pass != NULL)) {
-        seterr(err, errlen, "Redis at %s: a stored result of tool '%s' is %s", s->where, tool,
+        seterr(err, errlen, "Redis at %s: a stored result of tool '%s' is %s", s->r.where, tool,
                sealed ? "encrypted, and this store has no key" : "in clear in an encrypted store");
       } else if (sealed) {
         text = id_unseal(s->key, tool, key, keylen, hash, (const unsigned char *)stored + 1, len - 1);
         if (!text) seterr(err, errlen, "Redis at %s: a stored result of tool '%s' does not open (tampered with?)",
-                          s->where, tool);
+                          s->r.where, tool);
       } else if ((text = malloc(len + 1)) != NULL) {
         memcpy(text, stored, len);
         text[len] = '\0';
@@ -463,7 +346,7 @@ static id_status rd_begin(void *impl, const char *tool, const char *key, size_t 
       }
     }
   }
-  if (st == ID_ERROR && !(err && err[0])) seterr(err, errlen, "Redis at %s gave an unexpected answer", s->where);
+  if (st == ID_ERROR && !(err && err[0])) seterr(err, errlen, "Redis at %s gave an unexpected answer", s->r.where);
   freeReplyObject(r);
 out:
   pthread_mutex_unlock(&s->lock);
@@ -511,7 +394,7 @@ static int rd_commit(void *impl, const char *tool, const char *key, size_t keyle
   const size_t lens[] = { strlen(s->token), strlen(hash), vlen, strlen(ttls), strlen(chan) };
   redisReply *r = run_script(s, SC_COMPLETE, k, klen, 5, args, lens, err, errlen);
   if (!r) {
-    if (!s->c) rc = ID_COMMIT_UNREACHABLE;
+    if (!s->r.c) rc = ID_COMMIT_UNREACHABLE;
     goto out;
   }
   if (r->type == REDIS_REPLY_INTEGER && r->integer >= 0) rc = 0;
@@ -573,14 +456,10 @@ static void rd_close(void *impl) {
     pthread_join(s->sub, NULL);
   }
   if (s->sub_stop_fd >= 0 && s->sub_pid == getpid()) close(s->sub_stop_fd);
-  if (s->c) redisFree(s->c);
-  if (s->password) explicit_bzero(s->password, strlen(s->password));
+  rc_free(&s->r);
   if (s->pass) explicit_bzero(s->pass, strlen(s->pass));
   explicit_bzero(s->key, sizeof s->key);
   free(s->pass);
-  free(s->host);
-  free(s->user);
-  free(s->password);
   free(s->prefix);
   pthread_mutex_destroy(&s->lock);
   free(s);
@@ -589,21 +468,13 @@ static void rd_close(void *impl) {
 /* A connection of the watcher's own, subscribed to the channel; NULL when
    the server cannot be reached or refuses (the thread tries again later). */
 static redisContext *sub_connect(rd_store *s, const char *chan) {
-  struct timeval tv = { RD_TIMEOUT_MS / 1000, (RD_TIMEOUT_MS % 1000) * 1000 };
-  redisContext *c = redisConnectWithTimeout(s->host, s->port, tv);
-  if (!c || c->err) { if (c) redisFree(c); return NULL; }
-  redisSetTimeout(c, tv);
-  redisReply *r = NULL;
-  if (s->password) {
-    r = s->user ? redisCommand(c, "AUTH %s %s", s->user, s->password) : redisCommand(c, "AUTH %s", s->password);
-    if (!r || r->type == REDIS_REPLY_ERROR) goto fail;
+  redisContext *c = rc_dial(&s->r);
+  if (!c) return NULL;
+  redisReply *r = redisCommand(c, "SUBSCRIBE %s", chan);
+  if (r && r->type == REDIS_REPLY_ARRAY) {
     freeReplyObject(r);
+    return c;
   }
-  r = redisCommand(c, "SUBSCRIBE %s", chan);
-  if (!r || r->type != REDIS_REPLY_ARRAY) goto fail;
-  freeReplyObject(r);
-  return c;
-fail:
   if (r) freeReplyObject(r);
   redisFree(c);
   return NULL;
@@ -620,7 +491,7 @@ static void *subscriber(void *arg) {
   for (;;) {
     if (!c) c = sub_connect(s, chan);
     struct pollfd p[2] = { { s->sub_stop_fd, POLLIN, 0 }, { c ? c->fd : -1, POLLIN, 0 } };
-    int n = poll(p, 2, c ? -1 : RD_TIMEOUT_MS);
+    int n = poll(p, 2, c ? -1 : RC_TIMEOUT_MS);
     if (n < 0 && errno != EINTR) break;
     if (p[0].revents) break;
     if (!c || !p[1].revents) continue;
@@ -651,77 +522,6 @@ static int rd_watch(void *impl, void (*announce)(void *arg), void *arg) {
 
 static const id_ops RD_OPS = { rd_begin, rd_commit, rd_abort, rd_close, NULL, rd_renew, rd_watch };
 
-/* %XX in the user and password of a URL */
-static char *unescape(const char *p, size_t n) {
-  char *out = malloc(n + 1), *o = out;
-  if (!out) return NULL;
-  for (size_t i = 0; i < n; i++) {
-    if (p[i] == '%' && i + 2 < n) {
-      char hex[3] = { p[i + 1], p[i + 2], 0 };
-      char *end;
-      long v = strtol(hex, &end, 16);
-      if (*end == '\0' && v > 0) { *o++ = (char)v; i += 2; continue; }
-    }
-    *o++ = p[i];
-  }
-  *o = '\0';
-  return out;
-}
-
-/* redis://[user:password@]host[:port][/db] */
-static int parse_url(rd_store *s, const char *url, char *err, size_t errlen) {
-  if (strncmp(url, "rediss://", 9) == 0) {
-    seterr(err, errlen, "rediss:// (Redis over TLS) needs a hiredis with TLS, and the one this luma is built "
-                        "with (%d.%d.%d) has none; use redis:// through a TLS tunnel", HIREDIS_MAJOR, HIREDIS_MINOR,
-           HIREDIS_PATCH);
-    return -1;
-  }
-  if (strncmp(url, "redis://", 8) != 0) {
-    seterr(err, errlen, "the url must start with redis:// (redis://[user:password@]host:port/db)");
-    return -1;
-  }
-  const char *p = url + 8, *at = strrchr(p, '@');
-  if (at) {
-    const char *colon = memchr(p, ':', (size_t)(at - p));
-    if (colon) {
-      if (colon > p) s->user = unescape(p, (size_t)(colon - p));
-      s->password = unescape(colon + 1, (size_t)(at - colon - 1));
-    } else {
-      s->password = unescape(p, (size_t)(at - p));
-    }
-    p = at + 1;
-  }
-  const char *end = p + strcspn(p, ":/");
-  if (end == p) { seterr(err, errlen, "the url names no host (redis://host:port/db)"); return -1; }
-  s->host = malloc((size_t)(end - p) + 1);
-  if (!s->host) { seterr(err, errlen, "out of memory"); return -1; }
-  memcpy(s->host, p, (size_t)(end - p));
-  s->host[end - p] = '\0';
-  s->port = 6379;
-  p = end;
-  if (*p == ':') {
-    char *e;
-    long port = strtol(p + 1, &e, 10);
-    if (e == p + 1 || port < 1 || port > 65535 || (*e && *e != '/')) {
-      seterr(err, errlen, "the url's port must be a number from 1 to 65535");
-      return -1;
-    }
-    s->port = (int)port;
-    p = e;
-  }
-  if (*p == '/' && p[1]) {
-    char *e;
-    long db = strtol(p + 1, &e, 10);
-    if (e == p + 1 || *e || db < 0 || db > 100000) {
-      seterr(err, errlen, "the url's database must be a number (redis://host:port/0)");
-      return -1;
-    }
-    s->db = (int)db;
-  }
-  snprintf(s->where, sizeof s->where, "%s:%d/%d", s->host, s->port, s->db);
-  return 0;
-}
-
 id_store *id_open_redis(const id_redis_options *o, char *err, size_t errlen) {
   if (err && errlen) err[0] = '\0';
   if (!o || !o->url) { seterr(err, errlen, "idempotency: the redis store needs a url"); return NULL; }
@@ -733,15 +533,13 @@ id_store *id_open_redis(const id_redis_options *o, char *err, size_t errlen) {
   }
   s->sub_stop_fd = -1;
   char why[400];
-  if (parse_url(s, o->url, why, sizeof why) != 0) {
+  if (rc_init(&s->r, o->url, o->password, why, sizeof why) != 0) {
     seterr(err, errlen, "idempotency store redis: %s", why);
     rd_close(s);
     return NULL;
   }
-  if (o->password) {
-    free(s->password);
-    s->password = strdup(o->password);
-  }
+  s->r.ready = on_ready;
+  s->r.ready_arg = s;
   s->prefix = strdup(o->prefix ? o->prefix : "luma:");
   if (o->passphrase && (!*o->passphrase || !(s->pass = strdup(o->passphrase)))) {
     seterr(err, errlen, *o->passphrase ? "idempotency: out of memory" : "idempotency: the passphrase is empty");

@@ -60,19 +60,7 @@
 
 #include <stddef.h>
 
-#define JR_FORMAT 1
-#define JR_LOST (-2)            /* jr_append, jr_cut: another owner holds the run */
-
-typedef struct jr_journal jr_journal;
-
-/* Where a journal is: exactly one of path and url. */
-typedef struct jr_options {
-  const char *path;           /* a SQLite file */
-  const char *url;            /* redis://[user:password@]host:port/db */
-  const char *password;       /* Redis: overrides the url's, or NULL */
-  const char *prefix;         /* Redis: of every key; NULL: "luma:" */
-  int sync;                   /* SQLite: 1, synchronous FULL */
-} jr_options;
+#include "journaltypes.h"   /* JR_FORMAT, JR_LOST, jr_options, jr_status, jr_state, jr_run */
 
 /* Opens (creating) the journal; NULL with err. A file that is not a SQLite
    database, or not a journal, or a Redis whose journal is of another
@@ -92,12 +80,6 @@ void jr_close(jr_journal *j);
 long long jr_append(jr_journal *j, const char *run, const char *owner, const char *kind, const char *body,
                     size_t len, char *err, size_t errlen);
 
-/* What jr_read found. */
-typedef struct jr_status {
-  long long whole;            /* records read whole, from seq 1 */
-  long long torn;             /* records after them that are not (0: none) */
-} jr_status;
-
 /* Calls each(arg, seq, kind, body, len) for the run's whole records in
    order (NULL: none), and says how many were whole and how many torn; each
    may return non-zero to stop there (the counts are then of what was read).
@@ -112,23 +94,6 @@ int jr_read(jr_journal *j, const char *run,
 int jr_cut(jr_journal *j, const char *run, const char *owner, long long keep, char *err, size_t errlen);
 
 /* ------------------------------------------------------------------- runs */
-
-typedef enum jr_state {
-  JR_RUNNING = 1,
-  JR_AWAITING_APPROVAL,
-  JR_COMPLETED,
-  JR_FAILED,
-} jr_state;
-
-typedef struct jr_run {
-  char id[64];
-  jr_state state;
-  int abandoned;              /* running, and its owner's lease has ended */
-  char step[96];              /* where it is, as its owner last said */
-  char owner[128];            /* its owner, or its last ("" for none) */
-  long long created_ms, updated_ms, lease_until_ms;
-  long long records;          /* its records, whole or not */
-} jr_run;
 
 /* "running", "awaiting_approval", "completed", "failed"; "abandoned" for a
    running run whose lease has ended (r->abandoned). */

@@ -412,12 +412,11 @@ static int sq_renew(void *impl, const char *run, const char *owner, long long le
 static int sq_set(void *impl, const char *run, const char *owner, jr_state state, const char *step, char *err,
                   size_t errlen) {
   sq_journal *j = impl;
-  jr_run r = { .state = state };
   pthread_mutex_lock(&j->lock);
   sqlite3_stmt *st = stmt(j, Q_SET);
   sqlite3_bind_text(st, sqlite3_bind_parameter_index(st, ":run"), run, -1, SQLITE_STATIC);
   sqlite3_bind_text(st, sqlite3_bind_parameter_index(st, ":owner"), owner, -1, SQLITE_STATIC);
-  sqlite3_bind_text(st, sqlite3_bind_parameter_index(st, ":state"), jr_state_name(&r), -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, sqlite3_bind_parameter_index(st, ":state"), jr_state_word(state), -1, SQLITE_STATIC);
   if (step) sqlite3_bind_text(st, sqlite3_bind_parameter_index(st, ":step"), step, -1, SQLITE_STATIC);
   sqlite3_bind_int64(st, sqlite3_bind_parameter_index(st, ":now"), jr_now_ms());
   int rc = update(j, st, err, errlen);

@@ -4,7 +4,7 @@
 
 #include <stddef.h>
 
-#include "journal.h"
+#include "journaltypes.h"
 
 /*
  * Opens (creating) the journal in the SQLite file at path: WAL, one

@@ -1,16 +1,19 @@
 /*
  * Inside the journal (journal.h): what its back ends share. Every journal
  * is a back end behind jr_ops (journal_sqlite.c, journal_redis.c); journal.c
- * dispatches each call to its ops and owns the record format: the digest
- * that a back end stores with each record, and the reading that tells the
- * whole records from a torn tail.
+ * opens one and dispatches each call to its ops, and owns the reading that
+ * tells the whole records from a torn tail; journal_base.c (this header's
+ * functions) owns the digest a back end stores with each record, and what
+ * every back end decides alike. The back ends include this header and
+ * journaltypes.h, never journal.h: journal.c depends on them, not the
+ * reverse.
  */
 #ifndef LUMA_JOURNALINT_H
 #define LUMA_JOURNALINT_H
 
 #include <stddef.h>
 
-#include "journal.h"
+#include "journaltypes.h"
 
 #define JR_NAME "luma-journal"   /* the stores' format name, and the digest's */
 
@@ -48,6 +51,12 @@ typedef struct jr_ops {
   void (*close)(void *impl);
 } jr_ops;
 
+/* A journal: its back end's ops and state. */
+struct jr_journal {
+  const jr_ops *ops;
+  void *impl;
+};
+
 /* A journal whose calls go to ops; NULL when memory runs out (impl is then
    closed with ops->close). */
 jr_journal *jr_wrap(const jr_ops *ops, void *impl);
@@ -58,6 +67,10 @@ int jr_digest(int v, const char *run, long long seq, const char *kind, const cha
 
 /* Milliseconds since the epoch, by the machine's clock. */
 long long jr_now_ms(void);
+
+/* A state's word as the stores keep it ("running", "awaiting_approval",
+   "completed", "failed"). */
+const char *jr_state_word(jr_state state);
 
 /* The state a store names (jr_state_name's words, without "abandoned"), or
    0 for a name it does not know. */

@@ -11,7 +11,7 @@ local OWNED = {
   "call", "verdict", "policy", "needs", "cache", "idempotent", "attempt", "output", "breaker", "telemetry",
   "pipeline", "runtime", "drive", "lcall", "lruntime", "lconfigure",
   "ask", "asktools", "askevents", "askptools", "askjournal", "lask",
-  "idem", "idem_file", "idem_sqlite", "idem_redis",
+  "idem", "idem_file", "idem_sqlite", "idem_redis", "redis", "journal", "journal_base", "journal_sqlite", "journal_redis",
 }
 
 describe("core/'s units", function()

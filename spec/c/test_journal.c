@@ -14,10 +14,16 @@
  */
 #define _DEFAULT_SOURCE
 
+#include <arpa/inet.h>
+#include <hiredis/hiredis.h>
+#include <netinet/in.h>
+#include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -196,6 +202,93 @@ static jr_options sqlite_options(const char *kase) {
   return (jr_options){ .path = p };
 }
 
+/* The redis-server of the Redis cases: on a free port of 127.0.0.1, its
+   folder in dir, killed at the end. */
+static pid_t redis_pid;
+static int redis_port;
+
+static jr_options redis_options(const char *kase) {
+  static char urls[8][64], prefixes[8][64];
+  static int next;
+  int i = next++ % 8;
+  snprintf(urls[i], sizeof urls[0], "redis://127.0.0.1:%d/0", redis_port);
+  snprintf(prefixes[i], sizeof prefixes[0], "t:%s:", kase);
+  return (jr_options){ .url = urls[i], .prefix = prefixes[i] };
+}
+
+static void sleep_ms(long ms);
+
+static int start_redis(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+  socklen_t al = sizeof a;
+  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || getsockname(fd, (struct sockaddr *)&a, &al) != 0)
+    return -1;
+  redis_port = ntohs(a.sin_port);
+  close(fd);
+  char rdir[300], port[16], logf[320];
+  snprintf(rdir, sizeof rdir, "%s/redis", dir);
+  snprintf(port, sizeof port, "%d", redis_port);
+  snprintf(logf, sizeof logf, "%s/log", rdir);
+  mkdir(rdir, 0700);
+  redis_pid = fork();
+  if (redis_pid == 0) {
+    unsetenv("LD_PRELOAD");   /* (an ASan run's) */
+    execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--dir", rdir, "--save", "",
+           "--appendonly", "no", "--daemonize", "no", "--logfile", logf, (char *)NULL);
+    _exit(127);
+  }
+  for (int i = 0; i < 200; i++) {
+    redisContext *c = redisConnect("127.0.0.1", redis_port);
+    redisReply *r = c && !c->err ? redisCommand(c, "PING") : NULL;
+    int up = r && r->type == REDIS_REPLY_STATUS;
+    if (r) freeReplyObject(r);
+    if (c) redisFree(c);
+    if (up) return 0;
+    sleep_ms(25);
+  }
+  return -1;
+}
+
+static void stop_redis(void) {
+  if (redis_pid <= 0) return;
+  kill(redis_pid, SIGKILL);
+  waitpid(redis_pid, NULL, 0);
+}
+
+/* A Redis journal of another version, or another format, is refused. */
+static void test_redis_meta(void) {
+  char err[300];
+  jr_options o = redis_options("meta");
+  jr_journal *j = jr_open(&o, err, sizeof err);
+  CT_CHECK(j != NULL, "redis: open: %s", err);
+  jr_close(j);
+  redisContext *c = redisConnect("127.0.0.1", redis_port);
+  redisReply *r = c && !c->err ? redisCommand(c, "HSET t:meta:journal:meta version 9") : NULL;
+  if (r) freeReplyObject(r);
+  CT_CHECK(jr_open(&o, err, sizeof err) == NULL &&
+           strstr(err, "the journal under prefix 't:meta:' is version 9; this luma reads version 1"),
+           "redis: a later version is refused: %s", err);
+  r = c && !c->err ? redisCommand(c, "HSET t:meta:journal:meta format other version 1") : NULL;
+  if (r) freeReplyObject(r);
+  CT_CHECK(jr_open(&o, err, sizeof err) == NULL && strstr(err, "is not a luma journal's"),
+           "redis: another format is refused: %s", err);
+  if (c) redisFree(c);
+  o = redis_options("torn");
+  j = jr_open(&o, err, sizeof err);
+  if (!j) { CT_CHECK(0, "redis: open: %s", err); return; }
+  for (int i = 0; i < 4; i++) jr_append(j, "r:1 *", NULL, "tool", "{\"ok\":true}", 11, err, sizeof err);
+  c = redisConnect("127.0.0.1", redis_port);
+  r = c && !c->err ? redisCommand(c, "LSET t:torn:journal:run:r%%3A1%%20%%2A:records 2 %s", "1|x|tool|{}") : NULL;
+  CT_CHECK(r && r->type == REDIS_REPLY_STATUS, "redis: the key layout is printable and documented");
+  if (r) freeReplyObject(r);
+  if (c) redisFree(c);
+  jr_status st;
+  CT_CHECK(jr_read(j, "r:1 *", NULL, NULL, &st, err, sizeof err) == 0 && st.whole == 2 && st.torn == 2,
+           "redis: a changed record ends what is whole: %lld whole, %lld torn", st.whole, st.torn);
+  jr_close(j);
+}
+
 static void sleep_ms(long ms) {
   struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
   while (nanosleep(&ts, &ts) != 0) {}
@@ -220,12 +313,14 @@ static void test_claim_race(const backend *b) {
     if (kids[k] == 0) {
       close(gate[1]);
       jr_options o = b->options("race");
-      jr_journal *mine = jr_open(&o, NULL, 0);
-      char owner[16], c;
+      char owner[16], c, err[300] = "";
+      jr_journal *mine = jr_open(&o, err, sizeof err);
+      if (!mine) fprintf(stderr, "%s: child %d: %s\n", b->name, k, err);
       snprintf(owner, sizeof owner, "p%d", k);
       if (read(gate[0], &c, 1) < 0 || !mine) _exit(3);   /* 0: the gate closed */
       jr_run now;
-      int rc = jr_claim(mine, "race", owner, 10000, &now, NULL, 0);
+      int rc = jr_claim(mine, "race", owner, 10000, &now, err, sizeof err);
+      if (rc < 0) fprintf(stderr, "%s: child %d: %s\n", b->name, k, err);
       jr_close(mine);
       _exit(rc == 1 ? 0 : rc == 0 && now.owner[0] == 'p' && strcmp(now.owner, owner) != 0 ? 1 : 2);
     }
@@ -451,6 +546,14 @@ int main(void) {
   test_upgrade();
   static const backend sqlite = { "sqlite", sqlite_options };
   test_runs(&sqlite);
+  if (start_redis() != 0) {
+    CT_CHECK(0, "redis-server did not start (on port %d)", redis_port);
+  } else {
+    static const backend redis = { "redis", redis_options };
+    test_redis_meta();
+    test_runs(&redis);
+  }
+  stop_redis();
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
