@@ -213,7 +213,11 @@ int lg_configure(lua_State *L, pl_program *pg) {
   lua_getfield(L, 2, "journal");
   if (!lua_isnil(L, -1)) {
     char err[400];
-    jr_options o = { .path = luaL_checkstring(L, -1) };
+    /* a SQLite file, or a Redis url (redis://host:port/db) */
+    const char *where = luaL_checkstring(L, -1);
+    jr_options o = { 0 };
+    if (strstr(where, "://")) o.url = where;
+    else o.path = where;
     jr_journal *j = jr_open(&o, err, sizeof err);
     if (!j) return le_raise(L, "JOURNAL_ERROR", err, 0);
     jr_close(pg->journal);

@@ -7,6 +7,7 @@
 local luma = require "luma"
 local h = require "spec.helpers"
 local mock = require "spec.support.mock_provider"
+local redis = require "spec.support.redis_server"
 
 local KEY = "sk-durable-test-0123456789"
 local chat = mock.chat
@@ -121,15 +122,18 @@ describe("a durable ask killed and resumed", function()
   -- resumed and killed at kills[2], ..., then resumed to its end. A resume
   -- that finds the killed owner's lease not ended yet tries again. Each
   -- process's exit status goes to statuses; the answer to answer.json.
-  local function chain_script(dir, x, kills)
+  local function chain_script(c)
     local lines = {
-      "cd " .. h.quote(dir),
+      "cd " .. h.quote(c.dir),
       "export LUMA_DURABLE_KEY=" .. KEY,
-      "OPTS='--journal j.db --journal-lease-ms 60'",
+      "OPTS='--journal " .. (c.redis and c.redis.url or "j.db") .. " --journal-lease-ms 60'",
       ("env LUMA_JOURNAL_CRASH=%s %s flow.luma --agent A --input '{\"x\": %d}' $OPTS > answer.json 2> err.txt; " ..
-        "echo $? >> statuses"):format(kills[1] or "none", LUMA, x),
-      "run=$(sqlite3 j.db 'SELECT DISTINCT run FROM luma_journal')",
+        "echo $? >> statuses"):format(c.kills[1] or "none", LUMA, c.x),
+      c.redis and ("run=$(env -u LD_PRELOAD redis-cli -p %d -n %d --scan --pattern 'luma:journal:run:*:records' | " ..
+        "sed 's/^luma:journal:run://; s/:records$//')"):format(c.redis.port, c.redis.db)
+        or "run=$(sqlite3 j.db 'SELECT DISTINCT run FROM luma_journal')",
     }
+    local kills = c.kills
     local function resume(crash)
       return ("while :; do env LUMA_JOURNAL_CRASH=%s %s resume \"$run\" flow.luma $OPTS > answer.json 2> err.txt; " ..
         "s=$?; if [ $s = 1 ] && grep -q 'is held by' err.txt; then sleep 0.03; continue; fi; echo $s >> statuses; " ..
@@ -137,14 +141,14 @@ describe("a durable ask killed and resumed", function()
     end
     for i = 2, #kills do lines[#lines + 1] = resume(kills[i]) end
     if #kills > 0 then lines[#lines + 1] = resume("none") end
-    lines[#lines + 1] = "echo done > finished"
+    lines[#lines + 1] = "echo \"$run\" > run.txt; echo done > finished"
     return table.concat(lines, "\n") .. "\n"
   end
 
   -- Runs the chains at once, in the background; waits for them all.
   local function run_chains(chains)
     for _, c in ipairs(chains) do
-      h.write(c.dir .. "/chain.sh", chain_script(c.dir, c.x, c.kills))
+      h.write(c.dir .. "/chain.sh", chain_script(c))
       assert(os.execute("sh " .. h.quote(c.dir .. "/chain.sh") .. " > /dev/null 2>&1 &"))
     end
     for _, c in ipairs(chains) do
@@ -196,34 +200,61 @@ describe("a durable ask killed and resumed", function()
     assert.are.same(expected, { asked[1] or 0, asked[2] or 0, asked[3] or 0 }, "chain " .. c.x .. " " ..
       table.concat(c.kills, ","))
     -- the journal: each record once
-    local kinds = {}
-    for kind in sql(c.dir .. "/j.db", "SELECT kind FROM luma_journal ORDER BY seq"):gmatch("%a+") do
-      kinds[#kinds + 1] = kind
+    if c.redis then
+      local run = h.read(c.dir .. "/run.txt"):match("run%-%x+")
+      local _, n = h.sh(("env -u LD_PRELOAD redis-cli -p %d -n %d LLEN 'luma:journal:run:%s:records'"):format(
+        c.redis.port, c.redis.db, run))
+      assert.are.equal(#KINDS, tonumber(n), "chain " .. c.x)
+    else
+      local kinds = {}
+      for kind in sql(c.dir .. "/j.db", "SELECT kind FROM luma_journal ORDER BY seq"):gmatch("%a+") do
+        kinds[#kinds + 1] = kind
+      end
+      assert.are.same(KINDS, kinds, "chain " .. c.x)
     end
-    assert.are.same(KINDS, kinds, "chain " .. c.x)
     return killed
   end
 
   local total_kills = 0
   local next_x = 0
 
-  local function chains_of(kill_lists)
+  local function chains_of(kill_lists, store)
     local chains = {}
-    for _, kills in ipairs(kill_lists) do
+    for i, kills in ipairs(kill_lists) do
       next_x = next_x + 1
-      chains[#chains + 1] = { dir = fresh(), x = next_x, kills = kills }
+      -- on Redis, each chain in a database of its own
+      chains[#chains + 1] = { dir = fresh(), x = next_x, kills = kills,
+                              redis = store and { url = store.url:gsub("/0$", "/" .. (i - 1)), port = store.port, db = i - 1 } }
     end
     return chains
   end
 
-  it("resumes from every step boundary: before and after each record", function()
+  local function every_boundary()
     local lists = {}
     for n = 1, #KINDS - 1 do lists[#lists + 1] = { "after:" .. n } end
     for n = 2, #KINDS do lists[#lists + 1] = { "before:" .. n } end
-    local chains = chains_of(lists)
+    return lists
+  end
+
+  it("resumes from every step boundary: before and after each record", function()
+    local chains = chains_of(every_boundary())
     run_chains(chains)
     for _, c in ipairs(chains) do total_kills = total_kills + check_chain(c) end
     assert.are.equal(2 * (#KINDS - 1), total_kills)
+  end)
+
+  it("resumes from every step boundary with a Redis journal", function()
+    local store = redis.start()
+    local ok, err = pcall(function()
+      local chains = chains_of(every_boundary(), store)
+      run_chains(chains)
+      local killed = 0
+      for _, c in ipairs(chains) do killed = killed + check_chain(c) end
+      assert.are.equal(2 * (#KINDS - 1), killed)
+      total_kills = total_kills + killed
+    end)
+    store:remove()
+    assert(ok, err)
   end)
 
   it("resumes runs killed again and again at random points (seeded)", function()
@@ -419,6 +450,58 @@ describe("a durable ask's journal when resumed", function()
                          "second.jsonl" } do
       os.remove(dir .. "/" .. f)
     end
+  end)
+
+  it("lets exactly one of two processes racing for an abandoned run on Redis take it over", function()
+    local store = redis.start()
+    local ok, err = pcall(function()
+      os.remove(dir .. "/effects.txt")
+      local r = h.run({ dir .. "/flow.luma", "--agent", "A", "--input", '{"x": 106}', "--journal", store.url,
+                        "--journal-lease-ms", "30" },
+                      { cwd = dir, env = { LUMA_DURABLE_KEY = KEY, LUMA_JOURNAL_CRASH = "after:4" } })
+      assert.are.equal(137, r.status, r.stderr)
+      local _, keys = h.sh(("env -u LD_PRELOAD redis-cli -p %d --scan --pattern 'luma:journal:run:*:records'"):format(
+        store.port))
+      local run = keys:match("luma:journal:run:(run%-%x+):records")
+      os.execute("sleep 0.1")   -- the killed owner's lease ends
+      -- turn 2 answers slowly: the winner holds the run while the other tries
+      server:turns { TURNS[1], { json = TURNS[2].json, delay_ms = 1000 }, TURNS[3] }
+      local cmd = ("cd %s && LUMA_DURABLE_KEY=%s %s resume %s flow.luma --journal %s --trace %%s.jsonl > %%s.out " ..
+        "2> %%s.err; echo $? > %%s.status"):format(h.quote(dir), KEY, h.quote(h.root .. "/bin/luma-lua"), run, store.url)
+      for _, name in ipairs { "one", "two" } do
+        assert(os.execute("(" .. cmd:format(name, name, name, name) .. ") > /dev/null 2>&1 &"))
+      end
+      for _ = 1, 3000 do
+        if io.open(dir .. "/one.status") and io.open(dir .. "/two.status") then break end
+        os.execute("sleep 0.01")
+      end
+      server:turns(TURNS)
+      local claimed, answered = 0, 0
+      for _, name in ipairs { "one", "two" } do
+        local status = tonumber(h.read(dir .. "/" .. name .. ".status"))
+        local resumes = 0
+        for line in io.lines(dir .. "/" .. name .. ".jsonl") do
+          if luma.json.decode(line).kind == "resume" then resumes = resumes + 1 end
+        end
+        claimed = claimed + resumes
+        if status == 0 then
+          answered = answered + 1
+          assert.are.same({ total = 60 }, luma.json.decode(h.read(dir .. "/" .. name .. ".out")))
+        else
+          -- the loser: told who holds the run
+          assert.are.equal(0, resumes)
+          assert.matches("is held by [^:]+:%d+:%x+, whose lease ends in %d+ ms", h.read(dir .. "/" .. name .. ".err"))
+        end
+        for _, ext in ipairs { ".out", ".err", ".status", ".jsonl" } do os.remove(dir .. "/" .. name .. ext) end
+      end
+      assert.are.equal(1, claimed)
+      assert.are.equal(1, answered)   -- the other was refused while the winner held the run
+      assert.are.same({ "o1", "o2", "o3" }, effects(dir))
+      local _, n = h.sh(("env -u LD_PRELOAD redis-cli -p %d LLEN 'luma:journal:run:%s:records'"):format(store.port, run))
+      assert.are.equal(#KINDS, tonumber(n))
+    end)
+    store:remove()
+    assert(ok, err)
   end)
 
   it("says which run and why when it cannot be resumed", function()

@@ -48,8 +48,8 @@ options of run:
                            network; the first request that differs is an error
   --replay-seed N          the seed of the random sizes of the pieces a recorded
                            stream is replayed in (default 1)
-  --journal FILE           the SQLite journal of durable agents' asks (README:
-                           Durable asks); resume reads it
+  --journal FILE           the journal of durable agents' asks (README: Durable
+                           asks), a SQLite file or a redis:// url; resume reads it
   --journal-lease-ms N     how long a durable ask's claim on its run lasts unless
                            renewed (default 10000)
   --stream                 print the answer's text to stdout as it streams, before
@@ -166,7 +166,7 @@ JSON object; with --agent, calls a method and prints what it returns.
   --record FILE        append every exchange with a model provider (JSON lines, keys redacted)
   --replay FILE        answer the model requests from a recording, without the network
   --replay-seed N      the seed of the pieces' sizes a recorded stream is replayed in (default 1)
-  --journal FILE       the SQLite journal of durable agents' asks
+  --journal FILE       the journal of durable agents' asks: a SQLite file or a redis:// url
   --journal-lease-ms N how long a durable ask's claim on its run lasts unless renewed (default 10000)
   --stream             print the answer's text to stdout as it streams, then the result
                        (without it, the text goes to stderr when stderr is a terminal)

@@ -86,7 +86,8 @@ local OPTIONS = {
                      know may run them (as each model's allow_unknown_model), with a warning
   opts.replay        a recording to answer the model requests from, without the network
   opts.replay_seed   the seed of the pieces' sizes a recorded stream is replayed in (default 1)
-  opts.journal       a SQLite file for the journals of durable agents' asks (journal.h)
+  opts.journal       the journals of durable agents' asks (journal.h): a SQLite file, or a
+                     Redis url (redis://host:port/db)
   opts.journal_lease_ms  how long a durable ask's claim on its run lasts unless its
                      heartbeat renews it (default journal_lease_ms, 10 s)
   opts.limits        see the README ]]
