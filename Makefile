@@ -63,7 +63,7 @@ CORE_LUA  = core/validate.c core/validate_bind.c core/validate_issues.c core/pip
             core/policy.c core/needs.c core/cache.c \
             core/idempotent.c core/attempt.c core/output.c core/breaker.c core/telemetry.c core/runtime.c core/drive.c \
             core/ask.c core/asktools.c core/askevents.c core/askptools.c core/askjournal.c \
-            core/lprogram.c core/last.c core/lmodule.c core/lruntime.c core/lconfigure.c core/lcall.c core/lask.c core/lmcp.c core/lmcphttp.c core/lmcpclient.c core/lcore.c
+            core/lprogram.c core/last.c core/lmodule.c core/lruntime.c core/lconfigure.c core/lcall.c core/lask.c core/ljournal.c core/lmcp.c core/lmcphttp.c core/lmcpclient.c core/lcore.c
 CORE_SRC  = $(BASE) $(SANDBOX) $(ADAPTERS) $(CORE_PURE) $(CORE_LUA)
 CORE_OBJ  = $(CORE_SRC:%.c=$(BUILD)/obj/%.o)
 CTESTS    = $(patsubst spec/c/%.c,$(BUILD)/%,$(wildcard spec/c/test_*.c))

@@ -118,6 +118,10 @@ typedef struct rj_journal {
   rc_conn r;
   char *prefix;
   int wrong;                  /* journal:meta refuses this luma */
+  /* the run this process appended to last and its next seq, so that its
+     next append is one round trip (the script refuses a stale one: SEQ) */
+  char last_run[64];
+  long long last_next;
   rc_script script[SC_N];
 } rj_journal;
 
@@ -238,10 +242,16 @@ static long long put(rj_journal *j, const char *run, const char *how, const char
   if (!rec) { keys_free(&ks); jr_seterr(err, errlen, "out of memory"); return -1; }
   pthread_mutex_lock(&j->lock);
   if (rc_connect(&j->r, err, errlen) != 0) goto out;
-  redisReply *x = redisCommand(j->r.c, "LLEN %b", ks.k[1], ks.len[1]);
-  if (rc_failed(&j->r, x, err, errlen)) goto out;
-  next = x->type == REDIS_REPLY_INTEGER ? x->integer + 1 : 0;
-  freeReplyObject(x);
+  redisReply *x;
+  if (j->last_next > 0 && strcmp(j->last_run, run) == 0) {
+    next = j->last_next;
+  } else {
+    x = redisCommand(j->r.c, "LLEN %b", ks.k[1], ks.len[1]);
+    if (rc_failed(&j->r, x, err, errlen)) goto out;
+    next = x->type == REDIS_REPLY_INTEGER ? x->integer + 1 : 0;
+    freeReplyObject(x);
+  }
+  j->last_next = 0;
   for (int tries = 0; next > 0 && tries < JR_REDIS_TRIES; tries++) {
     char dg[65], num[24];
     if (jr_digest(JR_FORMAT, run, next, kind, body, len, dg) != 0) { jr_seterr(err, errlen, "out of memory"); break; }
@@ -255,6 +265,10 @@ static long long put(rj_journal *j, const char *run, const char *how, const char
     const char *what = x->type == REDIS_REPLY_ARRAY ? str_at(x, 0) : NULL;
     if (what && strcmp(what, "OK") == 0) {
       seq = int_at(x, 1);
+      if (strlen(run) < sizeof j->last_run) {
+        memcpy(j->last_run, run, strlen(run) + 1);
+        j->last_next = seq + 1;
+      }
     } else if (what && strcmp(what, "SEQ") == 0) {
       next = int_at(x, 1);   /* another appended first: this one is numbered again */
       freeReplyObject(x);
@@ -350,6 +364,7 @@ static int rj_cut(void *impl, const char *run, const char *owner, long long keep
   snprintf(num, sizeof num, "%lld", keep);
   const char *args[] = { owner ? "owner" : "none", owner ? owner : "", num };
   pthread_mutex_lock(&j->lock);
+  j->last_next = 0;
   redisReply *x = script(j, SC_CUT, &ks, 2, 3, args, NULL, err, errlen);
   int rc = -1;
   if (x) {

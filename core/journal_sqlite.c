@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <sqlite3.h>
 
@@ -130,25 +131,11 @@ static void sq_close(void *impl) {
   free(j);
 }
 
-jr_journal *jr_open_sqlite(const char *path, int sync, char *err, size_t errlen) {
-  if (err && errlen) err[0] = '\0';
-  if (!path || !*path) {
-    jr_seterr(err, errlen, "the journal needs a file path");
-    return NULL;
-  }
-  sq_journal *j = calloc(1, sizeof *j);
-  if (!j || !(j->path = strdup(path)) || pthread_mutex_init(&j->lock, NULL) != 0) {
-    if (j) free(j->path);
-    free(j);
-    jr_seterr(err, errlen, "out of memory");
-    return NULL;
-  }
-  char why[300] = "";
-  int rc = sqlite3_open_v2(path, &j->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
-  if (rc == SQLITE_OK) {
-    sqlite3_busy_timeout(j->db, JR_BUSY_MS);
-    rc = sqlite3_exec(j->db, "PRAGMA journal_mode = WAL", NULL, NULL, NULL);
-  }
+/* WAL, the durability, and the file made a journal (or checked to be one,
+   and upgraded) in one IMMEDIATE transaction: an SQLite result code, why
+   set for a file that is not a journal. */
+static int prepare_file(sq_journal *j, int sync, char *why, size_t whylen) {
+  int rc = sqlite3_exec(j->db, "PRAGMA journal_mode = WAL", NULL, NULL, NULL);
   if (rc == SQLITE_OK)
     rc = sqlite3_exec(j->db, sync ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL", NULL, NULL, NULL);
   if (rc == SQLITE_OK) rc = sqlite3_exec(j->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
@@ -167,7 +154,7 @@ jr_journal *jr_open_sqlite(const char *path, int sync, char *err, size_t errlen)
       rc = sqlite3_finalize(probe);
     }
     if (rc == SQLITE_OK && tables > 0 && !meta) {
-      jr_seterr(why, sizeof why, "it is a SQLite database of something else (it has no luma_meta)");
+      jr_seterr(why, whylen, "it is a SQLite database of something else (it has no luma_meta)");
       rc = SQLITE_ERROR;
     }
     if (rc == SQLITE_OK && tables == 0) {
@@ -176,7 +163,7 @@ jr_journal *jr_open_sqlite(const char *path, int sync, char *err, size_t errlen)
       snprintf(sql, sizeof sql, "INSERT INTO luma_meta (name, value) VALUES ('version', '%d')", JR_VERSION);
       if (rc == SQLITE_OK) rc = sqlite3_exec(j->db, sql, NULL, NULL, NULL);
     }
-    int version = rc == SQLITE_OK ? check_meta(j, why, sizeof why) : -1;
+    int version = rc == SQLITE_OK ? check_meta(j, why, whylen) : -1;
     if (rc == SQLITE_OK && version < 0) rc = SQLITE_ERROR;
     if (rc == SQLITE_OK) rc = sqlite3_exec(j->db, SCHEMA, NULL, NULL, NULL);
     if (rc == SQLITE_OK && version < JR_VERSION) {
@@ -186,6 +173,35 @@ jr_journal *jr_open_sqlite(const char *path, int sync, char *err, size_t errlen)
     }
     if (rc == SQLITE_OK) rc = sqlite3_exec(j->db, "COMMIT", NULL, NULL, NULL);
     if (rc != SQLITE_OK) sqlite3_exec(j->db, "ROLLBACK", NULL, NULL, NULL);
+  }
+  return rc;
+}
+
+jr_journal *jr_open_sqlite(const char *path, int sync, char *err, size_t errlen) {
+  if (err && errlen) err[0] = '\0';
+  if (!path || !*path) {
+    jr_seterr(err, errlen, "the journal needs a file path");
+    return NULL;
+  }
+  sq_journal *j = calloc(1, sizeof *j);
+  if (!j || !(j->path = strdup(path)) || pthread_mutex_init(&j->lock, NULL) != 0) {
+    if (j) free(j->path);
+    free(j);
+    jr_seterr(err, errlen, "out of memory");
+    return NULL;
+  }
+  char why[300] = "";
+  int rc = sqlite3_open_v2(path, &j->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+  if (rc == SQLITE_OK) {
+    sqlite3_busy_timeout(j->db, JR_BUSY_MS);
+    /* processes opening a new file at once: the change to WAL, or the
+       first transaction, may be refused busy without waiting for the
+       other (SQLite's busy handler is not called there); tried again */
+    long long until = jr_now_ms() + JR_BUSY_MS;
+    while ((rc = prepare_file(j, sync, why, sizeof why)) == SQLITE_BUSY && jr_now_ms() < until) {
+      struct timespec nap = { 0, (long)(5 + rand() % 20) * 1000000L };
+      nanosleep(&nap, NULL);
+    }
   }
   for (int i = 0; i < Q_N && rc == SQLITE_OK; i++) rc = sqlite3_prepare_v2(j->db, SQL[i], -1, &j->st[i], NULL);
   if (rc != SQLITE_OK) {

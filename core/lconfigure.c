@@ -19,6 +19,7 @@
 #include "lmodule.h"
 #include "luma_limits.h"
 #include "journal.h"
+#include "ljournal.h"
 #include "record.h"
 #include "telemetry.h"
 
@@ -212,14 +213,7 @@ int lg_configure(lua_State *L, pl_program *pg) {
   lua_pop(L, 1);
   lua_getfield(L, 2, "journal");
   if (!lua_isnil(L, -1)) {
-    char err[400];
-    /* a SQLite file, or a Redis url (redis://host:port/db) */
-    const char *where = luaL_checkstring(L, -1);
-    jr_options o = { 0 };
-    if (strstr(where, "://")) o.url = where;
-    else o.path = where;
-    jr_journal *j = jr_open(&o, err, sizeof err);
-    if (!j) return le_raise(L, "JOURNAL_ERROR", err, 0);
+    jr_journal *j = ljr_open(L, -1, pg);   /* (ljournal.h: a path, or { type, ... }) */
     jr_close(pg->journal);
     pg->journal = j;
   }

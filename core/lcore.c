@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "diag.h"
+#include "ljournal.h"
 #include "lmcp.h"
 #include "lmcphttp.h"
 #include "lmcpclient.h"
@@ -175,6 +176,7 @@ LUMA_API int luaopen_luma_core(lua_State *L) {
   lmcp_open(L);
   lmcphttp_open(L);
   lmcpclient_open(L);
+  ljr_open_lib(L);
   push_limits(L);
   lua_setfield(L, -2, "limits");
   lua_pushlightuserdata(L, NULL);

@@ -9,7 +9,7 @@ local includes = require "spec.support.includes"
 -- binding), of the ask, and of the stores.
 local OWNED = {
   "call", "verdict", "policy", "needs", "cache", "idempotent", "attempt", "output", "breaker", "telemetry",
-  "pipeline", "runtime", "drive", "lcall", "lruntime", "lconfigure",
+  "pipeline", "runtime", "drive", "lcall", "lruntime", "lconfigure", "ljournal",
   "ask", "asktools", "askevents", "askptools", "askjournal", "lask",
   "idem", "idem_file", "idem_sqlite", "idem_redis", "redis", "journal", "journal_base", "journal_sqlite", "journal_redis",
 }

@@ -527,8 +527,10 @@ describe("a durable ask's journal when resumed", function()
     assert.are.equal(1, r.status)
     assert.are.equal("Error: [JOURNAL_ERROR] Cannot resume run '" .. run .. "': its agent 'A' is not in the program.\n",
       r.stderr)
+    -- no --journal, and the program's config names none
     r = h.run({ "resume", run, dir .. "/flow.luma" }, { cwd = dir })
-    assert.are.equal(2, r.status)
-    assert.matches("resume needs %-%-journal FILE", r.stderr)
+    assert.are.equal(1, r.status)
+    assert.are.equal("Error: [JOURNAL_ERROR] Cannot resume run '" .. run .. "': the program has no journal " ..
+      "(luma.load's journal option).\n", r.stderr)
   end)
 end)

@@ -19,13 +19,18 @@ commands:
                            ({ name, description, parameters } for each tool)
   schema PROGRAM NAME      print the JSON Schema of one schema (of a tool's input,
                            for a tool's name)
-  resume RUN PROGRAM --journal FILE [--trace FILE] [--stream | --stream-events]
+  resume RUN PROGRAM [--journal PATH|URL] [--trace FILE] [--stream | --stream-events]
                            continue a durable ask's run from its journal, and
                            print its answer as JSON (a finished run's again)
   mcp PROGRAM [--agent A] [--trace FILE] [--http [HOST:]PORT]
                            serve the program's tools (or agent A's) over MCP on
                            stdio, or Streamable HTTP, to any MCP client (both
                            protocol eras)
+  runs [PROGRAM] [--journal PATH|URL] [--json] [--prune] [--older-than DURATION]
+                           list the durable runs of a journal (the config's, or
+                           --journal's): id, status, step, age and owner; --prune
+                           deletes those that ended or were abandoned (default:
+                           older than 7d)
   validate PROGRAM SCHEMA [JSON | @file | -]
                            validate a value (standard input when absent): print
                            it with its defaults filled (exit 0), or every
@@ -69,6 +74,12 @@ or a command line that is not understood.
 
 local function out(s) io.stdout:write(s, "\n") end
 local function err(s) io.stderr:write(s, "\n") end
+
+-- --journal PATH|URL as luma.load's journal: a redis:// URL is a Redis journal
+local function journal_arg(s)
+  if s and s:match("^rediss?://") then return { type = "redis", url = s } end
+  return s
+end
 
 local function usage_error(message)
   err("luma-lua: " .. message)
@@ -181,10 +192,10 @@ JSON object; with --agent, calls a method and prints what it returns.
 Exit status: 0; 1 when the run fails; 2 when the program does not load.
 ]],
   resume = [[
-usage: luma-lua resume RUN PROGRAM --journal FILE [--journal-lease-ms N] [--config FILE]
+usage: luma-lua resume RUN PROGRAM [--journal PATH|URL] [--journal-lease-ms N] [--config FILE]
                        [--tool-module FILE]... [--trace FILE] [--stream | --stream-events]
 Continues the run RUN of a durable agent's ask (README: Durable asks) from the
-journal FILE, with PROGRAM's agent, tools and model: a turn the journal
+journal (--journal's, else PROGRAM's config's), with PROGRAM's agent, tools and model: a turn the journal
 answered is not asked again, a tool call whose outcome it holds does not run
 again, a call that was in flight runs again (its idempotency key makes the
 repeat harmless). Prints the answer as JSON; a run that finished prints its
@@ -233,6 +244,23 @@ tools, under A's policy. Exits when standard input ends.
                          of the environment variable NAME
   --allow-origin ORIGIN  a browser Origin allowed beside loopback ones
                          (repeatable); any other Origin is refused (403)
+]],
+  runs = [[
+usage: luma-lua runs [PROGRAM] [--config FILE] [--journal PATH|URL] [--json]
+                     [--prune] [--older-than DURATION]
+Lists the durable runs of a journal, the most recently changed first: id,
+status (running, awaiting_approval, completed, failed, or abandoned: running
+with its owner's lease ended), the step it is at, its age and its owner. The
+journal is --journal's (a SQLite file, or a redis:// URL), else the "journal"
+of PROGRAM's config (the luma.config.json next to it, or --config's).
+  --config FILE        use this luma.config.json
+  --journal PATH|URL   the journal: a SQLite file, or redis://[user:password@]host:port/db
+  --json               print the runs as a JSON array instead
+  --prune              delete the runs that ended (completed, failed) or were
+                       abandoned, last changed longer ago than --older-than; print how many
+  --older-than DURATION  with --prune: N followed by s, m, h or d (default 7d)
+Exit status: 0; 1 when the journal cannot be read (a SQLite path that names no file
+included: runs makes no journal); 2 for a usage error.
 ]],
   validate = [[
 usage: luma-lua validate PROGRAM SCHEMA [JSON | @file | -]
@@ -464,6 +492,116 @@ function commands.validate(args)
   return 0
 end
 
+-- "90s", "15m", "12h", "7d" as ms, or nil.
+local function duration_ms(text)
+  local n, unit = text:match("^(%d+)([smhd])$")
+  if not n then return nil end
+  return math.tointeger(tonumber(n) * ({ s = 1000, m = 60000, h = 3600000, d = 86400000 })[unit])
+end
+
+-- An age in ms, short: 42s, 5m, 3h, 2d.
+local function age_text(ms)
+  local s = ms // 1000
+  if s < 60 then return s .. "s" end
+  if s < 3600 then return s // 60 .. "m" end
+  if s < 48 * 3600 then return s // 3600 .. "h" end
+  return s // 86400 .. "d"
+end
+
+-- runs [PROGRAM] [--config FILE] [--journal PATH|URL] [--json] [--prune] [--older-than DURATION]
+function commands.runs(args)
+  local o, i = {}, 1
+  local options = { "--config", "--journal", "--json", "--prune", "--older-than" }
+  while i <= #args do
+    local a = args[i]
+    if a == "--config" or a == "--journal" or a == "--older-than" then
+      if not args[i + 1] then return usage_error(a .. " needs a value") end
+      o[a:sub(3)] = args[i + 1]
+      i = i + 2
+    elseif a == "--json" or a == "--prune" then
+      o[a:sub(3)] = true
+      i = i + 1
+    elseif a:sub(1, 1) == "-" then
+      return usage_error(unknown_option(a, options, "runs"))
+    elseif o.program then
+      return usage_error("runs takes one PROGRAM, not '" .. o.program .. "' and '" .. a .. "'")
+    else
+      o.program = a
+      i = i + 1
+    end
+  end
+  local older = luma.RUNS_RETENTION_MS
+  if o["older-than"] then
+    if not o.prune then return usage_error("--older-than goes with --prune") end
+    older = duration_ms(o["older-than"])
+    if not older then
+      return usage_error("--older-than must be a number followed by s, m, h or d (7d), not '" .. o["older-than"] .. "'")
+    end
+  end
+  local journal = journal_arg(o.journal)
+  if not journal then
+    local config = require "luma.config"
+    local path = o.config or (o.program and config.find(o.program))
+    if not path then
+      return usage_error("runs needs --journal PATH|URL, or a PROGRAM whose luma.config.json has a \"journal\"")
+    end
+    local ok, cfg = pcall(config.read, path)
+    if not ok then
+      print_load_error(cfg)
+      return 1
+    end
+    journal = cfg.journal
+    if not journal then
+      err("Error: " .. path .. " has no \"journal\" (give --journal PATH|URL)")
+      return 1
+    end
+  end
+  -- a SQLite path that names no file is a mistake, not a new journal to make
+  local file = type(journal) == "string" and journal or journal.type ~= "redis" and journal.path
+  if file and not io.open(file, "rb") then
+    err("Error: there is no journal at '" .. file .. "'")
+    return 1
+  end
+  local ok, result
+  if o.prune then
+    ok, result = pcall(luma.prune_runs, journal, older)
+  else
+    ok, result = pcall(luma.runs, journal)
+  end
+  if not ok then
+    err("Error: " .. (luma.is_error(result) and ("[" .. result.code .. "] " .. result.message) or tostring(result)))
+    return 1
+  end
+  if o.prune then
+    out("pruned " .. result .. (result == 1 and " run" or " runs") .. " (ended or abandoned, last changed more than " ..
+      age_text(older) .. " ago)")
+    return 0
+  end
+  if o.json then
+    out(core.json_encode(result))
+    return 0
+  end
+  if #result == 0 then
+    out("no runs")
+    return 0
+  end
+  local rows, widths = { { "ID", "STATUS", "STEP", "AGE", "OWNER" } }, {}
+  for _, r in ipairs(result) do
+    rows[#rows + 1] = { r.id, r.status, r.step ~= "" and r.step or "-", age_text(r.age_ms), r.owner ~= "" and r.owner or "-" }
+  end
+  for _, row in ipairs(rows) do
+    for c, cell in ipairs(row) do widths[c] = math.max(widths[c] or 0, utf8.len(cell) or #cell) end
+  end
+  for _, row in ipairs(rows) do
+    local cells = {}
+    for c, cell in ipairs(row) do
+      cells[c] = c < #row and cell .. string.rep(" ", widths[c] - (utf8.len(cell) or #cell)) or cell
+    end
+    out(table.concat(cells, "  "))
+  end
+  return 0
+end
+
 function commands.tools(args)
   local program, status = program_argument(args, "tools", 2)
   if not program then return status end
@@ -594,7 +732,7 @@ function commands.run(args)
   end
   local loaded, program = pcall(luma.load, o.program, {
     tool_modules = o.tool_modules, config = o.config, trace = o.trace, record = o.record, replay = o.replay,
-    replay_seed = o.replay_seed, journal = o.journal, journal_lease_ms = o.journal_lease_ms,
+    replay_seed = o.replay_seed, journal = journal_arg(o.journal), journal_lease_ms = o.journal_lease_ms,
     on_event = on_event, allow_unknown_models = o.allow_unknown_models,
   })
   if not loaded then return report(program, true) end
@@ -639,7 +777,7 @@ end
 local RESUME_OPTIONS = { "--journal", "--journal-lease-ms", "--config", "--tool-module", "--trace", "--stream",
   "--stream-events" }
 
--- luma-lua resume RUN PROGRAM --journal FILE [...]
+-- luma-lua resume RUN PROGRAM [--journal PATH|URL] [...]
 function commands.resume(args)
   local o, positional, i = { tool_modules = {} }, {}, 1
   while i <= #args do
@@ -665,12 +803,11 @@ function commands.resume(args)
     i = i + 1
   end
   if #positional ~= 2 then return usage_error("resume needs RUN PROGRAM") end
-  if not o.journal then return usage_error("resume needs --journal FILE, the journal the run was written to") end
   if o.stream and o.stream_events then
     return usage_error("--stream and --stream-events do not go together: one prints the text, the other every event")
   end
   local loaded, program = pcall(luma.load, positional[2], {
-    tool_modules = o.tool_modules, config = o.config, trace = o.trace, journal = o.journal,
+    tool_modules = o.tool_modules, config = o.config, trace = o.trace, journal = journal_arg(o.journal),
     journal_lease_ms = o.journal_lease_ms, on_event = on_event,
   })
   if not loaded then return report(program, true) end

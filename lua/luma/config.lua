@@ -223,6 +223,44 @@ local function read_store(file, dir, store, name)
   return out
 end
 
+-- A durable agent's journal (luma.load's journal option, the config's
+-- "journal"): a SQLite file's path, or { type = "sqlite", path =, sync = },
+-- or { type = "redis", url =, password_env =, prefix = }. The path is
+-- relative to dir (the config's folder; nil: as given); a config's sqlite
+-- journal without one is .luma-journal.db there. What program:configure's
+-- journal takes: { type, path, sync } or { type, url, password_env, prefix }.
+local JOURNAL_KEYS = { "type", "path", "sync", "url", "password_env", "prefix" }
+config.JOURNAL_PATH = ".luma-journal.db"
+
+function config.journal(file, dir, spec, where)
+  if type(spec) == "string" then return { type = "sqlite", path = dir and join(dir, spec) or spec } end
+  expect(file, where, spec, "object", 'a SQLite file\'s path, or { type = "sqlite" | "redis", ... }')
+  check_keys(file, where, spec, JOURNAL_KEYS)
+  local kind = one_of(file, where .. ".type", spec.type == nil and "sqlite" or spec.type, { "sqlite", "redis" })
+  local out = { type = kind }
+  local only = kind == "sqlite" and { "url", "password_env", "prefix" } or { "path", "sync" }
+  for _, k in ipairs(only) do
+    if spec[k] ~= nil then
+      fail(file, where .. "." .. k .. " is only for a " .. (kind == "sqlite" and "redis" or "sqlite") .. " journal")
+    end
+  end
+  if kind == "sqlite" then
+    local path = spec.path
+    if path == nil and dir then path = config.JOURNAL_PATH end
+    path = expect(file, where .. ".path", path, "string")
+    out.path = dir and join(dir, path) or path
+    if spec.sync ~= nil then out.sync = expect(file, where .. ".sync", spec.sync, "boolean") end
+    return out
+  end
+  out.url = expect(file, where .. ".url", spec.url, "string")
+  if not out.url:match("^rediss?://") then fail(file, where .. ".url must be redis://[user:password@]host:port/db") end
+  if spec.prefix ~= nil then out.prefix = expect(file, where .. ".prefix", spec.prefix, "string") end
+  if spec.password_env ~= nil then
+    out.password_env = expect(file, where .. ".password_env", spec.password_env, "string")
+  end
+  return out
+end
+
 local BUILTINS = { "os", "io", "json", "crypto" }
 local POLICY_KEYS = { "sandbox", "allow_builtins", "allow_env", "allow_network", "max_memory_mb", "max_concurrency",
   "isolation", "kill_grace_ms" }
@@ -313,7 +351,6 @@ function config.read(path)
   check_keys(path, "the configuration", data,
     { "tool_modules", "tool_contexts", "idempotency_store", "cache_store", "tool_module_policy", "journal" })
   local dir = dirname(path)
-  if data.journal ~= nil then expect(path, "journal", data.journal, "string", "a SQLite file's path") end
   return {
     path = path,
     dir = dir,
@@ -321,9 +358,8 @@ function config.read(path)
     tool_contexts = data.tool_contexts and read_contexts(path, data.tool_contexts) or nil,
     idempotency_store = data.idempotency_store and read_store(path, dir, data.idempotency_store, "idempotency_store") or nil,
     cache_store = data.cache_store and read_store(path, dir, data.cache_store, "cache_store") or nil,
+    journal = data.journal ~= nil and config.journal(path, dir, data.journal, "journal") or nil,
     tool_module_policy = data.tool_module_policy ~= nil and config.policy(path, data.tool_module_policy) or nil,
-    -- durable agents' journal, relative to the config's folder
-    journal = data.journal and (data.journal:sub(1, 1) == "/" and data.journal or join(dir, data.journal)) or nil,
   }
 end
 

@@ -86,8 +86,10 @@ local OPTIONS = {
                      know may run them (as each model's allow_unknown_model), with a warning
   opts.replay        a recording to answer the model requests from, without the network
   opts.replay_seed   the seed of the pieces' sizes a recorded stream is replayed in (default 1)
-  opts.journal       the journals of durable agents' asks (journal.h): a SQLite file, or a
-                     Redis url (redis://host:port/db)
+  opts.journal       where durable agents' asks keep their journals (journal.h): a SQLite
+                     file's path, { type = "sqlite", path =, sync = true|false } or
+                     { type = "redis", url =, password_env =, prefix = }; it replaces the
+                     config's "journal"
   opts.journal_lease_ms  how long a durable ask's claim on its run lasts unless its
                      heartbeat renews it (default journal_lease_ms, 10 s)
   opts.limits        see the README ]]
@@ -137,13 +139,41 @@ function luma.load(path, opts)
     record = opts.record,
     replay = opts.replay,
     replay_seed = opts.replay_seed,
-    journal = opts.journal or (cfg and cfg.journal),
+    journal = opts.journal ~= nil and config.journal("luma.load", nil, opts.journal, "journal")
+      or cfg and cfg.journal,
     journal_lease_ms = opts.journal_lease_ms,
   }
   -- after the clock, so that the store purges with the time the program sees
   if cfg and cfg.idempotency_store then program:configure { idempotency = cfg.idempotency_store } end
   if cfg and cfg.cache_store then program:configure { cache = cfg.cache_store } end
   return program
+end
+
+-- ---------------------------------------------------------- durable runs
+
+-- The runs of a journal (luma.load's journal option: a SQLite file's path,
+-- or { type = "sqlite" | "redis", ... }), the most recently changed first:
+-- { id, status, step, owner, created_ms, updated_ms, lease_until_ms, age_ms,
+-- records } each; status is "running", "awaiting_approval", "completed",
+-- "failed" or "abandoned" (running, its owner's lease ended).
+function luma.runs(journal)
+  return core.journal_runs(config.journal("luma.runs", nil, journal, "journal"))
+end
+
+-- The runs' retention: what luma.prune_runs and `luma-lua runs --prune`
+-- delete by default is older than this (7 days, in ms).
+luma.RUNS_RETENTION_MS = 7 * 24 * 3600 * 1000
+
+-- Deletes the runs of a journal that ended (completed, failed) or were
+-- abandoned, last changed more than older_than_ms ago (default
+-- luma.RUNS_RETENTION_MS); runs that run or await approval are kept.
+-- Returns how many were deleted.
+function luma.prune_runs(journal, older_than_ms)
+  if older_than_ms ~= nil and (math.type(older_than_ms) ~= "integer" or older_than_ms < 0) then
+    error("luma.prune_runs: older_than_ms must be an integer >= 0, not " .. tostring(older_than_ms), 2)
+  end
+  return core.journal_prune(config.journal("luma.prune_runs", nil, journal, "journal"),
+    older_than_ms or luma.RUNS_RETENTION_MS)
 end
 
 -- ------------------------------------------------------------ running programs
