@@ -47,6 +47,7 @@
   X(MODULE_INVALID, 0, "a tool module cannot be loaded (unreadable, integrity, version, dependencies)", NULL) \
   X(PROGRAM_INVALID, 0, "the program does not compile; details.diagnostics lists every problem", NULL) \
   X(RUNTIME_ERROR, 0, "a statement of the program failed while running", NULL) \
+  X(TOOL_AWAITING_APPROVAL, 0, "a durable ask's call needs a person's approval and no one can be asked here: its run awaits a decision (luma-lua approve or deny), then a resume", NULL) \
   X(TOOL_CANCELLED, 0, "the call was cancelled by its caller", \
     "Tool '%s' was cancelled.") \
   X(TOOL_CIRCUIT_OPEN, 0, "the agent's tool_failure_limit was reached in this method call", NULL) \

@@ -46,6 +46,8 @@ typedef struct ak_slot {
   int is_error;
   int reported;               /* its tool_result event was queued */
   int journaled;              /* its "tool" record was written, or read back */
+  int awaiting;               /* it waits for a person's decision (TOOL_AWAITING_APPROVAL) */
+  char *reason;               /* why, malloc'd */
 } ak_slot;
 
 struct ak_ask {
@@ -133,6 +135,7 @@ struct ak_ask {
   struct ak_beat *beat;       /* the lease's heartbeat, while the ask owns the run */
   int lost;                   /* atomic: another process took the run over (lost_why says how) */
   int losing;                 /* atomic: lost_why is being written, once */
+  int awaiting;               /* the run waits for a person: it is not finished */
   char lost_why[300];
 };
 

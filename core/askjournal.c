@@ -37,6 +37,12 @@ typedef struct past_tool {
   size_t len;
 } past_tool;
 
+typedef struct past_decision {
+  const char *id, *reason, *input;
+  size_t input_len;
+  int approved;
+} past_decision;
+
 struct ak_past {
   ar_arena arena;
   char run[64];
@@ -47,6 +53,10 @@ struct ak_past {
   past_tool *tools;
   int ntools, captools;
   const jv *finish;           /* the "finish" record's body, or NULL */
+  past_decision *decisions;   /* "decision" records, in order */
+  int ndecisions, capdecisions;
+  past_tool *approvals;       /* "approval" records (turn, id) */
+  int napprovals, capapprovals;
   jr_status st;
   char bad[400];              /* a record that cannot be read */
 };
@@ -115,6 +125,20 @@ static int each_record(void *arg, long long seq, const char *kind, const char *b
                                          str_of(v, "id", &p->arena), text, n };
   } else if (strcmp(kind, "finish") == 0) {
     p->finish = v;
+  } else if (strcmp(kind, "decision") == 0) {
+    const jv *ok = jv_get(v, "approved"), *input = jv_get(v, "input");
+    sb_buf in;
+    sb_init(&in);
+    if (input && input->type != JV_NULL) jv_write(&in, input, 0);
+    const char *text = in.data && !in.failed ? ar_strndup(&p->arena, in.data, in.len) : NULL;
+    size_t n = in.len;
+    sb_free(&in);
+    if (grow((void **)&p->decisions, &p->capdecisions, p->ndecisions, sizeof *p->decisions) != 0) return 1;
+    p->decisions[p->ndecisions++] = (past_decision){ str_of(v, "id", &p->arena), str_of(v, "reason", &p->arena),
+                                                     text, text ? n : 0, ok && ok->type == JV_BOOL && ok->b };
+  } else if (strcmp(kind, "approval") == 0) {
+    if (grow((void **)&p->approvals, &p->capapprovals, p->napprovals, sizeof *p->approvals) != 0) return 1;
+    p->approvals[p->napprovals++] = (past_tool){ int_of(v, "turn"), 0, 0, str_of(v, "id", &p->arena), NULL, 0 };
   }
   return 0;
 }
@@ -156,6 +180,8 @@ void ak_past_free(ak_past *p) {
   if (!p) return;
   free(p->ex);
   free(p->tools);
+  free(p->decisions);
+  free(p->approvals);
   ar_free(&p->arena);
   free(p);
 }
@@ -192,6 +218,25 @@ int ak_journal_result(ak_ask *a, int i, char **content, size_t *len, int *is_err
     *len = t->len;
     *is_error = t->error;
     t->used = 1;
+    return 1;
+  }
+  return 0;
+}
+
+int ak_journal_decision(ak_ask *a, int i, int *approved, const char **reason, const char **input, size_t *input_len) {
+  const ak_past *p = a->past;
+  const ad_call *call = &a->turn.calls[i];
+  /* a decision answers a call the run waited for, at this turn */
+  int waited = 0;
+  for (int k = 0; p && k < p->napprovals; k++)
+    if (p->approvals[k].turn == a->turns && same_id(p->approvals[k].id, call->id)) waited = 1;
+  for (int k = 0; waited && k < p->ndecisions; k++) {
+    const past_decision *d = &p->decisions[k];
+    if (!same_id(d->id, call->id)) continue;
+    *approved = d->approved;
+    *reason = d->reason;
+    *input = d->input;
+    *input_len = d->input_len;
     return 1;
   }
   return 0;
@@ -414,6 +459,39 @@ int ak_journal_tool(ak_ask *a, int i, char *err, size_t errlen) {
   return append(a, "tool", &b, err, errlen);
 }
 
+int ak_journal_approval(ak_ask *a, int i, const char *reason, char *err, size_t errlen) {
+  if (!a->agent->durable) return 0;
+  const ad_call *call = &a->turn.calls[i];
+  int had = 0;
+  for (int k = 0; a->past && k < a->past->napprovals; k++)
+    if (a->past->approvals[k].turn == a->turns && same_id(a->past->approvals[k].id, call->id)) had = 1;
+  if (!had) {
+    sb_buf b;
+    sb_init(&b);
+    sb_printf(&b, "{\"turn\":%d", a->turns);
+    field(&b, "id", call->id);
+    field(&b, "name", call->name);
+    sb_adds(&b, ",\"input\":");
+    ar_arena scratch;
+    ar_init(&scratch);
+    char why[200];
+    jv *in = call->arguments_len ? json_parse(&scratch, call->arguments, call->arguments_len, LIM_MODEL_JSON_DEPTH, why,
+                                              sizeof why) : NULL;
+    if (in) jv_write(&b, in, 0);
+    else if (call->arguments_len) json_write_string(&b, call->arguments, call->arguments_len);
+    else sb_adds(&b, "{}");
+    ar_free(&scratch);
+    field(&b, "reason", reason);
+    sb_addc(&b, '}');
+    if (append(a, "approval", &b, err, errlen) != 0) return -1;
+  }
+  char step[96];
+  snprintf(step, sizeof step, "turn %d: awaiting approval of %.40s", a->turns, call->id ? call->id : "a call");
+  int rc = jr_set(a->pg->journal, a->run_id, a->owner, JR_AWAITING_APPROVAL, step, err, errlen);
+  if (rc == 0) lose(a, NULL);
+  return rc == 1 ? 0 : -1;
+}
+
 void ak_journal_step(ak_ask *a, const char *fmt, int turn) {
   if (!a->agent->durable || !a->beat) return;
   char step[96], err[300];
@@ -424,7 +502,7 @@ void ak_journal_step(ak_ask *a, const char *fmt, int turn) {
 int ak_journal_finish(ak_ask *a, char *err, size_t errlen) {
   /* an ask that ended before its first record has no run; one that lost
      it writes nothing more; a finished run read back is not finished again */
-  if (!a->agent->durable || !a->beat || ak_journal_lost(a)) {
+  if (!a->agent->durable || !a->beat || ak_journal_lost(a) || a->awaiting) {
     ak_journal_stop(a);
     return 0;
   }

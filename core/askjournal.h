@@ -42,6 +42,14 @@ int ak_journal_response(ak_ask *a, int turn, ad_response *r);
    copy of its content, else 0. */
 int ak_journal_result(ak_ask *a, int i, char **content, size_t *len, int *is_error);
 
+/* A person's decision on call i of the current turn, the first recorded for
+   its id: 1 (*approved, *reason or NULL, *input: the person's input as JSON
+   or NULL), else 0. */
+int ak_journal_decision(ak_ask *a, int i, int *approved, const char **reason, const char **input, size_t *input_len);
+/* "approval": call i waits for a person (its tool, input and why), and the
+   run awaits approval; once per call. */
+int ak_journal_approval(ak_ask *a, int i, const char *reason, char *err, size_t errlen);
+
 /* "ask": the inputs (never a key), after the new run is claimed; before the
    first request. */
 int ak_journal_ask(ak_ask *a, char *err, size_t errlen);

@@ -14,7 +14,11 @@
 #include "compat.h"
 #include "drive.h"
 #include "lerror.h"
+#include "json.h"
+#include "journal.h"
 #include "lruntime.h"
+#include "luma_limits.h"
+#include "strbuf.h"
 
 #define LA_ASK "luma.Ask"
 
@@ -152,6 +156,49 @@ int la_ask(lua_State *L, pl_program *pg) {
 
 int la_start_ask(lua_State *L, pl_program *pg) {
   new_ask(L, pg);
+  return 1;
+}
+
+int la_decide(lua_State *L, pl_program *pg) {
+  const char *run = luaL_checkstring(L, 2), *call = luaL_checkstring(L, 3);
+  int approved = lua_toboolean(L, 4);
+  const char *reason = luaL_optstring(L, 5, NULL);
+  size_t len = 0;
+  const char *input = luaL_optlstring(L, 6, NULL, &len);
+  char err[400];
+  if (!pg->journal) return resume_error(L, run, "%s", "the program has no journal (luma.load's journal option)", NULL);
+  sb_buf b;
+  sb_init(&b);
+  sb_adds(&b, "{\"id\":");
+  json_write_string(&b, call, strlen(call));
+  sb_adds(&b, approved ? ",\"approved\":true,\"reason\":" : ",\"approved\":false,\"reason\":");
+  if (reason) json_write_string(&b, reason, strlen(reason));
+  else sb_adds(&b, "null");
+  sb_adds(&b, ",\"input\":");
+  if (input) {
+    ar_arena scratch;
+    ar_init(&scratch);
+    jv *v = json_parse(&scratch, input, len, LIM_MODEL_JSON_DEPTH, err, sizeof err);
+    ar_free(&scratch);
+    if (!v) {
+      sb_free(&b);
+      lua_pushfstring(L, "The input of the decision on call '%s' is not JSON: %s.", call, err);
+      return le_raise_code(L, LE_JSON_INVALID, lua_tostring(L, -1), 0);
+    }
+    sb_add(&b, input, len);
+  } else {
+    sb_adds(&b, "null");
+  }
+  sb_addc(&b, '}');
+  long long seq = b.failed ? -1 : jr_decide(pg->journal, run, b.data, b.len, err, sizeof err);
+  if (b.failed) snprintf(err, sizeof err, "out of memory");
+  sb_free(&b);
+  if (seq <= 0) {
+    char msg[600];
+    snprintf(msg, sizeof msg, "Cannot record a decision on call '%s' of run '%s': %s.", call, run, err);
+    return le_raise_code(L, LE_JOURNAL_ERROR, msg, 0);
+  }
+  lua_pushinteger(L, (lua_Integer)seq);
   return 1;
 }
 

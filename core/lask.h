@@ -16,6 +16,10 @@ int la_start_ask(lua_State *L, pl_program *pg);
    from the program's journal (askjournal.h) until it ends; a run that
    finished gives its outcome again. Raises the ask's error. */
 int la_resume(lua_State *L, pl_program *pg);
+/* program:decide(run, call, approved [, reason [, input JSON]]) -> its
+   record's seq: a person's decision on a call a durable run awaits
+   (journal.h's jr_decide), from any process. */
+int la_decide(lua_State *L, pl_program *pg);
 /* program:start_resume(run [, listen]) -> a luma.Ask */
 int la_start_resume(lua_State *L, pl_program *pg);
 /* Registers the luma.Ask metatable. */

@@ -860,6 +860,11 @@ static int l_resume(lua_State *L) {
   return la_resume(L, lp_check(L, 1)->pg);
 }
 
+/* program:decide(run, call, approved [, reason [, input]]) -> seq */
+static int l_decide(lua_State *L) {
+  return la_decide(L, lp_check(L, 1)->pg);
+}
+
 /* program:start_resume(run [, listen]) -> a luma.Ask to poll */
 static int l_start_resume(lua_State *L) {
   return la_start_resume(L, lp_check(L, 1)->pg);
@@ -907,6 +912,7 @@ void lp_open(lua_State *L) {
     { "start_ask", l_start_ask },
     { "resume", l_resume },
     { "start_resume", l_start_resume },
+    { "decide", l_decide },
     { "call_all", l_call_all },
     { "check_return", l_check_return },
     { "close", lp_close },

@@ -513,6 +513,72 @@ describe("a durable ask's journal when resumed", function()
     assert(ok, err)
   end)
 
+  it("waits for a person's decision across processes: a denial goes to the model, an approval runs its edited input",
+    function()
+    -- the agent asks before each write; no one can be asked here
+    local d = project(server.url)
+    h.write(d .. "/flow.luma", h.read(d .. "/flow.luma"):gsub("  durable: true\n", "  durable: true\n  tool_policy: \"approval\"\n"))
+    write_tools(d)
+    local function resume_cli(run)
+      return h.run({ "resume", run, d .. "/flow.luma", "--journal", d .. "/j.db" },
+                   { cwd = d, env = { LUMA_DURABLE_KEY = KEY }, unset = { "LUMA_APPROVED_TOOLS" } })
+    end
+    local r = h.run({ d .. "/flow.luma", "--agent", "A", "--input", '{"x": 107}', "--journal", d .. "/j.db" },
+                    { cwd = d, env = { LUMA_DURABLE_KEY = KEY }, unset = { "LUMA_APPROVED_TOOLS" } })
+    assert.are.equal(1, r.status)
+    local run = r.stderr:match("run '(run%-%x+)'")
+    assert.is_truthy(run, r.stderr)
+    assert.matches("%[TOOL_AWAITING_APPROVAL%] Agent 'A': run '" .. run:gsub("%-", "%%-") .. "' awaits a person's " ..
+      "decision on call 'c1' of tool 'charge'", r.stderr)
+    assert.are.same({}, effects(d))
+    assert.matches("^awaiting_approval|turn 1: awaiting approval of c%d\n$",
+      sql(d .. "/j.db", "SELECT state, step FROM luma_runs"))
+    local approvals = sql(d .. "/j.db", "SELECT body FROM luma_journal WHERE kind = 'approval' ORDER BY seq")
+    local first = luma.json.decode(approvals:match("[^\n]+"))
+    assert.are.same({ turn = 1, id = "c1", name = "charge", input = { order = "o1", amount = 10 } },
+      { turn = first.turn, id = first.id, name = first.name, input = first.input })
+    -- another process decides: c1 approved with a person's edit, c2 denied
+    local p = luma.load(d .. "/flow.luma", { journal = d .. "/j.db", lookup = lookup })
+    p:approve(run, "c1", { input = { order = "o1", amount = 11 } })
+    p:close()
+    -- and another, from the command line
+    r = h.run({ "deny", run, "c2", d .. "/flow.luma", "--journal", d .. "/j.db", "--reason", "over the budget" }, { cwd = d })
+    assert.are.equal(0, r.status, r.stderr)
+    assert.are.equal("denied\n", r.stdout)
+    -- resumed: turn 2's call waits in its turn
+    r = resume_cli(run)
+    assert.are.equal(1, r.status)
+    assert.matches("awaits a person's decision on call 'c3'", r.stderr)
+    assert.are.same({ "o1" }, effects(d))
+    -- an edit that does not fit the tool is validated again: the model is told
+    r = h.run({ "approve", run, "c3", d .. "/flow.luma", "--journal", d .. "/j.db", "--input",
+                '{"order": "o3", "amount": "thirty"}' }, { cwd = d })
+    assert.are.equal(0, r.status, r.stderr)
+    assert.are.equal("approved\n", r.stdout)
+    r = resume_cli(run)
+    assert.are.equal(0, r.status, r.stderr)
+    assert.are.same({ total = 60 }, luma.json.decode(r.stdout))
+    assert.are.same({ "o1" }, effects(d))
+    -- what the model was given for each call
+    local last
+    for _, q in ipairs(server:requests()) do
+      if q.body:find("batch 107\"", 1, true) and q.turn == 3 then last = q.json end
+    end
+    local results = {}
+    for _, m in ipairs(last.messages) do
+      if m.role == "tool" then results[m.tool_call_id] = m.content end
+    end
+    assert.are.same({ order = "o1", charged = 11 }, luma.json.decode(results.c1))
+    assert.matches("A person denied the call: over the budget", results.c2)
+    assert.matches("TOOL_INPUT_INVALID", results.c3)
+    -- a decision on a run that awaits none is refused, saying its state
+    r = h.run({ "approve", run, "c3", d .. "/flow.luma", "--journal", d .. "/j.db" }, { cwd = d })
+    assert.are.equal(1, r.status)
+    assert.matches("^Error: %[JOURNAL_ERROR%] Cannot record a decision on call 'c3' of run '" .. run:gsub("%-", "%%-") ..
+      "': .*completed", r.stderr)
+    os.execute("rm -rf " .. h.quote(d))
+  end)
+
   it("says which run and why when it cannot be resumed", function()
     local r = h.run({ "resume", "run-0000000000000000", dir .. "/flow.luma", "--journal", dir .. "/j.db" },
                     { cwd = dir })

@@ -19,6 +19,11 @@ commands:
                            ({ name, description, parameters } for each tool)
   schema PROGRAM NAME      print the JSON Schema of one schema (of a tool's input,
                            for a tool's name)
+  approve RUN CALL PROGRAM [--journal PATH|URL] [--input JSON]
+                           approve a call a durable run awaits (with the person's
+                           input); resume then runs it
+  deny RUN CALL PROGRAM [--journal PATH|URL] --reason TEXT
+                           deny it: resume gives the model the reason as its error
   resume RUN PROGRAM [--journal PATH|URL] [--trace FILE] [--stream | --stream-events]
                            continue a durable ask's run from its journal, and
                            print its answer as JSON (a finished run's again)
@@ -190,6 +195,24 @@ JSON object; with --agent, calls a method and prints what it returns.
                        write the types of the program's schemas and handlers to OUT and
                        stop: TypeScript for a .d.ts, LuaCATS annotations for a .lua
 Exit status: 0; 1 when the run fails; 2 when the program does not load.
+]],
+  approve = [[
+usage: luma-lua approve RUN CALL PROGRAM [--journal PATH|URL] [--config FILE] [--input JSON]
+Records a person's approval of call CALL, which the durable run RUN awaits
+(README: Durable asks), in the journal (--journal's, else PROGRAM's
+config's), from any process sharing it. --input: the person's edit of the
+call's input (a JSON object; @file, or - for standard input), validated again
+when the run is resumed. Prints "approved".
+Exit status: 0; 1 when the run does not await approval or the journal cannot
+be written; 2 when the program does not load.
+]],
+  deny = [[
+usage: luma-lua deny RUN CALL PROGRAM [--journal PATH|URL] [--config FILE] --reason TEXT
+Records a person's denial of call CALL, which the durable run RUN awaits; when
+the run is resumed the model gets the reason as the call's error. Prints
+"denied".
+Exit status: 0; 1 when the run does not await approval or the journal cannot
+be written; 2 when the program does not load.
 ]],
   resume = [[
 usage: luma-lua resume RUN PROGRAM [--journal PATH|URL] [--journal-lease-ms N] [--config FILE]
@@ -816,6 +839,42 @@ function commands.resume(args)
   if not ran then return report(result) end
   return print_result(result, o.stream_events)
 end
+
+-- luma-lua approve RUN CALL PROGRAM [--journal PATH|URL] [--config FILE] [--input JSON]
+-- luma-lua deny RUN CALL PROGRAM [--journal PATH|URL] [--config FILE] --reason TEXT
+local function decide(command, args)
+  local options = command == "approve" and { "--journal", "--config", "--input" } or { "--journal", "--config", "--reason" }
+  local o, positional, i = {}, {}, 1
+  while i <= #args do
+    local a = args[i]
+    local known = false
+    for _, k in ipairs(options) do known = known or k == a end
+    if known then
+      i = i + 1
+      if args[i] == nil then return usage_error(a .. " needs a value") end
+      o[a:sub(3)] = args[i]
+    elseif a:sub(1, 2) == "--" then return usage_error(unknown_option(a, options, command))
+    else positional[#positional + 1] = a end
+    i = i + 1
+  end
+  if #positional ~= 3 then return usage_error(command .. " needs RUN CALL PROGRAM") end
+  if command == "deny" and not o.reason then return usage_error("deny needs --reason TEXT: the model is told it") end
+  local input
+  if o.input then
+    local text, why = json_text(o.input)
+    if not text then return report(luma.error { code = "INPUT_INVALID", message = "--input: " .. why }, true) end
+    input = text
+  end
+  local loaded, program = pcall(luma.load, positional[3], { config = o.config, journal = journal_arg(o.journal) })
+  if not loaded then return report(program, true) end
+  local ok, e = pcall(program.decide, program, positional[1], positional[2], command == "approve", o.reason, input)
+  if not ok then return report(e) end
+  out(command == "approve" and "approved" or "denied")
+  return 0
+end
+
+function commands.approve(args) return decide("approve", args) end
+function commands.deny(args) return decide("deny", args) end
 
 -- The words the command takes for commands of its own, for did-you-mean.
 local function command_names()

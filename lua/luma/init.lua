@@ -79,7 +79,8 @@ local OPTIONS = {
                      file (which it replaces there)
   opts.runtime       a luma.runtime{ workers = n } to run in (default: one per Lua state)
   opts.approve       function(tool, agent) -> boolean: tool_policy "approval" (default:
-                     LUMA_APPROVED_TOOLS, then a prompt at an interactive terminal)
+                     LUMA_APPROVED_TOOLS, then a prompt at an interactive terminal); false
+                     and a reason: no one could be asked (a durable ask's run then waits)
   opts.lookup        function(name) -> string or nil: credentials, needs and API keys (default: os.getenv)
   opts.record        a file to append every exchange with a model to (JSON lines, keys redacted)
   opts.allow_unknown_models  true: a model name the capability table of provider tools does not
@@ -401,6 +402,20 @@ function Program:resume(run, opts)
     return a:result()
   end
   return core_resume(self, run)
+end
+
+-- program:approve(run, call [, { input = value }]) and program:deny(run,
+-- call, reason): a person's decision on a call a durable run awaits
+-- (README: Durable asks), from any process that shares the journal; the
+-- run goes on when it is resumed. The edited input is validated again then.
+function Program:approve(run, call, opts)
+  local input = opts and opts.input
+  if input ~= nil then input = core.json_encode(input) end
+  return self:decide(run, call, true, nil, input)
+end
+
+function Program:deny(run, call, reason)
+  return self:decide(run, call, false, reason)
 end
 
 -- program:start_resume(run [, { on_event = f, events = true }]) -> a luma.Ask

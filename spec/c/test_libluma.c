@@ -835,6 +835,13 @@ static void test_resume(void) {
   CT_CHECK(c && luma_wait(c, 10000) == 1 && luma_result(c, &json, NULL, &err) == LUMA_OK &&
            strcmp(json, "{\"total\":3}") == 0, "the finished run's answer again: %s", err.message);
   luma_call_free(c);
+  /* a decision: only on a run that awaits one, with JSON input */
+  CT_CHECK(luma_decide(p, NULL, "c1", 1, NULL, NULL, &err) == LUMA_FAILED && strcmp(err.code, "INVALID_ARGUMENT") == 0,
+           "decide NULL");
+  CT_CHECK(luma_decide(p, resume_run, "c1", 1, NULL, "{nope", &err) == LUMA_FAILED &&
+           strcmp(err.code, "JSON_INVALID") == 0, "decide with input that is not JSON: %s", err.code);
+  CT_CHECK(luma_decide(p, resume_run, "c1", 0, "no", NULL, &err) == LUMA_FAILED && strcmp(err.code, "JOURNAL_ERROR") == 0 &&
+           strstr(err.message, "Cannot record a decision on call 'c1'"), "decide on a finished run: %s", err.message);
   luma_program_close(p);
   luma_destroy(rt);
 }
