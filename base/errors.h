@@ -38,7 +38,7 @@
   X(INPUT_INVALID, 0, "the arguments of an agent method do not fit its parameters", NULL) \
   X(INVALID_ARGUMENT, 0, "a C API function was given a NULL pointer, a handle in the wrong state, or a bad option", NULL) \
   X(IO_ERROR, 0, "a file cannot be read", NULL) \
-  X(JOURNAL_ERROR, 0, "a durable ask's journal cannot be opened or written, or the program has none", NULL) \
+  X(JOURNAL_ERROR, 0, "a durable ask's journal cannot be opened or written, or the program has none; a run cannot be resumed (not in the journal, a record of a later format, its agent gone, a live process holds it); another process took the run over", NULL) \
   X(JSON_INVALID, 0, "text is not JSON, or a value cannot be written as JSON", NULL) \
   X(MCP_SERVER_FAILED, 1, "an mcp_server could not start, crashed, did not answer in time, flooded its output or sent what is not JSON-RPC (it is started again on the next call)", NULL) \
   X(MCP_TOOL_ERROR, 1, "an mcp_server's tool answered with isError: true (or refused the call); the message is its text, and the model sees it", NULL) \
@@ -47,6 +47,7 @@
   X(MODULE_INVALID, 0, "a tool module cannot be loaded (unreadable, integrity, version, dependencies)", NULL) \
   X(PROGRAM_INVALID, 0, "the program does not compile; details.diagnostics lists every problem", NULL) \
   X(RUNTIME_ERROR, 0, "a statement of the program failed while running", NULL) \
+  X(TOOL_AWAITING_APPROVAL, 0, "a durable ask's call needs a person's approval and no one can be asked here: its run awaits a decision (luma-lua approve or deny), then a resume", NULL) \
   X(TOOL_CANCELLED, 0, "the call was cancelled by its caller", \
     "Tool '%s' was cancelled.") \
   X(TOOL_CIRCUIT_OPEN, 0, "the agent's tool_failure_limit was reached in this method call", NULL) \

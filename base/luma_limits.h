@@ -106,6 +106,8 @@
   X(STREAM_QUEUE_BYTES, 1 << 20, 0, "bytes an ask holds for a host that has not taken its events: a stream's bytes not yet read, and the queued events (their text, and 64 bytes each); at it the transfer pauses until the host takes some") \
   X(MODEL_JSON_DEPTH, 100, 0, "nesting of a provider's response, of a model's answer and of tool arguments") \
   X(TOOL_RESULT_MAX_BYTES, 64 << 10, 0, "bytes of a tool result sent to the model when the agent sets no tool_result_max_bytes") \
+  X(JOURNAL_LEASE_MS, 10000, 0, "milliseconds a durable ask's claim on its run lasts unless renewed (its heartbeat renews it every third of that); a run whose lease ended is abandoned, and another process may take it over") \
+  X(JOURNAL_LEASE_MIN_MS, 30, 0, "the shortest journal_lease_ms (luma.load, --journal-lease-ms) accepted") \
   X(PAUSE_TURN_MAX, 5, 0, "times one ask continues a turn the provider paused in its own tool loop (Anthropic's pause_turn); past it the ask ends with ASK_TOOL_LIMIT") \
   /* luma-lua mcp: serving tools over MCP */ \
   X(MCP_MAX_MESSAGE_BYTES, 4 << 20, 0, "bytes of one MCP message a client sends (a longer line is dropped and answered with -32600); and of an event-stream reply of --http its client has not read (past it the progress reports are dropped)") \

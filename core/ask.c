@@ -75,6 +75,25 @@ static int journaled(ak_ask *a, int rc, const char *err) {
   return -1;
 }
 
+/* A resumed run's start (askjournal.h): on from its journal, or the
+   outcome of a run that finished. */
+static void resume(ak_ask *a) {
+  char err[400];
+  int ok = 0;
+  int rc = ak_journal_resume(a, &ok, err, sizeof err);
+  if (rc < 0) {
+    fail(a, LE_JOURNAL_ERROR, "Agent '%s' cannot resume: %s", a->agent->name, err);
+  } else if (rc == 0) {
+    a->state = AK_SEND;
+  } else if (ok) {
+    lua_replace(a->T, AK_VALUE);
+    a->ok = 1;
+    a->state = AK_END;
+  } else {
+    fail_top(a);
+  }
+}
+
 /* ---------------------------------------------------------- lifecycle */
 
 static unsigned long long next_id;
@@ -82,37 +101,32 @@ static unsigned long long next_id;
 ak_ask *ak_new(pl_program *pg, pl_scope *scope, const ak_params *p, le_code *code, char *err, size_t errlen) {
   const pm_agent *ag = scope ? scope->agent : NULL;
   *code = LE_ASK_CANCELLED;
+  ak_ask *a = NULL;
   if (ag && !ag->model) {
     *code = LE_ASK_MODEL_MISSING;
     le_format(err, errlen, LE_ASK_MODEL_MISSING, ag->name);
-    return NULL;
-  }
-  if (!ag) {
+  } else if (!ag) {
     snprintf(err, errlen, "an ask needs an agent");
-    return NULL;
-  }
-  if (pg->closed || rt_closed(pg->rt)) {
+  } else if (pg->closed || rt_closed(pg->rt)) {
     snprintf(err, errlen, pg->closed ? "the program is closed" : "the runtime is closed");
-    return NULL;
-  }
-  ak_ask *a = calloc(1, sizeof *a);
-  if (!a) { snprintf(err, errlen, "out of memory"); return NULL; }
-  ar_init(&a->arena);
-  ar_init(&a->turn_arena);
-  a->prompt = ar_strndup(&a->arena, p->prompt, p->prompt_len);
-  if (!a->prompt) {
-    ar_free(&a->arena);
-    free(a);
+  } else if (!(a = calloc(1, sizeof *a))) {
     snprintf(err, errlen, "out of memory");
+  } else {
+    ar_init(&a->arena);
+    ar_init(&a->turn_arena);
+    a->prompt = ar_strndup(&a->arena, p->prompt, p->prompt_len);
+    if (!a->prompt || !lua_checkstack(pg->L, 2)) {
+      snprintf(err, errlen, a->prompt ? "no stack space" : "out of memory");
+      ar_free(&a->arena);
+      free(a);
+      a = NULL;
+    }
+  }
+  if (!a) {
+    ak_past_free(p->past);   /* the ask owns it, made or not */
     return NULL;
   }
   lua_State *L = pg->L;
-  if (!lua_checkstack(L, 2)) {
-    ar_free(&a->arena);
-    free(a);
-    snprintf(err, errlen, "no stack space");
-    return NULL;
-  }
   a->T = lua_newthread(L);
   a->tref = luaL_ref(L, LUA_REGISTRYINDEX);
   lua_settop(a->T, AK_NVALUES);
@@ -130,6 +144,7 @@ ak_ask *ak_new(pl_program *pg, pl_scope *scope, const ak_params *p, le_code *cod
   a->schema = p->schema;
   a->forced = p->forced;
   a->prompt_len = p->prompt_len;
+  a->past = p->past;
   a->rng = (unsigned long long)(uintptr_t)a ^ (unsigned long long)pl_wall_ms(a->T, pg) * 0x9E3779B97F4A7C15ULL;
   if (!a->rng) a->rng = 1;
   snprintf(a->id, sizeof a->id, "ask-%llu", ++next_id);
@@ -176,6 +191,8 @@ static void drop_transfer(ak_ask *a) {
 
 static void unref(ak_ask *a) {
   if (--a->refs > 0) return;
+  ak_journal_stop(a);
+  ak_past_free(a->past);
   ak_drop_early(a);
   ak_drop_slots(a);
   drop_transfer(a);
@@ -328,6 +345,13 @@ static void send(ak_ask *a) {
   a->req = r;
   long long now = pl_mono_ms(a->T, a->pg);
   if (a->attempt == 0) a->exchange_start = now;
+  /* a resumed run's answered turn is not asked again: the journal answers */
+  ad_response had;
+  if (ak_journal_response(a, a->turns + 1, &had)) {
+    respond(a, &had);
+    return;
+  }
+  ak_journal_step(a, "turn %d: request", a->turns + 1);
   if (a->pg->replay) {
     ad_response resp;
     a->attempt++;
@@ -708,11 +732,19 @@ static void run_states(ak_ask *a) {
       if (!ak_cancel_tools(a)) return;   /* the tools stop first */
       fail(a, LE_ASK_CANCELLED, "Agent '%s': the ask was cancelled.", a->agent->name);
     }
+    if (ak_journal_lost(a) && a->state < AK_END) {
+      /* another process owns the run now: this one stops, and writes nothing more */
+      drop_transfer(a);
+      ak_drop_early(a);
+      if (!ak_cancel_tools(a)) return;
+      fail(a, LE_JOURNAL_ERROR, "Agent '%s' is durable, and %s.", a->agent->name, a->lost_why);
+    }
     switch (a->state) {
       case AK_START: {
         char err[400];
         int r = prepare(a);
         if (r < 0) fail(a, LE_ASK_PROVIDER_ERROR, "out of memory");
+        else if (r == 0 && a->past) resume(a);
         else if (r == 0 && journaled(a, ak_journal_ask(a, err, sizeof err), err) == 0) a->state = AK_SEND;
         break;
       }

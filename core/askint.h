@@ -45,6 +45,9 @@ typedef struct ak_slot {
   size_t len;
   int is_error;
   int reported;               /* its tool_result event was queued */
+  int journaled;              /* its "tool" record was written, or read back */
+  int awaiting;               /* it waits for a person's decision (TOOL_AWAITING_APPROVAL) */
+  char *reason;               /* why, malloc'd */
 } ak_slot;
 
 struct ak_ask {
@@ -125,7 +128,15 @@ struct ak_ask {
   const char *tool_search;    /* AK_LAZY_NATIVE: the wire's entry */
   unsigned char *discovered;
   ad_tool discover;           /* AK_LAZY_SYNTHETIC: the discovery tool */
-  char run_id[24];            /* a durable agent's run (journal.h): made at its first record, or "" */
+  /* a durable agent's run (journal.h, askjournal.c) */
+  char run_id[64];            /* made at its first record, or the run resumed; "" */
+  char owner[128];            /* this process's claim on it: host:pid:nonce */
+  struct ak_past *past;       /* a resumed run's records, or NULL */
+  struct ak_beat *beat;       /* the lease's heartbeat, while the ask owns the run */
+  int lost;                   /* atomic: another process took the run over (lost_why says how) */
+  int losing;                 /* atomic: lost_why is being written, once */
+  int awaiting;               /* the run waits for a person: it is not finished */
+  char lost_why[300];
 };
 
 enum { AK_LAZY_NONE, AK_LAZY_NATIVE, AK_LAZY_SYNTHETIC };

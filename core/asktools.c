@@ -91,7 +91,7 @@ static void prepare_slot(ak_ask *a, int i) {
     error_result(s, "TOOL_INPUT_INVALID", msg);
     return;
   }
-  cl_set_ask(c, a->id);
+  cl_set_ask(c, a->id, a->run_id);
   s->call = c;
 }
 
@@ -120,7 +120,7 @@ void ak_early_call(ak_ask *a, int i, const char *name, const char *args, size_t 
     cl_free(c);
     return;
   }
-  cl_set_ask(c, a->id);
+  cl_set_ask(c, a->id, a->run_id);
   rt_start(a->rt, c);
   a->early[i] = c;
 }
@@ -155,7 +155,34 @@ st_verdict ak_begin_tools(ak_ask *a) {
   }
   a->nslots = t->ncalls;
   a->fatal = 0;
+  ak_journal_step(a, "turn %d: tools", a->turns);
   for (int i = 0; i < t->ncalls; i++) {
+    /* a resumed run's call that has its outcome in the journal does not run again */
+    ak_slot *s = &a->slots[i];
+    if (ak_journal_result(a, i, &s->content, &s->len, &s->is_error)) {
+      s->answered = s->journaled = 1;
+      continue;
+    }
+    /* a person's decision on a call the run waited for: a denial is the
+       model's error result; an approval runs it (with the person's input) */
+    int approved;
+    const char *reason, *input;
+    size_t input_len;
+    if (ak_journal_decision(a, i, &approved, &reason, &input, &input_len)) {
+      if (!approved) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "A person denied the call: %s", reason && *reason ? reason : "no reason given");
+        error_result(s, "TOOL_PERMISSION_DENIED", msg);
+        continue;
+      }
+      if (input) {
+        a->turn.calls[i].arguments = input;
+        a->turn.calls[i].arguments_len = input_len;
+      }
+      prepare_slot(a, i);
+      if (s->call) cl_set_approved(s->call);
+      continue;
+    }
     /* a call started while the turn streamed is this slot's, if it is the
        same tool */
     cl_call *early = i < a->nearly ? a->early[i] : NULL;
@@ -197,9 +224,16 @@ static void collect(ak_ask *a, int i) {
   } else {
     lua_getfield(T, -1, "code");
     const char *code = lua_type(T, -1) == LUA_TSTRING ? lua_tostring(T, -1) : "TOOL_FAILED";
+    /* a durable run's call that waits for a person: the run pauses */
+    if (strcmp(code, "TOOL_AWAITING_APPROVAL") == 0) {
+      lua_getfield(T, -2, "message");
+      s->awaiting = 1;
+      s->reason = strdup(lua_type(T, -1) == LUA_TSTRING ? lua_tostring(T, -1) : "");
+      lua_pop(T, 1);
+    }
     lua_getfield(T, -2, "retryable");
     int retryable = lua_toboolean(T, -1);
-    if (!retryable && !model_correctable(code) && !a->fatal) {
+    if (!retryable && !s->awaiting && !model_correctable(code) && !a->fatal) {
       a->fatal = i + 1;
       lua_pushvalue(T, -3);
       lua_replace(T, AK_VALUE);
@@ -257,10 +291,26 @@ st_verdict ak_step_tools(ak_ask *a) {
     running++;
     a->starting = 1;
   }
+  char err[400];
   for (int i = 0; i < a->nslots; i++) {
     ak_slot *s = &a->slots[i];
     if (!s->answered) continue;
     answered++;
+    /* each outcome in a durable ask's journal as it comes, before the next request */
+    if (!s->journaled && !s->awaiting) {
+      s->journaled = 1;
+      if (ak_journal_tool(a, i, err, sizeof err) != 0) {
+        for (int k = 0; k < a->nslots; k++)
+          if (a->slots[k].started && !a->slots[k].answered) cl_cancel(a->slots[k].call);
+        if (!a->fatal) {
+          /* the error that ends the ask, kept in the outcome's place */
+          a->fatal = i + 1;
+          st_fail(a->T, LE_JOURNAL_ERROR, "Agent '%s' is durable, and its ask's journal cannot be written: %s",
+                  a->agent->name, err);
+          lua_replace(a->T, AK_VALUE);
+        }
+      }
+    }
     /* each result as it comes, for a host that listens */
     if (!s->reported) {
       s->reported = 1;
@@ -277,11 +327,29 @@ st_verdict ak_step_tools(ak_ask *a) {
     lua_pushvalue(a->T, AK_VALUE);
     return sv_is(SV_ERROR);
   }
-  char err[400];
-  if (ak_journal_tools(a, err, sizeof err) != 0) {
+  /* calls that wait for a person: their "approval" records, and the run
+     awaits a decision; the ask ends saying so */
+  int waiting = -1;
+  for (int i = 0; i < a->nslots; i++) {
+    if (!a->slots[i].awaiting) continue;
+    if (waiting < 0) waiting = i;
+    if (ak_journal_approval(a, i, a->slots[i].reason, err, sizeof err) != 0) {
+      ak_drop_slots(a);
+      return st_fail(a->T, LE_JOURNAL_ERROR, "Agent '%s' is durable, and its ask's journal cannot be written: %s",
+                     a->agent->name, err);
+    }
+  }
+  if (waiting >= 0) {
+    const ad_call *call = &a->turn.calls[waiting];
+    const char *id = call->id ? call->id : "";
+    st_verdict v = st_fail(a->T, LE_TOOL_AWAITING_APPROVAL,
+                           "Agent '%s': run '%s' awaits a person's decision on call '%s' of tool '%s' (%s) Approve it "
+                           "(luma-lua approve %s %s) or deny it (luma-lua deny %s %s --reason TEXT), then resume the run.",
+                           a->agent->name, a->run_id, id, call->name ? call->name : "", a->slots[waiting].reason,
+                           a->run_id, id, a->run_id, id);
+    a->awaiting = 1;
     ak_drop_slots(a);
-    return st_fail(a->T, LE_JOURNAL_ERROR, "Agent '%s' is durable, and its ask's journal cannot be written: %s",
-                   a->agent->name, err);
+    return v;
   }
   ad_result *r = calloc((size_t)(a->nslots > 0 ? a->nslots : 1), sizeof *r);
   if (!r) return st_fail(a->T, LE_ASK_PROVIDER_ERROR, "out of memory");
@@ -316,6 +384,7 @@ void ak_drop_slots(ak_ask *a) {
   for (int i = 0; i < a->nslots; i++) {
     cl_free(a->slots[i].call);
     free(a->slots[i].content);
+    free(a->slots[i].reason);
   }
   free(a->slots);
   a->slots = NULL;
@@ -337,6 +406,10 @@ void ak_emit(ak_ask *a) {
   lua_setfield(T, e, "ask");
   lua_pushstring(T, a->agent->name);
   lua_setfield(T, e, "agent");
+  if (a->run_id[0]) {
+    lua_pushstring(T, a->run_id);
+    lua_setfield(T, e, "run");
+  }
   lua_pushstring(T, a->pm->model ? a->pm->model : a->pm->deployment);
   lua_setfield(T, e, "model");
   lua_pushstring(T, ad_providers[a->pm->provider].name);

@@ -126,8 +126,13 @@ void cl_cancel(cl_call *c) {
   rt_cancel_job(c->rt, c);
 }
 
-void cl_set_ask(cl_call *c, const char *ask_id) {
+void cl_set_approved(cl_call *c) {
+  c->person_approved = 1;
+}
+
+void cl_set_ask(cl_call *c, const char *ask_id, const char *run_id) {
   snprintf(c->ask_id, sizeof c->ask_id, "%s", ask_id);
+  snprintf(c->run_id, sizeof c->run_id, "%s", run_id ? run_id : "");
 }
 
 int cl_done(const cl_call *c) {

@@ -52,8 +52,12 @@ int cl_idle(const cl_call *c, long long now_ms, long long *timer_ms);
    call that is done. */
 void cl_cancel(cl_call *c);
 
-/* Marks the call as one a model asked for: its event names the ask. */
-void cl_set_ask(cl_call *c, const char *ask_id);
+/* Marks the call as one a model asked for: its event names the ask, and
+   the ask's durable run (journal.h; NULL or "": none). */
+void cl_set_ask(cl_call *c, const char *ask_id, const char *run_id);
+/* A person approved the call (a durable run's decision): tool_policy
+   approval asks no one. */
+void cl_set_approved(cl_call *c);
 
 int cl_done(const cl_call *c);
 /* 1 when the call is done and succeeded. */

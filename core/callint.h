@@ -119,6 +119,8 @@ struct cl_call {
   int inline_ok;                  /* a lone blocking call: its handler runs inside the step */
   int hold;                       /* stop at CS_RUN: rt_drive looks every call up before any runs */
   char ask_id[32];                /* the ask whose model made the call, or "" */
+  char run_id[64];                /* its durable run (journal.h), or "" */
+  int person_approved;            /* a person approved it (a durable run's decision): policy asks no one */
   /* the handler's last signal:progress (rt_progress; guarded by the
      runtime's lock): prog_seq counts the reports, 0: none yet */
   unsigned prog_seq;

@@ -482,6 +482,39 @@ luma_call *luma_start_ask(luma_program *p, const char *agent, const char *prompt
   return start(p, "start_ask", args, 3, 1, err);
 }
 
+luma_call *luma_resume(luma_program *p, const char *run_id, luma_error *err) {
+  clear_error(err);
+  if (!p || !run_id) {
+    set_error(err, "INVALID_ARGUMENT", "luma_resume: %s is NULL", !p ? "the program" : "the run id");
+    return NULL;
+  }
+  const char *args[] = { run_id };
+  return start(p, "resume", args, 1, 1, err);
+}
+
+int luma_decide(luma_program *p, const char *run_id, const char *call_id, int approved, const char *reason,
+                const char *input_json, luma_error *err) {
+  clear_error(err);
+  if (!p || !run_id || !call_id) {
+    set_error(err, "INVALID_ARGUMENT", "luma_decide: %s is NULL", !p ? "the program" : !run_id ? "the run id" : "the call id");
+    return LUMA_FAILED;
+  }
+  luma_runtime *rt = p->rt;
+  lock(rt);
+  lua_State *L = rt->L;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, p->ref);
+  lua_getfield(L, -1, "decide");
+  lua_insert(L, -2);
+  lua_pushstring(L, run_id);
+  lua_pushstring(L, call_id);
+  lua_pushboolean(L, approved);
+  if (reason) lua_pushstring(L, reason); else lua_pushnil(L);
+  if (input_json) lua_pushstring(L, input_json); else lua_pushnil(L);
+  int rc = pcall(L, 6, 0, err) == 0 ? LUMA_OK : LUMA_FAILED;
+  unlock(rt);
+  return rc;
+}
+
 static void keep_events(luma_call *c);
 
 /* The handle takes the future's outcome (state LUMA_OK: it is done; else

@@ -9,11 +9,16 @@
 
 #include "ask.h"
 #include "askevents.h"
+#include "askjournal.h"
 #include "askptools.h"
 #include "compat.h"
 #include "drive.h"
 #include "lerror.h"
+#include "json.h"
+#include "journal.h"
 #include "lruntime.h"
+#include "luma_limits.h"
+#include "strbuf.h"
 
 #define LA_ASK "luma.Ask"
 
@@ -63,13 +68,67 @@ static ak_ask *new_ask(lua_State *L, pl_program *pg) {
   ask_box *b = lua_newuserdata(L, sizeof *b);
   b->a = NULL;
   lc_setmetatable(L, LA_ASK);
-  ak_params p = { prompt, len, s, forced, listen };
+  ak_params p = { prompt, len, s, forced, listen, NULL };
   char err[200];
   le_code code;
   b->a = ak_new(pg, sc, &p, &code, err, sizeof err);
   if (!b->a) {
     if (code == LE_ASK_MODEL_MISSING) le_raise_code(L, code, err, 0);
     lua_pushfstring(L, "Agent '%s' cannot ask: %s.", sc->agent->name, err);
+    le_raise_code(L, code, lua_tostring(L, -1), 0);
+  }
+  ak_start(b->a);
+  return b->a;
+}
+
+/* Raises JOURNAL_ERROR: run cannot be resumed, because (printf). */
+static int resume_error(lua_State *L, const char *run, const char *fmt, const char *arg, const char *arg2) {
+  char why[500], msg[700];
+  snprintf(why, sizeof why, fmt, arg, arg2);
+  snprintf(msg, sizeof msg, "Cannot resume run '%s': %s.", run, why);
+  return le_raise_code(L, LE_JOURNAL_ERROR, msg, 0);
+}
+
+/* (run id [, listen]) at 2..3 -> the ask that resumes it, from the program's
+   journal: its agent, prompt, schema and forced tool as its "ask" record
+   gives them, each of which the program must still have; owned by a
+   luma.Ask pushed on L. */
+static ak_ask *new_resume(lua_State *L, pl_program *pg) {
+  const char *run = luaL_checkstring(L, 2);
+  int listen = lua_toboolean(L, 3);
+  char err[400];
+  ak_past *past = ak_past_read(pg, run, err, sizeof err);
+  if (!past) return resume_error(L, run, "%s", err, NULL), NULL;
+  const char *agent = ak_past_agent(past), *schema = ak_past_schema(past), *using = ak_past_forced(past);
+  const pm_agent *ag = pm_find_agent(pg->p, agent);
+  const pm_schema *sc = schema ? pm_find_schema(pg->p, schema) : NULL;
+  const pm_tool *forced = NULL;
+  for (int i = 0; ag && using && i < ag->tools.n; i++)
+    if (strcmp(ag->tools.items[i]->name, using) == 0) forced = ag->tools.items[i];
+  const char *why = !ag ? "its agent '%s' is not in the program" : !sc ? "its answer's schema '%s' is not in the program"
+                  : using && !forced ? "its forced tool '%s' is not a tool of agent '%s'" : NULL;
+  if (why) {
+    lua_pushstring(L, !ag ? agent : !sc ? (schema ? schema : "(none)") : using);
+    lua_pushstring(L, agent);
+    ak_past_free(past);
+    return resume_error(L, run, why, lua_tostring(L, -2), lua_tostring(L, -1)), NULL;
+  }
+  pl_scope *scope = pl_scope_new(pg, ag);
+  if (!scope) {
+    ak_past_free(past);
+    return luaL_error(L, "out of memory"), NULL;
+  }
+  ask_box *b = lua_newuserdata(L, sizeof *b);
+  b->a = NULL;
+  lc_setmetatable(L, LA_ASK);
+  size_t len;
+  const char *prompt = ak_past_prompt(past, &len);
+  ak_params p = { prompt, len, sc, forced, listen, past };
+  le_code code;
+  b->a = ak_new(pg, scope, &p, &code, err, sizeof err);
+  pl_scope_unref(scope);
+  if (!b->a) {
+    lua_pushfstring(L, "Agent '%s' cannot resume run '%s': %s.", ag->name, run, err);
     le_raise_code(L, code, lua_tostring(L, -1), 0);
   }
   ak_start(b->a);
@@ -97,6 +156,61 @@ int la_ask(lua_State *L, pl_program *pg) {
 
 int la_start_ask(lua_State *L, pl_program *pg) {
   new_ask(L, pg);
+  return 1;
+}
+
+int la_decide(lua_State *L, pl_program *pg) {
+  const char *run = luaL_checkstring(L, 2), *call = luaL_checkstring(L, 3);
+  int approved = lua_toboolean(L, 4);
+  const char *reason = luaL_optstring(L, 5, NULL);
+  size_t len = 0;
+  const char *input = luaL_optlstring(L, 6, NULL, &len);
+  char err[400];
+  if (!pg->journal) return resume_error(L, run, "%s", "the program has no journal (luma.load's journal option)", NULL);
+  sb_buf b;
+  sb_init(&b);
+  sb_adds(&b, "{\"id\":");
+  json_write_string(&b, call, strlen(call));
+  sb_adds(&b, approved ? ",\"approved\":true,\"reason\":" : ",\"approved\":false,\"reason\":");
+  if (reason) json_write_string(&b, reason, strlen(reason));
+  else sb_adds(&b, "null");
+  sb_adds(&b, ",\"input\":");
+  if (input) {
+    ar_arena scratch;
+    ar_init(&scratch);
+    jv *v = json_parse(&scratch, input, len, LIM_MODEL_JSON_DEPTH, err, sizeof err);
+    ar_free(&scratch);
+    if (!v) {
+      sb_free(&b);
+      lua_pushfstring(L, "The input of the decision on call '%s' is not JSON: %s.", call, err);
+      return le_raise_code(L, LE_JSON_INVALID, lua_tostring(L, -1), 0);
+    }
+    sb_add(&b, input, len);
+  } else {
+    sb_adds(&b, "null");
+  }
+  sb_addc(&b, '}');
+  long long seq = b.failed ? -1 : jr_decide(pg->journal, run, b.data, b.len, err, sizeof err);
+  if (b.failed) snprintf(err, sizeof err, "out of memory");
+  sb_free(&b);
+  if (seq <= 0) {
+    char msg[600];
+    snprintf(msg, sizeof msg, "Cannot record a decision on call '%s' of run '%s': %s.", call, run, err);
+    return le_raise_code(L, LE_JOURNAL_ERROR, msg, 0);
+  }
+  lua_pushinteger(L, (lua_Integer)seq);
+  return 1;
+}
+
+int la_resume(lua_State *L, pl_program *pg) {
+  ak_ask *a = new_resume(L, pg);
+  wait_for(a, pg->rt, -1);
+  if (!ak_push_outcome(L, a)) return lua_error(L);
+  return 1;
+}
+
+int la_start_resume(lua_State *L, pl_program *pg) {
+  new_resume(L, pg);
   return 1;
 }
 

@@ -171,7 +171,7 @@ static int configure_store(lua_State *L, pl_program *pg, int spec, const store_k
 }
 
 /* program:configure{ contexts =, on_event =, clock =, approve =, lookup =,
-   trace =, record =, replay =, replay_seed =, journal =, idempotency =, cache =, default_timeout_ms = } */
+   trace =, record =, replay =, replay_seed =, journal =, journal_lease_ms =, idempotency =, cache =, default_timeout_ms = } */
 int lg_configure(lua_State *L, pl_program *pg) {
   luaL_checktype(L, 2, LUA_TTABLE);
   lua_rawgeti(L, LUA_REGISTRYINDEX, pg->anchor);
@@ -216,6 +216,15 @@ int lg_configure(lua_State *L, pl_program *pg) {
     jr_journal *j = ljr_open(L, -1, pg);   /* (ljournal.h: a path, or { type, ... }) */
     jr_close(pg->journal);
     pg->journal = j;
+  }
+  lua_pop(L, 1);
+  lua_getfield(L, 2, "journal_lease_ms");
+  if (!lua_isnil(L, -1)) {
+    lua_Integer ms = lc_isinteger(L, -1) ? lua_tointeger(L, -1) : 0;
+    if (ms < LIM_JOURNAL_LEASE_MIN_MS || ms > LIM_TIMEOUT_CAP_MS)
+      return luaL_error(L, "configure: 'journal_lease_ms' must be an integer from %d to %d", (int)LIM_JOURNAL_LEASE_MIN_MS,
+                        (int)LIM_TIMEOUT_CAP_MS);
+    pg->journal_lease_ms = ms;
   }
   lua_pop(L, 1);
   lua_getfield(L, 2, "replay");

@@ -868,6 +868,21 @@ static int l_start(lua_State *L) {
   return lr_start(L, lp->pg, t, 3, 4);
 }
 
+/* program:resume(run [, listen]) -> the answer of a durable ask's run */
+static int l_resume(lua_State *L) {
+  return la_resume(L, lp_check(L, 1)->pg);
+}
+
+/* program:decide(run, call, approved [, reason [, input]]) -> seq */
+static int l_decide(lua_State *L) {
+  return la_decide(L, lp_check(L, 1)->pg);
+}
+
+/* program:start_resume(run [, listen]) -> a luma.Ask to poll */
+static int l_start_resume(lua_State *L) {
+  return la_start_resume(L, lp_check(L, 1)->pg);
+}
+
 /* program:ask(scope, prompt, schema [, using]) -> the model's answer */
 static int l_ask(lua_State *L) {
   return la_ask(L, lp_check(L, 1)->pg);
@@ -908,6 +923,9 @@ void lp_open(lua_State *L) {
     { "start", l_start },
     { "ask", l_ask },
     { "start_ask", l_start_ask },
+    { "resume", l_resume },
+    { "start_resume", l_start_resume },
+    { "decide", l_decide },
     { "call_all", l_call_all },
     { "check_return", l_check_return },
     { "close", lp_close },

@@ -146,6 +146,20 @@ LUMA_API luma_call *luma_start_method(luma_program *p, const char *agent, const 
 /* Starts an ask of an agent's model: the answer is a value of `schema`. */
 LUMA_API luma_call *luma_start_ask(luma_program *p, const char *agent, const char *prompt, const char *schema,
                                    luma_error *err);
+/* Continues the run of a durable agent's ask from the program's journal
+   (the config's "journal"; README: Durable asks), as an ask: its answered
+   turns are not asked again, its calls with an outcome do not run again; a
+   run that finished gives its outcome again. NULL with err (JOURNAL_ERROR)
+   when the run cannot be read or its agent, schema or tool is not in the
+   program; a run another live process holds fails in luma_result. */
+LUMA_API luma_call *luma_resume(luma_program *p, const char *run_id, luma_error *err);
+/* Records a person's decision on call call_id, which the durable run awaits
+   (README: Durable asks), from any process sharing the journal: approved
+   (input_json: the person's edit of its input, or NULL) or denied (reason:
+   what the model is told). LUMA_OK, or LUMA_FAILED with err (JOURNAL_ERROR:
+   the run does not await approval; JSON_INVALID). */
+LUMA_API int luma_decide(luma_program *p, const char *run_id, const char *call_id, int approved, const char *reason,
+                         const char *input_json, luma_error *err);
 
 /* Events (README: Streaming). luma_listen makes an ask (of luma_start_ask)
    queue its events; called before the runtime's next luma_poll, the ask

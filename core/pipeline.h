@@ -46,6 +46,7 @@ typedef struct pl_program {
   FILE *trace;                /* telemetry as JSON lines, or NULL */
   struct rc_recorder *record; /* the model exchanges are written there, or NULL */
   struct jr_journal *journal; /* durable asks' records (journal.h), or NULL */
+  long long journal_lease_ms; /* a durable ask's lease on its run; 0: LIM_JOURNAL_LEASE_MS */
   struct rc_replay *replay;   /* the model exchanges are served from there (no network), or NULL */
   struct id_store *idem;      /* the idempotency store */
   struct id_store *cache;     /* cache_store: the cache shared across processes, or NULL (the anchor's table) */

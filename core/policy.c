@@ -4,6 +4,7 @@
    terminal or the environment; without one, a write tool is not approved. */
 #include "policy.h"
 
+#include "callint.h"
 #include "pipeline.h"
 
 #include <string.h>
@@ -20,15 +21,19 @@ static int agent_allows(const pm_agent *ag, const pm_tool *t) {
   return 0;
 }
 
-/* anchor.approve(tool, agent) -> true to run */
+/* anchor.approve(tool, agent) -> true to run; false and a reason: no one
+   could be asked. 1 approved (or by a person's decision, cl_set_approved),
+   0 denied, -1 no one could be asked. */
 static int approved(lua_State *T, cl_call *c, const pm_agent *ag) {
-  if (!c->pg->has_approve) return 0;
+  if (c->person_approved) return 1;
+  if (!c->pg->has_approve) return -1;
   pl_push_anchor(T, c->pg, "approve");
   lua_pushstring(T, c->t->name);
   lua_pushstring(T, ag->name);
-  int yes = lua_pcall(T, 2, 1, 0) == LUA_OK && lua_toboolean(T, -1);
-  lua_pop(T, 1);
-  return yes;
+  int ran = lua_pcall(T, 2, 2, 0) == LUA_OK;
+  int yes = ran && lua_toboolean(T, -2), cannot = ran && !yes && lua_type(T, -1) == LUA_TSTRING;
+  lua_pop(T, ran ? 2 : 1);
+  return yes ? 1 : cannot ? -1 : 0;
 }
 
 st_verdict st_module_closed(lua_State *T, cl_call *c) {
@@ -58,7 +63,13 @@ st_verdict st_permissions(lua_State *T, cl_call *c) {
     return st_fail(T, le_msg_code(LE_MSG_SCOPE_DENIED), le_msg_template(LE_MSG_SCOPE_DENIED), t->name, t->scope);
   if (ag && t->side_effects == SE_WRITE && ag->tool_policy == POL_DENY_WRITE)
     return st_fail(T, le_msg_code(LE_MSG_DENY_WRITE), le_msg_template(LE_MSG_DENY_WRITE), t->name, ag->name);
-  if (ag && t->side_effects == SE_WRITE && ag->tool_policy == POL_APPROVAL && !approved(T, c, ag))
+  int yes = ag && t->side_effects == SE_WRITE && ag->tool_policy == POL_APPROVAL ? approved(T, c, ag) : 1;
+  /* a durable ask's run waits for a person instead (askjournal.h) */
+  if (yes < 0 && c->run_id[0])
+    return st_fail(T, LE_TOOL_AWAITING_APPROVAL,
+                   "Tool '%s' writes and needs a person's approval (agent '%s' has tool_policy approval), and no one "
+                   "can be asked here.", t->name, ag->name);
+  if (yes != 1)
     return st_fail(T, LE_TOOL_PERMISSION_DENIED,
                    "Tool '%s' writes and was not approved: list it in LUMA_APPROVED_TOOLS (agent '%s' has tool_policy approval).",
                    t->name, ag->name);

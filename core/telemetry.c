@@ -61,6 +61,10 @@ void st_emit(lua_State *T, cl_call *c) {
     lua_pushstring(T, c->ask_id);
     lua_setfield(T, e, "ask");
   }
+  if (c->run_id[0]) {
+    lua_pushstring(T, c->run_id);
+    lua_setfield(T, e, "run");
+  }
   if (pg->kind[c->t->index] == PL_MODULE && sx_isolated(pg->module[c->t->index])) {
     lua_pushliteral(T, "process");
     lua_setfield(T, e, "isolation");

@@ -307,7 +307,7 @@ describe("a durable agent's ask", function()
     assert.are.same({ turn = 1, error = false, id = "c1", name = "add", content = { sum = 3 } },
       luma.json.decode(list[3].body))
     assert.matches('total', luma.json.decode(list[4].body).body)
-    assert.are.same({ ok = true }, luma.json.decode(list[5].body))
+    assert.are.same({ ok = true, answer = { total = 3 } }, luma.json.decode(list[5].body))
     -- the key is in no record
     assert.is_nil(h.read(journal):find(KEY, 1, true))
     -- each digest is the SHA-256 of "luma-journal/1" NUL run NUL seq NUL kind NUL body

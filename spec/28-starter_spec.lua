@@ -64,7 +64,7 @@ end)
 
 describe("luma-lua CMD --help", function()
   it("documents each command, and every option run takes", function()
-    for _, cmd in ipairs { "run", "check", "tools", "schema", "validate", "runs", "repl", "init" } do
+    for _, cmd in ipairs { "run", "resume", "approve", "deny", "check", "tools", "schema", "validate", "runs", "repl", "init" } do
       local status, out = luma_lua(h.root, cmd .. " --help")
       assert.are.equal(0, status, cmd)
       assert.matches("^usage: luma%-lua[^\n]*" .. cmd, out)
@@ -98,7 +98,8 @@ describe("the man page", function()
     local names = {}
     for c in pairs(commands) do names[#names + 1] = c end
     table.sort(names)
-    assert.are.same({ "check", "help", "init", "mcp", "repl", "run", "runs", "schema", "tools", "validate", "version" }, names)
+    assert.are.same({ "approve", "check", "deny", "help", "init", "mcp", "repl", "resume", "run", "runs", "schema", "tools",
+      "validate", "version" }, names)
     local synopsis = man:match("\n%.SH SYNOPSIS\n(.-)\n%.SH ")
     for _, c in ipairs(names) do
       -- in the synopsis, and an entry of its own under COMMANDS
@@ -106,7 +107,8 @@ describe("the man page", function()
       assert.matches("\n%.B[IR]? " .. c .. "[ \n]", man, 1, false, c .. " has no entry under COMMANDS")
     end
     local texts = { top }
-    for _, c in ipairs { "run", "check", "tools", "schema", "validate", "mcp", "runs", "repl", "init", "version", "help" } do
+    for _, c in ipairs { "run", "resume", "approve", "deny", "check", "tools", "schema", "validate", "mcp", "runs", "repl", "init", "version",
+                         "help" } do
       local _, text = luma_lua(h.root, c .. " --help")
       texts[#texts + 1] = text
     end

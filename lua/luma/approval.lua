@@ -16,9 +16,10 @@ function approval.listed(list, tool)
   return false
 end
 
--- Asks at the terminal; anywhere else the answer is no.
+-- Asks at the terminal; anywhere else the answer is no, and why: no one could
+-- be asked (a durable ask's run then waits for a person's decision).
 function approval.ask(tool)
-  if not (core.isatty(0) and core.isatty(2)) then return false end
+  if not (core.isatty(0) and core.isatty(2)) then return false, "no terminal to ask at" end
   io.stderr:write("Allow the write tool '", tool, "' to run? [y/N] ")
   io.stderr:flush()
   local line = io.stdin:read("l")
@@ -29,7 +30,8 @@ end
 function approval.default(getenv)
   getenv = getenv or os.getenv
   return function(tool)
-    return approval.listed(getenv("LUMA_APPROVED_TOOLS"), tool) or approval.ask(tool)
+    if approval.listed(getenv("LUMA_APPROVED_TOOLS"), tool) then return true end
+    return approval.ask(tool)
   end
 end
 

@@ -24,6 +24,14 @@ commands:
                            ({ name, description, parameters } for each tool)
   schema PROGRAM NAME      print the JSON Schema of one schema (of a tool's input,
                            for a tool's name)
+  approve RUN CALL PROGRAM [--journal PATH|URL] [--input JSON]
+                           approve a call a durable run awaits (with the person's
+                           input); resume then runs it
+  deny RUN CALL PROGRAM [--journal PATH|URL] --reason TEXT
+                           deny it: resume gives the model the reason as its error
+  resume RUN PROGRAM [--journal PATH|URL] [--trace FILE] [--stream | --stream-events]
+                           continue a durable ask's run from its journal, and
+                           print its answer as JSON (a finished run's again)
   mcp PROGRAM [--agent A] [--trace FILE] [--http [HOST:]PORT]
                            serve the program's tools (or agent A's) over MCP on
                            stdio, or Streamable HTTP, to any MCP client (both
@@ -55,6 +63,10 @@ options of run:
                            network; the first request that differs is an error
   --replay-seed N          the seed of the random sizes of the pieces a recorded
                            stream is replayed in (default 1)
+  --journal FILE           the journal of durable agents' asks (README: Durable
+                           asks), a SQLite file or a redis:// url; resume reads it
+  --journal-lease-ms N     how long a durable ask's claim on its run lasts unless
+                           renewed (default 10000)
   --stream                 print the answer's text to stdout as it streams, before
                            the result (default: to stderr when it is a terminal)
   --stream-events          print every event of the asks as a JSON line on stdout,
@@ -72,6 +84,12 @@ or a command line that is not understood.
 
 local function out(s) io.stdout:write(s, "\n") end
 local function err(s) io.stderr:write(s, "\n") end
+
+-- --journal PATH|URL as luma.load's journal: a redis:// URL is a Redis journal
+local function journal_arg(s)
+  if s and s:match("^rediss?://") then return { type = "redis", url = s } end
+  return s
+end
 
 local function usage_error(message)
   err("luma-lua: " .. message)
@@ -169,6 +187,8 @@ JSON object; with --agent, calls a method and prints what it returns.
   --record FILE        append every exchange with a model provider (JSON lines, keys redacted)
   --replay FILE        answer the model requests from a recording, without the network
   --replay-seed N      the seed of the pieces' sizes a recorded stream is replayed in (default 1)
+  --journal FILE       the journal of durable agents' asks: a SQLite file or a redis:// url
+  --journal-lease-ms N how long a durable ask's claim on its run lasts unless renewed (default 10000)
   --stream             print the answer's text to stdout as it streams, then the result
                        (without it, the text goes to stderr when stderr is a terminal)
   --stream-events      print every event of the asks as a JSON line on stdout, then the
@@ -180,6 +200,37 @@ JSON object; with --agent, calls a method and prints what it returns.
                        write the types of the program's schemas and handlers to OUT and
                        stop: TypeScript for a .d.ts, LuaCATS annotations for a .lua
 Exit status: 0; 1 when the run fails; 2 when the program does not load.
+]],
+  approve = [[
+usage: luma-lua approve RUN CALL PROGRAM [--journal PATH|URL] [--config FILE] [--input JSON]
+Records a person's approval of call CALL, which the durable run RUN awaits
+(README: Durable asks), in the journal (--journal's, else PROGRAM's
+config's), from any process sharing it. --input: the person's edit of the
+call's input (a JSON object; @file, or - for standard input), validated again
+when the run is resumed. Prints "approved".
+Exit status: 0; 1 when the run does not await approval or the journal cannot
+be written; 2 when the program does not load.
+]],
+  deny = [[
+usage: luma-lua deny RUN CALL PROGRAM [--journal PATH|URL] [--config FILE] --reason TEXT
+Records a person's denial of call CALL, which the durable run RUN awaits; when
+the run is resumed the model gets the reason as the call's error. Prints
+"denied".
+Exit status: 0; 1 when the run does not await approval or the journal cannot
+be written; 2 when the program does not load.
+]],
+  resume = [[
+usage: luma-lua resume RUN PROGRAM [--journal PATH|URL] [--journal-lease-ms N] [--config FILE]
+                       [--tool-module FILE]... [--trace FILE] [--stream | --stream-events]
+Continues the run RUN of a durable agent's ask (README: Durable asks) from the
+journal (--journal's, else PROGRAM's config's), with PROGRAM's agent, tools and model: a turn the journal
+answered is not asked again, a tool call whose outcome it holds does not run
+again, a call that was in flight runs again (its idempotency key makes the
+repeat harmless). Prints the answer as JSON; a run that finished prints its
+answer again (or fails with its error). A run another live process holds is
+an error naming it and the lease it has left.
+Exit status: 0; 1 when the run fails or cannot be resumed; 2 when the program
+does not load.
 ]],
   check = [[
 usage: luma-lua check PROGRAM [--config FILE] [--tool-module FILE]... [--verbose]
@@ -515,8 +566,7 @@ function commands.runs(args)
       return usage_error("--older-than must be a number followed by s, m, h or d (7d), not '" .. o["older-than"] .. "'")
     end
   end
-  local journal = o.journal
-  if journal and journal:match("^rediss?://") then journal = { type = "redis", url = journal } end
+  local journal = journal_arg(o.journal)
   if not journal then
     local config = require "luma.config"
     local path = o.config or (o.program and config.find(o.program))
@@ -588,7 +638,8 @@ function commands.tools(args)
 end
 
 local RUN_OPTIONS = { "--tool-module", "--config", "--agent", "--method", "--input", "--trace", "--record",
-  "--replay", "--replay-seed", "--stream", "--stream-events", "--emit-lua", "--generate-tool-types", "--allow-unknown-models" }
+  "--replay", "--replay-seed", "--journal", "--journal-lease-ms", "--stream", "--stream-events", "--emit-lua",
+  "--generate-tool-types", "--allow-unknown-models" }
 
 local function parse_run_args(args)
   local o = { tool_modules = {} }
@@ -608,6 +659,10 @@ local function parse_run_args(args)
     elseif a == "--trace" then o.trace = value(a)
     elseif a == "--record" then o.record = value(a)
     elseif a == "--replay" then o.replay = value(a)
+    elseif a == "--journal" then o.journal = value(a)
+    elseif a == "--journal-lease-ms" then
+      o.journal_lease_ms = math.tointeger(tonumber(value(a)))
+      if not o.journal_lease_ms then error({ usage = "--journal-lease-ms needs an integer, got '" .. args[i] .. "'" }) end
     elseif a == "--stream" then o.stream = true
     elseif a == "--stream-events" then o.stream_events = true
     elseif a == "--replay-seed" then
@@ -669,6 +724,21 @@ local function streamer(o)
   end)
 end
 
+-- The answer (or the outcome's value) as the command prints it: 0, or 1 with
+-- the error.
+local function print_result(result, one_line)
+  -- what the statements built may nest deeper than json_encode's default;
+  -- after JSON lines of events, the result is one line too
+  local encoded, text = pcall(core.json_encode, result == nil and luma.null or result,
+    { indent = (not one_line) and 2 or nil, max_depth = core.limits.json_depth_cap })
+  if not encoded then
+    return report(luma.error { code = "JSON_INVALID", message = "the result cannot be printed as JSON: " ..
+      tostring(luma.is_error(text) and text.message or text) })
+  end
+  out(text)
+  return 0
+end
+
 function commands.run(args)
   local ok, o = pcall(parse_run_args, args)
   if not ok then
@@ -690,7 +760,7 @@ function commands.run(args)
   end
   local loaded, program = pcall(luma.load, o.program, {
     tool_modules = o.tool_modules, config = o.config, trace = o.trace, record = o.record, replay = o.replay,
-    replay_seed = o.replay_seed,
+    replay_seed = o.replay_seed, journal = journal_arg(o.journal), journal_lease_ms = o.journal_lease_ms,
     on_event = on_event, allow_unknown_models = o.allow_unknown_models,
   })
   if not loaded then return report(program, true) end
@@ -729,17 +799,87 @@ function commands.run(args)
     ran, result = pcall(run)
   end
   if not ran then return report(result) end
-  -- what the statements built may nest deeper than json_encode's default;
-  -- after JSON lines of events, the result is one line too
-  local encoded, text = pcall(core.json_encode, result == nil and luma.null or result,
-    { indent = (not o.stream_events) and 2 or nil, max_depth = core.limits.json_depth_cap })
-  if not encoded then
-    return report(luma.error { code = "JSON_INVALID", message = "the result cannot be printed as JSON: " ..
-      tostring(luma.is_error(text) and text.message or text) })
+  return print_result(result, o.stream_events)
+end
+
+local RESUME_OPTIONS = { "--journal", "--journal-lease-ms", "--config", "--tool-module", "--trace", "--stream",
+  "--stream-events" }
+
+-- luma-lua resume RUN PROGRAM [--journal PATH|URL] [...]
+function commands.resume(args)
+  local o, positional, i = { tool_modules = {} }, {}, 1
+  while i <= #args do
+    local a = args[i]
+    local function value()
+      i = i + 1
+      if args[i] == nil then return nil, usage_error(a .. " needs a value") end
+      return args[i]
+    end
+    local v, status
+    if a == "--journal" or a == "--config" or a == "--trace" or a == "--tool-module" or a == "--journal-lease-ms" then
+      v, status = value()
+      if not v then return status end
+      if a == "--tool-module" then o.tool_modules[#o.tool_modules + 1] = v
+      elseif a == "--journal-lease-ms" then
+        o.journal_lease_ms = math.tointeger(tonumber(v))
+        if not o.journal_lease_ms then return usage_error("--journal-lease-ms needs an integer, got '" .. v .. "'") end
+      else o[a:sub(3)] = v end
+    elseif a == "--stream" then o.stream = true
+    elseif a == "--stream-events" then o.stream_events = true
+    elseif a:sub(1, 2) == "--" then return usage_error(unknown_option(a, RESUME_OPTIONS, "resume"))
+    else positional[#positional + 1] = a end
+    i = i + 1
   end
-  out(text)
+  if #positional ~= 2 then return usage_error("resume needs RUN PROGRAM") end
+  if o.stream and o.stream_events then
+    return usage_error("--stream and --stream-events do not go together: one prints the text, the other every event")
+  end
+  local loaded, program = pcall(luma.load, positional[2], {
+    tool_modules = o.tool_modules, config = o.config, trace = o.trace, journal = journal_arg(o.journal),
+    journal_lease_ms = o.journal_lease_ms, on_event = on_event,
+  })
+  if not loaded then return report(program, true) end
+  local listener = streamer(o)
+  local ran, result = pcall(program.resume, program, positional[1], listener and { on_event = listener } or nil)
+  if not ran then return report(result) end
+  return print_result(result, o.stream_events)
+end
+
+-- luma-lua approve RUN CALL PROGRAM [--journal PATH|URL] [--config FILE] [--input JSON]
+-- luma-lua deny RUN CALL PROGRAM [--journal PATH|URL] [--config FILE] --reason TEXT
+local function decide(command, args)
+  local options = command == "approve" and { "--journal", "--config", "--input" } or { "--journal", "--config", "--reason" }
+  local o, positional, i = {}, {}, 1
+  while i <= #args do
+    local a = args[i]
+    local known = false
+    for _, k in ipairs(options) do known = known or k == a end
+    if known then
+      i = i + 1
+      if args[i] == nil then return usage_error(a .. " needs a value") end
+      o[a:sub(3)] = args[i]
+    elseif a:sub(1, 2) == "--" then return usage_error(unknown_option(a, options, command))
+    else positional[#positional + 1] = a end
+    i = i + 1
+  end
+  if #positional ~= 3 then return usage_error(command .. " needs RUN CALL PROGRAM") end
+  if command == "deny" and not o.reason then return usage_error("deny needs --reason TEXT: the model is told it") end
+  local input
+  if o.input then
+    local text, why = json_text(o.input)
+    if not text then return report(luma.error { code = "INPUT_INVALID", message = "--input: " .. why }, true) end
+    input = text
+  end
+  local loaded, program = pcall(luma.load, positional[3], { config = o.config, journal = journal_arg(o.journal) })
+  if not loaded then return report(program, true) end
+  local ok, e = pcall(program.decide, program, positional[1], positional[2], command == "approve", o.reason, input)
+  if not ok then return report(e) end
+  out(command == "approve" and "approved" or "denied")
   return 0
 end
+
+function commands.approve(args) return decide("approve", args) end
+function commands.deny(args) return decide("deny", args) end
 
 -- The words the command takes for commands of its own, for did-you-mean.
 local function command_names()

@@ -87,6 +87,10 @@ function embed.start_ask(env, program, agent, prompt, schema)
   return program:agent(agent):start_ask(prompt, schema)
 end
 
+function embed.resume(env, program, run)
+  return program:start_resume(run)
+end
+
 -- luma_listen, luma_next_event: an ask's events, as JSON text
 function embed.listen(env, a)
   a:listen()

@@ -64,6 +64,7 @@ local OPTIONS = {
   limits = true, config = true, tool_modules = true, on_event = true, trace = true, clock = true,
   default_timeout_ms = true, tool_module_policy = true, runtime = true, approve = true, lookup = true,
   record = true, replay = true, replay_seed = true, allow_unknown_models = true, journal = true,
+  journal_lease_ms = true,
 }
 
 --[[ Reads and compiles a .luma file and gets it ready to run:
@@ -78,7 +79,8 @@ local OPTIONS = {
                      file (which it replaces there)
   opts.runtime       a luma.runtime{ workers = n } to run in (default: one per Lua state)
   opts.approve       function(tool, agent) -> boolean: tool_policy "approval" (default:
-                     LUMA_APPROVED_TOOLS, then a prompt at an interactive terminal)
+                     LUMA_APPROVED_TOOLS, then a prompt at an interactive terminal); false
+                     and a reason: no one could be asked (a durable ask's run then waits)
   opts.lookup        function(name) -> string or nil: credentials, needs and API keys (default: os.getenv)
   opts.record        a file to append every exchange with a model to (JSON lines, keys redacted)
   opts.allow_unknown_models  true: a model name the capability table of provider tools does not
@@ -89,6 +91,8 @@ local OPTIONS = {
                      file's path, { type = "sqlite", path =, sync = true|false } or
                      { type = "redis", url =, password_env =, prefix = }; it replaces the
                      config's "journal"
+  opts.journal_lease_ms  how long a durable ask's claim on its run lasts unless its
+                     heartbeat renews it (default journal_lease_ms, 10 s)
   opts.limits        see the README ]]
 local modules_of = setmetatable({}, { __mode = "k" })
 local servers_of = setmetatable({}, { __mode = "k" })
@@ -138,6 +142,7 @@ function luma.load(path, opts)
     replay_seed = opts.replay_seed,
     journal = opts.journal ~= nil and config.journal("luma.load", nil, opts.journal, "journal")
       or cfg and cfg.journal,
+    journal_lease_ms = opts.journal_lease_ms,
   }
   -- after the clock, so that the store purges with the time the program sees
   if cfg and cfg.idempotency_store then program:configure { idempotency = cfg.idempotency_store } end
@@ -383,6 +388,47 @@ function Agent:start_ask(prompt, schema, opts)
   local on_event = check_on_event(opts, 2)
   local a = program:start_ask(program:scope(self.name), prompt, schema, opts and opts.using,
     on_event ~= nil or (opts and opts.events) == true)
+  if on_event then future.listen(a, on_event) end
+  return a
+end
+
+-- program:resume(run [, { on_event = f }]) -> the answer of a durable ask's
+-- run (README: Durable asks), continued from the program's journal: its
+-- answered turns are not asked again, its calls with an outcome do not run
+-- again; a run that finished gives its outcome again. Raises its error.
+local core_resume, core_start_resume = Program.resume, Program.start_resume
+
+function Program:resume(run, opts)
+  self:check_registry()
+  local on_event = check_on_event(opts, 2)
+  if on_event then
+    local a = core_start_resume(self, run, true)
+    future.listen(a, on_event)
+    a:wait()
+    return a:result()
+  end
+  return core_resume(self, run)
+end
+
+-- program:approve(run, call [, { input = value }]) and program:deny(run,
+-- call, reason): a person's decision on a call a durable run awaits
+-- (README: Durable asks), from any process that shares the journal; the
+-- run goes on when it is resumed. The edited input is validated again then.
+function Program:approve(run, call, opts)
+  local input = opts and opts.input
+  if input ~= nil then input = core.json_encode(input) end
+  return self:decide(run, call, true, nil, input)
+end
+
+function Program:deny(run, call, reason)
+  return self:decide(run, call, false, reason)
+end
+
+-- program:start_resume(run [, { on_event = f, events = true }]) -> a luma.Ask
+function Program:start_resume(run, opts)
+  self:check_registry()
+  local on_event = check_on_event(opts, 2)
+  local a = core_start_resume(self, run, on_event ~= nil or (opts and opts.events) == true)
   if on_event then future.listen(a, on_event) end
   return a
 end

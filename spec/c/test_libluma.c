@@ -819,6 +819,69 @@ static void test_events(void) {
   luma_destroy(rt);
 }
 
+/* The run id of the last "ask" event that names one. */
+static char resume_run[64];
+
+static void on_run_event(void *ud, const char *json, size_t len) {
+  (void)ud;
+  (void)len;
+  const char *r = strstr(json, "\"kind\":\"ask\"") ? strstr(json, "\"run\":\"") : NULL;
+  if (r) snprintf(resume_run, sizeof resume_run, "%.*s", (int)strcspn(r + 7, "\""), r + 7);
+}
+
+/* luma_resume: a durable agent's run, streamed and journaled, given again
+   from the journal once it finished (no request); a run the journal does
+   not have is refused at once. */
+static void test_resume(void) {
+  if (provider_start() != 0) {
+    CT_CHECK(0, "cannot start the streaming provider");
+    return;
+  }
+  char prog[600];
+  snprintf(prog, sizeof prog,
+           "schema Sum { total: int }\n"
+           "model M { provider: \"openai\"\n name: \"t\"\n base_url: \"http://127.0.0.1:%d/v1\"\n api_key_env: null }\n"
+           "agent D { model: M\n durable: true }\n", sp.port);
+  write_file("durable.luma", prog);
+  write_file("durable.config.json", "{ \"journal\": \"runs.db\" }");
+  luma_error err;
+  luma_options o = { 0 };
+  o.workers = 1;
+  o.on_event = on_run_event;
+  luma_runtime *rt = luma_new(&o, &err);
+  luma_program *p = rt ? luma_load(rt, path_of("durable.luma"), path_of("durable.config.json"), NULL, &err) : NULL;
+  CT_CHECK(p != NULL, "load: %s", err.message);
+  if (!p) { luma_destroy(rt); return; }
+  CT_CHECK(luma_resume(NULL, "run-1", &err) == NULL && strcmp(err.code, "INVALID_ARGUMENT") == 0, "resume NULL");
+  CT_CHECK(luma_resume(p, "run-0000", &err) == NULL && strcmp(err.code, "JOURNAL_ERROR") == 0 &&
+           strcmp(err.message, "Cannot resume run 'run-0000': the journal has no run 'run-0000'.") == 0,
+           "an unknown run: %s", err.message);
+  luma_call *c = luma_start_ask(p, "D", "Add 1 and 2", "Sum", &err);
+  CT_CHECK(c != NULL && luma_listen(c, &err) == LUMA_OK, "listen: %s", err.message);
+  const char *json;
+  CT_CHECK(c && luma_wait(c, 10000) == 1 && luma_result(c, &json, NULL, &err) == LUMA_OK &&
+           strcmp(json, "{\"total\":3}") == 0, "the streamed durable ask: %s", err.message);
+  luma_call_free(c);
+  pthread_join(sp.thread, NULL);
+  close(sp.fd);
+  CT_CHECK(strncmp(resume_run, "run-", 4) == 0, "the ask's event names its run: '%s'", resume_run);
+  /* the provider is gone: the answer comes from the journal */
+  c = luma_resume(p, resume_run, &err);
+  CT_CHECK(c != NULL, "resume: %s", err.message);
+  CT_CHECK(c && luma_wait(c, 10000) == 1 && luma_result(c, &json, NULL, &err) == LUMA_OK &&
+           strcmp(json, "{\"total\":3}") == 0, "the finished run's answer again: %s", err.message);
+  luma_call_free(c);
+  /* a decision: only on a run that awaits one, with JSON input */
+  CT_CHECK(luma_decide(p, NULL, "c1", 1, NULL, NULL, &err) == LUMA_FAILED && strcmp(err.code, "INVALID_ARGUMENT") == 0,
+           "decide NULL");
+  CT_CHECK(luma_decide(p, resume_run, "c1", 1, NULL, "{nope", &err) == LUMA_FAILED &&
+           strcmp(err.code, "JSON_INVALID") == 0, "decide with input that is not JSON: %s", err.code);
+  CT_CHECK(luma_decide(p, resume_run, "c1", 0, "no", NULL, &err) == LUMA_FAILED && strcmp(err.code, "JOURNAL_ERROR") == 0 &&
+           strstr(err.message, "Cannot record a decision on call 'c1'"), "decide on a finished run: %s", err.message);
+  luma_program_close(p);
+  luma_destroy(rt);
+}
+
 int main(void) {
   const char *tmp = getenv("TMPDIR");
   snprintf(dir, sizeof dir, "%s/libluma-XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -838,6 +901,7 @@ int main(void) {
   test_reaping_host();
   test_wake_socket();
   test_events();
+  test_resume();
   char cmd[700];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);

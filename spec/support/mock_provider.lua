@@ -2,6 +2,7 @@
 --   local mock = require "spec.support.mock_provider"
 --   local server = mock.start()        -- server.url is http://127.0.0.1:PORT
 --   server:script { step, ... }        -- see mock_provider.py for the steps
+--   server:turns { step, ... }         -- steps by turn, each as often as asked
 --   server:requests()                  -- what the runtime sent, decoded; a request the real
 --                                      -- provider would refuse got its 400 and has `refused`
 --   server:reset(); server:stop()      -- stop also removes its folder; twice is fine
@@ -93,6 +94,11 @@ end
 function Server:script(steps)
   setmetatable(steps, luma.array_mt)
   return self:call("POST", "/_mock/script", luma.json.encode(steps))
+end
+
+function Server:turns(steps)
+  setmetatable(steps, luma.array_mt)
+  return self:call("POST", "/_mock/turns", luma.json.encode(steps))
 end
 
 function Server:requests()

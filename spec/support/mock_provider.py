@@ -14,7 +14,12 @@ script. The control endpoints:
                              body: text, json: the parsed body or null,
                              server_ms: the time it took here, from reading the body
                              to the answer's last byte}]
-    POST /_mock/reset      clears the script and the records
+    POST /_mock/turns      a JSON array of steps that answers by turn instead: a
+                           Chat Completions request whose messages hold k
+                           assistant messages gets step k + 1, as often as it
+                           is asked (a resumed ask that asks a turn again gets
+                           the same answer); its record has turn = k + 1
+    POST /_mock/reset      clears the script, the turns and the records
     POST /_mock/shutdown   stops the server
 
 A step: {status = 200, headers = {...}, json = value} (served as JSON), or
@@ -69,6 +74,7 @@ LIFETIME_S = 3600
 
 lock = threading.Lock()
 script = []
+turns = []
 records = []
 stopping = threading.Event()
 
@@ -608,8 +614,14 @@ def sse_bytes(kind, data):
     return ((("event: %s\n" % kind) if kind else "") + "data: " + text + "\n\n").encode()
 
 
-def take_step():
+def take_step(record):
     with lock:
+        if turns:
+            body = record.get("json")
+            messages = body.get("messages") if isinstance(body, dict) else None
+            k = sum(1 for m in messages or [] if isinstance(m, dict) and m.get("role") == "assistant")
+            record["turn"] = k + 1
+            return turns[k] if k < len(turns) else None
         return script.pop(0) if script else None
 
 
@@ -724,13 +736,13 @@ class Handler(BaseHTTPRequestHandler):
         }
         with lock:
             records.append(record)
-            upcoming = script[0] if script else None
+            upcoming = script[0] if script else (turns[0] if turns else None)
         if upcoming is None or upcoming.get("check", True):
             refused = refusal(url.path, record["headers"], parsed)
             if refused:
                 record["refused"] = refused[1]
                 return self.send_json(*refused)
-        step = take_step()
+        step = take_step(record)
         if step is None:
             return self.send_json(500, {"error": {"message": "mock provider: no scripted response left for %s %s" % (self.command, url.path)}})
         expect = step.get("expect") or {}
@@ -761,7 +773,12 @@ class Handler(BaseHTTPRequestHandler):
         record["server_ms"] = (time.perf_counter() - started) * 1000
 
     def control(self, path, body):
-        global script
+        global script, turns
+        if path == "/_mock/turns":
+            steps = json.loads(body.decode() or "[]")
+            with lock:
+                turns = list(steps) if isinstance(steps, list) else []
+            return self.send_json(200, {"steps": len(turns)})
         if path == "/_mock/script":
             steps = json.loads(body.decode() or "[]")
             with lock:
@@ -774,6 +791,7 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/_mock/reset":
             with lock:
                 script = []
+                turns = []
                 records.clear()
             return self.send_json(200, {"ok": True})
         if path == "/_mock/shutdown":
