@@ -27,7 +27,8 @@
  *               person (the run then awaits approval)
  *   "decision"  { id, approved, reason, input }: a person's answer to it,
  *               written by any process (jr_decide)
- *   "finish"    { ok }
+ *   "finish"    { ok, answer | error: { code, message } }: the outcome, which
+ *               a resume of the finished run gives again
  * digest: SHA-256 (hex) of "luma-journal/<v>" NUL run NUL seq NUL kind NUL
  * body. A record is whole when its digest matches and its seq follows the
  * last whole one; reading stops at the first record that is not: it and the
