@@ -940,14 +940,17 @@ void lp_open(lua_State *L) {
   if (luaL_newmetatable(L, LP_METATABLE)) {
     lc_setfuncs(L, meta, 0);
     lua_newtable(L);
-    lua_pushvalue(L, -2);
-    lc_setfuncs(L, methods, 1);
     lua_setfield(L, -2, "__index");
     lua_pushstring(L, LP_METATABLE);
     lua_setfield(L, -2, "__name");
   }
-  /* core.Program: the methods, so that the Lua side can add its own */
+  /* core.Program: the methods, so that the Lua side can add its own. Set
+     at every opening: the metatable outlives a package.loaded that is
+     emptied (busted's insulation), and a second luma/init.lua must wrap
+     these, not the first one's wrappers. */
   lua_getfield(L, -1, "__index");
+  lua_pushvalue(L, -2);
+  lc_setfuncs(L, methods, 1);
   lua_setfield(L, -3, "Program");
   lua_pop(L, 1);
   static const luaL_Reg fns[] = {
