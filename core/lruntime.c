@@ -455,11 +455,18 @@ void lr_new_metatable(lua_State *L, const char *name, lua_CFunction gc, const lu
     lua_setfield(L, -2, "__close");
     if (methods) {
       lua_newtable(L);
-      lc_setfuncs(L, methods, 0);
-      lua_pushcfunction(L, gc);
-      lua_setfield(L, -2, "close");
       lua_setfield(L, -2, "__index");
     }
+  }
+  /* the methods at every opening: the metatable outlives a package.loaded
+     that is emptied (busted's insulation), and a second luma/init.lua must
+     wrap these, not the first one's wrappers */
+  if (methods) {
+    lua_getfield(L, -1, "__index");
+    lc_setfuncs(L, methods, 0);
+    lua_pushcfunction(L, gc);
+    lua_setfield(L, -2, "close");
+    lua_pop(L, 1);
   }
   lua_pop(L, 1);
 }
