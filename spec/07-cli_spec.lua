@@ -238,8 +238,8 @@ describe("luma-lua options", function()
   it("says a bare word that is no file and no command is no such command, listing them", function()
     local r = h.run { "frobnicate", "x.luma" }
     assert.are.equal(2, r.status)
-    assert.are.equal("luma-lua: no such command 'frobnicate'; the commands are check, help, init, mcp, repl, run, schema, " ..
-      "tools, validate, version\nRun 'luma-lua --help' for usage.\n", r.stderr)
+    assert.are.equal("luma-lua: no such command 'frobnicate'; the commands are approve, check, deny, help, init, mcp, repl, " ..
+      "resume, run, runs, schema, tools, validate, version\nRun 'luma-lua --help' for usage.\n", r.stderr)
   end)
 
   it("suggests the nearest option, of run and of check", function()
