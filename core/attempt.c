@@ -129,7 +129,7 @@ static st_verdict make_ready(cl_call *c);
 static void transfer_ended(void *ud) {
   cl_call *c = ud;
   __atomic_store_n(&c->waiter.woken, 1, __ATOMIC_RELEASE);
-  rt_notify(c->rt);
+  rt_wake(c->rt, c);
 }
 
 /* The handler's job becomes ready (or it runs here, for a lone blocking
@@ -185,7 +185,7 @@ static st_verdict no_state(lua_State *T, cl_call *c, sx_module *m, const char *w
 /* A state of the module the call waits for is free: its driver steps it. */
 static void state_freed(sx_waiter *w) {
   cl_call *c = (cl_call *)((char *)w - offsetof(cl_call, waiter));
-  rt_notify(c->rt);
+  rt_wake(c->rt, c);
 }
 
 void st_unwait(cl_call *c) {

@@ -113,9 +113,19 @@ struct cl_call {
   int gate_limit;
   /* lists */
   cl_call *pg_next, *pg_prev;     /* the program's calls in flight */
-  cl_call *rt_next;               /* the runtime's polled calls */
+  cl_call *rt_next, *rt_prev;     /* the runtime's polled calls */
   cl_call *done_next;             /* the runtime's finished jobs */
-  int polled;
+  int polled;                     /* written under the runtime's ready_lock */
+  /* drive.c, for a polled call: its place in the runtime's ready queue
+     (guarded by ready_lock; ready_seq: when it was put there), in its
+     timers (heap_at: its index + 1, 0: none) or in its list of calls
+     stepped at every poll (in_rest: 1 rest, 2 rest_todo, 0: neither) */
+  cl_call *ready_next, *ready_prev;
+  int in_ready;
+  unsigned long long ready_seq;
+  int heap_at;
+  cl_call *rest_next, *rest_prev;
+  int in_rest;
   int inline_ok;                  /* a lone blocking call: its handler runs inside the step */
   int hold;                       /* stop at CS_RUN: rt_drive looks every call up before any runs */
   char ask_id[32];                /* the ask whose model made the call, or "" */

@@ -2,10 +2,155 @@
    steps what can move and returns; rt_close ends everything in flight. */
 #include "drive.h"
 
+#include <stdlib.h>
+
 #include "call.h"
 #include "callint.h"
 #include "pipeline.h"
 #include "runtimeint.h"
+
+/* The ready queue (any thread puts calls in it: runtime.c's ready_push):
+   c leaves it. Under ready_lock. */
+static void ready_unlink(rt_runtime *rt, cl_call *c) {
+  if (!c->in_ready) return;
+  if (c->ready_prev) c->ready_prev->ready_next = c->ready_next;
+  else rt->ready_head = c->ready_next;
+  if (c->ready_next) c->ready_next->ready_prev = c->ready_prev;
+  else rt->ready_tail = c->ready_prev;
+  c->ready_next = c->ready_prev = NULL;
+  c->in_ready = 0;
+}
+
+/* The oldest call of the queue put there no later than `upto`, taken out,
+   or NULL. */
+static cl_call *ready_pop(rt_runtime *rt, unsigned long long upto) {
+  pthread_mutex_lock(&rt->ready_lock);
+  cl_call *c = rt->ready_head;
+  if (c && c->ready_seq <= upto) ready_unlink(rt, c);
+  else c = NULL;
+  pthread_mutex_unlock(&rt->ready_lock);
+  return c;
+}
+
+/* The timers: a binary heap of parked calls, the earliest wake_at first. */
+static void heap_put(rt_runtime *rt, int i, cl_call *c) {
+  rt->heap[i] = c;
+  c->heap_at = i + 1;
+}
+
+static void heap_up(rt_runtime *rt, int i) {
+  cl_call *c = rt->heap[i];
+  while (i > 0 && c->wake_at < rt->heap[(i - 1) / 2]->wake_at) {
+    heap_put(rt, i, rt->heap[(i - 1) / 2]);
+    i = (i - 1) / 2;
+  }
+  heap_put(rt, i, c);
+}
+
+static void heap_down(rt_runtime *rt, int i) {
+  cl_call *c = rt->heap[i];
+  for (;;) {
+    int m = 2 * i + 1;
+    if (m >= rt->heap_n) break;
+    if (m + 1 < rt->heap_n && rt->heap[m + 1]->wake_at < rt->heap[m]->wake_at) m++;
+    if (rt->heap[m]->wake_at >= c->wake_at) break;
+    heap_put(rt, i, rt->heap[m]);
+    i = m;
+  }
+  heap_put(rt, i, c);
+}
+
+static int heap_add(rt_runtime *rt, cl_call *c) {
+  if (rt->heap_n == rt->heap_cap) {
+    int cap = rt->heap_cap ? rt->heap_cap * 2 : 64;
+    cl_call **h = realloc(rt->heap, (size_t)cap * sizeof *h);
+    if (!h) return -1;
+    rt->heap = h;
+    rt->heap_cap = cap;
+  }
+  rt->heap[rt->heap_n++] = c;
+  heap_up(rt, rt->heap_n - 1);
+  return 0;
+}
+
+static void heap_remove(rt_runtime *rt, cl_call *c) {
+  int i = c->heap_at - 1;
+  if (i < 0) return;
+  c->heap_at = 0;
+  cl_call *last = rt->heap[--rt->heap_n];
+  if (i == rt->heap_n) return;
+  heap_put(rt, i, last);
+  heap_up(rt, i);
+  heap_down(rt, last->heap_at - 1);
+}
+
+/* The calls stepped at every poll: rest, and rest_todo, those of this poll
+   not stepped yet (in_rest says which list). */
+static void rest_add(rt_runtime *rt, cl_call *c, int which) {
+  if (c->in_rest) return;
+  cl_call **head = which == 1 ? &rt->rest : &rt->rest_todo;
+  c->rest_prev = NULL;
+  c->rest_next = *head;
+  if (*head) (*head)->rest_prev = c;
+  *head = c;
+  c->in_rest = which;
+}
+
+static void rest_remove(rt_runtime *rt, cl_call *c) {
+  if (!c->in_rest) return;
+  cl_call **head = c->in_rest == 1 ? &rt->rest : &rt->rest_todo;
+  if (c->rest_prev) c->rest_prev->rest_next = c->rest_next;
+  else *head = c->rest_next;
+  if (c->rest_next) c->rest_next->rest_prev = c->rest_prev;
+  c->rest_next = c->rest_prev = NULL;
+  c->in_rest = 0;
+}
+
+/* A polled call no longer is: it leaves every list, and the runtime's
+   reference goes. */
+static void forget(rt_runtime *rt, cl_call *c) {
+  heap_remove(rt, c);
+  rest_remove(rt, c);
+  pthread_mutex_lock(&rt->ready_lock);
+  ready_unlink(rt, c);
+  c->polled = 0;
+  pthread_mutex_unlock(&rt->ready_lock);
+  if (c->rt_prev) c->rt_prev->rt_next = c->rt_next;
+  else rt->polled = c->rt_next;
+  if (c->rt_next) c->rt_next->rt_prev = c->rt_prev;
+  c->rt_next = c->rt_prev = NULL;
+  rt->npolled--;
+  cl_release(c);
+}
+
+/* Where a call waits after a step: parked (until its wake_at, in the
+   timers, or with no timer) when only an event that puts it in the ready
+   queue or its timer can move it (cl_idle); else stepped at every poll.
+   A follower waits for its leader's end, which puts nothing in the queue. */
+static void place(rt_runtime *rt, cl_call *c, long long now_ms) {
+  long long w;
+  if (c->state != CS_FOLLOW && cl_idle(c, now_ms, &w)) {
+    if (w < 0 || heap_add(rt, c) == 0) return;
+  }
+  rest_add(rt, c, 1);
+}
+
+/* Steps c (taken out of the timers and the rest first) and places it;
+   *wait: how long the host may sleep for it. */
+static void visit(rt_runtime *rt, cl_call *c, long long now_ms, long long *wait) {
+  heap_remove(rt, c);
+  rest_remove(rt, c);
+  long long w;
+  cl_status st = cl_step(c, &w);
+  if (st == CL_DONE) {
+    /* a call stepped by an outer poll is not done here (cl_step says so) */
+    forget(rt, c);
+    return;
+  }
+  if (c->job_ready) rt_submit(rt, c);
+  place(rt, c, now_ms);
+  if (c->in_rest && st == CL_WAIT_TIMER && (*wait < 0 || w < *wait)) *wait = w;
+}
 
 void rt_close(rt_runtime *rt) {
   if (rt->closed) return;
@@ -32,57 +177,63 @@ void rt_close(rt_runtime *rt) {
     t->release(t);
   }
   /* the polled calls are the runtime's no longer: their owners still have them */
-  cl_call *c = rt->polled;
-  rt->polled = NULL;
-  while (c) {
-    cl_call *next = c->rt_next;
-    c->polled = 0;
-    c->rt_next = NULL;
-    cl_release(c);
-    c = next;
-  }
+  while (rt->polled) forget(rt, rt->polled);
 }
 
 void rt_start(rt_runtime *rt, cl_call *c) {
   c->refs++;
+  pthread_mutex_lock(&rt->ready_lock);
   c->polled = 1;
+  pthread_mutex_unlock(&rt->ready_lock);
+  c->rt_prev = NULL;
   c->rt_next = rt->polled;
+  if (rt->polled) rt->polled->rt_prev = c;
   rt->polled = c;
+  rt->npolled++;
+  /* its first step is the next poll's, or rt_kick's */
+  rt_wake(rt, c);
 }
 
 void rt_kick(rt_runtime *rt, cl_call *c) {
-  cl_step(c, NULL);
+  if (cl_step(c, NULL) == CL_DONE) return;   /* the next poll forgets it: it is in the queue */
   if (c->job_ready) rt_submit(rt, c);
+  if (!c->polled) return;
+  pthread_mutex_lock(&rt->ready_lock);
+  ready_unlink(rt, c);
+  pthread_mutex_unlock(&rt->ready_lock);
+  place(rt, c, sx_now_ns() / 1000000);
 }
 
+/* Steps the calls that can move: those in the ready queue (put there
+   before this poll began: a call woken while it is stepped waits for the
+   next), those whose timer is due, and those stepped at every poll; the
+   parked calls cost nothing. */
 int rt_poll(rt_runtime *rt, long long *wait_ms) {
   rt_drain(rt);
   long long wait = -1;
-  int active = 0;
-  cl_call **link = &rt->polled;
   long long now_ms = sx_now_ns() / 1000000;
-  while (*link) {
-    cl_call *c = *link;
-    long long w;
-    if (cl_idle(c, now_ms, &w)) {
-      if (w >= 0 && (wait < 0 || w < wait)) wait = w;
-      active++;
-      link = &c->rt_next;
-      continue;
-    }
-    cl_status st = cl_step(c, &w);
-    if (st == CL_DONE) {
-      *link = c->rt_next;
-      c->rt_next = NULL;
-      c->polled = 0;
-      cl_release(c);
-      continue;
-    }
-    if (c->job_ready) rt_submit(rt, c);
-    if (st == CL_WAIT_TIMER && (wait < 0 || w < wait)) wait = w;
-    active++;
-    link = &c->rt_next;
+  /* the rest of the last poll is this one's to step (a nested poll, from
+     a handler on this thread, shares it) */
+  while (rt->rest) {
+    cl_call *c = rt->rest;
+    rest_remove(rt, c);
+    rest_add(rt, c, 2);
   }
+  while (rt->heap_n > 0 && rt->heap[0]->wake_at <= now_ms) visit(rt, rt->heap[0], now_ms, &wait);
+  pthread_mutex_lock(&rt->ready_lock);
+  unsigned long long upto = rt->ready_seq;
+  pthread_mutex_unlock(&rt->ready_lock);
+  for (cl_call *c; (c = ready_pop(rt, upto));) visit(rt, c, now_ms, &wait);
+  while (rt->rest_todo) visit(rt, rt->rest_todo, now_ms, &wait);
+  if (rt->heap_n > 0) {
+    long long w = rt->heap[0]->wake_at - now_ms;
+    if (w < 0) w = 0;
+    if (wait < 0 || w < wait) wait = w;
+  }
+  pthread_mutex_lock(&rt->ready_lock);
+  if (rt->ready_head) wait = 0;
+  pthread_mutex_unlock(&rt->ready_lock);
+  int active = rt->npolled;
   rt_task **tlink = &rt->tasks;
   while (*tlink) {
     rt_task *t = *tlink;

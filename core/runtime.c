@@ -40,6 +40,7 @@ rt_runtime *rt_new(lua_State *home, const rt_options *o, char *err, size_t errle
   }
   pthread_mutex_init(&rt->lock, NULL);
   pthread_mutex_init(&rt->wake_lock, NULL);
+  pthread_mutex_init(&rt->ready_lock, NULL);
   rt->wake_listen = rt->wake_conn = -1;
   rt->refs = 1;
   /* calls make their threads and references from this one: the host's own
@@ -68,7 +69,9 @@ void rt_unref(rt_runtime *rt) {
   forget_listener(rt);
   if (rt->wake_conn >= 0) close(rt->wake_conn);
   pthread_mutex_destroy(&rt->wake_lock);
+  pthread_mutex_destroy(&rt->ready_lock);
   pthread_mutex_destroy(&rt->lock);
+  free(rt->heap);
   free(rt);
 }
 
@@ -173,6 +176,26 @@ static void accept_host(rt_runtime *rt) {
   forget_listener(rt);
 }
 
+/* c goes at the end of the ready queue, once. */
+static void ready_push(rt_runtime *rt, cl_call *c) {
+  pthread_mutex_lock(&rt->ready_lock);
+  if (c->polled && !c->in_ready) {
+    c->in_ready = 1;
+    c->ready_seq = ++rt->ready_seq;
+    c->ready_next = NULL;
+    c->ready_prev = rt->ready_tail;
+    if (rt->ready_tail) rt->ready_tail->ready_next = c;
+    else rt->ready_head = c;
+    rt->ready_tail = c;
+  }
+  pthread_mutex_unlock(&rt->ready_lock);
+}
+
+void rt_wake(rt_runtime *rt, cl_call *c) {
+  ready_push(rt, c);
+  rt_notify(rt);
+}
+
 void rt_complete(rt_runtime *rt, cl_call *c) {
   pthread_mutex_lock(&rt->lock);
   c->done_next = rt->done;
@@ -223,6 +246,7 @@ void rt_drain(rt_runtime *rt) {
     c->job_out = 0;
     c->job_done = 1;
     if (c->gate) (*c->gate)--;
+    ready_push(rt, c);
     c = next;
   }
   pthread_mutex_unlock(&rt->lock);
@@ -263,7 +287,7 @@ void rt_cancel_job(rt_runtime *rt, cl_call *c) {
   if ((c->job_out || c->inline_run) && c->sx) sx_interrupt(c->sx, &c->run);
   pthread_mutex_unlock(&rt->lock);
   /* a call suspended in a wait ends at its next step: its driver looks now */
-  rt_notify(rt);
+  rt_wake(rt, c);
 }
 
 void rt_progress(void *ud, double n, double total, const char *message, size_t len) {

@@ -84,6 +84,10 @@ void rt_progress(void *ud, double n, double total, const char *message, size_t l
 /* The last report of c: its count (0: none; then nothing else is set). */
 unsigned rt_progress_read(rt_runtime *rt, struct cl_call *c, double *n, double *total, char *msg, size_t msglen,
                           int *has_msg);
+/* Puts c, if the runtime polls it, in the queue of calls rt_poll steps
+   next, and makes the descriptor readable: what ends a wait of c (a state
+   freed, a transfer's end). Any thread. */
+void rt_wake(rt_runtime *rt, struct cl_call *c);
 /* Cancels c (cl_cancel): any thread. */
 void rt_cancel_job(rt_runtime *rt, struct cl_call *c);
 /* For the pool's workers: the job of c finished. */

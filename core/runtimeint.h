@@ -19,6 +19,20 @@ struct rt_runtime {
   pthread_mutex_t lock;           /* guards done, and the calls' job_out */
   cl_call *done;                  /* calls whose job finished, not yet drained */
   cl_call *polled;                /* calls started with rt_start, in flight */
+  int npolled;
+  /* what rt_poll steps of the polled calls (drive.c): the ready queue,
+     fed by what ends a wait (a job's end in rt_drain, a state freed, a
+     transfer's end, a cancel: any thread, under ready_lock), oldest first;
+     the timers of the calls parked until their wake_at (a binary heap by
+     wake_at, the driver's thread only); the calls that no event wakes
+     (a host's clock, a follower, a store to look at again), stepped at
+     every poll as every call was before */
+  pthread_mutex_t ready_lock;     /* a leaf: nothing is locked under it */
+  cl_call *ready_head, *ready_tail;
+  unsigned long long ready_seq;
+  cl_call **heap;
+  int heap_n, heap_cap;
+  cl_call *rest, *rest_todo;
   rt_task *tasks;                 /* tasks added with rt_add_task, in flight */
   int notified;                   /* rt_notify wrote the descriptor (atomic) */
   tp_transport *tp;               /* made at the first rt_transport */

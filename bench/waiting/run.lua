@@ -18,6 +18,10 @@ local luma = require "luma"
 local core = require "luma.core"
 
 local CALLS = tonumber(os.getenv("LUMA_BENCH_CALLS") or "") or 10000
+-- LUMA_BENCH_ROW=sleep or http: that row only; LUMA_BENCH_URL: the http
+-- row's server, instead of slow_server.py (one answering after 1 s)
+local ROW = os.getenv("LUMA_BENCH_ROW")
+local URL = os.getenv("LUMA_BENCH_URL")
 local WAIT_MS = 1000
 local TARGET_WALL_MS = 2000
 local TARGET_RSS_MIB = 512
@@ -95,19 +99,24 @@ local function report(what, ok, wall, started, rss0, rss_waiting, peak, passed, 
   print(("%-58s %10.2f KiB"):format("  memory per waiting call", (rss_waiting - rss0) / CALLS))
 end
 
-local slept = table.pack(pcall(run, "nap", { ms = WAIT_MS }, { ms = 0 }))
+local slept = ROW ~= "http" and table.pack(pcall(run, "nap", { ms = WAIT_MS }, { ms = 0 }))
 
--- the same with one luma.http request each, to a server on the loopback
--- that answers after WAIT_MS (bench/waiting/slow_server.py)
-local portfile, pidfile = dir .. "/port", dir .. "/pid"
-assert(os.execute(("python3 %s/slow_server.py %s %g & echo $! > %s"):format(common.shell_quote(here),
-  common.shell_quote(portfile), WAIT_MS / 1000, common.shell_quote(pidfile))))
-local t0 = core.monotonic_ms()
-while not io.open(portfile) and core.monotonic_ms() - t0 < 10000 do os.execute("sleep 0.05") end
-local port = common.slurp("cat " .. common.shell_quote(portfile)):match("%d+")
-local url = "http://127.0.0.1:" .. tostring(port) .. "/"
-local results = table.pack(pcall(run, "fetch", { url = url }, { url = url }))
-os.execute("kill " .. common.slurp("cat " .. common.shell_quote(pidfile)):gsub("%s+$", "") .. " 2>/dev/null")
+local results
+if ROW ~= "sleep" and URL then
+  results = table.pack(pcall(run, "fetch", { url = URL }, { url = URL }))
+elseif ROW ~= "sleep" then
+  -- the same with one luma.http request each, to a server on the loopback
+  -- that answers after WAIT_MS (bench/waiting/slow_server.py)
+  local portfile, pidfile = dir .. "/port", dir .. "/pid"
+  assert(os.execute(("python3 %s/slow_server.py %s %g & echo $! > %s"):format(common.shell_quote(here),
+    common.shell_quote(portfile), WAIT_MS / 1000, common.shell_quote(pidfile))))
+  local t0 = core.monotonic_ms()
+  while not io.open(portfile) and core.monotonic_ms() - t0 < 10000 do os.execute("sleep 0.05") end
+  local port = common.slurp("cat " .. common.shell_quote(portfile)):match("%d+")
+  local url = "http://127.0.0.1:" .. tostring(port) .. "/"
+  results = table.pack(pcall(run, "fetch", { url = url }, { url = url }))
+  os.execute("kill " .. common.slurp("cat " .. common.shell_quote(pidfile)):gsub("%s+$", "") .. " 2>/dev/null")
+end
 os.execute("rm -rf " .. common.shell_quote(dir))
-report(("in signal:sleep(%d)"):format(WAIT_MS), table.unpack(slept, 1, slept.n))
-report(("in one luma.http.get answered after %d ms"):format(WAIT_MS), table.unpack(results, 1, results.n))
+if slept then report(("in signal:sleep(%d)"):format(WAIT_MS), table.unpack(slept, 1, slept.n)) end
+if results then report(("in one luma.http.get answered after %d ms"):format(WAIT_MS), table.unpack(results, 1, results.n)) end
