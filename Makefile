@@ -106,7 +106,7 @@ help:
 	@echo "make bench      run the benchmarks under bench/"
 	@echo "make bench-peers  luma's agent loop beside Vercel's AI SDK, TanStack AI and OpenAI Agents JS"
 	@echo "                (installed from npm under bench/peers/ by npm ci): client CPU per round trip, peak RSS"
-	@echo "make profile    the direct call under callgrind: instructions per call, top functions"
+	@echo "make profile    the direct call under callgrind: instructions per call, top functions (PROFILE_ROW=host or bare: another row)"
 	@echo "make fuzz       fuzz the parser (FUZZ_SECONDS=600)"
 	@echo "make fuzz-pattern  fuzz the sandbox's pattern matcher against Lua's"
 	@echo "make fuzz-adapters fuzz the providers' response parsers"
@@ -292,10 +292,11 @@ bench-peers: deps
 # The direct call of bench/pipeline under callgrind: instructions per call,
 # and the functions that run the most of them (bench/pipeline/callgrind.lua).
 PROFILE_CALLS ?= 20000
+PROFILE_ROW ?= pipeline
 profile: deps
 	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES=valgrind
 	@$(MAKE) --no-print-directory all
-	LUMA_BUILD=$(BUILD) $(LUA) bench/pipeline/callgrind.lua $(PROFILE_CALLS)
+	LUMA_BUILD=$(BUILD) $(LUA) bench/pipeline/callgrind.lua $(PROFILE_CALLS) 25 $(PROFILE_ROW)
 
 FUZZ_SECONDS ?= 600
 fuzz:

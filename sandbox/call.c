@@ -209,20 +209,30 @@ static int prepare_one(lua_State *H) {
     push_empty_needs(H, p->s, p->needs_shared);
   }
   if (p->s->child) return 3;
-  /* the coroutine the call runs as, its body's arguments on its stack */
-  lua_State *co = lua_newthread(H);
+  /* the coroutine the call runs as, its body's arguments on its stack: the
+     spare one of a call that returned, or a new one */
+  lua_State *co;
+  int fresh = !p->s->spare_co;      /* a new one, on top of H until its ref */
+  if (fresh) {
+    co = lua_newthread(H);
+  } else {
+    co = p->s->spare_co;
+    run->co_ref = p->s->spare_ref;
+    p->s->spare_co = NULL;
+    p->s->spare_ref = LUA_NOREF;
+  }
 #if LUA_VERSION_NUM >= 504
   lua_pushcfunction(co, sx_call_body);
 #endif
-  lua_pushvalue(H, -4);
+  lua_pushvalue(H, -3 - fresh);
   lua_xmove(H, co, 1);
-  lua_pushvalue(H, -3);
+  lua_pushvalue(H, -2 - fresh);
   lua_xmove(H, co, 1);
   lua_rawgeti(H, LUA_REGISTRYINDEX, p->s->signal_ref);
   lua_xmove(H, co, 1);
-  lua_pushvalue(H, -2);
+  lua_pushvalue(H, -1 - fresh);
   lua_xmove(H, co, 1);
-  run->co_ref = luaL_ref(H, LUA_REGISTRYINDEX);
+  if (fresh) run->co_ref = luaL_ref(H, LUA_REGISTRYINDEX);
   run->co = co;
 #if LUA_VERSION_NUM >= 504
   *(sx_run **)lua_getextraspace(co) = run;
@@ -358,6 +368,17 @@ static void run_slice(sx_state *s, sx_run *run) {
   run->status = status;
 #endif
   lua_xmove(co, H, 1);
+#if LUA_VERSION_NUM >= 504
+  if (status == LUA_OK && !s->spare_co) {
+    /* it returned: its stack emptied, it is the next call's */
+    lua_settop(co, 0);
+    *(sx_run **)lua_getextraspace(co) = NULL;
+    s->spare_co = co;
+    s->spare_ref = run->co_ref;
+    run->co = NULL;
+    run->co_ref = LUA_NOREF;
+  }
+#endif
   drop_coroutine(H, run);
   /* a result that comes after the deadline is late: the call timed out */
   if (s->deadline_ns && sx_now_ns() >= s->deadline_ns) s->expired = 1;

@@ -581,7 +581,7 @@ sx_state *sx_state_new(size_t memory_limit, char *err, size_t errlen) {
   sx_state *s = calloc(1, sizeof *s);
   if (!s) { snprintf(err, errlen, "out of memory"); return NULL; }
   s->memory_limit = memory_limit;
-  s->exports_ref = s->signal_ref = s->needs_ref = LUA_NOREF;
+  s->exports_ref = s->signal_ref = s->needs_ref = s->spare_ref = LUA_NOREF;
   s->watch_slot = -1;
   s->L = lua_newstate(sx_alloc, s);
   if (!s->L) { snprintf(err, errlen, "out of memory"); free(s); return NULL; }

@@ -52,6 +52,10 @@ struct sx_state {
   int exports_ref;                /* registry ref of the handler table (module.c) */
   int signal_ref;                 /* registry ref of the signal object */
   int needs_ref;                  /* registry ref of the empty needs table (call.c), LUA_NOREF: none yet */
+  /* a finished call's coroutine, kept for the next call (call.c): making
+     one, its registry ref and its collection were a tenth of a direct call */
+  lua_State *spare_co;
+  int spare_ref;                  /* its registry ref; LUA_NOREF: none */
   int base;                       /* stack top before the prepared calls */
   /* the deadline watch (watch.c), while a handler runs without a hook */
   int watched;                    /* armed: no hook until a stop is due */

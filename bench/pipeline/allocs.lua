@@ -14,12 +14,14 @@ local N = 20000
 local program = luma.load(here .. "/calculate.luma", { tool_modules = { here .. "/tools.lua" }, config = false })
 local handler = assert(loadfile(here .. "/tools.lua", "t", setmetatable({ luma = luma }, { __index = _G })))().calculate
 local call, call_all = program.call, program.call_all
+local host_program = dofile(here .. "/host.lua")(luma, here)
 local input = { a = 2, b = 3, operation = "add" }
 local batch = { { "calculate", input } }
 
 local rows = {
   { "luma pipeline", function() return call(program, "calculate", input).result end },
   { "luma call_all(1)", function() return call_all(program, batch)[1].result.result end },
+  { "luma host handler", function() return call(host_program, "calculate", input).result end },
   { "bare Lua call", function() return handler(input).result end },
 }
 

@@ -4,13 +4,15 @@
 -- function, from callgrind_annotate's counts of instructions of its own.
 -- Instruction counts do not depend on the machine's load: quote them before
 -- and after a change.
---   LUMA_BUILD=build lua5.4 bench/pipeline/callgrind.lua [N] [TOP]
+--   LUMA_BUILD=build lua5.4 bench/pipeline/callgrind.lua [N] [TOP] [ROW]
+-- ROW: pipeline (the default), host or bare, as for profile.lua.
 local here = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
 local common = dofile(here .. "/../common.lua")
 local shell_quote, slurp = common.shell_quote, common.slurp
 
 local N = tonumber(arg[1]) or 20000
 local TOP = tonumber(arg[2]) or 25
+local ROW = arg[3] or "pipeline"
 local LUA = arg[-1] or "lua5.4"
 
 local dir = slurp("mktemp -d \"${TMPDIR:-/tmp}/luma-profile-XXXXXX\""):gsub("%s+$", "")
@@ -25,8 +27,8 @@ end
 -- Runs n calls under callgrind; returns the output file and its total instructions.
 local function run(n)
   local out = dir .. "/callgrind." .. n
-  local cmd = string.format("valgrind --tool=callgrind --callgrind-out-file=%s %s %s %d > %s 2>&1",
-    shell_quote(out), shell_quote(LUA), shell_quote(here .. "/profile.lua"), n, shell_quote(dir .. "/log"))
+  local cmd = string.format("valgrind --tool=callgrind --callgrind-out-file=%s %s %s %d %s > %s 2>&1",
+    shell_quote(out), shell_quote(LUA), shell_quote(here .. "/profile.lua"), n, shell_quote(ROW), shell_quote(dir .. "/log"))
   if not os.execute(cmd) then fail("%s failed:\n%s", cmd, slurp("cat " .. shell_quote(dir .. "/log"))) end
   local f = assert(io.open(out))
   local text = f:read("a")
@@ -63,8 +65,8 @@ end
 table.sort(rows, function(a, b) return a.per_call > b.per_call end)
 if #rows == 0 then fail("callgrind_annotate printed no function") end
 
-io.write(string.format("make profile: %s, %d and %d calls of bench/pipeline's calculate under callgrind\n\n",
-  _VERSION, N, 2 * N))
+io.write(string.format("make profile: %s, %d and %d calls of bench/pipeline's calculate (row %s) under callgrind\n\n",
+  _VERSION, N, 2 * N, ROW))
 io.write(string.format("instructions per call: %.0f\n\n", per_call))
 io.write(string.format("the %d functions that run the most instructions of their own per call " ..
   "(the difference between the two runs; ??? is lua5.4, which Debian ships stripped):\n", TOP))
