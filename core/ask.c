@@ -351,7 +351,6 @@ static void send(ak_ask *a) {
     respond(a, &had);
     return;
   }
-  ak_journal_step(a, "turn %d: request", a->turns + 1);
   if (a->pg->replay) {
     ad_response resp;
     a->attempt++;

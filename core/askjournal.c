@@ -375,12 +375,14 @@ static void crash_point(int after) {
   if (at > 0 && n == at && after == when_after) raise(SIGKILL);
 }
 
-/* Appends a record of kind with body b (freed), as the run's owner. */
-static int append(ak_ask *a, const char *kind, sb_buf *b, char *err, size_t errlen) {
+/* Appends a record of kind with body b (freed), as the run's owner; step
+   (NULL: as it was) is where the run is once the record is kept, set with
+   it. */
+static int append(ak_ask *a, const char *kind, sb_buf *b, const char *step, char *err, size_t errlen) {
   long long seq = -1;
   snprintf(err, errlen, "out of memory");
   crash_point(0);
-  if (!b->failed) seq = jr_append(a->pg->journal, a->run_id, a->owner, kind, b->data, b->len, err, errlen);
+  if (!b->failed) seq = jr_append(a->pg->journal, a->run_id, a->owner, kind, b->data, b->len, step, err, errlen);
   if (seq > 0) crash_point(1);
   sb_free(b);
   if (seq == JR_LOST) {
@@ -428,7 +430,7 @@ int ak_journal_ask(ak_ask *a, char *err, size_t errlen) {
   field(&b, "schema", a->schema ? a->schema->name : NULL);
   field(&b, "forced", a->forced ? a->forced->name : NULL);
   sb_addc(&b, '}');
-  return append(a, "ask", &b, err, errlen);
+  return append(a, "ask", &b, "turn 1: request", err, errlen);
 }
 
 int ak_journal_exchange(ak_ask *a, const ad_response *r, char *err, size_t errlen) {
@@ -440,7 +442,9 @@ int ak_journal_exchange(ak_ask *a, const ad_response *r, char *err, size_t errle
   sb_printf(&b, "{\"turn\":%d,\"status\":%d,\"body\":", a->turns, r->status);
   json_write_string(&b, r->body ? r->body : "", r->body ? r->len : 0);
   sb_addc(&b, '}');
-  return append(a, "exchange", &b, err, errlen);
+  char step[64];
+  snprintf(step, sizeof step, "turn %d: answered", a->turns);
+  return append(a, "exchange", &b, step, err, errlen);
 }
 
 int ak_journal_tool(ak_ask *a, int i, char *err, size_t errlen) {
@@ -456,7 +460,13 @@ int ak_journal_tool(ak_ask *a, int i, char *err, size_t errlen) {
   if (s->content) sb_add(&b, s->content, s->len);
   else sb_adds(&b, "null");
   sb_addc(&b, '}');
-  return append(a, "tool", &b, err, errlen);
+  /* the turn's last outcome kept: the next request is the step */
+  int left = 0;
+  for (int k = 0; k < a->nslots; k++) left += k != i && !a->slots[k].journaled && !a->slots[k].awaiting;
+  char step[64];
+  if (left) snprintf(step, sizeof step, "turn %d: tools, %d to go", a->turns, left);
+  else snprintf(step, sizeof step, "turn %d: request", a->turns + 1);
+  return append(a, "tool", &b, step, err, errlen);
 }
 
 int ak_journal_approval(ak_ask *a, int i, const char *reason, char *err, size_t errlen) {
@@ -483,7 +493,7 @@ int ak_journal_approval(ak_ask *a, int i, const char *reason, char *err, size_t 
     ar_free(&scratch);
     field(&b, "reason", reason);
     sb_addc(&b, '}');
-    if (append(a, "approval", &b, err, errlen) != 0) return -1;
+    if (append(a, "approval", &b, NULL, err, errlen) != 0) return -1;
   }
   char step[96];
   snprintf(step, sizeof step, "turn %d: awaiting approval of %.40s", a->turns, call->id ? call->id : "a call");
@@ -492,7 +502,9 @@ int ak_journal_approval(ak_ask *a, int i, const char *reason, char *err, size_t 
   return rc == 1 ? 0 : -1;
 }
 
-void ak_journal_step(ak_ask *a, const char *fmt, int turn) {
+/* The run's step, as `runs` shows it, set on its own (a record sets it
+   with itself): a resume's; a failure is the heartbeat's to notice. */
+static void journal_step(ak_ask *a, const char *fmt, int turn) {
   if (!a->agent->durable || !a->beat) return;
   char step[96], err[300];
   snprintf(step, sizeof step, fmt, turn);
@@ -524,7 +536,7 @@ int ak_journal_finish(ak_ask *a, char *err, size_t errlen) {
     lua_pop(T, 2);
   }
   sb_adds(&b, a->ok ? "}" : "}}");
-  int rc = append(a, "finish", &b, err, errlen);
+  int rc = append(a, "finish", &b, NULL, err, errlen);
   /* the state after the record: a run whose finish is written has ended */
   if (rc == 0 && jr_set(a->pg->journal, a->run_id, a->owner, a->ok ? JR_COMPLETED : JR_FAILED, "finished", err,
                         errlen) != 1)
@@ -614,6 +626,6 @@ int ak_journal_resume(ak_ask *a, int *ok, char *err, size_t errlen) {
   /* a torn tail was never written: its step runs again */
   if (p->st.torn && jr_cut(a->pg->journal, a->run_id, a->owner, p->st.whole, err, errlen) != 1) return -1;
   emit_resume(a, &was, got == 1 && was.state == JR_RUNNING && was.owner[0]);
-  ak_journal_step(a, "turn %d: resumed", p->nex + 1);
+  journal_step(a, "turn %d: resumed", p->nex + 1);
   return 0;
 }

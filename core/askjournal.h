@@ -59,9 +59,6 @@ int ak_journal_exchange(ak_ask *a, const ad_response *r, char *err, size_t errle
 /* "tool": call i of the turn, with what the model is given; as it ends,
    before the next request. */
 int ak_journal_tool(ak_ask *a, int i, char *err, size_t errlen);
-/* The run's step, as `runs` shows it ("turn 3: tools"); a failure is the
-   heartbeat's to notice. */
-void ak_journal_step(ak_ask *a, const char *fmt, int turn);
 /* "finish": the outcome (ok, and the answer or the error, on the ask's
    thread at AK_VALUE), then the run's state; the lease ends. */
 int ak_journal_finish(ak_ask *a, char *err, size_t errlen);

@@ -155,7 +155,6 @@ st_verdict ak_begin_tools(ak_ask *a) {
   }
   a->nslots = t->ncalls;
   a->fatal = 0;
-  ak_journal_step(a, "turn %d: tools", a->turns);
   for (int i = 0; i < t->ncalls; i++) {
     /* a resumed run's call that has its outcome in the journal does not run again */
     ak_slot *s = &a->slots[i];

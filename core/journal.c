@@ -57,13 +57,13 @@ static int bad_owner(const char *owner, long long lease_ms, char *err, size_t er
 }
 
 long long jr_append(jr_journal *j, const char *run, const char *owner, const char *kind, const char *body,
-                    size_t len, char *err, size_t errlen) {
+                    size_t len, const char *step, char *err, size_t errlen) {
   if (!run || !*run || !kind || !*kind || (!body && len)) {
     jr_seterr(err, errlen, "a journal record needs a run, a kind and a body");
     return -1;
   }
   if (bad_run(run, err, errlen)) return -1;
-  return j->ops->append(j->impl, run, owner, kind, body ? body : "", len, err, errlen);
+  return j->ops->append(j->impl, run, owner, kind, body ? body : "", len, step, err, errlen);
 }
 
 /* jr_read's walk: judges each row as it comes. */

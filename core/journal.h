@@ -77,9 +77,11 @@ void jr_close(jr_journal *j);
    the run (err says who), or when owner is not NULL and the run has no row
    (pruned, or never claimed), or NULL and it has one; -1 with err. A run's
    id is 1 to 63 bytes (jr_run's id), an owner 1 to 127. An append marks the
-   run changed (updated_ms). */
+   run changed (updated_ms) and, in the same step, sets its step (NULL: as it
+   was; a run with a row only), so that saying where a run is costs no write
+   of its own. */
 long long jr_append(jr_journal *j, const char *run, const char *owner, const char *kind, const char *body,
-                    size_t len, char *err, size_t errlen);
+                    size_t len, const char *step, char *err, size_t errlen);
 
 /* Calls each(arg, seq, kind, body, len) for the run's whole records in
    order (NULL: none), and says how many were whole and how many torn; each

@@ -26,7 +26,8 @@
   "x[#f + 1] = redis.call('LLEN', r) x[#f + 2] = t return x end\n"
 
 /* KEYS: run, records, runs; ARGV: how ("owner": owner's append, "none": no
-   owner's, "decide": a decision), owner, seq, the record -> {"OK", seq} |
+   owner's, "decide": a decision), owner, seq, the record, the run's step
+   ("": as it was) -> {"OK", seq} |
    {"SEQ", the next seq} | {"LOST", has, holder} | {"STATE", state} */
 static const char APPEND[] = PRELUDE
   "local has = redis.call('EXISTS', KEYS[1]) == 1\n"
@@ -43,6 +44,7 @@ static const char APPEND[] = PRELUDE
   "if has then\n"
   "  local t = now()\n"
   "  redis.call('HSET', KEYS[1], 'updated', t)\n"
+  "  if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'step', ARGV[5]) end\n"
   "  redis.call('ZADD', KEYS[3], t, redis.call('HGET', KEYS[1], 'id'))\n"
   "end\n"
   "return {'OK', n + 1}\n";
@@ -229,7 +231,7 @@ static int row_of(const redisReply *x, size_t at, const char *id, jr_run *r) {
 
 /* APPEND as how: its seq, JR_LOST, 0 (decide: not awaiting approval), -1; err. */
 static long long put(rj_journal *j, const char *run, const char *how, const char *owner, const char *kind,
-                     const char *body, size_t len, char *err, size_t errlen) {
+                     const char *body, size_t len, const char *step, char *err, size_t errlen) {
   if (strchr(kind, '|')) {
     jr_seterr(err, errlen, "a journal record's kind has no '|' ('%s')", kind);
     return -1;
@@ -258,9 +260,9 @@ static long long put(rj_journal *j, const char *run, const char *how, const char
     int hl = snprintf(rec, cap, "%d|%s|%s|", JR_FORMAT, dg, kind);
     if (len) memcpy(rec + hl, body, len);
     snprintf(num, sizeof num, "%lld", next);
-    const char *args[] = { how, owner ? owner : "", num, rec };
-    const size_t lens[] = { strlen(how), owner ? strlen(owner) : 0, strlen(num), (size_t)hl + len };
-    x = script(j, SC_APPEND, &ks, 3, 4, args, lens, err, errlen);
+    const char *args[] = { how, owner ? owner : "", num, rec, step ? step : "" };
+    const size_t lens[] = { strlen(how), owner ? strlen(owner) : 0, strlen(num), (size_t)hl + len, step ? strlen(step) : 0 };
+    x = script(j, SC_APPEND, &ks, 3, 5, args, lens, err, errlen);
     if (!x) break;
     const char *what = x->type == REDIS_REPLY_ARRAY ? str_at(x, 0) : NULL;
     if (what && strcmp(what, "OK") == 0) {
@@ -295,14 +297,14 @@ out:
 }
 
 static long long rj_append(void *impl, const char *run, const char *owner, const char *kind, const char *body,
-                           size_t len, char *err, size_t errlen) {
+                           size_t len, const char *step, char *err, size_t errlen) {
   if (err && errlen) err[0] = '\0';
-  return put(impl, run, owner ? "owner" : "none", owner, kind, body, len, err, errlen);
+  return put(impl, run, owner ? "owner" : "none", owner, kind, body, len, step, err, errlen);
 }
 
 static long long rj_decide(void *impl, const char *run, const char *body, size_t len, char *err, size_t errlen) {
   if (err && errlen) err[0] = '\0';
-  return put(impl, run, "decide", NULL, "decision", body, len, err, errlen);
+  return put(impl, run, "decide", NULL, "decision", body, len, NULL, err, errlen);
 }
 
 /* A stored record, "<v>|<digest>|<kind>|<body>", into *r (kind NULL when

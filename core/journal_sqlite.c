@@ -25,7 +25,7 @@ static const char *const SQL[Q_N] = {
   [Q_WALK] = "SELECT seq, v, kind, body, digest FROM luma_journal WHERE run = ? ORDER BY seq",
   [Q_ROW] = "SELECT run, state, step, owner, lease_until, created, updated, "
             "(SELECT COUNT(*) FROM luma_journal WHERE luma_journal.run = luma_runs.run) FROM luma_runs WHERE run = ?",
-  [Q_TOUCH] = "UPDATE luma_runs SET updated = ? WHERE run = ?",
+  [Q_TOUCH] = "UPDATE luma_runs SET updated = ?, step = COALESCE(?, step) WHERE run = ?",
   [Q_NEW] = "INSERT INTO luma_runs (run, state, step, owner, lease_until, created, updated) "
             "VALUES (?1, 'running', '', ?2, ?3, ?4, ?4)",
   [Q_TAKE] = "UPDATE luma_runs SET state = 'running', owner = ?2, lease_until = ?3, updated = ?4 WHERE run = ?1",
@@ -52,7 +52,7 @@ typedef struct sq_journal {
 
 static void sq_close(void *impl);
 static long long sq_append(void *impl, const char *run, const char *owner, const char *kind, const char *body,
-                           size_t len, char *err, size_t errlen);
+                           size_t len, const char *step, char *err, size_t errlen);
 static int sq_walk(void *impl, const char *run, int (*row)(void *arg, const jr_row *r), void *arg, char *err,
                    size_t errlen);
 static int sq_cut(void *impl, const char *run, const char *owner, long long keep, char *err, size_t errlen);
@@ -281,7 +281,7 @@ static int fence(sq_journal *j, const char *run, const char *owner, int *has, ch
 /* Stores the run's next record and marks its row changed (in a transaction):
    its seq, or -1 with err. */
 static long long put(sq_journal *j, const char *run, int has, const char *kind, const char *body, size_t len,
-                     char *err, size_t errlen) {
+                     const char *step_text, char *err, size_t errlen) {
   long long seq = -1;
   char dg[65];
   sqlite3_stmt *st = stmt(j, Q_LAST);
@@ -306,7 +306,8 @@ static long long put(sq_journal *j, const char *run, int has, const char *kind, 
   if (has) {
     st = stmt(j, Q_TOUCH);
     sqlite3_bind_int64(st, 1, jr_now_ms());
-    sqlite3_bind_text(st, 2, run, -1, SQLITE_STATIC);
+    if (step_text) sqlite3_bind_text(st, 2, step_text, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, run, -1, SQLITE_STATIC);
     step = sqlite3_step(st);
     sqlite3_reset(st);
     if (step != SQLITE_DONE) return failure(j, -1, err, errlen);
@@ -317,14 +318,14 @@ static long long put(sq_journal *j, const char *run, int has, const char *kind, 
 /* ---------------------------------------------------------------- records */
 
 static long long sq_append(void *impl, const char *run, const char *owner, const char *kind, const char *body,
-                           size_t len, char *err, size_t errlen) {
+                           size_t len, const char *step, char *err, size_t errlen) {
   sq_journal *j = impl;
   pthread_mutex_lock(&j->lock);
   long long seq = -1;
   if (begin(j, err, errlen) == 0) {
     int has;
     seq = fence(j, run, owner, &has, err, errlen);
-    if (seq == 0) seq = put(j, run, has, kind, body, len, err, errlen);
+    if (seq == 0) seq = put(j, run, has, kind, body, len, step, err, errlen);
     seq = end(j, seq, seq > 0, err, errlen);
   }
   pthread_mutex_unlock(&j->lock);
@@ -493,7 +494,7 @@ static long long sq_decide(void *impl, const char *run, const char *body, size_t
   if (begin(j, err, errlen) == 0) {
     jr_run r;
     int found = read_row(j, run, &r, err, errlen);
-    seq = found < 0 ? -1 : jr_decidable(found ? &r : NULL, run, err, errlen) ? put(j, run, 1, "decision", body, len, err, errlen) : 0;
+    seq = found < 0 ? -1 : jr_decidable(found ? &r : NULL, run, err, errlen) ? put(j, run, 1, "decision", body, len, NULL, err, errlen) : 0;
     seq = end(j, seq, seq >= 0, err, errlen);
   }
   pthread_mutex_unlock(&j->lock);

@@ -33,7 +33,7 @@ typedef struct jr_ops {
   /* Stores the run's next record (seq: its last + 1, whole or not) with
      v JR_FORMAT and its digest (jr_digest), in one step. */
   long long (*append)(void *impl, const char *run, const char *owner, const char *kind, const char *body,
-                      size_t len, char *err, size_t errlen);
+                      size_t len, const char *step, char *err, size_t errlen);
   /* Calls row(arg, r) for each of the run's records in seq order, until it
      returns non-zero. 0, or -1 with err. */
   int (*walk)(void *impl, const char *run, int (*row)(void *arg, const jr_row *r), void *arg, char *err,

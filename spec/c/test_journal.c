@@ -76,10 +76,10 @@ static void test_append_and_read(void) {
   static const char *const bodies[] = { "{\"agent\":\"a\",\"prompt\":\"hi\"}", "{\"turn\":1}", "{\"id\":\"c1\",\"ok\":true}",
                                         "{\"ok\":true,\"answer\":\"x\"}" };
   for (int i = 0; i < 4; i++) {
-    long long seq = jr_append(j, "run-1", NULL, kinds[i], bodies[i], strlen(bodies[i]), err, sizeof err);
+    long long seq = jr_append(j, "run-1", NULL, kinds[i], bodies[i], strlen(bodies[i]), NULL, err, sizeof err);
     CT_CHECK(seq == i + 1, "record %d got seq %lld: %s", i, seq, err);
   }
-  CT_CHECK(jr_append(j, "run-2", NULL, "ask", "{}", 2, err, sizeof err) == 1, "another run starts at 1");
+  CT_CHECK(jr_append(j, "run-2", NULL, "ask", "{}", 2, NULL, err, sizeof err) == 1, "another run starts at 1");
   jr_close(j);
   j = jr_open(&(jr_options){ .path = path, .sync = 1 }, err, sizeof err);
   CT_CHECK(j != NULL, "reopen: %s", err);
@@ -93,7 +93,7 @@ static void test_append_and_read(void) {
     CT_EQ_STR(bodies[i], s.bodies[i]);
   }
   CT_CHECK(jr_read(j, "none", NULL, NULL, &st, err, sizeof err) == 0 && st.whole == 0 && st.torn == 0, "no run");
-  CT_CHECK(jr_append(j, "", NULL, "ask", "{}", 2, err, sizeof err) == -1 && strstr(err, "needs a run"), "no run name");
+  CT_CHECK(jr_append(j, "", NULL, "ask", "{}", 2, NULL, err, sizeof err) == -1 && strstr(err, "needs a run"), "no run name");
   jr_close(j);
 }
 
@@ -102,7 +102,7 @@ static void test_torn(void) {
   const char *path = path_of("torn.db");
   jr_journal *j = jr_open(&(jr_options){ .path = path, .sync = 0 }, err, sizeof err);
   if (!j) { CT_CHECK(0, "open: %s", err); return; }
-  for (int i = 0; i < 5; i++) jr_append(j, "r", NULL, "tool", "{\"ok\":true}", 11, err, sizeof err);
+  for (int i = 0; i < 5; i++) jr_append(j, "r", NULL, "tool", "{\"ok\":true}", 11, NULL, err, sizeof err);
   jr_close(j);
   /* record 3 cut mid-body: 3, 4 and 5 are the torn tail */
   CT_CHECK(poke(path, "UPDATE luma_journal SET body = substr(body, 1, 5) WHERE seq = 3") == 0, "cut");
@@ -128,7 +128,7 @@ static void test_versions(void) {
   const char *path = path_of("v.db");
   jr_journal *j = jr_open(&(jr_options){ .path = path, .sync = 0 }, err, sizeof err);
   if (!j) { CT_CHECK(0, "open: %s", err); return; }
-  jr_append(j, "r", NULL, "ask", "{}", 2, err, sizeof err);
+  jr_append(j, "r", NULL, "ask", "{}", 2, NULL, err, sizeof err);
   jr_close(j);
   CT_CHECK(poke(path, "INSERT INTO luma_journal VALUES ('r', 2, 2, 'exchange', '{}', 'x')") == 0, "a v2 record");
   j = jr_open(&(jr_options){ .path = path, .sync = 0 }, err, sizeof err);
@@ -165,7 +165,7 @@ static void test_two_writers(void) {
     if (kids[k] == 0) {
       jr_journal *mine = jr_open(&(jr_options){ .path = path, .sync = 0 }, NULL, 0);
       int bad = !mine;
-      for (int i = 0; i < 100 && mine; i++) bad += jr_append(mine, "shared", NULL, "tool", "{}", 2, NULL, 0) < 1;
+      for (int i = 0; i < 100 && mine; i++) bad += jr_append(mine, "shared", NULL, "tool", "{}", 2, NULL, NULL, 0) < 1;
       jr_close(mine);
       _exit(bad ? 1 : 0);
     }
@@ -277,7 +277,7 @@ static void test_redis_meta(void) {
   o = redis_options("torn");
   j = jr_open(&o, err, sizeof err);
   if (!j) { CT_CHECK(0, "redis: open: %s", err); return; }
-  for (int i = 0; i < 4; i++) jr_append(j, "r:1 *", NULL, "tool", "{\"ok\":true}", 11, err, sizeof err);
+  for (int i = 0; i < 4; i++) jr_append(j, "r:1 *", NULL, "tool", "{\"ok\":true}", 11, NULL, err, sizeof err);
   c = redisConnect("127.0.0.1", redis_port);
   r = c && !c->err ? redisCommand(c, "LSET t:torn:journal:run:r%%3A1%%20%%2A:records 2 %s", "1|x|tool|{}") : NULL;
   CT_CHECK(r && r->type == REDIS_REPLY_STATUS, "redis: the key layout is printable and documented");
@@ -354,7 +354,7 @@ static void test_takeover(const backend *b) {
   jr_run r;
   CT_CHECK(jr_claim(j, "t", "A", 150, &r, err, sizeof err) == 1 && strcmp(r.owner, "A") == 0 && r.state == JR_RUNNING,
            "%s: A claims a new run: %s", b->name, err);
-  CT_CHECK(jr_append(j, "t", "A", "ask", "{}", 2, err, sizeof err) == 1, "%s: A appends: %s", b->name, err);
+  CT_CHECK(jr_append(j, "t", "A", "ask", "{}", 2, NULL, err, sizeof err) == 1, "%s: A appends: %s", b->name, err);
   CT_CHECK(jr_claim(j, "t", "B", 150, &r, err, sizeof err) == 0 && strcmp(r.owner, "A") == 0,
            "%s: B cannot while A's lease lasts (holder %s)", b->name, r.owner);
   CT_CHECK(jr_get(j, "t", &r, err, sizeof err) == 1 && !r.abandoned && r.records == 1 &&
@@ -365,15 +365,22 @@ static void test_takeover(const backend *b) {
   CT_CHECK(jr_claim(j, "t", "B", 10000, &r, err, sizeof err) == 1 && strcmp(r.owner, "B") == 0 && !r.abandoned &&
            r.records == 1, "%s: B takes it over: %s", b->name, err);
   err[0] = '\0';
-  CT_CHECK(jr_append(j, "t", "A", "tool", "{}", 2, err, sizeof err) == JR_LOST && strstr(err, "held by 'B'"),
+  CT_CHECK(jr_append(j, "t", "A", "tool", "{}", 2, NULL, err, sizeof err) == JR_LOST && strstr(err, "held by 'B'"),
            "%s: A is fenced off: %s", b->name, err);
   CT_CHECK(jr_cut(j, "t", "A", 0, err, sizeof err) == JR_LOST, "%s: A cannot cut", b->name);
   CT_CHECK(jr_renew(j, "t", "A", 10000, err, sizeof err) == 0, "%s: A's renewal is lost", b->name);
   CT_CHECK(jr_set(j, "t", "A", JR_FAILED, "x", err, sizeof err) == 0, "%s: A cannot set", b->name);
-  CT_CHECK(jr_append(j, "t", NULL, "tool", "{}", 2, err, sizeof err) == JR_LOST, "%s: no owner is fenced off too",
+  CT_CHECK(jr_append(j, "t", NULL, "tool", "{}", 2, NULL, err, sizeof err) == JR_LOST, "%s: no owner is fenced off too",
            b->name);
-  CT_CHECK(jr_append(j, "t", "B", "tool", "{}", 2, err, sizeof err) == 2, "%s: B appends: %s", b->name, err);
-  CT_CHECK(jr_append(j, "none", "B", "ask", "{}", 2, err, sizeof err) == JR_LOST && strstr(err, "never claimed"),
+  CT_CHECK(jr_append(j, "t", "B", "tool", "{}", 2, "turn 1: request", err, sizeof err) == 2, "%s: B appends: %s",
+           b->name, err);
+  jr_run stepped;
+  CT_CHECK(jr_get(j, "t", &stepped, err, sizeof err) == 1 && strcmp(stepped.step, "turn 1: request") == 0,
+           "%s: an append sets the run's step with it: '%s'", b->name, stepped.step);
+  CT_CHECK(jr_append(j, "t", "B", "tool", "{}", 2, NULL, err, sizeof err) == 3 &&
+           jr_get(j, "t", &stepped, err, sizeof err) == 1 && strcmp(stepped.step, "turn 1: request") == 0,
+           "%s: and one without a step leaves it: '%s'", b->name, stepped.step);
+  CT_CHECK(jr_append(j, "none", "B", "ask", "{}", 2, NULL, err, sizeof err) == JR_LOST && strstr(err, "never claimed"),
            "%s: an owner appends only to a run it claimed: %s", b->name, err);
   long long until = 0;
   if (jr_get(j, "t", &r, err, sizeof err) == 1) until = r.lease_until_ms;
@@ -395,10 +402,10 @@ static void test_decide(const backend *b) {
   CT_CHECK(jr_decide(j, "d", "{\"id\":\"c1\"}", 11, err, sizeof err) == 0 && strstr(err, "there is no run 'd'"),
            "%s: no run: %s", b->name, err);
   jr_claim(j, "d", "A", 10000, &r, err, sizeof err);
-  jr_append(j, "d", "A", "ask", "{}", 2, err, sizeof err);
+  jr_append(j, "d", "A", "ask", "{}", 2, NULL, err, sizeof err);
   CT_CHECK(jr_decide(j, "d", "{\"id\":\"c1\"}", 11, err, sizeof err) == 0 &&
            strstr(err, "run 'd' is running, not awaiting approval"), "%s: running: %s", b->name, err);
-  jr_append(j, "d", "A", "approval", "{\"id\":\"c1\"}", 11, err, sizeof err);
+  jr_append(j, "d", "A", "approval", "{\"id\":\"c1\"}", 11, NULL, err, sizeof err);
   CT_CHECK(jr_set(j, "d", "A", JR_AWAITING_APPROVAL, "approve c1", err, sizeof err) == 1, "%s: set: %s", b->name, err);
   CT_CHECK(jr_get(j, "d", &r, err, sizeof err) == 1 && r.state == JR_AWAITING_APPROVAL && !r.abandoned &&
            strcmp(r.step, "approve c1") == 0 && strcmp(jr_state_name(&r), "awaiting_approval") == 0,
@@ -445,7 +452,7 @@ static void test_list_prune(const backend *b) {
   static const char *const ids[] = { "done", "failed", "live", "dead", "wait" };
   for (int i = 0; i < 5; i++) {
     jr_claim(j, ids[i], "A", i == 3 ? 1 : 60000, &r, err, sizeof err);
-    jr_append(j, ids[i], "A", "ask", "{}", 2, err, sizeof err);
+    jr_append(j, ids[i], "A", "ask", "{}", 2, NULL, err, sizeof err);
     if (i == 0) jr_set(j, ids[i], "A", JR_COMPLETED, "end", err, sizeof err);
     if (i == 1) jr_set(j, ids[i], "A", JR_FAILED, "end", err, sizeof err);
     if (i == 4) jr_set(j, ids[i], "A", JR_AWAITING_APPROVAL, "approve", err, sizeof err);
@@ -483,13 +490,13 @@ static void test_cut(const backend *b) {
   char err[300] = "";
   jr_run r;
   jr_claim(j, "c", "A", 60000, &r, err, sizeof err);
-  for (int i = 0; i < 5; i++) jr_append(j, "c", "A", "tool", "{}", 2, err, sizeof err);
+  for (int i = 0; i < 5; i++) jr_append(j, "c", "A", "tool", "{}", 2, NULL, err, sizeof err);
   CT_CHECK(jr_cut(j, "c", "B", 3, err, sizeof err) == JR_LOST && strstr(err, "held by 'A'"), "%s: B: %s", b->name, err);
   CT_CHECK(jr_cut(j, "c", "A", 3, err, sizeof err) == 1, "%s: A cuts: %s", b->name, err);
   jr_status st;
   CT_CHECK(jr_read(j, "c", NULL, NULL, &st, err, sizeof err) == 0 && st.whole == 3 && st.torn == 0, "%s: 3 left",
            b->name);
-  CT_CHECK(jr_append(j, "c", "A", "tool", "{}", 2, err, sizeof err) == 4, "%s: the next is 4: %s", b->name, err);
+  CT_CHECK(jr_append(j, "c", "A", "tool", "{}", 2, NULL, err, sizeof err) == 4, "%s: the next is 4: %s", b->name, err);
   CT_CHECK(jr_get(j, "c", &r, err, sizeof err) == 1 && r.records == 4, "%s: 4 records", b->name);
   jr_close(j);
 }
@@ -500,7 +507,7 @@ static void test_two_handles(const backend *b) {
   jr_journal *x = open_case(b, "handles"), *y = open_case(b, "handles");
   char err[300] = "";
   for (int i = 0; x && y && i < 6; i++) {
-    long long seq = jr_append(i % 3 == 2 ? y : x, "h", NULL, "tool", "{}", 2, err, sizeof err);
+    long long seq = jr_append(i % 3 == 2 ? y : x, "h", NULL, "tool", "{}", 2, NULL, err, sizeof err);
     CT_CHECK(seq == i + 1, "%s: append %d got %lld: %s", b->name, i + 1, seq, err);
   }
   jr_status st;
@@ -525,7 +532,7 @@ static void test_upgrade(void) {
   const char *path = path_of("v1.db");
   jr_journal *j = jr_open(&(jr_options){ .path = path }, err, sizeof err);
   if (!j) { CT_CHECK(0, "open: %s", err); return; }
-  jr_append(j, "old", NULL, "ask", "{}", 2, err, sizeof err);
+  jr_append(j, "old", NULL, "ask", "{}", 2, NULL, err, sizeof err);
   jr_close(j);
   CT_CHECK(poke(path, "DROP TABLE luma_runs; UPDATE luma_meta SET value = '1' WHERE name = 'version'") == 0, "v1");
   j = jr_open(&(jr_options){ .path = path }, err, sizeof err);
@@ -535,7 +542,7 @@ static void test_upgrade(void) {
   CT_CHECK(jr_read(j, "old", NULL, NULL, &st, err, sizeof err) == 0 && st.whole == 1, "its record is read");
   jr_run r;
   CT_CHECK(jr_claim(j, "old", "A", 1000, &r, err, sizeof err) == 1 && r.records == 1, "and claimed: %s", err);
-  CT_CHECK(jr_append(j, "old", "A", "tool", "{}", 2, err, sizeof err) == 2, "and appended to: %s", err);
+  CT_CHECK(jr_append(j, "old", "A", "tool", "{}", 2, NULL, err, sizeof err) == 2, "and appended to: %s", err);
   jr_close(j);
   sqlite3 *db;
   sqlite3_stmt *q = NULL;
