@@ -39,7 +39,8 @@ typedef enum {
   EX_TEMPLATE,         /* "text {expr} text": parts are EX_STRING and expressions */
   EX_NAME, EX_FIELD, EX_INDEX, EX_ARRAY, EX_OBJECT, EX_UNARY, EX_BINARY,
   EX_TOOL,             /* tool name(arg) */
-  EX_ASK               /* ask "prompt" -> T [using tool name] */
+  EX_ASK,              /* ask "prompt" -> T [using tool name] */
+  EX_ASK_CITATIONS     /* ask.citations: the citations of the method's last ask */
 } ex_kind;
 
 typedef enum {

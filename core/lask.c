@@ -151,7 +151,8 @@ int la_ask(lua_State *L, pl_program *pg) {
   wait_for(a, pg->rt, -1);
   int ok = ak_push_outcome(L, a);
   if (!ok) return lua_error(L);
-  return 1;
+  ak_push_citations(L, a);
+  return 2;
 }
 
 int la_start_ask(lua_State *L, pl_program *pg) {

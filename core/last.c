@@ -7,7 +7,7 @@
  *               template{parts}, name{name}, field{object, name},
  *               index{object, index}, array{items}, object{props = {{key, value}}},
  *               unary{op, operand}, binary{op, left, right}, tool{tool, arg?},
- *               ask{prompt, type, using?}
+ *               ask{prompt, type, using?}, ask_citations
  *   types: string, int, float, bool, any, enum{values}, name{name}, array{items}
  */
 #include "last.h"
@@ -154,6 +154,9 @@ static void push_expr(lua_State *L, const ast_expr *e) {
       push_type(L, e->type);
       lua_setfield(L, -2, "type");
       if (e->tool) { lua_pushstring(L, e->tool); lua_setfield(L, -2, "using"); }
+      break;
+    case EX_ASK_CITATIONS:
+      node(L, "ask_citations", e->pos);
       break;
   }
 }

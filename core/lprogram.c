@@ -883,7 +883,8 @@ static int l_start_resume(lua_State *L) {
   return la_start_resume(L, lp_check(L, 1)->pg);
 }
 
-/* program:ask(scope, prompt, schema [, using]) -> the model's answer */
+/* program:ask(scope, prompt, schema [, using]) -> the model's answer, and the
+   sources it cites (as ask:citations()) */
 static int l_ask(lua_State *L) {
   return la_ask(L, lp_check(L, 1)->pg);
 }

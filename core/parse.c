@@ -461,6 +461,19 @@ static ast_expr *parse_ask(ps_state *p) {
   return p->failed ? NULL : e;
 }
 
+/* ask.citations: the sources the method's last ask's answer cites */
+static ast_expr *parse_ask_citations(ps_state *p) {
+  ast_expr *e = new_expr(p, EX_ASK_CITATIONS, pos_of(TOK));
+  next(p);
+  next(p);
+  if (!is_kw(p, TOK, "citations")) {
+    error_at(p, TOK, "expected 'citations' after 'ask.'");
+    return NULL;
+  }
+  next(p);
+  return p->failed ? NULL : e;
+}
+
 static ast_expr *parse_primary(ps_state *p) {
   const lx_token *t = TOK;
   ast_pos pos = pos_of(t);
@@ -494,7 +507,7 @@ static ast_expr *parse_primary(ps_state *p) {
       if (is_kw(p, t, "false")) { next(p); return new_expr(p, EX_FALSE, pos); }
       if (is_kw(p, t, "null")) { next(p); return new_expr(p, EX_NULL, pos); }
       if (is_kw(p, t, "tool")) return parse_tool_call(p);
-      if (is_kw(p, t, "ask")) return parse_ask(p);
+      if (is_kw(p, t, "ask")) return peek(p, 1)->kind == TK_DOT ? parse_ask_citations(p) : parse_ask(p);
       if (is_reserved(p, t)) { error_at(p, t, "expected an expression"); return NULL; }
       e = new_expr(p, EX_NAME, pos);
       if (e) e->str.s = take_name(p, "expected a name");

@@ -254,6 +254,9 @@ static vt_type check_expr(st_ctx *s, const ast_expr *e, int depth) {
       }
       return t && t->kind == PT_SCHEMA ? vt_from(t, 0) : ANY_VALUE;
     }
+    case EX_ASK_CITATIONS:
+      if (!s->agent) ERR(s->c, e->pos, "ask.citations can only be used inside an agent method.");
+      return vt_kind_of(VT_ARRAY);
     case EX_NAME: {
       int v = var_index(s, e->str.s);
       if (v < 0) {

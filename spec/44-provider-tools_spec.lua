@@ -169,7 +169,12 @@ model M { %s
   api_key_env: "LUMA_TEST_KEY" }
 agent A { model: M
   tools: [%s]
-  fn run(x: int) -> Answer { ask "Add {x} and 2" -> Answer } }
+  fn run(x: int) -> Answer { ask "Add {x} and 2" -> Answer }
+  fn sources(x: int) {
+    before = ask.citations
+    a = ask "Add {x} and 2" -> Answer
+    return { total: a.total, before: before, citations: ask.citations }
+  } }
 ]]
 
 local function program(server, opts)
@@ -370,6 +375,36 @@ describe("provider tools on Anthropic Messages", function()
     ask:wait()
     assert.are.same({ total = 3 }, ask:result())
     assert.are.same({ { url = "https://example.com/sum", title = "Sums", cited_text = "one and two make three" } }, ask:citations())
+  end)
+
+  it("gives a method's statements the citations of its last ask as ask.citations, [] before one", function()
+    local function script()
+      server:script { { json = { type = "message", role = "assistant", stop_reason = "end_turn",
+        content = { cited('{"total":3}') } } } }
+    end
+    local want = { total = 3, before = {},
+                   citations = { { url = "https://example.com/sum", title = "Sums", cited_text = "one and two make three" } } }
+    script()
+    local p = program(server, { model = MODEL, search = SEARCH, tools = "search" })
+    local got = p:agent("A"):call("sources", { x = 1 })
+    assert.are.same(want, got)
+    assert.are.equal(A, getmetatable(got.before))
+    -- the answer of the ask itself is unchanged
+    script()
+    assert.are.same({ total = 3 }, p:agent("A"):call("run", { x = 1 }))
+    -- a method started (a future) too
+    script()
+    local f = p:agent("A"):start("sources", { x = 1 })
+    assert.is_true(f:wait(10000))
+    assert.are.same(want, f:result())
+  end)
+
+  it("refuses ask.citations outside an agent method, and another name after ask.", function()
+    assert.are.same({ "ask.citations can only be used inside an agent method." },
+                    (h.errors(BASE .. "c = ask.citations\n")))
+    local messages = h.errors(BASE .. 'model M { provider: "anthropic", name: "claude-sonnet-4-5" }\n' ..
+      'agent A { model: M\n fn run() { return ask.sources } }\n')
+    assert.are.same({ "expected 'citations' after 'ask.', found 'sources'" }, messages)
   end)
 end)
 

@@ -96,8 +96,9 @@ function Gen:expr(e)
   end
   if k == "ask" then
     return "R.ask(scope, " .. self:expr(e.prompt) .. ", " .. quote(e.type.name or e.type.kind) .. ", " ..
-      (e.using and quote(e.using) or "nil") .. ", " .. pos(e) .. ")"
+      (e.using and quote(e.using) or "nil") .. ", " .. pos(e) .. ", ASKED)"
   end
+  if k == "ask_citations" then return "R.citations(ASKED)" end
   error("cannot compile an expression of kind " .. tostring(k))
 end
 
@@ -258,6 +259,8 @@ function compile.program(ast, chunkname)
       local params, seen = {}, {}
       for i, p in ipairs(m.params) do params[i] = p.name; seen[p.name] = true end
       g:locals(assigned(m.body, {}, seen), #params)
+      -- what the method's asks leave for `ask.citations`
+      g:line("local ASKED = {}")
       for _, p in ipairs(params) do
         g:line((g.spill and "" or "local ") .. g:var(p) .. " = args[" .. quote(p) .. "]")
       end

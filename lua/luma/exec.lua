@@ -172,15 +172,26 @@ function exec.new(program)
     return placed(name, line, col, pcall(program.invoke, program, scope, name, arg == nil and {} or arg))
   end
 
-  function R.ask(scope, prompt, schema, using, line, col)
+  -- asked: the method's own table, where `ask.citations` is read from
+  function R.ask(scope, prompt, schema, using, line, col, asked)
     local future = exec.futures[coroutine.running()]
+    local answer, citations
     if future then
       -- a method started with { on_event } streams its asks to it
       local a = program:start_ask(scope, prompt, schema, using, future.on_event ~= nil)
       if future.on_event then future:listen(a) end
-      return future:await_step(a)
+      answer = future:await_step(a)
+      citations = a:citations()
+    else
+      answer, citations = program:ask(scope, prompt, schema, using)
     end
-    return program:ask(scope, prompt, schema, using)
+    asked.citations = setmetatable(citations, core.array_mt)
+    return answer
+  end
+
+  -- `ask.citations`: the sources the method's last ask cites, [] before one
+  function R.citations(asked)
+    return asked.citations or setmetatable({}, core.array_mt)
   end
 
   -- `x: T = value`: the value must have type T

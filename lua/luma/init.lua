@@ -375,7 +375,7 @@ function Agent:ask(prompt, schema, opts)
     a:wait()
     return a:result()
   end
-  return program:ask(program:scope(self.name), prompt, schema, opts and opts.using)
+  return (program:ask(program:scope(self.name), prompt, schema, opts and opts.using))
 end
 
 -- agent:start_ask(prompt, schema [, { using = tool, on_event = f, events = true }])
