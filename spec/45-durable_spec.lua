@@ -649,9 +649,12 @@ agent A {
     return sql(dir .. "/j.db", "SELECT group_concat(body, char(10)) FROM (SELECT body FROM luma_journal ORDER BY seq)")
   end
 
+  -- the token as it is, and escaped as deep as a record's text holds it: in
+  -- a call's arguments, in a response body, in the record
   local function holds_no_secret(text)
-    local escaped = luma.json.encode(TOKEN):sub(2, -2)
-    for _, s in ipairs { KEY, TOKEN, escaped, luma.json.encode(escaped):sub(2, -2) } do
+    local forms = { KEY, TOKEN }
+    for i = 1, 3 do forms[#forms + 1] = luma.json.encode(forms[#forms]):sub(2, -2) end
+    for _, s in ipairs(forms) do
       assert.is_falsy(text:find(s, 1, true), s)
     end
     assert.is_truthy(text:find("[REDACTED]", 1, true))
