@@ -6,7 +6,8 @@
 /* The length of the secret at s + i, or 0. */
 static size_t match(const char *s, size_t len, size_t i, const char *const *secrets, int n) {
   for (int k = 0; k < n; k++) {
-    size_t m = secrets[k] ? strlen(secrets[k]) : 0;
+    if (!secrets[k] || secrets[k][0] != s[i]) continue;   /* most places: one byte compared */
+    size_t m = strlen(secrets[k]);
     if (m >= RD_MIN && i + m <= len && memcmp(s + i, secrets[k], m) == 0) return m;
   }
   return 0;
