@@ -136,6 +136,8 @@ struct ak_ask {
   int lost;                   /* atomic: another process took the run over (lost_why says how) */
   int losing;                 /* atomic: lost_why is being written, once */
   int awaiting;               /* the run waits for a person: it is not finished */
+  const char **secrets;       /* what its records must not hold (askjournal.c), in arena */
+  int nsecrets;
   char lost_why[300];
 };
 

@@ -19,6 +19,7 @@
 #include "lerror.h"
 #include "ljson.h"
 #include "luma_limits.h"
+#include "redact.h"
 #include "strbuf.h"
 #include "telemetry.h"
 
@@ -375,12 +376,85 @@ static void crash_point(int after) {
   if (at > 0 && n == at && after == when_after) raise(SIGKILL);
 }
 
-/* Appends a record of kind with body b (freed), as the run's owner; step
-   (NULL: as it was) is where the run is once the record is kept, set with
-   it. */
+/* s as the text of a JSON string (no quotes), in the ask's arena */
+static const char *escaped(ak_ask *a, const char *s) {
+  sb_buf b;
+  sb_init(&b);
+  json_write_string(&b, s, strlen(s));
+  const char *t = b.failed || b.len < 2 ? NULL : ar_strndup(&a->arena, b.data + 1, b.len - 2);
+  sb_free(&b);
+  return t;
+}
+
+/* What the run's records must not hold (journal.h): the model's API key and
+   the values of the credentials of the program's tools, read through the
+   lookup. Each as it is, and JSON-escaped once to three times: JSON text
+   in a string (a response body), in which a call's arguments are JSON text
+   in a string, all in a record's text. Once, on the ask's thread, after
+   prepare read the key. 0, -1 out of memory. */
+#define AK_ESCAPES 3
+static int gather_secrets(ak_ask *a) {
+  pm_program *p = a->pg->p;
+  int n = 1 + (p ? p->ntools : 0);
+  const char **raw = ar_alloc(&a->arena, sizeof *raw * (size_t)n);
+  a->secrets = ar_alloc(&a->arena, sizeof *a->secrets * (size_t)n * (AK_ESCAPES + 1));
+  if (!raw || !a->secrets) return -1;
+  int m = 0;
+  if (a->model.api_key) raw[m++] = a->model.api_key;
+  for (int i = 0; p && i < p->ntools; i++) {
+    if (!p->tools[i]->credential) continue;
+    const char *v = pl_lookup(a->T, a->pg, p->tools[i]->credential);
+    const char *copy = v && strlen(v) >= RD_MIN ? ar_strdup(&a->arena, v) : NULL;
+    lua_pop(a->T, 1);
+    if (copy) raw[m++] = copy;
+  }
+  a->nsecrets = 0;
+  for (int i = 0; i < m; i++) {
+    const char *s = raw[i];
+    a->secrets[a->nsecrets++] = s;
+    for (int k = 0; k < AK_ESCAPES; k++) {
+      const char *e = escaped(a, s);
+      if (!e) return -1;
+      if (strcmp(e, s) == 0) break;   /* nothing to escape: the same at every depth */
+      a->secrets[a->nsecrets++] = s = e;
+    }
+  }
+  return 0;
+}
+
+/* b's JSON with every secret replaced by the marker (redact.h), wherever it
+   is: in a value, a key, or JSON text kept in a string. Parsed and written
+   again only when one occurs. 0, -1 out of memory. */
+static int redact(ak_ask *a, sb_buf *b) {
+  if (b->failed || !rd_found(b->data, b->len, a->secrets, a->nsecrets)) return 0;
+  ar_arena scratch;
+  ar_init(&scratch);
+  char why[200];
+  jv *v = json_parse(&scratch, b->data, b->len, LIM_MODEL_JSON_DEPTH, why, sizeof why);
+  int rc = -1;
+  if (v && rd_json(&scratch, v, a->secrets, a->nsecrets) == 0 && !scratch.failed) {
+    sb_buf out;
+    sb_init(&out);
+    jv_write(&out, v, 0);
+    if (!out.failed) {
+      sb_free(b);
+      *b = out;
+      rc = 0;
+    } else {
+      sb_free(&out);
+    }
+  }
+  ar_free(&scratch);
+  return rc;
+}
+
+/* Appends a record of kind with body b (freed), as the run's owner, with
+   the secrets redacted; step (NULL: as it was) is where the run is once the
+   record is kept, set with it. */
 static int append(ak_ask *a, const char *kind, sb_buf *b, const char *step, char *err, size_t errlen) {
   long long seq = -1;
   snprintf(err, errlen, "out of memory");
+  if (redact(a, b) != 0) b->failed = 1;
   crash_point(0);
   if (!b->failed) seq = jr_append(a->pg->journal, a->run_id, a->owner, kind, b->data, b->len, step, err, errlen);
   if (seq > 0) crash_point(1);
@@ -410,6 +484,10 @@ int ak_journal_ask(ak_ask *a, char *err, size_t errlen) {
   }
   if (cr_random(run, sizeof run) != 0) {
     snprintf(err, errlen, "no random bytes for its run id");
+    return -1;
+  }
+  if (gather_secrets(a) != 0) {
+    snprintf(err, errlen, "out of memory");
     return -1;
   }
   int n = snprintf(a->run_id, sizeof a->run_id, "run-");
@@ -608,6 +686,10 @@ int ak_journal_resume(ak_ask *a, int *ok, char *err, size_t errlen) {
     return 1;
   }
   if (got == 0) memset(&was, 0, sizeof was);
+  if (gather_secrets(a) != 0) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
   jr_run now;
   int rc = claim(a, &now, err, errlen);
   if (rc < 0) return -1;

@@ -29,6 +29,10 @@
  *               written by any process (jr_decide)
  *   "finish"    { ok, answer | error: { code, message } }: the outcome, which
  *               a resume of the finished run gives again
+ * Every body askjournal.c writes has the secrets redacted (redact.h): the
+ * model's API key and the values of the credentials of the program's tools,
+ * read through the lookup, are "[REDACTED]" wherever they appear (a value,
+ * a key, JSON text in a string); a resume reads the marker as written.
  * digest: SHA-256 (hex) of "luma-journal/<v>" NUL run NUL seq NUL kind NUL
  * body. A record is whole when its digest matches and its seq follows the
  * last whole one; reading stops at the first record that is not: it and the

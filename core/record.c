@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "luma_limits.h"
+#include "redact.h"
 #include "transport.h"
 
 #define RC_DEPTH 512            /* nesting of a recorded body */
@@ -58,20 +59,11 @@ void rc_record_close(rc_recorder *r) {
   free(r);
 }
 
-/* The text with every occurrence of secret replaced. */
+/* The text with every occurrence of secret replaced (redact.h). */
 static jv *redacted(ar_arena *a, const char *s, size_t len, const char *secret) {
-  size_t k = secret ? strlen(secret) : 0;
-  if (k < 4) return jv_str(a, s, len);
   sb_buf b;
   sb_init(&b);
-  for (size_t i = 0; i < len;) {
-    if (i + k <= len && memcmp(s + i, secret, k) == 0) {
-      sb_adds(&b, "[REDACTED]");
-      i += k;
-    } else {
-      sb_addc(&b, s[i++]);
-    }
-  }
+  rd_text(&b, s, len, &secret, 1);
   jv *v = b.failed ? NULL : jv_strcopy(a, b.data ? b.data : "", b.len);
   sb_free(&b);
   return v;
@@ -92,7 +84,7 @@ static jv *headers_obj(ar_arena *a, const ad_header *h, int n, const char *secre
     for (char *p = name; *p; p++)
       if (*p >= 'A' && *p <= 'Z') *p = (char)(*p - 'A' + 'a');
     if (jv_get(o, name)) continue;   /* a repeated header: the first is kept */
-    jv_set(o, name, is_auth_header(name) ? jv_cstr(a, "[REDACTED]") : redacted(a, h[i].value, strlen(h[i].value), secret));
+    jv_set(o, name, is_auth_header(name) ? jv_cstr(a, RD_MARKER) : redacted(a, h[i].value, strlen(h[i].value), secret));
   }
   return o;
 }

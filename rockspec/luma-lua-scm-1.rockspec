@@ -29,7 +29,7 @@ build = {
         "adapters/stream.c", "adapters/stream_chat.c", "adapters/stream_anthropic.c", "adapters/stream_responses.c", "adapters/stream_gemini.c",
         "adapters/schema.c", "adapters/ptools.c",
         "core/diag.c", "core/lex.c", "core/parse.c", "core/program.c", "core/program_check.c", "core/program_types.c", "core/program_config.c", "core/regex.c", "core/jsonschema.c", "core/idem.c",
-        "core/pool.c", "core/record.c", "core/redis.c", "core/idem_sqlite.c", "core/idem_redis.c", "core/idem_file.c", "core/journal_base.c", "core/journal.c", "core/journal_sqlite.c", "core/journal_redis.c", "core/mcp.c", "core/mcphttp.c", "core/mcpclient.c", "core/mcpremote.c", "core/program_mcp.c",
+        "core/pool.c", "core/record.c", "core/redact.c", "core/redis.c", "core/idem_sqlite.c", "core/idem_redis.c", "core/idem_file.c", "core/journal_base.c", "core/journal.c", "core/journal_sqlite.c", "core/journal_redis.c", "core/mcp.c", "core/mcphttp.c", "core/mcpclient.c", "core/mcpremote.c", "core/program_mcp.c",
         "core/validate.c", "core/validate_bind.c", "core/validate_issues.c", "core/pipeline.c", "core/call.c", "core/verdict.c", "core/policy.c", "core/needs.c", "core/cache.c",
         "core/idempotent.c", "core/attempt.c", "core/output.c", "core/breaker.c", "core/telemetry.c", "core/runtime.c", "core/drive.c",
         "core/ask.c", "core/asktools.c", "core/askevents.c", "core/askptools.c", "core/askjournal.c",

@@ -600,3 +600,95 @@ describe("a durable ask's journal when resumed", function()
       "(luma.load's journal option).\n", r.stderr)
   end)
 end)
+
+describe("a durable ask's journal and secrets", function()
+  -- the tool's credential: quoted, so that it is escaped in JSON text
+  local TOKEN = 'tok-"peek"-secret-0042'
+  local server, dir
+
+  setup(function()
+    server = mock.start()
+    -- the model repeats the API key in its arguments, the handler returns its credential
+    server:turns {
+      chat(nil, { { "p1", "peek", luma.json.encode { note = "my key is " .. KEY .. ", the token " .. TOKEN } } }),
+      chat('{"total":7}'),
+    }
+    dir = h.project {
+      ["flow.luma"] = ([[
+schema Seen { seen: string }
+schema Answer { total: int }
+tool peek(note: string) -> Seen {
+  credential: "LUMA_PEEK_TOKEN"
+}
+model M {
+  provider: "openai"
+  name: "gpt-test"
+  base_url: "%s/v1"
+  api_key_env: "LUMA_DURABLE_KEY"
+}
+agent A {
+  model: M
+  tools: [peek]
+  durable: true
+  fn run(x: int) -> Answer { ask "Peek for batch {x}" -> Answer }
+}
+]]):format(server.url),
+      ["tools.lua"] = ("return { peek = function(i) return { seen = %q .. ' for ' .. i.note } end }"):format(TOKEN),
+      ["luma.config.json"] = '{ "tool_modules": ["./tools.lua"] }',
+    }
+  end)
+  teardown(function()
+    if server then server:stop() end
+    if dir then os.execute("rm -rf " .. h.quote(dir)) end
+  end)
+
+  local env = { LUMA_DURABLE_KEY = KEY, LUMA_PEEK_TOKEN = TOKEN }
+
+  -- every record's body, as sqlite3 prints them
+  local function bodies()
+    return sql(dir .. "/j.db", "SELECT group_concat(body, char(10)) FROM (SELECT body FROM luma_journal ORDER BY seq)")
+  end
+
+  -- the token as it is, and escaped as deep as a record's text holds it: in
+  -- a call's arguments, in a response body, in the record
+  local function holds_no_secret(text)
+    local forms = { KEY, TOKEN }
+    for i = 1, 3 do forms[#forms + 1] = luma.json.encode(forms[#forms]):sub(2, -2) end
+    for _, s in ipairs(forms) do
+      assert.is_falsy(text:find(s, 1, true), s)
+    end
+    assert.is_truthy(text:find("[REDACTED]", 1, true))
+  end
+
+  it("holds neither the API key nor a tool's credential, and the run resumes to the same answer", function()
+    -- killed after the ask, the exchange that echoes the key and the call's outcome that holds the token
+    local r = h.run({ dir .. "/flow.luma", "--agent", "A", "--input", '{"x": 201}', "--journal", dir .. "/j.db",
+                      "--journal-lease-ms", "30" },
+                    { cwd = dir, env = { LUMA_DURABLE_KEY = KEY, LUMA_PEEK_TOKEN = TOKEN, LUMA_JOURNAL_CRASH = "after:3" } })
+    assert.are.equal(137, r.status, r.stderr)
+    local kinds = sql(dir .. "/j.db", "SELECT group_concat(kind, ' ') FROM (SELECT kind FROM luma_journal ORDER BY seq)")
+    assert.are.equal("ask exchange tool\n", kinds)
+    holds_no_secret(bodies())
+    os.execute("sleep 0.1")   -- the killed owner's lease ends
+    local run = run_of(dir .. "/j.db")
+    r = h.run({ "resume", run, dir .. "/flow.luma", "--journal", dir .. "/j.db" }, { cwd = dir, env = env })
+    assert.are.equal(0, r.status, r.stderr)
+    assert.are.same({ total = 7 }, luma.json.decode(r.stdout))
+    holds_no_secret(bodies())
+    -- the resumed turn gives the model the marker where the journal has it
+    local last
+    for _, q in ipairs(server:requests()) do
+      if q.turn == 2 and q.body:find("batch 201\"", 1, true) then last = q.body end
+    end
+    assert.is_truthy(last and last:find("[REDACTED]", 1, true))
+    -- an uncrashed run: the same answer, a journal as clean
+    for _, f in ipairs { "j.db", "j.db-wal", "j.db-shm" } do os.remove(dir .. "/" .. f) end
+    r = h.run({ dir .. "/flow.luma", "--agent", "A", "--input", '{"x": 202}', "--journal", dir .. "/j.db" },
+              { cwd = dir, env = env })
+    assert.are.equal(0, r.status, r.stderr)
+    assert.are.same({ total = 7 }, luma.json.decode(r.stdout))
+    assert.are.equal("ask exchange tool exchange finish\n",
+      sql(dir .. "/j.db", "SELECT group_concat(kind, ' ') FROM (SELECT kind FROM luma_journal ORDER BY seq)"))
+    holds_no_secret(bodies())
+  end)
+end)
