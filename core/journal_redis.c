@@ -26,8 +26,8 @@
   "x[#f + 1] = redis.call('LLEN', r) x[#f + 2] = t return x end\n"
 
 /* KEYS: run, records, runs; ARGV: how ("owner": owner's append, "none": no
-   owner's, "decide": a decision), owner, seq, the record, the run's step
-   ("": as it was) -> {"OK", seq} |
+   owner's, "decide": a decision), owner, seq, the record, and last the
+   run's step ("": as it was) -> {"OK", seq} |
    {"SEQ", the next seq} | {"LOST", has, holder} | {"STATE", state} */
 static const char APPEND[] = PRELUDE
   "local has = redis.call('EXISTS', KEYS[1]) == 1\n"
@@ -44,7 +44,8 @@ static const char APPEND[] = PRELUDE
   "if has then\n"
   "  local t = now()\n"
   "  redis.call('HSET', KEYS[1], 'updated', t)\n"
-  "  if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'step', ARGV[5]) end\n"
+  "  local step = ARGV[#ARGV]\n"
+  "  if step ~= '' then redis.call('HSET', KEYS[1], 'step', step) end\n"
   "  redis.call('ZADD', KEYS[3], t, redis.call('HGET', KEYS[1], 'id'))\n"
   "end\n"
   "return {'OK', n + 1}\n";
