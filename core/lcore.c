@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "diag.h"
+#include "libcurl.h"
 #include "ljournal.h"
 #include "lmcp.h"
 #include "lmcphttp.h"
@@ -150,6 +151,21 @@ static int l_confinement(lua_State *L) {
   return 1;
 }
 
+/* core.load_http() -> true | false, why: loads libcurl now (libcurl.h), so
+   that a program's first request does not: luma.load calls it for a program
+   that declares a model or a remote MCP server, when a game loads it rather
+   than in a frame (loading it takes tens of ms). */
+static int l_load_http(lua_State *L) {
+  char err[300];
+  if (cu_load(err, sizeof err) == 0) {
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  lua_pushboolean(L, 0);
+  lua_pushstring(L, err);
+  return 2;
+}
+
 LUMA_API int luaopen_luma_core(lua_State *L) {
   stay_loaded();
 #ifdef __SANITIZE_THREAD__
@@ -164,6 +180,7 @@ LUMA_API int luaopen_luma_core(lua_State *L) {
     { "monotonic_ms", l_monotonic_ms },
     { "deadline_signal", l_deadline_signal },
     { "confinement", l_confinement },
+    { "load_http", l_load_http },
     { NULL, NULL }
   };
   lua_newtable(L);

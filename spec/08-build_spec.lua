@@ -124,6 +124,32 @@ io.write(mapped(), " ", tostring(not ok and err.code))
     assert.are.equal(0, status, out .. err)
     assert.are.equal("absent mapped ASK_PROVIDER_ERROR", out)
   end)
+
+  it("luma.load of a program that asks a model loads libcurl then, not in its first request (a game's frame)", function()
+    local program = h.write(h.tmpname(".luma"), 'schema A { v: int }\nmodel M { provider: "openai", name: "m", ' ..
+      'base_url: "http://127.0.0.1:1/v1", api_key_env: "K" }\nagent G { model: M, tools: [] }\n')
+    local plain = h.write(h.tmpname(".luma"), 'schema A { v: int }\n')
+    local script = h.write(h.tmpname(".lua"), [[
+package.path = arg[1] .. "/lua/?.lua;" .. arg[1] .. "/lua/?/init.lua;" .. package.path
+package.cpath = arg[2] .. "/?.so;" .. package.cpath
+local function mapped()
+  for line in io.lines("/proc/self/maps") do if line:find("libcurl", 1, true) then return "mapped" end end
+  return "absent"
+end
+local luma = require "luma"
+luma.load(arg[4])
+io.write(mapped(), " ")
+luma.load(arg[3])
+io.write(mapped())
+]])
+    local status, out, err = h.sh("lua5.4 " .. h.quote(script) .. " " .. h.quote(h.root) .. " " .. h.quote(BUILD) ..
+      " " .. h.quote(program) .. " " .. h.quote(plain))
+    os.remove(script)
+    os.remove(program)
+    os.remove(plain)
+    assert.are.equal(0, status, out .. err)
+    assert.are.equal("absent mapped", out)
+  end)
 end)
 
 describe("make test and make valgrind", function()

@@ -147,6 +147,9 @@ function luma.load(path, opts)
   -- after the clock, so that the store purges with the time the program sees
   if cfg and cfg.idempotency_store then program:configure { idempotency = cfg.idempotency_store } end
   if cfg and cfg.cache_store then program:configure { cache = cfg.cache_store } end
+  -- a program that asks models loads the HTTP stack now, not at its first
+  -- request: that may come in a game's frame (a failure is the request's to say)
+  if not opts.replay and #program:declarations().models > 0 then core.load_http() end
   return program
 end
 
