@@ -98,29 +98,35 @@ static int l_send(lua_State *L) {
   return 3;
 }
 
-static int l_receive(lua_State *L) {
-  server_box *b = check_server(L);
-  long long deadline = deadline_of(L, 2);
-  const char *line;
-  size_t n;
-  char err[300];
-  err[0] = 0;
-  if (b->lines >= LIM_MCP_SERVER_LINES) {
+/* mcc_next, as lmcc_push_next reads its source */
+static int next_line(void *src, const char **msg, size_t *n, long long deadline, char *err, size_t errlen) {
+  return mcc_next(src, msg, n, deadline, err, errlen);
+}
+
+int lmcc_push_next(lua_State *L, int *lines, int (*next)(void *src, const char **msg, size_t *n, long long deadline,
+                   char *err, size_t errlen), void *src, long long deadline, size_t shown) {
+  if (*lines >= LIM_MCP_SERVER_LINES) {
     lua_pushliteral(L, "flood");
     lua_pushfstring(L, "more than %d messages without the answer (mcp_server_lines)", (int)LIM_MCP_SERVER_LINES);
     return 2;
   }
-  b->lines++;
-  switch (mcc_next(&b->s, &line, &n, deadline, err, sizeof err)) {
+  (*lines)++;
+  const char *msg;
+  size_t n;
+  char err[300];
+  err[0] = 0;
+  switch (next(src, &msg, &n, deadline, err, sizeof err)) {
     case MCC_LINE:
-      if (lj_push_text(L, line, n, LIM_MCP_SERVER_JSON_DEPTH, err, sizeof err)) {
+      if (lj_push_text(L, msg, n, LIM_MCP_SERVER_JSON_DEPTH, err, sizeof err)) {
         lua_pushliteral(L, "message");
         lua_insert(L, -2);
         return 2;
       }
       lua_pushliteral(L, "bad_json");
       lua_pushstring(L, err);
-      return 2;
+      if (!shown) return 2;
+      lua_pushlstring(L, msg, n > shown ? shown : n);
+      return 3;
     case MCC_TOO_BIG:
       lua_pushliteral(L, "too_big");
       lua_pushfstring(L, "a message longer than %d bytes (mcp_server_message_bytes)", (int)LIM_MCP_SERVER_MESSAGE_BYTES);
@@ -136,6 +142,11 @@ static int l_receive(lua_State *L) {
       lua_pushstring(L, err);
       return 2;
   }
+}
+
+static int l_receive(lua_State *L) {
+  server_box *b = check_server(L);
+  return lmcc_push_next(L, &b->lines, next_line, &b->s, deadline_of(L, 2), 0);
 }
 
 static int l_stop(lua_State *L) {

@@ -23,6 +23,7 @@
 
 #include "compat.h"
 #include "ljson.h"
+#include "lmcpclient.h"
 #include "lruntime.h"
 #include "luma_limits.h"
 #include "mcpclient.h"
@@ -198,45 +199,14 @@ static int l_head(lua_State *L) {
   return 2;
 }
 
+/* mcr_next, as lmcc_push_next reads its source */
+static int next_message(void *src, const char **msg, size_t *n, long long deadline, char *err, size_t errlen) {
+  return mcr_next(src, msg, n, deadline, err, errlen);
+}
+
 static int l_receive(lua_State *L) {
   exchange_box *e = check_exchange(L);
-  long long deadline = deadline_of(L, 2);
-  if (e->lines >= LIM_MCP_SERVER_LINES) {
-    lua_pushliteral(L, "flood");
-    lua_pushfstring(L, "more than %d messages without the answer (mcp_server_lines)", (int)LIM_MCP_SERVER_LINES);
-    return 2;
-  }
-  e->lines++;
-  const char *msg;
-  size_t n;
-  char err[300];
-  err[0] = 0;
-  switch (mcr_next(e->x, &msg, &n, deadline, err, sizeof err)) {
-    case MCC_LINE:
-      if (lj_push_text(L, msg, n, LIM_MCP_SERVER_JSON_DEPTH, err, sizeof err)) {
-        lua_pushliteral(L, "message");
-        lua_insert(L, -2);
-        return 2;
-      }
-      lua_pushliteral(L, "bad_json");
-      lua_pushstring(L, err);
-      lua_pushlstring(L, msg, n > LMCR_SHOWN_BYTES ? LMCR_SHOWN_BYTES : n);
-      return 3;
-    case MCC_TOO_BIG:
-      lua_pushliteral(L, "too_big");
-      lua_pushfstring(L, "a message longer than %d bytes (mcp_server_message_bytes)", (int)LIM_MCP_SERVER_MESSAGE_BYTES);
-      return 2;
-    case MCC_EOF:
-      lua_pushliteral(L, "eof");
-      return 1;
-    case MCC_TIMEOUT:
-      lua_pushliteral(L, "timeout");
-      return 1;
-    default:
-      lua_pushliteral(L, "error");
-      lua_pushstring(L, err);
-      return 2;
-  }
+  return lmcc_push_next(L, &e->lines, next_message, e->x, deadline_of(L, 2), LMCR_SHOWN_BYTES);
 }
 
 void lmcpremote_open(lua_State *L) {
