@@ -94,7 +94,10 @@ static st_verdict run_host(lua_State *T, cl_call *c, long long timeout_ms) {
   int status = lua_pcall(T, 3, 1, 0);
   rt_leave(c->rt);
   long long took = pl_mono_ms(T, c->pg) - start;
-  if (timeout_ms > 0 && took > timeout_ms) {
+  /* a handler that waited out the whole of what was left (an mcp_server's
+     call gives up at the deadline itself) reached the deadline: >=, or
+     such a call reports its own timeout whenever both fall in one ms */
+  if (timeout_ms > 0 && took >= timeout_ms) {
     lua_pop(T, 1);
     return timed_out(T, c);
   }

@@ -106,7 +106,7 @@ function Server:fail(why)
 end
 
 local function left_of(deadline)
-  return math.max(0, math.floor(deadline - core.monotonic_ms()))
+  return math.max(0, math.ceil(deadline - core.monotonic_ms()))
 end
 
 -- The headers of an HTTP request carrying `message`: the session's, and
@@ -248,7 +248,7 @@ function Server:request(method, params, deadline)
   local ok, err = send(self, message, deadline)
   if not ok then return nil, err end
   while true do
-    local left = math.floor(deadline - core.monotonic_ms())
+    local left = math.ceil(deadline - core.monotonic_ms())
     if left <= 0 then return nil, self:fail("did not answer " .. method .. " in time") end
     local kind, v = self.proc:receive(left)
     if kind == "message" then
