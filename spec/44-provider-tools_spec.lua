@@ -875,6 +875,51 @@ describe("lazy tools", function()
     assert.are.same({ sum = 3 }, result(r[4], "c3"))
   end)
 
+  it("show the discovery call like any other: its input checked against its schema, its telemetry and its events", function()
+    server:script {
+      mock.chat(nil, { { "c1", "__discover_tools", '{"nams":["mul"],"names":["mul",3]}' } }),
+      mock.chat(nil, { { "c2", "__discover_tools", '{"names":["mul"]}' } }),
+      mock.chat(nil, { { "c3", "mul", '{"a":1,"b":3}' } }),
+      mock.chat('{"total":3}'),
+    }
+    local p, telemetry = lazy_program(server, 'provider: "openai", name: "gpt-5.4-mini"', "/v1")
+    local events = {}
+    local f = p:agent("A"):start("run", { x = 1 }, { on_event = function(ev) events[#events + 1] = ev end })
+    assert.is_true(f:wait(10000))
+    assert.are.same({ total = 3 }, f:result())
+    local r = server:requests()
+    -- the invalid input: the validator's error, every violation, which the model acts on
+    local m = find(r[2].json.messages, function(x) return x.role == "tool" and x.tool_call_id == "c1" end)
+    local e = luma.json.decode(m.content).error
+    assert.are.same({ "TOOL_INPUT_INVALID", "__discover_tools.input.nams is not allowed", false },
+      { e.code, e.message, e.retryable })
+    local paths = {}
+    for _, v in ipairs(e.details.violations) do paths[#paths + 1] = v.path .. " " .. v.rule end
+    table.sort(paths)
+    assert.are.same({ "__discover_tools.input.names[2] type", "__discover_tools.input.nams additionalProperties" }, paths)
+    -- nothing was found by it; the next one found mul
+    local fname = function(t) return t["function"].name end
+    assert.are.same({ "__discover_tools", "add" }, names(r[2].json.tools, fname))
+    assert.are.same({ "__discover_tools", "add", "mul" }, names(r[3].json.tools, fname))
+    -- telemetry: one event per call, the discovery calls among them
+    local calls = {}
+    for _, ev in ipairs(telemetry) do
+      if ev.tool then calls[#calls + 1] = { ev.tool, ev.status, ev.code ~= luma.null and ev.code or nil, ev.agent, ev.attempts } end
+    end
+    assert.are.same({ { "__discover_tools", "error", "TOOL_INPUT_INVALID", "A", 1 }, { "__discover_tools", "ok", nil, "A", 1 },
+      { "mul", "ok", nil, "A", 1 } }, calls)
+    -- the host's events: each discovery call and its result
+    local seen = {}
+    for _, ev in ipairs(events) do
+      if ev.type == "tool_call" or ev.type == "tool_result" then
+        seen[#seen + 1] = ev.type .. " " .. ev.id .. " " .. ev.name .. (ev.type == "tool_result" and (ev.ok and " ok" or " error") or "")
+      end
+    end
+    assert.are.same({ "tool_call c1 __discover_tools", "tool_result c1 __discover_tools error",
+      "tool_call c2 __discover_tools", "tool_result c2 __discover_tools ok",
+      "tool_call c3 mul", "tool_result c3 mul ok" }, seen)
+  end)
+
   it("are found again the same way when the ask is replayed from its recording", function()
     local rec = h.tmpname(".jsonl")
     server:script {
