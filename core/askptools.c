@@ -335,3 +335,18 @@ int ak_lazy_answer(ak_ask *a, const ad_call *call, sb_buf *out, int *is_error) {
   ar_free(&scratch);
   return 1;
 }
+
+void ak_lazy_journaled(ak_ask *a, const ad_call *call, const char *content, size_t len, int is_error) {
+  if (a->lazy_mode != AK_LAZY_SYNTHETIC || is_error || !call->name || strcmp(call->name, PM_DISCOVER_TOOL) != 0) return;
+  ar_arena scratch;
+  ar_init(&scratch);
+  char why[200];
+  const jv *out = json_parse(&scratch, content, len, LIM_MODEL_JSON_DEPTH, why, sizeof why);
+  const jv *tools = out && out->type == JV_OBJ ? jv_get(out, "tools") : NULL;
+  for (const jv *t = tools && tools->type == JV_ARR ? tools->first : NULL; t; t = t->next) {
+    const jv *name = t->type == JV_OBJ ? jv_get(t, "name") : NULL;
+    int i = name && name->type == JV_STR ? lazy_index(a, name->s) : -1;
+    if (i >= 0) a->discovered[i] = 1;
+  }
+  ar_free(&scratch);
+}

@@ -937,6 +937,39 @@ describe("lazy tools", function()
     assert.are.equal(3, #server:requests())
   end)
 
+  it("stay found when a durable run is resumed after the discovery call's outcome was journaled", function()
+    server:script {
+      mock.chat(nil, { { "c1", "__discover_tools", '{"names":["mul"]}' } }),
+      mock.chat(nil, { { "c2", "mul", '{"a":1,"b":3}' } }),
+      mock.chat('{"total":3}'),
+    }
+    local dir = h.project {
+      ["flow.luma"] = LAZY:format('provider: "openai", name: "gpt-5.4-mini"', server.url .. "/v1", "durable: true"),
+      ["tools.lua"] = [[return { add = function(i) return { sum = i.a + i.b } end,
+        mul = function(i) return { sum = i.a * i.b } end, sub = function(i) return { sum = i.a - i.b } end }]],
+      ["luma.config.json"] = '{ "tool_modules": ["./tools.lua"] }',
+    }
+    -- records: the ask, turn 1's exchange, the discovery call's outcome: killed after it
+    local r = h.run({ dir .. "/flow.luma", "--agent", "A", "--input", '{"x": 1}', "--journal", dir .. "/j.db",
+                      "--journal-lease-ms", "30" },
+                    { cwd = dir, env = { LUMA_TEST_KEY = KEY, LUMA_JOURNAL_CRASH = "after:3" } })
+    assert.are.equal(137, r.status, r.stderr)
+    os.execute("sleep 0.1")   -- the killed owner's lease ends
+    local status, out = h.sh("env -u LD_PRELOAD sqlite3 " .. h.quote(dir .. "/j.db") .. " 'SELECT DISTINCT run FROM luma_journal'")
+    assert.are.equal(0, status, out)
+    local run = out:match("run%-%x+")
+    r = h.run({ "resume", run, dir .. "/flow.luma", "--journal", dir .. "/j.db" }, { cwd = dir, env = { LUMA_TEST_KEY = KEY } })
+    assert.are.equal(0, r.status, r.stderr)
+    assert.are.same({ total = 3 }, luma.json.decode(r.stdout))
+    local asked = server:requests()
+    assert.are.equal(3, #asked)
+    -- the resumed run's first request has mul, and mul ran
+    local fname = function(t) return t["function"].name end
+    assert.are.same({ "__discover_tools", "add", "mul" }, names(asked[2].json.tools, fname))
+    local m = find(asked[3].json.messages, function(x) return x.role == "tool" and x.tool_call_id == "c2" end)
+    assert.are.same({ sum = 3 }, luma.json.decode(m.content))
+  end)
+
   it("are found by a query over their names and descriptions, on Gemini too", function()
     local calls = function(name, args)
       return { json = { candidates = { { content = { role = "model", parts = { { functionCall = { name = name, args = args } } } }, finishReason = "STOP" } } } }
