@@ -60,7 +60,7 @@ agent A { model: M
       "Provider tool 's' sets both allowed_domains and blocked_domains: set one." },
     { "file_search without vector stores",
       'provider_tool s { kind: "file_search" }',
-      "Provider tool 's' (file_search) must set vector_stores: the ids of the vector stores to search." },
+      "Provider tool 's' (file_search) must set vector_stores: the ids of the vector stores (on Gemini, the fileSearchStores/... names) to search." },
     { "a direct call of a provider tool",
       'provider_tool s { kind: "web_search" }\nmodel M { provider: "anthropic", name: "claude-sonnet-4-5" }\nagent A { model: M\n tools: [s]\n fn run() -> Sum { return tool s({ q: "x" }) } }',
       "'s' is a provider tool: the provider runs it when the model asks, and it cannot be called with tool, nor forced with using tool." },
@@ -102,6 +102,9 @@ describe("the capability check at load", function()
     { "an option the entry does not take (Gemini's take none)",
       'model M { provider: "gemini", name: "gemini-3-flash" }', "search",
       "Agent 'A': provider tool 'search' sets max_uses, which web_search on Gemini generateContent does not take." },
+    { "file search on a Gemini model before 2.5",
+      'model M { provider: "gemini", name: "gemini-2.0-flash" }', "files",
+      "Agent 'A': file_search is not available on Gemini generateContent for model 'gemini-2.0-flash' (model M); it runs on gemini-2.5, gemini-3." },
     { "blocked domains on the Responses API (its filters allow only)",
       'model M { provider: "openai", name: "gpt-5.4", api: "responses" }', "blocked",
       "Agent 'A': provider tool 'blocked' sets blocked_domains, which web_search on the Responses API does not take; it takes max_uses, allowed_domains, user_location." },
@@ -546,6 +549,31 @@ describe("provider tools on Gemini", function()
     assert.are.same({ { url_context = 2 }, 1 }, { e.provider_tools, e.provider_tool_errors })
   end)
 
+  it("sends file_search with its stores, and reads the documents it retrieved as citations", function()
+    server:script { { json = { candidates = { { content = { role = "model", parts = { { text = '{"total":3}' } } }, finishReason = "STOP",
+      groundingMetadata = {
+        groundingChunks = {
+          { retrievedContext = { title = "sums.pdf", text = "1 + 2 = 3", fileSearchStore = "fileSearchStores/maths-1" } },
+          { retrievedContext = { uri = "https://example.com/tables", title = "tables.md", text = "3" } } },
+        groundingSupports = { { segment = { startIndex = 0, endIndex = 11, text = '{"total":3}' }, groundingChunkIndices = { 0, 1 } } } } } } } } }
+    local source = SOURCE:format("", 'provider: "gemini", name: "gemini-2.5-flash"', server.url, "docs")
+      :gsub('vector_stores: %["vs_1", "vs_2"%], max_uses: 4', 'vector_stores: ["fileSearchStores/maths-1", "fileSearchStores/tables-2"]')
+    local p = assert(luma.compile(source))
+    p:register("add", function(i) return { sum = i.a + i.b } end)
+    local events = {}
+    p:configure { lookup = function(n) if n == "LUMA_TEST_KEY" then return KEY end end,
+                  on_event = function(e) events[#events + 1] = e end }
+    assert.are.same({ total = 3 }, p:agent("A"):call("run", { x = 1 }))
+    local req = server:requests()[1]
+    assert.is_nil(req.refused, req.refused and luma.json.encode(req.refused))
+    assert.are.same({ { file_search = { file_search_store_names = { "fileSearchStores/maths-1", "fileSearchStores/tables-2" } } } },
+      req.json.tools)
+    local e = ask_event(events)
+    assert.are.same({ file_search = 1 }, e.provider_tools)
+    assert.are.same({ { url = "fileSearchStores/maths-1", title = "sums.pdf", cited_text = '{"total":3}' },
+      { url = "https://example.com/tables", title = "tables.md", cited_text = '{"total":3}' } }, e.citations)
+  end)
+
   it("counts code execution parts, and a failed outcome as an error", function()
     server:script { { json = { candidates = { { content = { role = "model", parts = {
       { executableCode = { language = "PYTHON", code = "print(1/0)" } },
@@ -792,6 +820,9 @@ describe("the mock provider refuses what the providers refuse in provider-tool r
     { "Gemini 3: a built-in tool beside functions without includeServerSideToolInvocations", "/v1beta/models/gemini-3-flash:generateContent",
       { contents = { { role = "user", parts = { { text = "hi" } } } },
         tools = { { functionDeclarations = { { name = "f" } } }, { google_search = {} } } }, "include_server_side_tool_invocations" },
+    { "Gemini: file_search without its store names", "/v1beta/models/gemini-2.5-flash:generateContent",
+      { contents = { { role = "user", parts = { { text = "hi" } } } }, tools = { { file_search = {} } } },
+      "file search store name" },
     { "Chat: web_search_options on a model that does not search", "/v1/chat/completions",
       { model = "gpt-5.4-mini", messages = user, web_search_options = {} }, "search models" },
   }
