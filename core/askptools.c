@@ -237,13 +237,12 @@ static void violation(sb_buf *v, int *n, const char *path, const char *text, con
    string), each optional (null is no value), nothing else. 1 with the
    model's error result in out, as the pipeline's TOOL_INPUT_INVALID: the
    first violation's message and every one in details.violations. */
-static int bad_input(const jv *in, char *first, sb_buf *out) {
+static int bad_input(const jv *in, char *first, size_t cap, sb_buf *out) {
   char path[160];
   const char *root = PM_DISCOVER_TOOL ".input";
   sb_buf v;
   sb_init(&v);
   int n = 0;
-  const size_t cap = 200;
   if (in->type != JV_OBJ) {
     violation(&v, &n, root, "must be an object", "type", first, cap);
   } else {
@@ -297,7 +296,7 @@ int ak_lazy_answer(ak_ask *a, const ad_call *call, sb_buf *out, int *is_error) {
   char why[200];
   jv *in = json_parse(&scratch, call->arguments_len ? call->arguments : "{}", call->arguments_len ? call->arguments_len : 2,
                       LIM_MODEL_JSON_DEPTH, why, sizeof why);
-  if (!in || bad_input(in, why, out)) {
+  if (!in || bad_input(in, why, sizeof why, out)) {
     if (!in) {
       snprintf(msg, sizeof msg, "The arguments of tool '%s' are not JSON: %s.", PM_DISCOVER_TOOL, why);
       sb_adds(out, "{\"error\":{\"code\":\"TOOL_INPUT_INVALID\",\"message\":");
