@@ -913,7 +913,9 @@ describe("lazy tools", function()
       mock.chat(nil, { { "c3", "mul", '{"a":1,"b":3}' } }),
       mock.chat('{"total":3}'),
     }
+    local rec = h.tmpname(".jsonl")
     local p, telemetry = lazy_program(server, 'provider: "openai", name: "gpt-5.4-mini"', "/v1")
+    p:configure { record = rec }
     local events = {}
     local f = p:agent("A"):start("run", { x = 1 }, { on_event = function(ev) events[#events + 1] = ev end })
     assert.is_true(f:wait(10000))
@@ -949,6 +951,16 @@ describe("lazy tools", function()
     assert.are.same({ "tool_call c1 __discover_tools", "tool_result c1 __discover_tools error",
       "tool_call c2 __discover_tools", "tool_result c2 __discover_tools ok",
       "tool_call c3 mul", "tool_result c3 mul ok" }, seen)
+    -- replayed from its recording: the same requests (the replay refuses one
+    -- that differs), the same answer, the same discovery calls
+    local q, replayed = lazy_program(server, 'provider: "openai", name: "gpt-5.4-mini"', "/v1")
+    q:configure { replay = rec }
+    assert.are.same({ total = 3 }, q:agent("A"):call("run", { x = 1 }))
+    os.remove(rec)
+    assert.are.equal(4, #server:requests())
+    local again = {}
+    for _, ev in ipairs(replayed) do if ev.tool then again[#again + 1] = ev.tool .. " " .. ev.status end end
+    assert.are.same({ "__discover_tools error", "__discover_tools ok", "mul ok" }, again)
   end)
 
   it("are found again the same way when the ask is replayed from its recording", function()
