@@ -98,13 +98,21 @@ static int ge_build(const ad_conv *c, const ad_ask *q, ar_arena *a, ad_request *
       ad_write_tools(&b, a, q, "{", "parametersJsonSchema", ad_schema_gemini, "}");
       sb_adds(&b, "]}");
     }
-    /* the built-in tools: {"google_search": {}}, ... (they take no options) */
+    /* the built-in tools: {"google_search": {}}, ...; file search with its
+       stores, {"file_search": {"file_search_store_names": [...]}} */
     for (int i = 0; i < q->nptools; i++) {
-      const char *entry = ad_ptool_entry(m, q->ptools[i].kind);
+      const ad_ptool *t = &q->ptools[i];
+      const char *entry = ad_ptool_entry(m, t->kind);
       if (i || q->ntools) sb_addc(&b, ',');
       sb_addc(&b, '{');
       json_write_string(&b, entry, strlen(entry));
-      sb_adds(&b, ":{}}");
+      if (t->kind == AD_PT_FILE_SEARCH) {
+        sb_adds(&b, ":{\"file_search_store_names\":");
+        ad_write_strings(&b, t->vector_stores, t->nvector_stores);
+        sb_adds(&b, "}}");
+      } else {
+        sb_adds(&b, ":{}}");
+      }
     }
     sb_addc(&b, ']');
   }
@@ -155,6 +163,20 @@ static ad_stop stop_of(const char *reason) {
   return AD_STOP_OTHER;
 }
 
+/* A grounding chunk's source: a web page's uri and title, or a file
+   search's retrieved document (its uri, else the fileSearchStore it is in;
+   its title is the document's display name). */
+static const jv *chunk_source(const jv *ch) {
+  const jv *web = ad_get(ch, "web", JV_OBJ);
+  return web ? web : ad_get(ch, "retrievedContext", JV_OBJ);
+}
+static const char *chunk_url(const jv *ch) {
+  const jv *s = chunk_source(ch);
+  const char *uri = ad_str(s, "uri");
+  return uri ? uri : ad_str(s, "fileSearchStore");
+}
+static const char *chunk_title(const jv *ch) { return ad_str(chunk_source(ch), "title"); }
+
 /* The built-in tools' traces: toolCall parts (Gemini 3, beside functions)
    or else the candidate's metadata; executableCode and codeExecutionResult
    parts; the grounding's sources as citations. There are no error parts:
@@ -193,6 +215,15 @@ static void ge_builtins(ar_arena *a, ad_turn *t, const jv *cand, const jv *parts
   for (const jv *q = !calls && queries ? queries->first : NULL; q; q = q->next)
     ad_add_ptcall(a, t, AD_PT_WEB_SEARCH, NULL, NULL, NULL, NULL);
   if (!calls && queries && !queries->count) ad_add_ptcall(a, t, AD_PT_WEB_SEARCH, NULL, NULL, NULL, NULL);
+  /* a file search: the chunks it retrieved (retrievedContext), one call per
+     retrieval query when the metadata lists them */
+  const jv *chunks = ad_get(gm, "groundingChunks", JV_ARR);
+  int retrieved = 0;
+  for (const jv *ch = chunks ? chunks->first : NULL; ch && !retrieved; ch = ch->next)
+    retrieved = ad_get(ch, "retrievedContext", JV_OBJ) != NULL;
+  const jv *rq = ad_get(gm, "retrievalQueries", JV_ARR);
+  for (int k = 0, n = rq && rq->count ? rq->count : 1; !calls && retrieved && k < n; k++)
+    ad_add_ptcall(a, t, AD_PT_FILE_SEARCH, NULL, NULL, NULL, NULL);
   const jv *urls = ad_get(ad_get(cand, "urlContextMetadata", JV_OBJ), "urlMetadata", JV_ARR);
   for (const jv *u = urls ? urls->first : NULL; u; u = u->next) {
     const char *status = ad_str(u, "urlRetrievalStatus"), *url = ad_str(u, "retrievedUrl");
@@ -202,7 +233,6 @@ static void ge_builtins(ar_arena *a, ad_turn *t, const jv *cand, const jv *parts
     else if (failed) t->ptool_errors++;
   }
   /* groundingSupports: a segment of the answer and the chunks it rests on */
-  const jv *chunks = ad_get(gm, "groundingChunks", JV_ARR);
   const jv *supports = ad_get(gm, "groundingSupports", JV_ARR);
   int cited = 0;
   for (const jv *s = supports ? supports->first : NULL; s && chunks; s = s->next) {
@@ -212,15 +242,12 @@ static void ge_builtins(ar_arena *a, ad_turn *t, const jv *cand, const jv *parts
       if (i->type != JV_INT || i->i < 0 || i->i >= chunks->count) continue;
       const jv *ch = chunks->first;
       for (long long k = i->i; k > 0 && ch; k--) ch = ch->next;
-      const jv *web = ad_get(ch, "web", JV_OBJ);
-      ad_add_citation(a, t, ad_str(web, "uri"), ad_str(web, "title"), text ? text->s : NULL, text ? text->len : 0);
+      ad_add_citation(a, t, chunk_url(ch), chunk_title(ch), text ? text->s : NULL, text ? text->len : 0);
       cited = 1;
     }
   }
-  for (const jv *ch = cited || !chunks ? NULL : chunks->first; ch; ch = ch->next) {
-    const jv *web = ad_get(ch, "web", JV_OBJ);
-    ad_add_citation(a, t, ad_str(web, "uri"), ad_str(web, "title"), NULL, 0);
-  }
+  for (const jv *ch = cited || !chunks ? NULL : chunks->first; ch; ch = ch->next)
+    ad_add_citation(a, t, chunk_url(ch), chunk_title(ch), NULL, 0);
 }
 
 static int ge_turn_of(const jv *body, ar_arena *a, ad_turn *t, char *err, size_t errlen) {

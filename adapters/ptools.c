@@ -45,6 +45,9 @@ static const cap_row rows[] = {
   { AD_WIRE_GEMINI, AD_PT_WEB_SEARCH, "google_search", "gemini-2,gemini-3", "", "" },
   { AD_WIRE_GEMINI, AD_PT_CODE_EXECUTION, "code_execution", "gemini-2,gemini-3", "", "" },
   { AD_WIRE_GEMINI, AD_PT_URL_CONTEXT, "url_context", "gemini-2.5,gemini-3", "", "" },
+  /* File Search (ai.google.dev/gemini-api/docs/file-search): vector_stores are
+     its fileSearchStores/... names; the Gemini Developer API's, not Vertex's */
+  { AD_WIRE_GEMINI, AD_PT_FILE_SEARCH, "file_search", "gemini-2.5,gemini-3", "", "vector_stores" },
 };
 
 /* The model families each wire knows, by name prefix: a name among them
@@ -225,7 +228,7 @@ void ad_add_ptcall(ar_arena *a, ad_turn *t, int kind, const char *name, const ch
 int ad_ptkind_of(const char *name) {
   if (!name) return -1;
   static const struct { const char *part; ad_ptkind kind; } words[] = {
-    { "web_search", AD_PT_WEB_SEARCH }, { "SEARCH", AD_PT_WEB_SEARCH }, { "web_fetch", AD_PT_WEB_FETCH },
+    { "web_search", AD_PT_WEB_SEARCH }, { "FILE_SEARCH", AD_PT_FILE_SEARCH }, { "SEARCH", AD_PT_WEB_SEARCH }, { "web_fetch", AD_PT_WEB_FETCH },
     { "code_execution", AD_PT_CODE_EXECUTION }, { "code_interpreter", AD_PT_CODE_EXECUTION }, { "CODE", AD_PT_CODE_EXECUTION },
     { "file_search", AD_PT_FILE_SEARCH }, { "URL", AD_PT_URL_CONTEXT },
   };

@@ -213,6 +213,70 @@ static void found(ak_ask *a, int i, sb_buf *out, int *count) {
   sb_addc(out, '}');
 }
 
+/* One violation of the discovery tool's input schema, as the pipeline's
+   validator says it: { path, message = "path text", rule }. */
+static void violation(sb_buf *v, int *n, const char *path, const char *text, const char *rule, char *first, size_t cap) {
+  char m[200];
+  snprintf(m, sizeof m, "%.160s %.35s", path, text);
+  if (!*n && cap) {
+    size_t k = strlen(m) < cap ? strlen(m) : cap - 1;
+    memcpy(first, m, k);
+    first[k] = 0;
+  }
+  sb_adds(v, (*n)++ ? ",{\"path\":" : "{\"path\":");
+  json_write_string(v, path, strlen(path));
+  sb_adds(v, ",\"message\":");
+  json_write_string(v, m, strlen(m));
+  sb_adds(v, ",\"rule\":");
+  json_write_string(v, rule, strlen(rule));
+  sb_addc(v, '}');
+}
+
+/* The discovery call's input checked against its schema (ak_lazy_prepare's
+   parameters): an object of names (an array of strings) and query (a
+   string), each optional (null is no value), nothing else. 1 with the
+   model's error result in out, as the pipeline's TOOL_INPUT_INVALID: the
+   first violation's message and every one in details.violations. */
+static int bad_input(const jv *in, char *first, size_t cap, sb_buf *out) {
+  char path[160];
+  const char *root = PM_DISCOVER_TOOL ".input";
+  sb_buf v;
+  sb_init(&v);
+  int n = 0;
+  if (in->type != JV_OBJ) {
+    violation(&v, &n, root, "must be an object", "type", first, cap);
+  } else {
+    for (const jv *m = in->first; m; m = m->next) {
+      snprintf(path, sizeof path, "%s.%.100s", root, m->key);
+      if (strcmp(m->key, "query") == 0) {
+        if (m->type != JV_STR && m->type != JV_NULL) violation(&v, &n, path, "must be a string", "type", first, cap);
+      } else if (strcmp(m->key, "names") == 0) {
+        if (m->type == JV_ARR) {
+          int k = 0;
+          for (const jv *x = m->first; x; x = x->next, k++) {
+            if (x->type == JV_STR) continue;
+            snprintf(path, sizeof path, "%s.names[%d]", root, k + 1);
+            violation(&v, &n, path, "must be a string", "type", first, cap);
+          }
+        } else if (m->type != JV_NULL) {
+          violation(&v, &n, path, "must be an array", "type", first, cap);
+        }
+      } else {
+        violation(&v, &n, path, "is not allowed", "additionalProperties", first, cap);
+      }
+    }
+  }
+  if (n) {
+    sb_adds(out, "{\"error\":{\"code\":\"TOOL_INPUT_INVALID\",\"message\":");
+    json_write_string(out, first, strlen(first));
+    sb_adds(out, ",\"tool\":\"" PM_DISCOVER_TOOL "\",\"details\":{\"violations\":[");
+    sb_add(out, v.data, v.len);
+    sb_adds(out, "]},\"retryable\":false}}");
+  }
+  sb_free(&v);
+  return n > 0;
+}
+
 int ak_lazy_answer(ak_ask *a, const ad_call *call, sb_buf *out, int *is_error) {
   if (a->lazy_mode != AK_LAZY_SYNTHETIC || !call->name) return 0;
   const pm_agent *ag = a->agent;
@@ -232,19 +296,19 @@ int ak_lazy_answer(ak_ask *a, const ad_call *call, sb_buf *out, int *is_error) {
   char why[200];
   jv *in = json_parse(&scratch, call->arguments_len ? call->arguments : "{}", call->arguments_len ? call->arguments_len : 2,
                       LIM_MODEL_JSON_DEPTH, why, sizeof why);
-  const jv *names = in ? jv_get(in, "names") : NULL;
-  const jv *query = in ? jv_get(in, "query") : NULL;
-  if (!in || in->type != JV_OBJ || (names && names->type != JV_ARR && names->type != JV_NULL) ||
-      (query && query->type != JV_STR && query->type != JV_NULL)) {
-    snprintf(msg, sizeof msg, "The arguments of %s must be an object with names (a list of tool names) or query (a string).",
-             PM_DISCOVER_TOOL);
+  if (!in || bad_input(in, why, sizeof why, out)) {
+    if (!in) {
+      snprintf(msg, sizeof msg, "The arguments of tool '%s' are not JSON: %s.", PM_DISCOVER_TOOL, why);
+      sb_adds(out, "{\"error\":{\"code\":\"TOOL_INPUT_INVALID\",\"message\":");
+      json_write_string(out, msg, strlen(msg));
+      sb_adds(out, ",\"retryable\":false}}");
+    }
     ar_free(&scratch);
-    sb_adds(out, "{\"error\":{\"code\":\"TOOL_INPUT_INVALID\",\"message\":");
-    json_write_string(out, msg, strlen(msg));
-    sb_adds(out, ",\"retryable\":false}}");
     *is_error = 1;
     return 1;
   }
+  const jv *names = jv_get(in, "names");
+  const jv *query = jv_get(in, "query");
   int count = 0, nerr = 0;
   sb_buf errs;
   sb_init(&errs);
@@ -269,4 +333,19 @@ int ak_lazy_answer(ak_ask *a, const ad_call *call, sb_buf *out, int *is_error) {
   sb_free(&errs);
   ar_free(&scratch);
   return 1;
+}
+
+void ak_lazy_journaled(ak_ask *a, const ad_call *call, const char *content, size_t len, int is_error) {
+  if (a->lazy_mode != AK_LAZY_SYNTHETIC || is_error || !call->name || strcmp(call->name, PM_DISCOVER_TOOL) != 0) return;
+  ar_arena scratch;
+  ar_init(&scratch);
+  char why[200];
+  const jv *out = json_parse(&scratch, content, len, LIM_MODEL_JSON_DEPTH, why, sizeof why);
+  const jv *tools = out && out->type == JV_OBJ ? jv_get(out, "tools") : NULL;
+  for (const jv *t = tools && tools->type == JV_ARR ? tools->first : NULL; t; t = t->next) {
+    const jv *name = t->type == JV_OBJ ? jv_get(t, "name") : NULL;
+    int i = name && name->type == JV_STR ? lazy_index(a, name->s) : -1;
+    if (i >= 0) a->discovered[i] = 1;
+  }
+  ar_free(&scratch);
 }

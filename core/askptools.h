@@ -23,6 +23,9 @@ void ak_ptools_event(ak_ask *a, int e);
 int ak_lazy_prepare(ak_ask *a);
 void ak_lazy_ask(ak_ask *a, ad_ask *q);
 int ak_lazy_answer(ak_ask *a, const ad_call *call, sb_buf *out, int *is_error);
+/* A resumed run's discovery call whose outcome the journal holds: the tools
+   it found are loaded again, as when it ran. */
+void ak_lazy_journaled(ak_ask *a, const ad_call *call, const char *content, size_t len, int is_error);
 
 /* Pushes the sources the answer cites: a list of {url, title?,
    cited_text?}, empty when none (luma.Ask:citations). */

@@ -61,7 +61,14 @@ static void prepare_slot(ak_ask *a, int i) {
   sb_buf lazy;
   sb_init(&lazy);
   int lazy_error;
+  /* the discovery call is a call like the others to the telemetry (the
+     clock read only for it: a host's clock sees no more reads than before) */
+  int discovery = call->name && strcmp(call->name, PM_DISCOVER_TOOL) == 0;
+  long long began = discovery ? pl_mono_ms(a->T, a->pg) : 0;
   if (ak_lazy_answer(a, call, &lazy, &lazy_error)) {
+    if (discovery)
+      st_emit_builtin(a->T, a->pg, PM_DISCOVER_TOOL, a->agent->name, lazy_error ? "TOOL_INPUT_INVALID" : NULL,
+                      pl_mono_ms(a->T, a->pg) - began, a->id, a->run_id);
     keep(s, &lazy, lazy_error);
     return;
   }
@@ -160,6 +167,7 @@ st_verdict ak_begin_tools(ak_ask *a) {
     ak_slot *s = &a->slots[i];
     if (ak_journal_result(a, i, &s->content, &s->len, &s->is_error)) {
       s->answered = s->journaled = 1;
+      ak_lazy_journaled(a, &t->calls[i], s->content, s->len, s->is_error);
       continue;
     }
     /* a person's decision on a call the run waited for: a denial is the

@@ -691,7 +691,7 @@ static void check_ptool(pm_ctx *c, ast_decl *d) {
   if (t->allowed_domains.present && t->blocked_domains.present)
     ERR(c, pm_config_entry(d, "blocked_domains")->pos, "Provider tool '%s' sets both allowed_domains and blocked_domains: set one.", d->name);
   if (t->kind == AD_PT_FILE_SEARCH && !t->vector_stores.n)
-    ERR(c, d->name_pos, "Provider tool '%s' (file_search) must set vector_stores: the ids of the vector stores to search.", d->name);
+    ERR(c, d->name_pos, "Provider tool '%s' (file_search) must set vector_stores: the ids of the vector stores (on Gemini, the fileSearchStores/... names) to search.", d->name);
 }
 
 /* "a,b,c" as "a, b, c", for a message. */

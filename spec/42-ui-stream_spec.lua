@@ -140,6 +140,26 @@ local CASES = {
       { type = "text-delta", id = "t1", delta = '{"n":1}' }, { type = "text-end", id = "t1" },
       { type = "data-luma-answer", data = { n = 1 } }, { type = "finish-step" },
       { type = "finish", finishReason = "stop" }, "[DONE]" } },
+  { "a call the provider ran as a provider-executed tool part in its turn's step: completed, failed, failed without a message",
+    { text(1, "Searching."),
+      { type = "provider_tool", turn = 1, id = "srvtoolu_1", name = "web_search", status = "completed" },
+      { type = "provider_tool", turn = 1, id = "srvtoolu_2", name = "web_fetch", status = "failed",
+        error = { code = "url_not_allowed", message = "the URL is not allowed" } },
+      { type = "provider_tool", turn = 1, id = "ci_3", name = "code_execution", status = "failed" },
+      { type = "usage", turn = 1, input_tokens = 3, output_tokens = 4 },
+      { type = "turn_end", turn = 1, stop = "stop" },
+      { type = "retry", turn = 1, reason = "HTTP_502", attempt = 2 }, OK },
+    { { type = "start" }, { type = "start-step" }, { type = "text-start", id = "t1" },
+      { type = "text-delta", id = "t1", delta = "Searching." }, { type = "text-end", id = "t1" },
+      { type = "tool-input-available", toolCallId = "srvtoolu_1", toolName = "web_search", input = {}, providerExecuted = true },
+      { type = "tool-output-available", toolCallId = "srvtoolu_1", output = null, providerExecuted = true },
+      { type = "tool-input-available", toolCallId = "srvtoolu_2", toolName = "web_fetch", input = {}, providerExecuted = true },
+      { type = "tool-output-error", toolCallId = "srvtoolu_2", errorText = "[url_not_allowed] the URL is not allowed",
+        providerExecuted = true },
+      { type = "tool-input-available", toolCallId = "ci_3", toolName = "code_execution", input = {}, providerExecuted = true },
+      { type = "tool-output-error", toolCallId = "ci_3", errorText = "[failed] code_execution failed at the provider",
+        providerExecuted = true },
+      { type = "finish-step" }, { type = "finish", finishReason = "stop" }, "[DONE]" } },
   { "usage sends nothing by default; unknown types are skipped; nothing after the finish",
     { { type = "usage", turn = 1, input_tokens = 3, output_tokens = 4 }, { type = "thinking_hard", turn = 1 },
       { type = "finish", ok = true, answer = "" }, text(1, "late") },
@@ -233,6 +253,28 @@ describe("the ai package's own reader of luma.uistream's output", function()
     assert.are.same({ turn = 2, reason = "ASK_TRUNCATED", attempt = 2 }, m.parts[8].data)
     assert.are.same({ "The sum is 5 ✓.", "done" }, { m.parts[10].text, m.parts[10].state })
     -- readUIMessageStream rebuilds the same message
+    assert.are.same(m, r.read)
+  end)
+
+  it("takes the provider's calls as provider-executed tool parts, which it does not run", function()
+    local r = ai_chat("-", uistream.encode({ text(1, "Looking it up."),
+      { type = "provider_tool", turn = 1, id = "srvtoolu_1", name = "web_search", status = "completed" },
+      { type = "provider_tool", turn = 1, id = "srvtoolu_2", name = "web_fetch", status = "failed",
+        error = { code = "url_not_allowed", message = "the URL is not allowed" } },
+      text(1, "Found it."), { type = "turn_end", turn = 1, stop = "stop" },
+      { type = "finish", ok = true, answer = "Looking it up.Found it." } }, { message_id = "answer-p" }))
+    assert.are.same({}, r.invalid)
+    assert.are.same({}, r.readErrors)
+    assert.are.equal("ready", r.status, tostring(r.error))
+    local m = r.messages[2]
+    local types = {}
+    for _, p in ipairs(m.parts) do types[#types + 1] = p.type end
+    assert.are.same({ "step-start", "text", "tool-web_search", "tool-web_fetch", "text" }, types)
+    local search, fetch = m.parts[3], m.parts[4]
+    assert.are.same({ "srvtoolu_1", "output-available", true, {} },
+      { search.toolCallId, search.state, search.providerExecuted, search.input })
+    assert.are.same({ "srvtoolu_2", "output-error", true, "[url_not_allowed] the URL is not allowed" },
+      { fetch.toolCallId, fetch.state, fetch.providerExecuted, fetch.errorText })
     assert.are.same(m, r.read)
   end)
 

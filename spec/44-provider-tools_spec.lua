@@ -60,7 +60,7 @@ agent A { model: M
       "Provider tool 's' sets both allowed_domains and blocked_domains: set one." },
     { "file_search without vector stores",
       'provider_tool s { kind: "file_search" }',
-      "Provider tool 's' (file_search) must set vector_stores: the ids of the vector stores to search." },
+      "Provider tool 's' (file_search) must set vector_stores: the ids of the vector stores (on Gemini, the fileSearchStores/... names) to search." },
     { "a direct call of a provider tool",
       'provider_tool s { kind: "web_search" }\nmodel M { provider: "anthropic", name: "claude-sonnet-4-5" }\nagent A { model: M\n tools: [s]\n fn run() -> Sum { return tool s({ q: "x" }) } }',
       "'s' is a provider tool: the provider runs it when the model asks, and it cannot be called with tool, nor forced with using tool." },
@@ -102,6 +102,9 @@ describe("the capability check at load", function()
     { "an option the entry does not take (Gemini's take none)",
       'model M { provider: "gemini", name: "gemini-3-flash" }', "search",
       "Agent 'A': provider tool 'search' sets max_uses, which web_search on Gemini generateContent does not take." },
+    { "file search on a Gemini model before 2.5",
+      'model M { provider: "gemini", name: "gemini-2.0-flash" }', "files",
+      "Agent 'A': file_search is not available on Gemini generateContent for model 'gemini-2.0-flash' (model M); it runs on gemini-2.5, gemini-3." },
     { "blocked domains on the Responses API (its filters allow only)",
       'model M { provider: "openai", name: "gpt-5.4", api: "responses" }', "blocked",
       "Agent 'A': provider tool 'blocked' sets blocked_domains, which web_search on the Responses API does not take; it takes max_uses, allowed_domains, user_location." },
@@ -546,6 +549,31 @@ describe("provider tools on Gemini", function()
     assert.are.same({ { url_context = 2 }, 1 }, { e.provider_tools, e.provider_tool_errors })
   end)
 
+  it("sends file_search with its stores, and reads the documents it retrieved as citations", function()
+    server:script { { json = { candidates = { { content = { role = "model", parts = { { text = '{"total":3}' } } }, finishReason = "STOP",
+      groundingMetadata = {
+        groundingChunks = {
+          { retrievedContext = { title = "sums.pdf", text = "1 + 2 = 3", fileSearchStore = "fileSearchStores/maths-1" } },
+          { retrievedContext = { uri = "https://example.com/tables", title = "tables.md", text = "3" } } },
+        groundingSupports = { { segment = { startIndex = 0, endIndex = 11, text = '{"total":3}' }, groundingChunkIndices = { 0, 1 } } } } } } } } }
+    local source = SOURCE:format("", 'provider: "gemini", name: "gemini-2.5-flash"', server.url, "docs")
+      :gsub('vector_stores: %["vs_1", "vs_2"%], max_uses: 4', 'vector_stores: ["fileSearchStores/maths-1", "fileSearchStores/tables-2"]')
+    local p = assert(luma.compile(source))
+    p:register("add", function(i) return { sum = i.a + i.b } end)
+    local events = {}
+    p:configure { lookup = function(n) if n == "LUMA_TEST_KEY" then return KEY end end,
+                  on_event = function(e) events[#events + 1] = e end }
+    assert.are.same({ total = 3 }, p:agent("A"):call("run", { x = 1 }))
+    local req = server:requests()[1]
+    assert.is_nil(req.refused, req.refused and luma.json.encode(req.refused))
+    assert.are.same({ { file_search = { file_search_store_names = { "fileSearchStores/maths-1", "fileSearchStores/tables-2" } } } },
+      req.json.tools)
+    local e = ask_event(events)
+    assert.are.same({ file_search = 1 }, e.provider_tools)
+    assert.are.same({ { url = "fileSearchStores/maths-1", title = "sums.pdf", cited_text = '{"total":3}' },
+      { url = "https://example.com/tables", title = "tables.md", cited_text = '{"total":3}' } }, e.citations)
+  end)
+
   it("counts code execution parts, and a failed outcome as an error", function()
     server:script { { json = { candidates = { { content = { role = "model", parts = {
       { executableCode = { language = "PYTHON", code = "print(1/0)" } },
@@ -792,6 +820,9 @@ describe("the mock provider refuses what the providers refuse in provider-tool r
     { "Gemini 3: a built-in tool beside functions without includeServerSideToolInvocations", "/v1beta/models/gemini-3-flash:generateContent",
       { contents = { { role = "user", parts = { { text = "hi" } } } },
         tools = { { functionDeclarations = { { name = "f" } } }, { google_search = {} } } }, "include_server_side_tool_invocations" },
+    { "Gemini: file_search without its store names", "/v1beta/models/gemini-2.5-flash:generateContent",
+      { contents = { { role = "user", parts = { { text = "hi" } } } }, tools = { { file_search = {} } } },
+      "file search store name" },
     { "Chat: web_search_options on a model that does not search", "/v1/chat/completions",
       { model = "gpt-5.4-mini", messages = user, web_search_options = {} }, "search models" },
   }
@@ -875,6 +906,63 @@ describe("lazy tools", function()
     assert.are.same({ sum = 3 }, result(r[4], "c3"))
   end)
 
+  it("show the discovery call like any other: its input checked against its schema, its telemetry and its events", function()
+    server:script {
+      mock.chat(nil, { { "c1", "__discover_tools", '{"nams":["mul"],"names":["mul",3]}' } }),
+      mock.chat(nil, { { "c2", "__discover_tools", '{"names":["mul"]}' } }),
+      mock.chat(nil, { { "c3", "mul", '{"a":1,"b":3}' } }),
+      mock.chat('{"total":3}'),
+    }
+    local rec = h.tmpname(".jsonl")
+    local p, telemetry = lazy_program(server, 'provider: "openai", name: "gpt-5.4-mini"', "/v1")
+    p:configure { record = rec }
+    local events = {}
+    local f = p:agent("A"):start("run", { x = 1 }, { on_event = function(ev) events[#events + 1] = ev end })
+    assert.is_true(f:wait(10000))
+    assert.are.same({ total = 3 }, f:result())
+    local r = server:requests()
+    -- the invalid input: the validator's error, every violation, which the model acts on
+    local m = find(r[2].json.messages, function(x) return x.role == "tool" and x.tool_call_id == "c1" end)
+    local e = luma.json.decode(m.content).error
+    assert.are.same({ "TOOL_INPUT_INVALID", "__discover_tools.input.nams is not allowed", false },
+      { e.code, e.message, e.retryable })
+    local paths = {}
+    for _, v in ipairs(e.details.violations) do paths[#paths + 1] = v.path .. " " .. v.rule end
+    table.sort(paths)
+    assert.are.same({ "__discover_tools.input.names[2] type", "__discover_tools.input.nams additionalProperties" }, paths)
+    -- nothing was found by it; the next one found mul
+    local fname = function(t) return t["function"].name end
+    assert.are.same({ "__discover_tools", "add" }, names(r[2].json.tools, fname))
+    assert.are.same({ "__discover_tools", "add", "mul" }, names(r[3].json.tools, fname))
+    -- telemetry: one event per call, the discovery calls among them
+    local calls = {}
+    for _, ev in ipairs(telemetry) do
+      if ev.tool then calls[#calls + 1] = { ev.tool, ev.status, ev.code ~= luma.null and ev.code or nil, ev.agent, ev.attempts } end
+    end
+    assert.are.same({ { "__discover_tools", "error", "TOOL_INPUT_INVALID", "A", 1 }, { "__discover_tools", "ok", nil, "A", 1 },
+      { "mul", "ok", nil, "A", 1 } }, calls)
+    -- the host's events: each discovery call and its result
+    local seen = {}
+    for _, ev in ipairs(events) do
+      if ev.type == "tool_call" or ev.type == "tool_result" then
+        seen[#seen + 1] = ev.type .. " " .. ev.id .. " " .. ev.name .. (ev.type == "tool_result" and (ev.ok and " ok" or " error") or "")
+      end
+    end
+    assert.are.same({ "tool_call c1 __discover_tools", "tool_result c1 __discover_tools error",
+      "tool_call c2 __discover_tools", "tool_result c2 __discover_tools ok",
+      "tool_call c3 mul", "tool_result c3 mul ok" }, seen)
+    -- replayed from its recording: the same requests (the replay refuses one
+    -- that differs), the same answer, the same discovery calls
+    local q, replayed = lazy_program(server, 'provider: "openai", name: "gpt-5.4-mini"', "/v1")
+    q:configure { replay = rec }
+    assert.are.same({ total = 3 }, q:agent("A"):call("run", { x = 1 }))
+    os.remove(rec)
+    assert.are.equal(4, #server:requests())
+    local again = {}
+    for _, ev in ipairs(replayed) do if ev.tool then again[#again + 1] = ev.tool .. " " .. ev.status end end
+    assert.are.same({ "__discover_tools error", "__discover_tools ok", "mul ok" }, again)
+  end)
+
   it("are found again the same way when the ask is replayed from its recording", function()
     local rec = h.tmpname(".jsonl")
     server:script {
@@ -890,6 +978,39 @@ describe("lazy tools", function()
     assert.are.same({ total = 3 }, q:agent("A"):call("run", { x = 1 }))
     os.remove(rec)
     assert.are.equal(3, #server:requests())
+  end)
+
+  it("stay found when a durable run is resumed after the discovery call's outcome was journaled", function()
+    server:script {
+      mock.chat(nil, { { "c1", "__discover_tools", '{"names":["mul"]}' } }),
+      mock.chat(nil, { { "c2", "mul", '{"a":1,"b":3}' } }),
+      mock.chat('{"total":3}'),
+    }
+    local dir = h.project {
+      ["flow.luma"] = LAZY:format('provider: "openai", name: "gpt-5.4-mini"', server.url .. "/v1", "durable: true"),
+      ["tools.lua"] = [[return { add = function(i) return { sum = i.a + i.b } end,
+        mul = function(i) return { sum = i.a * i.b } end, sub = function(i) return { sum = i.a - i.b } end }]],
+      ["luma.config.json"] = '{ "tool_modules": ["./tools.lua"] }',
+    }
+    -- records: the ask, turn 1's exchange, the discovery call's outcome: killed after it
+    local r = h.run({ dir .. "/flow.luma", "--agent", "A", "--input", '{"x": 1}', "--journal", dir .. "/j.db",
+                      "--journal-lease-ms", "30" },
+                    { cwd = dir, env = { LUMA_TEST_KEY = KEY, LUMA_JOURNAL_CRASH = "after:3" } })
+    assert.are.equal(137, r.status, r.stderr)
+    os.execute("sleep 0.1")   -- the killed owner's lease ends
+    local status, out = h.sh("env -u LD_PRELOAD sqlite3 " .. h.quote(dir .. "/j.db") .. " 'SELECT DISTINCT run FROM luma_journal'")
+    assert.are.equal(0, status, out)
+    local run = out:match("run%-%x+")
+    r = h.run({ "resume", run, dir .. "/flow.luma", "--journal", dir .. "/j.db" }, { cwd = dir, env = { LUMA_TEST_KEY = KEY } })
+    assert.are.equal(0, r.status, r.stderr)
+    assert.are.same({ total = 3 }, luma.json.decode(r.stdout))
+    local asked = server:requests()
+    assert.are.equal(3, #asked)
+    -- the resumed run's first request has mul, and mul ran
+    local fname = function(t) return t["function"].name end
+    assert.are.same({ "__discover_tools", "add", "mul" }, names(asked[2].json.tools, fname))
+    local m = find(asked[3].json.messages, function(x) return x.role == "tool" and x.tool_call_id == "c2" end)
+    assert.are.same({ sum = 3 }, luma.json.decode(m.content))
   end)
 
   it("are found by a query over their names and descriptions, on Gemini too", function()

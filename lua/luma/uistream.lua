@@ -18,6 +18,13 @@
 --   tool_call             tool-input-available {toolCallId, toolName, input}
 --   tool_result           tool-output-available {toolCallId, output}, or tool-output-error
 --                         {toolCallId, errorText = "[CODE] message"}; in its turn's step
+--   provider_tool         a call the provider ran (web search...), shown once its result came:
+--                         tool-input-available {toolCallId, toolName = its kind, input = {},
+--                         providerExecuted = true}, then tool-output-available {output = null}
+--                         or, failed, tool-output-error {errorText = "[CODE] message"}, both
+--                         providerExecuted = true (useChat's onToolCall skips such a call);
+--                         the event has neither its input nor its output (its citations are
+--                         the ask's)
 --   usage                 with metadata = true: message-metadata {usage = {inputTokens, outputTokens}},
 --                         the totals so far (off by default: an app's messageMetadataSchema judges it)
 --   turn_end              the turn's parts end; its stop is the finish's finishReason
@@ -211,6 +218,19 @@ handle.tool_result = function(self, ev)
     local output = ev.output
     if output == nil then output = uistream.null end
     self:emit { type = "tool-output-available", toolCallId = id, output = output }
+  end
+end
+
+-- a call the provider ran, whole: the browser must not run it (providerExecuted)
+handle.provider_tool = function(self, ev)
+  local id, call = self:call(ev, "done")
+  self:emit { type = "tool-input-available", toolCallId = id, toolName = tostring(call.name), input = {},
+    providerExecuted = true }
+  if ev.status == "failed" or ev.error ~= nil then
+    local e = ev.error or { code = "failed", message = tostring(call.name) .. " failed at the provider" }
+    self:emit { type = "tool-output-error", toolCallId = id, errorText = error_text(e), providerExecuted = true }
+  else
+    self:emit { type = "tool-output-available", toolCallId = id, output = uistream.null, providerExecuted = true }
   end
 end
 

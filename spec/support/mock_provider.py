@@ -164,7 +164,10 @@ ANTHROPIC_SERVER_TOOLS = {"web_search_": "web_search", "web_fetch_": "web_fetch"
                           "tool_search_tool_regex_": "tool_search_tool_regex", "tool_search_tool_bm25_": "tool_search_tool_bm25"}
 RESPONSES_INCLUDE = ("reasoning.encrypted_content", "web_search_call.action.sources", "code_interpreter_call.outputs",
                      "file_search_call.results", "message.output_text.logprobs", "computer_call_output.output.image_url")
-GEMINI_BUILTINS = ("google_search", "url_context", "code_execution", "googleSearch", "urlContext", "codeExecution")
+GEMINI_BUILTINS = ("google_search", "url_context", "code_execution", "googleSearch", "urlContext", "codeExecution",
+                   "file_search", "fileSearch")
+# File Search's fields (ai.google.dev/api: FileSearch): the store names are required
+GEMINI_FILE_SEARCH = {"file_search_store_names": "fileSearchStoreNames", "metadata_filter": "metadataFilter", "top_k": "topK"}
 
 
 def anthropic_tools(body):
@@ -242,6 +245,20 @@ def responses_tools(body):
     return None
 
 
+def gemini_file_search(key, v):
+    if not isinstance(v, dict):
+        return "Invalid value at 'tools[0].%s': expected an object." % key
+    names = None
+    for field, value in v.items():
+        if field not in GEMINI_FILE_SEARCH and field not in GEMINI_FILE_SEARCH.values():
+            return "Invalid JSON payload received. Unknown name \"%s\" at 'tools[0].%s': Cannot find field." % (field, key)
+        if field in ("file_search_store_names", "fileSearchStoreNames"):
+            names = value
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n.startswith("fileSearchStores/") for n in names):
+        return "tools[0].%s.file_search_store_names: at least one file search store name (fileSearchStores/...) is required." % key
+    return None
+
+
 def gemini_tools(path, body):
     model = path.rsplit("/", 1)[-1].split(":")[0]
     tools = body.get("tools") or []
@@ -251,7 +268,11 @@ def gemini_tools(path, body):
         for k, v in t.items():
             if k != "functionDeclarations" and k not in GEMINI_BUILTINS:
                 return "Invalid JSON payload received. Unknown name \"%s\" at 'tools[0]': Cannot find field." % k
-            if k in GEMINI_BUILTINS and v != {}:
+            if k in ("file_search", "fileSearch"):
+                why = gemini_file_search(k, v)
+                if why:
+                    return why
+            elif k in GEMINI_BUILTINS and v != {}:
                 return "Invalid JSON payload received. Unknown name at 'tools[0].%s': Cannot find field." % k
     if functions and builtins:
         if model.startswith("gemini-1") or model.startswith("gemini-2"):
