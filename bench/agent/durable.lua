@@ -91,13 +91,13 @@ local ok, err = pcall(function()
   server:script(script())
   local recording = dir .. "/ask.jsonl"
   timed(program(server.url, false, { record = recording }))
-  local rows = { { "default (synchronous NORMAL)", false } }
+  local rows = { { "default (synchronous NORMAL)", false }, { "sync (synchronous FULL)", true } }
   print(("durable ask, %d turns x %d calls, replayed: journal cost per round trip (median of %d pairs)")
     :format(TURNS, CALLS, PAIRS))
   for _, row in ipairs(rows) do
     local diffs = {}
     for i = 1, PAIRS do
-      local journal = ("%s/j%d.db"):format(dir, i)
+      local journal = { type = "sqlite", path = ("%s/j%s%d.db"):format(dir, row[2] and "s" or "", i), sync = row[2] }
       local plain = timed(program(server.url, false, { replay = recording }))
       local durable = timed(program(server.url, true, { replay = recording, journal = journal }))
       diffs[i] = (durable - plain) * 1000 / (TURNS + 1)
