@@ -293,15 +293,18 @@ st_verdict ak_step_tools(ak_ask *a) {
   char err[400];
   /* the outcomes in a durable ask's journal as they come, before the next
      request: those that ended together in one commit */
-  int *ended = NULL, nended = 0, first = -1, rc = 0;
+  int few[8], *ended = NULL, nended = 0, first = -1, rc = 0;
   for (int i = 0; i < a->nslots; i++) {
     ak_slot *s = &a->slots[i];
     if (!s->answered || s->journaled || s->awaiting) continue;
-    if (first < 0 && !(ended = malloc(sizeof *ended * (size_t)a->nslots))) {
-      snprintf(err, sizeof err, "out of memory");
-      rc = -1;
+    if (first < 0) {
+      first = i;
+      ended = a->nslots <= (int)(sizeof few / sizeof few[0]) ? few : malloc(sizeof *ended * (size_t)a->nslots);
+      if (!ended) {
+        snprintf(err, sizeof err, "out of memory");
+        rc = -1;
+      }
     }
-    if (first < 0) first = i;
     s->journaled = 1;
     if (ended) ended[nended++] = i;
   }
@@ -317,7 +320,7 @@ st_verdict ak_step_tools(ak_ask *a) {
       lua_replace(a->T, AK_VALUE);
     }
   }
-  free(ended);
+  if (ended != few) free(ended);
   for (int i = 0; i < a->nslots; i++) {
     ak_slot *s = &a->slots[i];
     if (!s->answered) continue;
