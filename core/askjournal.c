@@ -359,8 +359,13 @@ static int claim(ak_ask *a, jr_run *now, char *err, size_t errlen) {
 
 /* The crash specs' kill point (README: Durable asks): LUMA_JOURNAL_CRASH =
    "before:N" or "after:N" kills this process with SIGKILL just before or
-   just after its Nth journal record. */
-static void crash_point(int after) {
+   just after its Nth journal record is written. Records are counted one by
+   one; records committed together (a turn's tool outcomes, one commit) are
+   written at once, so that "before:N" kills before the commit that holds
+   record N (none of it kept) and "after:N" after it (all of it kept).
+   Called with the commit's records (count) before it (after 0), and again
+   once it is kept (after 1). */
+static void crash_point(int count, int after) {
   static long long n, at = -1;
   static int when_after;
   if (at < 0) {
@@ -372,8 +377,8 @@ static void crash_point(int after) {
       when_after = 1;
     }
   }
-  if (!after) n++;
-  if (at > 0 && n == at && after == when_after) raise(SIGKILL);
+  if (!after) n += count;
+  if (at > 0 && after == when_after && at > n - count && at <= n) raise(SIGKILL);
 }
 
 /* s as the text of a JSON string (no quotes), in the ask's arena */
@@ -448,17 +453,24 @@ static int redact(ak_ask *a, sb_buf *b) {
   return rc;
 }
 
-/* Appends a record of kind with body b (freed), as the run's owner, with
-   the secrets redacted; step (NULL: as it was) is where the run is once the
-   record is kept, set with it. */
-static int append(ak_ask *a, const char *kind, sb_buf *b, const char *step, char *err, size_t errlen) {
+/* Appends n records of kind with bodies bs (freed) in one commit, as the
+   run's owner, with the secrets redacted; step (NULL: as it was) is where
+   the run is once they are kept, set with them. */
+static int append_n(ak_ask *a, const char *kind, sb_buf *bs, int n, const char *step, char *err, size_t errlen) {
   long long seq = -1;
   snprintf(err, errlen, "out of memory");
-  if (redact(a, b) != 0) b->failed = 1;
-  crash_point(0);
-  if (!b->failed) seq = jr_append(a->pg->journal, a->run_id, a->owner, kind, b->data, b->len, step, err, errlen);
-  if (seq > 0) crash_point(1);
-  sb_free(b);
+  jr_record one, *recs = n == 1 ? &one : calloc((size_t)n, sizeof *recs);
+  int failed = !recs;
+  for (int i = 0; i < n; i++) {
+    if (redact(a, &bs[i]) != 0) bs[i].failed = 1;
+    failed |= bs[i].failed;
+    if (recs) recs[i] = (jr_record){ kind, bs[i].data, bs[i].len };
+  }
+  crash_point(n, 0);
+  if (!failed) seq = jr_append_batch(a->pg->journal, a->run_id, a->owner, recs, n, step, err, errlen);
+  if (seq > 0) crash_point(n, 1);
+  for (int i = 0; i < n; i++) sb_free(&bs[i]);
+  if (recs != &one) free(recs);
   if (seq == JR_LOST) {
     char why[300];
     snprintf(why, sizeof why, "%s", err);
@@ -466,6 +478,11 @@ static int append(ak_ask *a, const char *kind, sb_buf *b, const char *step, char
     snprintf(err, errlen, "another process took run '%s' over: %s", a->run_id, why);
   }
   return seq > 0 ? 0 : -1;
+}
+
+/* Appends a record of kind with body b (freed): append_n of one. */
+static int append(ak_ask *a, const char *kind, sb_buf *b, const char *step, char *err, size_t errlen) {
+  return append_n(a, kind, b, 1, step, err, errlen);
 }
 
 /* `,"key":` and s as a JSON string (NULL: null) */
@@ -525,26 +542,37 @@ int ak_journal_exchange(ak_ask *a, const ad_response *r, char *err, size_t errle
   return append(a, "exchange", &b, step, err, errlen);
 }
 
-int ak_journal_tool(ak_ask *a, int i, char *err, size_t errlen) {
-  if (!a->agent->durable) return 0;
-  const ak_slot *s = &a->slots[i];
-  const ad_call *call = i < a->turn.ncalls ? &a->turn.calls[i] : NULL;
-  sb_buf b;
-  sb_init(&b);
-  sb_printf(&b, "{\"turn\":%d,\"error\":%s", a->turns, s->is_error ? "true" : "false");
-  field(&b, "id", call ? call->id : NULL);
-  field(&b, "name", call ? call->name : NULL);
-  sb_adds(&b, ",\"content\":");
-  if (s->content) sb_add(&b, s->content, s->len);
-  else sb_adds(&b, "null");
-  sb_addc(&b, '}');
-  /* the turn's last outcome kept: the next request is the step */
+int ak_journal_tools(ak_ask *a, const int *idx, int n, char *err, size_t errlen) {
+  if (!a->agent->durable || n < 1) return 0;
+  sb_buf one, *bs = n == 1 ? &one : calloc((size_t)n, sizeof *bs);
+  if (!bs) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  for (int k = 0; k < n; k++) {
+    int i = idx[k];
+    const ak_slot *s = &a->slots[i];
+    const ad_call *call = i < a->turn.ncalls ? &a->turn.calls[i] : NULL;
+    sb_buf *b = &bs[k];
+    sb_init(b);
+    sb_printf(b, "{\"turn\":%d,\"error\":%s", a->turns, s->is_error ? "true" : "false");
+    field(b, "id", call ? call->id : NULL);
+    field(b, "name", call ? call->name : NULL);
+    sb_adds(b, ",\"content\":");
+    if (s->content) sb_add(b, s->content, s->len);
+    else sb_adds(b, "null");
+    sb_addc(b, '}');
+  }
+  /* the turn's last outcomes kept: the next request is the step (the
+     caller marked these journaled) */
   int left = 0;
-  for (int k = 0; k < a->nslots; k++) left += k != i && !a->slots[k].journaled && !a->slots[k].awaiting;
+  for (int k = 0; k < a->nslots; k++) left += !a->slots[k].journaled && !a->slots[k].awaiting;
   char step[64];
   if (left) snprintf(step, sizeof step, "turn %d: tools, %d to go", a->turns, left);
   else snprintf(step, sizeof step, "turn %d: request", a->turns + 1);
-  return append(a, "tool", &b, step, err, errlen);
+  int rc = append_n(a, "tool", bs, n, step, err, errlen);
+  if (bs != &one) free(bs);
+  return rc;
 }
 
 int ak_journal_approval(ak_ask *a, int i, const char *reason, char *err, size_t errlen) {

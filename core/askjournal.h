@@ -56,9 +56,10 @@ int ak_journal_ask(ak_ask *a, char *err, size_t errlen);
 /* "exchange": an answered turn's response as the provider sent it; before
    its tool calls run or its answer is taken. */
 int ak_journal_exchange(ak_ask *a, const ad_response *r, char *err, size_t errlen);
-/* "tool": call i of the turn, with what the model is given; as it ends,
-   before the next request. */
-int ak_journal_tool(ak_ask *a, int i, char *err, size_t errlen);
+/* "tool": calls idx[0..n-1] of the turn (calls that ended together), each
+   with what the model is given; as they end, before the next request, in
+   one commit (jr_append_batch). */
+int ak_journal_tools(ak_ask *a, const int *idx, int n, char *err, size_t errlen);
 /* "finish": the outcome (ok, and the answer or the error, on the ask's
    thread at AK_VALUE), then the run's state; the lease ends. */
 int ak_journal_finish(ak_ask *a, char *err, size_t errlen);

@@ -299,25 +299,40 @@ st_verdict ak_step_tools(ak_ask *a) {
     a->starting = 1;
   }
   char err[400];
+  /* the outcomes in a durable ask's journal as they come, before the next
+     request: those that ended together in one commit */
+  int few[8], *ended = NULL, nended = 0, first = -1, rc = 0;
+  for (int i = 0; i < a->nslots; i++) {
+    ak_slot *s = &a->slots[i];
+    if (!s->answered || s->journaled || s->awaiting) continue;
+    if (first < 0) {
+      first = i;
+      ended = a->nslots <= (int)(sizeof few / sizeof few[0]) ? few : malloc(sizeof *ended * (size_t)a->nslots);
+      if (!ended) {
+        snprintf(err, sizeof err, "out of memory");
+        rc = -1;
+      }
+    }
+    s->journaled = 1;
+    if (ended) ended[nended++] = i;
+  }
+  if (rc == 0 && nended) rc = ak_journal_tools(a, ended, nended, err, sizeof err);
+  if (rc != 0) {
+    for (int k = 0; k < a->nslots; k++)
+      if (a->slots[k].started && !a->slots[k].answered) cl_cancel(a->slots[k].call);
+    if (!a->fatal) {
+      /* the error that ends the ask, kept in the first outcome's place */
+      a->fatal = first + 1;
+      st_fail(a->T, LE_JOURNAL_ERROR, "Agent '%s' is durable, and its ask's journal cannot be written: %s",
+              a->agent->name, err);
+      lua_replace(a->T, AK_VALUE);
+    }
+  }
+  if (ended != few) free(ended);
   for (int i = 0; i < a->nslots; i++) {
     ak_slot *s = &a->slots[i];
     if (!s->answered) continue;
     answered++;
-    /* each outcome in a durable ask's journal as it comes, before the next request */
-    if (!s->journaled && !s->awaiting) {
-      s->journaled = 1;
-      if (ak_journal_tool(a, i, err, sizeof err) != 0) {
-        for (int k = 0; k < a->nslots; k++)
-          if (a->slots[k].started && !a->slots[k].answered) cl_cancel(a->slots[k].call);
-        if (!a->fatal) {
-          /* the error that ends the ask, kept in the outcome's place */
-          a->fatal = i + 1;
-          st_fail(a->T, LE_JOURNAL_ERROR, "Agent '%s' is durable, and its ask's journal cannot be written: %s",
-                  a->agent->name, err);
-          lua_replace(a->T, AK_VALUE);
-        }
-      }
-    }
     /* each result as it comes, for a host that listens */
     if (!s->reported) {
       s->reported = 1;

@@ -58,12 +58,23 @@ static int bad_owner(const char *owner, long long lease_ms, char *err, size_t er
 
 long long jr_append(jr_journal *j, const char *run, const char *owner, const char *kind, const char *body,
                     size_t len, const char *step, char *err, size_t errlen) {
-  if (!run || !*run || !kind || !*kind || (!body && len)) {
+  jr_record r = { kind, body, len };
+  return jr_append_batch(j, run, owner, &r, 1, step, err, errlen);
+}
+
+long long jr_append_batch(jr_journal *j, const char *run, const char *owner, const jr_record *recs, int n,
+                          const char *step, char *err, size_t errlen) {
+  if (!run || !*run || !recs || n < 1) {
     jr_seterr(err, errlen, "a journal record needs a run, a kind and a body");
     return -1;
   }
+  for (int i = 0; i < n; i++)
+    if (!recs[i].kind || !*recs[i].kind || (!recs[i].body && recs[i].len)) {
+      jr_seterr(err, errlen, "a journal record needs a run, a kind and a body");
+      return -1;
+    }
   if (bad_run(run, err, errlen)) return -1;
-  return j->ops->append(j->impl, run, owner, kind, body ? body : "", len, step, err, errlen);
+  return j->ops->append(j->impl, run, owner, recs, n, step, err, errlen);
 }
 
 /* jr_read's walk: judges each row as it comes. */

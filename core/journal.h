@@ -11,7 +11,8 @@
  * reading that tells a torn tail, the run states' names.
  *
  * Records. A run's records are numbered from 1 with no gap, each appended
- * on its own (a transaction, a script), committed before the step that
+ * in a step of its own (a transaction, a script) or with others in one
+ * (jr_append_batch: all kept or none), committed before the step that
  * depends on it: the ask's inputs before its first request, an exchange's
  * response before its tool calls run, every tool call's outcome before the
  * next request. A record: v (the record format, JR_FORMAT), kind, and body,
@@ -55,7 +56,8 @@
  * Durability (SQLite): WAL, synchronous NORMAL (jr_options.sync 0): a
  * committed record survives the process's crash; the last ones may be lost
  * with the machine's power, and their steps run again. sync 1: synchronous
- * FULL, every record on disk before its step (an fsync per record).
+ * FULL, every record on disk before its step (an fsync per commit: a
+ * record, or the records of a jr_append_batch).
  *
  * Threads: any thread may call a journal's functions at once (each back end
  * serialises its connection); a callback must not call the journal.
@@ -86,6 +88,13 @@ void jr_close(jr_journal *j);
    of its own. */
 long long jr_append(jr_journal *j, const char *run, const char *owner, const char *kind, const char *body,
                     size_t len, const char *step, char *err, size_t errlen);
+/* Appends the n records of recs (n >= 1) to run for owner as jr_append
+   does each, all in one step (a transaction, a script): all of them are
+   kept, numbered in order with no gap, or none is. The seq of the last;
+   JR_LOST, or -1 with err, as jr_append. An ask commits the outcomes of the
+   tool calls that ended together so (a commit, not one per record). */
+long long jr_append_batch(jr_journal *j, const char *run, const char *owner, const jr_record *recs, int n,
+                          const char *step, char *err, size_t errlen);
 
 /* Calls each(arg, seq, kind, body, len) for the run's whole records in
    order (NULL: none), and says how many were whole and how many torn; each

@@ -3,6 +3,7 @@
 #include "journal_redis.h"
 #include "journalint.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,8 +27,9 @@
   "x[#f + 1] = redis.call('LLEN', r) x[#f + 2] = t return x end\n"
 
 /* KEYS: run, records, runs; ARGV: how ("owner": owner's append, "none": no
-   owner's, "decide": a decision), owner, seq, the record, and last the
-   run's step ("": as it was) -> {"OK", seq} |
+   owner's, "decide": a decision), owner, seq (the first record's), the
+   run's step ("": as it was), and the records (one or more, all pushed in
+   this one step) -> {"OK", the last's seq} |
    {"SEQ", the next seq} | {"LOST", has, holder} | {"STATE", state} */
 static const char APPEND[] = PRELUDE
   "local has = redis.call('EXISTS', KEYS[1]) == 1\n"
@@ -40,15 +42,15 @@ static const char APPEND[] = PRELUDE
   "end\n"
   "local n = redis.call('LLEN', KEYS[2])\n"
   "if n + 1 ~= tonumber(ARGV[3]) then return {'SEQ', n + 1} end\n"
-  "redis.call('RPUSH', KEYS[2], ARGV[4])\n"
+  "local m = redis.call('RPUSH', KEYS[2], unpack(ARGV, 5))\n"
   "if has then\n"
   "  local t = now()\n"
   "  redis.call('HSET', KEYS[1], 'updated', t)\n"
-  "  local step = ARGV[#ARGV]\n"
+  "  local step = ARGV[4]\n"
   "  if step ~= '' then redis.call('HSET', KEYS[1], 'step', step) end\n"
   "  redis.call('ZADD', KEYS[3], t, redis.call('HGET', KEYS[1], 'id'))\n"
   "end\n"
-  "return {'OK', n + 1}\n";
+  "return {'OK', m}\n";
 
 /* KEYS: run, records; ARGV: how ("owner", "none"), owner, keep -> {"OK"} | {"LOST", has, holder} */
 static const char CUT[] =
@@ -230,19 +232,31 @@ static int row_of(const redisReply *x, size_t at, const char *id, jr_run *r) {
 
 /* ---------------------------------------------------------------- records */
 
-/* APPEND as how: its seq, JR_LOST, 0 (decide: not awaiting approval), -1; err. */
-static long long put(rj_journal *j, const char *run, const char *how, const char *owner, const char *kind,
-                     const char *body, size_t len, const char *step, char *err, size_t errlen) {
-  if (strchr(kind, '|')) {
-    jr_seterr(err, errlen, "a journal record's kind has no '|' ('%s')", kind);
+/* APPEND as how: the seq of the last of recs (n of them), JR_LOST, 0
+   (decide: not awaiting approval), -1; err. */
+static long long put(rj_journal *j, const char *run, const char *how, const char *owner, const jr_record *recs,
+                     int n, const char *step, char *err, size_t errlen) {
+  if (n < 1 || n > INT_MAX - 4) {
+    jr_seterr(err, errlen, "a journal append is of at least one record (it was %d)", n);
     return -1;
   }
+  for (int i = 0; i < n; i++)
+    if (strchr(recs[i].kind, '|')) {
+      jr_seterr(err, errlen, "a journal record's kind has no '|' ('%s')", recs[i].kind);
+      return -1;
+    }
   keys ks;
   if (keys_of(j, run, &ks) != 0) { jr_seterr(err, errlen, "out of memory"); return -1; }
   long long seq = -1, next = 0;
-  size_t kl = strlen(kind), cap = len + kl + 96;
-  char *rec = malloc(cap);
-  if (!rec) { keys_free(&ks); jr_seterr(err, errlen, "out of memory"); return -1; }
+  /* the script's arguments: how, owner, seq, step, then each record
+     "<v>|<digest>|<kind>|<body>" */
+  int nargs = 4 + n;
+  char **rec = calloc((size_t)n, sizeof *rec);
+  const char **args = calloc((size_t)nargs, sizeof *args);
+  size_t *lens = calloc((size_t)nargs, sizeof *lens);
+  int oom = !rec || !args || !lens;
+  for (int i = 0; !oom && i < n; i++) oom = !(rec[i] = malloc(recs[i].len + strlen(recs[i].kind) + 96));
+  if (oom) { jr_seterr(err, errlen, "out of memory"); goto out_free; }
   pthread_mutex_lock(&j->lock);
   if (rc_connect(&j->r, err, errlen) != 0) goto out;
   redisReply *x;
@@ -256,14 +270,24 @@ static long long put(rj_journal *j, const char *run, const char *how, const char
   }
   j->last_next = 0;
   for (int tries = 0; next > 0 && tries < JR_REDIS_TRIES; tries++) {
-    char dg[65], num[24];
-    if (jr_digest(JR_FORMAT, run, next, kind, body, len, dg) != 0) { jr_seterr(err, errlen, "out of memory"); break; }
-    int hl = snprintf(rec, cap, "%d|%s|%s|", JR_FORMAT, dg, kind);
-    if (len) memcpy(rec + hl, body, len);
+    char num[24];
+    int failed = 0;
+    for (int i = 0; i < n && !failed; i++) {
+      char dg[65];
+      const jr_record *r = &recs[i];
+      if (jr_digest(JR_FORMAT, run, next + i, r->kind, r->body, r->len, dg) != 0) { failed = 1; break; }
+      int hl = sprintf(rec[i], "%d|%s|%s|", JR_FORMAT, dg, r->kind);
+      if (r->len) memcpy(rec[i] + hl, r->body, r->len);
+      args[4 + i] = rec[i];
+      lens[4 + i] = (size_t)hl + r->len;
+    }
+    if (failed) { jr_seterr(err, errlen, "out of memory"); break; }
     snprintf(num, sizeof num, "%lld", next);
-    const char *args[] = { how, owner ? owner : "", num, rec, step ? step : "" };
-    const size_t lens[] = { strlen(how), owner ? strlen(owner) : 0, strlen(num), (size_t)hl + len, step ? strlen(step) : 0 };
-    x = script(j, SC_APPEND, &ks, 3, 5, args, lens, err, errlen);
+    args[0] = how; lens[0] = strlen(how);
+    args[1] = owner ? owner : ""; lens[1] = owner ? strlen(owner) : 0;
+    args[2] = num; lens[2] = strlen(num);
+    args[3] = step ? step : ""; lens[3] = step ? strlen(step) : 0;
+    x = script(j, SC_APPEND, &ks, 3, nargs, args, lens, err, errlen);
     if (!x) break;
     const char *what = x->type == REDIS_REPLY_ARRAY ? str_at(x, 0) : NULL;
     if (what && strcmp(what, "OK") == 0) {
@@ -273,7 +297,7 @@ static long long put(rj_journal *j, const char *run, const char *how, const char
         j->last_next = seq + 1;
       }
     } else if (what && strcmp(what, "SEQ") == 0) {
-      next = int_at(x, 1);   /* another appended first: this one is numbered again */
+      next = int_at(x, 1);   /* another appended first: these are numbered again */
       freeReplyObject(x);
       continue;
     } else if (what && strcmp(what, "LOST") == 0) {
@@ -292,20 +316,24 @@ static long long put(rj_journal *j, const char *run, const char *how, const char
     jr_seterr(err, errlen, "run '%s': %d appends in a row found another record numbered first", run, JR_REDIS_TRIES);
 out:
   pthread_mutex_unlock(&j->lock);
+out_free:
+  for (int i = 0; rec && i < n; i++) free(rec[i]);
   free(rec);
+  free(args);
+  free(lens);
   keys_free(&ks);
   return seq;
 }
 
-static long long rj_append(void *impl, const char *run, const char *owner, const char *kind, const char *body,
-                           size_t len, const char *step, char *err, size_t errlen) {
+static long long rj_append(void *impl, const char *run, const char *owner, const jr_record *recs, int n,
+                           const char *step, char *err, size_t errlen) {
   if (err && errlen) err[0] = '\0';
-  return put(impl, run, owner ? "owner" : "none", owner, kind, body, len, step, err, errlen);
+  return put(impl, run, owner ? "owner" : "none", owner, recs, n, step, err, errlen);
 }
 
 static long long rj_decide(void *impl, const char *run, const char *body, size_t len, char *err, size_t errlen) {
   if (err && errlen) err[0] = '\0';
-  return put(impl, run, "decide", NULL, "decision", body, len, NULL, err, errlen);
+  return put(impl, run, "decide", NULL, &(jr_record){ "decision", body, len }, 1, NULL, err, errlen);
 }
 
 /* A stored record, "<v>|<digest>|<kind>|<body>", into *r (kind NULL when

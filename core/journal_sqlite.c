@@ -11,13 +11,13 @@
 
 #include <sqlite3.h>
 
-#define JR_VERSION 2            /* the file's tables (luma_meta's version) */
+#define JR_VERSION 3            /* the file's tables (luma_meta's version) */
 #define JR_BUSY_MS 2000
 
 /* The statements, prepared once (st[]). */
 enum {
   Q_LAST, Q_PUT, Q_WALK, Q_ROW, Q_TOUCH, Q_NEW, Q_TAKE, Q_RENEW, Q_SET, Q_OWNER, Q_LIST, Q_CUT, Q_PRUNE_RECORDS,
-  Q_PRUNE_RUNS, Q_N
+  Q_PRUNE_RUNS, Q_BEGIN, Q_COMMIT, Q_ROLLBACK, Q_N
 };
 static const char *const SQL[Q_N] = {
   [Q_LAST] = "SELECT COALESCE(MAX(seq), 0) FROM luma_journal WHERE run = ?",
@@ -41,6 +41,10 @@ static const char *const SQL[Q_N] = {
                       "(state IN ('completed', 'failed') OR (state = 'running' AND lease_until <= ?2)))",
   [Q_PRUNE_RUNS] = "DELETE FROM luma_runs WHERE updated < ?1 AND "
                    "(state IN ('completed', 'failed') OR (state = 'running' AND lease_until <= ?2))",
+  /* (prepared once too: sqlite3_exec would compile them at every change) */
+  [Q_BEGIN] = "BEGIN IMMEDIATE",
+  [Q_COMMIT] = "COMMIT",
+  [Q_ROLLBACK] = "ROLLBACK",
 };
 
 typedef struct sq_journal {
@@ -51,8 +55,8 @@ typedef struct sq_journal {
 } sq_journal;
 
 static void sq_close(void *impl);
-static long long sq_append(void *impl, const char *run, const char *owner, const char *kind, const char *body,
-                           size_t len, const char *step, char *err, size_t errlen);
+static long long sq_append(void *impl, const char *run, const char *owner, const jr_record *recs, int n,
+                           const char *step, char *err, size_t errlen);
 static int sq_walk(void *impl, const char *run, int (*row)(void *arg, const jr_row *r), void *arg, char *err,
                    size_t errlen);
 static int sq_cut(void *impl, const char *run, const char *owner, long long keep, char *err, size_t errlen);
@@ -80,19 +84,36 @@ static const jr_ops SQ_OPS = {
   .close = sq_close,
 };
 
-/* Version 1 had luma_meta and luma_journal; 2 adds luma_runs (a version-1
-   file gains it when opened, its records kept). */
+/* The records' table: WITHOUT ROWID, so that a record is one b-tree's
+   write (its key is (run, seq)), not a row's and its key's index's. */
+#define RECORDS(name)                                                                                        \
+  "CREATE TABLE " name " ("                                                                                  \
+  "  run TEXT NOT NULL, seq INTEGER NOT NULL, v INTEGER NOT NULL, kind TEXT NOT NULL, body BLOB NOT NULL,"  \
+  "  digest TEXT NOT NULL, PRIMARY KEY (run, seq)) WITHOUT ROWID;"
+
+/* Version 1 had luma_meta and luma_journal; 2 added luma_runs (and an
+   index on its updated, which each append wrote to as well); 3 has
+   luma_journal WITHOUT ROWID and no such index (list and prune read the
+   runs' table through). An older file is upgraded when opened (UPGRADE),
+   its records kept. */
 static const char SCHEMA[] =
   "CREATE TABLE IF NOT EXISTS luma_meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);"
-  "CREATE TABLE IF NOT EXISTS luma_journal ("
-  "  run TEXT NOT NULL, seq INTEGER NOT NULL, v INTEGER NOT NULL, kind TEXT NOT NULL, body BLOB NOT NULL,"
-  "  digest TEXT NOT NULL, PRIMARY KEY (run, seq));"
+  RECORDS("IF NOT EXISTS luma_journal")
   "CREATE TABLE IF NOT EXISTS luma_runs ("
   "  run TEXT PRIMARY KEY, state TEXT NOT NULL, step TEXT NOT NULL, owner TEXT NOT NULL,"
   "  lease_until INTEGER NOT NULL, created INTEGER NOT NULL, updated INTEGER NOT NULL);"
-  "CREATE INDEX IF NOT EXISTS luma_runs_updated ON luma_runs (updated);"
   "INSERT OR IGNORE INTO luma_meta (name, value) VALUES ('format', '" JR_NAME "');";
 /* (the second run of SCHEMA, on a journal, adds nothing: its tables are there) */
+
+/* An older file's records (version 1 or 2) into a table WITHOUT ROWID
+   (after SCHEMA, which gave a version-1 file its luma_runs). */
+static const char UPGRADE[] =
+  RECORDS("luma_journal_v3")
+  "INSERT INTO luma_journal_v3 (run, seq, v, kind, body, digest) "
+  "  SELECT run, seq, v, kind, body, digest FROM luma_journal;"
+  "DROP TABLE luma_journal;"
+  "ALTER TABLE luma_journal_v3 RENAME TO luma_journal;"
+  "DROP INDEX IF EXISTS luma_runs_updated;";
 
 /* The file is a journal of a version this luma reads: its version (older
    ones are upgraded by the caller), or -1 with err. */
@@ -168,8 +189,9 @@ static int prepare_file(sq_journal *j, int sync, char *why, size_t whylen) {
     if (rc == SQLITE_OK) rc = sqlite3_exec(j->db, SCHEMA, NULL, NULL, NULL);
     if (rc == SQLITE_OK && version < JR_VERSION) {
       char sql[96];
+      rc = sqlite3_exec(j->db, UPGRADE, NULL, NULL, NULL);
       snprintf(sql, sizeof sql, "UPDATE luma_meta SET value = '%d' WHERE name = 'version'", JR_VERSION);
-      rc = sqlite3_exec(j->db, sql, NULL, NULL, NULL);
+      if (rc == SQLITE_OK) rc = sqlite3_exec(j->db, sql, NULL, NULL, NULL);
     }
     if (rc == SQLITE_OK) rc = sqlite3_exec(j->db, "COMMIT", NULL, NULL, NULL);
     if (rc != SQLITE_OK) sqlite3_exec(j->db, "ROLLBACK", NULL, NULL, NULL);
@@ -232,14 +254,27 @@ static int failure(sq_journal *j, int rc, char *err, size_t errlen) {
 /* BEGIN IMMEDIATE: the write lock first, so that of racing processes one
    reads and writes at a time. 0, or -1 with err. */
 static int begin(sq_journal *j, char *err, size_t errlen) {
-  return sqlite3_exec(j->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK ? 0 : failure(j, -1, err, errlen);
+  sqlite3_stmt *st = j->st[Q_BEGIN];
+  int rc = sqlite3_step(st);
+  sqlite3_reset(st);
+  return rc == SQLITE_DONE ? 0 : failure(j, -1, err, errlen);
 }
 
 /* COMMIT when ok (rc kept, or -1 with err when it fails), else ROLLBACK. */
 static long long end(sq_journal *j, long long rc, int ok, char *err, size_t errlen) {
-  if (ok && sqlite3_exec(j->db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK) return rc;
-  if (ok) rc = failure(j, -1, err, errlen);
-  sqlite3_exec(j->db, "ROLLBACK", NULL, NULL, NULL);
+  if (ok) {
+    sqlite3_stmt *st = j->st[Q_COMMIT];
+    int step = sqlite3_step(st);
+    sqlite3_reset(st);
+    if (step == SQLITE_DONE) return rc;
+    rc = failure(j, -1, err, errlen);
+  }
+  /* (a COMMIT that failed may have ended the transaction already) */
+  if (!sqlite3_get_autocommit(j->db)) {
+    sqlite3_stmt *st = j->st[Q_ROLLBACK];
+    sqlite3_step(st);
+    sqlite3_reset(st);
+  }
   return rc;
 }
 
@@ -278,31 +313,36 @@ static int fence(sq_journal *j, const char *run, const char *owner, int *has, ch
   return rc;
 }
 
-/* Stores the run's next record and marks its row changed (in a transaction):
-   its seq, or -1 with err. */
-static long long put(sq_journal *j, const char *run, int has, const char *kind, const char *body, size_t len,
-                     const char *step_text, char *err, size_t errlen) {
+/* Stores the run's next n records and marks its row changed (in a
+   transaction): the seq of the last, or -1 with err. */
+static long long put(sq_journal *j, const char *run, int has, const jr_record *recs, int n, const char *step_text,
+                     char *err, size_t errlen) {
   long long seq = -1;
   char dg[65];
   sqlite3_stmt *st = stmt(j, Q_LAST);
   sqlite3_bind_text(st, 1, run, -1, SQLITE_STATIC);
-  if (sqlite3_step(st) == SQLITE_ROW) seq = sqlite3_column_int64(st, 0) + 1;
+  if (sqlite3_step(st) == SQLITE_ROW) seq = sqlite3_column_int64(st, 0);
   sqlite3_reset(st);
   if (seq < 0) return failure(j, -1, err, errlen);
-  if (jr_digest(JR_FORMAT, run, seq, kind, body, len, dg) != 0) {
-    jr_seterr(err, errlen, "out of memory");
-    return -1;
+  int step;
+  for (int i = 0; i < n; i++) {
+    const jr_record *r = &recs[i];
+    seq++;
+    if (jr_digest(JR_FORMAT, run, seq, r->kind, r->body, r->len, dg) != 0) {
+      jr_seterr(err, errlen, "out of memory");
+      return -1;
+    }
+    st = stmt(j, Q_PUT);
+    sqlite3_bind_text(st, 1, run, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, seq);
+    sqlite3_bind_int(st, 3, JR_FORMAT);
+    sqlite3_bind_text(st, 4, r->kind, -1, SQLITE_STATIC);
+    sqlite3_bind_blob(st, 5, r->len ? r->body : "", (int)r->len, SQLITE_STATIC);
+    sqlite3_bind_text(st, 6, dg, 64, SQLITE_STATIC);
+    step = sqlite3_step(st);
+    sqlite3_reset(st);
+    if (step != SQLITE_DONE) return failure(j, -1, err, errlen);
   }
-  st = stmt(j, Q_PUT);
-  sqlite3_bind_text(st, 1, run, -1, SQLITE_STATIC);
-  sqlite3_bind_int64(st, 2, seq);
-  sqlite3_bind_int(st, 3, JR_FORMAT);
-  sqlite3_bind_text(st, 4, kind, -1, SQLITE_STATIC);
-  sqlite3_bind_blob(st, 5, len ? body : "", (int)len, SQLITE_STATIC);
-  sqlite3_bind_text(st, 6, dg, 64, SQLITE_STATIC);
-  int step = sqlite3_step(st);
-  sqlite3_reset(st);
-  if (step != SQLITE_DONE) return failure(j, -1, err, errlen);
   if (has) {
     st = stmt(j, Q_TOUCH);
     sqlite3_bind_int64(st, 1, jr_now_ms());
@@ -317,15 +357,15 @@ static long long put(sq_journal *j, const char *run, int has, const char *kind, 
 
 /* ---------------------------------------------------------------- records */
 
-static long long sq_append(void *impl, const char *run, const char *owner, const char *kind, const char *body,
-                           size_t len, const char *step, char *err, size_t errlen) {
+static long long sq_append(void *impl, const char *run, const char *owner, const jr_record *recs, int n,
+                           const char *step, char *err, size_t errlen) {
   sq_journal *j = impl;
   pthread_mutex_lock(&j->lock);
   long long seq = -1;
   if (begin(j, err, errlen) == 0) {
     int has;
     seq = fence(j, run, owner, &has, err, errlen);
-    if (seq == 0) seq = put(j, run, has, kind, body, len, step, err, errlen);
+    if (seq == 0) seq = put(j, run, has, recs, n, step, err, errlen);
     seq = end(j, seq, seq > 0, err, errlen);
   }
   pthread_mutex_unlock(&j->lock);
@@ -494,7 +534,7 @@ static long long sq_decide(void *impl, const char *run, const char *body, size_t
   if (begin(j, err, errlen) == 0) {
     jr_run r;
     int found = read_row(j, run, &r, err, errlen);
-    seq = found < 0 ? -1 : jr_decidable(found ? &r : NULL, run, err, errlen) ? put(j, run, 1, "decision", body, len, NULL, err, errlen) : 0;
+    seq = found < 0 ? -1 : jr_decidable(found ? &r : NULL, run, err, errlen) ? put(j, run, 1, &(jr_record){ "decision", body, len }, 1, NULL, err, errlen) : 0;
     seq = end(j, seq, seq >= 0, err, errlen);
   }
   pthread_mutex_unlock(&j->lock);

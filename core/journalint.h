@@ -30,10 +30,11 @@ typedef struct jr_row {
 /* Each is journal.h's function of the same name, for the back end's impl;
    run, owner, kind and body are checked by journal.c first. */
 typedef struct jr_ops {
-  /* Stores the run's next record (seq: its last + 1, whole or not) with
-     v JR_FORMAT and its digest (jr_digest), in one step. */
-  long long (*append)(void *impl, const char *run, const char *owner, const char *kind, const char *body,
-                      size_t len, const char *step, char *err, size_t errlen);
+  /* Stores the run's next n records (n >= 1; seqs: its last + 1 on,
+     whole or not) with v JR_FORMAT and their digests (jr_digest), in one
+     step: all or none. The seq of the last. */
+  long long (*append)(void *impl, const char *run, const char *owner, const jr_record *recs, int n,
+                      const char *step, char *err, size_t errlen);
   /* Calls row(arg, r) for each of the run's records in seq order, until it
      returns non-zero. 0, or -1 with err. */
   int (*walk)(void *impl, const char *run, int (*row)(void *arg, const jr_row *r), void *arg, char *err,

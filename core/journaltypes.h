@@ -6,6 +6,8 @@
 #ifndef LUMA_JOURNALTYPES_H
 #define LUMA_JOURNALTYPES_H
 
+#include <stddef.h>
+
 #define JR_FORMAT 1
 #define JR_LOST (-2)            /* jr_append, jr_cut: another owner holds the run */
 
@@ -19,6 +21,14 @@ typedef struct jr_options {
   const char *prefix;         /* Redis: of every key; NULL: "luma:" */
   int sync;                   /* SQLite: 1, synchronous FULL */
 } jr_options;
+
+/* One record to append (jr_append_batch): its kind and body (one JSON
+   value, len bytes). */
+typedef struct jr_record {
+  const char *kind;
+  const char *body;
+  size_t len;
+} jr_record;
 
 /* What jr_read found. */
 typedef struct jr_status {

@@ -140,7 +140,7 @@ static void test_versions(void) {
            "a later format is refused: %s", err);
   jr_close(j);
   CT_CHECK(poke(path, "UPDATE luma_meta SET value = '7' WHERE name = 'version'") == 0, "version 7");
-  CT_CHECK(jr_open(&(jr_options){ .path = path, .sync = 0 }, err, sizeof err) == NULL && strstr(err, "its journal version is 7; this luma reads versions 1 to 2"),
+  CT_CHECK(jr_open(&(jr_options){ .path = path, .sync = 0 }, err, sizeof err) == NULL && strstr(err, "its journal version is 7; this luma reads versions 1 to 3"),
            "a later journal version is refused: %s", err);
   const char *other = path_of("other.db");
   CT_CHECK(poke(other, "CREATE TABLE t (x); INSERT INTO t VALUES (1)") == 0, "another program's database");
@@ -517,6 +517,38 @@ static void test_two_handles(const backend *b) {
   jr_close(y);
 }
 
+/* Records appended together are numbered in order and read whole; a batch
+   of a lost owner, or with a record that has no kind, keeps none. */
+static void test_batch(const backend *b) {
+  jr_journal *j = open_case(b, "batch");
+  if (!j) return;
+  char err[300] = "";
+  jr_run r;
+  CT_CHECK(jr_claim(j, "b", "A", 60000, &r, err, sizeof err) == 1, "%s: claimed: %s", b->name, err);
+  CT_CHECK(jr_append(j, "b", "A", "ask", "{}", 2, NULL, err, sizeof err) == 1, "%s: the ask: %s", b->name, err);
+  jr_record three[] = { { "tool", "{\"i\":1}", 7 }, { "tool", "{\"i\":2}", 7 }, { "tool", "{\"i\":3}", 7 } };
+  CT_CHECK(jr_append_batch(j, "b", "A", three, 3, "turn 2: request", err, sizeof err) == 4,
+           "%s: three together are 2 to 4: %s", b->name, err);
+  seen s = { 0 };
+  jr_status st;
+  CT_CHECK(jr_read(j, "b", collect, &s, &st, err, sizeof err) == 0 && st.whole == 4 && st.torn == 0 && s.n == 4 &&
+           strcmp(s.bodies[1], "{\"i\":1}") == 0 && strcmp(s.bodies[3], "{\"i\":3}") == 0,
+           "%s: read whole, in order: %lld whole", b->name, st.whole);
+  CT_CHECK(jr_get(j, "b", &r, err, sizeof err) == 1 && strcmp(r.step, "turn 2: request") == 0 && r.records == 4,
+           "%s: the step set with them: '%s'", b->name, r.step);
+  jr_record bad[] = { { "tool", "{}", 2 }, { "", "{}", 2 } };
+  CT_CHECK(jr_append_batch(j, "b", "A", bad, 2, NULL, err, sizeof err) == -1, "%s: a record without a kind", b->name);
+  CT_CHECK(jr_append_batch(j, "b", "A", three, 0, NULL, err, sizeof err) == -1, "%s: no records", b->name);
+  CT_CHECK(jr_claim(j, "b", "B", 60000, &r, err, sizeof err) == 0, "%s: B does not take a live run", b->name);
+  CT_CHECK(jr_set(j, "b", "A", JR_AWAITING_APPROVAL, NULL, err, sizeof err) == 1 &&
+           jr_claim(j, "b", "B", 60000, &r, err, sizeof err) == 1, "%s: B takes it: %s", b->name, err);
+  CT_CHECK(jr_append_batch(j, "b", "A", three, 3, NULL, err, sizeof err) == JR_LOST, "%s: A's batch is refused",
+           b->name);
+  CT_CHECK(jr_read(j, "b", NULL, NULL, &st, err, sizeof err) == 0 && st.whole == 4 && st.torn == 0,
+           "%s: none of them kept: %lld", b->name, st.whole);
+  jr_close(j);
+}
+
 static void test_runs(const backend *b) {
   test_two_handles(b);
   test_claim_race(b);
@@ -524,6 +556,31 @@ static void test_runs(const backend *b) {
   test_decide(b);
   test_list_prune(b);
   test_cut(b);
+  test_batch(b);
+}
+
+/* One text the file at path answers to sql ("" for none). */
+static void ask_file(const char *path, const char *sql, char *out, size_t cap) {
+  sqlite3 *db;
+  sqlite3_stmt *q = NULL;
+  out[0] = '\0';
+  if (sqlite3_open(path, &db) == SQLITE_OK && sqlite3_prepare_v2(db, sql, -1, &q, NULL) == SQLITE_OK &&
+      sqlite3_step(q) == SQLITE_ROW && sqlite3_column_text(q, 0))
+    snprintf(out, cap, "%s", (const char *)sqlite3_column_text(q, 0));
+  sqlite3_finalize(q);
+  sqlite3_close(db);
+}
+
+/* The file at path is a journal of this luma's tables: version 3, its
+   records' table WITHOUT ROWID, no index on the runs' updated. */
+static void check_current(const char *path, const char *what) {
+  char out[600];
+  ask_file(path, "SELECT value FROM luma_meta WHERE name = 'version'", out, sizeof out);
+  CT_CHECK(strcmp(out, "3") == 0, "%s: its version is 3 now: '%s'", what, out);
+  ask_file(path, "SELECT sql FROM sqlite_master WHERE name = 'luma_journal'", out, sizeof out);
+  CT_CHECK(strstr(out, "WITHOUT ROWID") != NULL, "%s: its records' table is WITHOUT ROWID: %s", what, out);
+  ask_file(path, "SELECT COUNT(*) FROM sqlite_master WHERE name = 'luma_runs_updated'", out, sizeof out);
+  CT_CHECK(strcmp(out, "0") == 0, "%s: it has no index on the runs' updated: %s", what, out);
 }
 
 /* A version-1 file (no luma_runs) is upgraded in place, its records kept. */
@@ -532,6 +589,7 @@ static void test_upgrade(void) {
   const char *path = path_of("v1.db");
   jr_journal *j = jr_open(&(jr_options){ .path = path }, err, sizeof err);
   if (!j) { CT_CHECK(0, "open: %s", err); return; }
+  check_current(path, "a new file");
   jr_append(j, "old", NULL, "ask", "{}", 2, NULL, err, sizeof err);
   jr_close(j);
   CT_CHECK(poke(path, "DROP TABLE luma_runs; UPDATE luma_meta SET value = '1' WHERE name = 'version'") == 0, "v1");
@@ -544,16 +602,42 @@ static void test_upgrade(void) {
   CT_CHECK(jr_claim(j, "old", "A", 1000, &r, err, sizeof err) == 1 && r.records == 1, "and claimed: %s", err);
   CT_CHECK(jr_append(j, "old", "A", "tool", "{}", 2, NULL, err, sizeof err) == 2, "and appended to: %s", err);
   jr_close(j);
-  sqlite3 *db;
-  sqlite3_stmt *q = NULL;
-  int version = -1;
-  if (sqlite3_open(path, &db) == SQLITE_OK &&
-      sqlite3_prepare_v2(db, "SELECT value FROM luma_meta WHERE name = 'version'", -1, &q, NULL) == SQLITE_OK &&
-      sqlite3_step(q) == SQLITE_ROW)
-    version = atoi((const char *)sqlite3_column_text(q, 0));
-  sqlite3_finalize(q);
-  sqlite3_close(db);
-  CT_CHECK(version == 2, "its version is 2 now: %d", version);
+  check_current(path, "a version-1 file");
+}
+
+/* A version-2 file (its records' table with a rowid, an index on the runs'
+   updated) is upgraded in place: its records kept whole, its runs too. */
+static void test_upgrade_v2(void) {
+  char err[300];
+  const char *path = path_of("v2.db");
+  jr_journal *j = jr_open(&(jr_options){ .path = path }, err, sizeof err);
+  if (!j) { CT_CHECK(0, "open: %s", err); return; }
+  jr_run r;
+  jr_claim(j, "two", "A", 60000, &r, err, sizeof err);
+  jr_append(j, "two", "A", "ask", "{\"prompt\":\"p\"}", 14, "turn 1: request", err, sizeof err);
+  jr_append(j, "two", "A", "exchange", "{}", 2, NULL, err, sizeof err);
+  jr_close(j);
+  CT_CHECK(poke(path, "CREATE TABLE old (run TEXT NOT NULL, seq INTEGER NOT NULL, v INTEGER NOT NULL, "
+                      "kind TEXT NOT NULL, body BLOB NOT NULL, digest TEXT NOT NULL, PRIMARY KEY (run, seq));"
+                      "INSERT INTO old SELECT run, seq, v, kind, body, digest FROM luma_journal;"
+                      "DROP TABLE luma_journal; ALTER TABLE old RENAME TO luma_journal;"
+                      "CREATE INDEX luma_runs_updated ON luma_runs (updated);"
+                      "UPDATE luma_meta SET value = '2' WHERE name = 'version'") == 0, "v2");
+  char out[600];
+  ask_file(path, "SELECT sql FROM sqlite_master WHERE name = 'luma_journal'", out, sizeof out);
+  CT_CHECK(strstr(out, "WITHOUT ROWID") == NULL, "the version-2 file has a rowid: %s", out);
+  j = jr_open(&(jr_options){ .path = path }, err, sizeof err);
+  CT_CHECK(j != NULL, "a version-2 file opens: %s", err);
+  if (!j) return;
+  jr_status st;
+  CT_CHECK(jr_read(j, "two", NULL, NULL, &st, err, sizeof err) == 0 && st.whole == 2 && st.torn == 0,
+           "its records are read whole: %lld, %lld torn", st.whole, st.torn);
+  CT_CHECK(jr_get(j, "two", &r, err, sizeof err) == 1 && r.records == 2 && strcmp(r.owner, "A") == 0 &&
+           strcmp(r.step, "turn 1: request") == 0, "its run is kept: %s", err);
+  jr_record two[] = { { "tool", "{}", 2 }, { "tool", "{\"x\":1}", 7 } };
+  CT_CHECK(jr_append_batch(j, "two", "A", two, 2, NULL, err, sizeof err) == 4, "and appended to: %s", err);
+  jr_close(j);
+  check_current(path, "a version-2 file");
 }
 
 int main(void) {
@@ -568,6 +652,7 @@ int main(void) {
   test_versions();
   test_two_writers();
   test_upgrade();
+  test_upgrade_v2();
   static const backend sqlite = { "sqlite", sqlite_options };
   test_runs(&sqlite);
   if (start_redis() != 0) {
