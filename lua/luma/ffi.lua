@@ -3,7 +3,9 @@
 -- sandboxes; nothing here blocks unless asked to (wait).
 --
 --   local luma = require "luma.ffi"
---   local rt = luma.runtime { workers = 2 }          -- luma.open(path) first to choose the library
+--   local rt = luma.runtime { workers = 2 }          -- luma.open(path) first to choose the library;
+--               -- inline = true: a start runs its handler here until it returns or waits
+--               -- (luma_set_inline; the default in nginx, false elsewhere)
 --   local program = rt:load("program.luma")          -- { config =, tool_modules = { ... } }
 --   local f = program:start("tool", { a = 1 })       -- or agent:start(method, args), agent:start_ask(prompt, schema)
 --   f:ready()   -- steps the runtime once, never blocks -> done?
