@@ -27,7 +27,8 @@ int rt_poll_until(rt_runtime *rt, int (*done)(void *arg, int active), void *arg,
    it is done and collected). */
 void rt_start(rt_runtime *rt, struct cl_call *c);
 /* rt_start without the wake-up, for a call that rt_kick steps at once
-   (a call done at its first step costs no write to the descriptor) */
+   (lr_start: a call done at its first step costs no write to the
+   descriptor) */
 void rt_track(rt_runtime *rt, struct cl_call *c);
 /* Steps c alone, as far as it goes now (its job to the pool when it has
    one): a start that costs the same however many calls are in flight. */

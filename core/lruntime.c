@@ -282,6 +282,10 @@ int lr_start(lua_State *L, pl_program *pg, const pm_tool *t, int input, int opts
   b->c->inline_ok = rt_inline_starts(pg->rt);
   rt_kick(pg->rt, b->c);
   b->c->inline_ok = 0;
+  /* one in flight turns the descriptor readable, as a start always did: a
+     host sleeping on it polls and learns the call's timers; one done at
+     its start costs no write */
+  if (!cl_done(b->c)) rt_notify(pg->rt);
   return 1;
 }
 
