@@ -279,7 +279,7 @@ int lr_start(lua_State *L, pl_program *pg, const pm_tool *t, int input, int opts
   rt_track(pg->rt, b->c);
   /* rt_set_inline: the first attempt runs the handler here, until it
      returns or waits; what follows (a resume, a retry) is the pool's */
-  b->c->inline_ok = rt_inline_starts(pg->rt);
+  b->c->inline_ok = rt_inline_starts(pg->rt) ? 2 : 0;
   rt_kick(pg->rt, b->c);
   b->c->inline_ok = 0;
   /* one in flight turns the descriptor readable, as a start always did: a

@@ -200,8 +200,9 @@ LUMA_API int luma_wake_socket(luma_runtime *rt, char *path, size_t len, luma_err
    a worker thread; one that waits resumes on the pool, as every call does
    with off (0, the default). A handler computes on the caller's thread up
    to its deadline: for hosts whose thread serves others the same way
-   (OpenResty's worker), not for a frame loop. LUMA_OK, or LUMA_FAILED for a
-   NULL runtime. */
+   (OpenResty's worker), not for a frame loop. A process-isolated module's
+   handlers still run on the pool (their waits block). LUMA_OK, or
+   LUMA_FAILED for a NULL runtime. */
 LUMA_API int luma_set_inline(luma_runtime *rt, int on);
 /* 1 when the call is done (luma_poll steps it), else 0; LUMA_FAILED for a
    NULL call (a luma_start that failed), so that a loop `while

@@ -459,6 +459,20 @@ static void test_inline(void) {
   CT_CHECK(slept == N, "%d of %d slept", slept, N);
   if (!under_valgrind()) CT_CHECK(now_ms() - t0 < 5000, "the waits took %lld ms", now_ms() - t0);
   for (int i = 0; i < N; i++) luma_call_free(c[i]);
+  /* a process-isolated module's handler is not run inline: its wait would
+     block the starting thread (the child runs one call at a time) */
+  luma_program *iso = luma_load(rt, path_of("program.luma"), path_of("isolated.config.json"), NULL, &err);
+  CT_CHECK(iso != NULL, "load isolated: %s", err.message);
+  if (iso) {
+    t0 = now_ms();
+    luma_call *w = luma_start(iso, "nap", "{\"ms\": 500}", &err);
+    long long took = now_ms() - t0;
+    CT_CHECK(w != NULL, "start isolated: %s", err.message);
+    if (!under_valgrind()) CT_CHECK(took < 400, "an inline start of a process-isolated nap took %lld ms", took);
+    CT_CHECK(w && luma_wait(w, 20000) == 1 && luma_result(w, NULL, NULL, &err) == LUMA_OK, "isolated nap: %s",
+             err.message);
+    luma_call_free(w);
+  }
   /* off again: a start hands the handler to the pool */
   CT_CHECK(luma_set_inline(rt, 0) == LUMA_OK, "luma_set_inline off failed");
   luma_call *off = luma_start(p, "add", "{\"a\": 1, \"b\": 2}", &err);
