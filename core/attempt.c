@@ -135,6 +135,11 @@ static void transfer_ended(void *ud) {
   rt_wake(c->rt, c);
 }
 
+/* Whether c's handler runs inside its step (in_line), on module m */
+static int in_line(const cl_call *c, const sx_module *m) {
+  return c->inline_ok == 1 || (c->inline_ok == 2 && !sx_isolated(m));
+}
+
 /* The handler's job becomes ready (or it runs here, for a lone blocking
    call): c holds state s of module m. */
 static st_verdict run_on(lua_State *T, cl_call *c, sx_module *m, sx_state *s, long long left) {
@@ -160,7 +165,7 @@ static st_verdict run_on(lua_State *T, cl_call *c, sx_module *m, sx_state *s, lo
   c->run.opts.wake = transfer_ended;
   c->run.opts.wake_ud = c;
   sx_prepare(s, T, &c->run, 1);
-  if (c->inline_ok) {
+  if (in_line(c, m)) {
     /* the driver would only wait for it: it runs here, where a cancel from
        another thread (a lost idempotency claim) still reaches its signal */
     rt_inline(c->rt, c, 1);
@@ -237,7 +242,7 @@ st_verdict st_attempt(lua_State *T, cl_call *c) {
   }
   st_unwait(c);
   if (!s && wait_room) {
-    if (!c->inline_ok) {
+    if (!in_line(c, m)) {
       /* a job makes the state, off the driver's thread: loading a module's
          code can take longer than a host's frame */
       sx_retain(m);

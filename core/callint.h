@@ -126,7 +126,9 @@ struct cl_call {
   int heap_at;
   cl_call *rest_next, *rest_prev;
   int in_rest;
-  int inline_ok;                  /* a lone blocking call: its handler runs inside the step */
+  int inline_ok;                  /* its handler runs inside the step: 1 a lone blocking call,
+                                     2 a start of a runtime with rt_set_inline (not for a
+                                     process-isolated module, whose waits would block) */
   int hold;                       /* stop at CS_RUN: rt_drive looks every call up before any runs */
   char ask_id[32];                /* the ask whose model made the call, or "" */
   char run_id[64];                /* its durable run (journal.h), or "" */

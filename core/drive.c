@@ -180,7 +180,7 @@ void rt_close(rt_runtime *rt) {
   while (rt->polled) forget(rt, rt->polled);
 }
 
-void rt_start(rt_runtime *rt, cl_call *c) {
+void rt_track(rt_runtime *rt, cl_call *c) {
   c->refs++;
   pthread_mutex_lock(&rt->ready_lock);
   c->polled = 1;
@@ -190,12 +190,22 @@ void rt_start(rt_runtime *rt, cl_call *c) {
   if (rt->polled) rt->polled->rt_prev = c;
   rt->polled = c;
   rt->npolled++;
-  /* its first step is the next poll's, or rt_kick's */
+}
+
+void rt_start(rt_runtime *rt, cl_call *c) {
+  rt_track(rt, c);
+  /* its first step is the next poll's */
   rt_wake(rt, c);
 }
 
 void rt_kick(rt_runtime *rt, cl_call *c) {
-  if (cl_step(c, NULL) == CL_DONE) return;   /* the next poll forgets it: it is in the queue */
+  if (cl_step(c, NULL) == CL_DONE) {
+    /* done at its start (bad input, a cache hit, a handler run inline):
+       forgotten now, for a host that never polls (OpenResty's requests
+       whose calls all end inline) */
+    forget(rt, c);
+    return;
+  }
   if (c->job_ready) rt_submit(rt, c);
   if (!c->polled) return;
   pthread_mutex_lock(&rt->ready_lock);

@@ -26,6 +26,10 @@ int rt_poll_until(rt_runtime *rt, int (*done)(void *arg, int active), void *arg,
 /* Adds a call to those rt_poll steps (the runtime holds a reference until
    it is done and collected). */
 void rt_start(rt_runtime *rt, struct cl_call *c);
+/* rt_start without the wake-up, for a call that rt_kick steps at once
+   (lr_start: a call done at its first step costs no write to the
+   descriptor) */
+void rt_track(rt_runtime *rt, struct cl_call *c);
 /* Steps c alone, as far as it goes now (its job to the pool when it has
    one): a start that costs the same however many calls are in flight. */
 void rt_kick(rt_runtime *rt, struct cl_call *c);

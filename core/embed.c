@@ -439,11 +439,18 @@ static luma_call *start(luma_program *p, const char *op, const char *const *args
   }
   c->rt = rt;
   c->ask = ask;
+  lua_getfield(L, -1, "done");
+  lua_pushvalue(L, -2);
+  int done = lua_pcall(L, 1, 1, 0) == LUA_OK && lua_toboolean(L, -1);
+  lua_pop(L, 1);
   c->ref = luaL_ref(L, LUA_REGISTRYINDEX);
   __atomic_store_n(&c->state, LUMA_PENDING, __ATOMIC_RELEASE);
   c->next = rt->calls;
   if (c->next) c->next->prev = c;
   rt->calls = c;
+  /* done at its start (a cache hit, bad input, a handler run inline):
+     settled now, not at the next poll */
+  if (done && !c->ask) settle(c, LUMA_OK);
   unlock(rt);
   return c;
 }
@@ -694,6 +701,14 @@ int luma_poll(luma_runtime *rt, long long *wait_ms) {
 
 int luma_fd(luma_runtime *rt) {
   return rt ? rt_fd(rt->crt) : -1;
+}
+
+int luma_set_inline(luma_runtime *rt, int on) {
+  if (!rt) return LUMA_FAILED;
+  lock(rt);
+  rt_set_inline(rt->crt, on);
+  unlock(rt);
+  return LUMA_OK;
 }
 
 int luma_wake_socket(luma_runtime *rt, char *path, size_t len, luma_error *err) {

@@ -276,8 +276,16 @@ int lr_start(lua_State *L, pl_program *pg, const pm_tool *t, int input, int opts
     lua_xmove(L, b->c->T, 1);
     lua_replace(b->c->T, CV_TAGS);
   }
-  rt_start(pg->rt, b->c);
+  rt_track(pg->rt, b->c);
+  /* rt_set_inline: the first attempt runs the handler here, until it
+     returns or waits; what follows (a resume, a retry) is the pool's */
+  b->c->inline_ok = rt_inline_starts(pg->rt) ? 2 : 0;
   rt_kick(pg->rt, b->c);
+  b->c->inline_ok = 0;
+  /* one in flight turns the descriptor readable, as a start always did: a
+     host sleeping on it polls and learns the call's timers; one done at
+     its start costs no write */
+  if (!cl_done(b->c)) rt_notify(pg->rt);
   return 1;
 }
 

@@ -194,6 +194,16 @@ LUMA_API int luma_fd(luma_runtime *rt);
    reads them (any number at once) and polls. A new call replaces the socket
    and the connection. LUMA_OK, or LUMA_FAILED with err filled. */
 LUMA_API int luma_wake_socket(luma_runtime *rt, char *path, size_t len, luma_error *err);
+/* on (1): luma_start runs a tool module's handler on the calling thread
+   until it returns or waits (signal:sleep, a luma.http request): a handler
+   that does not wait is done when luma_start returns, with no hand-off to
+   a worker thread; one that waits resumes on the pool, as every call does
+   with off (0, the default). A handler computes on the caller's thread up
+   to its deadline: for hosts whose thread serves others the same way
+   (OpenResty's worker), not for a frame loop. A process-isolated module's
+   handlers still run on the pool (their waits block). LUMA_OK, or
+   LUMA_FAILED for a NULL runtime. */
+LUMA_API int luma_set_inline(luma_runtime *rt, int on);
 /* 1 when the call is done (luma_poll steps it), else 0; LUMA_FAILED for a
    NULL call (a luma_start that failed), so that a loop `while
    (luma_ready(c) == 0)` ends instead of spinning. */

@@ -87,6 +87,14 @@ int rt_workers(const rt_runtime *rt) {
   return rt->workers;
 }
 
+void rt_set_inline(rt_runtime *rt, int on) {
+  rt->inline_starts = on != 0;
+}
+
+int rt_inline_starts(const rt_runtime *rt) {
+  return rt->inline_starts;
+}
+
 int rt_fd(const rt_runtime *rt) {
   return rt->efd;
 }

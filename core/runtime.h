@@ -44,6 +44,11 @@ void rt_unref(rt_runtime *rt);
 int rt_closed(const rt_runtime *rt);
 lua_State *rt_home(const rt_runtime *rt);
 int rt_workers(const rt_runtime *rt);
+/* on: a started call's first attempt runs its handler on the thread that
+   starts it, until the handler returns or waits (a wait resumes on the
+   pool); off (the default): every handler runs on the pool. */
+void rt_set_inline(rt_runtime *rt, int on);
+int rt_inline_starts(const rt_runtime *rt);
 
 /* The descriptor a host loop polls for reading: it turns readable when a
    handler finished. rt_poll clears it. */

@@ -14,6 +14,7 @@ struct rt_runtime {
   lua_State *home;                /* a thread of its own in the host's state, never running */
   int home_ref;
   int workers;
+  int inline_starts;               /* rt_set_inline: a start runs its handler on the starting thread */
   wp_pool *pool;                  /* made at the first job */
   int efd;                        /* readable when a job finished */
   pthread_mutex_t lock;           /* guards done, and the calls' job_out */

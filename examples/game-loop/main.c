@@ -70,9 +70,9 @@ int main(int argc, char **argv) {
   int ask = argc > 3 && strcmp(argv[3], "--ask") == 0;
 
   luma_error err;
-  luma_options o = { 0 };
-  o.workers = 2;
-  luma_runtime *rt = luma_new(&o, &err);
+  /* the defaults: one pool thread per CPU, each module's max_concurrency 1,
+     starts not inline (a handler never runs in the frame) */
+  luma_runtime *rt = luma_new(NULL, &err);
   if (!rt) { fprintf(stderr, "luma_new: %s\n", err.message); return 1; }
   luma_program *p = luma_load(rt, path, NULL, NULL, &err);
   if (!p) { fprintf(stderr, "%s: %s\n", err.code, err.message); luma_destroy(rt); return 1; }

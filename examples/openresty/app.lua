@@ -7,7 +7,9 @@ local program
 
 function app.init_worker(prefix)
   luma.open()   -- $LUMA_LIBRARY, else the installed libluma.so
-  app.runtime = luma.runtime { workers = 24 }
+  -- the defaults: one pool thread per CPU, and inline starts (in nginx, a
+  -- handler runs on the worker until it returns or waits)
+  app.runtime = luma.runtime()
   program = app.runtime:load(prefix .. "program.luma")
 end
 

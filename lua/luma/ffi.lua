@@ -3,7 +3,9 @@
 -- sandboxes; nothing here blocks unless asked to (wait).
 --
 --   local luma = require "luma.ffi"
---   local rt = luma.runtime { workers = 2 }          -- luma.open(path) first to choose the library
+--   local rt = luma.runtime { workers = 2 }          -- luma.open(path) first to choose the library;
+--               -- inline = true: a start runs its handler here until it returns or waits
+--               -- (luma_set_inline; the default in nginx, false elsewhere)
 --   local program = rt:load("program.luma")          -- { config =, tool_modules = { ... } }
 --   local f = program:start("tool", { a = 1 })       -- or agent:start(method, args), agent:start_ask(prompt, schema)
 --   f:ready()   -- steps the runtime once, never blocks -> done?
@@ -56,6 +58,7 @@ luma_call *luma_start_ask(luma_program *p, const char *agent, const char *prompt
 int luma_poll(luma_runtime *rt, long long *wait_ms);
 int luma_fd(luma_runtime *rt);
 int luma_wake_socket(luma_runtime *rt, char *path, size_t len, luma_error *err);
+int luma_set_inline(luma_runtime *rt, int on);
 int luma_ready(const luma_call *c);
 int luma_wait(luma_call *c, long long timeout_ms);
 int luma_result(luma_call *c, const char **json, size_t *len, luma_error *err);
@@ -527,7 +530,15 @@ end
 local Runtime, Program, Agent = {}, {}, {}
 Runtime.__index, Program.__index, Agent.__index = Runtime, Program, Agent
 
--- luma.runtime{ workers = n }
+-- In nginx's Lua module (OpenResty): its worker serves every request on one
+-- thread, as an inline handler does
+local function in_nginx()
+  return type(ngx) == "table" and type(ngx.config) == "table" and type(ngx.config.subsystem) == "string"
+end
+
+-- luma.runtime{ workers = n, inline = bool }: inline (luma_set_inline), a
+-- start runs its handler on the calling thread until it returns or waits;
+-- by default true in OpenResty, false elsewhere (LÖVE's frames)
 function luma.runtime(opts)
   opts = opts or {}
   local C = library()
@@ -536,6 +547,9 @@ function luma.runtime(opts)
   local err = ffi.new("luma_error")
   local ptr = C.luma_new(o, err)
   if ptr == nil then raise(err) end
+  local inline = opts.inline
+  if inline == nil then inline = in_nginx() end
+  C.luma_set_inline(ptr, inline and 1 or 0)
   return setmetatable({ ptr = ffi.gc(ptr, C.luma_destroy) }, Runtime)
 end
 

@@ -67,14 +67,19 @@ static void echo(int conn, const char *method, const char *path, char *req, size
   ar_free(&a);
 }
 
+/* The /big bodies: filled once, before any connection reads them (the
+   connections' threads each filled it, racing, as ThreadSanitizer said) */
+static char big[65536];
+static pthread_once_t big_once = PTHREAD_ONCE_INIT;
+static void fill_big(void) { memset(big, 'x', sizeof big); }
+
 /* Each connection answers one request. */
 static int route(int conn, int serial, char *req, size_t head_len, size_t body_len) {
   (void)serial;
   char method[16] = "", path[256] = "";
   if (sscanf(req, "%15s %255s", method, path) != 2) return 0;
   int head = strcmp(method, "HEAD") == 0;
-  static char big[65536];
-  memset(big, 'x', sizeof big);
+  pthread_once(&big_once, fill_big);
   if (strcmp(path, "/text") == 0) {
     respond(conn, head, 200, "OK",
             "Content-Type: text/plain\r\nX-Custom-Header: Yes\r\nX-Dup: a\r\nX-Dup: b\r\nX-Folded: one\r\n two\r\n",

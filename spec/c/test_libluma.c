@@ -422,6 +422,65 @@ static void test_waiting(void) {
   luma_destroy(rt);
 }
 
+/* luma_set_inline: a start runs its handler on the calling thread until it
+   returns (done when luma_start returns, no hand-off to the pool) or waits
+   (the wait resumes on the pool: the start does not block for it) */
+static void test_inline(void) {
+  luma_error err;
+  luma_options o = { 0 };
+  o.workers = 1;
+  CT_CHECK(luma_set_inline(NULL, 1) == LUMA_FAILED, "a NULL runtime was accepted");
+  luma_runtime *rt = luma_new(&o, &err);
+  CT_CHECK(luma_set_inline(rt, 1) == LUMA_OK, "luma_set_inline failed");
+  luma_program *p = load(rt, NULL, &err);
+  CT_CHECK(p != NULL, "load: %s", err.message);
+  for (int i = 0; i < 50; i++) {
+    luma_call *c = luma_start(p, "add", "{\"a\": 1, \"b\": 2}", &err);
+    CT_CHECK(c != NULL, "start: %s", err.message);
+    CT_CHECK(luma_ready(c) == 1, "an inline call that does not wait was not done at its start (%d)", i);
+    const char *json = NULL;
+    CT_CHECK(luma_result(c, &json, NULL, &err) == LUMA_OK && json && strcmp(json, "{\"total\":3}") == 0,
+             "inline result: %s %s", json ? json : "(none)", err.message);
+    luma_call_free(c);
+  }
+  enum { N = 20 };
+  luma_call *c[N];
+  long long t0 = now_ms();
+  for (int i = 0; i < N; i++) c[i] = luma_start(p, "nap", "{\"ms\": 300}", &err);
+  long long started = now_ms() - t0;
+  if (!under_valgrind()) CT_CHECK(started < 250, "20 inline starts of a waiting handler took %lld ms", started);
+  int slept = 0;
+  for (int i = 0; i < N; i++) {
+    const char *json;
+    if (c[i] && luma_wait(c[i], 10000) == 1 && luma_result(c[i], &json, NULL, &err) == LUMA_OK &&
+        strcmp(json, "{\"v\":\"true\"}") == 0)
+      slept++;
+  }
+  CT_CHECK(slept == N, "%d of %d slept", slept, N);
+  if (!under_valgrind()) CT_CHECK(now_ms() - t0 < 5000, "the waits took %lld ms", now_ms() - t0);
+  for (int i = 0; i < N; i++) luma_call_free(c[i]);
+  /* a process-isolated module's handler is not run inline: its wait would
+     block the starting thread (the child runs one call at a time) */
+  luma_program *iso = luma_load(rt, path_of("program.luma"), path_of("isolated.config.json"), NULL, &err);
+  CT_CHECK(iso != NULL, "load isolated: %s", err.message);
+  if (iso) {
+    t0 = now_ms();
+    luma_call *w = luma_start(iso, "nap", "{\"ms\": 500}", &err);
+    long long took = now_ms() - t0;
+    CT_CHECK(w != NULL, "start isolated: %s", err.message);
+    if (!under_valgrind()) CT_CHECK(took < 400, "an inline start of a process-isolated nap took %lld ms", took);
+    CT_CHECK(w && luma_wait(w, 20000) == 1 && luma_result(w, NULL, NULL, &err) == LUMA_OK, "isolated nap: %s",
+             err.message);
+    luma_call_free(w);
+  }
+  /* off again: a start hands the handler to the pool */
+  CT_CHECK(luma_set_inline(rt, 0) == LUMA_OK, "luma_set_inline off failed");
+  luma_call *off = luma_start(p, "add", "{\"a\": 1, \"b\": 2}", &err);
+  CT_CHECK(off && luma_wait(off, 10000) == 1, "the pool's call did not end");
+  luma_call_free(off);
+  luma_destroy(rt);
+}
+
 struct worker {
   luma_runtime *rt;     /* shared, or NULL: its own */
   luma_program *p;
@@ -895,6 +954,7 @@ int main(void) {
   test_calls();
   test_cancel_from_thread();
   test_waiting();
+  test_inline();
   test_threads();
   test_destroyed();
   test_deadlines();
