@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "ctest.h"
+#include "luma_limits.h"
 #include "strbuf.h"
 #include "test_server.h"
 #include "transport.h"
@@ -497,6 +498,50 @@ static void test_reuse(void) {
   tp = shared;
 }
 
+/* Past LIM_HTTP_REUSE_IN_FLIGHT transfers in flight, a new one neither
+   looks for a connection to reuse nor leaves its own: two requests one
+   after the other get a connection each (below it they share one, above). */
+static void test_reuse_bound(void) {
+  enum { N = LIM_HTTP_REUSE_IN_FLIGHT };
+  char err[256];
+  tp_transport *shared = tp;
+  tp = tp_new(err, sizeof err);
+  tp_transfer **hold = calloc(N, sizeof *hold);
+  CT_CHECK(tp != NULL && hold != NULL, "tp_new: %s", err);
+  if (!tp || !hold) {
+    if (tp) tp_free(tp);
+    free(hold);
+    tp = shared;
+    return;
+  }
+  int before = ts_connections();
+  tp_request slow = request(TP_GET, "/slow");
+  slow.timeout_ms = 20000;
+  int held = 0;
+  for (int i = 0; i < N; i++) held += (hold[i] = tp_start(tp, &slow, NULL, NULL, err, sizeof err)) != NULL;
+  CT_CHECK(held == N, "%d of %d transfers started: %s", held, N, err);
+  /* once the server took them all, /conn's connection does not queue behind them */
+  long long until = ts_now_ms() + 4000;
+  while (ts_connections() - before < N && ts_now_ms() < until) ts_sleep_ms(10);
+  CT_CHECK(ts_connections() - before == N, "the server took %d of the %d connections", ts_connections() - before, N);
+  tp_request r = request(TP_GET, "/conn");
+  tp_transfer *a, *b;
+  const tp_result *ra = fetch(&r, &a);
+  const tp_result *rb = fetch(&r, &b);
+  CT_CHECK(ra && rb && ra->code == TP_OK && rb->code == TP_OK, "two requests past the bound");
+  if (ra && rb && ra->code == TP_OK && rb->code == TP_OK)
+    CT_CHECK(strcmp(ra->body, rb->body) != 0, "a connection each: served on %s then %s", ra->body, rb->body);
+  int flying = 0;
+  for (int i = 0; i < N; i++) flying += hold[i] && !tp_poll(hold[i], 0);
+  CT_CHECK(flying == N, "%d of the %d transfers were still in flight", flying, N);
+  tp_release(a);
+  tp_release(b);
+  for (int i = 0; i < N; i++) tp_release(hold[i]);
+  free(hold);
+  tp_free(tp);
+  tp = shared;
+}
+
 static void test_redirects(void) {
   tp_request r = request(TP_GET, "/redirect");
   tp_transfer *t;
@@ -683,6 +728,7 @@ int main(void) {
     test_stream();
     test_many();
     test_reuse();
+    test_reuse_bound();
     test_redirects();
     test_refused(closed_port);
     test_refusals();
