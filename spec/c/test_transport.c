@@ -510,7 +510,9 @@ static void test_reuse(void) {
    looks for a connection to reuse nor leaves its own: two requests one
    after the other get a connection each (below it they share one, above). */
 static void test_reuse_bound(void) {
-  enum { N = LIM_HTTP_REUSE_IN_FLIGHT };
+  /* a few more than the bound: one that fails to connect (seen under
+     valgrind) leaves the others past it */
+  enum { N = LIM_HTTP_REUSE_IN_FLIGHT + 8 };
   char err[256];
   tp_transport *shared = tp;
   tp = tp_new(err, sizeof err);
@@ -532,7 +534,8 @@ static void test_reuse_bound(void) {
      are sent again), /conn's connection does not queue behind them */
   long long until = ts_now_ms() + 20000;
   while (ts_connections() - before < N && ts_now_ms() < until) ts_sleep_ms(10);
-  CT_CHECK(ts_connections() - before == N, "the server took %d of the %d connections", ts_connections() - before, N);
+  CT_CHECK(ts_connections() - before >= LIM_HTTP_REUSE_IN_FLIGHT, "the server took %d of the %d connections",
+           ts_connections() - before, N);
   tp_request r = request(TP_GET, "/conn");
   r.timeout_ms = 20000;
   tp_transfer *a, *b;
@@ -543,7 +546,7 @@ static void test_reuse_bound(void) {
     CT_CHECK(strcmp(ra->body, rb->body) != 0, "a connection each: served on %s then %s", ra->body, rb->body);
   int flying = 0;
   for (int i = 0; i < N; i++) flying += hold[i] && !tp_poll(hold[i], 0);
-  CT_CHECK(flying == N, "%d of the %d transfers were still in flight", flying, N);
+  CT_CHECK(flying >= LIM_HTTP_REUSE_IN_FLIGHT, "%d of the %d transfers were still in flight", flying, N);
   tp_release(a);
   tp_release(b);
   for (int i = 0; i < N; i++) tp_release(hold[i]);
