@@ -41,9 +41,8 @@ static void load(void) {
   BIND(multi_init);
   BIND(multi_add_handle);
   BIND(multi_remove_handle);
-  BIND(multi_perform);
-  BIND(multi_poll);
-  BIND(multi_wakeup);
+  BIND(multi_setopt);
+  BIND(multi_socket_action);
   BIND(multi_info_read);
   BIND(multi_cleanup);
   BIND(multi_strerror);

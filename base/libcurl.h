@@ -30,9 +30,8 @@ typedef struct cu_api {
   CURLM *(*multi_init)(void);
   CURLMcode (*multi_add_handle)(CURLM *multi, CURL *curl);
   CURLMcode (*multi_remove_handle)(CURLM *multi, CURL *curl);
-  CURLMcode (*multi_perform)(CURLM *multi, int *running);
-  CURLMcode (*multi_poll)(CURLM *multi, struct curl_waitfd extra[], unsigned int n, int timeout_ms, int *ret);
-  CURLMcode (*multi_wakeup)(CURLM *multi);
+  CURLMcode (*multi_setopt)(CURLM *multi, CURLMoption option, ...);
+  CURLMcode (*multi_socket_action)(CURLM *multi, curl_socket_t s, int ev_bitmask, int *running);
   CURLMsg *(*multi_info_read)(CURLM *multi, int *queued);
   CURLMcode (*multi_cleanup)(CURLM *multi);
   const char *(*multi_strerror)(CURLMcode code);

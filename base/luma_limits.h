@@ -87,6 +87,7 @@
   X(HTTP_MAX_BYTES, 8 << 20, 0, "bytes of a luma.http request body, and of a response") \
   X(HTTP_MAX_REDIRECTS, 5, 0, "redirects a luma.http request follows") \
   X(HTTP_JSON_DEPTH, 100, 0, "nesting of a luma.http JSON body, sent or received") \
+  X(HTTP_REUSE_IN_FLIGHT, 256, 0, "HTTP requests in flight at once on one transport (luma.http's, one per process; a runtime's, for its models; a remote mcp_server's) past which a new one opens a connection of its own, closed at its end, instead of looking for one to reuse") \
   /* mcp_server: MCP servers as tool sources */ \
   X(MCP_SERVER_MESSAGE_BYTES, 8 << 20, 0, "bytes of one message an mcp_server sends (a longer one is MCP_SERVER_FAILED and the server is stopped)") \
   X(MCP_SERVER_JSON_DEPTH, 100, 0, "nesting of a message an mcp_server sends") \

@@ -28,6 +28,7 @@ struct tp_transfer {
   struct curl_slist *headers;
   int added;                       /* in the multi */
   tp_transfer *next, *prev;        /* the pending queue, then the I/O thread's active list */
+  tp_transfer *done_next;          /* the I/O thread's list of transfers libcurl finished */
   sb_buf head, body;
   size_t max_response;
   long long timeout_ms;

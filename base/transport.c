@@ -1,33 +1,45 @@
 /*
  * The HTTP transport: transfers handed to one I/O thread that drives a CURLM
- * with curl_multi_poll. Each transfer has its own lock and condvar, so that a
+ * with curl_multi_socket_action and an epoll of the sockets libcurl asks to
+ * watch, so that a wake costs what moved, not the transfers in flight
+ * (curl_multi_perform and curl_multi_poll look at every transfer and every
+ * socket at each wake). Each transfer has its own lock and condvar, so that a
  * caller may keep one after tp_free; the transport's lock guards the queue of
- * new transfers and the flags the I/O thread reads.
+ * new transfers and the flags the I/O thread reads, and an eventfd in the
+ * epoll wakes the thread.
  */
 #include "transport.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "luma_limits.h"
 #include "strbuf.h"
 #include "tpmsg.h"
 
 #define TP_SLICE_NS 10000000LL     /* how often tp_wait looks at *stop */
-#define TP_POLL_MS 1000            /* curl_multi_poll's longest sleep while transfers run */
+#define TP_EVENTS 64               /* socket events taken from the epoll at once */
 
 struct tp_transport {
   pthread_mutex_t lock;
-  pthread_cond_t cond;             /* wakes the I/O thread while it has no transfer */
   CURLM *multi;                    /* made with the thread, at the first tp_start */
+  int epfd, wakefd;                /* made with the thread: the epoll, and the eventfd in it */
   pthread_t thread;
   int started, stopping;           /* under lock */
+  int woken;                       /* under lock: wakefd was written since the I/O thread last looked */
   int cancel_asked;                /* under lock: some transfer has an end_code */
   int resume_asked;                /* under lock: some paused stream has resume set */
   tp_transfer *pending, *pending_tail;   /* under lock: started, not yet taken by the I/O thread */
+  /* the I/O thread's own */
+  long long timer_ns;              /* when libcurl wants curl_multi_socket_action's timeout call; -1: never */
+  size_t in_flight;                /* transfers in the multi */
 };
 
 long long tp_now_ns(void) {
@@ -82,13 +94,22 @@ tp_transport *tp_new(char *err, size_t errlen) {
     tpm_say(err, errlen, "cannot make a lock");
     return NULL;
   }
-  if (cond_init(&tp->cond) != 0) {
-    pthread_mutex_destroy(&tp->lock);
-    free(tp);
-    tpm_say(err, errlen, "cannot make a condition variable");
-    return NULL;
-  }
+  tp->epfd = tp->wakefd = -1;
   return tp;
+}
+
+/* Wakes the I/O thread; under tp->lock. Returns whether the caller must
+   write wakefd (after unlocking): not when a wake is already on its way. */
+static int wake_locked(tp_transport *tp) {
+  if (!tp->started || tp->woken) return 0;
+  tp->woken = 1;
+  return 1;
+}
+
+static void wake_write(tp_transport *tp) {
+  uint64_t one = 1;
+  /* EAGAIN: the counter is full, the thread is woken anyway */
+  while (write(tp->wakefd, &one, sizeof one) < 0 && errno == EINTR) {}
 }
 
 void tp_free(tp_transport *tp) {
@@ -96,14 +117,16 @@ void tp_free(tp_transport *tp) {
   pthread_mutex_lock(&tp->lock);
   int started = tp->started;
   tp->stopping = 1;
-  pthread_cond_signal(&tp->cond);
+  tp->woken = 1;
   pthread_mutex_unlock(&tp->lock);
   if (started) {
-    cu.multi_wakeup(tp->multi);
+    wake_write(tp);
     pthread_join(tp->thread, NULL);
+    /* closing the cached connections may still call on_socket */
     cu.multi_cleanup(tp->multi);
+    close(tp->epfd);
+    close(tp->wakefd);
   }
-  pthread_cond_destroy(&tp->cond);
   pthread_mutex_destroy(&tp->lock);
   free(tp);
 }
@@ -116,6 +139,7 @@ static void finish(tp_transport *tp, tp_transfer *t, tp_transfer **active) {
   if (t->added) {
     cu.multi_remove_handle(tp->multi, t->curl);
     t->added = 0;
+    tp->in_flight--;
     if (t->prev) t->prev->next = t->next;
     else *active = t->next;
     if (t->next) t->next->prev = t->prev;
@@ -185,17 +209,101 @@ static int end_if_asked(tp_transport *tp, tp_transfer *t, tp_transfer **active) 
   return 1;
 }
 
+/* libcurl's CURLMOPT_SOCKETFUNCTION: what to watch on socket s. */
+static int on_socket(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp) {
+  (void)easy;
+  (void)socketp;
+  tp_transport *tp = userp;
+  if (what == CURL_POLL_REMOVE) {
+    /* fails when s was closed first, which took it out of the epoll */
+    epoll_ctl(tp->epfd, EPOLL_CTL_DEL, s, NULL);
+    return 0;
+  }
+  struct epoll_event ev;
+  memset(&ev, 0, sizeof ev);
+  ev.events = (what & CURL_POLL_IN ? EPOLLIN : 0) | (what & CURL_POLL_OUT ? EPOLLOUT : 0);
+  ev.data.fd = s;
+  /* a socket libcurl watched before is changed; a new one (its number may
+     be that of a socket closed without CURL_POLL_REMOVE) is added */
+  if (epoll_ctl(tp->epfd, EPOLL_CTL_MOD, s, &ev) != 0 && errno == ENOENT)
+    epoll_ctl(tp->epfd, EPOLL_CTL_ADD, s, &ev);
+  return 0;
+}
+
+/* libcurl's CURLMOPT_TIMERFUNCTION: when to call it with CURL_SOCKET_TIMEOUT. */
+static int on_timer(CURLM *multi, long ms, void *userp) {
+  (void)multi;
+  tp_transport *tp = userp;
+  tp->timer_ns = ms < 0 ? -1 : tp_now_ns() + (long long)ms * 1000000LL;
+  return 0;
+}
+
+/* Adds t to the multi, or ends it when libcurl refuses it. */
+static void add(tp_transport *tp, tp_transfer *t, tp_transfer **active) {
+  /* Past LIM_HTTP_REUSE_IN_FLIGHT transfers in flight, t neither looks for a
+     connection to reuse nor leaves its own to the cache: libcurl looks
+     through every connection to the host at each new transfer, in use or
+     not, and through the whole cache at each return of a connection past
+     its size, which made a burst of transfers to one host quadratic. */
+  long fresh = tp->in_flight >= LIM_HTTP_REUSE_IN_FLIGHT ? 1L : 0L;
+  cu.easy_setopt(t->curl, CURLOPT_FRESH_CONNECT, fresh);
+  cu.easy_setopt(t->curl, CURLOPT_FORBID_REUSE, fresh);
+  CURLMcode mc = cu.multi_add_handle(tp->multi, t->curl);
+  if (mc != CURLM_OK) {
+    tpm_set_end(t, TP_HTTP_ERROR, 0, "libcurl cannot run the request: %s", cu.multi_strerror(mc));
+    finish(tp, t, active);
+    return;
+  }
+  t->added = 1;
+  tp->in_flight++;
+  t->next = *active;
+  if (*active) (*active)->prev = t;
+  *active = t;
+}
+
+/* Ends the transfers libcurl finished. All its messages are read first:
+   curl_multi_remove_handle looks through the messages not yet read. */
+static void reap(tp_transport *tp, tp_transfer **active) {
+  tp_transfer *done = NULL;
+  CURLMsg *m;
+  int queued;
+  while ((m = cu.multi_info_read(tp->multi, &queued))) {
+    if (m->msg != CURLMSG_DONE) continue;
+    char *priv = NULL;
+    cu.easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, &priv);
+    tp_transfer *t = (tp_transfer *)(void *)priv;
+    tpm_classify(t, m->data.result);
+    t->done_next = done;
+    done = t;
+  }
+  while (done) {
+    tp_transfer *t = done;
+    done = t->done_next;
+    finish(tp, t, active);
+  }
+}
+
+/* The socket_action flags of an epoll event. */
+static int event_flags(uint32_t events) {
+  int flags = 0;
+  /* an error or a hang-up is read (or written) to learn which it is */
+  if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) flags |= CURL_CSELECT_IN;
+  if (events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) flags |= CURL_CSELECT_OUT;
+  return flags;
+}
+
 static void *io_main(void *arg) {
   tp_transport *tp = arg;
   tp_transfer *active = NULL;
+  struct epoll_event events[TP_EVENTS];
+  int running;
   for (;;) {
     pthread_mutex_lock(&tp->lock);
-    while (!tp->pending && !tp->stopping && !tp->cancel_asked && !tp->resume_asked && !active)
-      pthread_cond_wait(&tp->cond, &tp->lock);
     tp_transfer *fresh = tp->pending;
     tp->pending = tp->pending_tail = NULL;
     int stopping = tp->stopping, cancels = tp->cancel_asked, resumes = tp->resume_asked;
     tp->cancel_asked = tp->resume_asked = 0;
+    tp->woken = 0;
     pthread_mutex_unlock(&tp->lock);
 
     while (fresh) {
@@ -206,16 +314,7 @@ static void *io_main(void *arg) {
         tpm_set_end(t, TP_HTTP_CANCELLED, 0, "the transport was closed before the request was sent");
         finish(tp, t, &active);
       } else if (!end_if_asked(tp, t, &active)) {
-        CURLMcode mc = cu.multi_add_handle(tp->multi, t->curl);
-        if (mc != CURLM_OK) {
-          tpm_set_end(t, TP_HTTP_ERROR, 0, "libcurl cannot run the request: %s", cu.multi_strerror(mc));
-          finish(tp, t, &active);
-          continue;
-        }
-        t->added = 1;
-        t->next = active;
-        if (active) active->prev = t;
-        active = t;
+        add(tp, t, &active);
       }
     }
     if (stopping) {
@@ -232,20 +331,27 @@ static void *io_main(void *arg) {
       }
     if (resumes)
       for (tp_transfer *t = active; t; t = t->next) resume_if_asked(t);
-    int running;
-    cu.multi_perform(tp->multi, &running);
-    CURLMsg *m;
-    int queued;
-    while ((m = cu.multi_info_read(tp->multi, &queued))) {
-      if (m->msg != CURLMSG_DONE) continue;
-      CURLcode rc = m->data.result;
-      char *priv = NULL;
-      cu.easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, &priv);
-      tp_transfer *t = (tp_transfer *)(void *)priv;
-      tpm_classify(t, rc);
-      finish(tp, t, &active);
+
+    /* sleep until a socket moves, libcurl's timer, or a wake */
+    int timeout = -1;
+    if (tp->timer_ns >= 0) {
+      long long left = tp->timer_ns - tp_now_ns();
+      timeout = left <= 0 ? 0 : left >= (long long)INT32_MAX * 1000000LL ? INT32_MAX : (int)((left + 999999) / 1000000);
     }
-    if (active) cu.multi_poll(tp->multi, NULL, 0, TP_POLL_MS, NULL);
+    int n = epoll_wait(tp->epfd, events, TP_EVENTS, timeout);
+    for (int i = 0; i < n; i++) {
+      if (events[i].data.fd == tp->wakefd) {
+        uint64_t count;
+        while (read(tp->wakefd, &count, sizeof count) < 0 && errno == EINTR) {}
+        continue;
+      }
+      cu.multi_socket_action(tp->multi, events[i].data.fd, event_flags(events[i].events), &running);
+    }
+    if (tp->timer_ns >= 0 && tp_now_ns() >= tp->timer_ns) {
+      tp->timer_ns = -1;
+      cu.multi_socket_action(tp->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    }
+    reap(tp, &active);
   }
 }
 
@@ -271,19 +377,42 @@ static int start_thread(tp_transport *tp, char *err, size_t errlen) {
     tpm_say(err, errlen, "the transport is closed");
     return -1;
   }
+  tp->epfd = epoll_create1(EPOLL_CLOEXEC);
+  tp->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  struct epoll_event ev;
+  memset(&ev, 0, sizeof ev);
+  ev.events = EPOLLIN;
+  ev.data.fd = tp->wakefd;
+  if (tp->epfd < 0 || tp->wakefd < 0 || epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->wakefd, &ev) != 0) {
+    tpm_say(err, errlen, "cannot make the transport's epoll: %s", strerror(errno));
+    goto fail;
+  }
+  tp->timer_ns = -1;
   tp->multi = cu.multi_init();
   if (!tp->multi) {
     tpm_say(err, errlen, "libcurl cannot make a multi handle");
-    return -1;
+    goto fail;
+  }
+  if (cu.multi_setopt(tp->multi, CURLMOPT_SOCKETFUNCTION, on_socket) != CURLM_OK ||
+      cu.multi_setopt(tp->multi, CURLMOPT_SOCKETDATA, tp) != CURLM_OK ||
+      cu.multi_setopt(tp->multi, CURLMOPT_TIMERFUNCTION, on_timer) != CURLM_OK ||
+      cu.multi_setopt(tp->multi, CURLMOPT_TIMERDATA, tp) != CURLM_OK) {
+    tpm_say(err, errlen, "libcurl refused the transport's socket callbacks");
+    goto fail;
   }
   if (pthread_create(&tp->thread, NULL, io_main, tp) != 0) {
-    cu.multi_cleanup(tp->multi);
-    tp->multi = NULL;
     tpm_say(err, errlen, "cannot start the transport's I/O thread");
-    return -1;
+    goto fail;
   }
   tp->started = 1;
   return 0;
+fail:
+  if (tp->multi) cu.multi_cleanup(tp->multi);
+  tp->multi = NULL;
+  if (tp->epfd >= 0) close(tp->epfd);
+  if (tp->wakefd >= 0) close(tp->wakefd);
+  tp->epfd = tp->wakefd = -1;
+  return -1;
 }
 
 tp_transfer *tp_start(tp_transport *tp, const tp_request *r, void (*done)(void *ud), void *ud,
@@ -335,9 +464,9 @@ tp_transfer *tp_start(tp_transport *tp, const tp_request *r, void (*done)(void *
   if (tp->pending_tail) tp->pending_tail->next = t;
   else tp->pending = t;
   tp->pending_tail = t;
-  pthread_cond_signal(&tp->cond);
+  int wake = wake_locked(tp);
   pthread_mutex_unlock(&tp->lock);
-  cu.multi_wakeup(tp->multi);
+  if (wake) wake_write(tp);
   return t;
 }
 
@@ -352,9 +481,9 @@ static void ask_end(tp_transfer *t, tp_code code, const char *message) {
   tp_transport *tp = t->tp;
   pthread_mutex_lock(&tp->lock);
   tp->cancel_asked = 1;
-  pthread_cond_signal(&tp->cond);
+  int wake = wake_locked(tp);
   pthread_mutex_unlock(&tp->lock);
-  cu.multi_wakeup(tp->multi);
+  if (wake) wake_write(tp);
 }
 
 int tp_wait(tp_transfer *t, long long deadline_ns, const int *stop) {
@@ -430,9 +559,9 @@ size_t tp_read(tp_transfer *t, char *buf, size_t cap) {
     tp_transport *tp = t->tp;
     pthread_mutex_lock(&tp->lock);
     tp->resume_asked = 1;
-    pthread_cond_signal(&tp->cond);
+    int wake_io = wake_locked(tp);
     pthread_mutex_unlock(&tp->lock);
-    cu.multi_wakeup(tp->multi);
+    if (wake_io) wake_write(tp);
   }
   pthread_mutex_unlock(&t->lock);
   return n;

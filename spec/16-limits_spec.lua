@@ -166,7 +166,6 @@ local OTHER_MEANINGS = {
   { "core/ask.c", "ad_response r = { 200,", "an HTTP status: a recorded stream's response" },
   { "sandbox/confine.c", "#define PRCTL_HIGHEST 100", "past the highest prctl option the kernel knows (the filter's range)" },
   { "sandbox/confine.c", "LL_FS_MAKE_REG (1ULL << 8)", "a bit of Landlock's access rights (kernel UAPI)" },
-  { "base/transport.c", "TP_POLL_MS 1000", "how long the transport sleeps at most between polls" },
   { "core/redis.h", "RC_TIMEOUT_MS 1000", "Redis's connect and command timeout" },
   { "core/redis.c", "RD_BACKOFF_MIN_MS 100", "the first wait before reconnecting to Redis" },
   { "core/redis.c", "RD_BACKOFF_MAX_MS 5000", "the longest wait before reconnecting to Redis" },

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "ctest.h"
+#include "luma_limits.h"
 #include "strbuf.h"
 #include "test_server.h"
 #include "transport.h"
@@ -81,6 +82,10 @@ static int route(int conn, int serial, char *req, size_t head_len, size_t body_l
   } else if (strcmp(path, "/slow") == 0) {
     for (int i = 0; i < 250 && !ts_stopping() && !ts_client_gone(conn); i++) ts_sleep_ms(20);
     respond(conn, head, 200, "Connection: close\r\n", "late", 4);
+    return 0;
+  } else if (strcmp(path, "/hold") == 0) {
+    /* no answer until the client goes (or 30 s) */
+    for (int i = 0; i < 1500 && !ts_stopping() && !ts_client_gone(conn); i++) ts_sleep_ms(20);
     return 0;
   } else if (strcmp(path, "/sleep200") == 0) {
     ts_sleep_ms(200);
@@ -206,7 +211,11 @@ static void test_stream(void) {
   t = tp_start(tp, &r, on_done, &done, err, sizeof err);
   ts_sleep_ms(300);
   CT_CHECK(tp_outcome(t) == NULL, "a paused stream has not ended");
-  size_t held = read_some(t, &b);
+  /* one read takes every unread byte at once: read_some's reads of 1000
+     resume the transfer half-way, and it would go on taking what comes */
+  static char all[65536];
+  size_t held = tp_read(t, all, sizeof all);
+  sb_add(&b, all, held);
   CT_CHECK(held >= 4096 && held <= 8192 + 16384, "the unread bytes stay within the bound and a piece: %zu", held);
   while (!tp_outcome(t)) {
     read_some(t, &b);
@@ -497,6 +506,55 @@ static void test_reuse(void) {
   tp = shared;
 }
 
+/* Past LIM_HTTP_REUSE_IN_FLIGHT transfers in flight, a new one neither
+   looks for a connection to reuse nor leaves its own: two requests one
+   after the other get a connection each (below it they share one, above). */
+static void test_reuse_bound(void) {
+  /* a few more than the bound: one that fails to connect (seen under
+     valgrind) leaves the others past it */
+  enum { N = LIM_HTTP_REUSE_IN_FLIGHT + 8 };
+  char err[256];
+  tp_transport *shared = tp;
+  tp = tp_new(err, sizeof err);
+  tp_transfer **hold = calloc(N, sizeof *hold);
+  CT_CHECK(tp != NULL && hold != NULL, "tp_new: %s", err);
+  if (!tp || !hold) {
+    if (tp) tp_free(tp);
+    free(hold);
+    tp = shared;
+    return;
+  }
+  int before = ts_connections();
+  tp_request held_request = request(TP_GET, "/hold");
+  held_request.timeout_ms = 30000;
+  int held = 0;
+  for (int i = 0; i < N; i++) held += (hold[i] = tp_start(tp, &held_request, NULL, NULL, err, sizeof err)) != NULL;
+  CT_CHECK(held == N, "%d of %d transfers started: %s", held, N, err);
+  /* once the server took them all (its queue holds 64: the others' SYNs
+     are sent again), /conn's connection does not queue behind them */
+  long long until = ts_now_ms() + 20000;
+  while (ts_connections() - before < N && ts_now_ms() < until) ts_sleep_ms(10);
+  CT_CHECK(ts_connections() - before >= LIM_HTTP_REUSE_IN_FLIGHT, "the server took %d of the %d connections",
+           ts_connections() - before, N);
+  tp_request r = request(TP_GET, "/conn");
+  r.timeout_ms = 20000;
+  tp_transfer *a, *b;
+  const tp_result *ra = fetch(&r, &a);
+  const tp_result *rb = fetch(&r, &b);
+  CT_CHECK(ra && rb && ra->code == TP_OK && rb->code == TP_OK, "two requests past the bound");
+  if (ra && rb && ra->code == TP_OK && rb->code == TP_OK)
+    CT_CHECK(strcmp(ra->body, rb->body) != 0, "a connection each: served on %s then %s", ra->body, rb->body);
+  int flying = 0;
+  for (int i = 0; i < N; i++) flying += hold[i] && !tp_poll(hold[i], 0);
+  CT_CHECK(flying >= LIM_HTTP_REUSE_IN_FLIGHT, "%d of the %d transfers were still in flight", flying, N);
+  tp_release(a);
+  tp_release(b);
+  for (int i = 0; i < N; i++) tp_release(hold[i]);
+  free(hold);
+  tp_free(tp);
+  tp = shared;
+}
+
 static void test_redirects(void) {
   tp_request r = request(TP_GET, "/redirect");
   tp_transfer *t;
@@ -683,6 +741,7 @@ int main(void) {
     test_stream();
     test_many();
     test_reuse();
+    test_reuse_bound();
     test_redirects();
     test_refused(closed_port);
     test_refusals();
