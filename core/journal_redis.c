@@ -42,7 +42,10 @@ static const char APPEND[] = PRELUDE
   "end\n"
   "local n = redis.call('LLEN', KEYS[2])\n"
   "if n + 1 ~= tonumber(ARGV[3]) then return {'SEQ', n + 1} end\n"
-  "local m = redis.call('RPUSH', KEYS[2], unpack(ARGV, 5))\n"
+  "local m = n\n"
+  "for i = 5, #ARGV, 1000 do\n"   /* unpack has a bound (about 8,000 values): in slices, still one step */
+  "  m = redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV)))\n"
+  "end\n"
   "if has then\n"
   "  local t = now()\n"
   "  redis.call('HSET', KEYS[1], 'updated', t)\n"

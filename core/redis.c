@@ -3,6 +3,7 @@
 
 #include "redis.h"
 
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +12,7 @@
 
 #define RD_BACKOFF_MIN_MS 100
 #define RD_BACKOFF_MAX_MS 5000
-#define RD_MAX_ARGV 16            /* EVALSHA's words: keys and arguments */
+#define RD_ARGV_ON_STACK 16       /* EVALSHA's keys and arguments kept on the stack */
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -139,13 +140,29 @@ static int load_script(rc_conn *r, rc_script *sc, char *err, size_t errlen) {
 
 redisReply *rc_run(rc_conn *r, rc_script *sc, int nkeys, const char *const *keys, const size_t *klens, int nargs,
                    const char *const *args, const size_t *lens, char *err, size_t errlen) {
-  const char *argv[3 + RD_MAX_ARGV];
-  size_t argl[3 + RD_MAX_ARGV];
+  /* EVALSHA, the script, the count of keys, then the keys and arguments:
+     on the stack for the usual few, else on the heap (a journal's batch
+     of a turn's outcomes has one argument per record) */
+  const char *stack_argv[3 + RD_ARGV_ON_STACK];
+  size_t stack_argl[3 + RD_ARGV_ON_STACK];
+  const char **argv = stack_argv;
+  size_t *argl = stack_argl;
   char nk[16];
-  if (nkeys + nargs > RD_MAX_ARGV) {
-    seterr(err, errlen, "a Redis script with %d keys and arguments", nkeys + nargs);
+  if (nkeys < 0 || nargs < 0 || nkeys > INT_MAX - 3 - nargs) {
+    seterr(err, errlen, "a Redis script with %d keys and %d arguments", nkeys, nargs);
     return NULL;
   }
+  if (nkeys + nargs > RD_ARGV_ON_STACK) {
+    argv = malloc(sizeof *argv * (size_t)(3 + nkeys + nargs));
+    argl = malloc(sizeof *argl * (size_t)(3 + nkeys + nargs));
+    if (!argv || !argl) {
+      free(argv);
+      free(argl);
+      seterr(err, errlen, "out of memory for a Redis script of %d keys and arguments", nkeys + nargs);
+      return NULL;
+    }
+  }
+  redisReply *out = NULL;
   snprintf(nk, sizeof nk, "%d", nkeys);
   argv[0] = "EVALSHA";
   argl[0] = 7;
@@ -162,9 +179,9 @@ redisReply *rc_run(rc_conn *r, rc_script *sc, int nkeys, const char *const *keys
   for (int attempt = 0; attempt < 2; attempt++) {
     if (!r->c) {
       seterr(err, errlen, "Redis at %s cannot be reached", r->where);
-      return NULL;
+      break;
     }
-    if (!sc->sha[0] && load_script(r, sc, err, errlen) != 0) return NULL;
+    if (!sc->sha[0] && load_script(r, sc, err, errlen) != 0) break;
     argv[1] = sc->sha;
     argl[1] = 40;
     redisReply *reply = redisCommandArgv(r->c, 3 + nkeys + nargs, argv, argl);
@@ -174,10 +191,14 @@ redisReply *rc_run(rc_conn *r, rc_script *sc, int nkeys, const char *const *keys
       sc->sha[0] = '\0';
       continue;
     }
-    if (rc_failed(r, reply, err, errlen)) return NULL;
-    return reply;
+    if (!rc_failed(r, reply, err, errlen)) out = reply;
+    break;
   }
-  return NULL;
+  if (argv != stack_argv) {
+    free(argv);
+    free(argl);
+  }
+  return out;
 }
 
 /* %XX in the user and password of a URL */

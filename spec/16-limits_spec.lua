@@ -170,7 +170,7 @@ local OTHER_MEANINGS = {
   { "core/redis.c", "RD_BACKOFF_MIN_MS 100", "the first wait before reconnecting to Redis" },
   { "core/redis.c", "RD_BACKOFF_MAX_MS 5000", "the longest wait before reconnecting to Redis" },
   { "core/idem_redis.c", "redis.call('PUBLISH', ARGV[5], KEYS[1])", "the fifth argument of a Redis script" },
-  { "core/journal_redis.c", "unpack(ARGV, 5)", "the fifth argument of a Redis script: an append's first record" },
+  { "core/journal_redis.c", "for i = 5, #ARGV, 1000", "the fifth argument of a Redis script: an append's first record, pushed in slices of a thousand" },
   { "core/idem_sqlite.c", "pid = ?5", "the fifth parameter of an SQL statement" },
   { "sandbox/wire.c", "WIRE_DEPTH_MAX 250", "nesting of a value on the wire to a handler process" },
   { "core/embed.c", "wait > 1000000 ? 1000000", "the longest one poll() of luma_wait sleeps, in ms" },
