@@ -84,36 +84,29 @@ static const jr_ops SQ_OPS = {
   .close = sq_close,
 };
 
-/* The records' table: WITHOUT ROWID, so that a record is one b-tree's
-   write (its key is (run, seq)), not a row's and its key's index's. */
-#define RECORDS(name)                                                                                        \
-  "CREATE TABLE " name " ("                                                                                  \
-  "  run TEXT NOT NULL, seq INTEGER NOT NULL, v INTEGER NOT NULL, kind TEXT NOT NULL, body BLOB NOT NULL,"  \
-  "  digest TEXT NOT NULL, PRIMARY KEY (run, seq)) WITHOUT ROWID;"
-
 /* Version 1 had luma_meta and luma_journal; 2 added luma_runs (and an
-   index on its updated, which each append wrote to as well); 3 has
-   luma_journal WITHOUT ROWID and no such index (list and prune read the
-   runs' table through). An older file is upgraded when opened (UPGRADE),
-   its records kept. */
+   index on its updated, which each append wrote to as well); 3 has no such
+   index (list and prune read the runs' table through). The records' table
+   keeps its rowid: WITHOUT ROWID would save a b-tree write per record, but
+   keeps only about a quarter of a page of a row on its page, so records of
+   a kilobyte or more (a tool's outcome, a model's response) would each
+   take overflow pages, the file three to four times larger. An older file
+   is upgraded when opened (UPGRADE), its records kept where they are. */
 static const char SCHEMA[] =
   "CREATE TABLE IF NOT EXISTS luma_meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);"
-  RECORDS("IF NOT EXISTS luma_journal")
+  "CREATE TABLE IF NOT EXISTS luma_journal ("
+  "  run TEXT NOT NULL, seq INTEGER NOT NULL, v INTEGER NOT NULL, kind TEXT NOT NULL, body BLOB NOT NULL,"
+  "  digest TEXT NOT NULL, PRIMARY KEY (run, seq));"
   "CREATE TABLE IF NOT EXISTS luma_runs ("
   "  run TEXT PRIMARY KEY, state TEXT NOT NULL, step TEXT NOT NULL, owner TEXT NOT NULL,"
   "  lease_until INTEGER NOT NULL, created INTEGER NOT NULL, updated INTEGER NOT NULL);"
   "INSERT OR IGNORE INTO luma_meta (name, value) VALUES ('format', '" JR_NAME "');";
 /* (the second run of SCHEMA, on a journal, adds nothing: its tables are there) */
 
-/* An older file's records (version 1 or 2) into a table WITHOUT ROWID
-   (after SCHEMA, which gave a version-1 file its luma_runs). */
-static const char UPGRADE[] =
-  RECORDS("luma_journal_v3")
-  "INSERT INTO luma_journal_v3 (run, seq, v, kind, body, digest) "
-  "  SELECT run, seq, v, kind, body, digest FROM luma_journal;"
-  "DROP TABLE luma_journal;"
-  "ALTER TABLE luma_journal_v3 RENAME TO luma_journal;"
-  "DROP INDEX IF EXISTS luma_runs_updated;";
+/* An older file (version 1 or 2; after SCHEMA, which gave a version-1 file
+   its luma_runs): the index every append wrote goes. Instant whatever the
+   file's size: no record is copied. */
+static const char UPGRADE[] = "DROP INDEX IF EXISTS luma_runs_updated;";
 
 /* The file is a journal of a version this luma reads: its version (older
    ones are upgraded by the caller), or -1 with err. */
