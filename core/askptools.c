@@ -216,6 +216,10 @@ static void found(ak_ask *a, int i, sb_buf *out, int *count) {
 /* One violation of the discovery tool's input schema, as the pipeline's
    validator says it: { path, message = "path text", rule }. */
 static void violation(sb_buf *v, int *n, const char *path, const char *text, const char *rule, char *first, size_t cap) {
+  if (*n >= LIM_MAX_VIOLATIONS) {   /* as the validator: the first ones, then "truncated" */
+    (*n)++;
+    return;
+  }
   char m[200];
   snprintf(m, sizeof m, "%.160s %.35s", path, text);
   if (!*n && cap) {
@@ -271,7 +275,7 @@ static int bad_input(const jv *in, char *first, size_t cap, sb_buf *out) {
     json_write_string(out, first, strlen(first));
     sb_adds(out, ",\"tool\":\"" PM_DISCOVER_TOOL "\",\"details\":{\"violations\":[");
     sb_add(out, v.data, v.len);
-    sb_adds(out, "]},\"retryable\":false}}");
+    sb_adds(out, n > LIM_MAX_VIOLATIONS ? "],\"truncated\":true},\"retryable\":false}}" : "]},\"retryable\":false}}");
   }
   sb_free(&v);
   return n > 0;
@@ -310,23 +314,44 @@ int ak_lazy_answer(ak_ask *a, const ad_call *call, sb_buf *out, int *is_error) {
   const jv *names = jv_get(in, "names");
   const jv *query = jv_get(in, "query");
   int count = 0, nerr = 0;
+  /* each tool described once in an answer, whatever the model repeats,
+     and the first LIM_MAX_VIOLATIONS names that are no tool said */
+  char *listed = ar_alloc(&scratch, (size_t)a->ntools + 1);
+  if (!listed) {
+    ar_free(&scratch);
+    sb_adds(out, "{\"error\":{\"code\":\"TOOL_FAILED\",\"message\":\"Out of memory for the discovery call.\",\"retryable\":true}}");
+    *is_error = 1;
+    return 1;
+  }
+  memset(listed, 0, (size_t)a->ntools + 1);
   sb_buf errs;
   sb_init(&errs);
   sb_adds(out, "{\"tools\":[");
   for (const jv *n = names && names->type == JV_ARR ? names->first : NULL; n; n = n->next) {
     int i = n->type == JV_STR ? lazy_index(a, n->s) : -1;
-    if (i >= 0) { found(a, i, out, &count); continue; }
+    if (i >= 0) {
+      if (!listed[i]) found(a, i, out, &count);
+      listed[i] = 1;
+      continue;
+    }
+    if (nerr++ >= LIM_MAX_VIOLATIONS) continue;
     snprintf(msg, sizeof msg, "'%.100s' is not a tool of agent '%s'.", n->type == JV_STR ? n->s : "(not a string)", ag->name);
-    if (nerr++) sb_addc(&errs, ',');
+    if (nerr > 1) sb_addc(&errs, ',');
     json_write_string(&errs, msg, strlen(msg));
   }
   for (int i = 0; query && query->type == JV_STR && i < a->ntools; i++)
-    if (ag->lazy[i] && !a->discovered[i] && (contains(a->tools[i].name, query->s) || contains(a->tools[i].description, query->s)))
+    if (ag->lazy[i] && !a->discovered[i] && !listed[i] &&
+        (contains(a->tools[i].name, query->s) || contains(a->tools[i].description, query->s)))
       found(a, i, out, &count);
   sb_addc(out, ']');
   if (nerr) {
     sb_adds(out, ",\"errors\":[");
     sb_add(out, errs.data, errs.len);
+    if (nerr > LIM_MAX_VIOLATIONS) {
+      snprintf(msg, sizeof msg, "and %d more names that are no tool of agent '%s'.", nerr - LIM_MAX_VIOLATIONS, ag->name);
+      sb_addc(out, ',');
+      json_write_string(out, msg, strlen(msg));
+    }
     sb_addc(out, ']');
   }
   sb_addc(out, '}');

@@ -963,6 +963,41 @@ describe("lazy tools", function()
     assert.are.same({ "__discover_tools error", "__discover_tools ok", "mul ok" }, again)
   end)
 
+  it("bound what a hostile discovery input makes: violations and unknown names capped, each tool described once", function()
+    local many_bad, many_same, many_unknown = {}, {}, {}
+    for i = 1, 3000 do
+      many_bad[i] = "0"
+      many_same[i] = '"mul"'
+      many_unknown[i] = '"no' .. i .. '"'
+    end
+    server:script {
+      mock.chat(nil, { { "c1", "__discover_tools", '{"names":[' .. table.concat(many_bad, ",") .. ']}' } }),
+      mock.chat(nil, { { "c2", "__discover_tools", '{"names":[' .. table.concat(many_same, ",") .. ']}' } }),
+      mock.chat(nil, { { "c3", "__discover_tools", '{"names":[' .. table.concat(many_unknown, ",") .. ']}' } }),
+      mock.chat('{"total":3}'),
+    }
+    local p = lazy_program(server, 'provider: "openai", name: "gpt-5.4-mini"', "/v1")
+    assert.are.same({ total = 3 }, p:agent("A"):call("run", { x = 1 }))
+    local r = server:requests()
+    local function result(i, id)
+      local m = find(r[i].json.messages, function(x) return x.role == "tool" and x.tool_call_id == id end)
+      return m.content, luma.json.decode(m.content)
+    end
+    local text, bad = result(2, "c1")
+    assert.are.equal("TOOL_INPUT_INVALID", bad.error.code)
+    assert.are.equal(luma.limits.max_violations, #bad.error.details.violations)
+    assert.is_true(bad.error.details.truncated)
+    assert.is_true(#text < 40000, #text)
+    text, bad = result(3, "c2")
+    assert.are.equal(1, #bad.tools)
+    assert.are.equal("mul", bad.tools[1].name)
+    text, bad = result(4, "c3")
+    assert.are.equal(0, #bad.tools)
+    assert.are.equal(luma.limits.max_violations + 1, #bad.errors)
+    assert.is_truthy(bad.errors[#bad.errors]:find("and " .. (3000 - luma.limits.max_violations) .. " more names", 1, true))
+    assert.is_true(#text < 40000, #text)
+  end)
+
   it("are found again the same way when the ask is replayed from its recording", function()
     local rec = h.tmpname(".jsonl")
     server:script {
