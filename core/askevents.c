@@ -160,7 +160,7 @@ void ak_ev_delta(ak_ask *a, const ad_delta *d) {
       /* a call the provider ran, its result come: its id (made from its
          position when the provider gives none), its name, and its failure */
       const ad_ptcall *c = d->ptcall;
-      const char *id = c->id ? c->id : ar_printf(&a->turn_arena, "provider_tool_%d", d->call + 1);
+      const char *id = c->id ? c->id : ar_printf(&a->turn_arena, "provider_tool_%d_%d", a->ev_turn, d->call + 1);
       open_event(a, "provider_tool", a->ev_turn);
       set_text(T, "id", id, id ? strlen(id) : 0);
       set_text(T, "name", c->name, strlen(c->name));

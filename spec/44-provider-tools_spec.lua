@@ -775,7 +775,7 @@ describe("provider tools streamed and not streamed", function()
     assert.are.equal(1, streamed.ask.provider_tool_errors)
     assert.are.same({
       { type = "provider_tool", turn = 1, id = "tc_1", name = "web_search", status = "completed" },
-      { type = "provider_tool", turn = 2, id = "provider_tool_1", name = "url_context", status = "failed",
+      { type = "provider_tool", turn = 2, id = "provider_tool_2_1", name = "url_context", status = "failed",
         error = { code = "URL_RETRIEVAL_STATUS_ERROR",
                   message = "https://example.com/b could not be retrieved (URL_RETRIEVAL_STATUS_ERROR)." } },
     }, streamed.ptools)
