@@ -6,7 +6,7 @@
 -- machine's power loss) and with sync (synchronous FULL: an fsync per
 -- commit). A round trip commits twice: its exchange, then its calls'
 -- outcomes together. Target: under 100 µs per round trip in the default
--- mode (measured: 190-240 µs, 470-980 µs with sync; README: Durable asks).
+-- mode (measured: 120-180 µs, 320-470 µs with sync; README: Durable asks).
 -- Then the time to resume a run of 50 turns: an ask killed (SIGKILL, through
 -- LUMA_JOURNAL_CRASH) just before its last record, resumed by this process
 -- from its journal once its lease (50 ms here) has ended: every turn and
