@@ -74,7 +74,8 @@ static st_verdict run_host(lua_State *T, cl_call *c, long long timeout_ms) {
   pl_push_anchor(T, c->pg, "host");
   lua_getfield(T, -1, t->name);
   lua_remove(T, -2);
-  if (sx_copy(T, CV_INPUT, T, &c->pg->limits, why, sizeof why) != 0)
+  /* validated: a record of at most its fields, copied in one pass */
+  if (sx_copy_record(T, CV_INPUT, T, &c->pg->limits, t->input->nfields, why, sizeof why) != 0)
     return st_fail(T, LE_TOOL_INPUT_INVALID, "%s.input cannot be passed to the handler: %s", t->name, why);
   lua_createtable(T, 0, 3);
   lua_pushboolean(T, 0);
