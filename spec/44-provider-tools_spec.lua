@@ -986,6 +986,27 @@ describe("lazy tools", function()
     assert.are.same({ { "__discover_tools", "TOOL_CIRCUIT_OPEN", 0, true, false, true } }, calls)
   end)
 
+  it("do not start a lazy tool not found yet while its turn streams", function()
+    server:script {
+      mock.chat(nil, { { "c1", "mul", '{"a":1,"b":3}' } }),
+      mock.chat('{"total":3}'),
+    }
+    local p = assert(luma.compile(LAZY:format('provider: "openai", name: "gpt-5.4-mini"', server.url .. "/v1", "")))
+    local ran = 0
+    p:register("add", function(i) return { sum = i.a + i.b } end)
+    p:register("mul", function(i) ran = ran + 1 return { sum = i.a * i.b } end)
+    p:register("sub", function(i) return { sum = i.a - i.b } end)
+    p:configure { lookup = function(n) if n == "LUMA_TEST_KEY" then return KEY end end }
+    local f = p:agent("A"):start("run", { x = 1 }, { on_event = function() end })
+    assert.is_true(f:wait(10000))
+    assert.are.same({ total = 3 }, f:result())
+    local r = server:requests()
+    assert.is_true(r[1].json.stream)   -- the turn streamed: its calls could start before its end
+    assert.are.equal(0, ran)
+    local m = find(r[2].json.messages, function(x) return x.role == "tool" and x.tool_call_id == "c1" end)
+    assert.matches("Tool 'mul' is not loaded yet", luma.json.decode(m.content).error.message, 1, true)
+  end)
+
   it("keep the discovery tool hidden: not in tools(), the tools command, an MCP listing or the handlers' types", function()
     local source = LAZY:format('provider: "openai", name: "gpt-5.4-mini"', server.url .. "/v1", "")
     local p = assert(luma.compile(source))
