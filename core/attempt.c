@@ -1,8 +1,8 @@
 /* STEP_RUN (steps.h): the handler's attempts. A host handler (program:register)
-   and a built-in tool's run here, on the driver's thread, in the home state; a module's handler runs
-   in a state of its module, as a job of the runtime's pool. A retryable
-   error is tried again after the backoff, as a timer of the call, never a
-   sleep; no attempt starts past the deadline. */
+   and a built-in tool's (C) run here, on the driver's thread, in the home
+   state; a module's handler runs in a state of its module, as a job of the
+   runtime's pool. A retryable error is tried again after the backoff, as a
+   timer of the call, never a sleep; no attempt starts past the deadline. */
 #include "attempt.h"
 
 #include "pipeline.h"

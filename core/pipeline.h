@@ -101,7 +101,7 @@ void pl_scope_unref(pl_scope *sc);
 int pl_register_host(lua_State *L, pl_program *pg, const pm_tool *t, int fn);
 int pl_register_module(pl_program *pg, const pm_tool *t, sx_module *m);
 /* Registers the handler of the built-in tool t (the ask registers the
-   discovery tool's, asktools.h): -1 when it has one. */
+   discovery tool's, askptools.h): -1 when it has one. */
 int pl_register_builtin(pl_program *pg, const pm_tool *t, pl_builtin fn);
 
 /* Pushes anchor[key] on L (any thread of the home state) and returns its type. */

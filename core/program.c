@@ -858,7 +858,6 @@ static void build_discover(pm_ctx *c) {
   t->side_effects = SE_NONE;
   t->timeout = -1;
   t->index = c->p->ntools;
-  t->description = "Loads the agent's lazy tools that are not loaded yet.";
   bt_field in[] = {
     { "names", 0, builtin_type(c, PT_ARRAY, builtin_type(c, PT_STRING, NULL, NULL), NULL), "the names of the tools to load" },
     { "query", 0, builtin_type(c, PT_STRING, NULL, NULL), "words the tools' names or descriptions contain" },
