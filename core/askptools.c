@@ -206,6 +206,14 @@ static int contains(const char *hay, const char *needle) {
   return 0;
 }
 
+/* Whether a discovery call's query finds tool i: a lazy one, not loaded
+   before the call, that the call did not name, whose name or description
+   holds the query. */
+static int queried(const ak_ask *a, int i, const char *query, const char *listed) {
+  return a->agent->lazy[i] && !a->discovered[i] && !listed[i] &&
+         (contains(a->tools[i].name, query) || contains(a->tools[i].description, query));
+}
+
 /* One tool found: loaded from the next request on, and described to the
    model in the answer's list at index list. */
 static void found(lua_State *T, ak_ask *a, int i, int list, int *count) {
@@ -268,9 +276,7 @@ static int discover(lua_State *T, cl_call *c) {
     lua_pop(T, 1);
   }
   for (int i = 0; query && i < a->ntools; i++)
-    if (ag->lazy[i] && !a->discovered[i] && !listed[i] &&
-        (contains(a->tools[i].name, query) || contains(a->tools[i].description, query)))
-      found(T, a, i, list, &count);
+    if (queried(a, i, query, listed)) found(T, a, i, list, &count);
   lua_pushvalue(T, list);
   lua_setfield(T, out, "tools");
   if (nerr > LIM_MAX_VIOLATIONS) {
@@ -286,17 +292,24 @@ static int discover(lua_State *T, cl_call *c) {
   return 0;
 }
 
-void ak_lazy_journaled(ak_ask *a, const ad_call *call, const char *content, size_t len, int is_error) {
+void ak_lazy_journaled(ak_ask *a, const ad_call *call, int is_error) {
   if (a->lazy_mode != AK_LAZY_SYNTHETIC || is_error || !call->name || strcmp(call->name, PM_DISCOVER_TOOL) != 0) return;
+  /* from its input, which the journal holds whole, as the handler found
+     them: the answer the model read may have been cut */
   ar_arena scratch;
   ar_init(&scratch);
   char why[200];
-  const jv *out = json_parse(&scratch, content, len, LIM_MODEL_JSON_DEPTH, why, sizeof why);
-  const jv *tools = out && out->type == JV_OBJ ? jv_get(out, "tools") : NULL;
-  for (const jv *t = tools && tools->type == JV_ARR ? tools->first : NULL; t; t = t->next) {
-    const jv *name = t->type == JV_OBJ ? jv_get(t, "name") : NULL;
-    int i = name && name->type == JV_STR ? lazy_index(a, name->s) : -1;
-    if (i >= 0) a->discovered[i] = 1;
+  const jv *in = json_parse(&scratch, call->arguments_len ? call->arguments : "{}",
+                            call->arguments_len ? call->arguments_len : 2, LIM_MODEL_JSON_DEPTH, why, sizeof why);
+  const jv *names = in && in->type == JV_OBJ ? jv_get(in, "names") : NULL;
+  const jv *query = in && in->type == JV_OBJ ? jv_get(in, "query") : NULL;
+  char *listed = ar_alloc(&scratch, (size_t)a->ntools + 1);
+  if (listed) memset(listed, 0, (size_t)a->ntools + 1);
+  for (const jv *n = listed && names && names->type == JV_ARR ? names->first : NULL; n; n = n->next) {
+    int i = n->type == JV_STR ? lazy_index(a, n->s) : -1;
+    if (i >= 0) a->discovered[i] = listed[i] = 1;
   }
+  for (int i = 0; listed && query && query->type == JV_STR && i < a->ntools; i++)
+    if (queried(a, i, query->s, listed)) a->discovered[i] = 1;
   ar_free(&scratch);
 }

@@ -28,8 +28,9 @@ void ak_lazy_ask(ak_ask *a, ad_ask *q);
 const pm_tool *ak_lazy_tool(const ak_ask *a, const char *name);
 int ak_lazy_unloaded(const ak_ask *a, const char *name, char *msg, size_t cap);
 /* A resumed run's discovery call whose outcome the journal holds: the tools
-   it found are loaded again, as when it ran. */
-void ak_lazy_journaled(ak_ask *a, const ad_call *call, const char *content, size_t len, int is_error);
+   it found (when it succeeded) are loaded again, as when it ran, found
+   again from its input. */
+void ak_lazy_journaled(ak_ask *a, const ad_call *call, int is_error);
 
 /* Pushes the sources the answer cites: a list of {url, title?,
    cited_text?}, empty when none (luma.Ask:citations). */

@@ -160,7 +160,7 @@ st_verdict ak_begin_tools(ak_ask *a) {
     ak_slot *s = &a->slots[i];
     if (ak_journal_result(a, i, &s->content, &s->len, &s->is_error)) {
       s->answered = s->journaled = 1;
-      ak_lazy_journaled(a, &t->calls[i], s->content, s->len, s->is_error);
+      ak_lazy_journaled(a, &t->calls[i], s->is_error);
       continue;
     }
     /* a person's decision on a call the run waited for: a denial is the

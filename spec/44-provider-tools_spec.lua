@@ -1113,14 +1113,14 @@ describe("lazy tools", function()
     assert.are.equal(3, #server:requests())
   end)
 
-  it("stay found when a durable run is resumed after the discovery call's outcome was journaled", function()
+  local function resumed(extra)
     server:script {
       mock.chat(nil, { { "c1", "__discover_tools", '{"names":["mul"]}' } }),
       mock.chat(nil, { { "c2", "mul", '{"a":1,"b":3}' } }),
       mock.chat('{"total":3}'),
     }
     local dir = h.project {
-      ["flow.luma"] = LAZY:format('provider: "openai", name: "gpt-5.4-mini"', server.url .. "/v1", "durable: true"),
+      ["flow.luma"] = LAZY:format('provider: "openai", name: "gpt-5.4-mini"', server.url .. "/v1", "durable: true\n  " .. extra),
       ["tools.lua"] = [[return { add = function(i) return { sum = i.a + i.b } end,
         mul = function(i) return { sum = i.a * i.b } end, sub = function(i) return { sum = i.a - i.b } end }]],
       ["luma.config.json"] = '{ "tool_modules": ["./tools.lua"] }',
@@ -1144,6 +1144,17 @@ describe("lazy tools", function()
     assert.are.same({ "__discover_tools", "add", "mul" }, names(asked[2].json.tools, fname))
     local m = find(asked[3].json.messages, function(x) return x.role == "tool" and x.tool_call_id == "c2" end)
     assert.are.same({ sum = 3 }, luma.json.decode(m.content))
+    return asked
+  end
+
+  it("stay found when a durable run is resumed after the discovery call's outcome was journaled", function()
+    resumed("")
+  end)
+
+  it("stay found when resumed though the discovery answer the model read was cut at tool_result_max_bytes", function()
+    local asked = resumed("tool_result_max_bytes: 60")
+    local m = find(asked[2].json.messages, function(x) return x.role == "tool" and x.tool_call_id == "c1" end)
+    assert.is_true(luma.json.decode(m.content).truncated)
   end)
 
   it("are found by a query over their names and descriptions, on Gemini too", function()
