@@ -6,9 +6,14 @@
 
 #include <lauxlib.h>
 
+#include "callint.h"
+#include "compat.h"
 #include "json.h"
+#include "jsonschema.h"
+#include "ljson.h"
 #include "luma_limits.h"
 #include "telemetry.h"
+#include "verdict.h"
 
 static const char *const *strings(const pm_strings *s) {
   return s->items;
@@ -114,6 +119,8 @@ void ak_ptools_event(ak_ask *a, int e) {
 
 /* ------------------------------------------------------------ lazy tools */
 
+static int discover(lua_State *T, cl_call *c);
+
 int ak_lazy_prepare(ak_ask *a) {
   const pm_agent *ag = a->agent;
   if (!ag->lazy) return 0;
@@ -131,6 +138,10 @@ int ak_lazy_prepare(ak_ask *a) {
     return 0;
   }
   a->lazy_mode = AK_LAZY_SYNTHETIC;
+  /* the program's built-in tool, whose handler is discover (once per program) */
+  const pm_tool *t = a->pg->p->discover;
+  if (!t) return -1;
+  if (a->pg->kind[t->index] == PL_NONE) pl_register_builtin(a->pg, t, discover);
   /* its description names what it can load */
   sb_buf d;
   sb_init(&d);
@@ -142,19 +153,9 @@ int ak_lazy_prepare(ak_ask *a) {
   sb_addc(&d, '.');
   const char *desc = d.failed ? NULL : ar_strndup(&a->arena, d.data, d.len);
   sb_free(&d);
-  ar_arena *m = &a->arena;
-  jv *names = jv_set(jv_obj(m), "type", jv_cstr(m, "array"));
-  jv_set(names, "items", jv_set(jv_obj(m), "type", jv_cstr(m, "string")));
-  jv_set(names, "description", jv_cstr(m, "the names of the tools to load"));
-  jv *query = jv_set(jv_obj(m), "type", jv_cstr(m, "string"));
-  jv_set(query, "description", jv_cstr(m, "words the tools' names or descriptions contain"));
-  jv *props = jv_set(jv_obj(m), "names", names);
-  jv_set(props, "query", query);
-  jv *params = jv_set(jv_obj(m), "type", jv_cstr(m, "object"));
-  jv_set(params, "properties", props);
-  jv_set(params, "additionalProperties", jv_bool(m, 0));
-  a->discover = (ad_tool){ PM_DISCOVER_TOOL, desc, params, 0 };
-  return m->failed || !desc ? -1 : 0;
+  jv *decl = js_tool(&a->arena, a->pg->p, t, JS_CANONICAL);
+  a->discover = (ad_tool){ t->name, desc, jv_get(decl, "parameters"), 0 };
+  return a->arena.failed || !desc || !a->discover.parameters ? -1 : 0;
 }
 
 void ak_lazy_ask(ak_ask *a, ad_ask *q) {
@@ -181,6 +182,19 @@ static int lazy_index(const ak_ask *a, const char *name) {
   return -1;
 }
 
+const pm_tool *ak_lazy_tool(const ak_ask *a, const char *name) {
+  return a->lazy_mode == AK_LAZY_SYNTHETIC && name && strcmp(name, PM_DISCOVER_TOOL) == 0 ? a->pg->p->discover : NULL;
+}
+
+int ak_lazy_unloaded(const ak_ask *a, const char *name, char *msg, size_t cap) {
+  if (a->lazy_mode != AK_LAZY_SYNTHETIC || !name) return 0;
+  int i = lazy_index(a, name);
+  if (i < 0 || !a->agent->lazy[i] || a->discovered[i]) return 0;
+  snprintf(msg, cap, "Tool '%s' is not loaded yet: call %s with {\"names\": [\"%s\"]} first, then call it.", name,
+           PM_DISCOVER_TOOL, name);
+  return 1;
+}
+
 static int contains(const char *hay, const char *needle) {
   size_t n = strlen(needle);
   if (!hay || !n) return 0;
@@ -192,185 +206,110 @@ static int contains(const char *hay, const char *needle) {
   return 0;
 }
 
-static void write_error(sb_buf *out, const char *message) {
-  sb_adds(out, "{\"error\":{\"code\":\"TOOL_NOT_FOUND\",\"message\":");
-  json_write_string(out, message, strlen(message));
-  sb_adds(out, ",\"retryable\":false}}");
+/* Whether a discovery call's query finds tool i: a lazy one, not loaded
+   before the call, that the call did not name, whose name or description
+   holds the query. */
+static int queried(const ak_ask *a, int i, const char *query, const char *listed) {
+  return a->agent->lazy[i] && !a->discovered[i] && !listed[i] &&
+         (contains(a->tools[i].name, query) || contains(a->tools[i].description, query));
 }
 
-/* One tool found: loaded from the next request on, and described to the model. */
-static void found(ak_ask *a, int i, sb_buf *out, int *count) {
+/* One tool found: loaded from the next request on, and described to the
+   model in the answer's list at index list. */
+static void found(lua_State *T, ak_ask *a, int i, int list, int *count) {
   const ad_tool *t = &a->tools[i];
   a->discovered[i] = 1;
-  sb_adds(out, (*count)++ ? ",{\"name\":" : "{\"name\":");
-  json_write_string(out, t->name, strlen(t->name));
+  lua_createtable(T, 0, 3);
+  lua_pushstring(T, t->name);
+  lua_setfield(T, -2, "name");
   if (t->description) {
-    sb_adds(out, ",\"description\":");
-    json_write_string(out, t->description, strlen(t->description));
+    lua_pushstring(T, t->description);
+    lua_setfield(T, -2, "description");
   }
-  sb_adds(out, ",\"input_schema\":");
-  jv_write(out, t->parameters, 0);
-  sb_addc(out, '}');
+  if (t->parameters) lj_push(T, t->parameters, 0); else lua_newtable(T);
+  lua_setfield(T, -2, "input_schema");
+  lua_rawseti(T, list, ++*count);
 }
 
-/* One violation of the discovery tool's input schema, as the pipeline's
-   validator says it: { path, message = "path text", rule }. */
-static void violation(sb_buf *v, int *n, const char *path, const char *text, const char *rule, char *first, size_t cap) {
-  if (*n >= LIM_MAX_VIOLATIONS) {   /* as the validator: the first ones, then "truncated" */
-    (*n)++;
-    return;
+/* The discovery tool's handler (pl_builtin), as the pipeline runs it: its
+   input validated ({ names: [string]?, query: string? }), the tools named
+   or matched among the lazy tools of the agent of the ask that made the
+   call, which are loaded from the ask's next request on. Each tool is
+   described once however often it is named, and the first max_violations
+   names that are no tool are said, then how many more. */
+static int discover(lua_State *T, cl_call *c) {
+  ak_ask *a = c->ask;
+  if (!a || a->lazy_mode != AK_LAZY_SYNTHETIC) {
+    st_fail(T, LE_TOOL_NOT_FOUND, le_template(LE_TOOL_NOT_FOUND), c->t->name);
+    return -1;
   }
-  char m[200];
-  snprintf(m, sizeof m, "%.160s %.35s", path, text);
-  if (!*n && cap) {
-    size_t k = strlen(m) < cap ? strlen(m) : cap - 1;
-    memcpy(first, m, k);
-    first[k] = 0;
-  }
-  sb_adds(v, (*n)++ ? ",{\"path\":" : "{\"path\":");
-  json_write_string(v, path, strlen(path));
-  sb_adds(v, ",\"message\":");
-  json_write_string(v, m, strlen(m));
-  sb_adds(v, ",\"rule\":");
-  json_write_string(v, rule, strlen(rule));
-  sb_addc(v, '}');
-}
-
-/* The discovery call's input checked against its schema (ak_lazy_prepare's
-   parameters): an object of names (an array of strings) and query (a
-   string), each optional (null is no value), nothing else. 1 with the
-   model's error result in out, as the pipeline's TOOL_INPUT_INVALID: the
-   first violation's message and every one in details.violations. */
-static int bad_input(const jv *in, char *first, size_t cap, sb_buf *out) {
-  char path[160];
-  const char *root = PM_DISCOVER_TOOL ".input";
-  sb_buf v;
-  sb_init(&v);
-  int n = 0;
-  if (in->type != JV_OBJ) {
-    violation(&v, &n, root, "must be an object", "type", first, cap);
-  } else {
-    for (const jv *m = in->first; m; m = m->next) {
-      snprintf(path, sizeof path, "%s.%.100s", root, m->key);
-      if (strcmp(m->key, "query") == 0) {
-        if (m->type != JV_STR && m->type != JV_NULL) violation(&v, &n, path, "must be a string", "type", first, cap);
-      } else if (strcmp(m->key, "names") == 0) {
-        if (m->type == JV_ARR) {
-          int k = 0;
-          for (const jv *x = m->first; x; x = x->next, k++) {
-            if (x->type == JV_STR) continue;
-            snprintf(path, sizeof path, "%s.names[%d]", root, k + 1);
-            violation(&v, &n, path, "must be a string", "type", first, cap);
-          }
-        } else if (m->type != JV_NULL) {
-          violation(&v, &n, path, "must be an array", "type", first, cap);
-        }
-      } else {
-        violation(&v, &n, path, "is not allowed", "additionalProperties", first, cap);
-      }
-    }
-  }
-  if (n) {
-    sb_adds(out, "{\"error\":{\"code\":\"TOOL_INPUT_INVALID\",\"message\":");
-    json_write_string(out, first, strlen(first));
-    sb_adds(out, ",\"tool\":\"" PM_DISCOVER_TOOL "\",\"details\":{\"violations\":[");
-    sb_add(out, v.data, v.len);
-    sb_adds(out, n > LIM_MAX_VIOLATIONS ? "],\"truncated\":true},\"retryable\":false}}" : "]},\"retryable\":false}}");
-  }
-  sb_free(&v);
-  return n > 0;
-}
-
-int ak_lazy_answer(ak_ask *a, const ad_call *call, sb_buf *out, int *is_error) {
-  if (a->lazy_mode != AK_LAZY_SYNTHETIC || !call->name) return 0;
   const pm_agent *ag = a->agent;
-  char msg[400];
-  *is_error = 0;
-  if (strcmp(call->name, PM_DISCOVER_TOOL) != 0) {
-    int i = lazy_index(a, call->name);
-    if (i < 0 || !ag->lazy[i] || a->discovered[i]) return 0;
-    snprintf(msg, sizeof msg, "Tool '%s' is not loaded yet: call %s with {\"names\": [\"%s\"]} first, then call it.",
-             call->name, PM_DISCOVER_TOOL, call->name);
-    write_error(out, msg);
-    *is_error = 1;
-    return 1;
-  }
-  ar_arena scratch;
-  ar_init(&scratch);
-  char why[200];
-  jv *in = json_parse(&scratch, call->arguments_len ? call->arguments : "{}", call->arguments_len ? call->arguments_len : 2,
-                      LIM_MODEL_JSON_DEPTH, why, sizeof why);
-  if (!in || bad_input(in, why, sizeof why, out)) {
-    if (!in) {
-      snprintf(msg, sizeof msg, "The arguments of tool '%s' are not JSON: %s.", PM_DISCOVER_TOOL, why);
-      sb_adds(out, "{\"error\":{\"code\":\"TOOL_INPUT_INVALID\",\"message\":");
-      json_write_string(out, msg, strlen(msg));
-      sb_adds(out, ",\"retryable\":false}}");
-    }
-    ar_free(&scratch);
-    *is_error = 1;
-    return 1;
-  }
-  const jv *names = jv_get(in, "names");
-  const jv *query = jv_get(in, "query");
-  int count = 0, nerr = 0;
-  /* each tool described once in an answer, whatever the model repeats,
-     and the first LIM_MAX_VIOLATIONS names that are no tool said */
-  char *listed = ar_alloc(&scratch, (size_t)a->ntools + 1);
-  if (!listed) {
-    ar_free(&scratch);
-    sb_adds(out, "{\"error\":{\"code\":\"TOOL_FAILED\",\"message\":\"Out of memory for the discovery call.\",\"retryable\":true}}");
-    *is_error = 1;
-    return 1;
-  }
+  luaL_checkstack(T, 8, "the discovery tool's answer");
+  lua_pushliteral(T, "names");
+  int names = lc_rawget(T, CV_INPUT) == LUA_TTABLE ? lua_gettop(T) : 0;
+  lua_pushliteral(T, "query");
+  const char *query = lc_rawget(T, CV_INPUT) == LUA_TSTRING ? lua_tostring(T, -1) : NULL;
+  char *listed = lua_newuserdata(T, (size_t)a->ntools + 1);
   memset(listed, 0, (size_t)a->ntools + 1);
-  sb_buf errs;
-  sb_init(&errs);
-  sb_adds(out, "{\"tools\":[");
-  for (const jv *n = names && names->type == JV_ARR ? names->first : NULL; n; n = n->next) {
-    int i = n->type == JV_STR ? lazy_index(a, n->s) : -1;
-    if (i >= 0) {
-      if (!listed[i]) found(a, i, out, &count);
-      listed[i] = 1;
-      continue;
+  lua_createtable(T, 0, 2);
+  int out = lua_gettop(T);
+  lua_createtable(T, 0, 0);
+  int list = lua_gettop(T);
+  lj_push_array_mt(T);
+  lua_setmetatable(T, list);
+  lua_createtable(T, 0, 0);
+  int errs = lua_gettop(T);
+  int count = 0, nerr = 0;
+  char msg[400];
+  size_t n = names ? lc_rawlen(T, names) : 0;
+  for (size_t k = 1; k <= n; k++) {
+    lc_rawgeti(T, names, (lua_Integer)k);
+    const char *name = lua_tostring(T, -1);
+    int i = name ? lazy_index(a, name) : -1;
+    if (i >= 0 && !listed[i]) found(T, a, i, list, &count);
+    if (i >= 0) listed[i] = 1;
+    else if (nerr++ < LIM_MAX_VIOLATIONS) {
+      snprintf(msg, sizeof msg, "'%.100s' is not a tool of agent '%s'.", name ? name : "", ag->name);
+      lua_pushstring(T, msg);
+      lua_rawseti(T, errs, nerr);
     }
-    if (nerr++ >= LIM_MAX_VIOLATIONS) continue;
-    snprintf(msg, sizeof msg, "'%.100s' is not a tool of agent '%s'.", n->type == JV_STR ? n->s : "(not a string)", ag->name);
-    if (nerr > 1) sb_addc(&errs, ',');
-    json_write_string(&errs, msg, strlen(msg));
+    lua_pop(T, 1);
   }
-  for (int i = 0; query && query->type == JV_STR && i < a->ntools; i++)
-    if (ag->lazy[i] && !a->discovered[i] && !listed[i] &&
-        (contains(a->tools[i].name, query->s) || contains(a->tools[i].description, query->s)))
-      found(a, i, out, &count);
-  sb_addc(out, ']');
+  for (int i = 0; query && i < a->ntools; i++)
+    if (queried(a, i, query, listed)) found(T, a, i, list, &count);
+  lua_pushvalue(T, list);
+  lua_setfield(T, out, "tools");
+  if (nerr > LIM_MAX_VIOLATIONS) {
+    snprintf(msg, sizeof msg, "and %d more names that are no tool of agent '%s'.", nerr - LIM_MAX_VIOLATIONS, ag->name);
+    lua_pushstring(T, msg);
+    lua_rawseti(T, errs, LIM_MAX_VIOLATIONS + 1);
+  }
   if (nerr) {
-    sb_adds(out, ",\"errors\":[");
-    sb_add(out, errs.data, errs.len);
-    if (nerr > LIM_MAX_VIOLATIONS) {
-      snprintf(msg, sizeof msg, "and %d more names that are no tool of agent '%s'.", nerr - LIM_MAX_VIOLATIONS, ag->name);
-      sb_addc(out, ',');
-      json_write_string(out, msg, strlen(msg));
-    }
-    sb_addc(out, ']');
+    lua_pushvalue(T, errs);
+    lua_setfield(T, out, "errors");
   }
-  sb_addc(out, '}');
-  sb_free(&errs);
-  ar_free(&scratch);
-  return 1;
+  lua_settop(T, out);
+  return 0;
 }
 
-void ak_lazy_journaled(ak_ask *a, const ad_call *call, const char *content, size_t len, int is_error) {
+void ak_lazy_journaled(ak_ask *a, const ad_call *call, int is_error) {
   if (a->lazy_mode != AK_LAZY_SYNTHETIC || is_error || !call->name || strcmp(call->name, PM_DISCOVER_TOOL) != 0) return;
+  /* from its input, which the journal holds whole, as the handler found
+     them: the answer the model read may have been cut */
   ar_arena scratch;
   ar_init(&scratch);
   char why[200];
-  const jv *out = json_parse(&scratch, content, len, LIM_MODEL_JSON_DEPTH, why, sizeof why);
-  const jv *tools = out && out->type == JV_OBJ ? jv_get(out, "tools") : NULL;
-  for (const jv *t = tools && tools->type == JV_ARR ? tools->first : NULL; t; t = t->next) {
-    const jv *name = t->type == JV_OBJ ? jv_get(t, "name") : NULL;
-    int i = name && name->type == JV_STR ? lazy_index(a, name->s) : -1;
-    if (i >= 0) a->discovered[i] = 1;
+  const jv *in = json_parse(&scratch, call->arguments_len ? call->arguments : "{}",
+                            call->arguments_len ? call->arguments_len : 2, LIM_MODEL_JSON_DEPTH, why, sizeof why);
+  const jv *names = in && in->type == JV_OBJ ? jv_get(in, "names") : NULL;
+  const jv *query = in && in->type == JV_OBJ ? jv_get(in, "query") : NULL;
+  char *listed = ar_alloc(&scratch, (size_t)a->ntools + 1);
+  if (listed) memset(listed, 0, (size_t)a->ntools + 1);
+  for (const jv *n = listed && names && names->type == JV_ARR ? names->first : NULL; n; n = n->next) {
+    int i = n->type == JV_STR ? lazy_index(a, n->s) : -1;
+    if (i >= 0) a->discovered[i] = listed[i] = 1;
   }
+  for (int i = 0; listed && query && query->type == JV_STR && i < a->ntools; i++)
+    if (queried(a, i, query->s, listed)) a->discovered[i] = 1;
   ar_free(&scratch);
 }

@@ -15,17 +15,22 @@ void ak_ptools_turn(ak_ask *a);
    event at e (each only when there is something to say). */
 void ak_ptools_event(ak_ask *a, int e);
 /* Lazy tools: how the ask finds them, once before the first request (0, or
-   -1 when out of memory); the tools of the next request (all of them with
-   the lazy ones deferred and the wire's search, or the loaded ones and the
-   discovery tool), in the turn's arena; and the result of a call that is
-   the discovery tool's or a lazy tool's not found yet: 1 with out holding
-   it (JSON text; *is_error set), or 0 for a call the pipeline runs. */
+   -1 when out of memory), registering the handler of the program's
+   discovery tool (pm_program.discover) when the ask offers it; the tools of
+   the next request (all of them with the lazy ones deferred and the wire's
+   search, or the loaded ones and the discovery tool), in the turn's arena;
+   the discovery tool when the ask offers it and the model names it, which
+   the pipeline runs like the agent's tools (its handler records what it
+   finds in the ask of the call, cl_set_ask), or NULL; and whether a call
+   names a lazy tool not found yet: 1 with the model's message in msg. */
 int ak_lazy_prepare(ak_ask *a);
 void ak_lazy_ask(ak_ask *a, ad_ask *q);
-int ak_lazy_answer(ak_ask *a, const ad_call *call, sb_buf *out, int *is_error);
+const pm_tool *ak_lazy_tool(const ak_ask *a, const char *name);
+int ak_lazy_unloaded(const ak_ask *a, const char *name, char *msg, size_t cap);
 /* A resumed run's discovery call whose outcome the journal holds: the tools
-   it found are loaded again, as when it ran. */
-void ak_lazy_journaled(ak_ask *a, const ad_call *call, const char *content, size_t len, int is_error);
+   it found (when it succeeded) are loaded again, as when it ran, found
+   again from its input. */
+void ak_lazy_journaled(ak_ask *a, const ad_call *call, int is_error);
 
 /* Pushes the sources the answer cites: a list of {url, title?,
    cited_text?}, empty when none (luma.Ask:citations). */

@@ -58,21 +58,13 @@ static void prepare_slot(ak_ask *a, int i) {
   ak_slot *s = &a->slots[i];
   const ad_call *call = &a->turn.calls[i];
   char msg[600];
-  sb_buf lazy;
-  sb_init(&lazy);
-  int lazy_error;
-  /* the discovery call is a call like the others to the telemetry (the
-     clock read only for it: a host's clock sees no more reads than before) */
-  int discovery = call->name && strcmp(call->name, PM_DISCOVER_TOOL) == 0;
-  long long began = discovery ? pl_mono_ms(a->T, a->pg) : 0;
-  if (ak_lazy_answer(a, call, &lazy, &lazy_error)) {
-    if (discovery)
-      st_emit_builtin(a->T, a->pg, PM_DISCOVER_TOOL, a->agent->name, lazy_error ? "TOOL_INPUT_INVALID" : NULL,
-                      pl_mono_ms(a->T, a->pg) - began, a->id, a->run_id);
-    keep(s, &lazy, lazy_error);
+  if (ak_lazy_unloaded(a, call->name, msg, sizeof msg)) {
+    error_result(s, "TOOL_NOT_FOUND", msg);
     return;
   }
+  /* the agent's tool, or the discovery tool of its lazy ones */
   const pm_tool *t = call->name ? agent_tool(a->agent, call->name) : NULL;
+  if (!t) t = ak_lazy_tool(a, call->name);
   if (!t) {
     int n = snprintf(msg, sizeof msg, "'%s' is not a tool of agent '%s'. Its tools are:", call->name ? call->name : "",
                      a->agent->name);
@@ -98,13 +90,14 @@ static void prepare_slot(ak_ask *a, int i) {
     error_result(s, "TOOL_INPUT_INVALID", msg);
     return;
   }
-  cl_set_ask(c, a->id, a->run_id);
+  cl_set_ask(c, a, a->id, a->run_id);
   s->call = c;
 }
 
 void ak_early_call(ak_ask *a, int i, const char *name, const char *args, size_t len) {
   const pm_tool *t = name ? agent_tool(a->agent, name) : NULL;
-  if (i < 0 || !t || t->side_effects == SE_WRITE) return;
+  char unloaded[300];
+  if (i < 0 || !t || t->side_effects == SE_WRITE || ak_lazy_unloaded(a, name, unloaded, sizeof unloaded)) return;
   long long conc = a->agent->tool_concurrency > 0 ? a->agent->tool_concurrency : 1;
   long long limit = a->agent->tool_rate_limit;
   int running = 0;
@@ -127,7 +120,7 @@ void ak_early_call(ak_ask *a, int i, const char *name, const char *args, size_t 
     cl_free(c);
     return;
   }
-  cl_set_ask(c, a->id, a->run_id);
+  cl_set_ask(c, a, a->id, a->run_id);
   rt_start(a->rt, c);
   a->early[i] = c;
 }
@@ -167,7 +160,7 @@ st_verdict ak_begin_tools(ak_ask *a) {
     ak_slot *s = &a->slots[i];
     if (ak_journal_result(a, i, &s->content, &s->len, &s->is_error)) {
       s->answered = s->journaled = 1;
-      ak_lazy_journaled(a, &t->calls[i], s->content, s->len, s->is_error);
+      ak_lazy_journaled(a, &t->calls[i], s->is_error);
       continue;
     }
     /* a person's decision on a call the run waited for: a denial is the

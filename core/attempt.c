@@ -1,8 +1,8 @@
-/* STEP_RUN (steps.h): the handler's attempts. A host handler (program:register) runs
-   here, on the driver's thread, in the home state; a module's handler runs
-   in a state of its module, as a job of the runtime's pool. A retryable
-   error is tried again after the backoff, as a timer of the call, never a
-   sleep; no attempt starts past the deadline. */
+/* STEP_RUN (steps.h): the handler's attempts. A host handler (program:register)
+   and a built-in tool's (C) run here, on the driver's thread, in the home
+   state; a module's handler runs in a state of its module, as a job of the
+   runtime's pool. A retryable error is tried again after the backoff, as a
+   timer of the call, never a sleep; no attempt starts past the deadline. */
 #include "attempt.h"
 
 #include "pipeline.h"
@@ -214,6 +214,8 @@ st_verdict st_attempt(lua_State *T, cl_call *c) {
     st_verdict v = run_host(T, c, left);
     return after_attempt(T, c, v.kind == SV_NEXT ? 0 : -1);
   }
+  /* luma's own (the discovery tool): C, quick, on this thread */
+  if (pg->kind[t->index] == PL_BUILTIN) return after_attempt(T, c, pg->discover(T, c));
   sx_module *m = pg->module[t->index];
   char why[200];
   int wait_room = 0;

@@ -130,7 +130,8 @@ void cl_set_approved(cl_call *c) {
   c->person_approved = 1;
 }
 
-void cl_set_ask(cl_call *c, const char *ask_id, const char *run_id) {
+void cl_set_ask(cl_call *c, struct ak_ask *ask, const char *ask_id, const char *run_id) {
+  c->ask = ask;
   snprintf(c->ask_id, sizeof c->ask_id, "%s", ask_id);
   snprintf(c->run_id, sizeof c->run_id, "%s", run_id ? run_id : "");
 }

@@ -19,6 +19,7 @@
 
 #include <stddef.h>
 
+struct ak_ask;
 struct pl_program;
 struct pl_scope;
 struct pm_tool;
@@ -52,9 +53,10 @@ int cl_idle(const cl_call *c, long long now_ms, long long *timer_ms);
    call that is done. */
 void cl_cancel(cl_call *c);
 
-/* Marks the call as one a model asked for: its event names the ask, and
-   the ask's durable run (journal.h; NULL or "": none). */
-void cl_set_ask(cl_call *c, const char *ask_id, const char *run_id);
+/* Marks the call as one the model of ask asked for: its event names the
+   ask, and the ask's durable run (journal.h; NULL or "": none); a built-in
+   tool's handler reads the ask. */
+void cl_set_ask(cl_call *c, struct ak_ask *ask, const char *ask_id, const char *run_id);
 /* A person approved the call (a durable run's decision): tool_policy
    approval asks no one. */
 void cl_set_approved(cl_call *c);

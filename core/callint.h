@@ -17,6 +17,7 @@
 #include "pool.h"
 #include "sandbox.h"
 
+struct ak_ask;
 struct pl_program;
 struct pl_scope;
 struct pm_tool;
@@ -131,6 +132,8 @@ struct cl_call {
                                      process-isolated module, whose waits would block) */
   int hold;                       /* stop at CS_RUN: rt_drive looks every call up before any runs */
   char ask_id[32];                /* the ask whose model made the call, or "" */
+  struct ak_ask *ask;             /* that ask, which outlives the call (it frees it), or NULL:
+                                     what a built-in tool's handler reads and records */
   char run_id[64];                /* its durable run (journal.h), or "" */
   int person_approved;            /* a person approved it (a durable run's decision): policy asks no one */
   /* the handler's last signal:progress (rt_progress; guarded by the

@@ -155,6 +155,13 @@ int pl_register_module(pl_program *pg, const pm_tool *t, sx_module *m) {
   return 0;
 }
 
+int pl_register_builtin(pl_program *pg, const pm_tool *t, pl_builtin fn) {
+  if (!t->builtin || t != pg->p->discover || pg->kind[t->index] != PL_NONE) return -1;
+  pg->kind[t->index] = PL_BUILTIN;
+  pg->discover = fn;
+  return 0;
+}
+
 /* Calls anchor.clock[name](arg) and returns its integer result. */
 static long long lua_clock(lua_State *L, pl_program *pg, const char *name, long long arg, int with_arg) {
   pl_push_anchor(L, pg, "clock");

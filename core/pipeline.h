@@ -27,7 +27,12 @@ struct rc_replay;
 struct rt_runtime;
 struct cl_call;
 
-enum { PL_NONE, PL_MODULE, PL_HOST };
+enum { PL_NONE, PL_MODULE, PL_HOST, PL_BUILTIN };
+
+/* The handler of a built-in tool (pm_tool.builtin): C, run on the call's
+   thread like a host handler, its input validated at CV_INPUT. It pushes
+   the result and returns 0, or pushes an error (st_fail) and returns -1. */
+typedef int (*pl_builtin)(lua_State *T, struct cl_call *c);
 
 typedef struct pl_program {
   int refs;
@@ -36,7 +41,9 @@ typedef struct pl_program {
   lua_State *L;               /* the runtime's home state */
   pm_program *p;
   lv_program *v;
-  int *kind;                  /* by tool index: PL_NONE, PL_MODULE or PL_HOST */
+  int *kind;                  /* by tool index: PL_NONE, PL_MODULE, PL_HOST, or PL_BUILTIN
+                                 (pm_program.discover, at index ntools) */
+  pl_builtin discover;        /* the handler of pm_program.discover, once registered */
   sx_module **module;         /* by tool index, for PL_MODULE (counted) */
   sx_module **claimed;        /* each module of `module` once: the program's claims (sx_claim),
                                  given back by pl_close */
@@ -93,6 +100,9 @@ void pl_scope_unref(pl_scope *sc);
    the tool already has one, -2 when memory runs out. */
 int pl_register_host(lua_State *L, pl_program *pg, const pm_tool *t, int fn);
 int pl_register_module(pl_program *pg, const pm_tool *t, sx_module *m);
+/* Registers the handler of the built-in tool t (the ask registers the
+   discovery tool's, askptools.h): -1 when it has one. */
+int pl_register_builtin(pl_program *pg, const pm_tool *t, pl_builtin fn);
 
 /* Pushes anchor[key] on L (any thread of the home state) and returns its type. */
 int pl_push_anchor(lua_State *L, pl_program *pg, const char *key);

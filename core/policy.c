@@ -45,7 +45,8 @@ st_verdict st_permissions(lua_State *T, cl_call *c) {
   const pm_tool *t = c->t;
   const pm_agent *ag = c->scope ? c->scope->agent : NULL;
   pl_program *pg = c->pg;
-  if (ag && !agent_allows(ag, t))
+  /* a built-in tool is every agent's: only an ask can name it */
+  if (ag && !t->builtin && !agent_allows(ag, t))
     return st_fail(T, le_msg_code(LE_MSG_NOT_ALLOWED_DIRECTLY), le_msg_template(LE_MSG_NOT_ALLOWED_DIRECTLY), ag->name,
                    t->name);
   if (pg->kind[t->index] == PL_NONE)

@@ -810,6 +810,74 @@ static void check_agent(pm_ctx *c, ast_decl *d) {
     ERR(c, d->name_pos, "Agent '%s' uses ask but has no model.", d->name);
 }
 
+/* --------------------------------------------------------- built-in tools */
+
+static pm_type *builtin_type(pm_ctx *c, pt_kind k, pm_type *elem, pm_schema *schema) {
+  pm_type *t = ar_alloc(c->a, sizeof *t);
+  if (!t) return NULL;
+  t->kind = k;
+  t->elem = elem;
+  t->schema = schema;
+  return t;
+}
+
+/* An internal record of the built-in tool, whose fields are given as
+   name, required, type, description. */
+typedef struct bt_field {
+  const char *name;
+  int required;
+  pm_type *type;
+  const char *desc;
+} bt_field;
+
+static pm_schema *builtin_record(pm_ctx *c, const char *name, const char *display, const bt_field *fields, int n) {
+  pm_schema *s = pm_new_schema(c, name, display, (ast_pos){ 0, 0 });
+  if (!s) return NULL;
+  s->internal = 1;
+  s->fields = ar_alloc(c->a, sizeof *s->fields * (size_t)n);
+  if (!s->fields) return NULL;
+  for (int i = 0; i < n; i++) {
+    if (!fields[i].type) return NULL;
+    s->fields[i] = (pm_field){ .name = fields[i].name, .len = strlen(fields[i].name), .required = fields[i].required,
+                               .type = fields[i].type, .desc = fields[i].desc, .index = i };
+  }
+  s->nfields = n;
+  return s;
+}
+
+/* The synthetic discovery tool (pm_program.discover): after every declared
+   tool, so that its index is ntools and no declared one's changes. Its
+   input { names: [string]?, query: string? } and output { tools: [{ name,
+   description?, input_schema }], errors: [string]? } are the program's
+   types, so the one validator checks its calls. */
+static void build_discover(pm_ctx *c) {
+  pm_tool *t = ar_alloc(c->a, sizeof *t);
+  if (!t) return;
+  t->name = PM_DISCOVER_TOOL;
+  t->builtin = 1;
+  t->side_effects = SE_NONE;
+  t->timeout = -1;
+  t->index = c->p->ntools;
+  bt_field in[] = {
+    { "names", 0, builtin_type(c, PT_ARRAY, builtin_type(c, PT_STRING, NULL, NULL), NULL), "the names of the tools to load" },
+    { "query", 0, builtin_type(c, PT_STRING, NULL, NULL), "words the tools' names or descriptions contain" },
+  };
+  t->input = builtin_record(c, "__tool_" PM_DISCOVER_TOOL "_input", PM_DISCOVER_TOOL ".input", in, 2);
+  bt_field one[] = {
+    { "name", 1, builtin_type(c, PT_STRING, NULL, NULL), NULL },
+    { "description", 0, builtin_type(c, PT_STRING, NULL, NULL), NULL },
+    { "input_schema", 1, builtin_type(c, PT_ANY, NULL, NULL), NULL },
+  };
+  pm_schema *found = builtin_record(c, "__tool_" PM_DISCOVER_TOOL "_found", PM_DISCOVER_TOOL ".output.tools", one, 3);
+  bt_field out[] = {
+    { "tools", 1, found ? builtin_type(c, PT_ARRAY, builtin_type(c, PT_SCHEMA, NULL, found), NULL) : NULL, NULL },
+    { "errors", 0, builtin_type(c, PT_ARRAY, builtin_type(c, PT_STRING, NULL, NULL), NULL), NULL },
+  };
+  t->output = builtin_record(c, "__tool_" PM_DISCOVER_TOOL "_output", PM_DISCOVER_TOOL ".output", out, 2);
+  t->output_root = PM_DISCOVER_TOOL ".output";
+  if (t->input && t->output) c->p->discover = t;
+}
+
 /* ------------------------------------------------------------------ build */
 
 void pm_default_limits(pm_limits *lim) {
@@ -866,6 +934,7 @@ pm_program *pm_build_mcp(const char *src, size_t len, const char *chunk, const p
   for (ast_decl *d = p->ast->decls; d; d = d->next)
     if (d->kind == DC_AGENT && d->model && pm_lookup(c, d->name) == d) check_agent(c, d);
   pc_check_block(c, NULL, NULL, NULL, p->ast->stmts);
+  build_discover(c);
   if (p->arena.failed) { pm_free(p); return NULL; }
   dg_sort(&p->diag);
   return p;

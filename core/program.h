@@ -138,6 +138,8 @@ typedef struct pm_tool {
   int nneeds;
   const struct pm_mcp *mcp;   /* the mcp_server whose tool it is, or NULL */
   const char *mcp_tool;       /* the server's name of it (the program's is <server>__<name>) */
+  int builtin;                /* luma's own (pm_program.discover): declared nowhere, listed
+                                 nowhere, its handler in C; an ask calls it */
   int index;
 } pm_tool;
 
@@ -291,6 +293,11 @@ typedef struct pm_program {
   int nschemas;
   pm_tool **tools;
   int ntools;
+  /* the synthetic discovery tool of lazy tools (PM_DISCOVER_TOOL): a tool
+     of luma's own, not among `tools` (so no lookup by name finds it), with
+     index ntools; its input and output are types of the program, internal
+     ones. NULL only in a program that could not be parsed. */
+  pm_tool *discover;
   pm_agent **agents;
   int nagents;
   pm_model **models;

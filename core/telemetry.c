@@ -15,40 +15,33 @@
 #include "ljson.h"
 #include "strbuf.h"
 
-/* The fields every call's event has, in a new table on top: its index. */
-static int open_event(lua_State *T, const char *tool, const char *agent, const char *code, int attempts,
-                      long long duration, const char *ask, const char *run) {
+void st_emit(lua_State *T, cl_call *c) {
+  pl_program *pg = c->pg;
+  if (!pg->has_sink && !pg->trace) return;
+  long long duration = pl_mono_ms(T, pg) - c->start;
+  const char *code = c->ok ? NULL : st_error_code(T, CV_VALUE);
   lua_createtable(T, 0, 12);
   int e = lua_gettop(T);
-  lua_pushstring(T, tool);
+  lua_pushstring(T, c->t->name);
   lua_setfield(T, e, "tool");
-  if (agent) lua_pushstring(T, agent); else lua_pushlightuserdata(T, NULL);
+  if (c->scope && c->scope->agent) lua_pushstring(T, c->scope->agent->name); else lua_pushlightuserdata(T, NULL);
   lua_setfield(T, e, "agent");
   lua_pushstring(T, code ? "error" : "ok");
   lua_setfield(T, e, "status");
   if (code) lua_pushstring(T, code); else lua_pushlightuserdata(T, NULL);
   lua_setfield(T, e, "code");
-  lua_pushinteger(T, attempts);
+  lua_pushinteger(T, c->ev.attempts);
   lua_setfield(T, e, "attempts");
   lua_pushinteger(T, (lua_Integer)duration);
   lua_setfield(T, e, "duration_ms");
-  if (ask && ask[0]) {
-    lua_pushstring(T, ask);
+  if (c->ask_id[0]) {
+    lua_pushstring(T, c->ask_id);
     lua_setfield(T, e, "ask");
   }
-  if (run && run[0]) {
-    lua_pushstring(T, run);
+  if (c->run_id[0]) {
+    lua_pushstring(T, c->run_id);
     lua_setfield(T, e, "run");
   }
-  return e;
-}
-
-void st_emit(lua_State *T, cl_call *c) {
-  pl_program *pg = c->pg;
-  if (!pg->has_sink && !pg->trace) return;
-  long long duration = pl_mono_ms(T, pg) - c->start;
-  int e = open_event(T, c->t->name, c->scope && c->scope->agent ? c->scope->agent->name : NULL,
-                     c->ok ? NULL : st_error_code(T, CV_VALUE), c->ev.attempts, duration, c->ask_id, c->run_id);
   lua_pushboolean(T, c->ev.cache_hit);
   lua_setfield(T, e, "cache_hit");
   lua_pushboolean(T, c->ev.single_flight);
@@ -73,32 +66,16 @@ void st_emit(lua_State *T, cl_call *c) {
     lua_pushvalue(T, CV_TAGS);
     lua_setfield(T, e, "tags");
   }
+  if (c->t->builtin) {
+    lua_pushboolean(T, 1);
+    lua_setfield(T, e, "builtin");
+  }
   if (pg->kind[c->t->index] == PL_MODULE && sx_isolated(pg->module[c->t->index])) {
     lua_pushliteral(T, "process");
     lua_setfield(T, e, "isolation");
     lua_pushinteger(T, sx_landlock_abi());   /* 0: the handler process has seccomp only */
     lua_setfield(T, e, "landlock_abi");
   }
-  st_publish(T, pg, e);
-  lua_settop(T, e - 1);
-}
-
-void st_emit_builtin(lua_State *T, pl_program *pg, const char *tool, const char *agent, const char *code,
-                     long long duration, const char *ask, const char *run) {
-  if (!pg->has_sink && !pg->trace) return;
-  int e = open_event(T, tool, agent, code, 1, duration, ask, run);
-  lua_pushboolean(T, 0);
-  lua_setfield(T, e, "cache_hit");
-  lua_pushboolean(T, 0);
-  lua_setfield(T, e, "single_flight");
-  lua_pushboolean(T, 0);
-  lua_setfield(T, e, "idempotent_replay");
-  lua_createtable(T, 0, 0);
-  lj_push_array_mt(T);
-  lua_setmetatable(T, -2);
-  lua_setfield(T, e, "warnings");
-  lua_pushboolean(T, 1);
-  lua_setfield(T, e, "builtin");
   st_publish(T, pg, e);
   lua_settop(T, e - 1);
 }

@@ -6,12 +6,8 @@
 
 #include "pipeline.h"
 
+/* builtin = true for a built-in tool's (pm_tool.builtin). */
 void st_emit(lua_State *T, cl_call *c);
-/* The same event for a call the runtime answers itself (an ask's
-   __discover_tools): tool, agent, code (NULL: ok), duration, ask and run
-   ids, one attempt, builtin = true. */
-void st_emit_builtin(lua_State *T, pl_program *pg, const char *tool, const char *agent, const char *code,
-                     long long duration, const char *ask, const char *run);
 /* Sends the event at index e to the program's sinks (on_event, trace). */
 void st_publish(lua_State *T, pl_program *pg, int e);
 /* What the runtime has to tell the host that is no call's outcome (a

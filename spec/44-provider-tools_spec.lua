@@ -924,7 +924,7 @@ describe("lazy tools", function()
     -- the invalid input: the validator's error, every violation, which the model acts on
     local m = find(r[2].json.messages, function(x) return x.role == "tool" and x.tool_call_id == "c1" end)
     local e = luma.json.decode(m.content).error
-    assert.are.same({ "TOOL_INPUT_INVALID", "__discover_tools.input.nams is not allowed", false },
+    assert.are.same({ "TOOL_INPUT_INVALID", "__discover_tools.input.names[2] must be a string", false },
       { e.code, e.message, e.retryable })
     local paths = {}
     for _, v in ipairs(e.details.violations) do paths[#paths + 1] = v.path .. " " .. v.rule end
@@ -934,12 +934,13 @@ describe("lazy tools", function()
     local fname = function(t) return t["function"].name end
     assert.are.same({ "__discover_tools", "add" }, names(r[2].json.tools, fname))
     assert.are.same({ "__discover_tools", "add", "mul" }, names(r[3].json.tools, fname))
-    -- telemetry: one event per call, the discovery calls among them
+    -- telemetry: one event per call, the discovery calls among them; the
+    -- pipeline's (an input refused at STEP_INPUT made no attempt)
     local calls = {}
     for _, ev in ipairs(telemetry) do
       if ev.tool then calls[#calls + 1] = { ev.tool, ev.status, ev.code ~= luma.null and ev.code or nil, ev.agent, ev.attempts } end
     end
-    assert.are.same({ { "__discover_tools", "error", "TOOL_INPUT_INVALID", "A", 1 }, { "__discover_tools", "ok", nil, "A", 1 },
+    assert.are.same({ { "__discover_tools", "error", "TOOL_INPUT_INVALID", "A", 0 }, { "__discover_tools", "ok", nil, "A", 1 },
       { "mul", "ok", nil, "A", 1 } }, calls)
     -- the host's events: each discovery call and its result
     local seen = {}
@@ -961,6 +962,103 @@ describe("lazy tools", function()
     local again = {}
     for _, ev in ipairs(replayed) do if ev.tool then again[#again + 1] = ev.tool .. " " .. ev.status end end
     assert.are.same({ "__discover_tools error", "__discover_tools ok", "mul ok" }, again)
+  end)
+
+  it("run the discovery call through the pipeline: the breaker counts its failure, its telemetry says builtin", function()
+    server:script {
+      mock.chat(nil, { { "c1", "__discover_tools", '{"nams":["mul"]}' } }),
+      mock.chat(nil, { { "c2", "__discover_tools", '{"names":["mul"]}' } }),
+      mock.chat('{"total":3}'),
+    }
+    local p, telemetry = lazy_program(server, 'provider: "openai", name: "gpt-5.4-mini"', "/v1", "tool_failure_limit: 1")
+    local agent = p:agent("A")
+    local ok, err = pcall(agent.call, agent, "run", { x = 1 })
+    -- STEP_INPUT refused it, and the agent's one allowed failure opened the
+    -- breaker (STEP_RECORD), which ends the ask as for any of its tools
+    assert.is_false(ok)
+    assert.are.equal("TOOL_CIRCUIT_OPEN", err.code, tostring(err))
+    assert.matches("opened after 1 failed tool calls: __discover_tools.input.nams is not allowed", err.message, 1, true)
+    assert.are.equal(1, #server:requests())
+    local calls = {}
+    for _, ev in ipairs(telemetry) do
+      if ev.tool then calls[#calls + 1] = { ev.tool, ev.code, ev.attempts, ev.builtin, ev.cache_hit, ev.ask ~= nil } end
+    end
+    assert.are.same({ { "__discover_tools", "TOOL_CIRCUIT_OPEN", 0, true, false, true } }, calls)
+  end)
+
+  it("do not start a lazy tool not found yet while its turn streams", function()
+    server:script {
+      mock.chat(nil, { { "c1", "mul", '{"a":1,"b":3}' } }),
+      mock.chat('{"total":3}'),
+    }
+    local p = assert(luma.compile(LAZY:format('provider: "openai", name: "gpt-5.4-mini"', server.url .. "/v1", "")))
+    local ran = 0
+    p:register("add", function(i) return { sum = i.a + i.b } end)
+    p:register("mul", function(i) ran = ran + 1 return { sum = i.a * i.b } end)
+    p:register("sub", function(i) return { sum = i.a - i.b } end)
+    p:configure { lookup = function(n) if n == "LUMA_TEST_KEY" then return KEY end end }
+    local f = p:agent("A"):start("run", { x = 1 }, { on_event = function() end })
+    assert.is_true(f:wait(10000))
+    assert.are.same({ total = 3 }, f:result())
+    local r = server:requests()
+    assert.is_true(r[1].json.stream)   -- the turn streamed: its calls could start before its end
+    assert.are.equal(0, ran)
+    local m = find(r[2].json.messages, function(x) return x.role == "tool" and x.tool_call_id == "c1" end)
+    assert.matches("Tool 'mul' is not loaded yet", luma.json.decode(m.content).error.message, 1, true)
+  end)
+
+  it("keep the discovery tool hidden: not in tools(), the tools command, an MCP listing or the handlers' types", function()
+    local source = LAZY:format('provider: "openai", name: "gpt-5.4-mini"', server.url .. "/v1", "")
+    local p = assert(luma.compile(source))
+    local listed = {}
+    for _, t in ipairs(p:tools()) do listed[#listed + 1] = t.name end
+    table.sort(listed)
+    assert.are.same({ "add", "mul", "sub" }, listed)
+    assert.is_nil(p:declaration("__discover_tools"))
+    -- a call from outside an ask: no tool of that name, as for any other
+    local ok, err = pcall(p.call, p, "__discover_tools", { names = { "mul" } })
+    assert.is_false(ok)
+    assert.are.same({ "TOOL_NOT_FOUND", "Unknown tool '__discover_tools'." }, { err.code, err.message })
+    local dir = h.project {
+      ["flow.luma"] = source,
+      ["tools.lua"] = [[return { add = function(i) return { sum = i.a + i.b } end,
+        mul = function(i) return { sum = i.a * i.b } end, sub = function(i) return { sum = i.a - i.b } end }]],
+      ["luma.config.json"] = '{ "tool_modules": ["./tools.lua"] }',
+    }
+    local r = h.run({ "check", dir .. "/flow.luma" }, { cwd = dir })
+    assert.are.same({ 0, "ok\n" }, { r.status, r.stdout }, r.stderr)
+    r = h.run({ "tools", dir .. "/flow.luma" }, { cwd = dir })
+    assert.are.equal(0, r.status, r.stderr)
+    listed = {}
+    for _, t in ipairs(luma.json.decode(r.stdout)) do listed[#listed + 1] = t.name end
+    table.sort(listed)
+    assert.are.same({ "add", "mul", "sub" }, listed)
+    for _, out in ipairs { dir .. "/types.d.ts", dir .. "/types.lua" } do
+      r = h.run({ dir .. "/flow.luma", "--generate-tool-types", out }, { cwd = dir })
+      assert.are.equal(0, r.status, r.stderr)
+      local f = assert(io.open(out))
+      local text = f:read("a")
+      f:close()
+      assert.is_truthy(text:find("mul", 1, true))
+      assert.is_nil(text:find("discover", 1, true))
+    end
+    local rpc = function(id, method, params)
+      return luma.json.encode { jsonrpc = "2.0", id = id, method = method, params = params }
+    end
+    r = h.run({ "mcp", dir .. "/flow.luma" }, { cwd = dir, stdin = table.concat({
+      rpc(0, "initialize", { protocolVersion = "2025-06-18", capabilities = {}, clientInfo = { name = "raw", version = "1" } }),
+      rpc(1, "tools/list"),
+      rpc(2, "tools/call", { name = "__discover_tools", arguments = { names = { "mul" } } }) }, "\n") .. "\n" })
+    local by_id = {}
+    for line in r.stdout:gmatch("[^\n]+") do
+      local m = luma.json.decode(line)
+      by_id[m.id] = m
+    end
+    listed = {}
+    for _, t in ipairs(by_id[1].result.tools) do listed[#listed + 1] = t.name end
+    table.sort(listed)
+    assert.are.same({ "add", "mul", "sub" }, listed)
+    assert.matches("unknown tool '__discover_tools'", by_id[2].error.message, 1, true)
   end)
 
   it("bound what a hostile discovery input makes: violations and unknown names capped, each tool described once", function()
@@ -1015,14 +1113,14 @@ describe("lazy tools", function()
     assert.are.equal(3, #server:requests())
   end)
 
-  it("stay found when a durable run is resumed after the discovery call's outcome was journaled", function()
+  local function resumed(extra)
     server:script {
       mock.chat(nil, { { "c1", "__discover_tools", '{"names":["mul"]}' } }),
       mock.chat(nil, { { "c2", "mul", '{"a":1,"b":3}' } }),
       mock.chat('{"total":3}'),
     }
     local dir = h.project {
-      ["flow.luma"] = LAZY:format('provider: "openai", name: "gpt-5.4-mini"', server.url .. "/v1", "durable: true"),
+      ["flow.luma"] = LAZY:format('provider: "openai", name: "gpt-5.4-mini"', server.url .. "/v1", "durable: true\n  " .. extra),
       ["tools.lua"] = [[return { add = function(i) return { sum = i.a + i.b } end,
         mul = function(i) return { sum = i.a * i.b } end, sub = function(i) return { sum = i.a - i.b } end }]],
       ["luma.config.json"] = '{ "tool_modules": ["./tools.lua"] }',
@@ -1046,6 +1144,17 @@ describe("lazy tools", function()
     assert.are.same({ "__discover_tools", "add", "mul" }, names(asked[2].json.tools, fname))
     local m = find(asked[3].json.messages, function(x) return x.role == "tool" and x.tool_call_id == "c2" end)
     assert.are.same({ sum = 3 }, luma.json.decode(m.content))
+    return asked
+  end
+
+  it("stay found when a durable run is resumed after the discovery call's outcome was journaled", function()
+    resumed("")
+  end)
+
+  it("stay found when resumed though the discovery answer the model read was cut at tool_result_max_bytes", function()
+    local asked = resumed("tool_result_max_bytes: 60")
+    local m = find(asked[2].json.messages, function(x) return x.role == "tool" and x.tool_call_id == "c1" end)
+    assert.is_true(luma.json.decode(m.content).truncated)
   end)
 
   it("are found by a query over their names and descriptions, on Gemini too", function()
