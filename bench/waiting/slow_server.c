@@ -246,25 +246,41 @@ int main(int argc, char **argv) {
       int listening = 0;
       for (int l = 0; l < LISTENERS; l++) listening |= fd == listeners[l];
       if (listening) {
-        for (;;) {
-          int s = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-          if (s < 0) break;        /* EAGAIN, or out of descriptors: the peer's SYN waits */
-          if ((size_t)s >= n_conns) {
-            close(s);
-            continue;
+        /* one connection from each listener in turn: the kernel spreads a
+           client's connections over them at random, and draining one
+           listener after the other would answer them (1 s after reading
+           their requests, in the order accepted) far from the order the
+           client opened them, which libcurl pays for: it looks for a
+           closed connection from the oldest of its host */
+        int pending[LISTENERS];
+        for (int l = 0; l < LISTENERS; l++) pending[l] = 1;
+        for (int progress = 1; progress;) {
+          progress = 0;
+          for (int l = 0; l < LISTENERS; l++) {
+            if (!pending[l]) continue;
+            int s = accept4(listeners[l], NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (s < 0) {
+              pending[l] = 0;        /* EAGAIN, or out of descriptors: the peer's SYN waits */
+              continue;
+            }
+            progress = 1;
+            if ((size_t)s >= n_conns) {
+              close(s);
+              continue;
+            }
+            int one = 1;
+            setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+            conn *c = calloc(1, sizeof *c);
+            if (!c) {
+              close(s);
+              continue;
+            }
+            c->fd = s;
+            conns[s] = c;
+            ev.events = EPOLLIN;
+            ev.data.fd = s;
+            epoll_ctl(epfd, EPOLL_CTL_ADD, s, &ev);
           }
-          int one = 1;
-          setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-          conn *c = calloc(1, sizeof *c);
-          if (!c) {
-            close(s);
-            continue;
-          }
-          c->fd = s;
-          conns[s] = c;
-          ev.events = EPOLLIN;
-          ev.data.fd = s;
-          epoll_ctl(epfd, EPOLL_CTL_ADD, s, &ev);
         }
         continue;
       }
