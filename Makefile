@@ -260,6 +260,13 @@ $(BUILD)/bench_allocs.so: bench/pipeline/allocs.c
 $(BUILD)/bench_start: bench/start/run.c
 	$(CC) $(CSTD) $(WARN) $(CFLAGS) -o $@ $<
 
+# bench/waiting: the server answering after 1 s, and the bare libcurl client beside luma
+$(BUILD)/bench_slow_server: bench/waiting/slow_server.c
+	$(CC) $(WARN) $(CFLAGS) -o $@ $<
+
+$(BUILD)/bench_curl_multi: bench/waiting/curl_multi.c base/luma_limits.h
+	$(CC) $(CSTD) $(WARN) $(CFLAGS) -Ibase -o $@ $< -lcurl
+
 $(BUILD)/bench_scale: bench/scale/run.c $(LIBLUMA)
 	$(CC) $(CSTD) $(WARN) $(CFLAGS) $(SANFLAGS) -Icore -o $@ $< -L$(BUILD) -lluma -Wl,-rpath,$(abspath $(BUILD))
 
@@ -280,7 +287,8 @@ $(JIT_BUILD)/luma/core.so: $(JIT_OBJ)
 
 bench: deps
 	@$(MAKE) --no-print-directory deps EXTRA_PACKAGES="$(BENCH_PACKAGES)"
-	@$(MAKE) --no-print-directory all $(BUILD)/bench_stores $(BUILD)/bench_scale $(BUILD)/bench_allocs.so $(BUILD)/bench_start $(JIT_BUILD)/luma/core.so
+	@$(MAKE) --no-print-directory all $(BUILD)/bench_stores $(BUILD)/bench_scale $(BUILD)/bench_allocs.so $(BUILD)/bench_start $(JIT_BUILD)/luma/core.so \
+	  $(BUILD)/bench_slow_server $(BUILD)/bench_curl_multi
 	$(BUILD)/bench_start $(BUILD)/luma-lua --version
 	@tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/luma-bench-XXXXXX") && $(BUILD)/bench_stores "$$tmp"; status=$$?; rm -rf "$$tmp"; exit $$status
 	@tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/luma-bench-XXXXXX") && $(BUILD)/bench_scale "$$tmp"; status=$$?; rm -rf "$$tmp"; exit $$status
