@@ -63,7 +63,7 @@ CORE_PURE = core/diag.c core/lex.c core/parse.c core/program.c core/program_chec
 CORE_LUA  = core/validate.c core/validate_bind.c core/validate_issues.c core/pipeline.c core/call.c core/verdict.c \
             core/policy.c core/needs.c core/cache.c \
             core/idempotent.c core/attempt.c core/output.c core/breaker.c core/telemetry.c core/runtime.c core/drive.c \
-            core/ask.c core/asktools.c core/askevents.c core/askptools.c core/askjournal.c \
+            core/ask.c core/asktools.c core/askevents.c core/askptools.c core/askjournal.c core/askpast.c \
             core/lprogram.c core/last.c core/lmodule.c core/lruntime.c core/lconfigure.c core/lcall.c core/lask.c core/ljournal.c core/lmcp.c core/lmcphttp.c core/lmcpclient.c core/lmcpremote.c core/lcore.c
 CORE_SRC  = $(BASE) $(SANDBOX) $(ADAPTERS) $(CORE_PURE) $(CORE_LUA)
 CORE_OBJ  = $(CORE_SRC:%.c=$(BUILD)/obj/%.o)

@@ -29,6 +29,14 @@ const char *ak_past_agent(const ak_past *p);
 const char *ak_past_prompt(const ak_past *p, size_t *len);
 const char *ak_past_schema(const ak_past *p);
 const char *ak_past_forced(const ak_past *p);
+/* Its id, its "finish" record's body (NULL: not finished), its answered
+   turns, how its records read (whole, torn), and whether call id of turn
+   waited for a person ("approval" recorded). */
+const char *ak_past_run(const ak_past *p);
+const struct jv *ak_past_finish(const ak_past *p);
+int ak_past_turns(const ak_past *p);
+const struct jr_status *ak_past_status(const ak_past *p);
+int ak_past_awaited(const ak_past *p, int turn, const char *id);
 
 /* A resumed ask's start, after its model is prepared: a run that finished
    gives its outcome (1: pushed on the ask's thread, *ok set); else the ask

@@ -32,7 +32,7 @@ build = {
         "core/pool.c", "core/record.c", "core/redact.c", "core/redis.c", "core/idem_sqlite.c", "core/idem_redis.c", "core/idem_file.c", "core/journal_base.c", "core/journal.c", "core/journal_sqlite.c", "core/journal_redis.c", "core/mcp.c", "core/mcphttp.c", "core/mcpclient.c", "core/mcpremote.c", "core/program_mcp.c",
         "core/validate.c", "core/validate_bind.c", "core/validate_issues.c", "core/pipeline.c", "core/call.c", "core/verdict.c", "core/policy.c", "core/needs.c", "core/cache.c",
         "core/idempotent.c", "core/attempt.c", "core/output.c", "core/breaker.c", "core/telemetry.c", "core/runtime.c", "core/drive.c",
-        "core/ask.c", "core/asktools.c", "core/askevents.c", "core/askptools.c", "core/askjournal.c",
+        "core/ask.c", "core/asktools.c", "core/askevents.c", "core/askptools.c", "core/askjournal.c", "core/askpast.c",
         "core/lprogram.c", "core/last.c", "core/lmodule.c", "core/lruntime.c", "core/lconfigure.c", "core/lcall.c", "core/lask.c", "core/ljournal.c", "core/lmcp.c", "core/lmcphttp.c", "core/lmcpclient.c", "core/lmcpremote.c", "core/lcore.c",
       },
       incdirs = { "base", "sandbox", "adapters", "core" },
