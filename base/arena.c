@@ -30,6 +30,25 @@ void ar_free(ar_arena *a) {
   ar_init(a);
 }
 
+void ar_reset(ar_arena *a) {
+  ar_chunk *keep = NULL, *c = a->head;
+  while (c) {
+    ar_chunk *next = c->next;
+    if (!keep && c->size == AR_CHUNK_SIZE) {
+      keep = c;
+    } else {
+      free(c);
+    }
+    c = next;
+  }
+  ar_init(a);
+  if (keep) {
+    keep->next = NULL;
+    keep->used = 0;
+    a->head = keep;
+  }
+}
+
 void *ar_alloc(ar_arena *a, size_t size) {
   const size_t align = sizeof(((ar_chunk *)0)->align[0]);
   size = (size + align - 1) / align * align;

@@ -276,7 +276,23 @@ static int arena_gc(lua_State *L) {
   return 0;
 }
 
-int lj_push_text(lua_State *L, const char *text, size_t len, int max_depth, char *err, size_t errlen) {
+/* The registry's key of a state's spare parse arena. */
+static const char spare_arena = 's';
+
+/* Pushes an empty arena userdata: the state's spare one, taken out of the
+   registry while it is in use (a decode nested in a finalizer that runs
+   meanwhile makes its own), or a new one. A new chunk and a userdata with
+   a finalizer at each decode cost a small one more than the parse. */
+static ar_arena *take_arena(lua_State *L) {
+  lua_pushlightuserdata(L, (void *)&spare_arena);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+  if (lua_type(L, -1) == LUA_TUSERDATA) {
+    lua_pushlightuserdata(L, (void *)&spare_arena);
+    lua_pushboolean(L, 0);
+    lua_rawset(L, LUA_REGISTRYINDEX);
+    return lua_touserdata(L, -1);
+  }
+  lua_pop(L, 1);
   ar_arena *a = lua_newuserdata(L, sizeof *a);
   ar_init(a);
   if (luaL_newmetatable(L, "luma.json_arena")) {
@@ -284,10 +300,24 @@ int lj_push_text(lua_State *L, const char *text, size_t len, int max_depth, char
     lua_setfield(L, -2, "__gc");
   }
   lua_setmetatable(L, -2);
+  return a;
+}
+
+/* The arena at idx, emptied, is the state's spare again. */
+static void give_arena(lua_State *L, int idx, ar_arena *a) {
+  ar_reset(a);
+  lua_pushlightuserdata(L, (void *)&spare_arena);
+  lua_pushvalue(L, idx);
+  lua_rawset(L, LUA_REGISTRYINDEX);
+}
+
+int lj_push_text(lua_State *L, const char *text, size_t len, int max_depth, char *err, size_t errlen) {
+  ar_arena *a = take_arena(L);
+  int at = lua_gettop(L);
   jv *v = json_parse(a, text, len, max_depth, err, errlen);
   if (v) lj_push(L, v, 0);
-  ar_free(a);
-  lua_remove(L, v ? -2 : -1);
+  give_arena(L, at, a);
+  lua_remove(L, at);
   return v != NULL;
 }
 

@@ -9,6 +9,10 @@
  * A handle (luma_call) refers to its Lua future through the registry until
  * the future is done; then the handle takes the outcome (settles) and lets
  * the future go, so that it no longer needs the runtime.
+ *
+ * A tool's call, the hot path of a server, skips embed.lua: core.start_json
+ * decodes the input into the call itself, and lr_call_json writes a result
+ * as JSON and closes the call (its thread and record reused by the next).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -49,6 +53,7 @@ struct luma_runtime {
   lua_State *L;
   int env;                        /* registry: embed.lua's state of this runtime */
   int embed;                      /* registry: the embed module */
+  int start_json;                 /* registry: core.start_json, luma_start's own */
   rt_runtime *crt;                /* retained: luma_cancel wakes it without the lock */
   luma_options o;
   luma_program *programs;
@@ -68,13 +73,15 @@ struct luma_call {
   int state;                      /* atomic: LUMA_PENDING, then LUMA_OK or LUMA_FAILED */
   int cancel;                     /* atomic */
   int ask;                        /* cancelled by destruction: ASK_CANCELLED */
+  int tool;                       /* a luma_start: the future is a luma.Call, closed once settled */
   int listen;                     /* luma_listen: its events are taken */
   char **kept;                    /* the events still queued when it settled */
   size_t nkept, kept_at;
   char *event;                    /* the last luma_next_event */
   char *json;
   size_t len;
-  luma_error err;
+  luma_error *err;                /* a failed call's, made when it settles: a handle
+                                     of 1 KB more made malloc consolidate at each call */
   luma_call *prev, *next;
 };
 
@@ -204,6 +211,11 @@ static int open_state(lua_State *L) {
   lua_call(L, 1, 1);
   lua_pushvalue(L, -1);
   rt->embed = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+  lua_getfield(L, -1, "luma.core");
+  lua_getfield(L, -1, "start_json");
+  rt->start_json = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_pop(L, 2);
   lua_getfield(L, -1, "new");
   lua_pushinteger(L, rt->o.workers);
   lua_newtable(L);
@@ -420,25 +432,28 @@ int luma_register(luma_program *p, const char *tool, luma_handler fn, void *ud, 
 /* --------------------------------------------------------------- calls */
 
 /* Runs embed[op](env, program, ...the strings) and wraps the future it
-   gives in a handle. */
-static luma_call *start(luma_program *p, const char *op, const char *const *args, int nargs, int ask, luma_error *err) {
+   gives in a handle; a tool's start (op NULL) is core.start_json(program,
+   tool, json), which decodes the input into the call itself. */
+static luma_call *start(luma_program *p, const char *op, const char *const *args, int nargs, int ask, int tool,
+                        luma_error *err) {
   luma_runtime *rt = p->rt;
   luma_call *c = calloc(1, sizeof *c);
-  if (!c) { set_error(err, "INVALID_ARGUMENT", "%s: out of memory", op); return NULL; }
+  if (!c) { set_error(err, "INVALID_ARGUMENT", "%s: out of memory", op ? op : "start"); return NULL; }
   lock(rt);
   lua_State *L = rt->L;
-  push_op(rt, op);
+  if (tool) lua_rawgeti(L, LUA_REGISTRYINDEX, rt->start_json); else push_op(rt, op);
   lua_rawgeti(L, LUA_REGISTRYINDEX, p->ref);
   for (int i = 0; i < nargs; i++) {
     if (args[i]) lua_pushstring(L, args[i]); else lua_pushnil(L);
   }
-  if (pcall(L, 2 + nargs, 1, err) != 0) {
+  if (pcall(L, (tool ? 1 : 2) + nargs, 1, err) != 0) {
     unlock(rt);
     free(c);
     return NULL;
   }
   c->rt = rt;
   c->ask = ask;
+  c->tool = tool;
   lua_getfield(L, -1, "done");
   lua_pushvalue(L, -2);
   int done = lua_pcall(L, 1, 1, 0) == LUA_OK && lua_toboolean(L, -1);
@@ -462,7 +477,7 @@ luma_call *luma_start(luma_program *p, const char *tool, const char *input_json,
     return NULL;
   }
   const char *args[] = { tool, input_json ? input_json : "{}" };
-  return start(p, "start", args, 2, 0, err);
+  return start(p, NULL, args, 2, 0, 1, err);
 }
 
 luma_call *luma_start_method(luma_program *p, const char *agent, const char *method, const char *args_json,
@@ -474,7 +489,7 @@ luma_call *luma_start_method(luma_program *p, const char *agent, const char *met
     return NULL;
   }
   const char *args[] = { agent, method, args_json ? args_json : "{}" };
-  return start(p, "start_method", args, 3, 0, err);
+  return start(p, "start_method", args, 3, 0, 0, err);
 }
 
 luma_call *luma_start_ask(luma_program *p, const char *agent, const char *prompt, const char *schema,
@@ -486,7 +501,7 @@ luma_call *luma_start_ask(luma_program *p, const char *agent, const char *prompt
     return NULL;
   }
   const char *args[] = { agent, prompt, schema };
-  return start(p, "start_ask", args, 3, 1, err);
+  return start(p, "start_ask", args, 3, 1, 0, err);
 }
 
 luma_call *luma_resume(luma_program *p, const char *run_id, luma_error *err) {
@@ -496,7 +511,7 @@ luma_call *luma_resume(luma_program *p, const char *run_id, luma_error *err) {
     return NULL;
   }
   const char *args[] = { run_id };
-  return start(p, "resume", args, 1, 1, err);
+  return start(p, "resume", args, 1, 1, 0, err);
 }
 
 int luma_decide(luma_program *p, const char *run_id, const char *call_id, int approved, const char *reason,
@@ -524,14 +539,35 @@ int luma_decide(luma_program *p, const char *run_id, const char *call_id, int ap
 
 static void keep_events(luma_call *c);
 
+/* The call's error, made when first needed; NULL when memory ran out. */
+static luma_error *call_error(luma_call *c) {
+  if (!c->err) c->err = calloc(1, sizeof *c->err);
+  return c->err;
+}
+
+/* An error that could not be kept for lack of memory. */
+static const luma_error lost_error = { "INVALID_ARGUMENT", "out of memory keeping the call's error" };
+
 /* The handle takes the future's outcome (state LUMA_OK: it is done; else
    the runtime is going away and a future not done is cancelled) and
    leaves the runtime's list. The lock is held. */
 static void settle(luma_call *c, int state) {
   luma_runtime *rt = c->rt;
   lua_State *L = rt->L;
-  int ok = 0;
-  if (state == LUMA_OK) {
+  int ok = 0, fast = 0;
+  if (state == LUMA_OK && c->tool) {
+    /* a result: its JSON straight from the call, which closes */
+    lua_pushcfunction(L, lr_call_json);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, c->ref);
+    if (lua_pcall(L, 1, 1, 0) == LUA_OK && lua_type(L, -1) == LUA_TSTRING) {
+      const char *json = lua_tolstring(L, -1, &c->len);
+      c->json = malloc(c->len + 1);
+      if (c->json) memcpy(c->json, json, c->len + 1);
+      ok = fast = 1;
+    }
+    lua_settop(L, 0);
+  }
+  if (state == LUMA_OK && !fast) {
     push_op(rt, "outcome");
     lua_pop(L, 1);
     lua_rawgeti(L, LUA_REGISTRYINDEX, c->ref);
@@ -540,22 +576,23 @@ static void settle(luma_call *c, int state) {
       const char *json = lua_tolstring(L, ok ? -3 : -1, &c->len);
       c->json = json ? malloc(c->len + 1) : NULL;
       if (c->json) memcpy(c->json, json, c->len + 1);
-      if (!ok) set_error(&c->err, lua_tostring(L, -3), "%s", lua_tostring(L, -2));
+      if (!ok) set_error(call_error(c), lua_tostring(L, -3), "%s", lua_tostring(L, -2));
     } else {
-      take_error(L, &c->err);
+      take_error(L, call_error(c));
     }
     lua_settop(L, 0);
-  } else {
-    set_error(&c->err, c->ask ? "ASK_CANCELLED" : "TOOL_CANCELLED",
+  } else if (state != LUMA_OK) {
+    set_error(call_error(c), c->ask ? "ASK_CANCELLED" : "TOOL_CANCELLED",
               "The runtime was destroyed before the %s finished.", c->ask ? "ask" : "call");
   }
   if (!ok && !c->json) {
     /* {"code":..., "message":...} without Lua: the message needs escaping */
-    size_t cap = strlen(c->err.message) * 6 + 96;
+    const luma_error *e = c->err ? c->err : &lost_error;
+    size_t cap = strlen(e->message) * 6 + 96;
     c->json = malloc(cap);
     if (c->json) {
-      size_t n = (size_t)snprintf(c->json, cap, "{\"code\":\"%s\",\"message\":\"", c->err.code);
-      for (const unsigned char *s = (const unsigned char *)c->err.message; *s; s++) {
+      size_t n = (size_t)snprintf(c->json, cap, "{\"code\":\"%s\",\"message\":\"", e->code);
+      for (const unsigned char *s = (const unsigned char *)e->message; *s; s++) {
         if (*s == '"' || *s == '\\') { c->json[n++] = '\\'; c->json[n++] = (char)*s; }
         else if (*s < 0x20) n += (size_t)snprintf(c->json + n, cap - n, "\\u%04x", *s);
         else c->json[n++] = (char)*s;
@@ -565,6 +602,14 @@ static void settle(luma_call *c, int state) {
     }
   }
   if (c->listen) keep_events(c);
+  if (c->tool && !fast) {
+    /* its thread and record go back to the program's spares now, not at
+       the private state's next collection: a call at a time reuses one */
+    lua_rawgeti(L, LUA_REGISTRYINDEX, c->ref);
+    lua_getfield(L, -1, "close");
+    lua_insert(L, -2);
+    if (lua_pcall(L, 1, 0, 0) != LUA_OK) lua_settop(L, 0);
+  }
   luaL_unref(L, LUA_REGISTRYINDEX, c->ref);
   c->ref = LUA_NOREF;
   if (c->prev) c->prev->next = c->next; else rt->calls = c->next;
@@ -772,7 +817,7 @@ int luma_result(luma_call *c, const char **json, size_t *len, luma_error *err) {
   if (state == LUMA_PENDING) return LUMA_PENDING;
   if (json) *json = c->json;
   if (len) *len = c->len;
-  if (state == LUMA_FAILED && err) *err = c->err;
+  if (state == LUMA_FAILED && err) *err = c->err ? *c->err : lost_error;
   return state;
 }
 
@@ -808,6 +853,7 @@ void luma_call_free(luma_call *c) {
     unlock(rt);
   }
   free(c->json);
+  free(c->err);
   free(c->event);
   for (size_t i = c->kept_at; i < c->nkept; i++) free(c->kept[i]);
   free(c->kept);

@@ -865,7 +865,30 @@ static int l_start(lua_State *L) {
   lp_program *lp = lp_check(L, 1);
   const pm_tool *t = check_tool(L, lp, 2);
   luaL_checkany(L, 3);
-  return lr_start(L, lp->pg, t, 3, 4);
+  return lr_start(L, lp->pg, t, 3, 4, 1);
+}
+
+/* core.start_json(program, name, json) -> a luma.Call: program:start with
+   the input as JSON text (libluma's luma_start), decoded as
+   core.json_decode decodes it (null: {}) and taken by the call as it is,
+   without program:start's copy, since nothing else holds it. A text that
+   is not JSON is JSON_INVALID before the tool is looked up. */
+static int l_start_json(lua_State *L) {
+  lp_program *lp = lp_check(L, 1);
+  size_t len;
+  const char *json = luaL_checklstring(L, 3, &len);
+  char err[160];
+  lua_settop(L, 3);
+  if (!lj_push_text(L, json, len, LIM_JSON_DEPTH, err, sizeof err)) {
+    lua_pushfstring(L, "the input is not JSON: %s", err);
+    return le_raise_code(L, LE_JSON_INVALID, lua_tostring(L, -1), 0);
+  }
+  if (lua_type(L, 4) == LUA_TLIGHTUSERDATA && lua_touserdata(L, 4) == NULL) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+  }
+  const pm_tool *t = check_tool(L, lp, 2);
+  return lr_start(L, lp->pg, t, 4, 0, 0);
 }
 
 /* program:resume(run [, listen]) -> the answer of a durable ask's run */
@@ -960,4 +983,8 @@ void lp_open(lua_State *L) {
     { NULL, NULL }
   };
   lc_setfuncs(L, fns, 0);
+  /* as the methods, it knows a program by the metatable, its upvalue */
+  luaL_getmetatable(L, LP_METATABLE);
+  lua_pushcclosure(L, l_start_json, 1);
+  lua_setfield(L, -2, "start_json");
 }

@@ -15,6 +15,7 @@
 #include "errors.h"
 #include "lcall.h"
 #include "lerror.h"
+#include "ljson.h"
 #include "luma_limits.h"
 
 #define LR_RUNTIME "luma.Runtime"
@@ -260,9 +261,9 @@ static int copy_tags(lua_State *L, int opts) {
   return lua_gettop(L);
 }
 
-int lr_start(lua_State *L, pl_program *pg, const pm_tool *t, int input, int opts) {
+int lr_start(lua_State *L, pl_program *pg, const pm_tool *t, int input, int opts, int copy) {
   int scope = 0, tags = 0;
-  if (!lua_isnoneornil(L, opts)) {
+  if (opts && !lua_isnoneornil(L, opts)) {
     luaL_checktype(L, opts, LUA_TTABLE);
     lua_getfield(L, opts, "scope");
     scope = lua_isnil(L, -1) ? 0 : lua_gettop(L);
@@ -270,7 +271,7 @@ int lr_start(lua_State *L, pl_program *pg, const pm_tool *t, int input, int opts
   }
   pl_scope *sc = lr_check_scope(L, pg, scope);
   call_box *b = push_owner(L);
-  b->c = new_call(L, pg, sc, scope, t, input, 1);
+  b->c = new_call(L, pg, sc, scope, t, input, copy);
   if (tags) {
     lua_pushvalue(L, tags);
     lua_xmove(L, b->c->T, 1);
@@ -318,6 +319,27 @@ static int l_call_result(lua_State *L) {
   if (!cl_done(c)) return luaL_error(L, "the call is not done: wait for it first");
   if (lcl_push_outcome(L, c) != 0) return lua_error(L);
   return 2;
+}
+
+int lr_call_json(lua_State *L) {
+  call_box *b = luaL_checkudata(L, 1, LR_CALL);
+  cl_call *c = b->c;
+  if (!c || !cl_ok(c)) return 0;
+  luaL_checkstack(L, 4, "writing a tool's result");
+  st_event ev;
+  lcl_take(L, c, &ev);
+  sb_buf out;
+  sb_init(&out);
+  char err[128];
+  if (lj_encode(L, -2, &out, 0, LIM_JSON_DEPTH, err, sizeof err) != 0) {
+    sb_free(&out);
+    return 0;
+  }
+  lua_pushlstring(L, out.data ? out.data : "", out.len);
+  sb_free(&out);
+  cl_free(c);
+  b->c = NULL;
+  return 1;
 }
 
 /* call:progress() -> count, n, total, message: the handler's last

@@ -30,8 +30,17 @@ int lr_scope(lua_State *L, pl_program *pg);
 /* program:call(name, input) / program:invoke(scope, name, input): the
    scope (or 0) and the input are stack indices */
 int lr_call(lua_State *L, pl_program *pg, int scope, const pm_tool *t, int input);
-/* program:start(name, input [, { scope = }]) -> a luma.Call */
-int lr_start(lua_State *L, pl_program *pg, const pm_tool *t, int input, int opts);
+/* program:start(name, input [, { scope = }]) -> a luma.Call. opts: a stack
+   index or 0 (none); copy: 0 when nothing else holds the input (it was
+   just decoded), which the call then takes as it is */
+int lr_start(lua_State *L, pl_program *pg, const pm_tool *t, int input, int opts, int copy);
+/* For libluma (core/embed.c), which has a call's outcome as JSON: the
+   luma.Call at index 1, done and succeeded, gives its result as JSON text,
+   written as core.json_encode writes it, and is closed (its thread and
+   record go back to the program's spares, not at a collection); nothing,
+   the call left as it was, when it is not done, failed, or its result has
+   no JSON form. */
+int lr_call_json(lua_State *L);
 /* program:call_all(calls [, opts]) */
 int lr_call_all(lua_State *L, pl_program *pg);
 /* program:check_return(agent, method, value) */

@@ -43,7 +43,9 @@ local PROGRAM = [[
 schema Sum { total: int }
 schema Text { v: string }
 schema Pick { number: int }
+schema Depth { depth: int }
 tool add(a: int, b: int) -> Sum { }
+tool echo(v: any) -> Depth { }
 tool slow(ms: int) -> Text { timeout: 10000 }
 tool spin() -> Text { timeout: 10000 }
 tool hog() -> Text { timeout: 10000 }
@@ -66,6 +68,15 @@ agent A {
 local TOOLS = [[
 return {
   add = function(i) return { total = i.a + i.b } end,
+  echo = function(i)
+    local function depth(v)
+      if type(v) ~= "table" then return 0 end
+      local d = 0
+      for _, x in pairs(v) do d = math.max(d, depth(x)) end
+      return d + 1
+    end
+    return { depth = depth(i.v) }
+  end,
   slow = function(i, signal)
     local c = os.clock()
     while os.clock() - c < i.ms / 1000 and not signal.aborted do end
@@ -140,6 +151,64 @@ describe("LuaJIT through the FFI binding (luma.ffi)", function()
     assert.are.equal(table.concat({
       "add\t3", "twice\t42", "bad json\tJSON_INVALID", "unknown\tTOOL_NOT_FOUND", "invalid\tTOOL_INPUT_INVALID",
       "cancel\tTOOL_CANCELLED", "await\t4", "closed\tINVALID_ARGUMENT", "" }, "\n"), out)
+  end)
+
+  -- luma_start decodes the JSON into the call itself (core.start_json), with
+  -- the bounds and messages of the Lua API given the decoded value: each
+  -- case is a Lua expression of the JSON text
+  local INPUTS = {
+    [["{bad"]], [["null"]], [["[1, 2]"]], [['"text"']], [["{}"]], [['{"v": {"a": [1, "x", null]}}']],
+    -- 100 levels (the object and 99 arrays): decoded; 101: JSON_INVALID
+    [['{"v": ' .. ("["):rep(99) .. ("]"):rep(99) .. "}"]],
+    [['{"v": ' .. ("["):rep(100) .. ("]"):rep(100) .. "}"]],
+    -- a string one byte longer than the limits' max_string_bytes
+    [['{"v": "' .. ("x"):rep(16 * 1024 * 1024 + 1) .. '"}']],
+  }
+
+  it("gives a JSON input the outcome the Lua API gives its decoded value: bad JSON, nesting, size, null", function()
+    local dir = h.project {
+      ["program.luma"] = PROGRAM:format(server.url),
+      ["tools.lua"] = TOOLS,
+      ["luma.config.json"] = CONFIG,
+    }
+    local p = luma.load(dir .. "/program.luma")
+    local want = {}
+    for i, expr in ipairs(INPUTS) do
+      local ok, v = pcall(luma.json.decode, assert(load("return " .. expr))())
+      local code, text
+      if not ok then
+        code, text = v.code, "the input is not JSON: " .. v.message
+      else
+        if v == luma.null then v = {} end
+        local f = p:start("echo", v)
+        assert(f:wait(10000))
+        local fine, r = pcall(f.result, f)
+        if fine then code, text = "ok", luma.json.encode(r) else code, text = r.code, r.message end
+      end
+      want[#want + 1] = i .. "\t" .. code .. "\t" .. text
+    end
+    p:close()
+    os.execute("rm -rf " .. h.quote(dir))
+    want = table.concat(want, "\n") .. "\n"
+    local inputs = "local INPUTS = {"
+    for _, expr in ipairs(INPUTS) do inputs = inputs .. "function() return " .. expr .. " end," end
+    for _, inline in ipairs { "true", "false" } do
+      local out = luajit(inputs .. "}\nlocal rt = luma.runtime { workers = 2, inline = " .. inline .. " }\n" .. [[
+        local p = rt:load("program.luma")
+        for i, json in ipairs(INPUTS) do
+          local ok, f = pcall(p.start, p, "echo", json())
+          if not ok then
+            print(i, f.code, f.message)
+          else
+            assert(f:wait(10000))
+            local fine, out, code, message = f:json()
+            if fine then print(i, "ok", out) else print(i, code, message) end
+          end
+        end
+        rt:close()
+      ]])
+      assert.are.equal(want, out)
+    end
   end)
 
   it("runs the host's own handlers (luma_register), on the thread that polls", function()

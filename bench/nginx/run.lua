@@ -10,7 +10,8 @@
 --   plain  plain OpenResty: cjson, api7/jsonschema for the input and the
 --          output, and the same handler logic in LuaJIT (the baseline).
 -- Rows: requests/s and p50/p99 latency; ratios against plain (target: luma
--- at least 0.8x its requests/s) and of luma against poll.
+-- at least 0.8x its requests/s) and of luma against poll; then the call
+-- alone, from LuaJIT without nginx (call.lua).
 -- api7/jsonschema is read from ../shared/anchors (LUMA_ANCHORS to change),
 -- for this benchmark only. Run from the repository root by `make bench`:
 --   LUMA_BUILD=build lua5.4 bench/nginx/run.lua
@@ -261,6 +262,11 @@ local ok, err = pcall(function()
     print(("  inline against the pool: %.2fx the requests/s, p50 %.3f ms against %.3f ms")
       :format(luma.rps / pool.rps, luma.p50, pool.p50))
   end
+  -- the call alone, from LuaJIT without nginx (bench/nginx/call.lua)
+  local out, fine = common.slurp(("luajit %s %s %s 2>&1"):format(q(here .. "/call.lua"), q(root), q(build .. "/libluma.so")))
+  out = out:gsub("%s+$", "")
+  if not fine or not tonumber(out) then error("bench/nginx/call.lua failed: " .. out) end
+  print(("%-42s %10s CPU µs per call (start, f:json(); inline)"):format("luma.ffi from LuaJIT, no nginx", out))
   local log = read(dir .. "/error.log")
   if log:match("%[error%]") or log:match("%[alert%]") then error("nginx logged errors:\n" .. log) end
 end)

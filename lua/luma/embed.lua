@@ -1,7 +1,8 @@
 -- The Lua side of libluma (core/embed.c, core/luma.h): the C API's
 -- operations over the Lua API, with JSON text in and out. core/embed.c runs
 -- it in the library's private Lua 5.4 state and passes the host's callbacks
--- as functions.
+-- as functions. A tool's call (luma_start) is core.start_json's, and its
+-- result's JSON core/lruntime.c's lr_call_json: no Lua runs for them here.
 local luma = require "luma"
 local core = require "luma.core"
 local approval = require "luma.approval"
@@ -71,10 +72,6 @@ local function input_of(json, what)
   end
   if v == core.null then v = {} end
   return v
-end
-
-function embed.start(env, program, tool, json)
-  return program:start(tool, input_of(json, "input"))
 end
 
 function embed.start_method(env, program, agent, method, json)

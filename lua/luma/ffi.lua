@@ -244,6 +244,11 @@ local Future = {}
 Future.__index = Future
 
 local jsonp, lenp = ffi.new("const char *[1]"), ffi.new("size_t[1]")
+-- One luma_error for every call that takes one (1 KB: a new one a call
+-- cost OpenResty's requests more than their whole JSON): each reads it
+-- before any other Lua runs, and a call of libluma that runs Lua of this
+-- VM (a host handler's callback) fills it only after that Lua returned
+local errp = ffi.new("luma_error")
 
 local function new_future(rt, c)
   return setmetatable({ rt = rt, c = ffi.gc(c, lib.luma_call_free) }, Future)
@@ -263,7 +268,7 @@ function Future:wait(timeout_ms)
 end
 
 function Future:result()
-  local err = ffi.new("luma_error")
+  local err = errp
   local state = lib.luma_result(self.c, jsonp, lenp, err)
   if state == 1 then error("the call is not done: wait for it first", 2) end
   local json = jsonp[0] ~= nil and ffi.string(jsonp[0], lenp[0]) or nil
@@ -276,7 +281,7 @@ end
 -- f:json() -> true, result_json | false, error_json, code, message; nil
 -- when not done. No decoding: what a server passes on as it is.
 function Future:json()
-  local err = ffi.new("luma_error")
+  local err = errp
   local state = lib.luma_result(self.c, jsonp, lenp, err)
   if state == 1 then return nil end
   local json = jsonp[0] ~= nil and ffi.string(jsonp[0], lenp[0]) or "null"
@@ -481,7 +486,7 @@ local function listen(self)
   if not self.ask then
     error(setmetatable({ code = "INVALID_ARGUMENT", message = "events: only an ask has events (agent:start_ask)" }, Error), 3)
   end
-  local err = ffi.new("luma_error")
+  local err = errp
   if lib.luma_listen(self.c, err) == C_OK then
     self.listening = true
     return
@@ -544,7 +549,7 @@ function luma.runtime(opts)
   local C = library()
   local o = ffi.new("luma_options")
   o.workers = opts.workers or 0
-  local err = ffi.new("luma_error")
+  local err = errp
   local ptr = C.luma_new(o, err)
   if ptr == nil then raise(err) end
   local inline = opts.inline
@@ -582,7 +587,7 @@ function Runtime:load(path, opts)
   for i, m in ipairs(mods) do list[i - 1] = m end
   local config = opts.config
   if config == false then config = "" end
-  local err = ffi.new("luma_error")
+  local err = errp
   local p = lib.luma_load(self.ptr, path, config, list, err)
   if p == nil then raise(err) end
   -- the runtime frees its programs: the program keeps the runtime alive
@@ -599,7 +604,7 @@ end
 
 function Program:start(tool, input)
   live(self)
-  local err = ffi.new("luma_error")
+  local err = errp
   local c = lib.luma_start(self.ptr, tool, to_json(input, "input"), err)
   if c == nil then raise(err) end
   return new_future(self.rt, c)
@@ -638,7 +643,7 @@ function Program:register(tool, fn)
     out[0] = c_string(ok and r or error_json(r))
     return ok and C_OK or C_FAILED
   end)
-  local err = ffi.new("luma_error")
+  local err = errp
   if lib.luma_register(self.ptr, tool, cb, nil, err) ~= C_OK then
     cb:free()
     raise(err)
@@ -656,7 +661,7 @@ end
 
 function Agent:start(method, args)
   live(self.program)
-  local err = ffi.new("luma_error")
+  local err = errp
   local c = lib.luma_start_method(self.program.ptr, self.name, method, to_json(args, "arguments"), err)
   if c == nil then raise(err) end
   return new_future(self.program.rt, c)
@@ -665,7 +670,7 @@ end
 -- opts.events: the ask queues its events (and streams) from its first request
 function Agent:start_ask(prompt, schema, opts)
   live(self.program)
-  local err = ffi.new("luma_error")
+  local err = errp
   local c = lib.luma_start_ask(self.program.ptr, self.name, prompt, schema, err)
   if c == nil then raise(err) end
   local f = new_future(self.program.rt, c)
