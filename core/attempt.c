@@ -169,9 +169,16 @@ static st_verdict run_on(lua_State *T, cl_call *c, sx_module *m, sx_state *s, lo
   if (in_line(c, m)) {
     /* the driver would only wait for it: it runs here, where a cancel from
        another thread (a lost idempotency claim) still reaches its signal */
+    c->run.opts.hand_off = c->inline_ok == 2 && rt_inline_starts(c->rt) == RT_INLINE_SLICE;
     rt_inline(c->rt, c, 1);
     sx_execute(s, &c->run, 1);
     rt_inline(c->rt, c, 0);
+    if (c->run.handed_off) {
+      /* it ran its slice (RT_INLINE_SLICE): it goes on on the pool, in the
+         state it holds, as a resume after a wait does */
+      c->run.opts.hand_off = 0;
+      return make_ready(c);
+    }
     if (c->run.waiting) sx_suspend(s);
     return st_collect(T, c);
   }

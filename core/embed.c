@@ -751,7 +751,7 @@ int luma_fd(luma_runtime *rt) {
 int luma_set_inline(luma_runtime *rt, int on) {
   if (!rt) return LUMA_FAILED;
   lock(rt);
-  rt_set_inline(rt->crt, on);
+  rt_set_inline(rt->crt, on != 0);
   unlock(rt);
   return LUMA_OK;
 }

@@ -72,9 +72,11 @@ rt_runtime *lr_runtime(lua_State *L, int idx) {
   return rt;
 }
 
-/* core.runtime([{ workers = n }]) -> a luma.Runtime */
+/* core.runtime([{ workers = n, inline = false | true | "slice" }]) -> a
+   luma.Runtime (inline: rt_set_inline's RT_INLINE, RT_INLINE_SLICE) */
 static int l_runtime(lua_State *L) {
   rt_options o = { 0 };
+  int in_line = 0;
   if (!lua_isnoneornil(L, 1)) {
     luaL_checktype(L, 1, LUA_TTABLE);
     lua_getfield(L, 1, "workers");
@@ -84,8 +86,15 @@ static int l_runtime(lua_State *L) {
       o.workers = (int)lua_tointeger(L, -1);
     }
     lua_pop(L, 1);
+    lua_getfield(L, 1, "inline");
+    if (lua_type(L, -1) == LUA_TBOOLEAN) in_line = lua_toboolean(L, -1) ? RT_INLINE : 0;
+    else if (lua_type(L, -1) == LUA_TSTRING && strcmp(lua_tostring(L, -1), "slice") == 0) in_line = RT_INLINE_SLICE;
+    else if (!lua_isnil(L, -1))
+      return luaL_error(L, "runtime: inline must be false, true or \"slice\", not %s", lc_tolstring(L, -1, NULL));
+    lua_pop(L, 1);
   }
-  push_runtime(L, &o);
+  lr_box *b = push_runtime(L, &o);
+  rt_set_inline(b->rt, in_line);
   return 1;
 }
 

@@ -88,7 +88,7 @@ int rt_workers(const rt_runtime *rt) {
 }
 
 void rt_set_inline(rt_runtime *rt, int on) {
-  rt->inline_starts = on != 0;
+  rt->inline_starts = on == RT_INLINE_SLICE ? RT_INLINE_SLICE : on != 0;
 }
 
 int rt_inline_starts(const rt_runtime *rt) {

@@ -44,9 +44,13 @@ void rt_unref(rt_runtime *rt);
 int rt_closed(const rt_runtime *rt);
 lua_State *rt_home(const rt_runtime *rt);
 int rt_workers(const rt_runtime *rt);
-/* on: a started call's first attempt runs its handler on the thread that
-   starts it, until the handler returns or waits (a wait resumes on the
-   pool); off (the default): every handler runs on the pool. */
+/* on (RT_INLINE): a started call's first attempt runs its handler on the
+   thread that starts it, until the handler returns or waits (a wait resumes
+   on the pool); RT_INLINE_SLICE: the same, but a handler still running
+   after its first slice (SX_PROMOTE_NS of Lua, sx_call_opts.hand_off) goes
+   on on the pool too, so that a thread serving a loop is held for no longer;
+   off (the default): every handler runs on the pool. */
+enum { RT_INLINE = 1, RT_INLINE_SLICE = 2 };
 void rt_set_inline(rt_runtime *rt, int on);
 int rt_inline_starts(const rt_runtime *rt);
 

@@ -14,7 +14,8 @@ struct rt_runtime {
   lua_State *home;                /* a thread of its own in the host's state, never running */
   int home_ref;
   int workers;
-  int inline_starts;               /* rt_set_inline: a start runs its handler on the starting thread */
+  int inline_starts;               /* rt_set_inline: a start runs its handler on the starting thread
+                                     (RT_INLINE, or RT_INLINE_SLICE: for its first slice) */
   wp_pool *pool;                  /* made at the first job */
   int efd;                        /* readable when a job finished */
   pthread_mutex_t lock;           /* guards done, and the calls' job_out */

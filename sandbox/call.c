@@ -307,6 +307,7 @@ static void run_slice(sx_state *s, sx_run *run) {
     nargs = 3;
   }
   run->waiting = 0;
+  run->handed_off = 0;
   run->wake_ns = 0;
   run->transfer = NULL;
   s->tool = run->opts.tool;
@@ -346,7 +347,7 @@ static void run_slice(sx_state *s, sx_run *run) {
   __atomic_store_n(&s->run, NULL, __ATOMIC_RELEASE);
   run->printed = s->printed;
   run->out_of_memory |= s->out_of_memory;
-  if (status == LUA_YIELD && run->wake_ns) {
+  if (status == LUA_YIELD && (run->wake_ns || run->handed_off)) {
     /* suspended in a wait: the state may serve other calls meanwhile, but
        not new ones if this slice found it out of memory */
     run->waiting = 1;

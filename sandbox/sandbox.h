@@ -172,6 +172,14 @@ typedef struct sx_call_opts {
      mark the call and signal: rt_notify); NULL: requests block */
   void (*wake)(void *ud);
   void *wake_ud;
+  /* the run is inline on a thread that serves others (an event loop): a
+     handler still running after SX_PROMOTE_NS yields there, when it runs in
+     its own coroutine with no C call in between, and sx_execute returns
+     with run->handed_off set; the caller, still holding the state, runs
+     sx_execute on the same run again (elsewhere, this flag off) and it goes
+     on where it stopped. Elsewhere (a coroutine of the handler's own, a
+     callback of a C function) it runs on here. 0: it runs to its end */
+  int hand_off;
 } sx_call_opts;
 
 /*
@@ -212,7 +220,8 @@ typedef struct sx_run {
   lua_State *co;
   int co_ref;
   int started;                    /* its first slice ran: the next sx_execute resumes it */
-  int waiting;                    /* it is suspended in a wait */
+  int waiting;                    /* it is suspended in a wait, or handed off */
+  int handed_off;                 /* its slice ended with opts.hand_off (waiting is set too) */
   long long wake_ns;              /* when that wait ends (monotonic); LLONG_MAX: when
                                      opts.wake is called (a transfer) or the deadline */
   void *transfer;                 /* the tp_transfer it waits for, NULL: none */

@@ -114,6 +114,18 @@ static void deadline_hook(lua_State *L, lua_Debug *ar) {
     lua_sethook(L, NULL, 0, 0);
     return;
   }
+#if LUA_VERSION_NUM >= 504
+  sx_run *run = m->promote_ns && now >= m->promote_ns ? __atomic_load_n(&m->run, __ATOMIC_ACQUIRE) : NULL;
+  if (run && run->opts.hand_off && run->co == L && lua_isyieldable(L)) {
+    /* an inline run that lasts: its thread goes back to its loop, and the
+       call goes on elsewhere (sx_call_opts.hand_off). A hook yields by
+       returning after lua_yield */
+    m->promote_ns = 0;
+    run->handed_off = 1;
+    lua_yield(L, 0);
+    return;
+  }
+#endif
   if (m->promote_ns && now >= m->promote_ns) {
     /* the handler ran long enough to be handed to the watch: L, the Lua
        thread running now (the handler's, or a coroutine), is the one its

@@ -176,6 +176,61 @@ describe("a call as an object (program:start)", function()
   end)
 end)
 
+describe("starting a call inline (luma.runtime's inline)", function()
+  local function inline_program(mode)
+    local rt = luma.runtime { workers = 1, inline = mode }
+    local dir = h.project {
+      ["program.luma"] = "schema N { n: int }\ntool quick(n: int) -> N {}\ntool compute(ms: int) -> N { timeout: 5000 }\n",
+      ["tools.lua"] = [[
+return {
+  quick = function(input) return { n = input.n } end,
+  compute = function(input)
+    local t, n = os.clock() + input.ms / 1000, 0
+    while os.clock() < t do n = n + 1 end
+    return { n = n }
+  end,
+}
+]],
+      ["luma.config.json"] = '{ "tool_modules": ["tools.lua"] }',
+    }
+    return assert(h.load(dir, { runtime = rt })), rt
+  end
+
+  for _, mode in ipairs { true, "slice" } do
+    it("runs a handler that does not wait in the start itself (inline = " .. tostring(mode) .. ")", function()
+      local p, rt = inline_program(mode)
+      local c = p:start("quick", { n = 7 })
+      assert.is_true(c:done())
+      assert.are.same({ n = 7 }, c:result())
+      rt:close()
+    end)
+  end
+
+  it("hands a handler that computes past its first slice to the pool (\"slice\"); true runs it to its end", function()
+    local p, rt = inline_program("slice")
+    local t0 = now()
+    local c = p:start("compute", { ms = 600 })
+    local took = now() - t0
+    assert.is_false(c:done())
+    assert.is_true(took < 300, "the start held its thread " .. took .. " ms")
+    assert.is_true(c:wait(5000))
+    assert.is_true(c:result().n > 0)
+    rt:close()
+    p, rt = inline_program(true)
+    t0 = now()
+    c = p:start("compute", { ms = 300 })
+    assert.is_true(c:done())
+    assert.is_true(now() - t0 >= 250)
+    rt:close()
+  end)
+
+  it("refuses an inline that is not false, true or \"slice\"", function()
+    local ok, err = pcall(luma.runtime, { inline = "always" })
+    assert.is_false(ok)
+    assert.matches('runtime: inline must be false, true or "slice", not always', err, 1, true)
+  end)
+end)
+
 describe("cancelling a call", function()
   local function cancelled(c)
     assert.is_true(c:wait(5000))

@@ -408,6 +408,46 @@ describe("luma-lua mcp against a hostile client (a raw pipe)", function()
     assert.are.same({ ms = 800 }, by_id[1].result.structuredContent)
   end)
 
+  -- (a call starts on the loop's thread, and goes on on the pool after its
+  -- first slice: a handler that computes and never waits must not hold the
+  -- loop, as it would if it ran there to its end)
+  it("hands a tool that computes to the pool: tools/list, other calls and its cancel are served meanwhile", function()
+    local d = h.project {
+      ["program.luma"] = "schema Sum { total: int }\ntool add(a: int, b: int) -> Sum {}\n" ..
+        "tool spin(n: int) -> Sum { timeout: 20000 }\n",
+      ["tools.lua"] = [=[
+return {
+  add = function(input) return { total = input.a + input.b } end,
+  -- n steps of computing, or (0) until the call is cancelled
+  spin = function(input, signal)
+    local k = 0
+    while not signal.aborted and (input.n == 0 or k < input.n) do k = k + 1 end
+    return { total = k }
+  end,
+}
+]=],
+      ["luma.config.json"] = [[{ "tool_modules": ["./tools.lua"],
+  "tool_module_policy": { "sandbox": "strict", "max_concurrency": 2 } }]],
+    }
+    local core = require "luma.core"
+    local t0 = core.monotonic_ms()
+    local replies, by_id = serve(d, {
+      INIT,
+      rpc(1, "tools/call", { name = "spin", arguments = { n = 0 } }),
+      rpc(2, "tools/call", { name = "spin", arguments = { n = 100000 } }),
+      rpc(3, "tools/list"),
+      rpc(4, "tools/call", { name = "add", arguments = { a = 1, b = 1 } }),
+      json.encode { jsonrpc = "2.0", method = "notifications/cancelled", params = { requestId = 1 } },
+    })
+    local elapsed = core.monotonic_ms() - t0
+    assert.is_nil(by_id[1])   -- cancelled: no reply
+    assert.are.equal(2, #by_id[3].result.tools)
+    assert.are.same({ total = 2 }, by_id[4].result.structuredContent)
+    assert.are.same({ total = 100000 }, by_id[2].result.structuredContent)
+    assert.are.equal(4, #replies)
+    assert.is_true(elapsed < 5000, "the computing call held the loop: " .. elapsed .. " ms")
+  end)
+
   it("tags each call's telemetry event with the client's name and the request's id, in both eras", function()
     local trace = h.tmpname(".jsonl")
     local modern_meta = { ["io.modelcontextprotocol/protocolVersion"] = "2026-07-28",

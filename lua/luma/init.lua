@@ -20,7 +20,7 @@ local luma = {
   json = { encode = core.json_encode, decode = core.json_decode },
 }
 luma.ToolError = core.error
-luma.runtime = core.runtime   -- luma.runtime{ workers = n }: a pool and its calls, for luma.load's opts.runtime
+luma.runtime = core.runtime   -- luma.runtime{ workers = n, inline = false|true|"slice" }: a pool and its calls, for luma.load's opts.runtime
 -- luma.deadline_signal() -> the signal that stops handlers at their deadline, or false (the count hook);
 -- luma.deadline_signal(n | false) chooses, for the whole process: true, or nil and why
 luma.deadline_signal = core.deadline_signal

@@ -4,9 +4,12 @@
 -- process on stdio; an Mcp-Session-Id over HTTP); a request whose
 -- params._meta names the 2026-07-28 revision is answered on its own
 -- (stateless, with server/discover and resultType). Every tools/call is a
--- program:start through the one pipeline, run on the runtime's worker pool:
--- the loop waits on stdin and the runtime's fd at once, so a slow tool holds
--- up neither tools/list nor other calls.
+-- program:start through the one pipeline. Its handler starts on this loop's
+-- thread (the runtime's inline "slice"): one that returns within its first
+-- slice is done when the start returns; one that waits (signal:sleep,
+-- luma.http) or computes longer goes on on the worker pool, and the loop
+-- waits on stdin and the runtime's fd at once, so a slow tool holds up
+-- neither tools/list nor other calls.
 --
 -- Where the bounds are: the framing (one message a line, at most
 -- mcp_max_message_bytes, never held whole when longer), the JSON parsing (the
@@ -942,7 +945,11 @@ function mcp.main(args, err, print_load_error)
     end
     listen.origins = origins
   end
-  local runtime = luma.runtime {}
+  -- a tools/call runs on this loop's thread for its first slice (20 µs of
+  -- Lua): a handler that does not wait is done when program:start
+  -- returns, with no hand-off to a worker; one that waits, or computes
+  -- longer, goes on on the pool (README: luma-lua mcp)
+  local runtime = luma.runtime { inline = "slice" }
   -- stdin is the protocol: approval is never asked at the terminal; a
   -- write tool of an agent with tool_policy "approval" runs when
   -- LUMA_APPROVED_TOOLS lists it, or when the client's user accepted it
