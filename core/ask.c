@@ -14,6 +14,7 @@
 #include "askevents.h"
 #include "askptools.h"
 #include "askjournal.h"
+#include "askpast.h"
 #include "asktools.h"
 #include "compat.h"
 #include "jsonschema.h"
@@ -347,7 +348,7 @@ static void send(ak_ask *a) {
   if (a->attempt == 0) a->exchange_start = now;
   /* a resumed run's answered turn is not asked again: the journal answers */
   ad_response had;
-  if (ak_journal_response(a, a->turns + 1, &had)) {
+  if (ak_past_response(a, a->turns + 1, &had)) {
     respond(a, &had);
     return;
   }

@@ -34,7 +34,7 @@ typedef struct ak_params {
   const pm_schema *schema;    /* what the answer must be */
   const pm_tool *forced;      /* `using tool`: the first turn must call it; NULL: none */
   int listen;                 /* the host listens for events from the start (ak_listen) */
-  struct ak_past *past;       /* a run to resume (askjournal.h), or NULL: the ask owns it from
+  struct ak_past *past;       /* a run to resume (askpast.h), or NULL: the ask owns it from
                                  here, made or not */
 } ak_params;
 

@@ -1,6 +1,7 @@
 /* A durable ask's records and its run's lease (askjournal.h); a run read
    back to resume it is askpast.c's. */
 #include "askjournal.h"
+#include "askpast.h"
 #include "askint.h"
 
 #include <pthread.h>
@@ -311,7 +312,7 @@ int ak_journal_ask(ak_ask *a, char *err, size_t errlen) {
 int ak_journal_exchange(ak_ask *a, const ad_response *r, char *err, size_t errlen) {
   if (!a->agent->durable) return 0;
   ad_response had;
-  if (ak_journal_response(a, a->turns, &had)) return 0;   /* read back: written once */
+  if (ak_past_response(a, a->turns, &had)) return 0;   /* read back: written once */
   sb_buf b;
   sb_init(&b);
   sb_printf(&b, "{\"turn\":%d,\"status\":%d,\"body\":", a->turns, r->status);

@@ -1,7 +1,7 @@
-/* A durable ask's run read back from its journal (askjournal.h): its
+/* A durable ask's run read back from its journal (askpast.h): its
    inputs, answered turns, calls' outcomes, decisions and how it finished,
    which a resumed ask takes instead of asking or running again. */
-#include "askjournal.h"
+#include "askpast.h"
 #include "askint.h"
 
 #include <stdio.h>
@@ -186,7 +186,7 @@ const jv *ak_past_finish(const ak_past *p) { return p->finish; }
 int ak_past_turns(const ak_past *p) { return p->nex; }
 const jr_status *ak_past_status(const ak_past *p) { return &p->st; }
 
-int ak_journal_response(ak_ask *a, int turn, ad_response *r) {
+int ak_past_response(ak_ask *a, int turn, ad_response *r) {
   const ak_past *p = a->past;
   static const ad_header json_type = { "Content-Type", "application/json" };
   for (int i = 0; p && i < p->nex; i++) {
@@ -207,7 +207,7 @@ int ak_past_awaited(const ak_past *p, int turn, const char *id) {
   return 0;
 }
 
-int ak_journal_result(ak_ask *a, int i, char **content, size_t *len, int *is_error) {
+int ak_past_result(ak_ask *a, int i, char **content, size_t *len, int *is_error) {
   ak_past *p = a->past;
   const ad_call *call = &a->turn.calls[i];
   for (int k = 0; p && k < p->ntools; k++) {
@@ -224,7 +224,7 @@ int ak_journal_result(ak_ask *a, int i, char **content, size_t *len, int *is_err
   return 0;
 }
 
-int ak_journal_decision(ak_ask *a, int i, int *approved, const char **reason, const char **input, size_t *input_len) {
+int ak_past_decision(ak_ask *a, int i, int *approved, const char **reason, const char **input, size_t *input_len) {
   const ak_past *p = a->past;
   const ad_call *call = &a->turn.calls[i];
   /* a decision answers a call the run waited for, at this turn */

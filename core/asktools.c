@@ -6,6 +6,7 @@
 
 #include "askevents.h"
 #include "askjournal.h"
+#include "askpast.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,7 +159,7 @@ st_verdict ak_begin_tools(ak_ask *a) {
   for (int i = 0; i < t->ncalls; i++) {
     /* a resumed run's call that has its outcome in the journal does not run again */
     ak_slot *s = &a->slots[i];
-    if (ak_journal_result(a, i, &s->content, &s->len, &s->is_error)) {
+    if (ak_past_result(a, i, &s->content, &s->len, &s->is_error)) {
       s->answered = s->journaled = 1;
       ak_lazy_journaled(a, &t->calls[i], s->is_error);
       continue;
@@ -168,7 +169,7 @@ st_verdict ak_begin_tools(ak_ask *a) {
     int approved;
     const char *reason, *input;
     size_t input_len;
-    if (ak_journal_decision(a, i, &approved, &reason, &input, &input_len)) {
+    if (ak_past_decision(a, i, &approved, &reason, &input, &input_len)) {
       if (!approved) {
         char msg[600];
         snprintf(msg, sizeof msg, "A person denied the call: %s", reason && *reason ? reason : "no reason given");

@@ -10,6 +10,7 @@
 #include "ask.h"
 #include "askevents.h"
 #include "askjournal.h"
+#include "askpast.h"
 #include "askptools.h"
 #include "compat.h"
 #include "drive.h"

@@ -13,7 +13,7 @@ int la_ask(lua_State *L, pl_program *pg);
 /* program:start_ask(scope, prompt, schema [, using]) -> a luma.Ask */
 int la_start_ask(lua_State *L, pl_program *pg);
 /* program:resume(run [, listen]) -> answer: continues a durable ask's run
-   from the program's journal (askjournal.h) until it ends; a run that
+   from the program's journal (askpast.h) until it ends; a run that
    finished gives its outcome again. Raises the ask's error. */
 int la_resume(lua_State *L, pl_program *pg);
 /* program:decide(run, call, approved [, reason [, input JSON]]) -> its

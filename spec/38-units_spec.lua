@@ -10,7 +10,7 @@ local includes = require "spec.support.includes"
 local OWNED = {
   "call", "verdict", "policy", "needs", "cache", "idempotent", "attempt", "output", "breaker", "telemetry",
   "pipeline", "runtime", "drive", "lcall", "lruntime", "lconfigure", "ljournal",
-  "ask", "asktools", "askevents", "askptools", "askjournal", "lask",
+  "ask", "asktools", "askevents", "askptools", "askjournal", "askpast", "lask",
   "idem", "idem_file", "idem_sqlite", "idem_redis", "redis", "journal", "journal_base", "journal_sqlite", "journal_redis",
   "mcpremote", "lmcpremote",
 }
