@@ -269,7 +269,17 @@ static int discover(lua_State *T, cl_call *c) {
     if (i >= 0 && !listed[i]) found(T, a, i, list, &count);
     if (i >= 0) listed[i] = 1;
     else if (nerr++ < LIM_MAX_VIOLATIONS) {
-      snprintf(msg, sizeof msg, "'%.100s' is not a tool of agent '%s'.", name ? name : "", ag->name);
+      /* the model's name, its first 100 bytes cut between two characters:
+         the answer stays UTF-8 */
+      char shown[101];
+      size_t cut = name ? strlen(name) : 0;
+      if (cut >= sizeof shown) {
+        cut = sizeof shown - 1;
+        while (cut > 0 && ((unsigned char)name[cut] & 0xC0) == 0x80) cut--;
+      }
+      if (cut) memcpy(shown, name, cut);
+      shown[cut] = 0;
+      snprintf(msg, sizeof msg, "'%s' is not a tool of agent '%s'.", shown, ag->name);
       lua_pushstring(T, msg);
       lua_rawseti(T, errs, nerr);
     }

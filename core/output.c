@@ -49,6 +49,11 @@ st_verdict st_finish(lua_State *T, cl_call *c) {
     st_cache_release(c);
     return sv_next();
   }
+  /* a built-in tool's answer is luma's own, made to its type: the
+     program's limits bound what handlers return, not it (a lazy tool's
+     description longer than max_string_bytes, or its schema deeper than
+     max_depth, would end the ask) */
+  if (t->builtin) return sv_next();
   /* a return type is a schema: what is not a table (a handler that
      returned nothing) is said as such, with the schema to return */
   int type = lua_type(T, CV_VALUE);

@@ -1096,6 +1096,43 @@ describe("lazy tools", function()
     assert.is_true(#text < 40000, #text)
   end)
 
+  it("answer a long name that is no tool, cut between two characters, without ending the ask", function()
+    local name = "a" .. string.rep("\u{e9}", 60)   -- byte 100 of it is inside a character
+    server:script {
+      mock.chat(nil, { { "c1", "__discover_tools", luma.json.encode { names = { name, "mul" } } } }),
+      mock.chat('{"total":3}'),
+    }
+    local p = lazy_program(server, 'provider: "openai", name: "gpt-5.4-mini"', "/v1")
+    assert.are.same({ total = 3 }, p:agent("A"):call("run", { x = 1 }))
+    local r = server:requests()
+    local m = find(r[2].json.messages, function(x) return x.role == "tool" and x.tool_call_id == "c1" end)
+    local answer = luma.json.decode(m.content)
+    assert.are.same({ "'a" .. string.rep("\u{e9}", 49) .. "' is not a tool of agent 'A'." }, answer.errors)
+    assert.are.equal("mul", answer.tools[1].name)
+  end)
+
+  it("answer whatever limits the program sets on the values its handlers return", function()
+    -- the answer holds mul's description (23 bytes) and its schema (deeper than 5)
+    for _, limits in ipairs { { max_string_bytes = 12 }, { max_depth = 5 } } do
+      server:reset()
+      server:script {
+        mock.chat(nil, { { "c1", "__discover_tools", '{"names":["mul"]}' } }),
+        mock.chat(nil, { { "c2", "mul", '{"a":1,"b":3}' } }),
+        mock.chat('{"total":3}'),
+      }
+      local p = assert(luma.compile(LAZY:format('provider: "openai", name: "gpt-5.4-mini"', server.url .. "/v1", ""), nil,
+        { limits = limits }))
+      p:register("add", function(i) return { sum = i.a + i.b } end)
+      p:register("mul", function(i) return { sum = i.a * i.b } end)
+      p:register("sub", function(i) return { sum = i.a - i.b } end)
+      p:configure { lookup = function(n) if n == "LUMA_TEST_KEY" then return KEY end end }
+      local ok, res = pcall(p:agent("A").call, p:agent("A"), "run", { x = 1 })
+      assert.are.same({ true, { total = 3 } }, { ok, ok and res or tostring(res) }, next(limits))
+      local m = find(server:requests()[2].json.messages, function(x) return x.role == "tool" and x.tool_call_id == "c1" end)
+      assert.are.equal("multiplies two integers", luma.json.decode(m.content).tools[1].description)
+    end
+  end)
+
   it("are found again the same way when the ask is replayed from its recording", function()
     local rec = h.tmpname(".jsonl")
     server:script {
