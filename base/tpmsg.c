@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "utf8.h"
+
 void tpm_say(char *err, size_t errlen, const char *fmt, ...) {
   if (!err || !errlen) return;
   va_list ap;
@@ -211,14 +213,10 @@ void tpm_classify(tp_transfer *t, CURLcode rc) {
 
 /* ---- the request ---- */
 
-static char ascii_lower(char c) {
-  return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
-}
-
 int tp_equal_ci(const char *a, size_t alen, const char *b) {
   if (strlen(b) != alen) return 0;
   for (size_t i = 0; i < alen; i++)
-    if (ascii_lower(a[i]) != ascii_lower(b[i])) return 0;
+    if (u8_lower_ascii(a[i]) != u8_lower_ascii(b[i])) return 0;
   return 1;
 }
 

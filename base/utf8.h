@@ -35,6 +35,15 @@ static inline size_t u8_decode(const unsigned char *s, size_t avail, uint32_t *c
 long long u8_count(const char *s, size_t len);
 /* Whether s[0..len) is valid UTF-8. */
 int u8_valid(const char *s, size_t len);
+/* c lowercased if it is an ASCII capital; any other byte (those of UTF-8
+   sequences too) as it is. */
+static inline char u8_lower_ascii(char c) {
+  return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
+}
+/* How much of s[0..len) to keep to hold at most max bytes without cutting a
+   character: len when it fits, else the start of the character at or
+   before s[max] (a byte that begins none, or the end, counts as a start). */
+size_t u8_cut(const char *s, size_t len, size_t max);
 /* Writes cp (<= U8_MAX_CP, not a surrogate) as UTF-8 into out; returns 1..4. */
 size_t u8_encode(char out[4], uint32_t cp);
 

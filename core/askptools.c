@@ -13,6 +13,7 @@
 #include "ljson.h"
 #include "luma_limits.h"
 #include "telemetry.h"
+#include "utf8.h"
 #include "verdict.h"
 
 static const char *const *strings(const pm_strings *s) {
@@ -200,7 +201,7 @@ static int contains(const char *hay, const char *needle) {
   if (!hay || !n) return 0;
   for (; *hay; hay++) {
     size_t k = 0;
-    while (k < n && hay[k] && (hay[k] | 32) == (needle[k] | 32)) k++;
+    while (k < n && hay[k] && u8_lower_ascii(hay[k]) == u8_lower_ascii(needle[k])) k++;
     if (k == n) return 1;
   }
   return 0;
@@ -259,7 +260,7 @@ static int discover(lua_State *T, cl_call *c) {
   lua_setmetatable(T, list);
   lua_createtable(T, 0, 0);
   int errs = lua_gettop(T);
-  int count = 0, nerr = 0;
+  int count = 0, nerr = 0, most = lv_max_violations(a->pg->v);
   char msg[400];
   size_t n = names ? lc_rawlen(T, names) : 0;
   for (size_t k = 1; k <= n; k++) {
@@ -268,15 +269,11 @@ static int discover(lua_State *T, cl_call *c) {
     int i = name ? lazy_index(a, name) : -1;
     if (i >= 0 && !listed[i]) found(T, a, i, list, &count);
     if (i >= 0) listed[i] = 1;
-    else if (nerr++ < LIM_MAX_VIOLATIONS) {
+    else if (nerr++ < most) {
       /* the model's name, its first 100 bytes cut between two characters:
          the answer stays UTF-8 */
       char shown[101];
-      size_t cut = name ? strlen(name) : 0;
-      if (cut >= sizeof shown) {
-        cut = sizeof shown - 1;
-        while (cut > 0 && ((unsigned char)name[cut] & 0xC0) == 0x80) cut--;
-      }
+      size_t cut = name ? u8_cut(name, strlen(name), sizeof shown - 1) : 0;
       if (cut) memcpy(shown, name, cut);
       shown[cut] = 0;
       snprintf(msg, sizeof msg, "'%s' is not a tool of agent '%s'.", shown, ag->name);
@@ -289,10 +286,10 @@ static int discover(lua_State *T, cl_call *c) {
     if (queried(a, i, query, listed)) found(T, a, i, list, &count);
   lua_pushvalue(T, list);
   lua_setfield(T, out, "tools");
-  if (nerr > LIM_MAX_VIOLATIONS) {
-    snprintf(msg, sizeof msg, "and %d more names that are no tool of agent '%s'.", nerr - LIM_MAX_VIOLATIONS, ag->name);
+  if (nerr > most) {
+    snprintf(msg, sizeof msg, "and %d more names that are no tool of agent '%s'.", nerr - most, ag->name);
     lua_pushstring(T, msg);
-    lua_rawseti(T, errs, LIM_MAX_VIOLATIONS + 1);
+    lua_rawseti(T, errs, most + 1);
   }
   if (nerr) {
     lua_pushvalue(T, errs);

@@ -67,8 +67,11 @@ static void prepare_slot(ak_ask *a, int i) {
   const pm_tool *t = call->name ? agent_tool(a->agent, call->name) : NULL;
   if (!t) t = ak_lazy_tool(a, call->name);
   if (!t) {
-    int n = snprintf(msg, sizeof msg, "'%s' is not a tool of agent '%s'. Its tools are:", call->name ? call->name : "",
-                     a->agent->name);
+    /* the model's name, at most a third of the message, cut between two
+       characters: the answer stays UTF-8 */
+    const char *name = call->name ? call->name : "";
+    int shown = (int)u8_cut(name, strlen(name), sizeof msg / 3);
+    int n = snprintf(msg, sizeof msg, "'%.*s' is not a tool of agent '%s'. Its tools are:", shown, name, a->agent->name);
     for (int k = 0; k < a->agent->tools.n && n > 0 && (size_t)n < sizeof msg; k++)
       n += snprintf(msg + n, sizeof msg - (size_t)n, "%s %s", k ? "," : "", a->agent->tools.items[k]->name);
     if (a->agent->tools.n == 0 && n > 0 && (size_t)n < sizeof msg) snprintf(msg + n, sizeof msg - (size_t)n, " none");
@@ -251,8 +254,7 @@ static void collect(ak_ask *a, int i) {
   size_t max = a->agent->tool_result_max_bytes > 0 ? (size_t)a->agent->tool_result_max_bytes
                                                     : (size_t)LIM_TOOL_RESULT_MAX_BYTES;
   if (!b.failed && b.len > max) {
-    size_t cut = max;
-    while (cut > 0 && (b.data[cut] & 0xC0) == 0x80) cut--;   /* not inside a UTF-8 sequence */
+    size_t cut = u8_cut(b.data, b.len, max);   /* not inside a UTF-8 sequence */
     sb_buf n;
     sb_init(&n);
     sb_printf(&n, "{\"truncated\":true,\"bytes\":%zu,\"limit\":%zu,\"note\":", b.len, max);

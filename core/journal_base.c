@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "crypto.h"
+#include "utf8.h"
 
 void jr_seterr(char *err, size_t errlen, const char *fmt, ...) {
   va_list ap;
@@ -68,11 +69,7 @@ jr_state jr_state_of(const char *name) {
 
 /* s into out (cap bytes), cut at a UTF-8 character's start. */
 static void copy(char *out, size_t cap, const char *s) {
-  size_t n = s ? strlen(s) : 0;
-  if (n >= cap) {
-    n = cap - 1;
-    while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80) n--;
-  }
+  size_t n = s ? u8_cut(s, strlen(s), cap - 1) : 0;
   if (n) memcpy(out, s, n);
   out[n] = '\0';
 }

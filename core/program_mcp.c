@@ -16,6 +16,7 @@
 #include "json.h"
 #include "luma_limits.h"
 #include "programint.h"
+#include "utf8.h"
 
 /* The schema of one tool being made types: failures are reported once. */
 typedef struct mc_ctx {
@@ -59,10 +60,7 @@ static pm_type *new_type(pm_ctx *c, pt_kind k) {
    cut at a character boundary. */
 static const char *description_of(ar_arena *a, const char *s, size_t len) {
   if (!s) return NULL;
-  if (len > LIM_MCP_DESCRIPTION_BYTES) {
-    len = LIM_MCP_DESCRIPTION_BYTES;
-    while (len > 0 && ((unsigned char)s[len] & 0xC0) == 0x80) len--;
-  }
+  len = u8_cut(s, len, LIM_MCP_DESCRIPTION_BYTES);
   return ar_strndup(a, s, len);
 }
 

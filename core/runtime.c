@@ -19,6 +19,7 @@
 #include "callint.h"
 #include "luma_limits.h"
 #include "runtimeint.h"
+#include "utf8.h"
 
 /* Calls started from handlers, nested deeper than LIM_HOST_CALL_DEPTH,
    fail: each level holds a C stack frame of the driver. */
@@ -301,10 +302,7 @@ void rt_cancel_job(rt_runtime *rt, cl_call *c) {
 void rt_progress(void *ud, double n, double total, const char *message, size_t len) {
   cl_call *c = ud;
   rt_runtime *rt = c->rt;
-  if (len >= sizeof c->prog_msg) {
-    len = sizeof c->prog_msg - 1;
-    while (len > 0 && ((unsigned char)message[len] & 0xC0) == 0x80) len--;   /* not inside a character */
-  }
+  len = u8_cut(message, len, sizeof c->prog_msg - 1);   /* not inside a character */
   pthread_mutex_lock(&rt->lock);
   c->prog_n = n;
   c->prog_total = total;

@@ -50,6 +50,9 @@ enum { LV_INPUT = 0, LV_OUTPUT = 1 };
    a registry reference until lv_free. Returns NULL when memory runs out. */
 lv_program *lv_bind(lua_State *L, const pm_program *p, const lv_limits *lim);
 void lv_free(lua_State *L, lv_program *v);
+/* The violations a validation keeps before it stops (the program's
+   max_violations). */
+int lv_max_violations(const lv_program *v);
 
 /*
  * Validates the value at stack index idx against s. `root` names the value

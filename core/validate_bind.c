@@ -168,3 +168,5 @@ void lv_push_default(lv_program *v, lua_State *L, const pm_schema *s, int field)
   lua_replace(L, -3);
   lua_pop(L, 1);
 }
+
+int lv_max_violations(const lv_program *v) { return v->lim.max_violations; }

@@ -16,6 +16,7 @@
 #include "errors.h"
 #include "isolate.h"
 #include "lerror.h"
+#include "utf8.h"
 #include "watch.h"
 
 /* Pushes t[key] found by walking the table raw, without allocating in the
@@ -56,8 +57,7 @@ static char *capped(const char *m, size_t len) {
     if (out) { memcpy(out, m, len); out[len] = '\0'; }
     return out;
   }
-  size_t n = SX_MESSAGE_MAX;
-  while (n > 0 && ((unsigned char)m[n] & 0xC0) == 0x80) n--;
+  size_t n = u8_cut(m, len, SX_MESSAGE_MAX);
   char *out = malloc(n + 64);
   if (out) snprintf(out, n + 64, "%.*s... (cut: %zu bytes)", (int)n, m, len);
   return out;

@@ -1096,6 +1096,40 @@ describe("lazy tools", function()
     assert.is_true(#text < 40000, #text)
   end)
 
+  it("say at most the program's max_violations names that are no tool, then how many more", function()
+    local unknown = {}
+    for i = 1, 10 do unknown[i] = "no" .. i end
+    server:script {
+      mock.chat(nil, { { "c1", "__discover_tools", luma.json.encode { names = unknown } } }),
+      mock.chat('{"total":3}'),
+    }
+    local p = assert(luma.compile(LAZY:format('provider: "openai", name: "gpt-5.4-mini"', server.url .. "/v1", ""), nil,
+      { limits = { max_violations = 3 } }))
+    p:configure { lookup = function(n) if n == "LUMA_TEST_KEY" then return KEY end end }
+    for _, t in ipairs { "add", "mul", "sub" } do p:register(t, function(i) return { sum = i.a + i.b } end) end
+    assert.are.same({ total = 3 }, p:agent("A"):call("run", { x = 1 }))
+    local r = server:requests()
+    local m = find(r[2].json.messages, function(x) return x.role == "tool" and x.tool_call_id == "c1" end)
+    local answer = luma.json.decode(m.content)
+    assert.are.same({ "'no1' is not a tool of agent 'A'.", "'no2' is not a tool of agent 'A'.",
+                      "'no3' is not a tool of agent 'A'.", "and 7 more names that are no tool of agent 'A'." },
+                    answer.errors)
+  end)
+
+  it("name a long unknown tool the model called cut between two characters: the request stays UTF-8", function()
+    local name = "a" .. string.rep("\u{e9}", 400)   -- one byte more would cut a character in 600
+    server:script {
+      mock.chat(nil, { { "c1", name, "{}" } }),
+      mock.chat('{"total":3}'),
+    }
+    local p = lazy_program(server, 'provider: "openai", name: "gpt-5.4-mini"', "/v1")
+    assert.are.same({ total = 3 }, p:agent("A"):call("run", { x = 1 }))
+    local r = server:requests()
+    local m = find(r[2].json.messages, function(x) return x.role == "tool" and x.tool_call_id == "c1" end)
+    assert.is_truthy(utf8.len(m.content), m.content)
+    assert.is_truthy(m.content:find("is not a tool of agent 'A'", 1, true))
+  end)
+
   it("answer a long name that is no tool, cut between two characters, without ending the ask", function()
     local name = "a" .. string.rep("\u{e9}", 60)   -- byte 100 of it is inside a character
     server:script {
