@@ -111,9 +111,8 @@ static void deadline_hook(lua_State *L, lua_Debug *ar) {
 #if LUA_VERSION_NUM >= 504
   /* a hand-off still to come (sx_call_opts.hand_off): past its promotion,
      the run yields at the first look from its own coroutine where it can */
-  sx_run *run = (m->watched || (m->promote_ns && now >= m->promote_ns)) ? __atomic_load_n(&m->run, __ATOMIC_ACQUIRE)
-                                                                          : NULL;
-  int pending = run && run->opts.hand_off && !run->handed_off;
+  sx_run *run = __atomic_load_n(&m->run, __ATOMIC_ACQUIRE);
+  int pending = run && run->opts.hand_off && !run->handed_off && (!m->promote_ns || now >= m->promote_ns);
   if (pending && run->co == L && lua_isyieldable(L)) {
     /* an inline run that lasts: its thread goes back to its loop, and the
        call goes on elsewhere. A hook yields by returning after lua_yield;
