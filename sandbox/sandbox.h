@@ -178,7 +178,8 @@ typedef struct sx_call_opts {
      with run->handed_off set; the caller, still holding the state, runs
      sx_execute on the same run again (elsewhere, this flag off) and it goes
      on where it stopped. Elsewhere (a coroutine of the handler's own, a
-     callback of a C function) it runs on here. 0: it runs to its end */
+     callback of a C function) it runs on here until it is back in its own
+     coroutine, where it yields then. 0: it runs to its end */
   int hand_off;
 } sx_call_opts;
 

@@ -108,24 +108,33 @@ static void deadline_hook(lua_State *L, lua_Debug *ar) {
   sx_state *m = sx_state_of(L);
   long long now = sx_now_ns();
   if ((m->deadline_ns && now >= m->deadline_ns) || sx_cancelled(m)) sx_raise_timeout(L);
-  if (m->watched) {
-    /* a hook left on a coroutine from the module's load: the watch stops
-       this call, and the hook only slows it */
-    lua_sethook(L, NULL, 0, 0);
-    return;
-  }
 #if LUA_VERSION_NUM >= 504
-  sx_run *run = m->promote_ns && now >= m->promote_ns ? __atomic_load_n(&m->run, __ATOMIC_ACQUIRE) : NULL;
-  if (run && run->opts.hand_off && run->co == L && lua_isyieldable(L)) {
+  /* a hand-off still to come (sx_call_opts.hand_off): past its promotion,
+     the run yields at the first look from its own coroutine where it can */
+  sx_run *run = __atomic_load_n(&m->run, __ATOMIC_ACQUIRE);
+  int pending = run && run->opts.hand_off && !run->handed_off && (!m->promote_ns || now >= m->promote_ns);
+  if (pending && run->co == L && lua_isyieldable(L)) {
     /* an inline run that lasts: its thread goes back to its loop, and the
-       call goes on elsewhere (sx_call_opts.hand_off). A hook yields by
-       returning after lua_yield */
+       call goes on elsewhere. A hook yields by returning after lua_yield;
+       a watch armed meanwhile is disarmed where the slice ends */
     m->promote_ns = 0;
     run->handed_off = 1;
     lua_yield(L, 0);
     return;
   }
+#else
+  int pending = 0;
+  sx_run *run = NULL;
 #endif
+  if (m->watched) {
+    /* a hook left on a coroutine from the module's load: the watch stops
+       this call, and the hook only slows it; the run's own coroutine keeps
+       it while a hand-off is to come (promoted in a coroutine of the
+       handler's own or a C function's callback, it yields once back) */
+    if (!(pending && run->co == L)) lua_sethook(L, NULL, 0, 0);
+    else if (lua_gethookcount(L) < SX_HOOK_MAX) lua_sethook(L, deadline_hook, LUA_MASKCOUNT, SX_HOOK_MAX);
+    return;
+  }
   if (m->promote_ns && now >= m->promote_ns) {
     /* the handler ran long enough to be handed to the watch: L, the Lua
        thread running now (the handler's, or a coroutine), is the one its
@@ -134,7 +143,10 @@ static void deadline_hook(lua_State *L, lua_Debug *ar) {
     int count = lua_gethookcount(L);
     lua_State *was_current = __atomic_load_n(&m->current, __ATOMIC_ACQUIRE);
     __atomic_store_n(&m->current, L, __ATOMIC_RELEASE);
-    lua_sethook(L, NULL, 0, 0);   /* before arming: a stop set at once must stay */
+    /* before arming: a stop set at once must stay; a run still to be
+       handed off keeps the hook on its own coroutine */
+    if (pending && run->co != L) lua_sethook(run->co, deadline_hook, LUA_MASKCOUNT, SX_HOOK_MIN);
+    lua_sethook(L, pending && run->co == L ? deadline_hook : NULL, LUA_MASKCOUNT, SX_HOOK_MIN);
     if (m->promote(m)) {
       m->watched = 1;
       return;
