@@ -112,20 +112,12 @@ static void on_readable(conn *c) {
       return;
     }
     ssize_t n = read(c->fd, c->req + c->len, REQ_MAX - c->len);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN) return;
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return;
+    if (n <= 0) {
       if (c->waiting) {
-        c->closed_by_peer = 1;
-        epoll_ctl(epfd, EPOLL_CTL_DEL, c->fd, NULL);
-      } else {
-        drop(c);
-      }
-      return;
-    }
-    if (n == 0) {
-      if (c->waiting) {
-        /* answered (into a closed socket) and closed when due */
+        /* the peer is gone (an error or its end): answered (into a closed
+           socket) and closed when due */
         c->closed_by_peer = 1;
         epoll_ctl(epfd, EPOLL_CTL_DEL, c->fd, NULL);
       } else {
